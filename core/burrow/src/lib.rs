@@ -1,1 +1,16 @@
-//! burrow
+//! burrow: an embeddable sandbox lifecycle library.
+//!
+//! Application code creates a sandbox, runs commands and file operations in
+//! it, stops and restarts it, or converges on it by name from many callers at
+//! once. Each sandbox runs under a supervisor process spawned by the library;
+//! its configuration and state persist in an embedded SQLite database under
+//! the burrow home, so it can be found again by name or id.
+
+pub mod driver;
+pub mod error;
+pub mod image;
+pub mod model;
+pub mod paths;
+
+pub use error::{Error, ErrorCode, Result};
+pub use model::{SandboxConfig, SandboxId, SandboxInfo, Status};

@@ -1,0 +1,116 @@
+//! Drivers: how the supervisor runs a guest (container today, VM later).
+//!
+//! A driver turns a [`LaunchSpec`] into a running guest whose agent speaks the
+//! burrow protocol on the returned channel. Everything above this trait
+//! (supervisor, lifecycle, SDKs) is driver-independent.
+
+use std::fmt::Debug;
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::error::Result;
+use crate::image::PreparedImage;
+use crate::model::{SandboxConfig, SandboxId};
+
+pub mod container;
+
+/// A resolved mount, ready for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedMount {
+    /// Host directory (volume directories already created).
+    pub host_path: PathBuf,
+    /// Absolute guest path.
+    pub target: String,
+    /// Read-only.
+    pub read_only: bool,
+}
+
+/// Everything a driver needs to launch one runtime generation.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    /// Sandbox id.
+    pub sandbox_id: SandboxId,
+    /// Sandbox name (for hostnames and logs only).
+    pub name: String,
+    /// Runtime generation being started.
+    pub generation: u64,
+    /// Persisted configuration.
+    pub config: SandboxConfig,
+    /// The prepared image (read-only lower layer + defaults).
+    pub image: PreparedImage,
+    /// Persistent per-sandbox directory; the writable layer lives here and is
+    /// kept across stop/start.
+    pub sandbox_dir: PathBuf,
+    /// Scratch directory for this generation (bundle, runtime state); the
+    /// driver may delete and recreate it.
+    pub runtime_dir: PathBuf,
+    /// Image cache directory the driver may use for derived images.
+    pub images_dir: PathBuf,
+    /// Static guest agent binary.
+    pub agent_bin: PathBuf,
+    /// Resolved volumes and host mounts.
+    pub mounts: Vec<ResolvedMount>,
+    /// File the agent's stderr (its log) is appended to.
+    pub agent_log: PathBuf,
+    /// File descriptors the runtime process must inherit (the runtime-lifetime
+    /// lock). Everything else must be CLOEXEC.
+    pub inherit_fds: Vec<RawFd>,
+}
+
+/// How the guest runtime process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestExit {
+    /// Exit code of the runtime process.
+    pub code: Option<i32>,
+    /// Signal that killed it.
+    pub signal: Option<i32>,
+}
+
+/// A launched guest.
+pub struct Launched {
+    /// Control of the guest's runtime process.
+    pub guest: Box<dyn GuestProcess>,
+    /// Agent -> host byte stream.
+    pub reader: Box<dyn AsyncRead + Send + Unpin>,
+    /// Host -> agent byte stream.
+    pub writer: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Plain-language notes for the sandbox log (e.g. "memory limit not
+    /// enforced: no memory cgroup controller").
+    pub notes: Vec<String>,
+}
+
+impl Debug for Launched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launched")
+            .field("guest", &self.guest)
+            .field("notes", &self.notes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Control of a running guest.
+#[async_trait]
+pub trait GuestProcess: Send + Sync + Debug {
+    /// Waits until the runtime process has exited.
+    async fn wait(&mut self) -> Result<GuestExit>;
+    /// Kills the guest immediately (idempotent).
+    async fn kill(&mut self) -> Result<()>;
+    /// Suspends every guest process.
+    async fn pause(&mut self) -> Result<()>;
+    /// Resumes after [`GuestProcess::pause`].
+    async fn resume(&mut self) -> Result<()>;
+    /// Releases runtime state after exit (container state, mounts). Idempotent.
+    async fn cleanup(&mut self) -> Result<()>;
+}
+
+/// A way of running guests.
+#[async_trait]
+pub trait Driver: Send + Sync + Debug {
+    /// Short name (`container`).
+    fn name(&self) -> &'static str;
+    /// Launches a guest. On error nothing of this generation is left running.
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Launched>;
+}

@@ -1,0 +1,390 @@
+//! The crate's one error type. Every variant has a stable machine-readable
+//! [`ErrorCode`]; SDKs map codes (never message text) to their own typed
+//! errors, and `ErrorCode::ALL` is the single list they are checked against.
+
+use std::path::PathBuf;
+
+use crate::model::{SandboxId, Status};
+
+/// Result alias for burrow operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Stable, machine-readable error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// See [`Error::SandboxReplaced`].
+    SandboxReplaced,
+    /// See [`Error::AlreadyExists`].
+    AlreadyExists,
+    /// See [`Error::NotFound`].
+    NotFound,
+    /// See [`Error::InvalidState`].
+    InvalidState,
+    /// See [`Error::InvalidName`].
+    InvalidName,
+    /// See [`Error::InvalidConfig`].
+    InvalidConfig,
+    /// See [`Error::InvalidImage`].
+    InvalidImage,
+    /// See [`Error::InvalidArgument`].
+    InvalidArgument,
+    /// See [`Error::Starting`].
+    Starting,
+    /// See [`Error::StartFailed`].
+    StartFailed,
+    /// See [`Error::Timeout`].
+    Timeout,
+    /// See [`Error::Runtime`].
+    RuntimeUnavailable,
+    /// See [`Error::Guest`].
+    Guest,
+    /// See [`Error::Protocol`].
+    Protocol,
+    /// See [`Error::Store`].
+    Store,
+    /// See [`Error::Io`].
+    Io,
+}
+
+impl ErrorCode {
+    /// Every code, in a stable order. SDK error tables are checked against this.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::SandboxReplaced,
+        ErrorCode::AlreadyExists,
+        ErrorCode::NotFound,
+        ErrorCode::InvalidState,
+        ErrorCode::InvalidName,
+        ErrorCode::InvalidConfig,
+        ErrorCode::InvalidImage,
+        ErrorCode::InvalidArgument,
+        ErrorCode::Starting,
+        ErrorCode::StartFailed,
+        ErrorCode::Timeout,
+        ErrorCode::RuntimeUnavailable,
+        ErrorCode::Guest,
+        ErrorCode::Protocol,
+        ErrorCode::Store,
+        ErrorCode::Io,
+    ];
+
+    /// The code as a string (`"sandbox_replaced"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::SandboxReplaced => "sandbox_replaced",
+            ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::InvalidState => "invalid_state",
+            ErrorCode::InvalidName => "invalid_name",
+            ErrorCode::InvalidConfig => "invalid_config",
+            ErrorCode::InvalidImage => "invalid_image",
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::Starting => "starting",
+            ErrorCode::StartFailed => "start_failed",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::RuntimeUnavailable => "runtime_unavailable",
+            ErrorCode::Guest => "guest",
+            ErrorCode::Protocol => "protocol",
+            ErrorCode::Store => "store",
+            ErrorCode::Io => "io",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Errors returned by burrow.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The receiver was bound to sandbox `expected`, but its name now belongs
+    /// to another sandbox (`actual`). Nothing was touched.
+    #[error("sandbox {name:?} was replaced: this handle is bound to {expected}, the name now belongs to {actual}")]
+    SandboxReplaced {
+        /// The name.
+        name: String,
+        /// The id the receiver captured.
+        expected: SandboxId,
+        /// The id that now owns the name.
+        actual: SandboxId,
+    },
+    /// A sandbox with this name already exists.
+    #[error("a sandbox named {name:?} already exists ({id})")]
+    AlreadyExists {
+        /// The name.
+        name: String,
+        /// The existing sandbox.
+        id: SandboxId,
+    },
+    /// No sandbox with this name or id.
+    #[error("no sandbox {what}")]
+    NotFound {
+        /// What was looked up (`named "x"` or `with id sb_...`).
+        what: String,
+        /// The name, when looked up by name or known.
+        name: Option<String>,
+        /// The id, when looked up by id.
+        id: Option<SandboxId>,
+    },
+    /// The operation is not allowed in the sandbox's current status.
+    #[error("cannot {operation} sandbox {name:?} ({id}): it is {status}")]
+    InvalidState {
+        /// The attempted operation.
+        operation: &'static str,
+        /// The sandbox name.
+        name: String,
+        /// The sandbox id.
+        id: SandboxId,
+        /// Its status at the time.
+        status: Status,
+    },
+    /// A sandbox name is not acceptable.
+    #[error("invalid sandbox name: {reason}")]
+    InvalidName {
+        /// Why.
+        reason: String,
+    },
+    /// A configuration value is not acceptable.
+    #[error("invalid configuration for {field}: {reason}")]
+    InvalidConfig {
+        /// Which field.
+        field: String,
+        /// Why.
+        reason: String,
+    },
+    /// The image reference cannot be resolved or its content is unusable.
+    #[error("invalid image {image:?}: {reason}")]
+    InvalidImage {
+        /// The reference as given.
+        image: String,
+        /// Why.
+        reason: String,
+    },
+    /// An argument of an operation is not acceptable (path, argv, ...).
+    #[error("invalid argument {argument}: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        argument: String,
+        /// Why.
+        reason: String,
+    },
+    /// The sandbox is being started by another caller.
+    #[error("sandbox {name:?} ({id}) is starting")]
+    Starting {
+        /// The name.
+        name: String,
+        /// The id.
+        id: SandboxId,
+    },
+    /// A start failed; the sandbox was recorded as Crashed with this reason.
+    #[error("sandbox {name:?} ({id}) failed to start: {reason}")]
+    StartFailed {
+        /// The name.
+        name: String,
+        /// The id.
+        id: SandboxId,
+        /// Why (from the supervisor, e.g. the runtime's error output).
+        reason: String,
+    },
+    /// An operation did not finish in time.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// What timed out.
+        operation: String,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+    /// The selected isolation runtime is missing or unusable on this host.
+    #[error("runtime {runtime:?} is unavailable: {reason}")]
+    Runtime {
+        /// Runtime name (`runc`, `crun`, ...).
+        runtime: String,
+        /// Why.
+        reason: String,
+    },
+    /// The guest agent answered with an error (file not found, ...).
+    #[error("guest error ({}) in {operation}: {}", .source.code_str(), .source.message())]
+    Guest {
+        /// The operation.
+        operation: String,
+        /// The agent's error.
+        source: GuestFailure,
+    },
+    /// The peer broke the protocol (bad frame, wrong identity, wrong version).
+    #[error("protocol error: {reason}")]
+    Protocol {
+        /// Why.
+        reason: String,
+    },
+    /// The state database failed or is unusable.
+    #[error("state database error: {reason}")]
+    Store {
+        /// What failed.
+        reason: String,
+        /// Underlying error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// A host I/O operation failed.
+    #[error("{context} ({})", .path.as_ref().map(|p| p.display().to_string()).unwrap_or_default())]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The path involved, if any.
+        path: Option<PathBuf>,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The agent's error as carried inside [`Error::Guest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestFailure(pub burrow_protocol::GuestError);
+
+impl GuestFailure {
+    /// The guest error class (`not_found`, `permission_denied`, ...).
+    pub fn code(&self) -> burrow_protocol::GuestErrorCode {
+        self.0.code
+    }
+    fn code_str(&self) -> String {
+        serde_json::to_value(self.0.code)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+    /// The agent's message.
+    pub fn message(&self) -> &str {
+        &self.0.message
+    }
+}
+
+impl std::fmt::Display for GuestFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code_str(), self.0.message)
+    }
+}
+
+impl std::error::Error for GuestFailure {}
+
+impl Error {
+    /// The stable code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::SandboxReplaced { .. } => ErrorCode::SandboxReplaced,
+            Error::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            Error::NotFound { .. } => ErrorCode::NotFound,
+            Error::InvalidState { .. } => ErrorCode::InvalidState,
+            Error::InvalidName { .. } => ErrorCode::InvalidName,
+            Error::InvalidConfig { .. } => ErrorCode::InvalidConfig,
+            Error::InvalidImage { .. } => ErrorCode::InvalidImage,
+            Error::InvalidArgument { .. } => ErrorCode::InvalidArgument,
+            Error::Starting { .. } => ErrorCode::Starting,
+            Error::StartFailed { .. } => ErrorCode::StartFailed,
+            Error::Timeout { .. } => ErrorCode::Timeout,
+            Error::Runtime { .. } => ErrorCode::RuntimeUnavailable,
+            Error::Guest { .. } => ErrorCode::Guest,
+            Error::Protocol { .. } => ErrorCode::Protocol,
+            Error::Store { .. } => ErrorCode::Store,
+            Error::Io { .. } => ErrorCode::Io,
+        }
+    }
+
+    /// The sandbox id this error is about, where one applies.
+    pub fn sandbox_id(&self) -> Option<&SandboxId> {
+        match self {
+            Error::SandboxReplaced { expected, .. } => Some(expected),
+            Error::AlreadyExists { id, .. }
+            | Error::InvalidState { id, .. }
+            | Error::Starting { id, .. }
+            | Error::StartFailed { id, .. } => Some(id),
+            Error::NotFound { id, .. } => id.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The sandbox name this error is about, where one applies.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Error::SandboxReplaced { name, .. }
+            | Error::AlreadyExists { name, .. }
+            | Error::InvalidState { name, .. }
+            | Error::Starting { name, .. }
+            | Error::StartFailed { name, .. } => Some(name),
+            Error::NotFound { name, .. } => name.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The sandbox status this error is about, where one applies.
+    pub fn status(&self) -> Option<Status> {
+        match self {
+            Error::InvalidState { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, path: Option<&std::path::Path>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            path: path.map(|p| p.to_path_buf()),
+            source,
+        }
+    }
+
+    pub(crate) fn store(reason: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Store {
+            reason: reason.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    pub(crate) fn not_found_name(name: &str) -> Self {
+        Error::NotFound {
+            what: format!("named {name:?}"),
+            name: Some(name.to_owned()),
+            id: None,
+        }
+    }
+
+    pub(crate) fn not_found_id(id: &SandboxId) -> Self {
+        Error::NotFound {
+            what: format!("with id {id}"),
+            name: None,
+            id: Some(id.clone()),
+        }
+    }
+
+    pub(crate) fn protocol(reason: impl Into<String>) -> Self {
+        Error::Protocol {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        Error::store("query failed", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_complete() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.as_str()), "duplicate code {c}");
+            let json = serde_json::to_string(c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.as_str()));
+        }
+        assert_eq!(seen.len(), ErrorCode::ALL.len());
+    }
+}

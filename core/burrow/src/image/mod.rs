@@ -1,0 +1,151 @@
+//! Image resolution: turn an image reference into a root filesystem on disk
+//! plus the image's default process settings.
+//!
+//! Sources supported today: a plain rootfs directory, an OCI image layout
+//! directory (`oci:PATH[:TAG]`, or a directory containing `oci-layout`), and
+//! names imported under `$BURROW_HOME/images/named/<name>`. Registry
+//! references parse into [`ImageSource::Registry`] so a puller can slot in;
+//! until then preparing one is an [`Error::InvalidImage`].
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::paths::Home;
+
+mod oci;
+mod unpack;
+
+/// Where an image comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// A directory that already is a root filesystem (used in place, read-only).
+    RootfsDir(PathBuf),
+    /// An OCI image layout directory and an optional tag
+    /// (`org.opencontainers.image.ref.name`); without a tag the layout must
+    /// hold exactly one manifest.
+    OciLayout {
+        /// Layout directory.
+        path: PathBuf,
+        /// Tag to select.
+        tag: Option<String>,
+    },
+    /// A registry reference (not pullable yet).
+    Registry(String),
+}
+
+/// Defaults taken from the image configuration; explicit sandbox options win.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageConfig {
+    /// `KEY=VALUE` entries.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Entrypoint.
+    #[serde(default)]
+    pub entrypoint: Vec<String>,
+    /// Command.
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    /// Working directory.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// User (`uid[:gid]` or name).
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// An image ready to be used as a sandbox's read-only lower layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedImage {
+    /// The reference as given.
+    pub reference: String,
+    /// Read-only root filesystem directory.
+    pub rootfs: PathBuf,
+    /// Image defaults.
+    pub config: ImageConfig,
+    /// Content digest of the manifest, for OCI images.
+    pub digest: Option<String>,
+}
+
+/// Parses a reference without touching the disk beyond `stat`.
+pub fn parse_reference(home: &Home, reference: &str) -> Result<ImageSource> {
+    let invalid = |reason: &str| Error::InvalidImage {
+        image: reference.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if reference.is_empty() || reference.contains('\0') {
+        return Err(invalid("empty reference"));
+    }
+    if let Some(rest) = reference.strip_prefix("oci:") {
+        // oci:PATH[:TAG] where the tag is after the last ':' that follows the
+        // last '/'.
+        let (path, tag) = match rest.rfind(':') {
+            Some(i) if !rest[i..].contains('/') => (&rest[..i], Some(rest[i + 1..].to_owned())),
+            _ => (rest, None),
+        };
+        if path.is_empty() {
+            return Err(invalid("oci: needs a layout directory"));
+        }
+        return Ok(ImageSource::OciLayout {
+            path: PathBuf::from(path),
+            tag: tag.filter(|t| !t.is_empty()),
+        });
+    }
+    if reference.starts_with('/') || reference.starts_with("./") || reference.starts_with("../") {
+        let path = PathBuf::from(reference);
+        if path.join("oci-layout").is_file() {
+            return Ok(ImageSource::OciLayout { path, tag: None });
+        }
+        return Ok(ImageSource::RootfsDir(path));
+    }
+    let named = home.images_dir().join("named").join(reference);
+    if is_simple_name(reference) && named.exists() {
+        if named.join("oci-layout").is_file() {
+            return Ok(ImageSource::OciLayout { path: named, tag: None });
+        }
+        return Ok(ImageSource::RootfsDir(named));
+    }
+    Ok(ImageSource::Registry(reference.to_owned()))
+}
+
+fn is_simple_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && !s.starts_with('.')
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// Resolves and, for OCI layouts, unpacks (once, cached) an image.
+pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
+    let source = parse_reference(home, reference)?;
+    let invalid = |reason: String| Error::InvalidImage {
+        image: reference.to_owned(),
+        reason,
+    };
+    match source {
+        ImageSource::RootfsDir(path) => {
+            let rootfs = std::fs::canonicalize(&path)
+                .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+            if !rootfs.is_dir() {
+                return Err(invalid(format!("{} is not a directory", rootfs.display())));
+            }
+            Ok(PreparedImage {
+                reference: reference.to_owned(),
+                rootfs,
+                config: ImageConfig::default(),
+                digest: None,
+            })
+        }
+        ImageSource::OciLayout { path, tag } => {
+            let home = home.clone();
+            let reference = reference.to_owned();
+            tokio::task::spawn_blocking(move || oci::prepare_layout(&home, &reference, &path, tag.as_deref()))
+                .await
+                .map_err(|e| invalid(format!("image preparation panicked: {e}")))?
+        }
+        ImageSource::Registry(r) => Err(invalid(format!(
+            "{r:?} is not a local directory or imported image name, and registry pulls are not supported yet"
+        ))),
+    }
+}

@@ -1,0 +1,335 @@
+//! Sandbox configuration: what the user asked for, validated at the edge.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// How the sandbox is isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverKind {
+    /// Namespace container under an OCI runtime binary.
+    #[default]
+    Container,
+}
+
+/// OCI runtime binary used by the container driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OciRuntime {
+    /// runc (the default).
+    #[default]
+    Runc,
+    /// crun.
+    Crun,
+    /// gVisor's runsc.
+    Runsc,
+}
+
+impl OciRuntime {
+    /// The binary name.
+    pub fn binary(self) -> &'static str {
+        match self {
+            OciRuntime::Runc => "runc",
+            OciRuntime::Crun => "crun",
+            OciRuntime::Runsc => "runsc",
+        }
+    }
+}
+
+impl std::str::FromStr for OciRuntime {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "runc" => Ok(OciRuntime::Runc),
+            "crun" => Ok(OciRuntime::Crun),
+            "runsc" => Ok(OciRuntime::Runsc),
+            other => Err(Error::InvalidConfig {
+                field: "runtime".into(),
+                reason: format!("unknown OCI runtime {other:?} (expected runc, crun or runsc)"),
+            }),
+        }
+    }
+}
+
+/// Where a mount's content comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MountSource {
+    /// A host directory (absolute path). Never deleted by burrow.
+    Host(PathBuf),
+    /// A named volume under the burrow home, created on first use and kept
+    /// when sandboxes are removed.
+    Volume(String),
+}
+
+/// A directory made visible inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Content source.
+    pub source: MountSource,
+    /// Absolute path inside the sandbox.
+    pub target: String,
+    /// Mount read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// Persisted configuration of a sandbox. Applied only on create; existing
+/// configuration always wins on reuse.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Image reference: a rootfs directory, an OCI layout directory
+    /// (`oci:PATH[:TAG]` or a directory holding `oci-layout`), or a name
+    /// imported under the burrow home.
+    pub image: String,
+    /// Isolation driver.
+    #[serde(default)]
+    pub driver: DriverKind,
+    /// OCI runtime for the container driver.
+    #[serde(default)]
+    pub runtime: OciRuntime,
+    /// CPU limit in cores (fractions allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    /// Memory limit in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Maximum number of processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<u64>,
+    /// Environment of every process in the sandbox (on top of the image's).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Default working directory (absolute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Labels for listing and filtering.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Volumes and host directories.
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+    /// Outbound network access (user-mode networking). Off by default.
+    #[serde(default)]
+    pub network: bool,
+    /// Reclaim the sandbox after this long without activity (0 disables).
+    #[serde(default, with = "opt_duration_ms", skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Duration>,
+    /// Stop each run after this long.
+    #[serde(default, with = "opt_duration_ms", skip_serializing_if = "Option::is_none")]
+    pub max_duration: Option<Duration>,
+    /// Bound on one start (runtime creation to agent handshake).
+    #[serde(default = "default_startup_timeout", with = "duration_ms")]
+    pub startup_timeout: Duration,
+}
+
+fn default_startup_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+impl SandboxConfig {
+    /// A default configuration for `image`.
+    pub fn new(image: impl Into<String>) -> Self {
+        SandboxConfig {
+            image: image.into(),
+            driver: DriverKind::default(),
+            runtime: OciRuntime::default(),
+            cpus: None,
+            memory_mb: None,
+            pids_limit: None,
+            env: BTreeMap::new(),
+            workdir: None,
+            labels: BTreeMap::new(),
+            mounts: Vec::new(),
+            network: false,
+            idle_timeout: None,
+            max_duration: None,
+            startup_timeout: default_startup_timeout(),
+        }
+    }
+
+    /// Validates every field; returns the first problem as
+    /// [`Error::InvalidConfig`].
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, reason: String| {
+            Err(Error::InvalidConfig {
+                field: field.into(),
+                reason,
+            })
+        };
+        if self.image.trim().is_empty() {
+            return bad("image", "no image given".into());
+        }
+        if self.image.len() > 4096 || self.image.contains('\0') {
+            return bad("image", "the image reference is too long or contains NUL".into());
+        }
+        if let Some(c) = self.cpus {
+            if !c.is_finite() || c <= 0.0 || c > 1024.0 {
+                return bad("cpus", format!("{c} is not a CPU count between 0 and 1024"));
+            }
+        }
+        if let Some(m) = self.memory_mb {
+            if !(16..=1 << 22).contains(&m) {
+                return bad("memory_mb", format!("{m} MiB is outside 16 MiB..4 TiB"));
+            }
+        }
+        if let Some(p) = self.pids_limit {
+            if p < 8 {
+                return bad("pids_limit", format!("{p} is too small (at least 8)"));
+            }
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return bad("env", format!("{k:?} is not a valid environment variable name"));
+            }
+        }
+        if let Some(w) = &self.workdir {
+            check_guest_path("workdir", w)?;
+        }
+        for (k, v) in &self.labels {
+            if k.is_empty() || k.len() > 128 || k.chars().any(|c| c.is_control() || c == '=' || c == ',') {
+                return bad("labels", format!("{k:?} is not a valid label key (1..=128 bytes, no '=', ',' or control characters)"));
+            }
+            if v.len() > 1024 || v.chars().any(char::is_control) {
+                return bad("labels", format!("the value of label {k:?} is too long or has control characters"));
+            }
+        }
+        let mut targets = std::collections::HashSet::new();
+        for m in &self.mounts {
+            check_guest_path("mounts", &m.target)?;
+            if m.target == "/" {
+                return bad("mounts", "cannot mount over /".into());
+            }
+            if !targets.insert(m.target.as_str()) {
+                return bad("mounts", format!("two mounts target {}", m.target));
+            }
+            match &m.source {
+                MountSource::Host(p) => {
+                    if !p.is_absolute() {
+                        return bad("mounts", format!("host path {} is not absolute", p.display()));
+                    }
+                    if !p.is_dir() {
+                        return bad("mounts", format!("host path {} is not an existing directory", p.display()));
+                    }
+                }
+                MountSource::Volume(v) => {
+                    let ok = !v.is_empty()
+                        && v.len() <= 64
+                        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+                        && !v.starts_with('.');
+                    if !ok {
+                        return bad("mounts", format!("{v:?} is not a volume name ([A-Za-z0-9_.-], 1..=64, not starting with '.')"));
+                    }
+                }
+            }
+        }
+        if self.startup_timeout.is_zero() {
+            return bad("startup_timeout", "must be greater than zero".into());
+        }
+        if let Some(d) = self.max_duration {
+            if d.is_zero() {
+                return bad("max_duration", "must be greater than zero (leave it unset for no limit)".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_guest_path(field: &str, p: &str) -> Result<()> {
+    let ok = p.starts_with('/')
+        && p.len() <= 4096
+        && !p.contains('\0')
+        && !p.split('/').any(|c| c == "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidConfig {
+            field: field.into(),
+            reason: format!("{p:?} is not an absolute guest path without '..'"),
+        })
+    }
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+mod opt_duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_round_trip() {
+        let mut c = SandboxConfig::new("/tmp/rootfs");
+        c.idle_timeout = Some(Duration::from_secs(5));
+        c.validate().unwrap();
+        let json = serde_json::to_string(&c).unwrap();
+        let back: SandboxConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn bad_values_are_invalid_config() {
+        let base = SandboxConfig::new("img");
+        let cases: Vec<Box<dyn Fn(&mut SandboxConfig)>> = vec![
+            Box::new(|c| c.image = String::new()),
+            Box::new(|c| c.cpus = Some(0.0)),
+            Box::new(|c| c.cpus = Some(f64::NAN)),
+            Box::new(|c| c.memory_mb = Some(1)),
+            Box::new(|c| drop(c.env.insert("A=B".into(), "x".into()))),
+            Box::new(|c| c.workdir = Some("relative".into())),
+            Box::new(|c| c.workdir = Some("/a/../b".into())),
+            Box::new(|c| {
+                c.mounts.push(Mount { source: MountSource::Volume("../x".into()), target: "/data".into(), read_only: false })
+            }),
+            Box::new(|c| {
+                c.mounts.push(Mount { source: MountSource::Host("/definitely/not/here".into()), target: "/data".into(), read_only: false })
+            }),
+            Box::new(|c| c.startup_timeout = Duration::ZERO),
+        ];
+        for (i, f) in cases.iter().enumerate() {
+            let mut c = base.clone();
+            f(&mut c);
+            let err = c.validate().unwrap_err();
+            assert_eq!(err.code(), crate::ErrorCode::InvalidConfig, "case {i}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = serde_json::from_str::<SandboxConfig>(r#"{"image":"x","colour":"red"}"#);
+        assert!(err.is_err());
+    }
+}

@@ -1,0 +1,13 @@
+//! The core model: identities, names, statuses and configuration.
+
+mod config;
+mod id;
+mod info;
+mod name;
+mod status;
+
+pub use config::{Mount, MountSource, SandboxConfig, DriverKind, OciRuntime};
+pub use id::SandboxId;
+pub use info::{ExitReason, RunInfo, SandboxInfo};
+pub use name::validate_name;
+pub use status::Status;
