@@ -6,11 +6,17 @@
 //! its configuration and state persist in an embedded SQLite database under
 //! the burrow home, so it can be found again by name or id.
 
+pub mod backend;
 pub mod driver;
 pub mod error;
 pub mod image;
+pub mod local;
+pub mod locks;
 pub mod model;
 pub mod paths;
+pub mod procs;
+pub mod runtime;
+pub mod store;
 
 pub use error::{Error, ErrorCode, Result};
 pub use model::{SandboxConfig, SandboxId, SandboxInfo, Status};

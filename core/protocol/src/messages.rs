@@ -272,6 +272,10 @@ pub enum Control {
     Kill,
     /// Supervisor status. Response: [`Response::Supervisor`].
     Status,
+    /// Stop accepting new requests; stop the runtime (reason `drain`) once
+    /// the requests in flight have finished. Response [`Response::Done`] as
+    /// soon as the sandbox is Draining.
+    Drain,
 }
 
 /// Successful outcomes.

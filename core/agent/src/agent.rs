@@ -1,0 +1,425 @@
+//! The agent proper: handshake, the main read loop, and request dispatch.
+//!
+//! The main thread only reads host frames and routes them; every request
+//! except `Ping` runs on its own worker thread with a [`Ctx`]. A request id
+//! is in the [`Registry`] from the moment it is accepted until right before
+//! its final `Response` is queued, so the host may reuse an id as soon as it
+//! has seen that response.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use burrow_protocol::{
+    GuestError, GuestErrorCode, GuestMsg, HostMsg, Request, Response, PROTOCOL_VERSION,
+};
+
+use crate::channel::{self, Channel, Incoming, Outbox};
+use crate::log::{info, warning};
+use crate::mailbox::{self, Event, Inbox, Input, Mailbox};
+use crate::reaper::{self, Processes, Signals};
+use crate::shutdown::{self, ShutdownState};
+use crate::{archive, exec, files, fs, tunnel};
+
+/// Locks a mutex, ignoring poisoning: every critical section in the agent
+/// leaves its data consistent, and a panicked worker must not wedge the rest.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// State shared by all threads.
+#[derive(Debug)]
+pub struct Agent {
+    /// Frames to the host.
+    pub out: Outbox,
+    /// Requests in flight.
+    pub requests: Registry,
+    /// Processes spawned for requests.
+    pub procs: Processes,
+    /// The agent's own environment at startup (set by the runtime from the
+    /// sandbox configuration); the base of every exec's environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// Whether the agent is PID 1 of its PID namespace (container or VM init).
+    pub pid1: bool,
+    /// Shutdown coordination.
+    pub shutdown: ShutdownState,
+}
+
+/// Requests in flight, by id.
+#[derive(Debug, Default)]
+pub struct Registry {
+    map: Mutex<HashMap<u64, Mailbox>>,
+}
+
+impl Registry {
+    fn insert(&self, id: u64, mailbox: Mailbox) -> bool {
+        let mut map = lock(&self.map);
+        if map.contains_key(&id) {
+            return false;
+        }
+        map.insert(id, mailbox);
+        true
+    }
+
+    /// Forgets a request (right before its final response is queued).
+    pub fn remove(&self, id: u64) {
+        lock(&self.map).remove(&id);
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        lock(&self.map).contains_key(&id)
+    }
+
+    /// Routes host input; false when no such request is in flight.
+    fn route(&self, id: u64, input: Input) -> bool {
+        let map = lock(&self.map);
+        match map.get(&id) {
+            Some(mailbox) => mailbox.send(Event::Input(input)),
+            None => false,
+        }
+    }
+
+    /// Ids in flight.
+    pub fn ids(&self) -> Vec<u64> {
+        lock(&self.map).keys().copied().collect()
+    }
+
+    /// Sends `Cancel` to every request whose id is not in `except`.
+    pub fn cancel_all(&self, except: &[u64]) {
+        let map = lock(&self.map);
+        for (id, mailbox) in map.iter() {
+            if !except.contains(id) {
+                mailbox.send(Event::Input(Input::Cancel));
+            }
+        }
+    }
+}
+
+/// What a request's worker gets.
+#[derive(Debug)]
+pub struct Ctx {
+    /// Request id.
+    pub id: u64,
+    /// Shared state.
+    pub agent: Arc<Agent>,
+    /// Host input and exit statuses for this request.
+    pub inbox: Inbox,
+    mailbox: Mailbox,
+}
+
+impl Ctx {
+    /// A sender into this request's inbox (for the process table).
+    pub fn mailbox(&self) -> Mailbox {
+        self.mailbox.clone()
+    }
+
+    /// Queues a `Stdout` frame.
+    pub fn stdout(&self, data: Vec<u8>) {
+        self.agent.out.send(GuestMsg::Stdout {
+            id: self.id,
+            data: data.into(),
+        });
+    }
+
+    /// Queues a `Stderr` frame.
+    pub fn stderr(&self, data: Vec<u8>) {
+        self.agent.out.send(GuestMsg::Stderr {
+            id: self.id,
+            data: data.into(),
+        });
+    }
+}
+
+/// The error for a request that was abandoned with `Cancel`.
+pub fn cancelled() -> GuestError {
+    GuestError::new(GuestErrorCode::Io, "request cancelled")
+}
+
+/// Runs the agent on `channel` until it shuts down; returns the exit code.
+pub fn run(channel: Channel, signals: Signals) -> i32 {
+    let Channel { mut reader, writer } = channel;
+    let out = match channel::start_writer(writer) {
+        Ok(out) => out,
+        Err(e) => {
+            crate::log::error!("cannot start the writer thread: {e}");
+            return 1;
+        }
+    };
+    out.send(GuestMsg::Hello {
+        version: PROTOCOL_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        identity: None,
+    });
+    // SAFETY: getpid has no preconditions.
+    let pid1 = unsafe { libc::getpid() } == 1;
+    let agent = Arc::new(Agent {
+        out,
+        requests: Registry::default(),
+        procs: Processes::default(),
+        env: std::env::vars_os().collect(),
+        pid1,
+        shutdown: ShutdownState::default(),
+    });
+    if let Err(e) = reaper::start(agent.clone(), signals) {
+        crate::log::error!("cannot start the signal thread: {e}");
+        return 1;
+    }
+    info!(
+        "agent {} started (pid {}, protocol {PROTOCOL_VERSION})",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    );
+
+    match channel::read_frame(&mut reader) {
+        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) if version == PROTOCOL_VERSION => {}
+        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) => fatal(
+            &agent,
+            &format!("host speaks protocol {version}, agent speaks {PROTOCOL_VERSION}"),
+        ),
+        Ok(Some(_)) => fatal(&agent, "the first host frame must be a hello"),
+        Ok(None) => {
+            info!("channel closed before the hello");
+            shutdown::run(&agent, shutdown::EOF_GRACE, None, 1)
+        }
+        Err(e) => fatal(&agent, &format!("reading the hello: {e}")),
+    }
+
+    let mut dispatch = Dispatcher {
+        agent: agent.clone(),
+        ignored: VecDeque::new(),
+    };
+    loop {
+        match channel::read_frame(&mut reader) {
+            Ok(Some(Incoming::Msg(msg))) => dispatch.handle(msg),
+            Ok(Some(Incoming::Malformed { body, error })) => dispatch.malformed(&body, &error),
+            Ok(None) => {
+                info!("channel closed by the host: shutting down");
+                shutdown::run(&agent, shutdown::EOF_GRACE, None, 0)
+            }
+            // The length prefix was bad or the stream broke mid-frame: we
+            // cannot find the next frame boundary again.
+            Err(e) => fatal(&agent, &format!("unrecoverable channel error: {e}")),
+        }
+    }
+}
+
+/// Reports a protocol violation to the host and shuts down.
+fn fatal(agent: &Arc<Agent>, why: &str) -> ! {
+    warning!("fatal protocol error: {why}");
+    agent.out.send(GuestMsg::Fatal {
+        error: GuestError::new(GuestErrorCode::Protocol, why),
+    });
+    shutdown::run(agent, shutdown::EOF_GRACE, None, 1)
+}
+
+/// Request ops this agent serves; a request naming another op is answered
+/// `Unsupported` rather than `InvalidArgument`.
+const KNOWN_OPS: &[&str] = &[
+    "ping",
+    "exec",
+    "read_file",
+    "write_file",
+    "list_dir",
+    "stat",
+    "exists",
+    "mkdir",
+    "remove",
+    "rename",
+    "copy_in",
+    "copy_out",
+    "tunnel",
+    "sync",
+    "shutdown",
+];
+
+/// How many recently ignored ids to remember, to log each only once.
+const IGNORED_MEMORY: usize = 64;
+
+struct Dispatcher {
+    agent: Arc<Agent>,
+    ignored: VecDeque<u64>,
+}
+
+impl Dispatcher {
+    fn respond(&self, id: u64, result: Result<Response, GuestError>) {
+        self.agent.out.send(GuestMsg::Response { id, result });
+    }
+
+    fn handle(&mut self, msg: HostMsg) {
+        let (id, input) = match msg {
+            HostMsg::Hello { .. } => {
+                warning!("ignoring a repeated hello");
+                return;
+            }
+            HostMsg::Request { id, body } => return self.start(id, body),
+            HostMsg::Control { id, .. } => {
+                return self.respond(
+                    id,
+                    Err(GuestError::new(
+                        GuestErrorCode::Unsupported,
+                        "control requests are served by the supervisor",
+                    )),
+                )
+            }
+            HostMsg::Data { id, data } => (id, Input::Data(data.0)),
+            HostMsg::Eof { id } => (id, Input::Eof),
+            HostMsg::Signal { id, signal } => (id, Input::Signal(signal)),
+            HostMsg::Resize { id, size } => (id, Input::Resize(size)),
+            HostMsg::Cancel { id } => (id, Input::Cancel),
+        };
+        if !self.agent.requests.route(id, input) && !self.ignored.contains(&id) {
+            // Normal after a request failed early (e.g. the rest of a
+            // WriteFile's data); log once per id.
+            info!("ignoring input for request {id}, which is not in flight");
+            if self.ignored.len() == IGNORED_MEMORY {
+                self.ignored.pop_front();
+            }
+            self.ignored.push_back(id);
+        }
+    }
+
+    /// A complete frame that did not parse. If it looks like a request, the
+    /// host is waiting for an answer: give it one.
+    fn malformed(&self, body: &[u8], error: &burrow_protocol::FrameError) {
+        warning!("ignoring a malformed frame of {} bytes: {error}", body.len());
+        let Ok(serde_json::Value::Object(obj)) = serde_json::from_slice(body) else {
+            return;
+        };
+        if obj.get("t").and_then(|t| t.as_str()) != Some("request") {
+            return;
+        }
+        let Some(id) = obj.get("id").and_then(|id| id.as_u64()) else {
+            return;
+        };
+        if self.agent.requests.contains(id) {
+            return; // never answer for a request that is in flight
+        }
+        let op = obj
+            .get("body")
+            .and_then(|b| b.get("op"))
+            .and_then(|op| op.as_str());
+        let code = match op {
+            Some(op) if !KNOWN_OPS.contains(&op) => GuestErrorCode::Unsupported,
+            _ => GuestErrorCode::InvalidArgument,
+        };
+        self.respond(id, Err(GuestError::new(code, format!("bad request: {error}"))));
+    }
+
+    fn start(&self, id: u64, body: Request) {
+        let agent = &self.agent;
+        if agent.requests.contains(id) {
+            return self.respond(
+                id,
+                Err(GuestError::new(
+                    GuestErrorCode::InvalidArgument,
+                    format!("request id {id} is already in flight"),
+                )),
+            );
+        }
+        if agent.shutdown.started() && !matches!(body, Request::Shutdown { .. }) {
+            return self.respond(
+                id,
+                Err(GuestError::new(
+                    GuestErrorCode::Unavailable,
+                    "the agent is shutting down",
+                )),
+            );
+        }
+        if body == Request::Ping {
+            return self.respond(id, Ok(Response::Pong));
+        }
+        let (mailbox, inbox) = match mailbox::new() {
+            Ok(pair) => pair,
+            Err(e) => return self.respond(id, Err(GuestError::from_io(&e, "mailbox"))),
+        };
+        self.agent.requests.insert(id, mailbox.clone());
+        let ctx = Ctx {
+            id,
+            agent: agent.clone(),
+            inbox,
+            mailbox,
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("req-{id}"))
+            .spawn(move || serve(ctx, body));
+        if let Err(e) = spawned {
+            agent.requests.remove(id);
+            self.respond(id, Err(GuestError::from_io(&e, "starting a worker")));
+        }
+    }
+}
+
+/// Worker thread body: serve one request and send its final response.
+fn serve(ctx: Ctx, body: Request) {
+    let result = match body {
+        Request::Shutdown { grace_ms } => {
+            let grace = std::time::Duration::from_millis(grace_ms);
+            shutdown::run(&ctx.agent, grace, Some(ctx.id), 0)
+        }
+        Request::Ping => Ok(Response::Pong),
+        Request::Exec(req) => exec::run(&ctx, req),
+        Request::ReadFile { path } => files::read(&ctx, &path),
+        Request::WriteFile { path, mode, append } => files::write(&ctx, &path, mode, append),
+        Request::ListDir { path } => fs::list_dir(&path),
+        Request::Stat { path } => fs::stat(&path),
+        Request::Exists { path } => fs::exists(&path),
+        Request::Mkdir { path, parents } => fs::mkdir(&path, parents),
+        Request::Remove { path, recursive } => fs::remove(&path, recursive),
+        Request::Rename { from, to } => fs::rename(&from, &to),
+        Request::CopyIn { path } => archive::copy_in(&ctx, &path),
+        Request::CopyOut { path } => archive::copy_out(&ctx, &path),
+        Request::Tunnel { port } => tunnel::run(&ctx, port),
+        Request::Sync => {
+            fs::sync();
+            Ok(Response::Done)
+        }
+    };
+    // Leave the registry first: once the host sees the response it may reuse the id.
+    ctx.agent.requests.remove(ctx.id);
+    ctx.agent.out.send(GuestMsg::Response { id: ctx.id, result });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KNOWN_OPS;
+    use burrow_protocol::{ExecRequest, Request};
+
+    /// Every op of the protocol's `Request` is listed in `KNOWN_OPS`.
+    #[test]
+    fn known_ops_cover_the_protocol() {
+        let p = || "/".to_string();
+        let all = [
+            Request::Ping,
+            Request::Exec(ExecRequest::default()),
+            Request::ReadFile { path: p() },
+            Request::WriteFile {
+                path: p(),
+                mode: None,
+                append: false,
+            },
+            Request::ListDir { path: p() },
+            Request::Stat { path: p() },
+            Request::Exists { path: p() },
+            Request::Mkdir {
+                path: p(),
+                parents: false,
+            },
+            Request::Remove {
+                path: p(),
+                recursive: false,
+            },
+            Request::Rename { from: p(), to: p() },
+            Request::CopyIn { path: p() },
+            Request::CopyOut { path: p() },
+            Request::Tunnel { port: 1 },
+            Request::Sync,
+            Request::Shutdown { grace_ms: 0 },
+        ];
+        assert_eq!(all.len(), KNOWN_OPS.len());
+        for req in all {
+            let v = serde_json::to_value(&req).expect("serialises");
+            let op = v["op"].as_str().expect("has an op");
+            assert!(KNOWN_OPS.contains(&op), "{op} missing");
+        }
+    }
+}

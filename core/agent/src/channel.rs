@@ -1,0 +1,269 @@
+//! The protocol channel: setting it up at startup, the single writer thread
+//! that owns its output half, and reading host frames from its input half.
+//!
+//! Only the writer thread ever writes to the channel, so frames from many
+//! concurrent requests never interleave; everyone else hands it messages
+//! through an [`Outbox`] (a bounded queue: a slow host slows producers down
+//! instead of growing memory without limit).
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
+
+use burrow_protocol::{decode, decode_len, encode, FrameError, GuestMsg, HostMsg};
+
+use crate::log::{info, warning};
+use crate::sys;
+
+/// Frames the writer may buffer before producers block.
+const OUTBOX_DEPTH: usize = 64;
+
+/// Both halves of the channel, as fresh CLOEXEC fds.
+#[derive(Debug)]
+pub struct Channel {
+    /// Host frames come from here.
+    pub reader: File,
+    /// Guest frames go here (owned by the writer thread).
+    pub writer: File,
+}
+
+/// Sets up the channel: stdin/stdout by default, else the file or character
+/// device at `path`. Afterwards fds 0 and 1 point at `/dev/null`, so that no
+/// child process can inherit (and corrupt) the channel; fd 2 stays the log.
+pub fn open(path: Option<&Path>) -> io::Result<Channel> {
+    ensure_std_fds();
+    let (reader, writer) = match path {
+        None => {
+            // SAFETY: fds 0 and 1 are open (ensure_std_fds) and stay open for
+            // the life of the process: they are redirected below, never closed.
+            let (r, w) = unsafe { (BorrowedFd::borrow_raw(0), BorrowedFd::borrow_raw(1)) };
+            // try_clone_to_owned duplicates with F_DUPFD_CLOEXEC.
+            (
+                File::from(r.try_clone_to_owned()?),
+                File::from(w.try_clone_to_owned()?),
+            )
+        }
+        Some(path) => {
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open(path)?;
+            make_raw_if_tty(&file);
+            let writer = file.try_clone()?;
+            (file, writer)
+        }
+    };
+    let null = sys::dev_null()?;
+    for fd in [0, 1] {
+        // SAFETY: dup2 onto fd 0/1, which we no longer use for the channel.
+        sys::cvt(unsafe { libc::dup2(null.as_raw_fd(), fd) })?;
+    }
+    Ok(Channel { reader, writer })
+}
+
+/// Makes sure fds 0..=2 are open, so that no fd the agent opens later lands
+/// on a standard stream number (a child's `dup2` onto 0/1/2 would then be a
+/// no-op that keeps CLOEXEC set, and logs would go to a random file).
+fn ensure_std_fds() {
+    for fd in 0..=2 {
+        // SAFETY: F_GETFD only queries the fd table.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
+            continue;
+        }
+        // open returns the lowest free fd, which is `fd` since all lower
+        // ones are open. Not CLOEXEC on purpose: these are the std fds.
+        // SAFETY: valid NUL-terminated path.
+        let got = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_NOCTTY) };
+        if got == -1 {
+            // No /dev/null (bare rootfs): occupy the slot with the root dir.
+            // SAFETY: valid NUL-terminated path.
+            unsafe { libc::open(c"/".as_ptr(), libc::O_PATH) };
+        }
+    }
+}
+
+/// A virtio console port shows up as a tty; the line discipline would
+/// mangle binary frames, so switch it to raw mode.
+fn make_raw_if_tty(file: &File) {
+    let fd = file.as_raw_fd();
+    // SAFETY: isatty only queries the fd.
+    if unsafe { libc::isatty(fd) } != 1 {
+        return;
+    }
+    // SAFETY: an all-zero termios is a valid value for tcgetattr to overwrite.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: `t` is a valid termios; the fd is a tty.
+    let ok = unsafe {
+        libc::tcgetattr(fd, &mut t) == 0 && {
+            libc::cfmakeraw(&mut t);
+            libc::tcsetattr(fd, libc::TCSANOW, &t) == 0
+        }
+    };
+    if !ok {
+        warning!(
+            "could not switch the channel tty to raw mode: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
+enum Out {
+    Frame(GuestMsg),
+    Flush(SyncSender<()>),
+}
+
+/// Handle for sending frames to the host; cheap to clone.
+#[derive(Clone)]
+pub struct Outbox(SyncSender<Out>);
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Outbox")
+    }
+}
+
+impl Outbox {
+    /// Queues a frame, blocking while the queue is full. Frames sent after
+    /// the channel broke are dropped.
+    pub fn send(&self, msg: GuestMsg) {
+        let _ = self.0.send(Out::Frame(msg));
+    }
+
+    /// Queues a frame unless the queue stays full until `deadline`.
+    pub fn send_by(&self, msg: GuestMsg, deadline: Instant) -> bool {
+        self.offer(Out::Frame(msg), deadline)
+    }
+
+    /// Waits until everything queued before this call has been written and
+    /// flushed, at most until `deadline`.
+    pub fn flush_by(&self, deadline: Instant) -> bool {
+        let (tx, rx) = mpsc::sync_channel(1);
+        if !self.offer(Out::Flush(tx), deadline) {
+            return false;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        rx.recv_timeout(left).is_ok()
+    }
+
+    fn offer(&self, mut item: Out, deadline: Instant) -> bool {
+        loop {
+            match self.0.try_send(item) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    if Instant::now() >= deadline {
+                        return false;
+                    }
+                    item = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+}
+
+/// Starts the writer thread that owns `file`.
+pub fn start_writer(file: File) -> io::Result<Outbox> {
+    let (tx, rx) = mpsc::sync_channel(OUTBOX_DEPTH);
+    std::thread::Builder::new()
+        .name("writer".into())
+        .spawn(move || writer_loop(rx, file))?;
+    Ok(Outbox(tx))
+}
+
+fn writer_loop(rx: Receiver<Out>, file: File) {
+    let mut w = BufWriter::with_capacity(256 * 1024, file);
+    let mut broken = false;
+    loop {
+        // Write whatever is queued, and flush only when the queue runs dry:
+        // bursts of small frames then cost one syscall.
+        let item = match rx.try_recv() {
+            Ok(item) => item,
+            Err(_) => {
+                if !broken {
+                    if let Err(e) = w.flush() {
+                        broken = true;
+                        warning!("channel write failed, dropping further frames: {e}");
+                    }
+                }
+                match rx.recv() {
+                    Ok(item) => item,
+                    Err(_) => return,
+                }
+            }
+        };
+        match item {
+            Out::Frame(msg) => {
+                if !broken {
+                    if let Err(e) = w.write_all(&encode(&msg)) {
+                        broken = true;
+                        warning!("channel write failed, dropping further frames: {e}");
+                    }
+                }
+            }
+            Out::Flush(ack) => {
+                if !broken && w.flush().is_err() {
+                    broken = true;
+                }
+                let _ = ack.send(());
+            }
+        }
+    }
+}
+
+/// One frame read from the host.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A well-formed message.
+    Msg(HostMsg),
+    /// A complete frame whose body is not a valid `HostMsg`; the stream is
+    /// still in sync.
+    Malformed {
+        /// The raw body, to salvage a request id from.
+        body: Vec<u8>,
+        /// Why it did not parse.
+        error: FrameError,
+    },
+}
+
+/// Blocking read of one host frame. `Ok(None)` is a clean end of stream.
+/// Errors (`TooLarge`, `Truncated`, `Io`) leave the stream out of sync.
+pub fn read_frame(r: &mut impl Read) -> Result<Option<Incoming>, FrameError> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < header.len() {
+        match r.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(FrameError::Truncated),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    let len = decode_len(header)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            FrameError::Truncated
+        } else {
+            FrameError::Io(e)
+        }
+    })?;
+    Ok(Some(match decode(&body) {
+        Ok(msg) => Incoming::Msg(msg),
+        Err(error) => Incoming::Malformed { body, error },
+    }))
+}
+
+/// Logs where the channel comes from (once, at startup).
+pub fn describe(ch: &Channel, path: Option<&Path>) {
+    match path {
+        Some(p) => info!("channel: {} (fd {})", p.display(), ch.reader.as_fd().as_raw_fd()),
+        None => info!("channel: stdin/stdout"),
+    }
+}

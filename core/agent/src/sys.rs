@@ -1,0 +1,198 @@
+//! Thin, safe wrappers over the few raw syscalls the agent needs beyond std:
+//! CLOEXEC pipes, non-blocking fd I/O, `poll`, an eventfd waker and `kill`.
+//!
+//! Invariant kept by every function here: each fd the agent creates is
+//! CLOEXEC from the moment it exists, so a concurrent `fork` + `exec` in
+//! another thread never leaks it into a guest process.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// Turns a `-1` return value into the current `errno`.
+pub fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Takes ownership of a freshly returned fd (or the error in `errno`).
+fn owned(ret: libc::c_int) -> io::Result<OwnedFd> {
+    let fd = cvt(ret)?;
+    // SAFETY: the syscall just returned this fd to us; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A CLOEXEC pipe: `(read end, write end)`.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [libc::c_int; 2] = [-1, -1];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Opens `/dev/null` read-write (CLOEXEC). When the root filesystem has no
+/// `/dev/null`, returns the read end of a pipe whose write end is already
+/// closed: it reads as EOF, which is what a child's stdin needs.
+pub fn dev_null() -> io::Result<OwnedFd> {
+    // SAFETY: the path is a valid NUL-terminated string.
+    let fd = unsafe {
+        libc::open(
+            c"/dev/null".as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOCTTY,
+        )
+    };
+    match owned(fd) {
+        Ok(fd) => Ok(fd),
+        Err(_) => pipe().map(|(r, _w)| r),
+    }
+}
+
+/// Makes `fd` non-blocking (or blocking again).
+pub fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL on a valid borrowed fd has no memory effects.
+    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    let flags = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    // SAFETY: F_SETFL with plain status flags on a valid borrowed fd.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) })?;
+    Ok(())
+}
+
+/// One `read(2)`; EINTR is retried.
+pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// One `write(2)`; EINTR is retried.
+pub fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
+        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Whether an error means "try again later" on a non-blocking fd.
+pub fn would_block(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::WouldBlock
+}
+
+/// A poll entry for `fd` (or an ignored slot when `fd` is `None`).
+pub fn pollfd(fd: Option<RawFd>, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.unwrap_or(-1),
+        events,
+        revents: 0,
+    }
+}
+
+/// `poll(2)` until `deadline` (or forever). EINTR counts as a timeout; the
+/// caller re-evaluates its state either way.
+pub fn poll(fds: &mut [libc::pollfd], deadline: Option<Instant>) -> io::Result<()> {
+    let timeout = match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            // Round up so we never wake a hair before the deadline and spin.
+            let ms = left.as_millis() + u128::from(left.subsec_nanos() % 1_000_000 != 0);
+            ms.min(i32::MAX as u128) as libc::c_int
+        }
+    };
+    // SAFETY: `fds` is a valid, exclusively borrowed slice of pollfd.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+    if r == -1 {
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a polled entry is ready for reading (or hung up / failed, which
+/// a read then reports).
+pub fn readable(p: &libc::pollfd) -> bool {
+    p.fd >= 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
+/// Whether a polled entry is ready for writing (or failed, which a write
+/// then reports).
+pub fn writable(p: &libc::pollfd) -> bool {
+    p.fd >= 0 && p.revents & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
+/// An eventfd used to wake a thread blocked in [`poll`] when something was
+/// put in its mailbox.
+#[derive(Debug)]
+pub struct Waker(OwnedFd);
+
+impl Waker {
+    /// A new, non-blocking, CLOEXEC eventfd.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: eventfd has no pointer arguments.
+        owned(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).map(Waker)
+    }
+
+    /// Makes the fd readable until the next [`Waker::drain`].
+    pub fn wake(&self) {
+        // EAGAIN (counter saturated) still leaves the fd readable: ignore errors.
+        let _ = write(self.0.as_fd(), &1u64.to_ne_bytes());
+    }
+
+    /// Resets the counter. Call before looking into the mailbox so that a
+    /// wake-up racing with the look is never lost.
+    pub fn drain(&self) {
+        let mut buf = [0u8; 8];
+        let _ = read(self.0.as_fd(), &mut buf);
+    }
+
+    /// The raw fd, for a poll set.
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// `kill(2)`. A negative `pid` addresses a process group.
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill has no memory effects; callers choose the target with care
+    // (see `reaper::Processes::signal_group` and `shutdown`).
+    cvt(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// Sleeps in small steps until `done()` holds or `limit` has passed.
+/// Returns whether `done()` held.
+pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,114 @@
+//! Which cgroup controllers this host offers us, so limits that cannot be
+//! enforced are left out of the OCI config (the runtime would refuse the
+//! whole container) and reported as plain-language notes instead.
+
+use std::path::Path;
+
+/// Controllers relevant to the limits we set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Controllers {
+    /// The host runs cgroup v2 only.
+    pub unified: bool,
+    pub memory: bool,
+    /// Memory+swap accounting (v1 `memory.memsw.*`, v2 `memory.swap.max`).
+    pub swap: bool,
+    pub cpu: bool,
+    pub pids: bool,
+    pub freezer: bool,
+}
+
+impl Controllers {
+    /// Reads `/proc/self/mountinfo` and the cgroup files of this process.
+    pub(super) fn detect() -> Controllers {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        Self::from_host(&mountinfo, &own, |p| std::fs::read_to_string(p).ok(), |p| p.exists())
+    }
+
+    fn from_host(
+        mountinfo: &str,
+        own_cgroup: &str,
+        read: impl Fn(&Path) -> Option<String>,
+        exists: impl Fn(&Path) -> bool,
+    ) -> Controllers {
+        let mut c = Controllers::default();
+        let mut v1_memory_mount = None;
+        let mut v2_root = None;
+        for line in mountinfo.lines() {
+            // "<id> <parent> <dev> <root> <mountpoint> <opts> ... - <fstype> <source> <super opts>"
+            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let mountpoint = left.split(' ').nth(4).unwrap_or_default();
+            let mut r = right.split(' ');
+            let (fstype, _source, sopts) = (r.next().unwrap_or_default(), r.next(), r.next().unwrap_or_default());
+            match fstype {
+                "cgroup" => {
+                    for opt in sopts.split(',') {
+                        match opt {
+                            "memory" => {
+                                c.memory = true;
+                                v1_memory_mount = Some(mountpoint.to_owned());
+                            }
+                            "cpu" => c.cpu = true,
+                            "pids" => c.pids = true,
+                            "freezer" => c.freezer = true,
+                            _ => {}
+                        }
+                    }
+                }
+                "cgroup2" if mountpoint == "/sys/fs/cgroup" => v2_root = Some(mountpoint.to_owned()),
+                _ => {}
+            }
+        }
+        if let Some(m) = v1_memory_mount {
+            c.swap = exists(&Path::new(&m).join("memory.memsw.limit_in_bytes"));
+            return c;
+        }
+        if let Some(root) = v2_root {
+            // Controllers available to children of our own cgroup.
+            let own = own_cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/");
+            let dir = Path::new(&root).join(own.trim_start_matches('/'));
+            let list = read(&dir.join("cgroup.controllers")).unwrap_or_default();
+            let has = |n: &str| list.split_whitespace().any(|x| x == n);
+            c = Controllers {
+                unified: true,
+                memory: has("memory"),
+                swap: has("memory") && exists(&dir.join("memory.swap.max")),
+                cpu: has("cpu"),
+                pids: has("pids"),
+                // The v2 freezer is built into every cgroup.
+                freezer: exists(&dir.join("cgroup.freeze")),
+            };
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw";
+
+    #[test]
+    fn hybrid_hosts_use_v1_controllers() {
+        let c = Controllers::from_host(HYBRID, "", |_| None, |p| p.ends_with("memory.memsw.limit_in_bytes"));
+        assert_eq!(c, Controllers { unified: false, memory: true, swap: true, cpu: true, pids: false, freezer: true });
+    }
+
+    #[test]
+    fn unified_hosts_read_our_cgroup() {
+        let mi = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw";
+        let c = Controllers::from_host(
+            mi,
+            "0::/user.slice/x\n",
+            |p| (p == Path::new("/sys/fs/cgroup/user.slice/x/cgroup.controllers")).then(|| "cpu pids".to_owned()),
+            |_| true,
+        );
+        assert_eq!(c, Controllers { unified: true, memory: false, swap: false, cpu: true, pids: true, freezer: true });
+    }
+}

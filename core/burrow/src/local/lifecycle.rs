@@ -1,0 +1,214 @@
+//! Start, stop, drain, remove and runtime connections of the local backend.
+
+use std::time::Duration;
+
+use burrow_protocol::{Control, GuestErrorCode, Identity};
+use tokio::net::UnixStream;
+
+use super::LocalBackend;
+use crate::backend::{RuntimeStream, StartOptions, StopOptions};
+use crate::error::{Error, Result};
+use crate::model::{ExitReason, SandboxId, SandboxInfo, Status};
+use crate::procs::ProcIdentity;
+use crate::runtime::client::{AgentClient, ConnectError};
+
+const CONTROL_HELLO: Duration = Duration::from_secs(10);
+
+impl LocalBackend {
+    /// `converge`: connect_or_start semantics (wait through Starting, accept
+    /// Running). Otherwise strict start semantics.
+    pub(super) async fn do_start(&self, name: &str, id: &SandboxId, opts: StartOptions, converge: bool) -> Result<SandboxInfo> {
+        loop {
+            let rec = self.lookup(name, id).await?;
+            let info = rec.info;
+            match info.status {
+                Status::Running if converge => return Ok(info),
+                Status::Starting if converge => {
+                    // Observe, do not hold any lock while someone else boots.
+                    self.wait_until(name, id, |i| i.status != Status::Starting).await?;
+                    continue;
+                }
+                Status::Starting => return Err(Error::Starting { name: info.name, id: info.id }),
+                Status::Running | Status::Draining | Status::Paused => {
+                    return Err(Error::InvalidState {
+                        operation: if converge { "connect_or_start" } else { "start" },
+                        name: info.name,
+                        id: info.id,
+                        status: info.status,
+                    })
+                }
+                Status::Created | Status::Stopped | Status::Crashed => {}
+            }
+            // The claim is the only step under the per-name transition lock;
+            // the boot itself happens outside it.
+            let claimed = {
+                let _lock = self.name_lock(name).await?;
+                self.store.claim_start(id, ProcIdentity::current(), opts.detached).await?
+            };
+            match claimed {
+                Some(generation) => {
+                    let detached = opts.detached.unwrap_or(info.detached);
+                    return self.boot(&info, generation, detached).await;
+                }
+                // Another caller claimed it first: observe their start.
+                None => continue,
+            }
+        }
+    }
+
+    async fn boot(&self, info: &SandboxInfo, generation: u64, detached: bool) -> Result<SandboxInfo> {
+        let outcome = self.spawn_and_wait(info, generation, detached).await;
+        match outcome {
+            Ok(()) => {
+                let rec = self.lookup(&info.name, &info.id).await?;
+                Ok(rec.info)
+            }
+            Err(reason) => {
+                // Whatever happened, the claim must not stay Starting. If the
+                // supervisor already recorded the failure this is a no-op.
+                self.store
+                    .finish_run(&info.id, generation, Status::Crashed, ExitReason::StartFailed, Some(&reason))
+                    .await?;
+                Err(Error::StartFailed { name: info.name.clone(), id: info.id.clone(), reason })
+            }
+        }
+    }
+
+    /// Stops (`Some(opts)`) or kills (`None`) exactly `id`.
+    pub(super) async fn do_stop(&self, name: &str, id: &SandboxId, opts: Option<StopOptions>) -> Result<SandboxInfo> {
+        loop {
+            let rec = self.lookup(name, id).await?;
+            let info = rec.info;
+            match info.status {
+                Status::Created | Status::Stopped | Status::Crashed => return Ok(info),
+                Status::Starting => {
+                    self.wait_until(name, id, |i| i.status != Status::Starting).await?;
+                    continue;
+                }
+                Status::Running | Status::Draining | Status::Paused => {}
+            }
+            let body = match opts {
+                Some(o) => Control::Stop { grace_ms: o.grace.as_millis() as u64 },
+                None => Control::Kill,
+            };
+            let bound = opts.map(|o| o.grace).unwrap_or_default() + Duration::from_secs(30);
+            match self.control(&info, body).await {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::debug!(sandbox = %id, error = %e, "supervisor unreachable for stop");
+                    if opts.is_none() {
+                        self.kill_supervisor(&info, rec.owner).await?;
+                    }
+                }
+            }
+            let generation = info.generation;
+            let after = tokio::time::timeout(bound, self.wait_until(name, id, |i| i.generation != generation || !i.status.has_runtime()))
+                .await
+                .map_err(|_| Error::Timeout { operation: "stopping the sandbox".into(), after: bound })??;
+            if after.generation == generation {
+                return Ok(after);
+            }
+            // Restarted by someone else meanwhile: that is a new run; stop it too.
+        }
+    }
+
+    /// Last resort when the supervisor does not answer: SIGKILL it. The
+    /// agent sees its channel close and the runtime goes down with it.
+    async fn kill_supervisor(&self, info: &SandboxInfo, owner: Option<ProcIdentity>) -> Result<()> {
+        let sup = info.last_run.as_ref().and_then(|r| r.supervisor_pid);
+        if let Some(o) = owner.filter(|o| Some(o.pid) == sup && o.is_alive()) {
+            // SAFETY: kill(2) with a pid we just verified (pid + start time)
+            // to be this sandbox's supervisor.
+            unsafe { libc::kill(o.pid as libc::pid_t, libc::SIGKILL) };
+            let mut waited = 0;
+            while o.is_alive() && waited < 500 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                waited += 1;
+            }
+            self.store
+                .finish_run(&info.id, info.generation, Status::Stopped, ExitReason::Killed, Some("supervisor killed"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn do_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        loop {
+            let info = self.lookup(name, id).await?.info;
+            match info.status {
+                Status::Draining | Status::Created | Status::Stopped | Status::Crashed => return Ok(info),
+                Status::Starting => {
+                    self.wait_until(name, id, |i| i.status != Status::Starting).await?;
+                }
+                Status::Paused => {
+                    return Err(Error::InvalidState { operation: "drain", name: info.name, id: info.id, status: info.status })
+                }
+                Status::Running => {
+                    self.control(&info, Control::Drain).await?;
+                    return self.lookup(name, id).await.map(|r| r.info);
+                }
+            }
+        }
+    }
+
+    pub(super) async fn do_remove(&self, name: &str, id: &SandboxId) -> Result<()> {
+        let info = self.lookup(name, id).await?.info;
+        if !info.status.can_remove() {
+            return Err(Error::InvalidState { operation: "remove", name: info.name, id: info.id, status: info.status });
+        }
+        let deleted = {
+            let _lock = self.name_lock(name).await?;
+            self.store.delete(id).await?
+        };
+        if !deleted {
+            // Started (or removed) by someone else between the check and the lock.
+            let info = self.lookup(name, id).await?.info;
+            return Err(Error::InvalidState { operation: "remove", name: info.name, id: info.id, status: info.status });
+        }
+        let dir = self.home.sandbox_dir(id);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                // The record is gone; the next open sweeps the directory.
+                tracing::warn!(sandbox = %id, error = %e, "could not delete the sandbox directory");
+            }
+        }
+        tracing::info!(sandbox = %id, name, "removed");
+        Ok(())
+    }
+
+    pub(super) async fn do_open_runtime(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {
+        let info = self.lookup(name, id).await?.info;
+        if info.status != Status::Running {
+            return Err(Error::InvalidState { operation: "exec", name: info.name, id: info.id, status: info.status });
+        }
+        let path = self.home.socket_path(id);
+        let stream = UnixStream::connect(&path).await.map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
+        let (r, w) = stream.into_split();
+        Ok(RuntimeStream { reader: Box::new(r), writer: Box::new(w), generation: info.generation })
+    }
+
+    /// Sends a control request to the supervisor of `info`'s generation and
+    /// waits for its answer (or for the supervisor to go away).
+    async fn control(&self, info: &SandboxInfo, body: Control) -> Result<()> {
+        let path = self.home.socket_path(&info.id);
+        let stream = UnixStream::connect(&path).await.map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
+        let (r, w) = stream.into_split();
+        let expect = Identity { sandbox_id: info.id.to_string(), generation: info.generation };
+        let client = match AgentClient::connect(r, w, Some(expect), CONTROL_HELLO).await {
+            Ok(c) => c,
+            Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch => {
+                // A newer generation answers: ours is already gone.
+                return Ok(());
+            }
+            Err(ConnectError::Refused(g)) => return Err(Error::protocol(g.to_string())),
+            Err(ConnectError::Other(e)) => return Err(e),
+        };
+        match client.control(body)?.response().await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(g)) => Err(Error::protocol(g.to_string())),
+            // The supervisor exits right after finishing a stop; losing the
+            // connection then is the expected end.
+            Err(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The local backend: SQLite state, per-name flock transitions, one
+//! supervisor process per running sandbox.
+
+mod lifecycle;
+mod spawn;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::OnceCell;
+
+use crate::backend::{Backend, CreateRequest, ListFilter, RuntimeStream, StartOptions, StopOptions};
+use crate::error::{Error, Result};
+use crate::image::{parse_reference, ImageSource};
+use crate::locks::FileLock;
+use crate::model::{validate_name, ExitReason, SandboxId, SandboxInfo, Status};
+use crate::paths::Home;
+use crate::store::{Record, Store};
+
+/// The embedded backend.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    home: Home,
+    store: Store,
+}
+
+static DEFAULT: OnceCell<Arc<LocalBackend>> = OnceCell::const_new();
+
+impl LocalBackend {
+    /// Opens the backend at `home`.
+    pub async fn open(home: Home) -> Result<LocalBackend> {
+        let store = Store::open(&home).await?;
+        let backend = LocalBackend { home, store };
+        backend.sweep_orphans().await;
+        Ok(backend)
+    }
+
+    /// The process-wide backend for `$BURROW_HOME` (opened once).
+    pub async fn shared() -> Result<Arc<LocalBackend>> {
+        DEFAULT
+            .get_or_try_init(|| async { Ok(Arc::new(LocalBackend::open(Home::from_env()?).await?)) })
+            .await
+            .cloned()
+    }
+
+    /// The home directory.
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// Removes per-sandbox directories whose record is gone (a remove that
+    /// was interrupted after deleting the record). Ids are never reused, so
+    /// a directory without a record can never belong to a live sandbox.
+    async fn sweep_orphans(&self) {
+        let Ok(entries) = std::fs::read_dir(self.home.sandboxes_dir()) else { return };
+        for entry in entries.flatten() {
+            let Some(id) = entry.file_name().to_str().and_then(|s| s.parse::<SandboxId>().ok()) else { continue };
+            if let Ok(None) = self.store.get_by_id(&id).await {
+                tracing::info!(sandbox = %id, "removing the leftover directory of a removed sandbox");
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
+    async fn name_lock(&self, name: &str) -> Result<FileLock> {
+        FileLock::acquire(&self.home.name_lock_path(name)).await
+    }
+
+    /// A record whose runtime owner died reads as Crashed (and is recorded so).
+    async fn reconcile(&self, rec: Record) -> Result<Record> {
+        if !rec.info.status.has_runtime() {
+            return Ok(rec);
+        }
+        if rec.owner.is_some_and(|o| o.is_alive()) {
+            return Ok(rec);
+        }
+        let detail = match rec.owner {
+            Some(o) => format!("the owning process {} died while the sandbox was {}", o.pid, rec.info.status),
+            None => format!("no live owner while {}", rec.info.status),
+        };
+        let reason = if rec.info.status == Status::Starting { ExitReason::StartFailed } else { ExitReason::Crashed };
+        self.store
+            .finish_run(&rec.info.id, rec.info.generation, Status::Crashed, reason, Some(&detail))
+            .await?;
+        let id = rec.info.id.clone();
+        self.store.get_by_id(&id).await?.ok_or_else(|| Error::not_found_id(&id))
+    }
+
+    /// Looks up exactly `id`, reconciled. If the id is gone and the name
+    /// belongs to another sandbox, that is [`Error::SandboxReplaced`].
+    async fn lookup(&self, name: &str, id: &SandboxId) -> Result<Record> {
+        match self.store.get_by_id(id).await? {
+            Some(rec) => self.reconcile(rec).await,
+            None => match self.store.get_by_name(name).await? {
+                Some(other) => Err(Error::SandboxReplaced {
+                    name: name.to_owned(),
+                    expected: id.clone(),
+                    actual: other.info.id,
+                }),
+                None => Err(Error::not_found_id(id)),
+            },
+        }
+    }
+
+    async fn lookup_name(&self, name: &str) -> Result<Record> {
+        validate_name(name)?;
+        let rec = self.store.get_by_name(name).await?.ok_or_else(|| Error::NotFound {
+            what: format!("named {name:?}"),
+            name: Some(name.to_owned()),
+            id: None,
+        })?;
+        self.reconcile(rec).await
+    }
+
+    /// Polls (reconciled) until `done` holds for the record.
+    async fn wait_until(&self, name: &str, id: &SandboxId, done: impl Fn(&SandboxInfo) -> bool) -> Result<SandboxInfo> {
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let rec = self.lookup(name, id).await?;
+            if done(&rec.info) {
+                return Ok(rec.info);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    fn check_image(&self, reference: &str) -> Result<()> {
+        match parse_reference(&self.home, reference)? {
+            ImageSource::RootfsDir(p) | ImageSource::OciLayout { path: p, .. } if !p.is_dir() => Err(Error::InvalidImage {
+                image: reference.to_owned(),
+                reason: format!("{} is not a directory", p.display()),
+            }),
+            ImageSource::Registry(r) => Err(Error::InvalidImage {
+                image: reference.to_owned(),
+                reason: format!(
+                    "{r:?} is not a local directory or an imported image name (registry pulls are not supported yet)"
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for LocalBackend {
+    async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        validate_name(&req.name)?;
+        req.config.validate()?;
+        self.check_image(&req.config.image)?;
+        let id = SandboxId::new();
+        let inserted = {
+            let _lock = self.name_lock(&req.name).await?;
+            self.store.insert(&id, &req.name, &req.config, req.detached).await
+        };
+        match inserted {
+            Ok(()) => {
+                tracing::info!(sandbox = %id, name = %req.name, "created");
+                self.lookup(&req.name, &id).await.map(|r| r.info)
+            }
+            Err(Error::AlreadyExists { name, id: winner }) => {
+                // Report the loss only once the winner's start (if any) settled,
+                // so the caller can use the winner right away.
+                let _ = self.wait_until(&name, &winner, |i| i.status != Status::Starting).await;
+                Err(Error::AlreadyExists { name, id: winner })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn get(&self, name: &str) -> Result<SandboxInfo> {
+        self.lookup_name(name).await.map(|r| r.info)
+    }
+
+    async fn get_by_id(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let rec = self.store.get_by_id(id).await?.ok_or_else(|| Error::not_found_id(id))?;
+        self.reconcile(rec).await.map(|r| r.info)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>> {
+        let mut out = Vec::new();
+        for rec in self.store.list().await? {
+            let info = self.reconcile(rec).await?.info;
+            if filter.matches(&info) {
+                out.push(info);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.start_identified(name, &id, opts).await
+    }
+    async fn connect_or_start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.connect_or_start_identified(name, &id, opts).await
+    }
+    async fn stop(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.stop_identified(name, &id, opts).await
+    }
+    async fn kill(&self, name: &str) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.kill_identified(name, &id).await
+    }
+    async fn request_drain(&self, name: &str) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.request_drain_identified(name, &id).await
+    }
+    async fn restart(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.restart_identified(name, &id, opts).await
+    }
+    async fn remove(&self, name: &str) -> Result<()> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.remove_identified(name, &id).await
+    }
+    async fn destroy(&self, name: &str) -> Result<()> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.destroy_identified(name, &id).await
+    }
+    async fn wait_for_status(&self, name: &str, statuses: &[Status]) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.wait_for_status_identified(name, &id, statuses).await
+    }
+    async fn open_runtime(&self, name: &str) -> Result<RuntimeStream> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.open_runtime_identified(name, &id).await
+    }
+
+    async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.lookup(name, id).await.map(|r| r.info)
+    }
+    async fn start_identified(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
+        self.do_start(name, id, opts, false).await
+    }
+    async fn connect_or_start_identified(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
+        self.do_start(name, id, opts, true).await
+    }
+    async fn stop_identified(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
+        self.do_stop(name, id, Some(opts)).await
+    }
+    async fn kill_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.do_stop(name, id, None).await
+    }
+    async fn request_drain_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.do_drain(name, id).await
+    }
+    async fn restart_identified(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
+        self.do_stop(name, id, Some(opts)).await?;
+        self.do_start(name, id, StartOptions::default(), true).await
+    }
+    async fn remove_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+        self.do_remove(name, id).await
+    }
+    async fn destroy_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+        // Someone may start it again between the kill and the remove; the
+        // remove then refuses, and we kill again.
+        for _ in 0..5 {
+            self.do_stop(name, id, None).await?;
+            match self.do_remove(name, id).await {
+                Err(Error::InvalidState { .. }) => continue,
+                other => return other,
+            }
+        }
+        self.do_stop(name, id, None).await?;
+        self.do_remove(name, id).await
+    }
+    async fn wait_for_status_identified(&self, name: &str, id: &SandboxId, statuses: &[Status]) -> Result<SandboxInfo> {
+        self.wait_until(name, id, |i| statuses.contains(&i.status)).await
+    }
+    async fn open_runtime_identified(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {
+        self.do_open_runtime(name, id).await
+    }
+}

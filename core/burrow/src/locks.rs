@@ -1,0 +1,88 @@
+//! Cross-process file locks (flock). Lock files are opened CLOEXEC (std's
+//! default), so no child inherits a lock unless it is passed on purpose (the
+//! runtime-lifetime lock, handed to the runtime process by the supervisor).
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// An exclusive flock, released when dropped (or when every process holding
+/// the descriptor has exited).
+#[derive(Debug)]
+pub struct FileLock {
+    file: File,
+    path: PathBuf,
+}
+
+fn open(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io("opening a lock file", Some(path), e))
+}
+
+impl FileLock {
+    /// Blocks (off the async runtime) until the lock is held.
+    pub async fn acquire(path: &Path) -> Result<FileLock> {
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let file = open(&path)?;
+            file.lock().map_err(|e| Error::io("locking", Some(&path), e))?;
+            Ok(FileLock { file, path })
+        })
+        .await
+        .map_err(|e| Error::io("lock task failed", None, std::io::Error::other(e.to_string())))?
+    }
+
+    /// Takes the lock if it is free right now.
+    pub fn try_acquire(path: &Path) -> Result<Option<FileLock>> {
+        let file = open(path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(FileLock { file, path: path.to_path_buf() })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::io("locking", Some(path), e)),
+        }
+    }
+
+    /// Polls until the lock is free or `timeout` passes (a blocking flock
+    /// cannot be abandoned, polling can).
+    pub async fn acquire_within(path: &Path, timeout: Duration) -> Result<Option<FileLock>> {
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            if let Some(lock) = FileLock::try_acquire(path)? {
+                return Ok(Some(lock));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// The raw descriptor (to hand to the runtime process).
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Whether someone holds the lock at `path` right now (does not create
+/// contention beyond one try-lock).
+pub fn is_held(path: &Path) -> Result<bool> {
+    if !path.exists() {
+        return Ok(false);
+    }
+    Ok(FileLock::try_acquire(path)?.is_none())
+}

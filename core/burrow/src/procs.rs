@@ -1,0 +1,122 @@
+//! Process identity: a pid plus its kernel start time, so a recycled pid is
+//! never mistaken for the process that was recorded.
+
+use std::path::PathBuf;
+
+/// A process recorded as the owner of some state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcIdentity {
+    /// Process id.
+    pub pid: u32,
+    /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub start: u64,
+}
+
+impl ProcIdentity {
+    /// The calling process.
+    pub fn current() -> ProcIdentity {
+        let pid = std::process::id();
+        ProcIdentity {
+            pid,
+            start: start_time(pid).unwrap_or(0),
+        }
+    }
+
+    /// Identity of a live process, if it exists (and is not a zombie).
+    pub fn of(pid: u32) -> Option<ProcIdentity> {
+        let (state, start) = stat(pid)?;
+        (state != 'Z' && state != 'X').then_some(ProcIdentity { pid, start })
+    }
+
+    /// Whether this exact process is still alive (a zombie counts as dead).
+    pub fn is_alive(&self) -> bool {
+        match stat(self.pid) {
+            Some((state, start)) => start == self.start && state != 'Z' && state != 'X',
+            None => false,
+        }
+    }
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    stat(pid).map(|(_, s)| s)
+}
+
+/// (state, starttime) from /proc/<pid>/stat.
+fn stat(pid: u32) -> Option<(char, u64)> {
+    let raw = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and ')'; fields after the
+    // last ')' are well-formed.
+    let rest = &raw[raw.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // After ')' come field 3 (state) ... field 22 (starttime): skip 18 more.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Locates the `burrow` binary that provides the internal supervisor:
+/// `$BURROW_BIN`, else a `burrow` next to the current executable (or one
+/// directory up, for test binaries in `target/*/deps`), else `burrow` on PATH.
+pub fn burrow_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("BURROW_BIN").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if exe.file_name().is_some_and(|n| n == "burrow") {
+            return Some(exe);
+        }
+        if let Some(dir) = exe.parent() {
+            for cand in [dir.join("burrow"), dir.join("../burrow")] {
+                if cand.is_file() {
+                    return Some(cand);
+                }
+            }
+        }
+    }
+    find_on_path("burrow")
+}
+
+/// Locates the static guest agent: `$BURROW_AGENT_BIN`, else
+/// `burrow-agent` next to the `burrow` binary, else the musl build in the
+/// cargo target directory next to it, else on PATH.
+pub fn agent_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("BURROW_AGENT_BIN").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(bin) = burrow_bin() {
+        if let Some(dir) = bin.parent() {
+            let profile = dir.file_name().map(|n| n.to_owned()).unwrap_or_default();
+            let mut cands = vec![dir.join("burrow-agent")];
+            if let Some(target) = dir.parent() {
+                for p in [std::ffi::OsStr::new("release"), profile.as_os_str()] {
+                    cands.push(target.join("x86_64-unknown-linux-musl").join(p).join("burrow-agent"));
+                }
+            }
+            if let Some(found) = cands.into_iter().find(|c| c.is_file()) {
+                return Some(found);
+            }
+        }
+    }
+    find_on_path("burrow-agent")
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_process_is_alive_and_a_fake_start_is_not() {
+        let me = ProcIdentity::current();
+        assert!(me.start > 0);
+        assert!(me.is_alive());
+        let other = ProcIdentity { pid: me.pid, start: me.start + 1 };
+        assert!(!other.is_alive());
+    }
+}

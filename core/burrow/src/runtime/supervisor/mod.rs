@@ -1,0 +1,453 @@
+//! The per-sandbox supervisor: one host process per running sandbox.
+//!
+//! Spawned by the library (as the internal `burrow __supervise` command), it
+//! takes ownership of one start claim, holds the name's runtime-lifetime lock
+//! for as long as the runtime lives (the runtime process inherits it, so the
+//! lock outlives a killed supervisor until the runtime is really gone),
+//! launches the guest through a driver, waits for the agent's hello, and only
+//! then publishes Running. It relays client connections on a unix socket to
+//! the agent, watches the owner of an attached sandbox, and records why the
+//! run ended.
+
+mod relay;
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burrow_protocol::{Identity, Request};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::client::AgentClient;
+use crate::driver::container::{prepare_supervisor_process, ContainerDriver};
+use crate::driver::{Driver, GuestExit, GuestProcess, LaunchSpec, ResolvedMount};
+use crate::error::{Error, Result};
+use crate::locks::FileLock;
+use crate::model::{ExitReason, MountSource, OciRuntime, SandboxId, Status};
+use crate::paths::Home;
+use crate::procs::ProcIdentity;
+use crate::store::Store;
+
+/// Arguments of the internal supervisor command.
+#[derive(Debug, Clone)]
+pub struct SuperviseArgs {
+    /// Burrow home.
+    pub home: PathBuf,
+    /// Sandbox to run.
+    pub id: SandboxId,
+    /// Generation claimed by the starter.
+    pub generation: u64,
+    /// OCI runtime (needed before the async runtime exists).
+    pub runtime: OciRuntime,
+    /// Owner of an attached sandbox (None: detached).
+    pub owner_pid: Option<u32>,
+    /// Pipe to report readiness (or the start error) on.
+    pub ready_fd: Option<RawFd>,
+}
+
+/// Grace period of a stop requested by a signal or the owner's exit.
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// Entry point; returns the process exit code.
+pub fn main(args: SuperviseArgs) -> i32 {
+    let ready = args.ready_fd.map(|fd| {
+        // SAFETY: the spawner passes a pipe write end it does not use itself;
+        // we take sole ownership of it here, exactly once.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        // No child of ours (the runtime) may inherit the readiness pipe.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        std::fs::File::from(owned)
+    });
+    let mut ready = Ready(ready);
+    // Must run while single-threaded: mount namespace changes apply per thread.
+    if let Err(e) = prepare_supervisor_process() {
+        ready.fail(&e.to_string());
+        tracing::error!(error = %e, "supervisor setup failed");
+        return 1;
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            ready.fail(&format!("starting the async runtime: {e}"));
+            return 1;
+        }
+    };
+    rt.block_on(run(args, ready))
+}
+
+/// The readiness pipe back to the starter.
+struct Ready(Option<std::fs::File>);
+
+impl Ready {
+    fn send(&mut self, line: serde_json::Value) {
+        use std::io::Write;
+        if let Some(mut f) = self.0.take() {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+    fn ok(&mut self) {
+        self.send(serde_json::json!({ "ok": true }));
+    }
+    fn fail(&mut self, error: &str) {
+        self.send(serde_json::json!({ "ok": false, "error": error }));
+    }
+}
+
+/// Requests from connection handlers to the main loop.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Stop { grace: Duration, reason: ExitReason, done: Option<oneshot::Sender<()>> },
+    Kill { done: Option<oneshot::Sender<()>> },
+    Drain { done: oneshot::Sender<()> },
+}
+
+/// State shared with connection handlers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub identity: Identity,
+    pub agent: AgentClient,
+    pub in_flight: AtomicU32,
+    /// No new requests (draining or stopping).
+    pub closing: AtomicBool,
+    pub commands: mpsc::UnboundedSender<Command>,
+    /// Signalled whenever in_flight drops to zero.
+    pub idle: watch::Sender<u32>,
+}
+
+async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
+    let started = Instant::now();
+    let home = match Home::at(&args.home) {
+        Ok(h) => h,
+        Err(e) => {
+            ready.fail(&e.to_string());
+            return 1;
+        }
+    };
+    let store = match Store::open(&home).await {
+        Ok(s) => s,
+        Err(e) => {
+            ready.fail(&e.to_string());
+            return 1;
+        }
+    };
+    let me = ProcIdentity::current();
+    match store.handoff(&args.id, args.generation, me).await {
+        Ok(true) => {}
+        Ok(false) => {
+            ready.fail("the start was abandoned before the supervisor took it over");
+            return 1;
+        }
+        Err(e) => {
+            ready.fail(&e.to_string());
+            return 1;
+        }
+    }
+    // From here on this process owns the run: every exit path records it.
+    match boot(&args, &home, &store, started).await {
+        Ok(booted) => {
+            ready.ok();
+            serve(args, home, store, booted).await
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "start failed");
+            let detail = e.to_string();
+            let _ = store
+                .finish_run(&args.id, args.generation, Status::Crashed, ExitReason::StartFailed, Some(&detail))
+                .await;
+            ready.fail(&detail);
+            1
+        }
+    }
+}
+
+struct Booted {
+    guest: Box<dyn GuestProcess>,
+    agent: AgentClient,
+    listener: UnixListener,
+    socket: PathBuf,
+    _runtime_lock: FileLock,
+    name: String,
+}
+
+async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant) -> Result<Booted> {
+    let rec = store.get_by_id(&args.id).await?.ok_or_else(|| Error::not_found_id(&args.id))?;
+    let config = rec.info.config.clone();
+    let name = rec.info.name.clone();
+    let deadline = started + config.startup_timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let mut timings = serde_json::Map::new();
+    let mut mark = |phase: &str, since: &mut Instant| {
+        timings.insert(phase.into(), serde_json::json!(since.elapsed().as_secs_f64() * 1000.0));
+        *since = Instant::now();
+    };
+    let mut t = started;
+    mark("supervisor_init", &mut t);
+
+    // A successor never reuses the name's runtime resources until the
+    // previous runtime (which inherited this lock) has fully exited.
+    let runtime_lock = FileLock::acquire_within(&home.runtime_lock_path(&name), left())
+        .await?
+        .ok_or_else(|| Error::Timeout {
+            operation: "waiting for the previous runtime of this name to exit".into(),
+            after: config.startup_timeout,
+        })?;
+    mark("runtime_lock", &mut t);
+
+    let image = crate::image::prepare(home, &config.image).await?;
+    mark("image", &mut t);
+
+    let mut mounts = Vec::new();
+    for m in &config.mounts {
+        let host_path = match &m.source {
+            MountSource::Host(p) => p.clone(),
+            MountSource::Volume(v) => {
+                let p = home.volume_path(v);
+                std::fs::create_dir_all(&p).map_err(|e| Error::io("creating volume", Some(&p), e))?;
+                p
+            }
+        };
+        mounts.push(ResolvedMount { host_path, target: m.target.clone(), read_only: m.read_only });
+    }
+    let sandbox_dir = home.sandbox_dir(&args.id);
+    let logs = sandbox_dir.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| Error::io("creating the sandbox directory", Some(&logs), e))?;
+    let agent_bin = crate::procs::agent_bin().ok_or_else(|| Error::Runtime {
+        runtime: "burrow-agent".into(),
+        reason: "the guest agent binary was not found (set BURROW_AGENT_BIN, or build it with `cargo build -p burrow-agent --release --target x86_64-unknown-linux-musl`)".into(),
+    })?;
+    let spec = LaunchSpec {
+        sandbox_id: args.id.clone(),
+        name: name.clone(),
+        generation: args.generation,
+        config: config.clone(),
+        image,
+        sandbox_dir: sandbox_dir.clone(),
+        runtime_dir: sandbox_dir.join("runtime"),
+        images_dir: home.images_dir(),
+        agent_bin,
+        mounts,
+        agent_log: logs.join("guest.log"),
+        inherit_fds: vec![runtime_lock.raw_fd()],
+    };
+    let driver = ContainerDriver::new(config.runtime);
+    let launched = tokio::time::timeout(left(), driver.launch(&spec))
+        .await
+        .map_err(|_| Error::Timeout { operation: "launching the guest".into(), after: config.startup_timeout })??;
+    for note in &launched.notes {
+        tracing::warn!(sandbox = %args.id, "{note}");
+    }
+    mark("launch", &mut t);
+    let mut guest = launched.guest;
+
+    let identity = Identity { sandbox_id: args.id.to_string(), generation: args.generation };
+    let agent = match AgentClient::connect(launched.reader, launched.writer, None, left()).await {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = guest.kill().await;
+            let _ = guest.cleanup().await;
+            return Err(match e {
+                super::client::ConnectError::Refused(g) => Error::protocol(format!("agent refused: {g}")),
+                super::client::ConnectError::Other(e) => e,
+            });
+        }
+    };
+    mark("agent_hello", &mut t);
+    let _ = identity;
+
+    let socket = home.socket_path(&args.id);
+    // Stale socket files of this id can only be from a dead earlier
+    // generation: we hold the name's runtime lock.
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket).map_err(|e| Error::io("binding the supervisor socket", Some(&socket), e))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io("restricting the supervisor socket", Some(&socket), e))?;
+
+    timings.insert("total".into(), serde_json::json!(started.elapsed().as_secs_f64() * 1000.0));
+    if !store.set_running(&args.id, args.generation, &serde_json::Value::Object(timings)).await? {
+        let _ = guest.kill().await;
+        let _ = guest.cleanup().await;
+        let _ = std::fs::remove_file(&socket);
+        return Err(Error::protocol("the start was superseded while booting"));
+    }
+    tracing::info!(sandbox = %args.id, generation = args.generation, "running");
+    Ok(Booted { guest, agent, listener, socket, _runtime_lock: runtime_lock, name })
+}
+
+/// Why the serve loop ended.
+enum End {
+    Stop { grace: Duration, reason: ExitReason },
+    Kill,
+    GuestExited(Result<GuestExit>),
+}
+
+async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -> i32 {
+    let Booted { mut guest, agent, listener, socket, _runtime_lock, name } = booted;
+    let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
+    let (idle_tx, mut idle_rx) = watch::channel(0u32);
+    let shared = Arc::new(Shared {
+        identity: Identity { sandbox_id: args.id.to_string(), generation: args.generation },
+        agent: agent.clone(),
+        in_flight: AtomicU32::new(0),
+        closing: AtomicBool::new(false),
+        commands: cmd_tx.clone(),
+        idle: idle_tx,
+    });
+    let mut owner = args.owner_pid.map(owner_watch);
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut draining = false;
+
+    let end = loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(relay::serve_connection(stream, shared.clone()));
+                }
+            }
+            exit = guest.wait() => break End::GuestExited(exit),
+            Some(cmd) = cmd_rx.recv() => match cmd {
+                Command::Stop { grace, reason, done } => {
+                    waiters.extend(done);
+                    break End::Stop { grace, reason };
+                }
+                Command::Kill { done } => {
+                    waiters.extend(done);
+                    break End::Kill;
+                }
+                Command::Drain { done } => {
+                    if !draining {
+                        draining = true;
+                        shared.closing.store(true, Ordering::SeqCst);
+                        let _ = store.transition(&args.id, args.generation, &[Status::Running], Status::Draining).await;
+                    }
+                    let _ = done.send(());
+                    if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                        break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
+                    }
+                }
+            },
+            _ = idle_rx.changed(), if draining => {
+                if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                    break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
+                }
+            }
+            _ = wait_owner(&mut owner) => {
+                tracing::info!(sandbox = %args.id, "owner process exited; stopping the attached sandbox");
+                break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::OwnerExited };
+            }
+            _ = recv_signal(&mut sigterm) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
+            _ = recv_signal(&mut sigint) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
+        }
+    };
+    shared.closing.store(true, Ordering::SeqCst);
+    drop(listener);
+    let _ = std::fs::remove_file(&socket);
+
+    let (status, reason, detail) = match end {
+        End::GuestExited(exit) => {
+            let detail = describe_exit(&exit);
+            match exit {
+                Ok(GuestExit { code: Some(0), .. }) => (Status::Stopped, ExitReason::Completed, detail),
+                _ => (Status::Crashed, ExitReason::Crashed, detail),
+            }
+        }
+        End::Kill => {
+            let _ = guest.kill().await;
+            let exit = guest.wait().await;
+            (Status::Stopped, ExitReason::Killed, describe_exit(&exit))
+        }
+        End::Stop { grace, reason } => {
+            let shutdown = agent.call(Request::Shutdown { grace_ms: grace.as_millis() as u64 });
+            let _ = tokio::time::timeout(grace + Duration::from_secs(2), shutdown).await;
+            let exit = match tokio::time::timeout(Duration::from_secs(5), guest.wait()).await {
+                Ok(exit) => exit,
+                Err(_) => {
+                    tracing::warn!(sandbox = %args.id, "guest did not exit after shutdown; killing it");
+                    let _ = guest.kill().await;
+                    guest.wait().await
+                }
+            };
+            (Status::Stopped, reason, describe_exit(&exit))
+        }
+    };
+    if let Err(e) = guest.cleanup().await {
+        tracing::warn!(sandbox = %args.id, error = %e, "runtime cleanup failed");
+    }
+    if let Err(e) = store.finish_run(&args.id, args.generation, status, reason, Some(&detail)).await {
+        tracing::error!(sandbox = %args.id, error = %e, "recording the end of the run failed");
+    }
+    tracing::info!(sandbox = %args.id, name = %name, reason = reason.as_str(), %detail, "run ended");
+    for w in waiters {
+        let _ = w.send(());
+    }
+    // Give connection handlers a moment to deliver their final responses.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store.close().await;
+    0
+}
+
+fn describe_exit(exit: &Result<GuestExit>) -> String {
+    match exit {
+        Ok(GuestExit { code: Some(c), .. }) => format!("runtime exited with code {c}"),
+        Ok(GuestExit { signal: Some(s), .. }) => format!("runtime killed by signal {s}"),
+        Ok(_) => "runtime exited".into(),
+        Err(e) => format!("waiting for the runtime failed: {e}"),
+    }
+}
+
+async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Watches the owner of an attached sandbox through a pidfd (exit of any
+/// process, including SIGKILL, makes it readable). The owner is the process
+/// that spawned us: if our parent is already someone else, the owner is gone
+/// and the returned task finishes at once.
+fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        if parent != owner {
+            return;
+        }
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner as libc::pid_t, libc::O_CLOEXEC) };
+        if fd < 0 {
+            return;
+        }
+        // SAFETY: the syscall returned a fresh descriptor that we now own.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let mut pfd = libc::pollfd { fd: fd as RawFd, events: libc::POLLIN, revents: 0 };
+        loop {
+            // SAFETY: pfd points to one valid pollfd for the duration of the call.
+            let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+            if n > 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                break;
+            }
+        }
+        drop(owned);
+    })
+}
+
+async fn wait_owner(w: &mut Option<tokio::task::JoinHandle<()>>) {
+    match w {
+        Some(task) => {
+            let _ = task.await;
+            // Fire once: afterwards this branch never completes again.
+            *w = None;
+        }
+        // Detached (or already reported).
+        None => std::future::pending().await,
+    }
+}
