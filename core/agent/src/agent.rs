@@ -281,7 +281,10 @@ impl Dispatcher {
     /// A complete frame that did not parse. If it looks like a request, the
     /// host is waiting for an answer: give it one.
     fn malformed(&self, body: &[u8], error: &burrow_protocol::FrameError) {
-        warning!("ignoring a malformed frame of {} bytes: {error}", body.len());
+        warning!(
+            "ignoring a malformed frame of {} bytes: {error}",
+            body.len()
+        );
         let Ok(serde_json::Value::Object(obj)) = serde_json::from_slice(body) else {
             return;
         };
@@ -302,7 +305,10 @@ impl Dispatcher {
             Some(op) if !KNOWN_OPS.contains(&op) => GuestErrorCode::Unsupported,
             _ => GuestErrorCode::InvalidArgument,
         };
-        self.respond(id, Err(GuestError::new(code, format!("bad request: {error}"))));
+        self.respond(
+            id,
+            Err(GuestError::new(code, format!("bad request: {error}"))),
+        );
     }
 
     fn start(&self, id: u64, body: Request) {
@@ -376,7 +382,9 @@ fn serve(ctx: Ctx, body: Request) {
     };
     // Leave the registry first: once the host sees the response it may reuse the id.
     ctx.agent.requests.remove(ctx.id);
-    ctx.agent.out.send(GuestMsg::Response { id: ctx.id, result });
+    ctx.agent
+        .out
+        .send(GuestMsg::Response { id: ctx.id, result });
 }
 
 #[cfg(test)]

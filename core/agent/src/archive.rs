@@ -175,7 +175,10 @@ pub fn copy_out(ctx: &Ctx, path: &str) -> Result<Response, GuestError> {
     let name = src.file_name().map(PathBuf::from).ok_or_else(|| {
         GuestError::new(
             GuestErrorCode::InvalidArgument,
-            format!("{} has no last component to name the archive entry", src.display()),
+            format!(
+                "{} has no last component to name the archive entry",
+                src.display()
+            ),
         )
     })?;
     let meta = fs::symlink_metadata(&src).map_err(|e| io_err(&e, &src))?;
@@ -247,10 +250,7 @@ mod tests {
 
     #[test]
     fn entry_paths_must_stay_relative() {
-        assert_eq!(
-            relative(Path::new("./a/b")).expect("ok"),
-            Path::new("a/b")
-        );
+        assert_eq!(relative(Path::new("./a/b")).expect("ok"), Path::new("a/b"));
         for bad in ["/etc/passwd", "../x", "a/../../x", "a/.."] {
             assert!(relative(Path::new(bad)).is_err(), "{bad}");
         }

@@ -36,6 +36,7 @@ pub struct Channel {
 /// child process can inherit (and corrupt) the channel; fd 2 stays the log.
 pub fn open(path: Option<&Path>) -> io::Result<Channel> {
     ensure_std_fds();
+    cloexec_inherited_fds();
     let (reader, writer) = match path {
         None => {
             // SAFETY: fds 0 and 1 are open (ensure_std_fds) and stay open for
@@ -84,6 +85,37 @@ fn ensure_std_fds() {
             // SAFETY: valid NUL-terminated path.
             unsafe { libc::open(c"/".as_ptr(), libc::O_PATH) };
         }
+    }
+}
+
+/// Marks every fd above 2 that the agent inherited (from a runtime, a test
+/// harness, a make jobserver...) CLOEXEC, so none reaches a guest process.
+fn cloexec_inherited_fds() {
+    // close_range(CLOSE_RANGE_CLOEXEC) needs Linux 5.11.
+    // SAFETY: the syscall takes plain integers and only changes fd flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    // Older kernels: walk a generous range (no /proc needed).
+    // SAFETY: getrlimit writes into the valid struct.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `lim` is valid storage.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur.min(65536) as libc::c_int
+    } else {
+        1024
+    };
+    for fd in 3..max {
+        // SAFETY: F_SETFD on a closed fd fails harmlessly with EBADF.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
 }
 
@@ -263,7 +295,11 @@ pub fn read_frame(r: &mut impl Read) -> Result<Option<Incoming>, FrameError> {
 /// Logs where the channel comes from (once, at startup).
 pub fn describe(ch: &Channel, path: Option<&Path>) {
     match path {
-        Some(p) => info!("channel: {} (fd {})", p.display(), ch.reader.as_fd().as_raw_fd()),
+        Some(p) => info!(
+            "channel: {} (fd {})",
+            p.display(),
+            ch.reader.as_fd().as_raw_fd()
+        ),
         None => info!("channel: stdin/stdout"),
     }
 }

@@ -96,7 +96,10 @@ fn start_pipes<'a>(ctx: &'a Ctx, plan: &Plan, with_stdin: bool) -> io::Result<Se
     let pid = spawn::spawn(&ctx.agent.procs, ctx.mailbox(), plan, stdio)?;
     // Our copies of the child's ends must go, or the pipes never reach EOF.
     drop((in_child, out_w, err_w));
-    for fd in [Some(&out_r), Some(&err_r), in_ours.as_ref()].into_iter().flatten() {
+    for fd in [Some(&out_r), Some(&err_r), in_ours.as_ref()]
+        .into_iter()
+        .flatten()
+    {
         sys::set_nonblocking(fd.as_fd(), true)?;
     }
     Ok(Session::new(
@@ -227,7 +230,10 @@ impl<'a> Session<'a> {
             }
             // Read each ready stream once per round, so stdout and stderr
             // interleave fairly; iterate backwards to remove closed ones.
-            let ready: Vec<bool> = fds[1..=self.outputs.len()].iter().map(sys::readable).collect();
+            let ready: Vec<bool> = fds[1..=self.outputs.len()]
+                .iter()
+                .map(sys::readable)
+                .collect();
             for i in (0..ready.len()).rev() {
                 if ready[i] && i < self.outputs.len() {
                     self.read_output(i);

@@ -64,7 +64,14 @@ pub fn run(agent: &Arc<Agent>, grace: Duration, reply_to: Option<u64>, code: i32
     // come: cancel them, and give every request a moment to send its final
     // frames (exec responses carry the exit statuses just collected).
     let is_reply = |id: &u64| lock(&agent.shutdown.replies).contains(id);
-    let others = || agent.requests.ids().into_iter().filter(|id| !is_reply(id)).count();
+    let others = || {
+        agent
+            .requests
+            .ids()
+            .into_iter()
+            .filter(|id| !is_reply(id))
+            .count()
+    };
     let replies = lock(&agent.shutdown.replies).clone();
     agent.requests.cancel_all(&replies);
     if !sys::wait_until(REQUESTS_WAIT, || others() == 0) {

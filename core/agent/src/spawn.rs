@@ -173,6 +173,53 @@ pub fn spawn(
     }
 }
 
+/// Highest signal number on Linux.
+const MAX_SIGNAL: libc::c_int = 64;
+
+/// Resets `sig` to its default disposition (errors, e.g. for SIGKILL, are
+/// harmless). Uses the raw syscall where the kernel's struct layout is known,
+/// because libc's `sigaction` refuses the signals it reserves for itself
+/// (32 and 33 in glibc), which may still arrive ignored from our parent.
+///
+/// # Safety
+/// Call only in a forked child before `execve`: it changes dispositions
+/// process-wide.
+unsafe fn reset_signal(sig: libc::c_int) {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        /// `struct sigaction` as the kernel takes it on these architectures.
+        #[repr(C)]
+        struct KernelSigaction {
+            handler: libc::sighandler_t,
+            flags: libc::c_ulong,
+            restorer: usize,
+            mask: u64,
+        }
+        let act = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        // SAFETY: `act` is a valid kernel sigaction; the old action is not
+        // requested; 8 is the kernel's sigset size.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &act as *const KernelSigaction,
+                ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    // SAFETY: setting the default disposition has no memory effects.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+    }
+}
+
 /// What the forked child needs, borrowed from the parent's prepared data.
 struct Child<'a> {
     plan: &'a Plan,
@@ -195,9 +242,10 @@ impl Child<'_> {
         unsafe {
             // Start the program with default signal handling and an empty
             // mask, whatever the agent did (it ignores SIGPIPE and blocks
-            // SIGCHLD/SIGTERM/SIGINT).
-            for sig in [libc::SIGPIPE, libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
-                libc::signal(sig, libc::SIG_DFL);
+            // SIGCHLD/SIGTERM/SIGINT) or inherited (ignored signals survive
+            // execve).
+            for sig in 1..=MAX_SIGNAL {
+                reset_signal(sig);
             }
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);

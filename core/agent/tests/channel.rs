@@ -32,7 +32,9 @@ fn bad_hello_version_is_fatal() {
         Some(GuestMsg::Fatal { error }) => assert_eq!(error.code, GuestErrorCode::Protocol),
         other => panic!("expected fatal, got {other:?}"),
     }
-    let status = agent.wait_exit(Duration::from_secs(10)).expect("agent exits");
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("agent exits");
     assert!(!status.success());
 }
 
@@ -90,7 +92,9 @@ fn oversized_frame_is_fatal() {
         Some(GuestMsg::Fatal { error }) => assert_eq!(error.code, GuestErrorCode::Protocol),
         other => panic!("expected fatal, got {other:?}"),
     }
-    let status = agent.wait_exit(Duration::from_secs(10)).expect("agent exits");
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("agent exits");
     assert!(!status.success());
 }
 
@@ -102,10 +106,7 @@ fn unknown_ids_are_ignored() {
         data: b"x".as_slice().into(),
     });
     agent.send(&HostMsg::Eof { id: 999 });
-    agent.send(&HostMsg::Signal {
-        id: 999,
-        signal: 9,
-    });
+    agent.send(&HostMsg::Signal { id: 999, signal: 9 });
     agent.send(&HostMsg::Resize {
         id: 999,
         size: burrow_protocol::TtySize { rows: 1, cols: 1 },
@@ -174,10 +175,14 @@ fn channel_eof_kills_processes_and_exits() {
     assert!(!process_gone(pid));
     let closed = Instant::now();
     agent.close();
-    let status = agent.wait_exit(Duration::from_secs(10)).expect("agent exits");
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("agent exits");
     assert!(status.success(), "{status:?}");
     assert!(closed.elapsed() < Duration::from_secs(5));
-    assert!(common::eventually(Duration::from_secs(5), || process_gone(pid)));
+    assert!(common::eventually(Duration::from_secs(5), || process_gone(
+        pid
+    )));
 }
 
 #[test]
@@ -189,7 +194,9 @@ fn shutdown_request() {
     let exit = agent.collect(exec_id).exit();
     assert_eq!(exit.signal, Some(libc::SIGTERM));
     assert_eq!(agent.collect(id).result, Ok(Response::Done));
-    let status = agent.wait_exit(Duration::from_secs(10)).expect("agent exits");
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("agent exits");
     assert!(status.success(), "{status:?}");
     assert!(process_gone(pid));
 }
@@ -219,9 +226,13 @@ fn sigterm_to_agent_shuts_down() {
     let (_, pid) = start_sleeper(&mut agent);
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(agent.pid() as i32, libc::SIGTERM) };
-    let status = agent.wait_exit(Duration::from_secs(10)).expect("agent exits");
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("agent exits");
     assert!(status.success(), "{status:?}");
-    assert!(common::eventually(Duration::from_secs(5), || process_gone(pid)));
+    assert!(common::eventually(Duration::from_secs(5), || process_gone(
+        pid
+    )));
 }
 
 #[test]

@@ -344,6 +344,7 @@ impl Error {
         }
     }
 
+    #[allow(dead_code)]
     pub(crate) fn not_found_name(name: &str) -> Self {
         Error::NotFound {
             what: format!("named {name:?}"),

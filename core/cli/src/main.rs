@@ -1,1 +1,71 @@
-fn main() {}
+//! The `burrow` command line. Thin: parses input and calls the library.
+//! Also hosts the internal `__supervise` entry the library spawns for each
+//! running sandbox.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod commands;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__supervise") {
+        return supervise(&args[2..]);
+    }
+    commands::main()
+}
+
+/// `burrow __supervise --home H --id ID --generation N --runtime R
+/// [--owner-pid P] [--ready-fd FD]`: internal, spawned by the library.
+/// Parsed by hand so nothing (no async runtime, no threads) starts before
+/// the supervisor's single-threaded setup.
+fn supervise(args: &[String]) -> ExitCode {
+    init_supervisor_logging();
+    match parse_supervise(args) {
+        Ok(a) => ExitCode::from(burrow::runtime::supervisor::main(a) as u8),
+        Err(e) => {
+            eprintln!("burrow __supervise: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::SuperviseArgs, String> {
+    let mut home = None;
+    let mut id = None;
+    let mut generation = None;
+    let mut runtime = burrow::OciRuntime::default();
+    let mut owner_pid = None;
+    let mut ready_fd = None;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--home" => home = Some(PathBuf::from(value)),
+            "--id" => id = Some(value.parse::<burrow::SandboxId>().map_err(|e| e.to_string())?),
+            "--generation" => generation = Some(value.parse::<u64>().map_err(|e| e.to_string())?),
+            "--runtime" => runtime = value.parse().map_err(|e: burrow::Error| e.to_string())?,
+            "--owner-pid" => owner_pid = Some(value.parse::<u32>().map_err(|e| e.to_string())?),
+            "--ready-fd" => ready_fd = Some(value.parse::<i32>().map_err(|e| e.to_string())?),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(burrow::runtime::supervisor::SuperviseArgs {
+        home: home.ok_or("--home is required")?,
+        id: id.ok_or("--id is required")?,
+        generation: generation.ok_or("--generation is required")?,
+        runtime,
+        owner_pid,
+        ready_fd,
+    })
+}
+
+fn init_supervisor_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BURROW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}

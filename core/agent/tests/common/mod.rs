@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burrow_protocol::{
-    encode, read_frame, ExecRequest, ExitStatus, GuestError, GuestMsg, HostMsg, Request,
+    decode, decode_len, encode, ExecRequest, ExitStatus, GuestError, GuestMsg, HostMsg, Request,
     Response, PROTOCOL_VERSION,
 };
 
@@ -23,7 +23,8 @@ pub const FRAME_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Agent {
     child: Child,
     stdin: Option<ChildStdin>,
-    frames: Receiver<GuestMsg>,
+    /// Raw frame bodies from the agent.
+    frames: Receiver<Vec<u8>>,
     /// Frames read while looking for another request's frames.
     stash: HashMap<u64, VecDeque<GuestMsg>>,
     /// Frames without a request id (Fatal, Hello).
@@ -97,11 +98,15 @@ impl Agent {
         let mut stdout = child.stdout.take().expect("stdout");
         let mut stderr = child.stderr.take().expect("stderr");
         let (tx, frames) = mpsc::channel();
-        std::thread::spawn(move || {
-            while let Ok(Some(msg)) = read_frame::<_, GuestMsg>(&mut stdout) {
-                if tx.send(msg).is_err() {
-                    break;
-                }
+        std::thread::spawn(move || loop {
+            let mut header = [0u8; 4];
+            if stdout.read_exact(&mut header).is_err() {
+                break;
+            }
+            let len = decode_len(header).expect("frame length from the agent");
+            let mut body = vec![0u8; len];
+            if stdout.read_exact(&mut body).is_err() || tx.send(body).is_err() {
+                break;
             }
         });
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -197,12 +202,24 @@ impl Agent {
         self.send(&HostMsg::Eof { id });
     }
 
-    /// Next frame from the agent, `None` when the channel closed.
-    fn next_frame(&mut self) -> Option<GuestMsg> {
+    /// Next raw frame body from the agent, `None` when the channel closed.
+    pub fn next_raw(&mut self) -> Option<Vec<u8>> {
         match self.frames.recv_timeout(FRAME_TIMEOUT) {
-            Ok(msg) => Some(msg),
+            Ok(body) => Some(body),
             Err(RecvTimeoutError::Disconnected) => None,
             Err(RecvTimeoutError::Timeout) => panic!("no frame from the agent in time"),
+        }
+    }
+
+    /// Next frame from the agent, `None` when the channel closed.
+    fn next_frame(&mut self) -> Option<GuestMsg> {
+        let body = self.next_raw()?;
+        match decode(&body) {
+            Ok(msg) => Some(msg),
+            Err(e) => panic!(
+                "undecodable frame from the agent ({e}): {}",
+                String::from_utf8_lossy(&body)
+            ),
         }
     }
 
@@ -319,7 +336,13 @@ pub fn process_gone(pid: i32) -> bool {
         return true;
     }
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
         .unwrap_or(true)
 }
 

@@ -14,7 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::paths::Home;
 
-mod oci;
+mod cache;
+mod digest;
+pub mod oci;
+mod spec;
 mod unpack;
 
 /// Where an image comes from.

@@ -1,11 +1,42 @@
 //! The container driver: the image rootfs under an OCI runtime binary.
+//!
+//! One launch, in order: find the runtime binary; clear what an earlier
+//! generation of this sandbox may have left in its runtime directory; mount
+//! the writable layer over a uid-shifted copy of the image ([`rootfs`]);
+//! write the OCI config ([`spec`]); start `<runtime> run` in the foreground
+//! with the agent's stdin/stdout as the protocol pipes and its stderr
+//! appended to the agent log; wait until the container runs; attach
+//! user-mode networking if enabled ([`network`]). The runtime process is the
+//! guest's lifetime: [`GuestProcess::wait`] waits for it.
+//!
+//! Root only for now: rootless operation needs newuidmap-style mappings and
+//! fuse-overlayfs or idmapped mounts, which are not implemented.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
-use crate::error::Result;
-use crate::model::OciRuntime;
+use crate::error::{Error, Result};
+use crate::model::{OciRuntime, SandboxId};
 
 use super::{Driver, LaunchSpec, Launched};
+
+mod cgroups;
+mod guest;
+mod network;
+mod rootfs;
+mod runtime;
+mod seccomp;
+mod spec;
+mod users;
+
+use guest::{ContainerGuest, Generation};
+use runtime::Runtime;
 
 /// Runs guests as OCI containers with runc, crun or runsc.
 #[derive(Debug, Clone)]
@@ -14,7 +45,7 @@ pub struct ContainerDriver {
 }
 
 impl ContainerDriver {
-    /// A driver using `runtime`.
+    /// A driver using `runtime` (a sandbox's own `config.runtime` wins).
     pub fn new(runtime: OciRuntime) -> Self {
         ContainerDriver { runtime }
     }
@@ -23,8 +54,40 @@ impl ContainerDriver {
 /// Process-wide preparation the supervisor performs while still
 /// single-threaded (before any async runtime exists): enter a private mount
 /// namespace so the overlay mounts of this runtime vanish with it.
+///
+/// The namespace is a slave of the host's: host mount changes still reach
+/// us, ours never reach the host. crun's need for a cgroup view without the
+/// hybrid cgroup2 mount is met per invocation, so no runtime is needed here.
 pub fn prepare_supervisor_process() -> Result<()> {
+    require_root()?;
+    // SAFETY: plain syscalls; the caller guarantees we are single-threaded,
+    // so the new namespace applies to the whole process.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(Error::io("entering a private mount namespace", None, std::io::Error::last_os_error()));
+        }
+        if libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_SLAVE, std::ptr::null()) != 0 {
+            return Err(Error::io("making the mount namespace private", None, std::io::Error::last_os_error()));
+        }
+    }
     Ok(())
+}
+
+fn require_root() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Error::Runtime {
+            runtime: "container".into(),
+            reason: "the container driver needs root; rootless mode (unprivileged user namespaces) is not supported yet".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The runtime's container id for one generation: `burrow-<id>-<generation>`.
+fn container_id(sandbox: &SandboxId, generation: u64) -> String {
+    let id = sandbox.as_str();
+    format!("burrow-{}-{generation}", id.strip_prefix("sb_").unwrap_or(id)).to_ascii_lowercase()
 }
 
 #[async_trait]
@@ -34,10 +97,228 @@ impl Driver for ContainerDriver {
     }
 
     async fn launch(&self, spec: &LaunchSpec) -> Result<Launched> {
-        let _ = spec;
-        Err(crate::Error::Runtime {
-            runtime: self.runtime.binary().into(),
-            reason: "not implemented yet".into(),
+        if spec.config.runtime != self.runtime {
+            tracing::debug!(driver = ?self.runtime, sandbox = ?spec.config.runtime, "using the sandbox's configured runtime");
+        }
+        let span = tracing::info_span!("container_launch", sandbox = %spec.sandbox_id, name = %spec.name, generation = spec.generation);
+        launch(spec).instrument(span).await
+    }
+}
+
+async fn launch(spec: &LaunchSpec) -> Result<Launched> {
+    require_root()?;
+    let started = Instant::now();
+    let dir = &spec.runtime_dir;
+    let runtime = Runtime::locate(spec.config.runtime, dir.join("state"), dir.join("runtime.log"))?;
+    let id = container_id(&spec.sandbox_id, spec.generation);
+    tracing::debug!(runtime = %runtime.binary.display(), container = %id, "launching");
+
+    clear_runtime_dir(&runtime, dir).await?;
+    let bundle = dir.join("bundle");
+    for d in [&runtime.root, &bundle] {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| Error::io("creating the runtime directory", Some(d), e))?;
+    }
+    let mut generation = Generation::new(runtime, id, bundle);
+    let mut notes = Vec::new();
+    match start(spec, &mut generation, &mut notes, started).await {
+        Ok((child, reader, writer)) => {
+            tracing::info!(container = %generation.id, elapsed_ms = started.elapsed().as_millis() as u64, "container running");
+            Ok(Launched { guest: Box::new(ContainerGuest::new(child, generation)), reader: Box::new(reader), writer: Box::new(writer), notes })
+        }
+        Err(e) => {
+            if let Err(rollback) = generation.release().await {
+                tracing::warn!(error = %rollback, "rolling back a failed launch also failed");
+                return Err(Error::Runtime {
+                    runtime: generation.runtime.kind.binary().into(),
+                    reason: format!("{e}; rolling back also failed: {rollback}"),
+                });
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Removes containers, mounts and files an earlier generation left behind.
+async fn clear_runtime_dir(runtime: &Runtime, dir: &Path) -> Result<()> {
+    if let Ok(entries) = fs::read_dir(&runtime.root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            tracing::info!(container = %name, "removing a stale container of an earlier generation");
+            runtime.delete_force(&name).await?;
+        }
+    }
+    rootfs::unmount_recorded(&dir.join("mounts"));
+    // Nothing is ever mounted inside the runtime directory (the rootfs lives
+    // under the mount directory), so removing it cannot reach into a layer.
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("clearing the runtime directory", Some(dir), e)),
+        _ => Ok(()),
+    }
+}
+
+type Pipes = (tokio::process::Child, tokio::process::ChildStdout, tokio::process::ChildStdin);
+
+async fn start(spec: &LaunchSpec, generation: &mut Generation, notes: &mut Vec<String>, started: Instant) -> Result<Pipes> {
+    // Root filesystem.
+    let base = rootfs::mapping_base(&spec.sandbox_dir)?;
+    let (source, images) = (spec.image.rootfs.clone(), spec.images_dir.clone());
+    let lower = tokio::task::spawn_blocking(move || rootfs::shifted_lower(&source, &images, base))
+        .await
+        .map_err(|e| Error::io("preparing the image rootfs", None, std::io::Error::other(e.to_string())))??;
+    let (upper, work) = rootfs::writable_layer(&spec.sandbox_dir, base)?;
+    let target = rootfs::mount_point(&generation.id)?;
+    rootfs::record_mount(&spec.runtime_dir.join("mounts"), &target)?;
+    generation.mount = Some(target.clone());
+    rootfs::mount_overlay(&lower, &upper, &work, &target)?;
+    let _ = std::os::unix::fs::symlink(&target, spec.runtime_dir.join("rootfs"));
+    tracing::debug!(lower = %lower.display(), rootfs = %target.display(), id_base = base, elapsed_ms = started.elapsed().as_millis() as u64, "rootfs mounted");
+
+    // Process settings.
+    let image = &spec.image;
+    let (uid, gid) = users::resolve(&target, image.config.user.as_deref(), &image.reference)?;
+    let hostname = spec::hostname(&spec.name);
+    let files = generated_files(&generation.bundle, &hostname, spec.config.network, notes)?;
+    let controllers = cgroups::Controllers::detect();
+    let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
+    notes.extend(limit_notes);
+    let input = spec::SpecInput {
+        rootfs: &target,
+        args: spec::agent_args()?,
+        env: spec::environment(&image.config, &spec.config, &hostname),
+        cwd: spec::working_dir(&spec.config, &image.config, &image.reference)?,
+        uid,
+        gid,
+        hostname,
+        id_base: base,
+        agent_bin: &spec.agent_bin,
+        mounts: &spec.mounts,
+        files,
+        nofile: spec::nofile_limit(),
+        resources,
+        cgroups_path: format!("burrow/{}", generation.id),
+    };
+    let config_path = generation.bundle.join("config.json");
+    let text = serde_json::to_vec_pretty(&spec::config(&input)).map_err(|e| Error::io("encoding config.json", None, e.into()))?;
+    fs::write(&config_path, text).map_err(|e| Error::io("writing config.json", Some(&config_path), e))?;
+
+    // The runtime process.
+    let pid_file = spec.runtime_dir.join("pid");
+    let mut child = spawn_run(spec, generation, &pid_file).await?;
+    let pid = match wait_running(&mut child, generation, &pid_file, spec.config.startup_timeout).await {
+        Ok(pid) => pid,
+        Err(e) => {
+            stop_runtime(&mut child, generation).await;
+            return Err(e);
+        }
+    };
+    tracing::debug!(pid, elapsed_ms = started.elapsed().as_millis() as u64, "container started");
+    if spec.config.network {
+        match network::Network::attach(pid, &spec.runtime_dir.join("network.log")).await {
+            Ok(net) => generation.network = Some(net),
+            Err(e) => {
+                stop_runtime(&mut child, generation).await;
+                return Err(e);
+            }
+        }
+    }
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        stop_runtime(&mut child, generation).await;
+        return Err(generation.runtime.error("the runtime process has no stdio pipes".into()));
+    };
+    Ok((child, stdout, stdin))
+}
+
+/// `/etc/hosts`, `/etc/hostname` and, with networking, `/etc/resolv.conf`.
+fn generated_files(bundle: &Path, hostname: &str, network: bool, notes: &mut Vec<String>) -> Result<Vec<spec::FileMount>> {
+    let mut files = vec![
+        ("hosts", "/etc/hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
+        ("hostname", "/etc/hostname", format!("{hostname}\n")),
+    ];
+    if network {
+        match network::resolv_conf(&fs::read_to_string("/etc/resolv.conf").unwrap_or_default()) {
+            Some(text) => files.push(("resolv.conf", "/etc/resolv.conf", text)),
+            None => notes.push("DNS not configured: the host has no non-loopback name server to hand to the sandbox".into()),
+        }
+    }
+    files
+        .into_iter()
+        .map(|(name, target, text)| {
+            let source = bundle.join(name);
+            fs::write(&source, text).map_err(|e| Error::io("writing a generated guest file", Some(&source), e))?;
+            Ok(spec::FileMount { source, target })
         })
+        .collect()
+}
+
+/// Starts `<runtime> run` in the foreground: stdin/stdout are our pipes,
+/// stderr appends to the agent log, and the inherited descriptors stay
+/// open in the runtime process (never in the container: the runtime closes
+/// everything above stdio before exec).
+async fn spawn_run(spec: &LaunchSpec, generation: &Generation, pid_file: &Path) -> Result<tokio::process::Child> {
+    let log = fs::File::options()
+        .create(true)
+        .append(true)
+        .open(&spec.agent_log)
+        .map_err(|e| Error::io("opening the agent log", Some(&spec.agent_log), e))?;
+    let mut cmd = generation.runtime.command();
+    cmd.arg("run")
+        .arg("--bundle")
+        .arg(&generation.bundle)
+        .arg("--pid-file")
+        .arg(pid_file)
+        .arg(&generation.id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log));
+    runtime::bind_to_parent(&mut cmd, spec.inherit_fds.clone());
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    runtime::spawn_long_lived(cmd)
+        .await
+        .map_err(|e| generation.runtime.error(format!("starting {}: {e}", generation.runtime.binary.display())))
+}
+
+/// Waits until the runtime has written the container's pid (it is running)
+/// or has exited (its error is returned).
+async fn wait_running(child: &mut tokio::process::Child, generation: &Generation, pid_file: &Path, timeout: Duration) -> Result<i32> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(pid) = fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()).filter(|p| *p > 0) {
+            return Ok(pid);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(generation.runtime.error(format!(
+                "`{} run` exited ({status}) before the container started: {}",
+                generation.runtime.kind.binary(),
+                generation.runtime.log_errors()
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout { operation: "creating the container".into(), after: timeout });
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
+/// Kills a runtime process that was started but must not stay.
+async fn stop_runtime(child: &mut tokio::process::Child, generation: &Generation) {
+    let _ = generation.runtime.invoke(&["kill", generation.id.as_str(), "KILL"], Duration::from_secs(5)).await;
+    let _ = child.start_kill();
+    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_ids_are_short_and_lowercase() {
+        let id = container_id(&SandboxId::new(), u64::MAX);
+        assert!(id.len() <= 64, "{id}");
+        assert!(id.starts_with("burrow-"));
+        let spec_id = id;
+        assert!(spec_id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
     }
 }

@@ -1,0 +1,204 @@
+//! Building sandboxes: `Sandbox::builder("worker").image(..).create()`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{default_backend, Sandbox, SandboxHandle};
+use crate::backend::{Backend, CreateRequest, StartOptions};
+use crate::error::{Error, Result};
+use crate::model::{Mount, MountSource, OciRuntime, SandboxConfig};
+
+/// Collects options for a new sandbox. Options apply only when the sandbox is
+/// created; an existing sandbox's configuration always wins.
+#[derive(Debug, Clone)]
+pub struct SandboxBuilder {
+    name: String,
+    config: SandboxConfig,
+    detached: bool,
+    backend: Option<Arc<dyn Backend>>,
+}
+
+/// A builder that replaces an existing sandbox of the same name. Only
+/// [`ReplaceBuilder::create`] is offered: replacing is not combinable with
+/// `connect_or_create`.
+#[derive(Debug, Clone)]
+pub struct ReplaceBuilder {
+    inner: SandboxBuilder,
+}
+
+impl SandboxBuilder {
+    pub(super) fn new(name: impl Into<String>) -> Self {
+        SandboxBuilder { name: name.into(), config: SandboxConfig::new(""), detached: false, backend: None }
+    }
+
+    /// Image reference (rootfs directory, `oci:DIR[:TAG]`, or imported name).
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.config.image = image.into();
+        self
+    }
+    /// CPU limit in cores.
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.config.cpus = Some(cpus);
+        self
+    }
+    /// Memory limit in MiB.
+    pub fn memory_mb(mut self, mb: u64) -> Self {
+        self.config.memory_mb = Some(mb);
+        self
+    }
+    /// Process count limit.
+    pub fn pids_limit(mut self, n: u64) -> Self {
+        self.config.pids_limit = Some(n);
+        self
+    }
+    /// An environment variable for every process.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.env.insert(key.into(), value.into());
+        self
+    }
+    /// Default working directory.
+    pub fn workdir(mut self, dir: impl Into<String>) -> Self {
+        self.config.workdir = Some(dir.into());
+        self
+    }
+    /// A label.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.labels.insert(key.into(), value.into());
+        self
+    }
+    /// Mounts a host directory at `target`.
+    pub fn mount(mut self, host: impl Into<PathBuf>, target: impl Into<String>, read_only: bool) -> Self {
+        self.config.mounts.push(Mount { source: MountSource::Host(host.into()), target: target.into(), read_only });
+        self
+    }
+    /// Mounts the named volume `volume` at `target` (created on first use,
+    /// kept when the sandbox is removed).
+    pub fn volume(mut self, volume: impl Into<String>, target: impl Into<String>) -> Self {
+        self.config.mounts.push(Mount { source: MountSource::Volume(volume.into()), target: target.into(), read_only: false });
+        self
+    }
+    /// Outbound network access.
+    pub fn network(mut self, on: bool) -> Self {
+        self.config.network = on;
+        self
+    }
+    /// Idle timeout (reclaim after this long without activity).
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.config.idle_timeout = Some(d);
+        self
+    }
+    /// Maximum duration of each run.
+    pub fn max_duration(mut self, d: Duration) -> Self {
+        self.config.max_duration = Some(d);
+        self
+    }
+    /// Bound on each start.
+    pub fn startup_timeout(mut self, d: Duration) -> Self {
+        self.config.startup_timeout = d;
+        self
+    }
+    /// OCI runtime of the container driver.
+    pub fn runtime(mut self, runtime: OciRuntime) -> Self {
+        self.config.runtime = runtime;
+        self
+    }
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: SandboxConfig) -> Self {
+        self.config = config;
+        self
+    }
+    /// Survive the creating process (default: stop when it exits).
+    pub fn detached(mut self, detached: bool) -> Self {
+        self.detached = detached;
+        self
+    }
+    /// Uses `backend` instead of the default local backend.
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Replace an existing sandbox of this name (destroying it) on create.
+    pub fn replace(self) -> ReplaceBuilder {
+        ReplaceBuilder { inner: self }
+    }
+
+    async fn resolve_backend(&self) -> Result<Arc<dyn Backend>> {
+        match &self.backend {
+            Some(b) => Ok(b.clone()),
+            None => default_backend().await,
+        }
+    }
+
+    fn request(&self) -> CreateRequest {
+        CreateRequest { name: self.name.clone(), config: self.config.clone(), detached: self.detached }
+    }
+
+    /// Persists the sandbox without starting it.
+    pub async fn define(self) -> Result<SandboxHandle> {
+        let backend = self.resolve_backend().await?;
+        let info = backend.create(self.request()).await?;
+        Ok(SandboxHandle::bind(backend, info.id, info.name))
+    }
+
+    /// Creates and starts the sandbox (strict: an existing name is
+    /// [`Error::AlreadyExists`]).
+    pub async fn create(self) -> Result<Sandbox> {
+        let backend = self.resolve_backend().await?;
+        let info = backend.create(self.request()).await?;
+        let info = backend.start_identified(&info.name, &info.id, StartOptions::default()).await?;
+        Ok(Sandbox::bind(backend, &info))
+    }
+
+    /// Converges on the sandbox of this name: connects to it if it exists
+    /// (starting it if needed, its own configuration winning), otherwise
+    /// creates it. Many callers in many processes end up with the same id.
+    pub async fn connect_or_create(self) -> Result<Sandbox> {
+        let backend = self.resolve_backend().await?;
+        loop {
+            match backend.get(&self.name).await {
+                Ok(info) => {
+                    match backend.connect_or_start_identified(&info.name, &info.id, StartOptions::default()).await {
+                        Ok(info) => return Ok(Sandbox::bind(backend, &info)),
+                        // Removed (and maybe recreated) between the lookup and
+                        // the start: look again.
+                        Err(Error::NotFound { .. } | Error::SandboxReplaced { .. }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(Error::NotFound { .. }) => match backend.create(self.request()).await {
+                    Ok(info) => {
+                        let info = backend.connect_or_start_identified(&info.name, &info.id, StartOptions::default()).await?;
+                        return Ok(Sandbox::bind(backend, &info));
+                    }
+                    Err(Error::AlreadyExists { .. }) => continue,
+                    Err(e) => return Err(e),
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl ReplaceBuilder {
+    /// Destroys any sandbox of this name, then creates and starts a new one
+    /// (with a new id).
+    pub async fn create(self) -> Result<Sandbox> {
+        let backend = self.inner.resolve_backend().await?;
+        loop {
+            match backend.get(&self.inner.name).await {
+                Ok(info) => match backend.destroy_identified(&info.name, &info.id).await {
+                    Ok(()) | Err(Error::NotFound { .. }) | Err(Error::SandboxReplaced { .. }) => {}
+                    Err(e) => return Err(e),
+                },
+                Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            match self.inner.clone().backend(backend.clone()).create().await {
+                Err(Error::AlreadyExists { .. }) => continue,
+                other => return other,
+            }
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! The public handles: [`Sandbox`] (live, bound to one id and one runtime
+//! generation), [`SandboxHandle`] (metadata, bound to one id) and the
+//! [`SandboxBuilder`].
+//!
+//! Every receiver operation is bound to the captured id: if the name now
+//! belongs to another sandbox, the operation fails with
+//! [`Error::SandboxReplaced`] and touches nothing.
+
+mod builder;
+mod exec;
+mod fs;
+mod handle;
+mod tunnel;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burrow_protocol::{GuestError, GuestErrorCode, Identity, Request, Response};
+
+pub use builder::{ReplaceBuilder, SandboxBuilder};
+pub use exec::{ExecEvent, ExecOptions, ExecOutput, ExitStatus, Process};
+pub use fs::Fs;
+pub use handle::SandboxHandle;
+pub use tunnel::{PublishedPort, Tunnel};
+
+use crate::backend::{Backend, ListFilter, StopOptions};
+use crate::error::{Error, GuestFailure, Result};
+use crate::local::LocalBackend;
+use crate::model::{SandboxId, SandboxInfo, Status};
+use crate::runtime::client::{AgentClient, ConnectError, RequestHandle};
+
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A live handle to a running sandbox. Cheap to clone; clones share one
+/// connection.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Arc<dyn Backend>,
+    id: SandboxId,
+    name: String,
+    generation: AtomicU64,
+    conn: tokio::sync::Mutex<Option<AgentClient>>,
+}
+
+impl Sandbox {
+    /// Starts building a sandbox named `name`.
+    pub fn builder(name: impl Into<String>) -> SandboxBuilder {
+        SandboxBuilder::new(name)
+    }
+
+    /// A metadata handle to the sandbox currently named `name` (default backend).
+    pub async fn get(name: &str) -> Result<SandboxHandle> {
+        SandboxHandle::get_in(default_backend().await?, name).await
+    }
+
+    /// A metadata handle to exactly `id` (default backend).
+    pub async fn get_by_id(id: &SandboxId) -> Result<SandboxHandle> {
+        SandboxHandle::get_by_id_in(default_backend().await?, id).await
+    }
+
+    /// Lists sandboxes (default backend).
+    pub async fn list(filter: &ListFilter) -> Result<Vec<SandboxInfo>> {
+        default_backend().await?.list(filter).await
+    }
+
+    /// Removes the stopped sandbox named `name` (default backend).
+    pub async fn remove(name: &str) -> Result<()> {
+        default_backend().await?.remove(name).await
+    }
+
+    pub(crate) fn bind(backend: Arc<dyn Backend>, info: &SandboxInfo) -> Sandbox {
+        Sandbox {
+            inner: Arc::new(Inner {
+                backend,
+                id: info.id.clone(),
+                name: info.name.clone(),
+                generation: AtomicU64::new(info.generation),
+                conn: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The sandbox id.
+    pub fn id(&self) -> &SandboxId {
+        &self.inner.id
+    }
+
+    /// The sandbox name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The runtime generation this handle is bound to.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::SeqCst)
+    }
+
+    /// The metadata handle of the same sandbox.
+    pub fn handle(&self) -> SandboxHandle {
+        SandboxHandle::bind(self.inner.backend.clone(), self.inner.id.clone(), self.inner.name.clone())
+    }
+
+    /// A fresh snapshot (status, config, last run).
+    pub async fn info(&self) -> Result<SandboxInfo> {
+        self.inner.backend.status_identified(&self.inner.name, &self.inner.id).await
+    }
+
+    /// The current status.
+    pub async fn status(&self) -> Result<Status> {
+        Ok(self.info().await?.status)
+    }
+
+    /// The protocol connection, (re)opened on demand and bound to this id.
+    async fn client(&self) -> Result<AgentClient> {
+        let mut slot = self.inner.conn.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        // A restart may land between reading the generation and the hello;
+        // one retry then sees the new generation.
+        for attempt in 0..3 {
+            let stream = self.inner.backend.open_runtime_identified(&self.inner.name, &self.inner.id).await?;
+            let expect = Identity { sandbox_id: self.inner.id.to_string(), generation: stream.generation };
+            match AgentClient::connect(stream.reader, stream.writer, Some(expect), HELLO_TIMEOUT).await {
+                Ok(c) => {
+                    self.inner.generation.store(stream.generation, Ordering::SeqCst);
+                    *slot = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch && attempt < 2 => continue,
+                Err(ConnectError::Refused(g)) => return Err(Error::protocol(format!("the supervisor refused the connection: {g}"))),
+                Err(ConnectError::Other(e)) => {
+                    // The runtime may have stopped under us: report its state.
+                    let info = self.info().await?;
+                    if info.status != Status::Running {
+                        return Err(Error::InvalidState { operation: "exec", name: info.name, id: info.id, status: info.status });
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Err(Error::protocol("the sandbox kept restarting while connecting"))
+    }
+
+    /// Starts a request on the live connection.
+    async fn request(&self, body: Request) -> Result<RequestHandle> {
+        let client = self.client().await?;
+        match client.request(body.clone()) {
+            Ok(h) => Ok(h),
+            Err(_) => {
+                // Stale cached connection: reconnect once.
+                *self.inner.conn.lock().await = None;
+                self.client().await?.request(body)
+            }
+        }
+    }
+
+    /// Runs a request that streams nothing and returns its response.
+    async fn call(&self, operation: &'static str, body: Request) -> Result<Response> {
+        let handle = self.request(body).await?;
+        let res = handle.response().await;
+        self.settle(operation, res).await
+    }
+
+    /// Maps a request outcome to the public error types.
+    async fn settle(&self, operation: &'static str, res: Result<std::result::Result<Response, GuestError>>) -> Result<Response> {
+        match res {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(g)) if g.code == GuestErrorCode::Unavailable => Err(self.not_running(operation).await),
+            Ok(Err(g)) => Err(Error::Guest { operation: operation.into(), source: GuestFailure(g) }),
+            Err(e) => {
+                let info = self.info().await?;
+                if info.status != Status::Running {
+                    return Err(Error::InvalidState { operation, name: info.name, id: info.id, status: info.status });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn not_running(&self, operation: &'static str) -> Error {
+        match self.info().await {
+            Ok(info) => Error::InvalidState {
+                operation,
+                name: info.name,
+                id: info.id,
+                status: if info.status == Status::Running { Status::Draining } else { info.status },
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// Health check; returns the round-trip time. Does not count as activity.
+    pub async fn ping(&self) -> Result<Duration> {
+        let t = Instant::now();
+        self.call("ping", Request::Ping).await?;
+        Ok(t.elapsed())
+    }
+
+    /// File operations.
+    pub fn fs(&self) -> Fs<'_> {
+        Fs::new(self)
+    }
+
+    /// Graceful stop (default grace period).
+    pub async fn stop(&self) -> Result<SandboxInfo> {
+        self.stop_with(StopOptions::default()).await
+    }
+
+    /// Graceful stop with options.
+    pub async fn stop_with(&self, opts: StopOptions) -> Result<SandboxInfo> {
+        let r = self.inner.backend.stop_identified(&self.inner.name, &self.inner.id, opts).await;
+        *self.inner.conn.lock().await = None;
+        r
+    }
+
+    /// Immediate stop.
+    pub async fn kill(&self) -> Result<SandboxInfo> {
+        let r = self.inner.backend.kill_identified(&self.inner.name, &self.inner.id).await;
+        *self.inner.conn.lock().await = None;
+        r
+    }
+
+    /// Stop accepting new work; the sandbox stops when in-flight work ends.
+    pub async fn request_drain(&self) -> Result<SandboxInfo> {
+        self.inner.backend.request_drain_identified(&self.inner.name, &self.inner.id).await
+    }
+
+    /// Waits until the runtime generation this handle is bound to has ended.
+    pub async fn wait_until_stopped(&self) -> Result<SandboxInfo> {
+        let generation = self.generation();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let info = self.info().await?;
+            if info.generation != generation || !info.status.has_runtime() {
+                return Ok(info);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Stops and starts again: same id, same configuration; this handle
+    /// follows the new runtime generation.
+    pub async fn restart(&self) -> Result<SandboxInfo> {
+        *self.inner.conn.lock().await = None;
+        let info = self.inner.backend.restart_identified(&self.inner.name, &self.inner.id, StopOptions::default()).await?;
+        self.inner.generation.store(info.generation, Ordering::SeqCst);
+        Ok(info)
+    }
+
+    /// Kills (if running) and removes exactly this sandbox.
+    pub async fn destroy(&self) -> Result<()> {
+        *self.inner.conn.lock().await = None;
+        self.inner.backend.destroy_identified(&self.inner.name, &self.inner.id).await
+    }
+}
+
+pub(crate) async fn default_backend() -> Result<Arc<dyn Backend>> {
+    Ok(LocalBackend::shared().await? as Arc<dyn Backend>)
+}

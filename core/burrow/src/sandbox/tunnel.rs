@@ -1,0 +1,121 @@
+//! TCP tunnels to ports inside the sandbox, carried on the agent channel:
+//! publishing a port needs no host network setup and opens nothing else.
+
+use std::net::SocketAddr;
+
+use burrow_protocol::{GuestMsg, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use super::Sandbox;
+use crate::error::{Error, Result};
+
+/// A byte stream to `127.0.0.1:port` inside the sandbox.
+pub type Tunnel = DuplexStream;
+
+/// A guest port published on a host loopback address. Dropping it stops
+/// accepting new connections.
+#[derive(Debug)]
+pub struct PublishedPort {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl PublishedPort {
+    /// The host address (127.0.0.1:<ephemeral>).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for PublishedPort {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Sandbox {
+    /// Opens a TCP connection to `port` inside the sandbox. Fails with a
+    /// guest `connection_refused` error when nothing listens there.
+    pub async fn tunnel(&self, port: u16) -> Result<Tunnel> {
+        let mut handle = self.request(Request::Tunnel { port }).await?;
+        // The agent answers an error right away when the connect fails;
+        // otherwise data may flow before the final response.
+        let (mine, theirs) = tokio::io::duplex(256 * 1024);
+        let (mut rd, mut wr) = tokio::io::split(mine);
+        let first = tokio::time::timeout(std::time::Duration::from_millis(200), handle.next()).await;
+        let mut pending_first: Option<GuestMsg> = None;
+        match first {
+            Ok(Some(GuestMsg::Response { result: Err(g), .. })) => {
+                return Err(self.settle("tunnel", Ok(Err(g))).await.err().unwrap_or_else(|| Error::protocol("tunnel refused")));
+            }
+            Ok(Some(m)) => pending_first = Some(m),
+            Ok(None) => return Err(Error::protocol("the connection to the sandbox was lost")),
+            Err(_) => {}
+        }
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; burrow_protocol::MAX_CHUNK];
+            let mut host_open = true;
+            let mut msg = pending_first;
+            loop {
+                if let Some(m) = msg.take() {
+                    match m {
+                        GuestMsg::Stdout { data, .. } => {
+                            if wr.write_all(&data.0).await.is_err() {
+                                break;
+                            }
+                        }
+                        GuestMsg::Eof { .. } => {
+                            let _ = wr.shutdown().await;
+                        }
+                        GuestMsg::Response { .. } => break,
+                        _ => {}
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    m = handle.next() => match m {
+                        Some(m) => msg = Some(m),
+                        None => break,
+                    },
+                    n = rd.read(&mut buf), if host_open => match n {
+                        Ok(0) | Err(_) => {
+                            host_open = false;
+                            let _ = handle.send_eof();
+                        }
+                        Ok(n) => {
+                            if handle.send_data(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    },
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
+        Ok(theirs)
+    }
+
+    /// Publishes guest `port` on `127.0.0.1:<ephemeral>` of the host; every
+    /// accepted connection is tunnelled through the agent channel.
+    pub async fn publish(&self, port: u16) -> Result<PublishedPort> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| Error::io("binding a loopback port", None, e))?;
+        let addr = listener.local_addr().map_err(|e| Error::io("reading the bound address", None, e))?;
+        let sandbox = self.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let sandbox = sandbox.clone();
+                tokio::spawn(async move {
+                    match sandbox.tunnel(port).await {
+                        Ok(mut t) => {
+                            let _ = tokio::io::copy_bidirectional(&mut conn, &mut t).await;
+                        }
+                        Err(e) => tracing::debug!(error = %e, port, "tunnel for a published port failed"),
+                    }
+                });
+            }
+        });
+        Ok(PublishedPort { addr, task })
+    }
+}
