@@ -129,6 +129,8 @@ pub trait Backend: Send + Sync + Debug {
     async fn wait_for_status(&self, name: &str, statuses: &[Status]) -> Result<SandboxInfo>;
     /// Opens a protocol stream to the running sandbox.
     async fn open_runtime(&self, name: &str) -> Result<RuntimeStream>;
+    /// Lets a running attached sandbox survive its owner from now on.
+    async fn detach(&self, name: &str) -> Result<SandboxInfo>;
 
     /// Status of exactly `id`.
     async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
@@ -180,6 +182,11 @@ pub trait Backend: Send + Sync + Debug {
     async fn wait_for_status_identified(&self, name: &str, id: &SandboxId, statuses: &[Status]) -> Result<SandboxInfo> {
         self.status_identified(name, id).await?;
         self.wait_for_status(name, statuses).await
+    }
+    /// [`Backend::detach`] bound to `id`.
+    async fn detach_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.status_identified(name, id).await?;
+        self.detach(name).await
     }
     /// [`Backend::open_runtime`] bound to `id`.
     async fn open_runtime_identified(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {

@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod driver;
 pub mod error;
+mod fault;
 pub mod image;
 pub mod local;
 pub mod locks;

@@ -276,6 +276,9 @@ pub enum Control {
     /// the requests in flight have finished. Response [`Response::Done`] as
     /// soon as the sandbox is Draining.
     Drain,
+    /// Stop watching the owner process: the sandbox survives it from now on.
+    /// Response [`Response::Done`].
+    Detach,
 }
 
 /// Successful outcomes.

@@ -16,6 +16,9 @@ use burrow_protocol::{
     Response, PROTOCOL_VERSION,
 };
 
+/// The agent binary under test.
+pub const AGENT_BIN: &str = env!("CARGO_BIN_EXE_burrow-agent");
+
 /// How long any single expected frame may take.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -78,22 +81,24 @@ impl Agent {
     /// Starts an agent with a customised command, and does the handshake.
     pub fn start_with(configure: impl FnOnce(&mut Command)) -> Agent {
         let mut agent = Agent::spawn(configure);
-        agent.expect_hello();
-        agent.send(&HostMsg::Hello {
-            version: PROTOCOL_VERSION,
-            expect: None,
-        });
+        agent.handshake();
         agent
     }
 
     /// Starts an agent without any handshake.
     pub fn spawn(configure: impl FnOnce(&mut Command)) -> Agent {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_burrow-agent"));
+        let mut cmd = Command::new(AGENT_BIN);
+        configure(&mut cmd);
+        Agent::spawn_command(cmd).expect("spawn burrow-agent")
+    }
+
+    /// Runs `cmd` (which runs the agent somehow) with piped stdio, without
+    /// any handshake.
+    pub fn spawn_command(mut cmd: Command) -> std::io::Result<Agent> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        configure(&mut cmd);
-        let mut child = cmd.spawn().expect("spawn burrow-agent");
+        let mut child = cmd.spawn()?;
         let stdin = child.stdin.take();
         let mut stdout = child.stdout.take().expect("stdout");
         let mut stderr = child.stderr.take().expect("stderr");
@@ -120,7 +125,7 @@ impl Agent {
                 log2.lock().expect("log").extend_from_slice(&buf[..n]);
             }
         });
-        Agent {
+        Ok(Agent {
             child,
             stdin,
             frames,
@@ -128,7 +133,7 @@ impl Agent {
             unaddressed: VecDeque::new(),
             log,
             next_id: 1,
-        }
+        })
     }
 
     /// The agent's log so far.
@@ -138,6 +143,15 @@ impl Agent {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Reads the agent's hello and answers it.
+    pub fn handshake(&mut self) {
+        self.expect_hello();
+        self.send(&HostMsg::Hello {
+            version: PROTOCOL_VERSION,
+            expect: None,
+        });
     }
 
     fn expect_hello(&mut self) {

@@ -47,6 +47,7 @@ impl LocalBackend {
             };
             match claimed {
                 Some(generation) => {
+                    crate::fault::point("start.after_claim");
                     let detached = opts.detached.unwrap_or(info.detached);
                     return self.boot(&info, generation, detached).await;
                 }
@@ -149,6 +150,16 @@ impl LocalBackend {
                 }
             }
         }
+    }
+
+    pub(super) async fn do_detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        let info = self.lookup(name, id).await?.info;
+        if info.status.has_runtime() && info.status != Status::Starting {
+            self.control(&info, Control::Detach).await?;
+        } else {
+            self.store.set_detached(id, true).await?;
+        }
+        self.lookup(name, id).await.map(|r| r.info)
     }
 
     pub(super) async fn do_remove(&self, name: &str, id: &SandboxId) -> Result<()> {

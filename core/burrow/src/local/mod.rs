@@ -229,6 +229,13 @@ impl Backend for LocalBackend {
         let id = self.lookup_name(name).await?.info.id;
         self.open_runtime_identified(name, &id).await
     }
+    async fn detach(&self, name: &str) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.detach_identified(name, &id).await
+    }
+    async fn detach_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.do_detach(name, id).await
+    }
 
     async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.lookup(name, id).await.map(|r| r.info)

@@ -77,6 +77,7 @@ impl LocalBackend {
         }
         let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", bin.display()))?;
         drop(write_end);
+        crate::fault::point("start.after_spawn");
         let pid = child.id();
         // Dropping the handle is fine: tokio reaps the child in the background.
         drop(child);

@@ -256,6 +256,12 @@ impl Sandbox {
         Ok(info)
     }
 
+    /// Lets this sandbox survive the owning process (it stays running and is
+    /// found again by name or id).
+    pub async fn detach(&self) -> Result<SandboxInfo> {
+        self.inner.backend.detach_identified(&self.inner.name, &self.inner.id).await
+    }
+
     /// Kills (if running) and removes exactly this sandbox.
     pub async fn destroy(&self) -> Result<()> {
         *self.inner.conn.lock().await = None;

@@ -319,6 +319,17 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Records whether the sandbox survives its creating process.
+    pub async fn set_detached(&self, id: &SandboxId, detached: bool) -> Result<()> {
+        sqlx::query("UPDATE sandboxes SET detached = ?, updated_at = ? WHERE id = ?")
+            .bind(detached)
+            .bind(now_ms())
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Deletes a sandbox whose status allows removal. Returns false when the
     /// row is gone or its status changed meanwhile.
     pub async fn delete(&self, id: &SandboxId) -> Result<bool> {

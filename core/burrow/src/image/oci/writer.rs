@@ -224,7 +224,8 @@ fn append_entry(builder: &mut tar::Builder<Vec<u8>>, e: &LayerEntry) -> std::io:
     h.set_gid(e.gid);
     h.set_mtime(e.mtime);
     h.set_size(data.len() as u64);
-    let raw_fits = e.path.len() <= 100 && link.map_or(true, |l| l.len() <= 100);
+    let link_len = link.map(str::len).unwrap_or(0);
+    let raw_fits = e.path.len() <= 100 && link_len <= 100;
     if raw_fits {
         // Verbatim, unlike set_path, which refuses `..` and absolute paths.
         let old = h.as_old_mut();

@@ -104,6 +104,7 @@ pub(crate) enum Command {
     Stop { grace: Duration, reason: ExitReason, done: Option<oneshot::Sender<()>> },
     Kill { done: Option<oneshot::Sender<()>> },
     Drain { done: oneshot::Sender<()> },
+    Detach { done: oneshot::Sender<()> },
 }
 
 /// State shared with connection handlers.
@@ -136,6 +137,7 @@ async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
         }
     };
     let me = ProcIdentity::current();
+    crate::fault::point("supervisor.before_handoff");
     match store.handoff(&args.id, args.generation, me).await {
         Ok(true) => {}
         Ok(false) => {
@@ -197,6 +199,7 @@ async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant
             after: config.startup_timeout,
         })?;
     mark("runtime_lock", &mut t);
+    crate::fault::point("supervisor.after_lock");
 
     let image = crate::image::prepare(home, &config.image).await?;
     mark("image", &mut t);
@@ -242,6 +245,7 @@ async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant
         tracing::warn!(sandbox = %args.id, "{note}");
     }
     mark("launch", &mut t);
+    crate::fault::point("supervisor.after_launch");
     let mut guest = launched.guest;
 
     let identity = Identity { sandbox_id: args.id.to_string(), generation: args.generation };
@@ -267,6 +271,7 @@ async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io("restricting the supervisor socket", Some(&socket), e))?;
 
+    crate::fault::point("supervisor.before_running");
     timings.insert("total".into(), serde_json::json!(started.elapsed().as_secs_f64() * 1000.0));
     if !store.set_running(&args.id, args.generation, &serde_json::Value::Object(timings)).await? {
         let _ = guest.kill().await;
@@ -319,6 +324,13 @@ async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -
                 Command::Kill { done } => {
                     waiters.extend(done);
                     break End::Kill;
+                }
+                Command::Detach { done } => {
+                    owner = None;
+                    if let Err(e) = store.set_detached(&args.id, true).await {
+                        tracing::warn!(sandbox = %args.id, error = %e, "recording detach failed");
+                    }
+                    let _ = done.send(());
                 }
                 Command::Drain { done } => {
                     if !draining {

@@ -207,6 +207,11 @@ fn handle_control(id: u64, body: Control, shared: &Arc<Shared>, out: &mpsc::Unbo
             let _ = shared.commands.send(Command::Kill { done: Some(tx) });
             respond_when(rx, out.clone());
         }
+        Control::Detach => {
+            let (tx, rx) = oneshot::channel();
+            let _ = shared.commands.send(Command::Detach { done: tx });
+            respond_when(rx, out.clone());
+        }
         Control::Drain => {
             let (tx, rx) = oneshot::channel();
             let _ = shared.commands.send(Command::Drain { done: tx });

@@ -1,0 +1,24 @@
+//! Fault-injection points for crash-safety tests (debug builds only).
+//!
+//! With `BURROW_FAULT=<point>` in the environment, a process reaching that
+//! point writes its pid to `$BURROW_FAULT_MARKER` and hangs, so a test can
+//! SIGKILL it at exactly that step. Release builds compile this to nothing.
+
+/// Hangs here if `BURROW_FAULT` names this point (debug builds only).
+pub(crate) fn point(name: &str) {
+    #[cfg(debug_assertions)]
+    {
+        if std::env::var("BURROW_FAULT").is_ok_and(|v| v == name) {
+            if let Some(marker) = std::env::var_os("BURROW_FAULT_MARKER") {
+                let tmp = std::path::PathBuf::from(&marker).with_extension("tmp");
+                let _ = std::fs::write(&tmp, std::process::id().to_string());
+                let _ = std::fs::rename(&tmp, &marker);
+            }
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+}

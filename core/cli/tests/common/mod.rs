@@ -1,0 +1,178 @@
+//! Shared setup for the end-to-end tests: real supervisor processes, the real
+//! static guest agent, real runc containers over a busybox root filesystem,
+//! and a fresh burrow home (real SQLite file) per test.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Once, OnceLock};
+use std::time::{Duration, Instant};
+
+use burrow::{Backend, LocalBackend, SandboxBuilder};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
+
+pub fn burrow_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_burrow"))
+}
+
+fn lock_file(path: &Path) -> std::fs::File {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("lock dir");
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).expect("lock file");
+    f.lock().expect("lock");
+    f
+}
+
+/// The static guest agent, built (once, under a lock shared by every test
+/// binary) into its own target directory so it never contends with the
+/// cargo invocation running the tests.
+pub fn agent_bin() -> PathBuf {
+    static AGENT: OnceLock<PathBuf> = OnceLock::new();
+    AGENT
+        .get_or_init(|| {
+            if let Some(p) = std::env::var_os("BURROW_AGENT_BIN").filter(|p| !p.is_empty()) {
+                return PathBuf::from(p);
+            }
+            let root = workspace_root();
+            let target = root.join("target/agent");
+            let _guard = lock_file(&target.join(".build.lock"));
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .current_dir(&root)
+                .args(["build", "-q", "-p", "burrow-agent", "--release", "--target", "x86_64-unknown-linux-musl", "--target-dir"])
+                .arg(&target)
+                .status()
+                .expect("running cargo to build the guest agent");
+            assert!(status.success(), "building the static guest agent failed (is the x86_64-unknown-linux-musl target installed?)");
+            target.join("x86_64-unknown-linux-musl/release/burrow-agent")
+        })
+        .clone()
+}
+
+/// A busybox root filesystem (built once per workspace).
+pub fn busybox_rootfs() -> PathBuf {
+    static ROOTFS: OnceLock<PathBuf> = OnceLock::new();
+    ROOTFS
+        .get_or_init(|| {
+            let dir = workspace_root().join("target/test-images/busybox");
+            let _guard = lock_file(&workspace_root().join("target/test-images/.lock"));
+            if dir.join(".complete").exists() {
+                return dir;
+            }
+            let status = Command::new("bash")
+                .arg(workspace_root().join("scripts/make-demo-rootfs.sh"))
+                .arg(&dir)
+                .status()
+                .expect("running scripts/make-demo-rootfs.sh");
+            assert!(status.success(), "building the busybox rootfs failed (is busybox-static installed?)");
+            std::fs::write(dir.join(".complete"), b"").expect("marker");
+            dir
+        })
+        .clone()
+}
+
+static ENV: Once = Once::new();
+
+/// Points the library at the test binaries. Called before any thread of the
+/// test touches the environment.
+pub fn init_env() {
+    ENV.call_once(|| {
+        let agent = agent_bin();
+        // SAFETY (edition 2021 API, documented hazard): set once, guarded by
+        // `Once`, before any sandbox is created in this process.
+        std::env::set_var("BURROW_BIN", burrow_bin());
+        std::env::set_var("BURROW_AGENT_BIN", agent);
+        let _ = tracing_subscriber_init();
+    });
+}
+
+fn tracing_subscriber_init() -> Option<()> {
+    None
+}
+
+/// A fresh burrow home (short path: unix socket paths live under it).
+pub struct TestHome {
+    pub dir: tempfile::TempDir,
+    pub backend: Arc<LocalBackend>,
+}
+
+impl TestHome {
+    pub async fn new() -> TestHome {
+        init_env();
+        let dir = tempfile::Builder::new().prefix("bt").tempdir_in("/tmp").expect("temp home");
+        let home = burrow::paths::Home::at(dir.path()).expect("home");
+        let backend = Arc::new(LocalBackend::open(home).await.expect("open backend"));
+        TestHome { dir, backend }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn dyn_backend(&self) -> Arc<dyn Backend> {
+        self.backend.clone()
+    }
+
+    /// A builder for `name` on this home with the busybox image.
+    pub fn builder(&self, name: &str) -> SandboxBuilder {
+        burrow::Sandbox::builder(name)
+            .image(busybox_rootfs().to_string_lossy().into_owned())
+            .backend(self.dyn_backend())
+    }
+
+    /// A `burrow` CLI command bound to this home.
+    pub fn cli(&self) -> Command {
+        let mut c = Command::new(burrow_bin());
+        c.env("BURROW_HOME", self.path())
+            .env("BURROW_BIN", burrow_bin())
+            .env("BURROW_AGENT_BIN", agent_bin())
+            .stdin(Stdio::null());
+        c
+    }
+}
+
+impl Drop for TestHome {
+    fn drop(&mut self) {
+        // Stop every supervisor of this home so no test leaks runtimes (the
+        // agent sees its channel close and the container goes with it).
+        kill_supervisors_of(self.dir.path());
+    }
+}
+
+/// SIGKILLs every supervisor process whose command line names `home`.
+pub fn kill_supervisors_of(home: &Path) {
+    let needle = home.to_string_lossy().into_owned();
+    for pid in supervisors_of(&needle) {
+        // SAFETY: kill(2) on a pid we just read from /proc.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
+/// Pids of live supervisor processes for `home`.
+pub fn supervisors_of(home: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return out };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == home) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Polls `f` until it returns true or `limit` passes.
+pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}

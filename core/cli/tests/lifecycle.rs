@@ -1,0 +1,215 @@
+//! End-to-end lifecycle tests in one process: real supervisors, real runc
+//! containers, real SQLite.
+
+mod common;
+
+use std::time::Duration;
+
+use burrow::{ErrorCode, ExecOptions, Sandbox, SandboxHandle, Status};
+use common::TestHome;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_exec_fs_stop_restart_remove() {
+    let home = TestHome::new().await;
+    let sb = home.builder("basic").env("GREETING", "hello").create().await.expect("create");
+    assert_eq!(sb.status().await.unwrap(), Status::Running);
+
+    let out = sb.exec(["sh", "-c", "echo $GREETING; echo oops >&2; exit 3"]).await.unwrap();
+    assert_eq!(out.stdout_str(), "hello\n");
+    assert_eq!(out.stderr_str(), "oops\n");
+    assert_eq!(out.status.code, Some(3));
+
+    let out = sb.exec_with(ExecOptions::new(["cat"]).stdin(b"piped".to_vec())).await.unwrap();
+    assert_eq!(out.stdout, b"piped");
+
+    let id = sb.exec(["id", "-u"]).await.unwrap();
+    assert_eq!(id.stdout_str().trim(), "0", "the agent runs as root inside its user namespace");
+
+    sb.fs().mkdir("/data/sub", true).await.unwrap();
+    sb.fs().write("/data/sub/f.txt", b"content").await.unwrap();
+    assert_eq!(sb.fs().read("/data/sub/f.txt").await.unwrap(), b"content");
+    assert!(sb.fs().exists("/data/sub/f.txt").await.unwrap());
+    let names: Vec<String> = sb.fs().list("/data/sub").await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["f.txt".to_string()]);
+    let err = sb.fs().read("/nope").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Guest);
+    let err = sb.fs().read("relative").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+
+    // Restart continuity: same id, same config, the writable layer survives.
+    let gen1 = sb.generation();
+    let info = sb.restart().await.unwrap();
+    assert_eq!(&info.id, sb.id());
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.generation, gen1 + 1);
+    assert_eq!(info.config.env.get("GREETING").map(String::as_str), Some("hello"));
+    assert_eq!(sb.fs().read("/data/sub/f.txt").await.unwrap(), b"content");
+
+    let stopped = sb.stop().await.unwrap();
+    assert_eq!(stopped.status, Status::Stopped);
+    assert_eq!(stopped.last_run.unwrap().exit_reason, Some(burrow::ExitReason::Stopped));
+    let err = sb.exec(["true"]).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+
+    let handle = sb.handle();
+    handle.remove().await.unwrap();
+    let err = Sandbox::get_by_id(sb.id()).await;
+    assert!(err.is_err());
+    let err = home.backend.get("basic").await;
+    assert_eq!(err.unwrap_err().code(), ErrorCode::NotFound);
+    assert!(!home.path().join("sandboxes").join(sb.id().as_str()).exists(), "remove deletes the sandbox's own state");
+}
+
+use burrow::Backend;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_is_final_and_existing_config_wins() {
+    let home = TestHome::new().await;
+    let first = home.builder("cfg").env("WHO", "first").create().await.unwrap();
+    // connect_or_create with other options converges on the existing one.
+    let again = home.builder("cfg").env("WHO", "second").cpus(1.5).connect_or_create().await.unwrap();
+    assert_eq!(again.id(), first.id());
+    let out = again.exec(["sh", "-c", "echo $WHO"]).await.unwrap();
+    assert_eq!(out.stdout_str(), "first\n");
+    assert_eq!(again.info().await.unwrap().config.cpus, None);
+
+    // strict create on a taken name
+    let err = home.builder("cfg").create().await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AlreadyExists);
+    assert_eq!(err.sandbox_id(), Some(first.id()));
+
+    first.destroy().await.unwrap();
+    let recreated = home.builder("cfg").create().await.unwrap();
+    assert_ne!(recreated.id(), first.id(), "a recreated name gets a new id");
+    recreated.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_receivers_get_sandbox_replaced_and_touch_nothing() {
+    let home = TestHome::new().await;
+    let old = home.builder("ident").create().await.unwrap();
+    let old_handle = old.handle();
+    old.stop().await.unwrap();
+    old_handle.remove().await.unwrap();
+    let new = home.builder("ident").create().await.unwrap();
+    let new_gen = new.generation();
+    assert_ne!(new.id(), old.id());
+
+    let check = |e: burrow::Error| {
+        assert_eq!(e.code(), ErrorCode::SandboxReplaced, "{e}");
+        assert_eq!(e.sandbox_id(), Some(old.id()));
+    };
+    check(old_handle.info().await.unwrap_err());
+    check(old_handle.start().await.unwrap_err());
+    check(old_handle.connect_or_start().await.unwrap_err());
+    check(old_handle.stop().await.unwrap_err());
+    check(old_handle.kill().await.unwrap_err());
+    check(old_handle.request_drain().await.unwrap_err());
+    check(old_handle.restart().await.unwrap_err());
+    check(old_handle.destroy().await.unwrap_err());
+    check(old_handle.remove().await.unwrap_err());
+    check(old_handle.wait_for_status(&[Status::Stopped]).await.unwrap_err());
+    check(old.exec(["true"]).await.unwrap_err());
+    check(old.fs().read("/etc/motd").await.unwrap_err());
+    check(old.stop().await.unwrap_err());
+    check(old.kill().await.unwrap_err());
+    check(old.restart().await.unwrap_err());
+    check(old.destroy().await.unwrap_err());
+    check(old.request_drain().await.unwrap_err());
+
+    // The replacement is untouched: same generation, still running.
+    let info = new.info().await.unwrap();
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.generation, new_gen);
+    assert_eq!(new.exec(["true"]).await.unwrap().status.code, Some(0));
+    new.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_typed_and_changes_nothing() {
+    let home = TestHome::new().await;
+    for name in [String::new(), "a".repeat(129), "€".repeat(43)] {
+        let err = home.builder(&name).define().await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidName, "{name:?}");
+    }
+    // 128 bytes of multi-byte UTF-8 is a valid name.
+    let long = "😀".repeat(32);
+    let h = home.builder(&long).define().await.unwrap();
+    assert_eq!(h.status().await.unwrap(), Status::Created);
+
+    let err = home.builder("cfg").cpus(0.0).define().await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    let err = home.builder("cfg").workdir("relative").define().await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    let err = Sandbox::builder("img").image("/definitely/not/a/dir").backend(home.dyn_backend()).define().await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidImage);
+    let err = home.backend.get("cfg").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotFound, "a rejected create persists nothing");
+    let all = home.backend.list(&Default::default()).await.unwrap();
+    assert_eq!(all.len(), 1);
+
+    let sb = h.start().await.unwrap();
+    let err = sb.exec(Vec::<String>::new()).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    let err = sb.exec_with(ExecOptions::new(["true"]).cwd("rel")).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    let err = sb.exec(["/no/such/program"]).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Guest);
+    assert_eq!(sb.status().await.unwrap(), Status::Running);
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnel_and_copy() {
+    let home = TestHome::new().await;
+    let sb = home.builder("net").create().await.unwrap();
+    // busybox nc answers one connection on port 7000 inside the sandbox.
+    let mut server = sb.spawn(ExecOptions::new(["sh", "-c", "echo pong | nc -l -p 7000"])).await.unwrap();
+    server.close_stdin().unwrap();
+    let mut attempt = 0;
+    let reply = loop {
+        attempt += 1;
+        match sb.tunnel(7000).await {
+            Ok(mut t) => {
+                use tokio::io::AsyncReadExt;
+                let mut buf = Vec::new();
+                let _ = tokio::time::timeout(Duration::from_secs(5), t.read_to_end(&mut buf)).await;
+                if !buf.is_empty() {
+                    break buf;
+                }
+            }
+            Err(e) if attempt < 50 => {
+                let _ = e;
+            }
+            Err(e) => panic!("tunnel failed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(attempt < 50, "no answer through the tunnel");
+    };
+    assert_eq!(reply, b"pong\n");
+    let _ = server.wait().await;
+
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir(src.path().join("tree")).unwrap();
+    std::fs::write(src.path().join("tree/a.txt"), b"A").unwrap();
+    sb.fs().copy_in(&src.path().join("tree"), "/in").await.unwrap();
+    assert_eq!(sb.fs().read("/in/tree/a.txt").await.unwrap(), b"A");
+    let dst = tempfile::tempdir().unwrap();
+    sb.fs().copy_out("/in/tree", dst.path()).await.unwrap();
+    assert_eq!(std::fs::read(dst.path().join("tree/a.txt")).unwrap(), b"A");
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_by_status_and_label() {
+    let home = TestHome::new().await;
+    let a = home.builder("a").label("team", "x").define().await.unwrap();
+    let _b = home.builder("b").label("team", "y").define().await.unwrap();
+    let filter = burrow::ListFilter { labels: [("team".to_string(), "x".to_string())].into(), ..Default::default() };
+    let found = home.backend.list(&filter).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(&found[0].id, a.id());
+    let filter = burrow::ListFilter { statuses: vec![Status::Running], ..Default::default() };
+    assert!(home.backend.list(&filter).await.unwrap().is_empty());
+    let _ = SandboxHandle::get_in(home.dyn_backend(), "a").await.unwrap();
+}
