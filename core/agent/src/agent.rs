@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use burrow_protocol::{
@@ -137,7 +138,9 @@ pub fn cancelled() -> GuestError {
 
 /// Runs the agent on `channel` until it shuts down; returns the exit code.
 pub fn run(channel: Channel, signals: Signals) -> i32 {
-    let Channel { mut reader, writer } = channel;
+    let Channel { reader, writer } = channel;
+    // Header and body of a frame usually arrive in one read.
+    let mut reader = std::io::BufReader::with_capacity(128 * 1024, reader);
     let out = match channel::start_writer(writer) {
         Ok(out) => out,
         Err(e) => {
@@ -334,6 +337,9 @@ impl Dispatcher {
         if body == Request::Ping {
             return self.respond(id, Ok(Response::Pong));
         }
+        if matches!(body, Request::Shutdown { .. }) {
+            agent.shutdown.refuse_new();
+        }
         let (mailbox, inbox) = match mailbox::new() {
             Ok(pair) => pair,
             Err(e) => return self.respond(id, Err(GuestError::from_io(&e, "mailbox"))),
@@ -357,34 +363,46 @@ impl Dispatcher {
 
 /// Worker thread body: serve one request and send its final response.
 fn serve(ctx: Ctx, body: Request) {
-    let result = match body {
+    // A bug in one request must neither take the agent down nor leave the
+    // host waiting forever: a panic becomes an error response.
+    let result =
+        std::panic::catch_unwind(AssertUnwindSafe(|| handle(&ctx, body))).unwrap_or_else(|_| {
+            Err(GuestError::new(
+                GuestErrorCode::Io,
+                "internal error while serving the request",
+            ))
+        });
+    // Leave the registry first: once the host sees the response it may reuse the id.
+    ctx.agent.requests.remove(ctx.id);
+    ctx.agent
+        .out
+        .send(GuestMsg::Response { id: ctx.id, result });
+}
+
+fn handle(ctx: &Ctx, body: Request) -> Result<Response, GuestError> {
+    match body {
         Request::Shutdown { grace_ms } => {
             let grace = std::time::Duration::from_millis(grace_ms);
             shutdown::run(&ctx.agent, grace, Some(ctx.id), 0)
         }
         Request::Ping => Ok(Response::Pong),
-        Request::Exec(req) => exec::run(&ctx, req),
-        Request::ReadFile { path } => files::read(&ctx, &path),
-        Request::WriteFile { path, mode, append } => files::write(&ctx, &path, mode, append),
+        Request::Exec(req) => exec::run(ctx, req),
+        Request::ReadFile { path } => files::read(ctx, &path),
+        Request::WriteFile { path, mode, append } => files::write(ctx, &path, mode, append),
         Request::ListDir { path } => fs::list_dir(&path),
         Request::Stat { path } => fs::stat(&path),
         Request::Exists { path } => fs::exists(&path),
         Request::Mkdir { path, parents } => fs::mkdir(&path, parents),
         Request::Remove { path, recursive } => fs::remove(&path, recursive),
         Request::Rename { from, to } => fs::rename(&from, &to),
-        Request::CopyIn { path } => archive::copy_in(&ctx, &path),
-        Request::CopyOut { path } => archive::copy_out(&ctx, &path),
-        Request::Tunnel { port } => tunnel::run(&ctx, port),
+        Request::CopyIn { path } => archive::copy_in(ctx, &path),
+        Request::CopyOut { path } => archive::copy_out(ctx, &path),
+        Request::Tunnel { port } => tunnel::run(ctx, port),
         Request::Sync => {
             fs::sync();
             Ok(Response::Done)
         }
-    };
-    // Leave the registry first: once the host sees the response it may reuse the id.
-    ctx.agent.requests.remove(ctx.id);
-    ctx.agent
-        .out
-        .send(GuestMsg::Response { id: ctx.id, result });
+    }
 }
 
 #[cfg(test)]

@@ -14,12 +14,10 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{
-    ExecRequest, ExitStatus, GuestError, GuestErrorCode, Response, TtySize, MAX_CHUNK,
-};
+use burrow_protocol::{ExecRequest, ExitStatus, GuestError, GuestErrorCode, Response, MAX_CHUNK};
 
 use crate::agent::Ctx;
-use crate::log::warning;
+use crate::log::{info, warning};
 use crate::mailbox::{Event, Input};
 use crate::spawn::{self, Plan, Stdio};
 use crate::{pty, sys};
@@ -70,13 +68,30 @@ pub fn run(ctx: &Ctx, req: ExecRequest) -> Result<Response, GuestError> {
     let spawn_err = |e: io::Error| GuestError::from_io(&e, &format!("starting {program}"));
 
     let mut session = match req.tty {
-        Some(size) => start_pty(ctx, &plan, size).map_err(spawn_err)?,
+        Some(size) => {
+            let pty = pty::open(size).map_err(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    GuestError::new(
+                        GuestErrorCode::Unsupported,
+                        "this guest has no pseudo-terminals (/dev/ptmx is missing)",
+                    )
+                } else {
+                    GuestError::from_io(&e, "opening a pty")
+                }
+            })?;
+            start_pty(ctx, &plan, pty).map_err(spawn_err)?
+        }
         None => start_pipes(ctx, &plan, req.stdin).map_err(spawn_err)?,
     };
     if let Some(ms) = req.timeout_ms {
-        session.deadline = Some(Instant::now() + Duration::from_millis(ms));
+        // An absurdly large timeout (overflowing Instant) means none.
+        session.deadline = Instant::now().checked_add(Duration::from_millis(ms));
     }
-    Ok(Response::Exit(session.run()))
+    let pid = session.pid;
+    info!("exec {}: started {program:?} as pid {pid}", ctx.id);
+    let status = session.run();
+    info!("exec {}: pid {pid} ended: {status:?}", ctx.id);
+    Ok(Response::Exit(status))
 }
 
 fn start_pipes<'a>(ctx: &'a Ctx, plan: &Plan, with_stdin: bool) -> io::Result<Session<'a>> {
@@ -88,6 +103,15 @@ fn start_pipes<'a>(ctx: &'a Ctx, plan: &Plan, with_stdin: bool) -> io::Result<Se
     } else {
         (sys::dev_null()?, None)
     };
+    // Only our ends (separate open file descriptions from the child's ends)
+    // become non-blocking. Everything that can fail happens before the
+    // spawn, so an error never leaves a process behind.
+    for fd in [Some(&out_r), Some(&err_r), in_ours.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        sys::set_nonblocking(fd.as_fd(), true)?;
+    }
     let stdio = Stdio::Fds {
         stdin: in_child.as_fd(),
         stdout: out_w.as_fd(),
@@ -96,12 +120,6 @@ fn start_pipes<'a>(ctx: &'a Ctx, plan: &Plan, with_stdin: bool) -> io::Result<Se
     let pid = spawn::spawn(&ctx.agent.procs, ctx.mailbox(), plan, stdio)?;
     // Our copies of the child's ends must go, or the pipes never reach EOF.
     drop((in_child, out_w, err_w));
-    for fd in [Some(&out_r), Some(&err_r), in_ours.as_ref()]
-        .into_iter()
-        .flatten()
-    {
-        sys::set_nonblocking(fd.as_fd(), true)?;
-    }
     Ok(Session::new(
         ctx,
         pid,
@@ -111,8 +129,11 @@ fn start_pipes<'a>(ctx: &'a Ctx, plan: &Plan, with_stdin: bool) -> io::Result<Se
     ))
 }
 
-fn start_pty<'a>(ctx: &'a Ctx, plan: &Plan, size: TtySize) -> io::Result<Session<'a>> {
-    let pty = pty::open(size)?;
+fn start_pty<'a>(ctx: &'a Ctx, plan: &Plan, pty: pty::Pty) -> io::Result<Session<'a>> {
+    // Duplicates first: nothing may fail once the process runs.
+    let output = pty.master.try_clone()?;
+    let input = pty.master.try_clone()?;
+    let eof = pty::eof_char(pty.master.as_fd());
     let pid = spawn::spawn(
         &ctx.agent.procs,
         ctx.mailbox(),
@@ -122,9 +143,6 @@ fn start_pty<'a>(ctx: &'a Ctx, plan: &Plan, size: TtySize) -> io::Result<Session
     // Once the process side closes the slave, reads on the master fail with
     // EIO: that is the end of output.
     drop(pty.slave);
-    let output = pty.master.try_clone()?;
-    let input = pty.master.try_clone()?;
-    let eof = pty::eof_char(pty.master.as_fd());
     Ok(Session::new(
         ctx,
         pid,

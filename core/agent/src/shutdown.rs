@@ -31,14 +31,24 @@ const FLUSH_WAIT: Duration = Duration::from_secs(2);
 /// Whether a shutdown has begun, and which `Shutdown` requests await `Done`.
 #[derive(Debug, Default)]
 pub struct ShutdownState {
-    started: AtomicBool,
+    /// New requests are refused.
+    refusing: AtomicBool,
+    /// Someone runs the shutdown procedure.
+    claimed: AtomicBool,
     replies: Mutex<Vec<u64>>,
 }
 
 impl ShutdownState {
     /// Whether a shutdown has begun (new requests are then refused).
     pub fn started(&self) -> bool {
-        self.started.load(Ordering::SeqCst)
+        self.refusing.load(Ordering::SeqCst)
+    }
+
+    /// Refuses new requests from now on. The main thread calls this when it
+    /// dispatches a `Shutdown`, so that every request after it in the
+    /// channel is refused, however the threads get scheduled.
+    pub fn refuse_new(&self) {
+        self.refusing.store(true, Ordering::SeqCst);
     }
 }
 
@@ -49,7 +59,8 @@ pub fn run(agent: &Arc<Agent>, grace: Duration, reply_to: Option<u64>, code: i32
     if let Some(id) = reply_to {
         lock(&agent.shutdown.replies).push(id);
     }
-    if agent.shutdown.started.swap(true, Ordering::SeqCst) {
+    agent.shutdown.refuse_new();
+    if agent.shutdown.claimed.swap(true, Ordering::SeqCst) {
         loop {
             std::thread::park();
         }

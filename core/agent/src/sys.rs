@@ -182,15 +182,15 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
-/// Sleeps in small steps until `done()` holds or `limit` has passed.
-/// Returns whether `done()` held.
+/// Sleeps in small steps until `done()` holds or `limit` has passed (a
+/// limit too large to represent means no limit). Returns whether `done()` held.
 pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
+    let deadline = Instant::now().checked_add(limit);
     loop {
         if done() {
             return true;
         }
-        if Instant::now() >= deadline {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             return false;
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -2,7 +2,7 @@
 //! reaps orphans, and on shutdown it terminates *everything* in the
 //! namespace with kill(-1), which is safe only there.
 //!
-//! Needs `unshare --pid` (root or user namespaces); skipped where that fails.
+//! Needs `unshare --pid` (root, as in CI); fails loudly where that is missing.
 
 mod common;
 
@@ -12,27 +12,25 @@ use std::time::Duration;
 use burrow_protocol::{Request, Response};
 use common::{Agent, AGENT_BIN};
 
-/// The agent as PID 1 in a new PID namespace, or `None` when unavailable.
-fn agent_as_pid1() -> Option<Agent> {
+/// The agent as PID 1 in a new PID namespace.
+fn agent_as_pid1() -> Agent {
     let probe = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "true"])
         .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipping: cannot create a PID namespace with unshare");
-        return None;
-    }
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "cannot create a PID namespace with unshare (needs root)"
+    );
     let mut cmd = Command::new("unshare");
     cmd.args(["--pid", "--fork", "--mount-proc", AGENT_BIN]);
     let mut agent = Agent::spawn_command(cmd).expect("spawn unshare");
     agent.handshake();
-    Some(agent)
+    agent
 }
 
 #[test]
 fn pid1_reaps_orphans_and_kills_everything_on_shutdown() {
-    let Some(mut agent) = agent_as_pid1() else {
-        return;
-    };
+    let mut agent = agent_as_pid1();
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = dir.path().join("orphan-got-term");
 

@@ -297,7 +297,10 @@ pub enum Response {
         entries: Vec<DirEntry>,
     },
     /// File metadata.
-    Stat(FileStat),
+    Stat {
+        /// The metadata.
+        stat: FileStat,
+    },
     /// Answer to `Exists`.
     Exists {
         /// Whether the path exists.

@@ -308,7 +308,12 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // Closing the channel makes the agent terminate what it spawned;
+        // kill it only if it does not exit by itself.
+        self.stdin = None;
+        if self.wait_exit(Duration::from_secs(3)).is_none() {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
         if std::thread::panicking() {
             eprintln!("---- burrow-agent log ----\n{}", self.log());

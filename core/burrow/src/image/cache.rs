@@ -129,7 +129,8 @@ impl RootfsCache {
         let built = build(&tmp).and_then(|config| {
             sync_filesystem(&tmp)?;
             let tree = self.tree(digest);
-            fs::rename(&tmp, &tree).map_err(|e| Error::io("moving an unpacked image into place", Some(&tree), e))?;
+            fs::rename(&tmp, &tree)
+                .map_err(|e| Error::io("moving an unpacked image into place", Some(&tree), e))?;
             Ok(config)
         });
         let config = match built {
@@ -175,10 +176,12 @@ impl RootfsCache {
 
     fn remove_leftovers(&self, digest: &Digest) -> Result<()> {
         let prefix = Self::tmp_prefix(digest);
-        let listing = fs::read_dir(&self.dir).map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
+        let listing = fs::read_dir(&self.dir)
+            .map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
         let mut stale: Vec<PathBuf> = Vec::new();
         for entry in listing {
-            let entry = entry.map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
+            let entry =
+                entry.map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
             if entry.file_name().to_string_lossy().starts_with(&prefix) {
                 stale.push(entry.path());
             }
@@ -191,17 +194,28 @@ impl RootfsCache {
             if fs::symlink_metadata(&path).is_ok() {
                 tracing::debug!(path = %path.display(), "removing an incomplete image unpack");
             }
-            remove_tree(&path).map_err(|e| Error::io("removing an incomplete image unpack", Some(&path), e))?;
+            remove_tree(&path)
+                .map_err(|e| Error::io("removing an incomplete image unpack", Some(&path), e))?;
         }
         Ok(())
     }
 
     fn write_marker(&self, digest: &Digest, config: &ImageConfig) -> Result<()> {
         let marker = self.marker(digest);
-        let tmp = self.dir.join(format!("{}{}.json", Self::tmp_prefix(digest), std::process::id()));
-        let data = serde_json::to_vec_pretty(config).map_err(|e| Error::io("encoding an image config", Some(&marker), e.into()))?;
+        let tmp = self.dir.join(format!(
+            "{}{}.json",
+            Self::tmp_prefix(digest),
+            std::process::id()
+        ));
+        let data = serde_json::to_vec_pretty(config)
+            .map_err(|e| Error::io("encoding an image config", Some(&marker), e.into()))?;
         let write = || -> io::Result<()> {
-            let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(&data)?;
             f.sync_all()?;
             fs::rename(&tmp, &marker)?;
@@ -217,12 +231,17 @@ impl RootfsCache {
 /// Flushes the filesystem holding `path`, so a tree is durable before its
 /// rename makes it visible (a marker must never outlive its content).
 fn sync_filesystem(path: &Path) -> Result<()> {
-    let dir = File::open(path).map_err(|e| Error::io("opening an unpacked image", Some(path), e))?;
+    let dir =
+        File::open(path).map_err(|e| Error::io("opening an unpacked image", Some(path), e))?;
     // SAFETY: the fd is valid for the lifetime of `dir`; syncfs takes no
     // pointers.
     let rc = unsafe { libc::syncfs(dir.as_raw_fd()) };
     if rc != 0 {
-        return Err(Error::io("flushing an unpacked image", Some(path), io::Error::last_os_error()));
+        return Err(Error::io(
+            "flushing an unpacked image",
+            Some(path),
+            io::Error::last_os_error(),
+        ));
     }
     Ok(())
 }

@@ -26,12 +26,20 @@ impl Digest {
             return Err(format!("digest {s:?} has no algorithm prefix"));
         };
         if alg != "sha256" {
-            return Err(format!("digest {s:?}: unsupported algorithm {alg:?} (only sha256)"));
+            return Err(format!(
+                "digest {s:?}: unsupported algorithm {alg:?} (only sha256)"
+            ));
         }
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(format!("digest {s:?} is not 64 lowercase hex digits"));
         }
-        Ok(Digest { hex: hex.to_owned() })
+        Ok(Digest {
+            hex: hex.to_owned(),
+        })
     }
 
     /// The digest of `data`.
@@ -93,9 +101,13 @@ impl BlobDir {
             }
             Err(e) => return Err(BlobError::Io(path, e)),
         };
-        let meta = file.metadata().map_err(|e| BlobError::Io(path.clone(), e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| BlobError::Io(path.clone(), e))?;
         if !meta.is_file() {
-            return Err(BlobError::Invalid(format!("blob {digest} is not a regular file")));
+            return Err(BlobError::Invalid(format!(
+                "blob {digest} is not a regular file"
+            )));
         }
         if meta.len() != size {
             return Err(BlobError::Invalid(format!(
@@ -107,7 +119,12 @@ impl BlobDir {
     }
 
     /// Reads a whole blob of at most `limit` bytes and verifies it.
-    pub(crate) fn read(&self, digest: &Digest, size: u64, limit: u64) -> Result<Vec<u8>, BlobError> {
+    pub(crate) fn read(
+        &self,
+        digest: &Digest,
+        size: u64,
+        limit: u64,
+    ) -> Result<Vec<u8>, BlobError> {
         if size > limit {
             return Err(BlobError::Invalid(format!(
                 "blob {digest} is {size} bytes, more than the {limit} allowed for it"
@@ -126,7 +143,11 @@ impl BlobDir {
     /// returns a reader that verifies it again as it is read (so a blob that
     /// changes between the two passes still never gets through unnoticed:
     /// the reader fails at its end, see [`VerifyingReader`]).
-    pub(crate) fn open_verified(&self, digest: &Digest, size: u64) -> Result<VerifyingReader<File>, BlobError> {
+    pub(crate) fn open_verified(
+        &self,
+        digest: &Digest,
+        size: u64,
+    ) -> Result<VerifyingReader<File>, BlobError> {
         let (mut file, path) = self.open_sized(digest, size)?;
         let mut hasher = HashingWriter::default();
         let n = io::copy(&mut (&mut file).take(size.saturating_add(1)), &mut hasher)
@@ -144,7 +165,9 @@ fn check(digest: &Digest, size: u64, got_size: u64, got: &Digest) -> Result<(), 
         )));
     }
     if got != digest {
-        return Err(BlobError::Invalid(format!("blob {digest} is corrupt: its content hashes to {got}")));
+        return Err(BlobError::Invalid(format!(
+            "blob {digest} is corrupt: its content hashes to {got}"
+        )));
     }
     Ok(())
 }
@@ -229,7 +252,10 @@ impl<R: Read> VerifyingReader<R> {
         if self.verified {
             Ok(())
         } else {
-            Err(io::Error::new(io::ErrorKind::InvalidData, "blob stream ended early"))
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "blob stream ended early",
+            ))
         }
     }
 }
@@ -243,7 +269,10 @@ impl<R: Read> Read for VerifyingReader<R> {
         if self.inner.count > self.size {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("blob {} is longer than its descriptor's {} bytes", self.digest, self.size),
+                format!(
+                    "blob {} is longer than its descriptor's {} bytes",
+                    self.digest, self.size
+                ),
             ));
         }
         if n == 0 && !self.verified {
@@ -275,7 +304,12 @@ pub(crate) fn write_blob(dir: &BlobDir, data: &[u8]) -> io::Result<Digest> {
     if path.is_file() {
         return Ok(digest);
     }
-    let tmp = parent.join(format!(".tmp-{}-{}-{:016x}", digest.hex(), std::process::id(), rand::random::<u64>()));
+    let tmp = parent.join(format!(
+        ".tmp-{}-{}-{:016x}",
+        digest.hex(),
+        std::process::id(),
+        rand::random::<u64>()
+    ));
     std::fs::write(&tmp, data)?;
     std::fs::rename(&tmp, &path)?;
     Ok(digest)
@@ -288,7 +322,10 @@ mod tests {
     #[test]
     fn parse_accepts_only_sha256_lower_hex() {
         let good = format!("sha256:{}", "a".repeat(64));
-        assert_eq!(Digest::parse(&good).map(|d| d.to_string()), Ok(good.clone()));
+        assert_eq!(
+            Digest::parse(&good).map(|d| d.to_string()),
+            Ok(good.clone())
+        );
         for bad in [
             String::new(),
             "sha256:".into(),
@@ -331,8 +368,14 @@ mod tests {
         assert!(matches!(dir.read(&d, 8, 100), Err(BlobError::Invalid(_))));
         std::fs::write(dir.path(&d), b"contenT").expect("corrupt");
         assert!(matches!(dir.read(&d, 7, 100), Err(BlobError::Invalid(_))));
-        assert!(matches!(dir.open_verified(&d, 7), Err(BlobError::Invalid(_))));
+        assert!(matches!(
+            dir.open_verified(&d, 7),
+            Err(BlobError::Invalid(_))
+        ));
         let missing = Digest::of(b"nope");
-        assert!(matches!(dir.read(&missing, 4, 100), Err(BlobError::Invalid(_))));
+        assert!(matches!(
+            dir.read(&missing, 4, 100),
+            Err(BlobError::Invalid(_))
+        ));
     }
 }

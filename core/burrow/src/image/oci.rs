@@ -27,7 +27,10 @@ use crate::paths::Home;
 mod writer;
 
 pub use super::spec::{Descriptor, Platform};
-pub use writer::{write_layout, LayerCompression, LayerEntry, LayerEntryKind, LayerSpec, LayoutWriter, WrittenImage};
+pub use writer::{
+    write_layout, LayerCompression, LayerEntry, LayerEntryKind, LayerSpec, LayoutWriter,
+    WrittenImage,
+};
 
 /// Largest manifest, index, config or `index.json` accepted.
 const MAX_JSON: u64 = 4 << 20;
@@ -39,12 +42,18 @@ const MAX_INDEX_DEPTH: usize = 4;
 const MAX_LAYERS: usize = 512;
 
 /// Unpacks (or reuses) the image selected by `tag` in the layout at `layout`.
-pub(super) fn prepare_layout(home: &Home, reference: &str, layout: &Path, tag: Option<&str>) -> Result<PreparedImage> {
+pub(super) fn prepare_layout(
+    home: &Home,
+    reference: &str,
+    layout: &Path,
+    tag: Option<&str>,
+) -> Result<PreparedImage> {
     let span = tracing::debug_span!("prepare_oci_layout", image = reference, tag);
     let _entered = span.enter();
     let layout = Layout::open(reference, layout)?;
-    let selected = layout.select(tag)?;
-    let (digest, manifest) = layout.resolve_manifest(&selected, &Platform::host())?;
+    let host = Platform::host();
+    let selected = layout.select(tag, &host)?;
+    let (digest, manifest) = layout.resolve_manifest(&selected, &host)?;
     let cache = RootfsCache::open(home)?;
     let entry = cache.get_or_build(&digest, |dir| {
         tracing::debug!(digest = %digest, dir = %dir.display(), "unpacking image");
@@ -73,8 +82,9 @@ impl<'a> Layout<'a> {
             blobs: BlobDir::new(dir.join("blobs")),
         };
         let data = layout.read_file("oci-layout", MAX_LAYOUT_FILE)?;
-        let file: spec::LayoutFile = serde_json::from_slice(&data)
-            .map_err(|e| layout.invalid(format!("{}/oci-layout is not valid: {e}", dir.display())))?;
+        let file: spec::LayoutFile = serde_json::from_slice(&data).map_err(|e| {
+            layout.invalid(format!("{}/oci-layout is not valid: {e}", dir.display()))
+        })?;
         if file.image_layout_version != "1.0.0" {
             return Err(layout.invalid(format!(
                 "unsupported imageLayoutVersion {:?} (only 1.0.0)",
@@ -102,7 +112,10 @@ impl<'a> Layout<'a> {
     fn read_file(&self, name: &str, limit: u64) -> Result<Vec<u8>> {
         let path = self.dir.join(name);
         let file = std::fs::File::open(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => self.invalid(format!("{} is not an OCI image layout: {name} is missing", self.dir.display())),
+            std::io::ErrorKind::NotFound => self.invalid(format!(
+                "{} is not an OCI image layout: {name} is missing",
+                self.dir.display()
+            )),
             _ => Error::io("reading an OCI image layout", Some(&path), e),
         })?;
         let mut data = Vec::new();
@@ -114,71 +127,116 @@ impl<'a> Layout<'a> {
         Ok(data)
     }
 
-    /// The `index.json` entry named by `tag`, or the only entry.
-    fn select(&self, tag: Option<&str>) -> Result<Descriptor> {
+    /// The `index.json` entry named by `tag`, or the only entry. Several
+    /// entries that all name a platform (a layout listing one image per
+    /// platform) are narrowed down to `platform`'s.
+    fn select(&self, tag: Option<&str>, platform: &Platform) -> Result<Descriptor> {
         let data = self.read_file("index.json", MAX_JSON)?;
-        let index: Index =
-            serde_json::from_slice(&data).map_err(|e| self.invalid(format!("index.json is not a valid image index: {e}")))?;
+        let index: Index = serde_json::from_slice(&data)
+            .map_err(|e| self.invalid(format!("index.json is not a valid image index: {e}")))?;
         let tags = || {
-            let names: BTreeSet<&str> =
-                index.manifests.iter().filter_map(|d| d.annotations.get(spec::REF_NAME).map(String::as_str)).collect();
+            let names: BTreeSet<&str> = index
+                .manifests
+                .iter()
+                .filter_map(|d| d.annotations.get(spec::REF_NAME).map(String::as_str))
+                .collect();
             if names.is_empty() {
                 "none".to_owned()
             } else {
                 names.into_iter().collect::<Vec<_>>().join(", ")
             }
         };
-        let Some(tag) = tag else {
-            return match index.manifests.as_slice() {
-                [only] => Ok(only.clone()),
-                [] => Err(self.invalid("index.json lists no manifests")),
-                many => Err(self.invalid(format!(
-                    "the layout holds {} manifests; select one with oci:PATH:TAG (tags: {})",
-                    many.len(),
-                    tags()
-                ))),
-            };
+        let candidates: Vec<Descriptor> = match tag {
+            None => index.manifests.clone(),
+            Some(tag) => {
+                let named = |key: &str| -> Vec<Descriptor> {
+                    index
+                        .manifests
+                        .iter()
+                        .filter(|d| d.annotations.get(key).is_some_and(|v| v == tag))
+                        .cloned()
+                        .collect()
+                };
+                let mut found = named(spec::REF_NAME);
+                if found.is_empty() {
+                    found = named(spec::CONTAINERD_NAME);
+                }
+                if found.is_empty() {
+                    return Err(
+                        self.invalid(format!("no manifest tagged {tag:?} (tags: {})", tags()))
+                    );
+                }
+                found
+            }
         };
-        let named = |key: &str| -> Vec<&Descriptor> {
-            index
-                .manifests
-                .iter()
-                .filter(|d| d.annotations.get(key).is_some_and(|v| v == tag))
-                .collect()
+        let ambiguous = |n: usize| match tag {
+            Some(tag) => self.invalid(format!("tag {tag:?} names {n} different manifests")),
+            None => self.invalid(format!(
+                "the layout holds {n} manifests; select one with oci:PATH:TAG (tags: {})",
+                tags()
+            )),
         };
-        let mut found = named(spec::REF_NAME);
-        if found.is_empty() {
-            found = named(spec::CONTAINERD_NAME);
-        }
-        let digests: BTreeSet<&str> = found.iter().map(|d| d.digest.as_str()).collect();
-        match (found.first(), digests.len()) {
-            (Some(d), 1) => Ok((*d).clone()),
-            (None, _) => Err(self.invalid(format!("no manifest tagged {tag:?} (tags: {})", tags()))),
-            (Some(_), n) => Err(self.invalid(format!("tag {tag:?} names {n} different manifests"))),
+        let digests: BTreeSet<&str> = candidates.iter().map(|d| d.digest.as_str()).collect();
+        match (candidates.first(), digests.len()) {
+            (None, _) => Err(self.invalid("index.json lists no manifests")),
+            (Some(only), 1) => Ok(only.clone()),
+            (Some(_), n) if candidates.iter().all(|d| d.platform.is_some()) => {
+                let picked = select_platform(&candidates, platform).ok_or_else(|| {
+                    self.invalid(format!(
+                        "none of the {n} manifests in index.json is for {platform}"
+                    ))
+                })?;
+                // Only a choice between platforms; two images for the same
+                // platform still need a tag.
+                if candidates
+                    .iter()
+                    .any(|d| d.platform == picked.platform && d.digest != picked.digest)
+                {
+                    return Err(ambiguous(n));
+                }
+                Ok(picked.clone())
+            }
+            (Some(_), n) => Err(ambiguous(n)),
         }
     }
 
     /// Reads and verifies a JSON blob, returning its parsed form and the
     /// media type it declares inside (if any).
-    fn read_json<T: DeserializeOwned>(&self, desc: &Descriptor, what: &str) -> Result<(Digest, T, Option<String>)> {
-        let digest = Digest::parse(&desc.digest).map_err(|r| self.invalid(format!("{what}: {r}")))?;
-        let data = self.blobs.read(&digest, desc.size, MAX_JSON).map_err(|e| self.blob_err(e))?;
-        let value: serde_json::Value =
-            serde_json::from_slice(&data).map_err(|e| self.invalid(format!("{what} {digest} is not JSON: {e}")))?;
-        let inner = value.get("mediaType").and_then(|m| m.as_str()).map(str::to_owned);
-        let parsed =
-            serde_json::from_value(value).map_err(|e| self.invalid(format!("{what} {digest} is not valid: {e}")))?;
+    fn read_json<T: DeserializeOwned>(
+        &self,
+        desc: &Descriptor,
+        what: &str,
+    ) -> Result<(Digest, T, Option<String>)> {
+        let digest =
+            Digest::parse(&desc.digest).map_err(|r| self.invalid(format!("{what}: {r}")))?;
+        let data = self
+            .blobs
+            .read(&digest, desc.size, MAX_JSON)
+            .map_err(|e| self.blob_err(e))?;
+        let value: serde_json::Value = serde_json::from_slice(&data)
+            .map_err(|e| self.invalid(format!("{what} {digest} is not JSON: {e}")))?;
+        let inner = value
+            .get("mediaType")
+            .and_then(|m| m.as_str())
+            .map(str::to_owned);
+        let parsed = serde_json::from_value(value)
+            .map_err(|e| self.invalid(format!("{what} {digest} is not valid: {e}")))?;
         Ok((digest, parsed, inner))
     }
 
     /// Follows `desc` through image indexes to one image manifest for
     /// `platform`.
-    fn resolve_manifest(&self, desc: &Descriptor, platform: &Platform) -> Result<(Digest, Manifest)> {
+    fn resolve_manifest(
+        &self,
+        desc: &Descriptor,
+        platform: &Platform,
+    ) -> Result<(Digest, Manifest)> {
         let mut desc = desc.clone();
         for _ in 0..=MAX_INDEX_DEPTH {
             let (digest, value, inner) = self.read_json::<serde_json::Value>(&desc, "manifest")?;
             let kind = kind_of(&desc.media_type, inner.as_deref(), &value);
-            if !desc.media_type.is_empty() && inner.as_deref().is_some_and(|i| i != desc.media_type) {
+            if !desc.media_type.is_empty() && inner.as_deref().is_some_and(|i| i != desc.media_type)
+            {
                 return Err(self.invalid(format!(
                     "{digest}: descriptor says {:?} but the content says {:?}",
                     desc.media_type,
@@ -187,14 +245,19 @@ impl<'a> Layout<'a> {
             }
             match kind {
                 Kind::Index => {
-                    let index: Index = serde_json::from_value(value)
-                        .map_err(|e| self.invalid(format!("image index {digest} is not valid: {e}")))?;
+                    let index: Index = serde_json::from_value(value).map_err(|e| {
+                        self.invalid(format!("image index {digest} is not valid: {e}"))
+                    })?;
                     desc = select_platform(&index.manifests, platform)
                         .ok_or_else(|| {
                             let available: Vec<String> = index
                                 .manifests
                                 .iter()
-                                .map(|d| d.platform.as_ref().map_or_else(|| "unknown".to_owned(), Platform::to_string))
+                                .map(|d| {
+                                    d.platform
+                                        .as_ref()
+                                        .map_or_else(|| "unknown".to_owned(), Platform::to_string)
+                                })
                                 .collect();
                             self.invalid(format!(
                                 "image index {digest} has no manifest for {platform} (it has: {})",
@@ -204,8 +267,9 @@ impl<'a> Layout<'a> {
                         .clone();
                 }
                 Kind::Manifest => {
-                    let manifest: Manifest = serde_json::from_value(value)
-                        .map_err(|e| self.invalid(format!("image manifest {digest} is not valid: {e}")))?;
+                    let manifest: Manifest = serde_json::from_value(value).map_err(|e| {
+                        self.invalid(format!("image manifest {digest} is not valid: {e}"))
+                    })?;
                     if manifest.schema_version != 2 {
                         return Err(self.invalid(format!(
                             "image manifest {digest} has schemaVersion {} (only 2)",
@@ -213,11 +277,15 @@ impl<'a> Layout<'a> {
                         )));
                     }
                     if manifest.layers.len() > MAX_LAYERS {
-                        return Err(self.invalid(format!("image manifest {digest} has more than {MAX_LAYERS} layers")));
+                        return Err(self.invalid(format!(
+                            "image manifest {digest} has more than {MAX_LAYERS} layers"
+                        )));
                     }
                     return Ok((digest, manifest));
                 }
-                Kind::Other(m) => return Err(self.invalid(format!("{digest} has unsupported media type {m:?}"))),
+                Kind::Other(m) => {
+                    return Err(self.invalid(format!("{digest} has unsupported media type {m:?}")))
+                }
             }
         }
         Err(self.invalid(format!("image indexes nest deeper than {MAX_INDEX_DEPTH}")))
@@ -226,7 +294,10 @@ impl<'a> Layout<'a> {
     /// Builds the root filesystem of `manifest` into the empty `dir`.
     fn unpack(&self, manifest: &Manifest, dir: &Path) -> Result<ImageConfig> {
         let cfg = &manifest.config;
-        if !cfg.media_type.is_empty() && cfg.media_type != spec::OCI_CONFIG && cfg.media_type != spec::DOCKER_CONFIG {
+        if !cfg.media_type.is_empty()
+            && cfg.media_type != spec::OCI_CONFIG
+            && cfg.media_type != spec::DOCKER_CONFIG
+        {
             return Err(self.invalid(format!(
                 "not a container image: its config has media type {:?}",
                 cfg.media_type
@@ -236,7 +307,12 @@ impl<'a> Layout<'a> {
         let diff_ids = config
             .rootfs
             .as_ref()
-            .map(|r| r.diff_ids.iter().map(|d| Digest::parse(d)).collect::<Result<Vec<_>, _>>())
+            .map(|r| {
+                r.diff_ids
+                    .iter()
+                    .map(|d| Digest::parse(d))
+                    .collect::<Result<Vec<_>, _>>()
+            })
             .transpose()
             .map_err(|r| self.invalid(format!("image config diff_ids: {r}")))?
             .unwrap_or_default();
@@ -251,16 +327,24 @@ impl<'a> Layout<'a> {
         let mut unpacker = Unpacker::new(dir);
         for (i, layer) in manifest.layers.iter().enumerate() {
             let what = format!("layer {} of {}", i + 1, manifest.layers.len());
-            let digest = Digest::parse(&layer.digest).map_err(|r| self.invalid(format!("{what}: {r}")))?;
+            let digest =
+                Digest::parse(&layer.digest).map_err(|r| self.invalid(format!("{what}: {r}")))?;
             if !spec::is_layer_media_type(&layer.media_type) {
-                return Err(self.invalid(format!("{what} ({digest}) has unsupported media type {:?}", layer.media_type)));
+                return Err(self.invalid(format!(
+                    "{what} ({digest}) has unsupported media type {:?}",
+                    layer.media_type
+                )));
             }
             let what = format!("{what} ({digest})");
-            let mut blob = self.blobs.open_verified(&digest, layer.size).map_err(|e| self.blob_err(e))?;
+            let mut blob = self
+                .blobs
+                .open_verified(&digest, layer.size)
+                .map_err(|e| self.blob_err(e))?;
             let diff_id = unpacker
                 .apply_layer(&mut blob, &layer.media_type)
                 .map_err(|e| e.into_error(self.image, &what))?;
-            blob.finish().map_err(|e| self.invalid(format!("{what}: {e}")))?;
+            blob.finish()
+                .map_err(|e| self.invalid(format!("{what}: {e}")))?;
             if let Some(expected) = diff_ids.get(i) {
                 if *expected != diff_id {
                     return Err(self.invalid(format!(
@@ -269,8 +353,13 @@ impl<'a> Layout<'a> {
                 }
             }
         }
-        unpacker.finish().map_err(|e| e.into_error(self.image, "finishing the root filesystem"))?;
-        Ok(config.config.map(|c| c.to_image_config()).unwrap_or_default())
+        unpacker
+            .finish()
+            .map_err(|e| e.into_error(self.image, "finishing the root filesystem"))?;
+        Ok(config
+            .config
+            .map(|c| c.to_image_config())
+            .unwrap_or_default())
     }
 }
 
@@ -281,7 +370,11 @@ enum Kind {
 }
 
 fn kind_of(declared: &str, inner: Option<&str>, value: &serde_json::Value) -> Kind {
-    let media_type = if declared.is_empty() { inner.unwrap_or_default() } else { declared };
+    let media_type = if declared.is_empty() {
+        inner.unwrap_or_default()
+    } else {
+        declared
+    };
     match media_type {
         spec::OCI_INDEX | spec::DOCKER_LIST => Kind::Index,
         spec::OCI_MANIFEST | spec::DOCKER_MANIFEST => Kind::Manifest,
@@ -294,7 +387,10 @@ fn kind_of(declared: &str, inner: Option<&str>, value: &serde_json::Value) -> Ki
 
 /// The index entry to use on `want`: an exact platform match, else
 /// `linux/amd64`, else the only entry if it names no platform.
-pub(crate) fn select_platform<'d>(manifests: &'d [Descriptor], want: &Platform) -> Option<&'d Descriptor> {
+pub(crate) fn select_platform<'d>(
+    manifests: &'d [Descriptor],
+    want: &Platform,
+) -> Option<&'d Descriptor> {
     let matching = |p: &Platform| {
         manifests
             .iter()
@@ -328,8 +424,16 @@ mod tests {
 
     #[test]
     fn platform_selection() {
-        let list = [desc("arm64", Some("v8")), desc("amd64", None), desc("s390x", None)];
-        let pick = |want: Platform| select_platform(&list, &want).and_then(|d| d.platform.clone()).map(|p| p.architecture);
+        let list = [
+            desc("arm64", Some("v8")),
+            desc("amd64", None),
+            desc("s390x", None),
+        ];
+        let pick = |want: Platform| {
+            select_platform(&list, &want)
+                .and_then(|d| d.platform.clone())
+                .map(|p| p.architecture)
+        };
         assert_eq!(pick(Platform::linux_amd64()).as_deref(), Some("amd64"));
         assert_eq!(pick(Platform::linux_arm64()).as_deref(), Some("arm64"));
         let riscv = Platform {

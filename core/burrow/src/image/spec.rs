@@ -39,7 +39,8 @@ pub(crate) const CONTAINERD_NAME: &str = "io.containerd.image.name";
 /// Whether a layer media type is one burrow can apply (the compression itself
 /// is detected from the content).
 pub(crate) fn is_layer_media_type(media_type: &str) -> bool {
-    media_type.starts_with("application/vnd.oci.image.layer.") || media_type.starts_with("application/vnd.docker.image.rootfs.")
+    media_type.starts_with("application/vnd.oci.image.layer.")
+        || media_type.starts_with("application/vnd.docker.image.rootfs.")
 }
 
 /// A content descriptor: what a blob is, its digest and its size.
@@ -179,11 +180,19 @@ pub(crate) struct ConfigFile {
 pub(crate) struct RunConfig {
     #[serde(rename = "Env", default, skip_serializing_if = "Option::is_none")]
     pub(crate) env: Option<Vec<String>>,
-    #[serde(rename = "Entrypoint", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "Entrypoint",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub(crate) entrypoint: Option<Vec<String>>,
     #[serde(rename = "Cmd", default, skip_serializing_if = "Option::is_none")]
     pub(crate) cmd: Option<Vec<String>>,
-    #[serde(rename = "WorkingDir", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "WorkingDir",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub(crate) working_dir: Option<String>,
     #[serde(rename = "User", default, skip_serializing_if = "Option::is_none")]
     pub(crate) user: Option<String>,

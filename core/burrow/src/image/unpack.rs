@@ -102,7 +102,11 @@ impl UnpackError {
                 image: image.to_owned(),
                 reason: format!("{what}: {reason}"),
             },
-            UnpackError::Io { context, path, source } => Error::io(format!("{what}: {context}"), Some(&path), source),
+            UnpackError::Io {
+                context,
+                path,
+                source,
+            } => Error::io(format!("{what}: {context}"), Some(&path), source),
         }
     }
 }
@@ -110,7 +114,11 @@ impl UnpackError {
 fn host_err(context: &str, path: &Path) -> impl FnOnce(io::Error) -> UnpackError {
     let context = context.to_owned();
     let path = path.to_path_buf();
-    move |source| UnpackError::Io { context, path, source }
+    move |source| UnpackError::Io {
+        context,
+        path,
+        source,
+    }
 }
 
 fn read_err(e: io::Error) -> UnpackError {
@@ -173,7 +181,11 @@ impl Unpacker {
     /// all (detected from its first bytes; `media_type` is only compared
     /// against it for the log). Reads `layer` to its end and returns the
     /// digest of the uncompressed tar stream (the layer's diff id).
-    pub(crate) fn apply_layer<R: Read>(&mut self, mut layer: R, media_type: &str) -> Result<Digest, UnpackError> {
+    pub(crate) fn apply_layer<R: Read>(
+        &mut self,
+        mut layer: R,
+        media_type: &str,
+    ) -> Result<Digest, UnpackError> {
         let mut magic = [0u8; 4];
         let mut got = 0;
         while got < magic.len() {
@@ -185,14 +197,18 @@ impl Unpacker {
             }
         }
         let compression = Compression::sniff(&magic[..got]);
-        if let Some(declared) = Compression::from_media_type(media_type).filter(|d| *d != compression) {
+        if let Some(declared) =
+            Compression::from_media_type(media_type).filter(|d| *d != compression)
+        {
             tracing::debug!(media_type, ?declared, detected = ?compression, "layer compression differs from its media type");
         }
         let stream = io::Cursor::new(magic).take(got as u64).chain(layer);
         let decoded: Box<dyn Read + '_> = match compression {
             Compression::None => Box::new(stream),
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(stream)),
-            Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(stream).map_err(read_err)?),
+            Compression::Zstd => {
+                Box::new(zstd::stream::read::Decoder::new(stream).map_err(read_err)?)
+            }
         };
         let mut tar_stream = HashingReader::new(decoded);
         let mut state = LayerState::default();
@@ -210,7 +226,11 @@ impl Unpacker {
         Ok(tar_stream.finish().0)
     }
 
-    fn apply_entry<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>, state: &mut LayerState) -> Result<(), UnpackError> {
+    fn apply_entry<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        state: &mut LayerState,
+    ) -> Result<(), UnpackError> {
         let raw = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw).into_owned();
         let bad = |reason: &str| UnpackError::Invalid(format!("entry {shown:?}: {reason}"));
@@ -309,12 +329,14 @@ impl Unpacker {
                     .link_name_bytes()
                     .ok_or_else(|| bad("hard link without a target"))?
                     .into_owned();
-                let target_comps = split_path(&target_raw).map_err(|r| bad(&format!("hard link target: {r}")))?;
+                let target_comps =
+                    split_path(&target_raw).map_err(|r| bad(&format!("hard link target: {r}")))?;
                 let Some((target_name, target_parent)) = target_comps.split_last() else {
                     return Err(bad("hard link to the root"));
                 };
                 let missing = || bad("hard link target is not an entry extracted before it");
-                let target_dir = existing_dir(&self.root, target_parent, &shown)?.ok_or_else(missing)?;
+                let target_dir =
+                    existing_dir(&self.root, target_parent, &shown)?.ok_or_else(missing)?;
                 let target = target_dir.join(target_name);
                 match fs::symlink_metadata(&target) {
                     Ok(m) if m.is_dir() => return Err(bad("hard link to a directory")),
@@ -324,11 +346,17 @@ impl Unpacker {
                 }
                 let dir = self.parent_dir(parent, state, &shown)?;
                 let path = dir.join(name);
+                if target.starts_with(&path) && path != target {
+                    return Err(bad(
+                        "hard link replacing a directory that holds its own target",
+                    ));
+                }
                 if path != target {
                     remove_existing(&path)?;
                     // std's hard_link is linkat(..., 0): a symlink target is
                     // linked itself, never followed.
-                    fs::hard_link(&target, &path).map_err(host_err("creating a hard link", &path))?;
+                    fs::hard_link(&target, &path)
+                        .map_err(host_err("creating a hard link", &path))?;
                 }
             }
             EntryType::Char | EntryType::Block | EntryType::Fifo => {
@@ -348,7 +376,12 @@ impl Unpacker {
     }
 
     /// The parent directory of an entry, creating missing directories.
-    fn parent_dir(&mut self, comps: &[OsString], state: &mut LayerState, entry: &str) -> Result<PathBuf, UnpackError> {
+    fn parent_dir(
+        &mut self,
+        comps: &[OsString],
+        state: &mut LayerState,
+        entry: &str,
+    ) -> Result<PathBuf, UnpackError> {
         let mut path = self.root.clone();
         for (i, c) in comps.iter().enumerate() {
             path.push(c);
@@ -357,7 +390,13 @@ impl Unpacker {
                 false => {
                     make_dir(&path)?;
                     let rel: PathBuf = comps[..=i].iter().collect();
-                    self.dirs.insert(rel.clone(), DirMeta { mode: 0o755, mtime: None });
+                    self.dirs.insert(
+                        rel.clone(),
+                        DirMeta {
+                            mode: 0o755,
+                            mtime: None,
+                        },
+                    );
                     state.note(&rel);
                 }
             }
@@ -365,8 +404,18 @@ impl Unpacker {
         Ok(path)
     }
 
-    fn whiteout(&mut self, parent: &[OsString], name: &OsStr, state: &LayerState, entry: &str) -> Result<(), UnpackError> {
-        let rel: PathBuf = parent.iter().map(OsString::as_os_str).chain([name]).collect();
+    fn whiteout(
+        &mut self,
+        parent: &[OsString],
+        name: &OsStr,
+        state: &LayerState,
+        entry: &str,
+    ) -> Result<(), UnpackError> {
+        let rel: PathBuf = parent
+            .iter()
+            .map(OsString::as_os_str)
+            .chain([name])
+            .collect();
         // Whiteouts hide lower layers only: what this layer wrote stays.
         if state.written.contains(&rel) {
             return Ok(());
@@ -382,7 +431,12 @@ impl Unpacker {
         Ok(())
     }
 
-    fn opaque(&mut self, dir: &[OsString], state: &LayerState, entry: &str) -> Result<(), UnpackError> {
+    fn opaque(
+        &mut self,
+        dir: &[OsString],
+        state: &LayerState,
+        entry: &str,
+    ) -> Result<(), UnpackError> {
         if let Some(path) = existing_dir(&self.root, dir, entry)? {
             let rel: PathBuf = dir.iter().collect();
             clear_lower(&path, &rel, state)?;
@@ -418,7 +472,12 @@ impl Unpacker {
                 .open(&path)
             {
                 Ok(d) => d,
-                Err(e) if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) => continue,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ELOOP)
+                        || e.raw_os_error() == Some(libc::ENOTDIR) =>
+                {
+                    continue
+                }
                 Err(e) => return Err(host_err("opening a directory", &path)(e)),
             };
             set_mode(&dir, meta.mode, &path)?;
@@ -446,7 +505,9 @@ fn split_path(raw: &[u8]) -> Result<Vec<OsString>, String> {
         match c {
             b"" | b"." => {}
             b".." => return Err("path has a `..` component".into()),
-            c if c.len() > MAX_NAME => return Err(format!("path component longer than {MAX_NAME} bytes")),
+            c if c.len() > MAX_NAME => {
+                return Err(format!("path component longer than {MAX_NAME} bytes"))
+            }
             c => out.push(OsStr::from_bytes(c).to_os_string()),
         }
     }
@@ -455,7 +516,11 @@ fn split_path(raw: &[u8]) -> Result<Vec<OsString>, String> {
 
 /// The host path of the directory `comps` under `root` if it exists (as real
 /// directories all the way down).
-fn existing_dir(root: &Path, comps: &[OsString], entry: &str) -> Result<Option<PathBuf>, UnpackError> {
+fn existing_dir(
+    root: &Path,
+    comps: &[OsString],
+    entry: &str,
+) -> Result<Option<PathBuf>, UnpackError> {
     let mut path = root.to_path_buf();
     for (i, c) in comps.iter().enumerate() {
         path.push(c);
@@ -473,7 +538,11 @@ fn check_dir(path: &Path, rel: &[OsString], entry: &str) -> Result<bool, UnpackE
         Ok(m) if m.is_dir() => Ok(true),
         Ok(m) => {
             let rel: PathBuf = rel.iter().collect();
-            let what = if m.file_type().is_symlink() { "a symlink" } else { "not a directory" };
+            let what = if m.file_type().is_symlink() {
+                "a symlink"
+            } else {
+                "not a directory"
+            };
             Err(UnpackError::Invalid(format!(
                 "entry {entry:?}: its parent {:?} is {what}; refusing to write through it",
                 rel.display().to_string()
@@ -532,7 +601,10 @@ fn clear_lower(dir: &Path, rel: &Path, state: &LayerState) -> Result<(), UnpackE
         let path = child.path();
         let child_rel = rel.join(child.file_name());
         if state.touched(&child_rel) {
-            let is_dir = child.file_type().map_err(host_err("inspecting", &path))?.is_dir();
+            let is_dir = child
+                .file_type()
+                .map_err(host_err("inspecting", &path))?
+                .is_dir();
             if is_dir {
                 clear_lower(&path, &child_rel, state)?;
             }
@@ -552,7 +624,8 @@ fn copy_data(from: &mut impl Read, to: &mut File, path: &Path) -> Result<(), Unp
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(read_err(e)),
         };
-        to.write_all(&buf[..n]).map_err(host_err("writing a file", path))?;
+        to.write_all(&buf[..n])
+            .map_err(host_err("writing a file", path))?;
     }
 }
 
@@ -592,7 +665,13 @@ mod tests {
 
     #[test]
     fn split_path_rules() {
-        let ok = |s: &str| split_path(s.as_bytes()).map(|v| v.iter().map(|c| c.to_string_lossy().into_owned()).collect::<Vec<_>>());
+        let ok = |s: &str| {
+            split_path(s.as_bytes()).map(|v| {
+                v.iter()
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+            })
+        };
         assert_eq!(ok("a/b/c"), Ok(vec!["a".into(), "b".into(), "c".into()]));
         assert_eq!(ok("./a//b/"), Ok(vec!["a".into(), "b".into()]));
         assert_eq!(ok("/etc/passwd"), Ok(vec!["etc".into(), "passwd".into()]));
@@ -606,7 +685,10 @@ mod tests {
     #[test]
     fn sniffing() {
         assert_eq!(Compression::sniff(&[0x1f, 0x8b, 8, 0]), Compression::Gzip);
-        assert_eq!(Compression::sniff(&[0x28, 0xb5, 0x2f, 0xfd]), Compression::Zstd);
+        assert_eq!(
+            Compression::sniff(&[0x28, 0xb5, 0x2f, 0xfd]),
+            Compression::Zstd
+        );
         assert_eq!(Compression::sniff(b"etc/"), Compression::None);
         assert_eq!(Compression::sniff(b""), Compression::None);
         assert_eq!(

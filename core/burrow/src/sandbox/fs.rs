@@ -89,7 +89,7 @@ impl<'a> Fs<'a> {
     pub async fn stat(&self, path: &str) -> Result<FileStat> {
         guest_path("path", path)?;
         match self.sandbox.call("stat", Request::Stat { path: path.into() }).await? {
-            Response::Stat(s) => Ok(s),
+            Response::Stat { stat } => Ok(stat),
             r => Err(unexpected("stat", r)),
         }
     }

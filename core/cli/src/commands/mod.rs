@@ -1,8 +1,139 @@
-//! User commands.
+//! User commands. Each submodule parses one command (or a small group) and
+//! calls library code; this module owns the global flags, the async runtime,
+//! and how results and errors reach the user (exit codes, `--json`).
 
+mod common;
+mod cp;
+mod create;
+mod exec;
+mod lifecycle;
+mod logs;
+mod ls;
+mod output;
+mod rm;
+mod run;
+mod shell;
+mod up;
+mod version;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use clap::{Parser, Subcommand};
+
+pub(crate) use output::{Ctx, Usage};
+
+/// burrow: run isolated sandboxes and manage their lifecycle.
+#[derive(Debug, Parser)]
+#[command(name = "burrow", version, after_help = output::EXIT_CODES, arg_required_else_help = true)]
+struct Cli {
+    /// Machine-readable JSON output; errors are then printed on stdout too.
+    #[arg(long, global = true)]
+    json: bool,
+    /// The burrow home directory (default: $BURROW_HOME, else
+    /// ~/.local/share/burrow). Keep it short: socket paths live under it.
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Define a sandbox without starting it; prints its id.
+    Create(create::CreateArgs),
+    /// Create and start a sandbox, then run a command in it or leave it
+    /// running detached (-d).
+    Run(run::RunArgs),
+    /// Converge on a running sandbox by name: create it if missing, start it
+    /// if stopped; it is left running detached.
+    Up(up::UpArgs),
+    /// Start a sandbox, detached from this command.
+    Start(lifecycle::Target),
+    /// Stop a sandbox gracefully (or kill it with --force).
+    Stop(lifecycle::StopArgs),
+    /// Stop and start a sandbox again (same id and configuration).
+    Restart(lifecycle::Target),
+    /// Stop a sandbox immediately.
+    Kill(lifecycle::Target),
+    /// Stop accepting new work; the sandbox stops once in-flight work ends.
+    Drain(lifecycle::Target),
+    /// Run a command in a running sandbox and stream its output.
+    Exec(exec::ExecArgs),
+    /// Open an interactive shell in a running sandbox.
+    Shell(shell::ShellArgs),
+    /// List sandboxes.
+    #[command(visible_alias = "ps")]
+    Ls(ls::LsArgs),
+    /// Show everything known about a sandbox as JSON.
+    Inspect(lifecycle::Target),
+    /// Print a sandbox's captured logs.
+    Logs(logs::LogsArgs),
+    /// Remove sandboxes (--force kills running ones first).
+    Rm(rm::RmArgs),
+    /// Copy files between the host and a running sandbox (NAME:/path).
+    Cp(cp::CpArgs),
+    /// Print the version.
+    Version,
+}
+
+/// Entry point of every command except the internal `__supervise`.
 pub fn main() -> ExitCode {
-    eprintln!("burrow: user commands are not built yet");
-    ExitCode::from(2)
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return output::usage_failure(e),
+    };
+    let ctx = Ctx { json: cli.json };
+    if let Some(home) = &cli.home {
+        // Before any thread exists and before the backend is opened: the
+        // library reads BURROW_HOME when the shared backend is first used.
+        std::env::set_var("BURROW_HOME", home);
+    }
+    init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return ctx.fail(anyhow::Error::new(e).context("starting the async runtime")),
+    };
+    let result = rt.block_on(dispatch(ctx, cli.command));
+    // Do not wait for a blocked stdin reader or similar on the way out.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => ctx.fail(e),
+    }
+}
+
+async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
+    match command {
+        Command::Create(a) => create::create(ctx, a).await,
+        Command::Run(a) => run::run(ctx, a).await,
+        Command::Up(a) => up::up(ctx, a).await,
+        Command::Start(a) => lifecycle::start(ctx, a).await,
+        Command::Stop(a) => lifecycle::stop(ctx, a).await,
+        Command::Restart(a) => lifecycle::restart(ctx, a).await,
+        Command::Kill(a) => lifecycle::kill(ctx, a).await,
+        Command::Drain(a) => lifecycle::drain(ctx, a).await,
+        Command::Exec(a) => exec::exec(ctx, a).await,
+        Command::Shell(a) => shell::shell(ctx, a).await,
+        Command::Ls(a) => ls::ls(ctx, a).await,
+        Command::Inspect(a) => lifecycle::inspect(ctx, a).await,
+        Command::Logs(a) => logs::logs(ctx, a).await,
+        Command::Rm(a) => rm::rm(ctx, a).await,
+        Command::Cp(a) => cp::cp(ctx, a).await,
+        Command::Version => version::version(ctx),
+    }
+}
+
+/// Library logs on stderr, quiet unless `BURROW_LOG` asks for more.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BURROW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -310,6 +310,7 @@ async fn stop_runtime(child: &mut tokio::process::Child, generation: &Generation
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

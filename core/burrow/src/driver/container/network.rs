@@ -150,6 +150,7 @@ pub(super) fn resolv_conf(host_resolv: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

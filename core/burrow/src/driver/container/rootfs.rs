@@ -335,6 +335,7 @@ pub(super) fn unmount_recorded(file: &Path) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -352,10 +353,10 @@ mod tests {
         let src = t.path().join("src");
         fs::create_dir_all(src.join("bin")).unwrap();
         fs::write(src.join("bin/tool"), b"x").unwrap();
-        fs::set_permissions(src.join("bin/tool"), fs::Permissions::from_mode(0o4755)).unwrap();
         fs::hard_link(src.join("bin/tool"), src.join("bin/tool2")).unwrap();
         std::os::unix::fs::symlink("tool", src.join("bin/link")).unwrap();
         std::os::unix::fs::chown(src.join("bin/tool"), Some(1000), Some(70000)).unwrap();
+        fs::set_permissions(src.join("bin/tool"), fs::Permissions::from_mode(0o4755)).unwrap();
         let images = t.path().join("images");
         let lower = shifted_lower(&src, &images, 100000).unwrap();
         let m = fs::metadata(lower.join("bin/tool")).unwrap();

@@ -77,7 +77,7 @@ impl Runtime {
             // SAFETY: the closure only makes raw syscalls (no allocation, no
             // locks), which is all that is allowed between fork and exec.
             unsafe {
-                c.pre_exec(|| crun_private_cgroup_view());
+                c.pre_exec(crun_private_cgroup_view);
             }
         }
         c

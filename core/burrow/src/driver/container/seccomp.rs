@@ -118,6 +118,7 @@ pub(super) fn profile() -> Value {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

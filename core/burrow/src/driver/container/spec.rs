@@ -306,6 +306,7 @@ pub(super) fn nofile_limit() -> u64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

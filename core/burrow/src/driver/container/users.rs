@@ -93,6 +93,7 @@ fn read_in_root(root: &Path, rel: &str) -> io::Result<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

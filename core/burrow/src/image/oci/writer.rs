@@ -280,13 +280,15 @@ impl LayoutWriter {
     pub fn create(dir: impl Into<PathBuf>) -> Result<LayoutWriter> {
         let dir = dir.into();
         let blobs = dir.join("blobs");
-        std::fs::create_dir_all(blobs.join("sha256")).map_err(|e| Error::io("creating an image layout", Some(&dir), e))?;
+        std::fs::create_dir_all(blobs.join("sha256"))
+            .map_err(|e| Error::io("creating an image layout", Some(&dir), e))?;
         let layout = serde_json::to_vec(&spec::LayoutFile {
             image_layout_version: "1.0.0".into(),
         })
         .map_err(json_err)?;
         let path = dir.join("oci-layout");
-        std::fs::write(&path, layout).map_err(|e| Error::io("writing an image layout", Some(&path), e))?;
+        std::fs::write(&path, layout)
+            .map_err(|e| Error::io("writing an image layout", Some(&path), e))?;
         Ok(LayoutWriter {
             dir,
             blobs: BlobDir::new(blobs),
@@ -318,7 +320,8 @@ impl LayoutWriter {
 
     /// Writes one blob.
     pub fn write_blob(&self, media_type: &str, data: &[u8]) -> Result<Descriptor> {
-        let digest = write_blob(&self.blobs, data).map_err(|e| Error::io("writing a blob", Some(&self.dir), e))?;
+        let digest = write_blob(&self.blobs, data)
+            .map_err(|e| Error::io("writing a blob", Some(&self.dir), e))?;
         Ok(Descriptor {
             media_type: media_type.to_owned(),
             digest: digest.to_string(),
@@ -330,13 +333,21 @@ impl LayoutWriter {
 
     /// Writes the layers, config and manifest of one image for `platform`.
     /// The image is not listed in `index.json` until [`LayoutWriter::add`].
-    pub fn write_image(&self, layers: &[LayerSpec], config: &ImageConfig, platform: &Platform) -> Result<WrittenImage> {
+    pub fn write_image(
+        &self,
+        layers: &[LayerSpec],
+        config: &ImageConfig,
+        platform: &Platform,
+    ) -> Result<WrittenImage> {
         let mut layer_descs = Vec::with_capacity(layers.len());
         let mut diff_ids = Vec::with_capacity(layers.len());
         for layer in layers {
-            let tar = layer.tar().map_err(|e| Error::io("building a layer", Some(&self.dir), e))?;
+            let tar = layer
+                .tar()
+                .map_err(|e| Error::io("building a layer", Some(&self.dir), e))?;
             diff_ids.push(Digest::of(&tar).to_string());
-            let blob = compress(&tar, layer.compression).map_err(|e| Error::io("compressing a layer", Some(&self.dir), e))?;
+            let blob = compress(&tar, layer.compression)
+                .map_err(|e| Error::io("compressing a layer", Some(&self.dir), e))?;
             let media_type = match (layer.compression, self.docker) {
                 (LayerCompression::None, false) => spec::OCI_LAYER_TAR,
                 (LayerCompression::Gzip, false) => spec::OCI_LAYER_GZIP,
@@ -356,16 +367,29 @@ impl LayoutWriter {
             }),
         };
         let config_json = serde_json::to_vec(&config_file).map_err(json_err)?;
-        let config_desc =
-            self.write_blob(if self.docker { spec::DOCKER_CONFIG } else { spec::OCI_CONFIG }, &config_json)?;
-        let manifest_type = if self.docker { spec::DOCKER_MANIFEST } else { spec::OCI_MANIFEST };
+        let config_desc = self.write_blob(
+            if self.docker {
+                spec::DOCKER_CONFIG
+            } else {
+                spec::OCI_CONFIG
+            },
+            &config_json,
+        )?;
+        let manifest_type = if self.docker {
+            spec::DOCKER_MANIFEST
+        } else {
+            spec::OCI_MANIFEST
+        };
         let manifest = Manifest {
             schema_version: 2,
             media_type: Some(manifest_type.into()),
             config: config_desc.clone(),
             layers: layer_descs.clone(),
         };
-        let mut manifest_desc = self.write_blob(manifest_type, &serde_json::to_vec(&manifest).map_err(json_err)?)?;
+        let mut manifest_desc = self.write_blob(
+            manifest_type,
+            &serde_json::to_vec(&manifest).map_err(json_err)?,
+        )?;
         manifest_desc.platform = Some(platform.clone());
         Ok(WrittenImage {
             manifest: manifest_desc,
@@ -376,7 +400,11 @@ impl LayoutWriter {
 
     /// Writes an image index listing `manifests` (with their platforms).
     pub fn write_index(&self, manifests: &[Descriptor]) -> Result<Descriptor> {
-        let media_type = if self.docker { spec::DOCKER_LIST } else { spec::OCI_INDEX };
+        let media_type = if self.docker {
+            spec::DOCKER_LIST
+        } else {
+            spec::OCI_INDEX
+        };
         let index = Index {
             schema_version: 2,
             media_type: Some(media_type.into()),
@@ -416,7 +444,12 @@ fn json_err(e: serde_json::Error) -> Error {
 
 /// Writes a layout at `dir` holding one image for the host platform, listed
 /// in `index.json` (tagged if `tag` is given), with gzip layers.
-pub fn write_layout(dir: impl Into<PathBuf>, layers: &[LayerSpec], config: &ImageConfig, tag: Option<&str>) -> Result<WrittenImage> {
+pub fn write_layout(
+    dir: impl Into<PathBuf>,
+    layers: &[LayerSpec],
+    config: &ImageConfig,
+    tag: Option<&str>,
+) -> Result<WrittenImage> {
     let mut w = LayoutWriter::create(dir)?;
     let image = w.write_image(layers, config, &Platform::host())?;
     w.add(&image.manifest, tag);

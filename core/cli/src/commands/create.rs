@@ -1,0 +1,150 @@
+//! `burrow create`: define a sandbox without starting it. Also owns the
+//! configuration flags shared with `burrow run`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burrow::{Backend, Error, Mount, MountSource, OciRuntime, Sandbox, SandboxConfig};
+use clap::builder::PossibleValuesParser;
+use clap::Args;
+
+use super::common::{parse_pairs, seconds};
+use super::Ctx;
+
+/// Configuration flags of a new sandbox.
+#[derive(Debug, Args)]
+pub(crate) struct SandboxOpts {
+    /// Image: a rootfs directory, an OCI layout (oci:DIR[:TAG]) or an imported name.
+    #[arg(long, value_name = "IMG")]
+    pub image: String,
+    /// CPU limit in cores (fractions allowed).
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+    /// Memory limit in MiB.
+    #[arg(long, value_name = "MB")]
+    pub memory: Option<u64>,
+    /// Maximum number of processes.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Environment variable of every process (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Default working directory (absolute guest path).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Label (repeatable).
+    #[arg(short = 'l', long = "label", value_name = "K=V")]
+    pub labels: Vec<String>,
+    /// Mount HOST:GUEST[:ro] (repeatable). A HOST without '/' is a named
+    /// volume, kept when the sandbox is removed.
+    #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
+    pub volumes: Vec<String>,
+    /// Enable outbound network access.
+    #[arg(long)]
+    pub network: bool,
+    /// OCI runtime of the container driver.
+    #[arg(long, value_name = "RUNTIME", value_parser = PossibleValuesParser::new(["runc", "crun", "runsc"]))]
+    pub runtime: Option<String>,
+    /// Reclaim the sandbox after this many idle seconds.
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<f64>,
+    /// Stop each run after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub max_duration: Option<f64>,
+    /// Bound on each start, in seconds.
+    #[arg(long, value_name = "SECS")]
+    pub startup_timeout: Option<f64>,
+}
+
+impl SandboxOpts {
+    /// The configuration these flags describe (validated by the library).
+    pub fn to_config(&self) -> burrow::Result<SandboxConfig> {
+        let mut c = SandboxConfig::new(self.image.clone());
+        c.cpus = self.cpus;
+        c.memory_mb = self.memory;
+        c.pids_limit = self.pids;
+        c.env = parse_pairs("--env", &self.env)?;
+        c.workdir = self.workdir.clone();
+        c.labels = parse_pairs("--label", &self.labels)?;
+        c.mounts = self
+            .volumes
+            .iter()
+            .map(|v| parse_mount(v))
+            .collect::<burrow::Result<_>>()?;
+        c.network = self.network;
+        if let Some(r) = &self.runtime {
+            c.runtime = r.parse::<OciRuntime>()?;
+        }
+        c.idle_timeout = self
+            .idle_timeout
+            .map(|s| seconds("--idle-timeout", s))
+            .transpose()?;
+        c.max_duration = self
+            .max_duration
+            .map(|s| seconds("--max-duration", s))
+            .transpose()?;
+        if let Some(s) = self.startup_timeout {
+            c.startup_timeout = seconds("--startup-timeout", s)?;
+        }
+        Ok(c)
+    }
+}
+
+/// `HOST:GUEST[:ro|:rw]`; a HOST without '/' is a named volume, a relative
+/// host path is taken from the current directory.
+fn parse_mount(spec: &str) -> burrow::Result<Mount> {
+    let bad = || Error::InvalidArgument {
+        argument: "--volume".into(),
+        reason: format!("{spec:?} is not HOST:GUEST[:ro]"),
+    };
+    let (rest, read_only) = match spec.rsplit_once(':') {
+        Some((rest, "ro")) => (rest, true),
+        Some((rest, "rw")) => (rest, false),
+        _ => (spec, false),
+    };
+    let (host, target) = rest.split_once(':').ok_or_else(bad)?;
+    if host.is_empty() || target.is_empty() {
+        return Err(bad());
+    }
+    let source = if host.contains('/') {
+        let path = std::path::absolute(Path::new(host)).map_err(|e| Error::Io {
+            context: "resolving the mount source".into(),
+            path: Some(PathBuf::from(host)),
+            source: e,
+        })?;
+        MountSource::Host(path)
+    } else {
+        MountSource::Volume(host.to_owned())
+    };
+    Ok(Mount {
+        source,
+        target: target.to_owned(),
+        read_only,
+    })
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CreateArgs {
+    /// Sandbox name (1..=128 bytes).
+    name: String,
+    #[command(flatten)]
+    opts: SandboxOpts,
+    /// Keep it running after the process that starts it exits (the CLI
+    /// always starts sandboxes detached).
+    #[arg(long)]
+    detached: bool,
+}
+
+pub(crate) async fn create(ctx: Ctx, args: CreateArgs) -> anyhow::Result<u8> {
+    let config = args.opts.to_config()?;
+    let backend: Arc<dyn Backend> = ctx.backend().await?;
+    let handle = Sandbox::builder(&args.name)
+        .config(config)
+        .detached(args.detached)
+        .backend(backend)
+        .define()
+        .await?;
+    let info = handle.info().await?;
+    ctx.print(&info, &info.id)?;
+    Ok(0)
+}

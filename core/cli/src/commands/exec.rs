@@ -1,0 +1,190 @@
+//! `burrow exec`: run a command in a running sandbox, streaming its output
+//! as it arrives. The streaming loop is shared with `run` and `shell`.
+
+use std::io::{Read, Write};
+
+use burrow::{ExecEvent, ExecOptions, Process, Sandbox};
+use clap::Args;
+use serde_json::json;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use super::common::{exit_code_of, parse_pairs, resolve, seconds};
+use super::Ctx;
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// Sandbox name or id (it must be running; exec does not start it).
+    sandbox: String,
+    /// Environment variable (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    env: Vec<String>,
+    /// Working directory (absolute guest path).
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    workdir: Option<String>,
+    /// Forward this command's stdin to the process.
+    #[arg(short = 'i', long)]
+    interactive: bool,
+    /// Kill the process after this many seconds (exit code 124).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    cmd: Vec<String>,
+}
+
+pub(crate) async fn exec(ctx: Ctx, args: ExecArgs) -> anyhow::Result<u8> {
+    let mut opts = ExecOptions::new(args.cmd);
+    opts.env = parse_pairs("--env", &args.env)?;
+    opts.cwd = args.workdir;
+    opts.timeout = args.timeout.map(|s| seconds("--timeout", s)).transpose()?;
+    let sandbox = resolve(&ctx.backend().await?, &args.sandbox)
+        .await?
+        .connect()
+        .await?;
+    stream(ctx, &sandbox, opts, args.interactive).await
+}
+
+/// Runs `opts` in `sandbox`: streams output to ours (or collects it into
+/// one JSON object with `--json`), forwards our stdin when `stdin`, and
+/// forwards SIGINT/SIGTERM/SIGHUP. Returns the process's exit code.
+pub(crate) async fn stream(
+    ctx: Ctx,
+    sandbox: &Sandbox,
+    opts: ExecOptions,
+    stdin: bool,
+) -> anyhow::Result<u8> {
+    let mut process = sandbox.spawn(opts).await?;
+    let mut input = if stdin {
+        Some(stdin_chunks())
+    } else {
+        process.close_stdin()?;
+        None
+    };
+    let mut out = Sink {
+        json: ctx.json,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    let (mut int, mut term, mut hup) = (
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::hangup())?,
+    );
+    let mut interrupts = 0;
+    let status = loop {
+        tokio::select! {
+            ev = process.next_event() => match ev? {
+                Some(ExecEvent::Stdout(d)) => out.stdout(&d),
+                Some(ExecEvent::Stderr(d)) => out.stderr(&d),
+                Some(ExecEvent::Exit(status)) => break status,
+                None => anyhow::bail!("the process ended without an exit status"),
+            },
+            chunk = next_chunk(&mut input) => forward_stdin(&process, &mut input, chunk)?,
+            _ = int.recv() => {
+                // Ctrl-C: interrupt, then kill, then give up waiting.
+                interrupts += 1;
+                match interrupts {
+                    1 => process.signal(libc::SIGINT)?,
+                    2 => process.signal(libc::SIGKILL)?,
+                    _ => return Ok(130),
+                }
+            }
+            _ = term.recv() => process.signal(libc::SIGTERM)?,
+            _ = hup.recv() => process.signal(libc::SIGHUP)?,
+        }
+    };
+    let code = exit_code_of(&status);
+    if ctx.json {
+        ctx.print_json(&json!({
+            "sandbox_id": sandbox.id(),
+            "name": sandbox.name(),
+            "exit_code": code,
+            "status": {"code": status.code, "signal": status.signal, "timed_out": status.timed_out},
+            "stdout": String::from_utf8_lossy(&out.stdout),
+            "stderr": String::from_utf8_lossy(&out.stderr),
+        }))?;
+    }
+    Ok(code)
+}
+
+/// Where process output goes: straight to our stdout/stderr, or collected.
+struct Sink {
+    json: bool,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Sink {
+    fn stdout(&mut self, data: &[u8]) {
+        if self.json {
+            self.stdout.extend_from_slice(data);
+        } else {
+            write_all(&mut std::io::stdout().lock(), data);
+        }
+    }
+    fn stderr(&mut self, data: &[u8]) {
+        if self.json {
+            self.stderr.extend_from_slice(data);
+        } else {
+            write_all(&mut std::io::stderr().lock(), data);
+        }
+    }
+}
+
+/// Writes and flushes; a closed reader (EPIPE) is not our failure, so
+/// errors are dropped and the process keeps being drained.
+pub(crate) fn write_all(w: &mut impl Write, data: &[u8]) {
+    let _ = w.write_all(data).and_then(|()| w.flush());
+}
+
+/// Our stdin as chunks, read on a plain thread (a blocked read must not
+/// hold up the runtime's shutdown). The channel closes at EOF.
+pub(crate) fn stdin_chunks() -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel(8);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 32 * 1024];
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+    });
+    rx
+}
+
+/// The next stdin chunk; never resolves once stdin is done (`None`).
+pub(crate) async fn next_chunk(input: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {
+    match input {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Passes a stdin chunk on; at EOF closes the process's stdin.
+pub(crate) fn forward_stdin(
+    process: &Process,
+    input: &mut Option<mpsc::Receiver<Vec<u8>>>,
+    chunk: Option<Vec<u8>>,
+) -> burrow::Result<()> {
+    match chunk {
+        Some(data) => process.write_stdin(&data),
+        None => {
+            *input = None;
+            process.close_stdin()
+        }
+    }
+}

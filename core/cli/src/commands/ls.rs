@@ -1,0 +1,109 @@
+//! `burrow ls` (alias `ps`): a table of sandboxes, or their snapshots as JSON.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use burrow::{Backend, ListFilter, SandboxInfo, Status};
+use clap::Args;
+
+use super::common::parse_pairs;
+use super::output::say;
+use super::Ctx;
+
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// Every status (the default already lists them all; kept for habit).
+    #[arg(long, short = 'a')]
+    all: bool,
+    /// Only this status (repeatable): created, starting, running, draining,
+    /// paused, stopped, crashed.
+    #[arg(long, value_name = "S")]
+    status: Vec<String>,
+    /// Only sandboxes with this label (repeatable).
+    #[arg(short = 'l', long = "label", value_name = "K=V")]
+    labels: Vec<String>,
+}
+
+pub(crate) async fn ls(ctx: Ctx, args: LsArgs) -> anyhow::Result<u8> {
+    let filter = ListFilter {
+        statuses: args
+            .status
+            .iter()
+            .map(|s| s.parse::<Status>())
+            .collect::<burrow::Result<_>>()?,
+        labels: parse_pairs("--label", &args.labels)?,
+    };
+    let mut list = ctx.backend().await?.list(&filter).await?;
+    list.sort_by(|a, b| (a.created_at_ms, &a.name).cmp(&(b.created_at_ms, &b.name)));
+    if ctx.json {
+        ctx.print_json(&list)?;
+    } else {
+        print_table(&list);
+    }
+    Ok(0)
+}
+
+fn print_table(list: &[SandboxInfo]) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let header = [
+        "NAME",
+        "ID",
+        "STATUS",
+        "IMAGE",
+        "GENERATION",
+        "CREATED",
+        "LAST EXIT",
+    ]
+    .map(String::from);
+    let rows: Vec<[String; 7]> = list
+        .iter()
+        .map(|i| {
+            let last_exit = i
+                .last_run
+                .as_ref()
+                .and_then(|r| r.exit_reason)
+                .map_or("-", |r| r.as_str());
+            [
+                i.name.clone(),
+                i.id.to_string(),
+                i.status.to_string(),
+                i.config.image.clone(),
+                i.generation.to_string(),
+                ago(now - i.created_at_ms),
+                last_exit.to_owned(),
+            ]
+        })
+        .collect();
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        say(cells.join("   ").trim_end());
+    }
+}
+
+/// `42 seconds ago`, `3 minutes ago`, ...
+fn ago(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    let (n, unit) = match s {
+        0..=59 => (s, "second"),
+        60..=3599 => (s / 60, "minute"),
+        3600..=86_399 => (s / 3600, "hour"),
+        _ => (s / 86_400, "day"),
+    };
+    if s < 1 {
+        "just now".into()
+    } else {
+        format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+    }
+}

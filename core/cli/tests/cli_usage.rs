@@ -1,0 +1,98 @@
+//! CLI smoke tests that need no container runtime: help, exit codes and
+//! `--json` error codes of the user commands.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A fresh, short burrow home (unix socket paths must fit under it).
+fn home() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("bw")
+        .tempdir_in("/tmp")
+        .expect("temp home")
+}
+
+fn burrow(home: &tempfile::TempDir, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_burrow"))
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env_remove("BURROW_HOME")
+        .output()
+        .expect("running burrow")
+}
+
+fn json_error_code(out: &Output) -> String {
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    v["error"]["code"].as_str().expect("error.code").to_owned()
+}
+
+#[test]
+fn help_succeeds_and_documents_exit_codes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_burrow"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Exit codes"), "{text}");
+}
+
+#[test]
+fn invalid_name_exits_6() {
+    let h = home();
+    let name = "a".repeat(129);
+    let out = burrow(&h, &["create", &name, "--image", "/nonexistent"]);
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = burrow(&h, &["--json", "create", &name, "--image", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(6));
+    assert_eq!(json_error_code(&out), "invalid_name");
+}
+
+#[test]
+fn inspect_missing_exits_3() {
+    let h = home();
+    let out = burrow(&h, &["inspect", "nope"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = burrow(&h, &["inspect", "nope", "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(json_error_code(&out), "not_found");
+}
+
+#[test]
+fn ls_json_on_an_empty_home_is_an_empty_array() {
+    let h = home();
+    let out = burrow(&h, &["ls", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let h = home();
+    let out = burrow(&h, &["--json", "run", "x", "--image", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_error_code(&out), "usage");
+    let out = burrow(&h, &["no-such-command"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,198 @@
+//! Cross-process tests: several `burrow` processes racing on one name, owners
+//! and supervisors killed with SIGKILL at each step of a start.
+
+mod common;
+
+use std::process::{Child, Output, Stdio};
+use std::time::Duration;
+
+use burrow::{Backend, ErrorCode, ExitReason, SandboxHandle, Status};
+use common::{busybox_rootfs, eventually, TestHome};
+
+fn image() -> String {
+    busybox_rootfs().to_string_lossy().into_owned()
+}
+
+fn up(home: &TestHome, name: &str) -> std::process::Command {
+    let mut c = home.cli();
+    c.args(["--json", "up", name, "--image", &image()]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+fn json_of(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={} stderr={}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn race(home: &TestHome, name: &str, n: usize) -> Vec<Output> {
+    let children: Vec<Child> = (0..n).map(|_| up(home, name).spawn().expect("spawn burrow up")).collect();
+    children.into_iter().map(|c| c.wait_with_output().expect("wait burrow up")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_converge_on_one_sandbox_per_round() {
+    let home = TestHome::new().await;
+    for round in 0..10 {
+        let name = format!("conv-{round}");
+        let outs = race(&home, &name, 8);
+        let mut ids = Vec::new();
+        for out in &outs {
+            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+            let v = json_of(out);
+            assert_eq!(v["status"], "running");
+            ids.push(v["id"].as_str().expect("id").to_string());
+        }
+        ids.dedup();
+        assert_eq!(ids.len(), 1, "round {round}: all callers get the same id");
+        let info = home.backend.get(&name).await.unwrap();
+        assert_eq!(info.id.as_str(), ids[0]);
+        assert_eq!(info.generation, 1, "round {round}: exactly one start");
+        let all = home.backend.list(&Default::default()).await.unwrap();
+        assert_eq!(all.len(), 1, "round {round}: exactly one sandbox created");
+        home.backend.destroy(&name).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_start_a_stopped_sandbox_once() {
+    let home = TestHome::new().await;
+    let sb = home.builder("cos").detached(true).create().await.unwrap();
+    for round in 0..5 {
+        let before = sb.stop().await.unwrap();
+        assert_eq!(before.status, Status::Stopped);
+        let outs = race(&home, "cos", 8);
+        for out in &outs {
+            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+            let v = json_of(out);
+            assert_eq!(v["id"].as_str(), Some(sb.id().as_str()));
+            assert_eq!(v["generation"].as_u64(), Some(before.generation + 1), "round {round}: one runtime generation");
+        }
+        let info = sb.info().await.unwrap();
+        assert_eq!(info.status, Status::Running);
+        assert_eq!(info.generation, before.generation + 1);
+    }
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attached_sandbox_stops_with_its_owner_detached_survives() {
+    let home = TestHome::new().await;
+    let mut owner = home
+        .cli()
+        .args(["run", "att", "--image", &image(), "--", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let handle = loop {
+        if let Ok(h) = SandboxHandle::get_in(home.dyn_backend(), "att").await {
+            break h;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    handle.wait_for_status(&[Status::Running]).await.unwrap();
+    owner.kill().unwrap(); // SIGKILL
+    let _ = owner.wait();
+    let done = tokio::time::timeout(Duration::from_secs(30), handle.wait_for_status(&[Status::Stopped])).await;
+    let info = done.expect("the attached sandbox stops after its owner died").unwrap();
+    assert_eq!(info.last_run.unwrap().exit_reason, Some(ExitReason::OwnerExited));
+
+    let out = up(&home, "det").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The creating process is gone; the detached sandbox lives on.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let det = SandboxHandle::get_in(home.dyn_backend(), "det").await.unwrap();
+    assert_eq!(det.status().await.unwrap(), Status::Running);
+    let sb = det.connect().await.unwrap();
+    assert_eq!(sb.exec(["echo", "alive"]).await.unwrap().stdout_str(), "alive\n");
+    sb.destroy().await.unwrap();
+}
+
+/// Runs `burrow up` with a fault point, waits until the point is reached and
+/// returns (child, pid written by the process that reached it).
+async fn up_until(home: &TestHome, name: &str, point: &str) -> (Child, u32) {
+    let marker = home.path().join(format!("fault-{name}"));
+    let child = up(home, name).env("BURROW_FAULT", point).env("BURROW_FAULT_MARKER", &marker).spawn().unwrap();
+    let reached = eventually(Duration::from_secs(60), || marker.exists()).await;
+    assert!(reached, "fault point {point} was not reached");
+    let pid: u32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    (child, pid)
+}
+
+fn sigkill(pid: u32) {
+    // SAFETY: kill(2) on a pid of a process this test started (directly or
+    // through the library).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+}
+
+/// After a crash: nothing stays Starting, and connect_or_start brings it back.
+async fn assert_recovers(home: &TestHome, name: &str) {
+    let handle = SandboxHandle::get_in(home.dyn_backend(), name).await.unwrap();
+    let settled = tokio::time::timeout(
+        Duration::from_secs(30),
+        handle.wait_for_status(&[Status::Crashed, Status::Stopped, Status::Running]),
+    )
+    .await
+    .expect("no sandbox stays Starting")
+    .unwrap();
+    assert_ne!(settled.status, Status::Starting);
+    let sb = handle.connect_or_start().await.expect("connect_or_start brings it back");
+    assert_eq!(sb.status().await.unwrap(), Status::Running);
+    assert_eq!(sb.exec(["echo", "back"]).await.unwrap().stdout_str(), "back\n");
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creator_killed_at_each_start_step() {
+    let home = TestHome::new().await;
+    for (i, point) in ["start.after_claim", "start.after_spawn"].iter().enumerate() {
+        let name = format!("crash-creator-{i}");
+        let (mut child, pid) = up_until(&home, &name, point).await;
+        assert_eq!(pid, child.id(), "the creating process reached {point}");
+        sigkill(pid);
+        let _ = child.wait();
+        assert_recovers(&home, &name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_killed_at_each_start_step() {
+    let home = TestHome::new().await;
+    let points = ["supervisor.before_handoff", "supervisor.after_lock", "supervisor.after_launch", "supervisor.before_running"];
+    for (i, point) in points.iter().enumerate() {
+        let name = format!("crash-sup-{i}");
+        let (child, pid) = up_until(&home, &name, point).await;
+        assert_ne!(pid, child.id(), "the supervisor reached {point}");
+        sigkill(pid);
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success(), "{point}: the start must fail");
+        let v = json_of(&out);
+        assert_eq!(v["error"]["code"], ErrorCode::StartFailed.as_str(), "{point}");
+        let info = home.backend.get(&name).await.unwrap();
+        assert_eq!(info.status, Status::Crashed, "{point}");
+        assert_recovers(&home, &name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creator_and_supervisor_both_killed_mid_start() {
+    let home = TestHome::new().await;
+    for (i, point) in ["supervisor.after_lock", "supervisor.before_running"].iter().enumerate() {
+        let name = format!("crash-both-{i}");
+        let (mut child, pid) = up_until(&home, &name, point).await;
+        sigkill(child.id());
+        let _ = child.wait();
+        sigkill(pid);
+        // Status reads reconcile the dead owner to Crashed.
+        let ok = eventually(Duration::from_secs(10), || common::supervisors_of(&home.path().to_string_lossy()).is_empty()).await;
+        assert!(ok);
+        let info = home.backend.get(&name).await.unwrap();
+        assert_eq!(info.status, Status::Crashed, "{point}");
+        assert_recovers(&home, &name).await;
+    }
+}
