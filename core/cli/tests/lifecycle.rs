@@ -164,7 +164,7 @@ async fn tunnel_and_copy() {
     let home = TestHome::new().await;
     let sb = home.builder("net").create().await.unwrap();
     // busybox nc answers one connection on port 7000 inside the sandbox.
-    let mut server = sb.spawn(ExecOptions::new(["sh", "-c", "echo pong | nc -l -p 7000"])).await.unwrap();
+    let server = sb.spawn(ExecOptions::new(["sh", "-c", "echo pong | nc -l -p 7000"])).await.unwrap();
     server.close_stdin().unwrap();
     let mut attempt = 0;
     let reply = loop {

@@ -20,7 +20,7 @@ pub(crate) struct RunArgs {
     /// Leave the sandbox running detached and print its id.
     #[arg(short = 'd', long, conflicts_with_all = ["cmd", "keep", "interactive"])]
     detach: bool,
-    /// Keep the sandbox (stopped) after the command ends instead of removing it.
+    /// Keep the sandbox (stopped) after the command instead of removing it.
     #[arg(long)]
     keep: bool,
     /// Forward this command's stdin to the process.
@@ -64,21 +64,23 @@ pub(crate) async fn run(ctx: Ctx, args: RunArgs) -> anyhow::Result<u8> {
         stream(ctx, &sandbox, ExecOptions::new(args.cmd), args.interactive).await
     }
     .await;
-    if !args.keep {
-        ctx.progress(format_args!("removing sandbox {}...", handle.name()));
-        if let Err(e) = discard(&handle).await {
-            warn(format_args!(
-                "burrow: warning: could not remove sandbox {} ({}): {e}",
-                handle.name(),
-                handle.id()
-            ));
-        }
+    let verb = if args.keep { "stopping" } else { "removing" };
+    ctx.progress(format_args!("{verb} sandbox {}...", handle.name()));
+    if let Err(e) = settle(&handle, args.keep).await {
+        let (name, id) = (handle.name(), handle.id());
+        warn(format_args!(
+            "burrow: warning: {verb} sandbox {name} ({id}) failed: {e}"
+        ));
     }
     result
 }
 
-/// Graceful stop, then remove.
-async fn discard(handle: &SandboxHandle) -> burrow::Result<()> {
+/// After the command: a graceful stop (so the sandbox is settled when we
+/// exit), then remove it unless it is kept.
+async fn settle(handle: &SandboxHandle, keep: bool) -> burrow::Result<()> {
     handle.stop().await?;
+    if keep {
+        return Ok(());
+    }
     handle.remove().await
 }

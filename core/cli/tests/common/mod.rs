@@ -138,6 +138,25 @@ impl Drop for TestHome {
         // Stop every supervisor of this home so no test leaks runtimes (the
         // agent sees its channel close and the container goes with it).
         kill_supervisors_of(self.dir.path());
+        if std::thread::panicking() {
+            dump_logs(self.dir.path());
+        }
+    }
+}
+
+/// Prints every sandbox log of `home` (kept for a failing test).
+pub fn dump_logs(home: &Path) {
+    let Ok(entries) = std::fs::read_dir(home.join("sandboxes")) else { return };
+    for e in entries.flatten() {
+        for log in ["supervisor.log", "guest.log"] {
+            let p = e.path().join("logs").join(log);
+            if let Ok(text) = std::fs::read_to_string(&p) {
+                eprintln!("----- {} -----\n{text}", p.display());
+            }
+        }
+        if let Ok(text) = std::fs::read_to_string(e.path().join("runtime/runtime.log")) {
+            eprintln!("----- runtime.log -----\n{text}");
+        }
     }
 }
 

@@ -83,6 +83,57 @@ impl Controllers {
     }
 }
 
+/// Removes empty cgroups the runtime left behind for containers whose id
+/// `matches` (a runtime killed mid-creation, or a container that outlived a
+/// dead supervisor). The runtime puts them at `burrow/<id>` either below our
+/// own cgroup or below the hierarchy's root, so both places are swept.
+/// `rmdir` only succeeds on cgroups without processes, so a live
+/// container's cgroup is never touched.
+pub(super) fn remove_leftovers(matches: impl Fn(&str) -> bool) {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for dir in parent_dirs(&mountinfo, &own) {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_str().is_some_and(&matches) {
+                if let Err(e) = std::fs::remove_dir(entry.path()) {
+                    tracing::debug!(cgroup = %entry.path().display(), error = %e, "leftover cgroup not removed");
+                }
+            }
+        }
+    }
+}
+
+/// Every `burrow` directory container cgroups may be created in.
+fn parent_dirs(mountinfo: &str, own_cgroup: &str) -> Vec<std::path::PathBuf> {
+    let mut dirs = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let mountpoint = Path::new(left.split(' ').nth(4).unwrap_or_default());
+        let mut r = right.split(' ');
+        let (fstype, sopts) = (r.next().unwrap_or_default(), r.nth(1).unwrap_or_default());
+        let opts: Vec<&str> = sopts.split(',').collect();
+        let own = own_cgroup.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let fits = match fstype {
+                "cgroup2" => controllers.is_empty(),
+                "cgroup" => !controllers.is_empty() && controllers.split(',').all(|c| opts.contains(&c)),
+                _ => false,
+            };
+            fits.then_some(path)
+        });
+        if fstype == "cgroup" || fstype == "cgroup2" {
+            dirs.push(mountpoint.join("burrow"));
+            if let Some(own) = own.filter(|p| *p != "/") {
+                dirs.push(mountpoint.join(own.trim_start_matches('/')).join("burrow"));
+            }
+        }
+    }
+    dirs
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -99,6 +150,18 @@ mod tests {
     fn hybrid_hosts_use_v1_controllers() {
         let c = Controllers::from_host(HYBRID, "", |_| None, |p| p.ends_with("memory.memsw.limit_in_bytes"));
         assert_eq!(c, Controllers { unified: false, memory: true, swap: true, cpu: true, pids: false, freezer: true });
+    }
+
+    #[test]
+    fn leftovers_are_swept_below_root_and_own_cgroup() {
+        let own = "4:memory:/outer/x\n1:cpu:/\n0::/\n";
+        let dirs = parent_dirs(HYBRID, own);
+        let has = |p: &str| dirs.iter().any(|d| d == Path::new(p));
+        assert!(has("/sys/fs/cgroup/memory/burrow"));
+        assert!(has("/sys/fs/cgroup/memory/outer/x/burrow"));
+        assert!(has("/sys/fs/cgroup/cpu/burrow"));
+        assert!(has("/sys/fs/cgroup/unified/burrow"));
+        assert!(!has("/sys/fs/cgroup/burrow"), "{dirs:?}");
     }
 
     #[test]

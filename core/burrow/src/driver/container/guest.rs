@@ -76,6 +76,12 @@ impl Drop for Generation {
         // without its rollback) or a guest was dropped without cleanup.
         tracing::warn!(container = %self.id, "releasing an abandoned container generation");
         self.runtime.delete_force_blocking(&self.id);
+        // A runtime killed while creating may leave a state directory
+        // without a state file, which `delete` does not recognise.
+        let state = self.runtime.root.join(&self.id);
+        if !state.join("state.json").exists() {
+            let _ = std::fs::remove_dir_all(&state);
+        }
         if let Some(m) = self.mount.take() {
             let _ = rootfs::unmount(&m);
         }

@@ -433,9 +433,15 @@ fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
         if parent != owner {
             return;
         }
+        let Some(identity) = ProcIdentity::of(owner) else { return };
+        // pidfds are always close-on-exec; the only valid flag is O_NONBLOCK.
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner as libc::pid_t, libc::O_CLOEXEC) };
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner as libc::pid_t, 0) };
         if fd < 0 {
+            // No pidfd support: fall back to polling the owner's identity.
+            while identity.is_alive() {
+                std::thread::sleep(Duration::from_millis(200));
+            }
             return;
         }
         // SAFETY: the syscall returned a fresh descriptor that we now own.
