@@ -20,14 +20,20 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 /// Environment variables are process-wide: one scenario at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const APPLETS: &[&str] =
-    &["sh", "echo", "cat", "sleep", "id", "ls", "mkdir", "touch", "ps", "hostname", "ip", "nslookup", "rm", "test"];
+const APPLETS: &[&str] = &[
+    "sh", "echo", "cat", "sleep", "id", "ls", "mkdir", "touch", "ps", "hostname", "ip", "nslookup",
+    "rm", "test",
+];
 
 fn usable(runtime: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).chain([PathBuf::from("/usr/sbin")]).any(|d| d.join(runtime).is_file()))
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([PathBuf::from("/usr/sbin")])
+                .any(|d| d.join(runtime).is_file())
+        })
         .unwrap_or(false);
     if !(root && found && Path::new("/bin/busybox").is_file()) {
         eprintln!("skipping: needs root, {runtime} and busybox-static");
@@ -45,7 +51,10 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let dir = tempfile::Builder::new().prefix("burrow-ct-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("burrow-ct-")
+            .tempdir()
+            .unwrap();
         let rootfs = dir.path().join("image");
         for d in ["bin", "etc", "tmp", "proc", "sys", "dev", "root"] {
             std::fs::create_dir_all(rootfs.join(d)).unwrap();
@@ -54,10 +63,18 @@ impl Fixture {
         for a in APPLETS {
             std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
         }
-        std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n").unwrap();
+        std::fs::write(
+            rootfs.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+        )
+        .unwrap();
         std::fs::write(rootfs.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n").unwrap();
         std::fs::copy("/bin/busybox", dir.path().join("agent")).unwrap();
-        Fixture { dir, rootfs, id: SandboxId::new() }
+        Fixture {
+            dir,
+            rootfs,
+            id: SandboxId::new(),
+        }
     }
 
     fn sandbox_dir(&self) -> PathBuf {
@@ -107,7 +124,10 @@ fn config(runtime: OciRuntime) -> SandboxConfig {
 
 /// Launches with the process replaced by `sh -c script`.
 async fn launch(spec: &LaunchSpec, script: &str) -> burrow::Result<Launched> {
-    std::env::set_var("BURROW_AGENT_ARGS", serde_json::to_string(&["/bin/sh", "-c", script]).unwrap());
+    std::env::set_var(
+        "BURROW_AGENT_ARGS",
+        serde_json::to_string(&["/bin/sh", "-c", script]).unwrap(),
+    );
     let r = ContainerDriver::new(spec.config.runtime).launch(spec).await;
     std::env::remove_var("BURROW_AGENT_ARGS");
     r
@@ -120,10 +140,20 @@ struct Channel {
 
 impl Channel {
     fn new(l: Launched) -> (Channel, Box<dyn burrow::driver::GuestProcess>, Vec<String>) {
-        (Channel { lines: BufReader::new(l.reader).lines(), writer: l.writer }, l.guest, l.notes)
+        (
+            Channel {
+                lines: BufReader::new(l.reader).lines(),
+                writer: l.writer,
+            },
+            l.guest,
+            l.notes,
+        )
     }
     async fn line(&mut self) -> Option<String> {
-        tokio::time::timeout(Duration::from_secs(20), self.lines.next_line()).await.expect("guest output timed out").unwrap()
+        tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
+            .await
+            .expect("guest output timed out")
+            .unwrap()
     }
     async fn send(&mut self, text: &str) {
         self.writer.write_all(text.as_bytes()).await.unwrap();
@@ -133,7 +163,9 @@ impl Channel {
 
 fn mounted(path_part: &str) -> bool {
     // thread-self: the child supervisor test unshares from a non-main thread.
-    std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap().contains(path_part)
+    std::fs::read_to_string("/proc/thread-self/mountinfo")
+        .unwrap()
+        .contains(path_part)
 }
 
 async fn echo_identity_and_kill(runtime: OciRuntime) {
@@ -142,11 +174,17 @@ async fn echo_identity_and_kill(runtime: OciRuntime) {
     let lock_path = fx.dir.path().join("runtime.lock");
     let lock = std::fs::File::create(&lock_path).unwrap();
     // SAFETY: flock on an open descriptor.
-    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    let locked = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(locked, 0);
     let mut spec = fx.spec(1, config(runtime));
     spec.inherit_fds = vec![lock.as_raw_fd()];
     let t = Instant::now();
-    let launched = launch(&spec, "echo ready; id -u; hostname; echo to-log >&2; exec cat").await.unwrap();
+    let launched = launch(
+        &spec,
+        "echo ready; id -u; hostname; echo to-log >&2; exec cat",
+    )
+    .await
+    .unwrap();
     let (mut ch, mut guest, notes) = Channel::new(launched);
     assert_eq!(ch.line().await.as_deref(), Some("ready"));
     eprintln!("{runtime:?}: launch -> first line {:?}", t.elapsed());
@@ -156,23 +194,37 @@ async fn echo_identity_and_kill(runtime: OciRuntime) {
         // SAFETY: flock on an open descriptor.
         unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
     };
-    assert!(!try_lock(), "the runtime process must hold the inherited lock");
+    assert!(
+        !try_lock(),
+        "the runtime process must hold the inherited lock"
+    );
     assert_eq!(ch.line().await.as_deref(), Some("0"));
     assert_eq!(ch.line().await.as_deref(), Some("test-box-1"));
     ch.send("ping over the channel\n").await;
     assert_eq!(ch.line().await.as_deref(), Some("ping over the channel"));
-    assert!(notes.iter().all(|n| !n.contains("process limit")), "{notes:?}");
+    assert!(
+        notes.iter().all(|n| !n.contains("process limit")),
+        "{notes:?}"
+    );
 
     guest.pause().await.unwrap();
     ch.send("while paused\n").await;
-    assert!(tokio::time::timeout(Duration::from_millis(300), ch.lines.next_line()).await.is_err(), "a paused guest must not answer");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), ch.lines.next_line())
+            .await
+            .is_err(),
+        "a paused guest must not answer"
+    );
     guest.resume().await.unwrap();
     assert_eq!(ch.line().await.as_deref(), Some("while paused"));
 
     let mountpoint = format!("burrow-{}-1", fx.id.as_str().trim_start_matches("sb_"));
     assert!(mounted(&mountpoint), "the rootfs is mounted while running");
     guest.kill().await.unwrap();
-    let exit = tokio::time::timeout(Duration::from_secs(10), guest.wait()).await.unwrap().unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(10), guest.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(exit.code != Some(0) || exit.signal.is_some(), "{exit:?}");
     guest.cleanup().await.unwrap();
     guest.cleanup().await.unwrap();
@@ -180,7 +232,10 @@ async fn echo_identity_and_kill(runtime: OciRuntime) {
     assert!(!spec.runtime_dir.join("bundle").exists());
     assert!(try_lock(), "the lock is released with the runtime process");
     let log = std::fs::read_to_string(&spec.agent_log).unwrap();
-    assert!(log.contains("to-log"), "guest stderr goes to the agent log: {log:?}");
+    assert!(
+        log.contains("to-log"),
+        "guest stderr goes to the agent log: {log:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,8 +264,14 @@ async fn writable_layer_persists_across_generations() {
     let _serial = SERIAL.lock().await;
     let fx = Fixture::new();
     let spec = fx.spec(1, config(OciRuntime::Runc));
-    let (mut ch, mut guest, _) =
-        Channel::new(launch(&spec, "echo kept > /root/note && mkdir -p /var/x && rm /bin/ls && echo done").await.unwrap());
+    let (mut ch, mut guest, _) = Channel::new(
+        launch(
+            &spec,
+            "echo kept > /root/note && mkdir -p /var/x && rm /bin/ls && echo done",
+        )
+        .await
+        .unwrap(),
+    );
     assert_eq!(ch.line().await.as_deref(), Some("done"));
     let exit = guest.wait().await.unwrap();
     assert_eq!(exit.code, Some(0));
@@ -228,8 +289,14 @@ async fn writable_layer_persists_across_generations() {
     assert_eq!(ch.line().await.as_deref(), Some("0"));
     guest.wait().await.unwrap();
     guest.cleanup().await.unwrap();
-    assert!(!fx.rootfs.join("root/note").exists(), "the image is never written");
-    assert!(fx.rootfs.join("bin/ls").exists(), "the image is never written");
+    assert!(
+        !fx.rootfs.join("root/note").exists(),
+        "the image is never written"
+    );
+    assert!(
+        fx.rootfs.join("bin/ls").exists(),
+        "the image is never written"
+    );
     assert!(fx.sandbox_dir().join("upper/root/note").exists());
     assert!(!spec2.runtime_dir.join("state/burrow-stale-0").exists());
 }
@@ -261,7 +328,11 @@ async fn mounts_limits_user_and_network_off(runtime: OciRuntime) {
     c.memory_mb = Some(64);
     c.pids_limit = Some(64);
     let mut spec = fx.spec(1, c);
-    spec.mounts = vec![ResolvedMount { host_path: host.clone(), target: "/data".into(), read_only: true }];
+    spec.mounts = vec![ResolvedMount {
+        host_path: host.clone(),
+        target: "/data".into(),
+        read_only: true,
+    }];
     spec.image.config.user = Some("nobody".into());
     let script = "cat /data/f; (echo x > /data/new) 2>/dev/null && echo writable || echo read-only; \
                   id -u; cat /sys/fs/cgroup/memory/memory.limit_in_bytes; cat /sys/fs/cgroup/pids/pids.max; \
@@ -277,7 +348,11 @@ async fn mounts_limits_user_and_network_off(runtime: OciRuntime) {
         assert_eq!(memory, (64u64 << 20).to_string());
     }
     assert_eq!(ch.line().await.as_deref(), Some("64"));
-    assert_eq!(ch.line().await.as_deref(), Some("0"), "only loopback without network");
+    assert_eq!(
+        ch.line().await.as_deref(),
+        Some("0"),
+        "only loopback without network"
+    );
     assert_eq!(ch.line().await.as_deref(), Some("end"));
     guest.wait().await.unwrap();
     guest.cleanup().await.unwrap();
@@ -303,7 +378,11 @@ async fn network_gets_a_default_route() {
     assert_eq!(ch.line().await.as_deref(), Some("1"));
     // Outbound traffic: ask the host's name server, if the host itself can.
     let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let server = resolv.lines().find_map(|l| l.strip_prefix("nameserver ")).map(str::trim).filter(|s| !s.starts_with("127."));
+    let server = resolv
+        .lines()
+        .find_map(|l| l.strip_prefix("nameserver "))
+        .map(str::trim)
+        .filter(|s| !s.starts_with("127."));
     let host_can = server.is_some_and(|s| {
         std::process::Command::new("timeout")
             .args(["5", "busybox", "nslookup", "localhost", s])
@@ -313,7 +392,11 @@ async fn network_gets_a_default_route() {
     match server.filter(|_| host_can) {
         Some(server) => {
             ch.send(&format!("{server}\n")).await;
-            assert_eq!(ch.line().await.as_deref(), Some("1"), "DNS over UDP through pasta");
+            assert_eq!(
+                ch.line().await.as_deref(),
+                Some("1"),
+                "DNS over UDP through pasta"
+            );
         }
         None => {
             eprintln!("skipping the outbound check: the host cannot reach a name server");
@@ -332,7 +415,9 @@ async fn failures_have_codes() {
     let _serial = SERIAL.lock().await;
     let fx = Fixture::new();
     std::env::set_var("BURROW_RUNC", "/nonexistent/runc");
-    let err = launch(&fx.spec(1, config(OciRuntime::Runc)), "true").await.unwrap_err();
+    let err = launch(&fx.spec(1, config(OciRuntime::Runc)), "true")
+        .await
+        .unwrap_err();
     std::env::remove_var("BURROW_RUNC");
     assert_eq!(err.code(), ErrorCode::RuntimeUnavailable);
 
@@ -340,31 +425,56 @@ async fn failures_have_codes() {
     spec.image.config.user = Some("ghost".into());
     let err = launch(&spec, "true").await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidImage);
-    assert!(!mounted(&format!("burrow-{}-2", fx.id.as_str().trim_start_matches("sb_"))), "a failed launch unmounts");
+    assert!(
+        !mounted(&format!(
+            "burrow-{}-2",
+            fx.id.as_str().trim_start_matches("sb_")
+        )),
+        "a failed launch unmounts"
+    );
 
     // The runtime itself fails: the process does not exist in the rootfs.
     let spec = fx.spec(3, config(OciRuntime::Runc));
     std::env::set_var("BURROW_AGENT_ARGS", r#"["/no/such/binary"]"#);
-    let err = ContainerDriver::new(OciRuntime::Runc).launch(&spec).await.unwrap_err();
+    let err = ContainerDriver::new(OciRuntime::Runc)
+        .launch(&spec)
+        .await
+        .unwrap_err();
     std::env::remove_var("BURROW_AGENT_ARGS");
     assert_eq!(err.code(), ErrorCode::RuntimeUnavailable);
-    assert!(!mounted(&format!("burrow-{}-3", fx.id.as_str().trim_start_matches("sb_"))), "a failed launch unmounts");
+    assert!(
+        !mounted(&format!(
+            "burrow-{}-3",
+            fx.id.as_str().trim_start_matches("sb_")
+        )),
+        "a failed launch unmounts"
+    );
 }
-
 
 /// The supervisor's role, run in a child process by
 /// `supervisor_death_leaves_nothing_behind` (a no-op otherwise): private
 /// mount namespace, launch, report, then wait to be killed.
 #[test]
 fn child_supervisor_role() {
-    let Ok(arg) = std::env::var("BURROW_CT_CHILD") else { return };
+    let Ok(arg) = std::env::var("BURROW_CT_CHILD") else {
+        return;
+    };
     let (root, id): (PathBuf, String) = serde_json::from_str(&arg).unwrap();
     let id: SandboxId = id.parse().unwrap();
     burrow::driver::container::prepare_supervisor_process().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let spec = spec_at(&root, &id, 1, config(OciRuntime::Runc));
-        let (mut ch, guest, _) = Channel::new(ContainerDriver::new(OciRuntime::Runc).launch(&spec).await.unwrap());
+        let (mut ch, guest, _) = Channel::new(
+            ContainerDriver::new(OciRuntime::Runc)
+                .launch(&spec)
+                .await
+                .unwrap(),
+        );
         assert_eq!(ch.line().await.as_deref(), Some("up"));
         let mountpoint = std::fs::read_link(spec.runtime_dir.join("rootfs")).unwrap();
         assert!(mounted(&mountpoint.display().to_string()));
@@ -383,9 +493,17 @@ async fn supervisor_death_leaves_nothing_behind() {
     let fx = Fixture::new();
     let arg = serde_json::to_string(&(fx.dir.path(), fx.id.as_str())).unwrap();
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_supervisor_role", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_supervisor_role",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("BURROW_CT_CHILD", arg)
-        .env("BURROW_AGENT_ARGS", r#"["/bin/sh","-c","echo up; exec cat"]"#)
+        .env(
+            "BURROW_AGENT_ARGS",
+            r#"["/bin/sh","-c","echo up; exec cat"]"#,
+        )
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -402,9 +520,16 @@ async fn supervisor_death_leaves_nothing_behind() {
     })
     .await
     .unwrap();
-    assert!(!mounted(&mountpoint), "the rootfs mount must stay in the supervisor's namespace");
+    assert!(
+        !mounted(&mountpoint),
+        "the rootfs mount must stay in the supervisor's namespace"
+    );
     let spec = fx.spec(2, config(OciRuntime::Runc));
-    let pid: i32 = std::fs::read_to_string(spec.runtime_dir.join("pid")).unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(spec.runtime_dir.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(Path::new(&format!("/proc/{pid}")).exists());
 
     // The supervisor dies: the runtime process dies with it, the guest sees
@@ -416,14 +541,23 @@ async fn supervisor_death_leaves_nothing_behind() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(10), gone).await.expect("the guest outlived its supervisor");
+    tokio::time::timeout(Duration::from_secs(10), gone)
+        .await
+        .expect("the guest outlived its supervisor");
 
     // The next generation clears the stale runtime state and starts.
     let (mut ch, mut guest, _) = Channel::new(launch(&spec, "echo again").await.unwrap());
     assert_eq!(ch.line().await.as_deref(), Some("again"));
     guest.wait().await.unwrap();
     guest.cleanup().await.unwrap();
-    assert!(!spec.runtime_dir.join("state").join(format!("burrow-{}-1", fx.id.as_str().trim_start_matches("sb_"))).exists());
+    assert!(!spec
+        .runtime_dir
+        .join("state")
+        .join(format!(
+            "burrow-{}-1",
+            fx.id.as_str().trim_start_matches("sb_")
+        ))
+        .exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,15 +569,59 @@ async fn cancelled_launches_leave_nothing_behind() {
     let fx = Fixture::new();
     for (generation, after_ms) in [(1u64, 2u64), (2, 10), (3, 25), (4, 45), (5, 70)] {
         let spec = fx.spec(generation, config(OciRuntime::Runc));
-        let cancelled = tokio::time::timeout(Duration::from_millis(after_ms), launch(&spec, "exec cat")).await;
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(after_ms), launch(&spec, "exec cat")).await;
         if let Ok(Ok(launched)) = cancelled {
             let (_, mut guest, _) = Channel::new(launched);
             guest.kill().await.unwrap();
             guest.cleanup().await.unwrap();
         }
-        let id = format!("burrow-{}-{generation}", fx.id.as_str().trim_start_matches("sb_"));
-        assert!(!mounted(&id), "generation {generation} cancelled after {after_ms} ms left its rootfs mounted");
+        let id = format!(
+            "burrow-{}-{generation}",
+            fx.id.as_str().trim_start_matches("sb_")
+        );
+        assert!(
+            !mounted(&id),
+            "generation {generation} cancelled after {after_ms} ms left its rootfs mounted"
+        );
         let state = spec.runtime_dir.join("state").join(&id);
-        assert!(!state.exists(), "generation {generation} cancelled after {after_ms} ms left runtime state");
+        assert!(
+            !state.exists(),
+            "generation {generation} cancelled after {after_ms} ms left runtime state"
+        );
     }
+    // Whatever a runtime killed mid-creation left (empty cgroups) is swept
+    // by the next generation at the latest.
+    let spec = fx.spec(9, config(OciRuntime::Runc));
+    let (_, mut guest, _) = Channel::new(launch(&spec, "exec cat").await.unwrap());
+    guest.kill().await.unwrap();
+    guest.cleanup().await.unwrap();
+    let prefix = format!("burrow-{}-", fx.id.as_str().trim_start_matches("sb_"));
+    let leftovers: Vec<_> = walk_cgroups()
+        .into_iter()
+        .filter(|p| p.contains(&prefix))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// Every `.../burrow/<container>` cgroup directory on the host.
+fn walk_cgroups() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let p = e.path();
+                if p.parent().is_some_and(|d| d.ends_with("burrow")) {
+                    found.push(p.display().to_string());
+                } else if stack.len() < 10_000 {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    found
 }

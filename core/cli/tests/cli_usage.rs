@@ -38,7 +38,7 @@ fn help_succeeds_and_documents_exit_codes() {
     let out = Command::new(env!("CARGO_BIN_EXE_burrow"))
         .arg("--help")
         .output()
-        .unwrap();
+        .expect("running burrow");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Exit codes"), "{text}");

@@ -22,7 +22,12 @@ impl Controllers {
     pub(super) fn detect() -> Controllers {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        Self::from_host(&mountinfo, &own, |p| std::fs::read_to_string(p).ok(), |p| p.exists())
+        Self::from_host(
+            &mountinfo,
+            &own,
+            |p| std::fs::read_to_string(p).ok(),
+            |p| p.exists(),
+        )
     }
 
     fn from_host(
@@ -36,10 +41,16 @@ impl Controllers {
         let mut v2_root = None;
         for line in mountinfo.lines() {
             // "<id> <parent> <dev> <root> <mountpoint> <opts> ... - <fstype> <source> <super opts>"
-            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
             let mountpoint = left.split(' ').nth(4).unwrap_or_default();
             let mut r = right.split(' ');
-            let (fstype, _source, sopts) = (r.next().unwrap_or_default(), r.next(), r.next().unwrap_or_default());
+            let (fstype, _source, sopts) = (
+                r.next().unwrap_or_default(),
+                r.next(),
+                r.next().unwrap_or_default(),
+            );
             match fstype {
                 "cgroup" => {
                     for opt in sopts.split(',') {
@@ -55,7 +66,9 @@ impl Controllers {
                         }
                     }
                 }
-                "cgroup2" if mountpoint == "/sys/fs/cgroup" => v2_root = Some(mountpoint.to_owned()),
+                "cgroup2" if mountpoint == "/sys/fs/cgroup" => {
+                    v2_root = Some(mountpoint.to_owned())
+                }
                 _ => {}
             }
         }
@@ -65,7 +78,10 @@ impl Controllers {
         }
         if let Some(root) = v2_root {
             // Controllers available to children of our own cgroup.
-            let own = own_cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/");
+            let own = own_cgroup
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .unwrap_or("/");
             let dir = Path::new(&root).join(own.trim_start_matches('/'));
             let list = read(&dir.join("cgroup.controllers")).unwrap_or_default();
             let has = |n: &str| list.split_whitespace().any(|x| x == n);
@@ -93,7 +109,9 @@ pub(super) fn remove_leftovers(matches: impl Fn(&str) -> bool) {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     for dir in parent_dirs(&mountinfo, &own) {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name();
             if name.to_str().is_some_and(&matches) {
@@ -109,7 +127,9 @@ pub(super) fn remove_leftovers(matches: impl Fn(&str) -> bool) {
 fn parent_dirs(mountinfo: &str, own_cgroup: &str) -> Vec<std::path::PathBuf> {
     let mut dirs = Vec::new();
     for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
         let mountpoint = Path::new(left.split(' ').nth(4).unwrap_or_default());
         let mut r = right.split(' ');
         let (fstype, sopts) = (r.next().unwrap_or_default(), r.nth(1).unwrap_or_default());
@@ -119,7 +139,9 @@ fn parent_dirs(mountinfo: &str, own_cgroup: &str) -> Vec<std::path::PathBuf> {
             let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
             let fits = match fstype {
                 "cgroup2" => controllers.is_empty(),
-                "cgroup" => !controllers.is_empty() && controllers.split(',').all(|c| opts.contains(&c)),
+                "cgroup" => {
+                    !controllers.is_empty() && controllers.split(',').all(|c| opts.contains(&c))
+                }
                 _ => false,
             };
             fits.then_some(path)
@@ -148,8 +170,23 @@ mod tests {
 
     #[test]
     fn hybrid_hosts_use_v1_controllers() {
-        let c = Controllers::from_host(HYBRID, "", |_| None, |p| p.ends_with("memory.memsw.limit_in_bytes"));
-        assert_eq!(c, Controllers { unified: false, memory: true, swap: true, cpu: true, pids: false, freezer: true });
+        let c = Controllers::from_host(
+            HYBRID,
+            "",
+            |_| None,
+            |p| p.ends_with("memory.memsw.limit_in_bytes"),
+        );
+        assert_eq!(
+            c,
+            Controllers {
+                unified: false,
+                memory: true,
+                swap: true,
+                cpu: true,
+                pids: false,
+                freezer: true
+            }
+        );
     }
 
     #[test]
@@ -170,9 +207,22 @@ mod tests {
         let c = Controllers::from_host(
             mi,
             "0::/user.slice/x\n",
-            |p| (p == Path::new("/sys/fs/cgroup/user.slice/x/cgroup.controllers")).then(|| "cpu pids".to_owned()),
+            |p| {
+                (p == Path::new("/sys/fs/cgroup/user.slice/x/cgroup.controllers"))
+                    .then(|| "cpu pids".to_owned())
+            },
             |_| true,
         );
-        assert_eq!(c, Controllers { unified: true, memory: false, swap: false, cpu: true, pids: true, freezer: true });
+        assert_eq!(
+            c,
+            Controllers {
+                unified: true,
+                memory: false,
+                swap: false,
+                cpu: true,
+                pids: true,
+                freezer: true
+            }
+        );
     }
 }

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use crate::driver::{GuestExit, GuestProcess};
 use crate::error::{Error, Result};
 
+use super::cgroups;
 use super::network::Network;
 use super::rootfs;
 use super::runtime::Runtime;
@@ -36,7 +37,14 @@ pub(super) struct Generation {
 
 impl Generation {
     pub(super) fn new(runtime: Runtime, id: String, bundle: PathBuf) -> Self {
-        Generation { runtime, id, mount: None, bundle, network: None, released: false }
+        Generation {
+            runtime,
+            id,
+            mount: None,
+            bundle,
+            network: None,
+            released: false,
+        }
     }
 
     /// Stops the network helper, deletes the container, unmounts the rootfs
@@ -49,6 +57,7 @@ impl Generation {
             net.stop().await;
         }
         let deleted = self.runtime.delete_force(&self.id).await;
+        cgroups::remove_leftovers(|name| name == self.id);
         let unmounted = match &self.mount {
             Some(m) => rootfs::unmount(m),
             None => Ok(()),
@@ -57,7 +66,9 @@ impl Generation {
             self.mount = None;
         }
         let removed = match std::fs::remove_dir_all(&self.bundle) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("removing the bundle", Some(&self.bundle), e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io("removing the bundle", Some(&self.bundle), e))
+            }
             _ => Ok(()),
         };
         deleted.and(unmounted).and(removed)?;
@@ -82,6 +93,7 @@ impl Drop for Generation {
         if !state.join("state.json").exists() {
             let _ = std::fs::remove_dir_all(&state);
         }
+        cgroups::remove_leftovers(|name| name == self.id);
         if let Some(m) = self.mount.take() {
             let _ = rootfs::unmount(&m);
         }
@@ -101,20 +113,37 @@ pub(super) struct ContainerGuest {
 
 impl ContainerGuest {
     pub(super) fn new(child: tokio::process::Child, generation: Generation) -> Self {
-        ContainerGuest { child, exit: None, generation }
+        ContainerGuest {
+            child,
+            exit: None,
+            generation,
+        }
     }
 
     fn record(&mut self, status: std::process::ExitStatus) -> GuestExit {
-        let exit = GuestExit { code: status.code(), signal: status.signal() };
+        let exit = GuestExit {
+            code: status.code(),
+            signal: status.signal(),
+        };
         self.exit = Some(exit);
         exit
     }
 
     async fn control(&self, verb: &str) -> Result<()> {
         if self.exit.is_some() {
-            return Err(self.generation.runtime.error(format!("cannot {verb} container {}: it has exited", self.generation.id)));
+            return Err(self.generation.runtime.error(format!(
+                "cannot {verb} container {}: it has exited",
+                self.generation.id
+            )));
         }
-        self.generation.runtime.invoke(&[verb, self.generation.id.as_str()], super::runtime::COMMAND_TIMEOUT).await.map(drop)
+        self.generation
+            .runtime
+            .invoke(
+                &[verb, self.generation.id.as_str()],
+                super::runtime::COMMAND_TIMEOUT,
+            )
+            .await
+            .map(drop)
     }
 }
 
@@ -124,7 +153,11 @@ impl GuestProcess for ContainerGuest {
         if let Some(exit) = self.exit {
             return Ok(exit);
         }
-        let status = self.child.wait().await.map_err(|e| Error::io("waiting for the container runtime", None, e))?;
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| Error::io("waiting for the container runtime", None, e))?;
         let exit = self.record(status);
         tracing::info!(container = %self.generation.id, ?exit, "container runtime exited");
         Ok(exit)
@@ -136,7 +169,15 @@ impl GuestProcess for ContainerGuest {
         }
         // Killing the container's init ends every process of its pid
         // namespace; the runtime process then tidies up and exits.
-        if let Err(e) = self.generation.runtime.invoke(&["kill", self.generation.id.as_str(), "KILL"], Duration::from_secs(5)).await {
+        if let Err(e) = self
+            .generation
+            .runtime
+            .invoke(
+                &["kill", self.generation.id.as_str(), "KILL"],
+                Duration::from_secs(5),
+            )
+            .await
+        {
             // Usually "not running": it is exiting already.
             tracing::debug!(container = %self.generation.id, error = %e, "runtime kill");
         }
@@ -150,8 +191,15 @@ impl GuestProcess for ContainerGuest {
                 self.record(status);
                 Ok(())
             }
-            Ok(Err(e)) => Err(Error::io("waiting for the killed container runtime", None, e)),
-            Err(_) => Err(self.generation.runtime.error("the runtime process did not exit after SIGKILL".into())),
+            Ok(Err(e)) => Err(Error::io(
+                "waiting for the killed container runtime",
+                None,
+                e,
+            )),
+            Err(_) => Err(self
+                .generation
+                .runtime
+                .error("the runtime process did not exit after SIGKILL".into())),
         }
     }
 

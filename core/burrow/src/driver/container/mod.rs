@@ -64,10 +64,25 @@ pub fn prepare_supervisor_process() -> Result<()> {
     // so the new namespace applies to the whole process.
     unsafe {
         if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(Error::io("entering a private mount namespace", None, std::io::Error::last_os_error()));
+            return Err(Error::io(
+                "entering a private mount namespace",
+                None,
+                std::io::Error::last_os_error(),
+            ));
         }
-        if libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_SLAVE, std::ptr::null()) != 0 {
-            return Err(Error::io("making the mount namespace private", None, std::io::Error::last_os_error()));
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(Error::io(
+                "making the mount namespace private",
+                None,
+                std::io::Error::last_os_error(),
+            ));
         }
     }
     Ok(())
@@ -84,10 +99,33 @@ fn require_root() -> Result<()> {
     Ok(())
 }
 
+/// The agent is executed by the container's root, an unprivileged host uid:
+/// the binary must be readable and executable by others.
+fn check_agent(agent: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let unusable = |reason: String| Error::Runtime {
+        runtime: "burrow-agent".into(),
+        reason,
+    };
+    let meta = fs::metadata(agent).map_err(|e| unusable(format!("{}: {e}", agent.display())))?;
+    if !meta.is_file() || meta.permissions().mode() & 0o005 != 0o005 {
+        return Err(unusable(format!(
+            "{} must be a regular file readable and executable by others (o+rx): the container's root is an unprivileged host uid",
+            agent.display()
+        )));
+    }
+    Ok(())
+}
+
 /// The runtime's container id for one generation: `burrow-<id>-<generation>`.
 fn container_id(sandbox: &SandboxId, generation: u64) -> String {
+    format!("{}{generation}", container_prefix(sandbox))
+}
+
+/// The part of the container id shared by all generations of a sandbox.
+fn container_prefix(sandbox: &SandboxId) -> String {
     let id = sandbox.as_str();
-    format!("burrow-{}-{generation}", id.strip_prefix("sb_").unwrap_or(id)).to_ascii_lowercase()
+    format!("burrow-{}-", id.strip_prefix("sb_").unwrap_or(id)).to_ascii_lowercase()
 }
 
 #[async_trait]
@@ -109,21 +147,35 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     require_root()?;
     let started = Instant::now();
     let dir = &spec.runtime_dir;
-    let runtime = Runtime::locate(spec.config.runtime, dir.join("state"), dir.join("runtime.log"))?;
+    let runtime = Runtime::locate(
+        spec.config.runtime,
+        dir.join("state"),
+        dir.join("runtime.log"),
+    )?;
+    check_agent(&spec.agent_bin)?;
     let id = container_id(&spec.sandbox_id, spec.generation);
     tracing::debug!(runtime = %runtime.binary.display(), container = %id, "launching");
 
-    clear_runtime_dir(&runtime, dir).await?;
+    clear_runtime_dir(&runtime, dir, &spec.sandbox_id).await?;
     let bundle = dir.join("bundle");
     for d in [&runtime.root, &bundle] {
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| Error::io("creating the runtime directory", Some(d), e))?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| Error::io("creating the runtime directory", Some(d), e))?;
     }
     let mut generation = Generation::new(runtime, id, bundle);
     let mut notes = Vec::new();
     match start(spec, &mut generation, &mut notes, started).await {
         Ok((child, reader, writer)) => {
             tracing::info!(container = %generation.id, elapsed_ms = started.elapsed().as_millis() as u64, "container running");
-            Ok(Launched { guest: Box::new(ContainerGuest::new(child, generation)), reader: Box::new(reader), writer: Box::new(writer), notes })
+            Ok(Launched {
+                guest: Box::new(ContainerGuest::new(child, generation)),
+                reader: Box::new(reader),
+                writer: Box::new(writer),
+                notes,
+            })
         }
         Err(e) => {
             if let Err(rollback) = generation.release().await {
@@ -138,8 +190,27 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     }
 }
 
-/// Removes containers, mounts and files an earlier generation left behind.
-async fn clear_runtime_dir(runtime: &Runtime, dir: &Path) -> Result<()> {
+/// Removes what earlier generations of a sandbox left behind when their
+/// supervisor died: runtime state (the container, if still there, is
+/// killed), empty cgroups, the rootfs mount and the runtime directory.
+///
+/// [`ContainerDriver::launch`] does this itself before each start; call it
+/// also when a sandbox is removed after a supervisor crash.
+pub async fn reclaim_stale(
+    runtime: OciRuntime,
+    sandbox_id: &SandboxId,
+    runtime_dir: &Path,
+) -> Result<()> {
+    require_root()?;
+    let runtime = Runtime::locate(
+        runtime,
+        runtime_dir.join("state"),
+        runtime_dir.join("runtime.log"),
+    )?;
+    clear_runtime_dir(&runtime, runtime_dir, sandbox_id).await
+}
+
+async fn clear_runtime_dir(runtime: &Runtime, dir: &Path, sandbox_id: &SandboxId) -> Result<()> {
     if let Ok(entries) = fs::read_dir(&runtime.root) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -147,24 +218,43 @@ async fn clear_runtime_dir(runtime: &Runtime, dir: &Path) -> Result<()> {
             runtime.delete_force(&name).await?;
         }
     }
+    let prefix = container_prefix(sandbox_id);
+    cgroups::remove_leftovers(|name| name.starts_with(&prefix));
     rootfs::unmount_recorded(&dir.join("mounts"));
     // Nothing is ever mounted inside the runtime directory (the rootfs lives
     // under the mount directory), so removing it cannot reach into a layer.
     match fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("clearing the runtime directory", Some(dir), e)),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::io("clearing the runtime directory", Some(dir), e))
+        }
         _ => Ok(()),
     }
 }
 
-type Pipes = (tokio::process::Child, tokio::process::ChildStdout, tokio::process::ChildStdin);
+type Pipes = (
+    tokio::process::Child,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+);
 
-async fn start(spec: &LaunchSpec, generation: &mut Generation, notes: &mut Vec<String>, started: Instant) -> Result<Pipes> {
+async fn start(
+    spec: &LaunchSpec,
+    generation: &mut Generation,
+    notes: &mut Vec<String>,
+    started: Instant,
+) -> Result<Pipes> {
     // Root filesystem.
     let base = rootfs::mapping_base(&spec.sandbox_dir)?;
     let (source, images) = (spec.image.rootfs.clone(), spec.images_dir.clone());
     let lower = tokio::task::spawn_blocking(move || rootfs::shifted_lower(&source, &images, base))
         .await
-        .map_err(|e| Error::io("preparing the image rootfs", None, std::io::Error::other(e.to_string())))??;
+        .map_err(|e| {
+            Error::io(
+                "preparing the image rootfs",
+                None,
+                std::io::Error::other(e.to_string()),
+            )
+        })??;
     let (upper, work) = rootfs::writable_layer(&spec.sandbox_dir, base)?;
     let target = rootfs::mount_point(&generation.id)?;
     rootfs::record_mount(&spec.runtime_dir.join("mounts"), &target)?;
@@ -198,20 +288,33 @@ async fn start(spec: &LaunchSpec, generation: &mut Generation, notes: &mut Vec<S
         cgroups_path: format!("burrow/{}", generation.id),
     };
     let config_path = generation.bundle.join("config.json");
-    let text = serde_json::to_vec_pretty(&spec::config(&input)).map_err(|e| Error::io("encoding config.json", None, e.into()))?;
-    fs::write(&config_path, text).map_err(|e| Error::io("writing config.json", Some(&config_path), e))?;
+    let text = serde_json::to_vec_pretty(&spec::config(&input))
+        .map_err(|e| Error::io("encoding config.json", None, e.into()))?;
+    fs::write(&config_path, text)
+        .map_err(|e| Error::io("writing config.json", Some(&config_path), e))?;
 
     // The runtime process.
     let pid_file = spec.runtime_dir.join("pid");
     let mut child = spawn_run(spec, generation, &pid_file).await?;
-    let pid = match wait_running(&mut child, generation, &pid_file, spec.config.startup_timeout).await {
+    let pid = match wait_running(
+        &mut child,
+        generation,
+        &pid_file,
+        spec.config.startup_timeout,
+    )
+    .await
+    {
         Ok(pid) => pid,
         Err(e) => {
             stop_runtime(&mut child, generation).await;
             return Err(e);
         }
     };
-    tracing::debug!(pid, elapsed_ms = started.elapsed().as_millis() as u64, "container started");
+    tracing::debug!(
+        pid,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "container started"
+    );
     if spec.config.network {
         match network::Network::attach(pid, &spec.runtime_dir.join("network.log")).await {
             Ok(net) => generation.network = Some(net),
@@ -223,13 +326,20 @@ async fn start(spec: &LaunchSpec, generation: &mut Generation, notes: &mut Vec<S
     }
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
         stop_runtime(&mut child, generation).await;
-        return Err(generation.runtime.error("the runtime process has no stdio pipes".into()));
+        return Err(generation
+            .runtime
+            .error("the runtime process has no stdio pipes".into()));
     };
     Ok((child, stdout, stdin))
 }
 
 /// `/etc/hosts`, `/etc/hostname` and, with networking, `/etc/resolv.conf`.
-fn generated_files(bundle: &Path, hostname: &str, network: bool, notes: &mut Vec<String>) -> Result<Vec<spec::FileMount>> {
+fn generated_files(
+    bundle: &Path,
+    hostname: &str,
+    network: bool,
+    notes: &mut Vec<String>,
+) -> Result<Vec<spec::FileMount>> {
     let mut files = vec![
         ("hosts", "/etc/hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
         ("hostname", "/etc/hostname", format!("{hostname}\n")),
@@ -244,7 +354,8 @@ fn generated_files(bundle: &Path, hostname: &str, network: bool, notes: &mut Vec
         .into_iter()
         .map(|(name, target, text)| {
             let source = bundle.join(name);
-            fs::write(&source, text).map_err(|e| Error::io("writing a generated guest file", Some(&source), e))?;
+            fs::write(&source, text)
+                .map_err(|e| Error::io("writing a generated guest file", Some(&source), e))?;
             Ok(spec::FileMount { source, target })
         })
         .collect()
@@ -254,7 +365,11 @@ fn generated_files(bundle: &Path, hostname: &str, network: bool, notes: &mut Vec
 /// stderr appends to the agent log, and the inherited descriptors stay
 /// open in the runtime process (never in the container: the runtime closes
 /// everything above stdio before exec).
-async fn spawn_run(spec: &LaunchSpec, generation: &Generation, pid_file: &Path) -> Result<tokio::process::Child> {
+async fn spawn_run(
+    spec: &LaunchSpec,
+    generation: &Generation,
+    pid_file: &Path,
+) -> Result<tokio::process::Child> {
     let log = fs::File::options()
         .create(true)
         .append(true)
@@ -273,18 +388,30 @@ async fn spawn_run(spec: &LaunchSpec, generation: &Generation, pid_file: &Path) 
     runtime::bind_to_parent(&mut cmd, spec.inherit_fds.clone());
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
-    runtime::spawn_long_lived(cmd)
-        .await
-        .map_err(|e| generation.runtime.error(format!("starting {}: {e}", generation.runtime.binary.display())))
+    runtime::spawn_long_lived(cmd).await.map_err(|e| {
+        generation.runtime.error(format!(
+            "starting {}: {e}",
+            generation.runtime.binary.display()
+        ))
+    })
 }
 
 /// Waits until the runtime has written the container's pid (it is running)
 /// or has exited (its error is returned).
-async fn wait_running(child: &mut tokio::process::Child, generation: &Generation, pid_file: &Path, timeout: Duration) -> Result<i32> {
+async fn wait_running(
+    child: &mut tokio::process::Child,
+    generation: &Generation,
+    pid_file: &Path,
+    timeout: Duration,
+) -> Result<i32> {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
     loop {
-        if let Some(pid) = fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()).filter(|p| *p > 0) {
+        if let Some(pid) = fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .filter(|p| *p > 0)
+        {
             return Ok(pid);
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -295,7 +422,10 @@ async fn wait_running(child: &mut tokio::process::Child, generation: &Generation
             )));
         }
         if Instant::now() > deadline {
-            return Err(Error::Timeout { operation: "creating the container".into(), after: timeout });
+            return Err(Error::Timeout {
+                operation: "creating the container".into(),
+                after: timeout,
+            });
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(10));
@@ -304,7 +434,13 @@ async fn wait_running(child: &mut tokio::process::Child, generation: &Generation
 
 /// Kills a runtime process that was started but must not stay.
 async fn stop_runtime(child: &mut tokio::process::Child, generation: &Generation) {
-    let _ = generation.runtime.invoke(&["kill", generation.id.as_str(), "KILL"], Duration::from_secs(5)).await;
+    let _ = generation
+        .runtime
+        .invoke(
+            &["kill", generation.id.as_str(), "KILL"],
+            Duration::from_secs(5),
+        )
+        .await;
     let _ = child.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
 }
@@ -320,6 +456,8 @@ mod tests {
         assert!(id.len() <= 64, "{id}");
         assert!(id.starts_with("burrow-"));
         let spec_id = id;
-        assert!(spec_id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+        assert!(spec_id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
     }
 }

@@ -31,7 +31,10 @@ impl Network {
     /// Starts pasta on the network namespace of `pid` and waits until the
     /// namespace has a default route.
     pub(super) async fn attach(pid: i32, log: &Path) -> Result<Network> {
-        let unavailable = |reason: String| Error::Runtime { runtime: "pasta".into(), reason };
+        let unavailable = |reason: String| Error::Runtime {
+            runtime: "pasta".into(),
+            reason,
+        };
         let binary = match std::env::var_os("BURROW_PASTA").filter(|v| !v.is_empty()) {
             Some(p) => PathBuf::from(p),
             None => find_on_path("pasta").ok_or_else(|| {
@@ -43,7 +46,9 @@ impl Network {
             .append(true)
             .open(log)
             .map_err(|e| Error::io("opening the network helper log", Some(log), e))?;
-        let log_err = log_file.try_clone().map_err(|e| Error::io("opening the network helper log", Some(log), e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| Error::io("opening the network helper log", Some(log), e))?;
         let mut cmd = std::process::Command::new(&binary);
         cmd.args([
             "--foreground",
@@ -70,21 +75,32 @@ impl Network {
         bind_to_parent(&mut cmd, Vec::new());
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let child = spawn_long_lived(cmd).await.map_err(|e| unavailable(format!("starting {}: {e}", binary.display())))?;
+        let child = spawn_long_lived(cmd)
+            .await
+            .map_err(|e| unavailable(format!("starting {}: {e}", binary.display())))?;
         let mut net = Network { child };
         let started = Instant::now();
         loop {
             if has_default_route(pid) {
-                tracing::debug!(pid, elapsed_ms = started.elapsed().as_millis() as u64, "network attached");
+                tracing::debug!(
+                    pid,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "network attached"
+                );
                 return Ok(net);
             }
             if let Ok(Some(status)) = net.child.try_wait() {
                 let text = std::fs::read_to_string(log).unwrap_or_default();
-                return Err(unavailable(format!("pasta exited ({status}) before configuring the network: {}", last_lines(&text))));
+                return Err(unavailable(format!(
+                    "pasta exited ({status}) before configuring the network: {}",
+                    last_lines(&text)
+                )));
             }
             if started.elapsed() > ATTACH_TIMEOUT {
                 net.stop().await;
-                return Err(unavailable(format!("pasta did not configure the network within {ATTACH_TIMEOUT:?}")));
+                return Err(unavailable(format!(
+                    "pasta did not configure the network within {ATTACH_TIMEOUT:?}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -132,7 +148,10 @@ pub(super) fn resolv_conf(host_resolv: &str) -> Option<String> {
         let mut words = line.split_whitespace();
         match words.next() {
             Some("nameserver") => {
-                if let Some(addr) = words.next().and_then(|a| a.parse::<std::net::IpAddr>().ok()) {
+                if let Some(addr) = words
+                    .next()
+                    .and_then(|a| a.parse::<std::net::IpAddr>().ok())
+                {
                     if !addr.is_loopback() {
                         servers.push(format!("nameserver {addr}"));
                     }

@@ -17,9 +17,9 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{self, File, Metadata};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -45,7 +45,8 @@ pub(super) fn mapping_base(sandbox_dir: &Path) -> Result<u32> {
         }
     }
     let base = host_default_base()?;
-    fs::write(&recorded, format!("{base}\n")).map_err(|e| Error::io("recording the user namespace base", Some(&recorded), e))?;
+    fs::write(&recorded, format!("{base}\n"))
+        .map_err(|e| Error::io("recording the user namespace base", Some(&recorded), e))?;
     Ok(base)
 }
 
@@ -56,10 +57,18 @@ fn valid_base(base: u32) -> bool {
 /// `BURROW_USERNS_BASE`, else root's `/etc/subuid` range, else 100000.
 fn host_default_base() -> Result<u32> {
     if let Ok(v) = std::env::var("BURROW_USERNS_BASE") {
-        return v.trim().parse::<u32>().ok().filter(|b| valid_base(*b)).ok_or_else(|| Error::InvalidConfig {
-            field: "BURROW_USERNS_BASE".into(),
-            reason: format!("{v:?} is not a host uid between 1 and {} ", u32::MAX - MAP_SIZE),
-        });
+        return v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|b| valid_base(*b))
+            .ok_or_else(|| Error::InvalidConfig {
+                field: "BURROW_USERNS_BASE".into(),
+                reason: format!(
+                    "{v:?} is not a host uid between 1 and {} ",
+                    u32::MAX - MAP_SIZE
+                ),
+            });
     }
     let subuid = fs::read_to_string("/etc/subuid").unwrap_or_default();
     Ok(subuid_base(&subuid).unwrap_or(DEFAULT_BASE))
@@ -79,8 +88,10 @@ fn subuid_base(text: &str) -> Option<u32> {
 ///
 /// Blocking: call from a blocking thread.
 pub(super) fn shifted_lower(source: &Path, images_dir: &Path, base: u32) -> Result<PathBuf> {
-    let source = fs::canonicalize(source).map_err(|e| Error::io("resolving the image rootfs", Some(source), e))?;
-    let meta = fs::metadata(&source).map_err(|e| Error::io("reading the image rootfs", Some(&source), e))?;
+    let source = fs::canonicalize(source)
+        .map_err(|e| Error::io("resolving the image rootfs", Some(source), e))?;
+    let meta = fs::metadata(&source)
+        .map_err(|e| Error::io("reading the image rootfs", Some(&source), e))?;
     // The key changes when the root directory is replaced or its entries
     // change; deeper edits of a plain rootfs directory are not detected.
     let key = short_hash(&format!(
@@ -113,7 +124,11 @@ pub(super) fn shifted_lower(source: &Path, images_dir: &Path, base: u32) -> Resu
         .map_err(|e| Error::io("opening the shifted image lock", Some(&lock_path), e))?;
     // SAFETY: flock on a descriptor we own; it stays open until `lock` drops.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(Error::io("locking the shifted image", Some(&lock_path), io::Error::last_os_error()));
+        return Err(Error::io(
+            "locking the shifted image",
+            Some(&lock_path),
+            io::Error::last_os_error(),
+        ));
     }
     // Re-check under the lock: another process may have finished meanwhile.
     if target.is_dir() {
@@ -123,15 +138,25 @@ pub(super) fn shifted_lower(source: &Path, images_dir: &Path, base: u32) -> Resu
     // builder that died.
     let tmp = dir.join(format!("{key}.tmp"));
     if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(|e| Error::io("removing an unfinished shifted image", Some(&tmp), e))?;
+        fs::remove_dir_all(&tmp)
+            .map_err(|e| Error::io("removing an unfinished shifted image", Some(&tmp), e))?;
     }
     let started = std::time::Instant::now();
-    let mut copier = Copier { base, links: HashMap::new(), skipped: 0 };
+    let mut copier = Copier {
+        base,
+        links: HashMap::new(),
+        skipped: 0,
+    };
     if let Err(e) = copier.copy(&source, &tmp, &meta) {
         let _ = fs::remove_dir_all(&tmp);
-        return Err(Error::io(format!("copying the image rootfs with ids shifted by {base}"), Some(&source), e));
+        return Err(Error::io(
+            format!("copying the image rootfs with ids shifted by {base}"),
+            Some(&source),
+            e,
+        ));
     }
-    fs::rename(&tmp, &target).map_err(|e| Error::io("publishing the shifted image", Some(&target), e))?;
+    fs::rename(&tmp, &target)
+        .map_err(|e| Error::io("publishing the shifted image", Some(&target), e))?;
     tracing::info!(source = %source.display(), lower = %target.display(), base, skipped_special_files = copier.skipped,
         elapsed_ms = started.elapsed().as_millis() as u64, "built shifted image rootfs");
     Ok(target)
@@ -189,17 +214,35 @@ impl Copier {
 
     /// Owner, mode (after chown, which clears set-id bits) and times.
     fn finish(&self, dst: &Path, meta: &Metadata) -> io::Result<()> {
-        std::os::unix::fs::lchown(dst, Some(self.shift(meta.uid())), Some(self.shift(meta.gid())))?;
+        std::os::unix::fs::lchown(
+            dst,
+            Some(self.shift(meta.uid())),
+            Some(self.shift(meta.gid())),
+        )?;
         if !meta.file_type().is_symlink() {
             fs::set_permissions(dst, fs::Permissions::from_mode(meta.mode() & 0o7777))?;
         }
         let times = [
-            libc::timespec { tv_sec: meta.atime(), tv_nsec: meta.atime_nsec() },
-            libc::timespec { tv_sec: meta.mtime(), tv_nsec: meta.mtime_nsec() },
+            libc::timespec {
+                tv_sec: meta.atime(),
+                tv_nsec: meta.atime_nsec(),
+            },
+            libc::timespec {
+                tv_sec: meta.mtime(),
+                tv_nsec: meta.mtime_nsec(),
+            },
         ];
         let c = cstr(dst)?;
         // SAFETY: valid path and a two-element timespec array.
-        if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        if unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        } != 0
+        {
             return Err(io::Error::last_os_error());
         }
         Ok(())
@@ -207,7 +250,8 @@ impl Copier {
 }
 
 pub(super) fn cstr(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
 }
 
 /// Creates the persistent upper and work directories (owned by `base`).
@@ -220,15 +264,23 @@ pub(super) fn writable_layer(sandbox_dir: &Path, base: u32) -> Result<(PathBuf, 
             .mode(0o755)
             .create(dir)
             .map_err(|e| Error::io("creating the writable layer", Some(dir), e))?;
-        std::os::unix::fs::chown(dir, Some(base), Some(base))
-            .map_err(|e| Error::io("handing the writable layer to the container's root", Some(dir), e))?;
+        std::os::unix::fs::chown(dir, Some(base), Some(base)).map_err(|e| {
+            Error::io(
+                "handing the writable layer to the container's root",
+                Some(dir),
+                e,
+            )
+        })?;
     }
     Ok((upper, work))
 }
 
 /// Directory holding rootfs mount points: `BURROW_MOUNT_DIR` or `/run/burrow`.
 pub(super) fn mount_dir() -> PathBuf {
-    std::env::var_os("BURROW_MOUNT_DIR").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/burrow"))
+    std::env::var_os("BURROW_MOUNT_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/burrow"))
 }
 
 /// Creates `<mount_dir>/<container_id>` after checking that the container's
@@ -241,7 +293,8 @@ pub(super) fn mount_point(container_id: &str) -> Result<PathBuf> {
         .create(&dir)
         .map_err(|e| Error::io("creating the rootfs mount directory", Some(&dir), e))?;
     for ancestor in dir.ancestors() {
-        let meta = fs::metadata(ancestor).map_err(|e| Error::io("checking the rootfs mount directory", Some(ancestor), e))?;
+        let meta = fs::metadata(ancestor)
+            .map_err(|e| Error::io("checking the rootfs mount directory", Some(ancestor), e))?;
         if meta.mode() & 0o001 == 0 {
             return Err(Error::Runtime {
                 runtime: "container".into(),
@@ -257,7 +310,11 @@ pub(super) fn mount_point(container_id: &str) -> Result<PathBuf> {
     match fs::DirBuilder::new().mode(0o711).create(&target) {
         Ok(()) => Ok(target),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(target),
-        Err(e) => Err(Error::io("creating the rootfs mount point", Some(&target), e)),
+        Err(e) => Err(Error::io(
+            "creating the rootfs mount point",
+            Some(&target),
+            e,
+        )),
     }
 }
 
@@ -265,22 +322,47 @@ pub(super) fn mount_point(container_id: &str) -> Result<PathBuf> {
 pub(super) fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<()> {
     for p in [lower, upper, work] {
         // overlayfs splits its options on ',' and lowerdir on ':'.
-        if p.as_os_str().as_bytes().iter().any(|b| matches!(b, b',' | b':' | b'\\')) {
+        if p.as_os_str()
+            .as_bytes()
+            .iter()
+            .any(|b| matches!(b, b',' | b':' | b'\\'))
+        {
             return Err(Error::InvalidConfig {
                 field: "home".into(),
-                reason: format!("{} contains ',', ':' or '\\', which overlayfs cannot take", p.display()),
+                reason: format!(
+                    "{} contains ',', ':' or '\\', which overlayfs cannot take",
+                    p.display()
+                ),
             });
         }
     }
-    let data = format!("lowerdir={},upperdir={},workdir={},index=off", lower.display(), upper.display(), work.display());
-    let data = CString::new(data).map_err(|_| Error::InvalidConfig { field: "home".into(), reason: "path contains NUL".into() })?;
+    let data = format!(
+        "lowerdir={},upperdir={},workdir={},index=off",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    let data = CString::new(data).map_err(|_| Error::InvalidConfig {
+        field: "home".into(),
+        reason: "path contains NUL".into(),
+    })?;
     let target_c = cstr(target).map_err(|e| Error::io("mounting the rootfs", Some(target), e))?;
     // SAFETY: all pointers are valid NUL-terminated strings for the call.
     let rc = unsafe {
-        libc::mount(c"overlay".as_ptr(), target_c.as_ptr(), c"overlay".as_ptr(), libc::MS_NODEV, data.as_ptr().cast())
+        libc::mount(
+            c"overlay".as_ptr(),
+            target_c.as_ptr(),
+            c"overlay".as_ptr(),
+            libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
     };
     if rc != 0 {
-        return Err(Error::io("mounting the overlay rootfs", Some(target), io::Error::last_os_error()));
+        return Err(Error::io(
+            "mounting the overlay rootfs",
+            Some(target),
+            io::Error::last_os_error(),
+        ));
     }
     Ok(())
 }
@@ -302,7 +384,11 @@ pub(super) fn unmount(target: &Path) -> Result<()> {
     match fs::remove_dir(target) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io("removing the rootfs mount point", Some(target), e)),
+        Err(e) => Err(Error::io(
+            "removing the rootfs mount point",
+            Some(target),
+            e,
+        )),
     }
 }
 
@@ -322,11 +408,16 @@ pub(super) fn record_mount(file: &Path, target: &Path) -> Result<()> {
 /// Unmounts every mount point recorded in `file` that lies in the mount
 /// directory (never anything else, whatever the file says).
 pub(super) fn unmount_recorded(file: &Path) {
-    let Ok(text) = fs::read_to_string(file) else { return };
+    let Ok(text) = fs::read_to_string(file) else {
+        return;
+    };
     let dir = mount_dir();
     for line in text.lines() {
         let p = Path::new(line);
-        if p.parent() == Some(dir.as_path()) && p.file_name().is_some_and(|n| n.as_bytes().starts_with(b"burrow-")) {
+        if p.parent() == Some(dir.as_path())
+            && p.file_name()
+                .is_some_and(|n| n.as_bytes().starts_with(b"burrow-"))
+        {
             if let Err(e) = unmount(p) {
                 tracing::warn!(error = %e, "could not remove a stale rootfs mount");
             }
@@ -341,7 +432,10 @@ mod tests {
 
     #[test]
     fn subuid_picks_roots_large_range() {
-        assert_eq!(subuid_base("alice:100000:65536\nroot:200000:65536\n"), Some(200000));
+        assert_eq!(
+            subuid_base("alice:100000:65536\nroot:200000:65536\n"),
+            Some(200000)
+        );
         assert_eq!(subuid_base("root:300000:1000\n"), None);
         assert_eq!(subuid_base("garbage\n0:400000:70000"), Some(400000));
         assert_eq!(subuid_base(""), None);
@@ -362,10 +456,16 @@ mod tests {
         let m = fs::metadata(lower.join("bin/tool")).unwrap();
         assert_eq!((m.uid(), m.gid()), (101000, 100000 + MAP_SIZE - 2));
         assert_eq!(m.mode() & 0o7777, 0o4755);
-        assert_eq!(m.ino(), fs::metadata(lower.join("bin/tool2")).unwrap().ino());
+        assert_eq!(
+            m.ino(),
+            fs::metadata(lower.join("bin/tool2")).unwrap().ino()
+        );
         let l = fs::symlink_metadata(lower.join("bin/link")).unwrap();
         assert_eq!(l.uid(), 100000);
-        assert_eq!(fs::read_link(lower.join("bin/link")).unwrap(), PathBuf::from("tool"));
+        assert_eq!(
+            fs::read_link(lower.join("bin/link")).unwrap(),
+            PathBuf::from("tool")
+        );
         // Cached: the same directory comes back.
         assert_eq!(shifted_lower(&src, &images, 100000).unwrap(), lower);
         assert_ne!(shifted_lower(&src, &images, 200000).unwrap(), lower);

@@ -25,7 +25,12 @@ pub(super) const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Environment variables that make runc/crun pass extra descriptors or
 /// sockets into the container; the supervisor's own must never leak in.
-const SCRUBBED_ENV: &[&str] = &["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET"];
+const SCRUBBED_ENV: &[&str] = &[
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "NOTIFY_SOCKET",
+];
 
 /// One runtime binary bound to a private state directory.
 #[derive(Debug, Clone)]
@@ -42,12 +47,18 @@ impl Runtime {
     /// Finds the binary: `BURROW_RUNC`/`BURROW_CRUN`/`BURROW_RUNSC`, else `PATH`.
     pub(super) fn locate(kind: OciRuntime, root: PathBuf, log: PathBuf) -> Result<Runtime> {
         let var = format!("BURROW_{}", kind.binary().to_ascii_uppercase());
-        let unavailable = |reason: String| Error::Runtime { runtime: kind.binary().into(), reason };
+        let unavailable = |reason: String| Error::Runtime {
+            runtime: kind.binary().into(),
+            reason,
+        };
         let binary = match std::env::var_os(&var).filter(|v| !v.is_empty()) {
             Some(p) => {
                 let p = PathBuf::from(p);
                 if !is_executable(&p) {
-                    return Err(unavailable(format!("{var} points to {}, which is not an executable file", p.display())));
+                    return Err(unavailable(format!(
+                        "{var} points to {}, which is not an executable file",
+                        p.display()
+                    )));
                 }
                 p
             }
@@ -55,11 +66,20 @@ impl Runtime {
                 unavailable(format!(
                     "`{}` was not found on PATH (install it, or set {var} to its path){}",
                     kind.binary(),
-                    if kind == OciRuntime::Runsc { "; runsc comes with gVisor" } else { "" }
+                    if kind == OciRuntime::Runsc {
+                        "; runsc comes with gVisor"
+                    } else {
+                        ""
+                    }
                 ))
             })?,
         };
-        Ok(Runtime { kind, binary, root, log })
+        Ok(Runtime {
+            kind,
+            binary,
+            root,
+            log,
+        })
     }
 
     fn name(&self) -> &'static str {
@@ -69,7 +89,12 @@ impl Runtime {
     /// The binary with its global options.
     pub(super) fn command(&self) -> std::process::Command {
         let mut c = std::process::Command::new(&self.binary);
-        c.arg("--root").arg(&self.root).arg("--log").arg(&self.log).arg("--log-format").arg("json");
+        c.arg("--root")
+            .arg(&self.root)
+            .arg("--log")
+            .arg(&self.log)
+            .arg("--log-format")
+            .arg("json");
         for v in SCRUBBED_ENV {
             c.env_remove(v);
         }
@@ -85,15 +110,29 @@ impl Runtime {
 
     /// Runs `args` to completion under `timeout`; a non-zero exit is an
     /// error carrying the runtime's output.
-    pub(super) async fn invoke<S: AsRef<OsStr>>(&self, args: &[S], timeout: Duration) -> Result<Output> {
+    pub(super) async fn invoke<S: AsRef<OsStr>>(
+        &self,
+        args: &[S],
+        timeout: Duration,
+    ) -> Result<Output> {
         let mut c = self.command();
-        c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut c = tokio::process::Command::from(c);
         c.kill_on_drop(true);
         let what = describe(args);
         let output = match tokio::time::timeout(timeout, c.output()).await {
-            Err(_) => return Err(self.error(format!("`{} {what}` did not finish within {timeout:?}", self.name()))),
-            Ok(Err(e)) => return Err(self.error(format!("running `{} {what}`: {e}", self.binary.display()))),
+            Err(_) => {
+                return Err(self.error(format!(
+                    "`{} {what}` did not finish within {timeout:?}",
+                    self.name()
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(self.error(format!("running `{} {what}`: {e}", self.binary.display())))
+            }
             Ok(Ok(o)) => o,
         };
         if output.status.success() {
@@ -110,11 +149,18 @@ impl Runtime {
         if detail.is_empty() {
             detail = self.log_errors();
         }
-        self.error(format!("`{} {what}` failed ({}): {detail}", self.name(), output.status))
+        self.error(format!(
+            "`{} {what}` failed ({}): {detail}",
+            self.name(),
+            output.status
+        ))
     }
 
     pub(super) fn error(&self, reason: String) -> Error {
-        Error::Runtime { runtime: self.name().into(), reason }
+        Error::Runtime {
+            runtime: self.name().into(),
+            reason,
+        }
     }
 
     /// The error and warning messages of the runtime log (last few).
@@ -125,7 +171,8 @@ impl Runtime {
             .filter_map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).ok()?;
                 let level = v["level"].as_str().unwrap_or_default();
-                matches!(level, "error" | "fatal" | "warning").then(|| v["msg"].as_str().unwrap_or(l).to_owned())
+                matches!(level, "error" | "fatal" | "warning")
+                    .then(|| v["msg"].as_str().unwrap_or(l).to_owned())
             })
             .collect();
         let tail = &msgs[msgs.len().saturating_sub(4)..];
@@ -138,13 +185,18 @@ impl Runtime {
 
     /// `delete --force <id>`; a missing container is fine.
     pub(super) async fn delete_force(&self, id: &str) -> Result<()> {
-        self.invoke(&["delete", "--force", id], COMMAND_TIMEOUT).await.map(drop)
+        self.invoke(&["delete", "--force", id], COMMAND_TIMEOUT)
+            .await
+            .map(drop)
     }
 
     /// Blocking `delete --force` for `Drop`, bounded like [`Self::invoke`].
     pub(super) fn delete_force_blocking(&self, id: &str) {
         let mut c = self.command();
-        c.args(["delete", "--force", id]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        c.args(["delete", "--force", id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         let Ok(mut child) = c.spawn() else { return };
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::time::Instant::now() < deadline {
@@ -159,7 +211,10 @@ impl Runtime {
 }
 
 fn describe<S: AsRef<OsStr>>(args: &[S]) -> String {
-    args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+    args.iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -186,7 +241,14 @@ fn crun_private_cgroup_view() -> io::Result<()> {
         if libc::unshare(libc::CLONE_NEWNS) != 0 {
             return Err(io::Error::last_os_error());
         }
-        if libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
             return Err(io::Error::last_os_error());
         }
         // Not mounted (pure v1 or v2 hosts): nothing to hide.
@@ -203,7 +265,14 @@ pub(super) fn bind_to_parent(cmd: &mut std::process::Command, keep: Vec<RawFd>) 
     // allocation, no locks), as required between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             // The parent may have died before the prctl took effect.
@@ -225,7 +294,9 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// Runs `cmd.spawn()` on the process-lifetime spawner thread, inside the
 /// caller's tokio runtime.
-pub(super) async fn spawn_long_lived(cmd: tokio::process::Command) -> io::Result<tokio::process::Child> {
+pub(super) async fn spawn_long_lived(
+    cmd: tokio::process::Command,
+) -> io::Result<tokio::process::Child> {
     static SPAWNER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
     let tx = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Job>();
@@ -241,7 +312,9 @@ pub(super) async fn spawn_long_lived(cmd: tokio::process::Command) -> io::Result
             .ok()
             .map(|_| tx)
     });
-    let tx = tx.as_ref().ok_or_else(|| io::Error::other("could not start the burrow-spawner thread"))?;
+    let tx = tx
+        .as_ref()
+        .ok_or_else(|| io::Error::other("could not start the burrow-spawner thread"))?;
     let handle = tokio::runtime::Handle::current();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let mut cmd = cmd;
@@ -249,6 +322,9 @@ pub(super) async fn spawn_long_lived(cmd: tokio::process::Command) -> io::Result
         let _guard = handle.enter();
         let _ = done_tx.send(cmd.spawn());
     });
-    tx.send(job).map_err(|_| io::Error::other("the spawner thread is gone"))?;
-    done_rx.await.map_err(|_| io::Error::other("the spawner thread dropped the request"))?
+    tx.send(job)
+        .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+    done_rx
+        .await
+        .map_err(|_| io::Error::other("the spawner thread dropped the request"))?
 }

@@ -54,7 +54,13 @@ const MASKED_PATHS: &[&str] = &[
     "/sys/devices/virtual/powercap",
 ];
 
-const READONLY_PATHS: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -77,7 +83,10 @@ pub(super) struct Resources {
 impl Resources {
     /// The limits of `config` that `controllers` can enforce, and a note for
     /// each one that cannot.
-    pub(super) fn plan(config: &SandboxConfig, controllers: &Controllers) -> (Resources, Vec<String>) {
+    pub(super) fn plan(
+        config: &SandboxConfig,
+        controllers: &Controllers,
+    ) -> (Resources, Vec<String>) {
         let mut r = Resources::default();
         let mut notes = Vec::new();
         if let Some(mb) = config.memory_mb {
@@ -92,14 +101,18 @@ impl Resources {
             if controllers.cpu {
                 r.cpu_quota_us = Some(((cpus * CPU_PERIOD_US as f64).round() as i64).max(1000));
             } else {
-                notes.push(format!("CPU limit ({cpus} CPUs) not enforced: this host has no cpu cgroup controller"));
+                notes.push(format!(
+                    "CPU limit ({cpus} CPUs) not enforced: this host has no cpu cgroup controller"
+                ));
             }
         }
         let pids = config.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT);
         if controllers.pids {
             r.pids = Some(pids.min(i64::MAX as u64) as i64);
         } else {
-            notes.push(format!("process limit ({pids}) not enforced: this host has no pids cgroup controller"));
+            notes.push(format!(
+                "process limit ({pids}) not enforced: this host has no pids cgroup controller"
+            ));
         }
         (r, notes)
     }
@@ -107,7 +120,11 @@ impl Resources {
     fn to_json(&self) -> Value {
         let mut v = json!({ "devices": [{ "allow": false, "access": "rwm" }] });
         if let Some(m) = self.memory_bytes {
-            v["memory"] = if self.no_swap { json!({ "limit": m, "swap": m }) } else { json!({ "limit": m }) };
+            v["memory"] = if self.no_swap {
+                json!({ "limit": m, "swap": m })
+            } else {
+                json!({ "limit": m })
+            };
         }
         if let Some(q) = self.cpu_quota_us {
             v["cpu"] = json!({ "quota": q, "period": CPU_PERIOD_US });
@@ -150,7 +167,11 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
     let caps: Vec<&str> = CAPABILITIES.to_vec();
     // As Docker does: a non-root process starts without effective or
     // permitted capabilities (it can still gain bounded ones by exec).
-    let active: Vec<&str> = if input.uid == 0 { caps.clone() } else { Vec::new() };
+    let active: Vec<&str> = if input.uid == 0 {
+        caps.clone()
+    } else {
+        Vec::new()
+    };
     let mapping = json!([{ "containerID": 0, "hostID": input.id_base, "size": MAP_SIZE }]);
     let mut mounts = vec![
         json!({ "destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"] }),
@@ -210,14 +231,21 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
 pub(super) fn agent_args() -> Result<Vec<String>> {
     match std::env::var("BURROW_AGENT_ARGS") {
         Ok(raw) => {
-            let args: Vec<String> = serde_json::from_str(&raw).map_err(|e| Error::InvalidConfig {
-                field: "BURROW_AGENT_ARGS".into(),
-                reason: format!("not a JSON array of strings: {e}"),
-            })?;
+            let args: Vec<String> =
+                serde_json::from_str(&raw).map_err(|e| Error::InvalidConfig {
+                    field: "BURROW_AGENT_ARGS".into(),
+                    reason: format!("not a JSON array of strings: {e}"),
+                })?;
             if args.is_empty() {
-                return Err(Error::InvalidConfig { field: "BURROW_AGENT_ARGS".into(), reason: "empty argv".into() });
+                return Err(Error::InvalidConfig {
+                    field: "BURROW_AGENT_ARGS".into(),
+                    reason: "empty argv".into(),
+                });
             }
-            tracing::warn!(?args, "BURROW_AGENT_ARGS replaces the guest agent (test hook)");
+            tracing::warn!(
+                ?args,
+                "BURROW_AGENT_ARGS replaces the guest agent (test hook)"
+            );
             Ok(args)
         }
         Err(_) => Ok(vec![AGENT_PATH.to_owned()]),
@@ -226,8 +254,11 @@ pub(super) fn agent_args() -> Result<Vec<String>> {
 
 /// A valid hostname from a sandbox name: `[a-z0-9-]`, at most 63 bytes.
 pub(super) fn hostname(name: &str) -> String {
-    let mapped: String =
-        name.chars().map(|c| c.to_ascii_lowercase()).map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let mapped: String = name
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
     let mut h = mapped.trim_matches('-').to_owned();
     h.truncate(63);
     let h = h.trim_end_matches('-');
@@ -240,7 +271,11 @@ pub(super) fn hostname(name: &str) -> String {
 
 /// Image environment overlaid with the sandbox's, plus `PATH` and `HOSTNAME`
 /// defaults.
-pub(super) fn environment(image: &ImageConfig, config: &SandboxConfig, hostname: &str) -> Vec<String> {
+pub(super) fn environment(
+    image: &ImageConfig,
+    config: &SandboxConfig,
+    hostname: &str,
+) -> Vec<String> {
     let mut vars: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: &str| match vars.iter_mut().find(|(key, _)| key == k) {
         Some(entry) => entry.1 = v.to_owned(),
@@ -270,13 +305,29 @@ pub(super) fn environment(image: &ImageConfig, config: &SandboxConfig, hostname:
 }
 
 /// The working directory: the sandbox's, else the image's, else `/`.
-pub(super) fn working_dir(config: &SandboxConfig, image: &ImageConfig, reference: &str) -> Result<String> {
+pub(super) fn working_dir(
+    config: &SandboxConfig,
+    image: &ImageConfig,
+    reference: &str,
+) -> Result<String> {
     if let Some(w) = &config.workdir {
-        return check_cwd(w).ok_or_else(|| Error::InvalidConfig { field: "workdir".into(), reason: format!("{w:?} cannot be a working directory") });
+        return check_cwd(w).ok_or_else(|| Error::InvalidConfig {
+            field: "workdir".into(),
+            reason: format!("{w:?} cannot be a working directory"),
+        });
     }
-    match image.workdir.as_deref().map(str::trim).filter(|w| !w.is_empty()) {
+    match image
+        .workdir
+        .as_deref()
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
         Some(w) => {
-            let abs = if w.starts_with('/') { w.to_owned() } else { format!("/{w}") };
+            let abs = if w.starts_with('/') {
+                w.to_owned()
+            } else {
+                format!("/{w}")
+            };
             check_cwd(&abs).ok_or_else(|| Error::InvalidImage {
                 image: reference.to_owned(),
                 reason: format!("working directory {w:?} cannot be used"),
@@ -290,14 +341,23 @@ pub(super) fn working_dir(config: &SandboxConfig, image: &ImageConfig, reference
 /// `/proc/self/fd/N` lets a container reach runtime file descriptors
 /// (CVE-2024-21626; runc 1.1.5 is affected).
 fn check_cwd(w: &str) -> Option<String> {
-    let ok = w.starts_with('/') && w.len() <= 4096 && !w.contains('\0') && !w.split('/').any(|c| c == "..");
-    let normalized: Vec<&str> = w.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let ok = w.starts_with('/')
+        && w.len() <= 4096
+        && !w.contains('\0')
+        && !w.split('/').any(|c| c == "..");
+    let normalized: Vec<&str> = w
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
     (ok && normalized.first() != Some(&"proc")).then(|| format!("/{}", normalized.join("/")))
 }
 
 /// `RLIMIT_NOFILE` for the container: our hard limit, at most 1048576.
 pub(super) fn nofile_limit() -> u64 {
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes into the struct we pass.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
         return 1024;
@@ -321,25 +381,46 @@ mod tests {
 
     #[test]
     fn environment_overlays_and_defaults() {
-        let image = ImageConfig { env: vec!["A=1".into(), "PATH=/x".into(), "bogus".into()], ..Default::default() };
+        let image = ImageConfig {
+            env: vec!["A=1".into(), "PATH=/x".into(), "bogus".into()],
+            ..Default::default()
+        };
         let mut config = SandboxConfig::new("img");
         config.env.insert("A".into(), "2".into());
         config.env.insert("B".into(), "3".into());
-        assert_eq!(environment(&image, &config, "h"), vec!["A=2", "PATH=/x", "B=3", "HOSTNAME=h"]);
+        assert_eq!(
+            environment(&image, &config, "h"),
+            vec!["A=2", "PATH=/x", "B=3", "HOSTNAME=h"]
+        );
         let env = environment(&ImageConfig::default(), &SandboxConfig::new("img"), "h");
         assert_eq!(env[0], format!("PATH={DEFAULT_PATH}"));
     }
 
     #[test]
     fn working_dir_rejects_proc() {
-        let image = ImageConfig { workdir: Some("app".into()), ..Default::default() };
+        let image = ImageConfig {
+            workdir: Some("app".into()),
+            ..Default::default()
+        };
         let mut config = SandboxConfig::new("img");
         assert_eq!(working_dir(&config, &image, "img").unwrap(), "/app");
-        assert_eq!(working_dir(&config, &ImageConfig::default(), "img").unwrap(), "/");
-        let evil = ImageConfig { workdir: Some("/proc/self/fd/7".into()), ..Default::default() };
-        assert_eq!(working_dir(&config, &evil, "img").unwrap_err().code(), crate::ErrorCode::InvalidImage);
+        assert_eq!(
+            working_dir(&config, &ImageConfig::default(), "img").unwrap(),
+            "/"
+        );
+        let evil = ImageConfig {
+            workdir: Some("/proc/self/fd/7".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            working_dir(&config, &evil, "img").unwrap_err().code(),
+            crate::ErrorCode::InvalidImage
+        );
         config.workdir = Some("//proc/./self".into());
-        assert_eq!(working_dir(&config, &image, "img").unwrap_err().code(), crate::ErrorCode::InvalidConfig);
+        assert_eq!(
+            working_dir(&config, &image, "img").unwrap_err().code(),
+            crate::ErrorCode::InvalidConfig
+        );
     }
 
     #[test]
@@ -347,10 +428,24 @@ mod tests {
         let mut config = SandboxConfig::new("img");
         config.memory_mb = Some(64);
         config.cpus = Some(0.5);
-        let all = Controllers { memory: true, swap: true, cpu: true, pids: true, ..Default::default() };
+        let all = Controllers {
+            memory: true,
+            swap: true,
+            cpu: true,
+            pids: true,
+            ..Default::default()
+        };
         let (r, notes) = Resources::plan(&config, &all);
         assert!(notes.is_empty());
-        assert_eq!(r, Resources { memory_bytes: Some(64 << 20), no_swap: true, cpu_quota_us: Some(50_000), pids: Some(4096) });
+        assert_eq!(
+            r,
+            Resources {
+                memory_bytes: Some(64 << 20),
+                no_swap: true,
+                cpu_quota_us: Some(50_000),
+                pids: Some(4096)
+            }
+        );
         let (r, notes) = Resources::plan(&config, &Controllers::default());
         assert_eq!(r, Resources::default());
         assert_eq!(notes.len(), 3);
@@ -358,7 +453,11 @@ mod tests {
 
     #[test]
     fn config_has_the_security_settings() {
-        let mounts = [ResolvedMount { host_path: "/data".into(), target: "/mnt/data".into(), read_only: true }];
+        let mounts = [ResolvedMount {
+            host_path: "/data".into(),
+            target: "/mnt/data".into(),
+            read_only: true,
+        }];
         let input = SpecInput {
             rootfs: Path::new("/run/burrow/x"),
             args: vec![AGENT_PATH.into()],
@@ -378,12 +477,27 @@ mod tests {
         let c = config(&input);
         assert_eq!(c["process"]["noNewPrivileges"], true);
         assert_eq!(c["process"]["terminal"], false);
-        assert_eq!(c["process"]["capabilities"]["bounding"].as_array().unwrap().len(), CAPABILITIES.len());
+        assert_eq!(
+            c["process"]["capabilities"]["bounding"]
+                .as_array()
+                .unwrap()
+                .len(),
+            CAPABILITIES.len()
+        );
         assert!(c["process"]["capabilities"].get("ambient").is_none());
         assert_eq!(c["process"]["rlimits"][0]["hard"], 20000);
         assert_eq!(c["linux"]["uidMappings"][0]["hostID"], 100000);
         assert_eq!(c["linux"]["namespaces"].as_array().unwrap().len(), 7);
-        let data = c["mounts"].as_array().unwrap().iter().find(|m| m["destination"] == "/mnt/data").unwrap();
-        assert!(data["options"].as_array().unwrap().iter().any(|o| o == "ro"));
+        let data = c["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/mnt/data")
+            .unwrap();
+        assert!(data["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o == "ro"));
     }
 }

@@ -13,7 +13,10 @@ use super::rootfs::{cstr, MAP_SIZE};
 
 /// Resolves `user` (`uid[:gid]`, `name[:group]`, empty for root) to ids.
 pub(super) fn resolve(rootfs: &Path, user: Option<&str>, image: &str) -> Result<(u32, u32)> {
-    let invalid = |reason: String| Error::InvalidImage { image: image.to_owned(), reason };
+    let invalid = |reason: String| Error::InvalidImage {
+        image: image.to_owned(),
+        reason,
+    };
     let user = user.map(str::trim).unwrap_or_default();
     if user.is_empty() {
         return Ok((0, 0));
@@ -22,19 +25,28 @@ pub(super) fn resolve(rootfs: &Path, user: Option<&str>, image: &str) -> Result<
         Some((u, g)) => (u, Some(g)),
         None => (user, None),
     };
-    let passwd = read_in_root(rootfs, "etc/passwd").map_err(|e| invalid(format!("reading /etc/passwd: {e}")))?;
+    let passwd = read_in_root(rootfs, "etc/passwd")
+        .map_err(|e| invalid(format!("reading /etc/passwd: {e}")))?;
     let entries: Vec<(&str, u32, u32)> = passwd
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(':').collect();
-            Some((*f.first()?, f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+            Some((
+                *f.first()?,
+                f.get(2)?.parse().ok()?,
+                f.get(3)?.parse().ok()?,
+            ))
         })
         .collect();
     let (uid, primary_gid) = match u.parse::<u32>() {
         Ok(uid) => (uid, entries.iter().find(|e| e.1 == uid).map_or(0, |e| e.2)),
         Err(_) => match entries.iter().find(|e| e.0 == u) {
             Some(e) => (e.1, e.2),
-            None => return Err(invalid(format!("user {u:?} is not in the image's /etc/passwd"))),
+            None => {
+                return Err(invalid(format!(
+                    "user {u:?} is not in the image's /etc/passwd"
+                )))
+            }
         },
     };
     let gid = match g {
@@ -42,19 +54,26 @@ pub(super) fn resolve(rootfs: &Path, user: Option<&str>, image: &str) -> Result<
         Some(g) => match g.parse::<u32>() {
             Ok(gid) => gid,
             Err(_) => {
-                let group = read_in_root(rootfs, "etc/group").map_err(|e| invalid(format!("reading /etc/group: {e}")))?;
+                let group = read_in_root(rootfs, "etc/group")
+                    .map_err(|e| invalid(format!("reading /etc/group: {e}")))?;
                 group
                     .lines()
                     .find_map(|l| {
                         let f: Vec<&str> = l.split(':').collect();
-                        (f.first() == Some(&g)).then(|| f.get(2)?.parse::<u32>().ok()).flatten()
+                        (f.first() == Some(&g))
+                            .then(|| f.get(2)?.parse::<u32>().ok())
+                            .flatten()
                     })
-                    .ok_or_else(|| invalid(format!("group {g:?} is not in the image's /etc/group")))?
+                    .ok_or_else(|| {
+                        invalid(format!("group {g:?} is not in the image's /etc/group"))
+                    })?
             }
         },
     };
     if uid >= MAP_SIZE || gid >= MAP_SIZE {
-        return Err(invalid(format!("user {user:?} ({uid}:{gid}) is outside the container's id range 0..{MAP_SIZE}")));
+        return Err(invalid(format!(
+            "user {user:?} ({uid}:{gid}) is outside the container's id range 0..{MAP_SIZE}"
+        )));
     }
     Ok((uid, gid))
 }
@@ -64,13 +83,19 @@ pub(super) fn resolve(rootfs: &Path, user: Option<&str>, image: &str) -> Result<
 fn read_in_root(root: &Path, rel: &str) -> io::Result<String> {
     let root_c = cstr(root)?;
     // SAFETY: valid path; the returned descriptor is owned below.
-    let dirfd = unsafe { libc::open(root_c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let dirfd = unsafe {
+        libc::open(
+            root_c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if dirfd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `dirfd` is a fresh descriptor nobody else owns.
     let dir = unsafe { OwnedFd::from_raw_fd(dirfd) };
-    let rel_c = CString::new(rel).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    let rel_c = CString::new(rel)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
     // SAFETY: open_how is plain old data; zero is a valid starting value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
@@ -78,11 +103,21 @@ fn read_in_root(root: &Path, rel: &str) -> io::Result<String> {
     use std::os::fd::AsRawFd;
     // SAFETY: valid dirfd, path and open_how of the size passed.
     let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), rel_c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            rel_c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
     };
     if fd < 0 {
         let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::NotFound { Ok(String::new()) } else { Err(e) };
+        return if e.kind() == io::ErrorKind::NotFound {
+            Ok(String::new())
+        } else {
+            Err(e)
+        };
     }
     // SAFETY: `fd` is a fresh descriptor returned by openat2.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) });
@@ -101,7 +136,11 @@ mod tests {
     fn resolves_names_numbers_and_rejects_unknown() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir(t.path().join("etc")).unwrap();
-        std::fs::write(t.path().join("etc/passwd"), "root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/home/app:/bin/sh\n").unwrap();
+        std::fs::write(
+            t.path().join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/home/app:/bin/sh\n",
+        )
+        .unwrap();
         std::fs::write(t.path().join("etc/group"), "root:x:0:\nstaff:x:50:\n").unwrap();
         let r = |u: &str| resolve(t.path(), Some(u), "img");
         assert_eq!(resolve(t.path(), None, "img").unwrap(), (0, 0));
@@ -109,9 +148,18 @@ mod tests {
         assert_eq!(r("app:staff").unwrap(), (1000, 50));
         assert_eq!(r("1000").unwrap(), (1000, 1001));
         assert_eq!(r("42:7").unwrap(), (42, 7));
-        assert_eq!(r("ghost").unwrap_err().code(), crate::ErrorCode::InvalidImage);
-        assert_eq!(r("app:nogroup").unwrap_err().code(), crate::ErrorCode::InvalidImage);
-        assert_eq!(r("70000").unwrap_err().code(), crate::ErrorCode::InvalidImage);
+        assert_eq!(
+            r("ghost").unwrap_err().code(),
+            crate::ErrorCode::InvalidImage
+        );
+        assert_eq!(
+            r("app:nogroup").unwrap_err().code(),
+            crate::ErrorCode::InvalidImage
+        );
+        assert_eq!(
+            r("70000").unwrap_err().code(),
+            crate::ErrorCode::InvalidImage
+        );
     }
 
     #[test]
@@ -123,6 +171,9 @@ mod tests {
         std::fs::create_dir_all(root.join("etc")).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("etc/passwd")).unwrap();
         // The absolute target resolves inside the rootfs, where it is missing.
-        assert_eq!(resolve(&root, Some("evil"), "img").unwrap_err().code(), crate::ErrorCode::InvalidImage);
+        assert_eq!(
+            resolve(&root, Some("evil"), "img").unwrap_err().code(),
+            crate::ErrorCode::InvalidImage
+        );
     }
 }
