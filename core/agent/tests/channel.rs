@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Handshake, framing robustness, request-id handling and shutdown.
 
 mod common;

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Process execution through the agent: output, stdin, errors, timeouts,
 //! signals, concurrency and ptys.
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! File requests: read/write, metadata, directory operations, tar copy.
 
 mod common;

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! The agent as PID 1 of its own PID namespace (as in a container): it
 //! reaps orphans, and on shutdown it terminates *everything* in the
 //! namespace with kill(-1), which is safe only there.

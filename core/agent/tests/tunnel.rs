@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! TCP tunnels through the agent.
 
 mod common;

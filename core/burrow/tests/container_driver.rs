@@ -625,3 +625,22 @@ fn walk_cgroups() -> Vec<String> {
     }
     found
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zz_copy_timing_tmp() {
+    let _serial = SERIAL.lock().await;
+    let fx = Fixture::new();
+    let mut spec = fx.spec(1, config(OciRuntime::Runc));
+    spec.image.rootfs = "/usr/share".into();
+    let t = Instant::now();
+    let r = launch(&spec, "true").await;
+    eprintln!("first launch (copy) {:?} ok={}", t.elapsed(), r.is_ok());
+    drop(r);
+    let spec = fx.spec(2, spec.config.clone());
+    let mut spec = spec; spec.image.rootfs = "/usr/share".into();
+    let t = Instant::now();
+    let r = launch(&spec, "true").await;
+    eprintln!("second launch (cached) {:?} ok={}", t.elapsed(), r.is_ok());
+    let s = std::process::Command::new("du").args(["-sh", fx.dir.path().join("images").to_str().unwrap()]).output().unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&s.stdout));
+}

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! OCI image layouts: selection, verification, safe unpacking and the
 //! rootfs cache, through the public `burrow::image::prepare`.
 

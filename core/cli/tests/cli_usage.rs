@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! CLI smoke tests that need no container runtime: help, exit codes and
 //! `--json` error codes of the user commands.
 

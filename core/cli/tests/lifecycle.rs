@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! End-to-end lifecycle tests in one process: real supervisors, real runc
 //! containers, real SQLite.
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Cross-process tests: several `burrow` processes racing on one name, owners
 //! and supervisors killed with SIGKILL at each step of a start.
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Test harness: runs the real `burrow-agent` binary as a child process with
 //! piped stdin/stdout and speaks the framed protocol to it. The agent's
 //! stderr is captured and printed when a test fails.

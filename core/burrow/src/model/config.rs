@@ -303,7 +303,8 @@ mod tests {
     #[test]
     fn bad_values_are_invalid_config() {
         let base = SandboxConfig::new("img");
-        let cases: Vec<Box<dyn Fn(&mut SandboxConfig)>> = vec![
+        type Case = Box<dyn Fn(&mut SandboxConfig)>;
+        let cases: Vec<Case> = vec![
             Box::new(|c| c.image = String::new()),
             Box::new(|c| c.cpus = Some(0.0)),
             Box::new(|c| c.cpus = Some(f64::NAN)),

@@ -61,11 +61,8 @@ impl Sandbox {
             loop {
                 if let Some(m) = msg.take() {
                     match m {
-                        GuestMsg::Stdout { data, .. } => {
-                            if wr.write_all(&data.0).await.is_err() {
-                                break;
-                            }
-                        }
+                        GuestMsg::Stdout { data, .. } if wr.write_all(&data.0).await.is_err() => break,
+                        GuestMsg::Stdout { .. } => {}
                         GuestMsg::Eof { .. } => {
                             let _ = wr.shutdown().await;
                         }

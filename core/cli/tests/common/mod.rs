@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Shared setup for the end-to-end tests: real supervisor processes, the real
 //! static guest agent, real runc containers over a busybox root filesystem,
 //! and a fresh burrow home (real SQLite file) per test.
