@@ -84,6 +84,14 @@ impl Fixture {
     fn spec(&self, generation: u64, config: SandboxConfig) -> LaunchSpec {
         spec_at(self.dir.path(), &self.id, generation, config)
     }
+
+    /// The runtime's container id of a generation (also the mount name).
+    fn container(&self, generation: u64) -> String {
+        format!(
+            "burrow-{}-{generation}",
+            self.id.as_str().trim_start_matches("sb_")
+        )
+    }
 }
 
 fn sandbox_dir_at(root: &Path, id: &SandboxId) -> PathBuf {
@@ -187,7 +195,15 @@ async fn echo_identity_and_kill(runtime: OciRuntime) {
     .unwrap();
     let (mut ch, mut guest, notes) = Channel::new(launched);
     assert_eq!(ch.line().await.as_deref(), Some("ready"));
-    eprintln!("{runtime:?}: launch -> first line {:?}", t.elapsed());
+    let lower = if fx.dir.path().join("images/shifted").exists() {
+        "shifted copy"
+    } else {
+        "idmapped view"
+    };
+    eprintln!(
+        "{runtime:?}: launch -> first line {:?} (lower layer: {lower})",
+        t.elapsed()
+    );
     drop(lock);
     let try_lock = || {
         let f = std::fs::File::open(&lock_path).unwrap();
@@ -218,8 +234,20 @@ async fn echo_identity_and_kill(runtime: OciRuntime) {
     guest.resume().await.unwrap();
     assert_eq!(ch.line().await.as_deref(), Some("while paused"));
 
-    let mountpoint = format!("burrow-{}-1", fx.id.as_str().trim_start_matches("sb_"));
+    let mountpoint = fx.container(1);
     assert!(mounted(&mountpoint), "the rootfs is mounted while running");
+    // The driver recognises a complete runtime state by this file.
+    let marker = if runtime == OciRuntime::Crun {
+        "status"
+    } else {
+        "state.json"
+    };
+    assert!(spec
+        .runtime_dir
+        .join("state")
+        .join(&mountpoint)
+        .join(marker)
+        .exists());
     guest.kill().await.unwrap();
     let exit = tokio::time::timeout(Duration::from_secs(10), guest.wait())
         .await
@@ -264,14 +292,24 @@ async fn writable_layer_persists_across_generations() {
     let _serial = SERIAL.lock().await;
     let fx = Fixture::new();
     let spec = fx.spec(1, config(OciRuntime::Runc));
-    let (mut ch, mut guest, _) = Channel::new(
-        launch(
-            &spec,
-            "echo kept > /root/note && mkdir -p /var/x && rm /bin/ls && echo done",
-        )
-        .await
-        .unwrap(),
-    );
+    // Generation 1 runs on a shifted copy of the image, generation 2 on an
+    // idmapped view (where the host can): the layer works with both.
+    std::env::set_var("BURROW_ID_SHIFT", "copy");
+    let launched = launch(
+        &spec,
+        "echo kept > /root/note && mkdir -p /var/x && rm /bin/ls && echo done",
+    )
+    .await;
+    std::env::remove_var("BURROW_ID_SHIFT");
+    assert!(fx
+        .dir
+        .path()
+        .join("images/shifted")
+        .read_dir()
+        .unwrap()
+        .next()
+        .is_some());
+    let (mut ch, mut guest, _) = Channel::new(launched.unwrap());
     assert_eq!(ch.line().await.as_deref(), Some("done"));
     let exit = guest.wait().await.unwrap();
     assert_eq!(exit.code, Some(0));
@@ -282,11 +320,23 @@ async fn writable_layer_persists_across_generations() {
     std::fs::create_dir_all(spec.runtime_dir.join("state/burrow-stale-0")).unwrap();
     let spec2 = fx.spec(2, config(OciRuntime::Runc));
     let (mut ch, mut guest, _) = Channel::new(
-        launch(&spec2, "cat /root/note; test -e /bin/ls && echo ls-back || echo ls-gone; stat -c %u /root/note").await.unwrap(),
+        launch(
+            &spec2,
+            "cat /root/note; test -e /bin/ls && echo ls-back || echo ls-gone; \
+             stat -c %u /root/note; stat -c %u:%g /bin/busybox; touch /bin/new && echo root-writes",
+        )
+        .await
+        .unwrap(),
     );
     assert_eq!(ch.line().await.as_deref(), Some("kept"));
     assert_eq!(ch.line().await.as_deref(), Some("ls-gone"));
     assert_eq!(ch.line().await.as_deref(), Some("0"));
+    assert_eq!(
+        ch.line().await.as_deref(),
+        Some("0:0"),
+        "image files are root's inside"
+    );
+    assert_eq!(ch.line().await.as_deref(), Some("root-writes"));
     guest.wait().await.unwrap();
     guest.cleanup().await.unwrap();
     assert!(
@@ -425,13 +475,7 @@ async fn failures_have_codes() {
     spec.image.config.user = Some("ghost".into());
     let err = launch(&spec, "true").await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidImage);
-    assert!(
-        !mounted(&format!(
-            "burrow-{}-2",
-            fx.id.as_str().trim_start_matches("sb_")
-        )),
-        "a failed launch unmounts"
-    );
+    assert!(!mounted(&fx.container(2)), "a failed launch unmounts");
 
     // The runtime itself fails: the process does not exist in the rootfs.
     let spec = fx.spec(3, config(OciRuntime::Runc));
@@ -442,13 +486,7 @@ async fn failures_have_codes() {
         .unwrap_err();
     std::env::remove_var("BURROW_AGENT_ARGS");
     assert_eq!(err.code(), ErrorCode::RuntimeUnavailable);
-    assert!(
-        !mounted(&format!(
-            "burrow-{}-3",
-            fx.id.as_str().trim_start_matches("sb_")
-        )),
-        "a failed launch unmounts"
-    );
+    assert!(!mounted(&fx.container(3)), "a failed launch unmounts");
 }
 
 /// The supervisor's role, run in a child process by
@@ -553,10 +591,7 @@ async fn supervisor_death_leaves_nothing_behind() {
     assert!(!spec
         .runtime_dir
         .join("state")
-        .join(format!(
-            "burrow-{}-1",
-            fx.id.as_str().trim_start_matches("sb_")
-        ))
+        .join(fx.container(1))
         .exists());
 }
 
@@ -576,10 +611,7 @@ async fn cancelled_launches_leave_nothing_behind() {
             guest.kill().await.unwrap();
             guest.cleanup().await.unwrap();
         }
-        let id = format!(
-            "burrow-{}-{generation}",
-            fx.id.as_str().trim_start_matches("sb_")
-        );
+        let id = fx.container(generation);
         assert!(
             !mounted(&id),
             "generation {generation} cancelled after {after_ms} ms left its rootfs mounted"
@@ -596,7 +628,7 @@ async fn cancelled_launches_leave_nothing_behind() {
     let (_, mut guest, _) = Channel::new(launch(&spec, "exec cat").await.unwrap());
     guest.kill().await.unwrap();
     guest.cleanup().await.unwrap();
-    let prefix = format!("burrow-{}-", fx.id.as_str().trim_start_matches("sb_"));
+    let prefix = fx.container(0).trim_end_matches('0').to_owned();
     let leftovers: Vec<_> = walk_cgroups()
         .into_iter()
         .filter(|p| p.contains(&prefix))
@@ -624,23 +656,4 @@ fn walk_cgroups() -> Vec<String> {
         }
     }
     found
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zz_copy_timing_tmp() {
-    let _serial = SERIAL.lock().await;
-    let fx = Fixture::new();
-    let mut spec = fx.spec(1, config(OciRuntime::Runc));
-    spec.image.rootfs = "/usr/share".into();
-    let t = Instant::now();
-    let r = launch(&spec, "true").await;
-    eprintln!("first launch (copy) {:?} ok={}", t.elapsed(), r.is_ok());
-    drop(r);
-    let spec = fx.spec(2, spec.config.clone());
-    let mut spec = spec; spec.image.rootfs = "/usr/share".into();
-    let t = Instant::now();
-    let r = launch(&spec, "true").await;
-    eprintln!("second launch (cached) {:?} ok={}", t.elapsed(), r.is_ok());
-    let s = std::process::Command::new("du").args(["-sh", fx.dir.path().join("images").to_str().unwrap()]).output().unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&s.stdout));
 }

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 use crate::driver::{GuestExit, GuestProcess};
 use crate::error::{Error, Result};
+use crate::model::OciRuntime;
 
 use super::cgroups;
 use super::network::Network;
@@ -27,8 +28,8 @@ pub(super) struct Generation {
     pub runtime: Runtime,
     /// Container id.
     pub id: String,
-    /// Overlay mount point, while mounted.
-    pub mount: Option<PathBuf>,
+    /// Mount points of this generation (rootfs and helpers), innermost last.
+    pub mounts: Vec<PathBuf>,
     /// Bundle directory (config.json and generated files).
     pub bundle: PathBuf,
     pub network: Option<Network>,
@@ -40,7 +41,7 @@ impl Generation {
         Generation {
             runtime,
             id,
-            mount: None,
+            mounts: Vec::new(),
             bundle,
             network: None,
             released: false,
@@ -57,13 +58,15 @@ impl Generation {
             net.stop().await;
         }
         let deleted = self.runtime.delete_force(&self.id).await;
+        self.forget_incomplete_state();
         cgroups::remove_leftovers(|name| name == self.id);
-        let unmounted = match &self.mount {
-            Some(m) => rootfs::unmount(m),
-            None => Ok(()),
-        };
-        if unmounted.is_ok() {
-            self.mount = None;
+        let mut unmounted = Ok(());
+        while let Some(m) = self.mounts.last() {
+            if let Err(e) = rootfs::unmount(m) {
+                unmounted = Err(e);
+                break;
+            }
+            self.mounts.pop();
         }
         let removed = match std::fs::remove_dir_all(&self.bundle) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -78,6 +81,22 @@ impl Generation {
     }
 }
 
+impl Generation {
+    /// A runtime killed while creating may leave a state directory without a
+    /// state file, which `delete` does not recognise: remove it.
+    fn forget_incomplete_state(&self) {
+        let marker = match self.runtime.kind {
+            OciRuntime::Runc => "state.json",
+            OciRuntime::Crun => "status",
+            OciRuntime::Runsc => return,
+        };
+        let state = self.runtime.root.join(&self.id);
+        if !state.join(marker).exists() {
+            let _ = std::fs::remove_dir_all(&state);
+        }
+    }
+}
+
 impl Drop for Generation {
     fn drop(&mut self) {
         if self.released {
@@ -87,14 +106,9 @@ impl Drop for Generation {
         // without its rollback) or a guest was dropped without cleanup.
         tracing::warn!(container = %self.id, "releasing an abandoned container generation");
         self.runtime.delete_force_blocking(&self.id);
-        // A runtime killed while creating may leave a state directory
-        // without a state file, which `delete` does not recognise.
-        let state = self.runtime.root.join(&self.id);
-        if !state.join("state.json").exists() {
-            let _ = std::fs::remove_dir_all(&state);
-        }
+        self.forget_incomplete_state();
         cgroups::remove_leftovers(|name| name == self.id);
-        if let Some(m) = self.mount.take() {
+        for m in self.mounts.drain(..).rev() {
             let _ = rootfs::unmount(&m);
         }
         let _ = std::fs::remove_dir_all(&self.bundle);

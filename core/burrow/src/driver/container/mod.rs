@@ -2,15 +2,23 @@
 //!
 //! One launch, in order: find the runtime binary; clear what an earlier
 //! generation of this sandbox may have left in its runtime directory; mount
-//! the writable layer over a uid-shifted copy of the image ([`rootfs`]);
-//! write the OCI config ([`spec`]); start `<runtime> run` in the foreground
+//! the writable layer over the image, presented as owned by the container's
+//! user-namespace ids (`rootfs.rs`);
+//! write the OCI config (`spec.rs`); start `<runtime> run` in the foreground
 //! with the agent's stdin/stdout as the protocol pipes and its stderr
 //! appended to the agent log; wait until the container runs; attach
-//! user-mode networking if enabled ([`network`]). The runtime process is the
+//! user-mode networking if enabled (`network.rs`). The runtime process is the
 //! guest's lifetime: [`GuestProcess::wait`] waits for it.
 //!
-//! Root only for now: rootless operation needs newuidmap-style mappings and
-//! fuse-overlayfs or idmapped mounts, which are not implemented.
+//! The network is attached after the container's process has started and
+//! before `launch` returns, so nothing the agent is asked to run can start
+//! without it.
+//!
+//! Root only for now: rootless operation (newuidmap mappings, an overlay the
+//! user may mount, a runtime state directory of the user's) is not
+//! implemented.
+//!
+//! [`GuestProcess::wait`]: super::GuestProcess::wait
 
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
@@ -28,10 +36,12 @@ use super::{Driver, LaunchSpec, Launched};
 
 mod cgroups;
 mod guest;
+mod idmap;
 mod network;
 mod rootfs;
 mod runtime;
 mod seccomp;
+mod shift;
 mod spec;
 mod users;
 
@@ -245,23 +255,21 @@ async fn start(
 ) -> Result<Pipes> {
     // Root filesystem.
     let base = rootfs::mapping_base(&spec.sandbox_dir)?;
-    let (source, images) = (spec.image.rootfs.clone(), spec.images_dir.clone());
-    let lower = tokio::task::spawn_blocking(move || rootfs::shifted_lower(&source, &images, base))
-        .await
-        .map_err(|e| {
-            Error::io(
-                "preparing the image rootfs",
-                None,
-                std::io::Error::other(e.to_string()),
-            )
-        })??;
-    let (upper, work) = rootfs::writable_layer(&spec.sandbox_dir, base)?;
-    let target = rootfs::mount_point(&generation.id)?;
-    rootfs::record_mount(&spec.runtime_dir.join("mounts"), &target)?;
-    generation.mount = Some(target.clone());
-    rootfs::mount_overlay(&lower, &upper, &work, &target)?;
+    let target = rootfs::assemble(
+        &spec.image.rootfs,
+        &spec.images_dir,
+        &spec.sandbox_dir,
+        base,
+        &generation.id,
+        &spec.runtime_dir.join("mounts"),
+        &mut generation.mounts,
+    )
+    .await?;
     let _ = std::os::unix::fs::symlink(&target, spec.runtime_dir.join("rootfs"));
-    tracing::debug!(lower = %lower.display(), rootfs = %target.display(), id_base = base, elapsed_ms = started.elapsed().as_millis() as u64, "rootfs mounted");
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "rootfs ready"
+    );
 
     // Process settings.
     let image = &spec.image;
