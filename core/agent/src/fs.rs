@@ -86,7 +86,9 @@ pub fn list_dir(path: &str) -> Result<Response, GuestError> {
 pub fn stat(path: &str) -> Result<Response, GuestError> {
     let path = abs_path(path)?;
     let meta = fs::symlink_metadata(&path).map_err(|e| io_err(&e, &path))?;
-    Ok(Response::Stat { stat: file_stat(&path, &meta) })
+    Ok(Response::Stat {
+        stat: file_stat(&path, &meta),
+    })
 }
 
 /// `Exists`: lstat semantics (a dangling symlink exists).

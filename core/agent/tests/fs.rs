@@ -138,7 +138,12 @@ fn directory_operations() {
         ("link", FileKind::Symlink, 8, Some("zeta.txt")),
         ("zeta.txt", FileKind::File, 5, None),
     ] {
-        match agent.call(Request::Stat { path: s(&root.join(name)) }).result {
+        match agent
+            .call(Request::Stat {
+                path: s(&root.join(name)),
+            })
+            .result
+        {
             Ok(Response::Stat { stat }) => {
                 assert_eq!(stat.kind, kind);
                 assert_eq!(stat.size, size);

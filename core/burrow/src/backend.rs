@@ -43,7 +43,10 @@ impl ListFilter {
     /// Whether `info` passes the filter.
     pub fn matches(&self, info: &SandboxInfo) -> bool {
         (self.statuses.is_empty() || self.statuses.contains(&info.status))
-            && self.labels.iter().all(|(k, v)| info.config.labels.get(k) == Some(v))
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| info.config.labels.get(k) == Some(v))
     }
 }
 
@@ -56,7 +59,9 @@ pub struct StopOptions {
 
 impl Default for StopOptions {
     fn default() -> Self {
-        StopOptions { grace: Duration::from_secs(10) }
+        StopOptions {
+            grace: Duration::from_secs(10),
+        }
     }
 }
 
@@ -80,7 +85,9 @@ pub struct RuntimeStream {
 
 impl Debug for RuntimeStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeStream").field("generation", &self.generation).finish_non_exhaustive()
+        f.debug_struct("RuntimeStream")
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
     }
 }
 
@@ -89,7 +96,11 @@ pub fn ensure_identity(name: &str, id: &SandboxId, info: &SandboxInfo) -> Result
     if &info.id == id {
         Ok(())
     } else {
-        Err(Error::SandboxReplaced { name: name.to_owned(), expected: id.clone(), actual: info.id.clone() })
+        Err(Error::SandboxReplaced {
+            name: name.to_owned(),
+            expected: id.clone(),
+            actual: info.id.clone(),
+        })
     }
 }
 
@@ -139,17 +150,32 @@ pub trait Backend: Send + Sync + Debug {
         Ok(info)
     }
     /// [`Backend::start`] bound to `id`.
-    async fn start_identified(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
+    async fn start_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StartOptions,
+    ) -> Result<SandboxInfo> {
         self.status_identified(name, id).await?;
         self.start(name, opts).await
     }
     /// [`Backend::connect_or_start`] bound to `id`.
-    async fn connect_or_start_identified(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
+    async fn connect_or_start_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StartOptions,
+    ) -> Result<SandboxInfo> {
         self.status_identified(name, id).await?;
         self.connect_or_start(name, opts).await
     }
     /// [`Backend::stop`] bound to `id`.
-    async fn stop_identified(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
+    async fn stop_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StopOptions,
+    ) -> Result<SandboxInfo> {
         self.status_identified(name, id).await?;
         self.stop(name, opts).await
     }
@@ -164,7 +190,12 @@ pub trait Backend: Send + Sync + Debug {
         self.request_drain(name).await
     }
     /// [`Backend::restart`] bound to `id`.
-    async fn restart_identified(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
+    async fn restart_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StopOptions,
+    ) -> Result<SandboxInfo> {
         self.status_identified(name, id).await?;
         self.restart(name, opts).await
     }
@@ -179,7 +210,12 @@ pub trait Backend: Send + Sync + Debug {
         self.destroy(name).await
     }
     /// [`Backend::wait_for_status`] bound to `id`.
-    async fn wait_for_status_identified(&self, name: &str, id: &SandboxId, statuses: &[Status]) -> Result<SandboxInfo> {
+    async fn wait_for_status_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        statuses: &[Status],
+    ) -> Result<SandboxInfo> {
         self.status_identified(name, id).await?;
         self.wait_for_status(name, statuses).await
     }

@@ -329,7 +329,11 @@ impl Error {
         }
     }
 
-    pub(crate) fn io(context: impl Into<String>, path: Option<&std::path::Path>, source: std::io::Error) -> Self {
+    pub(crate) fn io(
+        context: impl Into<String>,
+        path: Option<&std::path::Path>,
+        source: std::io::Error,
+    ) -> Self {
         Error::Io {
             context: context.into(),
             path: path.map(|p| p.to_path_buf()),
@@ -337,7 +341,10 @@ impl Error {
         }
     }
 
-    pub(crate) fn store(reason: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn store(
+        reason: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
         Error::Store {
             reason: reason.into(),
             source: Some(Box::new(source)),

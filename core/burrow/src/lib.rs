@@ -20,12 +20,14 @@ pub mod runtime;
 mod sandbox;
 pub mod store;
 
-pub use error::{Error, ErrorCode, Result};
 pub use backend::{Backend, CreateRequest, ListFilter, StartOptions, StopOptions};
-pub use local::LocalBackend;
-pub use model::{ExitReason, Mount, MountSource, OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status};
-pub use sandbox::{
-    ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, Process, PublishedPort, ReplaceBuilder, Sandbox, SandboxBuilder,
-    SandboxHandle, Tunnel,
-};
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
+pub use error::{Error, ErrorCode, Result};
+pub use local::LocalBackend;
+pub use model::{
+    ExitReason, Mount, MountSource, OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status,
+};
+pub use sandbox::{
+    ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, Process, PublishedPort, ReplaceBuilder,
+    Sandbox, SandboxBuilder, SandboxHandle, Tunnel,
+};

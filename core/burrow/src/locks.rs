@@ -33,18 +33,28 @@ impl FileLock {
         let path = path.to_path_buf();
         tokio::task::spawn_blocking(move || {
             let file = open(&path)?;
-            file.lock().map_err(|e| Error::io("locking", Some(&path), e))?;
+            file.lock()
+                .map_err(|e| Error::io("locking", Some(&path), e))?;
             Ok(FileLock { file, path })
         })
         .await
-        .map_err(|e| Error::io("lock task failed", None, std::io::Error::other(e.to_string())))?
+        .map_err(|e| {
+            Error::io(
+                "lock task failed",
+                None,
+                std::io::Error::other(e.to_string()),
+            )
+        })?
     }
 
     /// Takes the lock if it is free right now.
     pub fn try_acquire(path: &Path) -> Result<Option<FileLock>> {
         let file = open(path)?;
         match file.try_lock() {
-            Ok(()) => Ok(Some(FileLock { file, path: path.to_path_buf() })),
+            Ok(()) => Ok(Some(FileLock {
+                file,
+                path: path.to_path_buf(),
+            })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(Error::io("locking", Some(path), e)),
         }

@@ -36,10 +36,12 @@ impl Home {
         if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|h| !h.is_empty()) {
             return Home::at(PathBuf::from(x).join("burrow"));
         }
-        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).ok_or_else(|| Error::InvalidConfig {
-            field: "home".into(),
-            reason: "neither BURROW_HOME nor HOME is set".into(),
-        })?;
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| Error::InvalidConfig {
+                field: "home".into(),
+                reason: "neither BURROW_HOME nor HOME is set".into(),
+            })?;
         Home::at(PathBuf::from(home).join(".local/share/burrow"))
     }
 
@@ -54,15 +56,29 @@ impl Home {
                 .join(root)
         };
         let home = Home { root };
-        for dir in [home.root.clone(), home.locks_dir(), home.run_dir(), home.sandboxes_dir(), home.volumes_dir(), home.images_dir()] {
+        for dir in [
+            home.root.clone(),
+            home.locks_dir(),
+            home.run_dir(),
+            home.sandboxes_dir(),
+            home.volumes_dir(),
+            home.images_dir(),
+        ] {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| Error::io("creating the burrow home", Some(&dir), e))?;
         }
-        std::fs::set_permissions(&home.root, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| Error::io("restricting the burrow home to its owner", Some(&home.root), e))?;
+        std::fs::set_permissions(&home.root, std::fs::Permissions::from_mode(0o700)).map_err(
+            |e| {
+                Error::io(
+                    "restricting the burrow home to its owner",
+                    Some(&home.root),
+                    e,
+                )
+            },
+        )?;
         let probe = home.socket_path(&SandboxId::new());
         if probe.as_os_str().len() > MAX_SOCKET_PATH {
             return Err(Error::InvalidConfig {
@@ -115,11 +131,13 @@ impl Home {
     }
     /// The per-name runtime-lifetime lock file.
     pub fn runtime_lock_path(&self, name: &str) -> PathBuf {
-        self.locks_dir().join(format!("{}.runtime", short_hash(name)))
+        self.locks_dir()
+            .join(format!("{}.runtime", short_hash(name)))
     }
     /// The supervisor socket of a sandbox (hashed so any home fits).
     pub fn socket_path(&self, id: &SandboxId) -> PathBuf {
-        self.run_dir().join(format!("{}.sock", short_hash(id.as_str())))
+        self.run_dir()
+            .join(format!("{}.sock", short_hash(id.as_str())))
     }
     /// A named volume's directory.
     pub fn volume_path(&self, volume: &str) -> PathBuf {

@@ -89,7 +89,12 @@ pub fn agent_bin() -> Option<PathBuf> {
             let mut cands = vec![dir.join("burrow-agent")];
             if let Some(target) = dir.parent() {
                 for p in [std::ffi::OsStr::new("release"), profile.as_os_str()] {
-                    cands.push(target.join("x86_64-unknown-linux-musl").join(p).join("burrow-agent"));
+                    cands.push(
+                        target
+                            .join("x86_64-unknown-linux-musl")
+                            .join(p)
+                            .join("burrow-agent"),
+                    );
                 }
             }
             if let Some(found) = cands.into_iter().find(|c| c.is_file()) {
@@ -116,7 +121,10 @@ mod tests {
         let me = ProcIdentity::current();
         assert!(me.start > 0);
         assert!(me.is_alive());
-        let other = ProcIdentity { pid: me.pid, start: me.start + 1 };
+        let other = ProcIdentity {
+            pid: me.pid,
+            start: me.start + 1,
+        };
         assert!(!other.is_alive());
     }
 }

@@ -989,7 +989,9 @@ fn child_prepare() {
     let (Some(home), Some(reference)) =
         (std::env::var_os(CHILD_HOME), std::env::var(CHILD_REF).ok())
     else {
-        panic!("child_prepare runs only as a child of concurrent_processes_get_one_complete_rootfs");
+        panic!(
+            "child_prepare runs only as a child of concurrent_processes_get_one_complete_rootfs"
+        );
     };
     let home = Home::at(PathBuf::from(home)).expect("home");
     let rt = tokio::runtime::Builder::new_current_thread()

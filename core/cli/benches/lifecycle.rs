@@ -38,16 +38,25 @@ fn ms(d: Duration) -> f64 {
 /// A runc bundle over a read-only copy of the rootfs, running `args`.
 fn runc_bundle(dir: &Path, rootfs: &Path, args: &[&str]) {
     std::fs::create_dir_all(dir).unwrap();
-    let status = Command::new("runc").args(["spec", "--rootless"]).current_dir(dir).status().unwrap();
+    let status = Command::new("runc")
+        .args(["spec", "--rootless"])
+        .current_dir(dir)
+        .status()
+        .unwrap();
     assert!(status.success());
-    let mut spec: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
     spec["root"]["path"] = rootfs.to_string_lossy().into_owned().into();
     spec["root"]["readonly"] = true.into();
     spec["process"]["terminal"] = false.into();
     spec["process"]["args"] = args.iter().map(|a| serde_json::Value::from(*a)).collect();
     // Keep within this host's hard limits (no CAP_SYS_RESOURCE here).
     spec["process"]["rlimits"] = serde_json::json!([]);
-    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(&spec).unwrap(),
+    )
+    .unwrap();
 }
 
 fn runc_run(bundle: &Path, root: &Path, iters: usize) -> Stats {
@@ -69,14 +78,27 @@ fn runc_run(bundle: &Path, root: &Path, iters: usize) -> Stats {
         samples.push(t.elapsed());
         assert!(status.success(), "runc run failed");
     }
-    Stats { name: "runc run (true)", samples }
+    Stats {
+        name: "runc run (true)",
+        samples,
+    }
 }
 
 fn main() {
-    let iters: usize = std::env::var("BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let rootfs = busybox_rootfs();
-    let scratch = tempfile::Builder::new().prefix("bb").tempdir_in("/tmp").unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("bb")
+        .tempdir_in("/tmp")
+        .unwrap();
     let bundle = scratch.path().join("bundle");
     runc_bundle(&bundle, &rootfs, &["/bin/true"]);
     let runc_root = scratch.path().join("runc-root");
@@ -84,7 +106,13 @@ fn main() {
     let results = rt.block_on(async {
         let home = TestHome::new().await;
         // Warm-up: the shifted image copy is built once per image.
-        home.builder("warmup").create().await.unwrap().destroy().await.unwrap();
+        home.builder("warmup")
+            .create()
+            .await
+            .unwrap()
+            .destroy()
+            .await
+            .unwrap();
         let _ = runc_run(&bundle, &runc_root, 3);
 
         let baseline = runc_run(&bundle, &runc_root, iters);
@@ -118,15 +146,30 @@ fn main() {
         sb.destroy().await.unwrap();
         vec![
             baseline,
-            Stats { name: "create -> Running", samples: create },
-            Stats { name: "exec true (running)", samples: exec },
-            Stats { name: "connect_or_create (running)", samples: converge },
+            Stats {
+                name: "create -> Running",
+                samples: create,
+            },
+            Stats {
+                name: "exec true (running)",
+                samples: exec,
+            },
+            Stats {
+                name: "connect_or_create (running)",
+                samples: converge,
+            },
         ]
     });
 
     let base = results[0].pct(0.5);
-    println!("\nburrow lifecycle benchmark ({iters} starts; {} execs and connects)", iters * 10);
-    println!("{:<30} {:>10} {:>10} {:>16}", "operation", "median ms", "p90 ms", "median / runc run");
+    println!(
+        "\nburrow lifecycle benchmark ({iters} starts; {} execs and connects)",
+        iters * 10
+    );
+    println!(
+        "{:<30} {:>10} {:>10} {:>16}",
+        "operation", "median ms", "p90 ms", "median / runc run"
+    );
     for s in &results {
         println!(
             "{:<30} {:>10.2} {:>10.2} {:>16.2}",

@@ -42,7 +42,13 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--home" => home = Some(PathBuf::from(value)),
-            "--id" => id = Some(value.parse::<burrow::SandboxId>().map_err(|e| e.to_string())?),
+            "--id" => {
+                id = Some(
+                    value
+                        .parse::<burrow::SandboxId>()
+                        .map_err(|e| e.to_string())?,
+                )
+            }
             "--generation" => generation = Some(value.parse::<u64>().map_err(|e| e.to_string())?),
             "--runtime" => runtime = value.parse().map_err(|e: burrow::Error| e.to_string())?,
             "--owner-pid" => owner_pid = Some(value.parse::<u32>().map_err(|e| e.to_string())?),

@@ -12,25 +12,47 @@ use common::TestHome;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_exec_fs_stop_restart_remove() {
     let home = TestHome::new().await;
-    let sb = home.builder("basic").env("GREETING", "hello").create().await.expect("create");
+    let sb = home
+        .builder("basic")
+        .env("GREETING", "hello")
+        .create()
+        .await
+        .expect("create");
     assert_eq!(sb.status().await.unwrap(), Status::Running);
 
-    let out = sb.exec(["sh", "-c", "echo $GREETING; echo oops >&2; exit 3"]).await.unwrap();
+    let out = sb
+        .exec(["sh", "-c", "echo $GREETING; echo oops >&2; exit 3"])
+        .await
+        .unwrap();
     assert_eq!(out.stdout_str(), "hello\n");
     assert_eq!(out.stderr_str(), "oops\n");
     assert_eq!(out.status.code, Some(3));
 
-    let out = sb.exec_with(ExecOptions::new(["cat"]).stdin(b"piped".to_vec())).await.unwrap();
+    let out = sb
+        .exec_with(ExecOptions::new(["cat"]).stdin(b"piped".to_vec()))
+        .await
+        .unwrap();
     assert_eq!(out.stdout, b"piped");
 
     let id = sb.exec(["id", "-u"]).await.unwrap();
-    assert_eq!(id.stdout_str().trim(), "0", "the agent runs as root inside its user namespace");
+    assert_eq!(
+        id.stdout_str().trim(),
+        "0",
+        "the agent runs as root inside its user namespace"
+    );
 
     sb.fs().mkdir("/data/sub", true).await.unwrap();
     sb.fs().write("/data/sub/f.txt", b"content").await.unwrap();
     assert_eq!(sb.fs().read("/data/sub/f.txt").await.unwrap(), b"content");
     assert!(sb.fs().exists("/data/sub/f.txt").await.unwrap());
-    let names: Vec<String> = sb.fs().list("/data/sub").await.unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<String> = sb
+        .fs()
+        .list("/data/sub")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names, vec!["f.txt".to_string()]);
     let err = sb.fs().read("/nope").await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::Guest);
@@ -43,12 +65,18 @@ async fn create_exec_fs_stop_restart_remove() {
     assert_eq!(&info.id, sb.id());
     assert_eq!(info.status, Status::Running);
     assert_eq!(info.generation, gen1 + 1);
-    assert_eq!(info.config.env.get("GREETING").map(String::as_str), Some("hello"));
+    assert_eq!(
+        info.config.env.get("GREETING").map(String::as_str),
+        Some("hello")
+    );
     assert_eq!(sb.fs().read("/data/sub/f.txt").await.unwrap(), b"content");
 
     let stopped = sb.stop().await.unwrap();
     assert_eq!(stopped.status, Status::Stopped);
-    assert_eq!(stopped.last_run.unwrap().exit_reason, Some(burrow::ExitReason::Stopped));
+    assert_eq!(
+        stopped.last_run.unwrap().exit_reason,
+        Some(burrow::ExitReason::Stopped)
+    );
     let err = sb.exec(["true"]).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidState);
 
@@ -58,7 +86,14 @@ async fn create_exec_fs_stop_restart_remove() {
     assert!(err.is_err());
     let err = home.backend.get("basic").await;
     assert_eq!(err.unwrap_err().code(), ErrorCode::NotFound);
-    assert!(!home.path().join("sandboxes").join(sb.id().as_str()).exists(), "remove deletes the sandbox's own state");
+    assert!(
+        !home
+            .path()
+            .join("sandboxes")
+            .join(sb.id().as_str())
+            .exists(),
+        "remove deletes the sandbox's own state"
+    );
 }
 
 use burrow::Backend;
@@ -66,9 +101,20 @@ use burrow::Backend;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn destroy_is_final_and_existing_config_wins() {
     let home = TestHome::new().await;
-    let first = home.builder("cfg").env("WHO", "first").create().await.unwrap();
+    let first = home
+        .builder("cfg")
+        .env("WHO", "first")
+        .create()
+        .await
+        .unwrap();
     // connect_or_create with other options converges on the existing one.
-    let again = home.builder("cfg").env("WHO", "second").cpus(1.5).connect_or_create().await.unwrap();
+    let again = home
+        .builder("cfg")
+        .env("WHO", "second")
+        .cpus(1.5)
+        .connect_or_create()
+        .await
+        .unwrap();
     assert_eq!(again.id(), first.id());
     let out = again.exec(["sh", "-c", "echo $WHO"]).await.unwrap();
     assert_eq!(out.stdout_str(), "first\n");
@@ -109,7 +155,12 @@ async fn stale_receivers_get_sandbox_replaced_and_touch_nothing() {
     check(old_handle.restart().await.unwrap_err());
     check(old_handle.destroy().await.unwrap_err());
     check(old_handle.remove().await.unwrap_err());
-    check(old_handle.wait_for_status(&[Status::Stopped]).await.unwrap_err());
+    check(
+        old_handle
+            .wait_for_status(&[Status::Stopped])
+            .await
+            .unwrap_err(),
+    );
     check(old.exec(["true"]).await.unwrap_err());
     check(old.fs().read("/etc/motd").await.unwrap_err());
     check(old.stop().await.unwrap_err());
@@ -138,21 +189,55 @@ async fn bad_input_is_typed_and_changes_nothing() {
     let h = home.builder(&long).define().await.unwrap();
     assert_eq!(h.status().await.unwrap(), Status::Created);
 
+    // A relative image path is persisted absolute (later starts may run
+    // elsewhere). Test binaries run in the package directory.
+    let rel = "../../target/test-images/busybox";
+    assert!(std::path::Path::new(rel).is_dir());
+    let h2 = Sandbox::builder("relative")
+        .image(rel)
+        .backend(home.dyn_backend())
+        .define()
+        .await
+        .unwrap();
+    let stored = h2.config().await.unwrap().image;
+    assert_eq!(
+        std::path::PathBuf::from(&stored),
+        common::busybox_rootfs().canonicalize().unwrap()
+    );
+    h2.remove().await.unwrap();
+
     let err = home.builder("cfg").cpus(0.0).define().await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidConfig);
-    let err = home.builder("cfg").workdir("relative").define().await.unwrap_err();
+    let err = home
+        .builder("cfg")
+        .workdir("relative")
+        .define()
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidConfig);
-    let err = Sandbox::builder("img").image("/definitely/not/a/dir").backend(home.dyn_backend()).define().await.unwrap_err();
+    let err = Sandbox::builder("img")
+        .image("/definitely/not/a/dir")
+        .backend(home.dyn_backend())
+        .define()
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidImage);
     let err = home.backend.get("cfg").await.unwrap_err();
-    assert_eq!(err.code(), ErrorCode::NotFound, "a rejected create persists nothing");
+    assert_eq!(
+        err.code(),
+        ErrorCode::NotFound,
+        "a rejected create persists nothing"
+    );
     let all = home.backend.list(&Default::default()).await.unwrap();
     assert_eq!(all.len(), 1);
 
     let sb = h.start().await.unwrap();
     let err = sb.exec(Vec::<String>::new()).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
-    let err = sb.exec_with(ExecOptions::new(["true"]).cwd("rel")).await.unwrap_err();
+    let err = sb
+        .exec_with(ExecOptions::new(["true"]).cwd("rel"))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
     let err = sb.exec(["/no/such/program"]).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::Guest);
@@ -165,7 +250,10 @@ async fn tunnel_and_copy() {
     let home = TestHome::new().await;
     let sb = home.builder("net").create().await.unwrap();
     // busybox nc answers one connection on port 7000 inside the sandbox.
-    let server = sb.spawn(ExecOptions::new(["sh", "-c", "echo pong | nc -l -p 7000"])).await.unwrap();
+    let server = sb
+        .spawn(ExecOptions::new(["sh", "-c", "echo pong | nc -l -p 7000"]))
+        .await
+        .unwrap();
     server.close_stdin().unwrap();
     let mut attempt = 0;
     let reply = loop {
@@ -193,7 +281,10 @@ async fn tunnel_and_copy() {
     let src = tempfile::tempdir().unwrap();
     std::fs::create_dir(src.path().join("tree")).unwrap();
     std::fs::write(src.path().join("tree/a.txt"), b"A").unwrap();
-    sb.fs().copy_in(&src.path().join("tree"), "/in").await.unwrap();
+    sb.fs()
+        .copy_in(&src.path().join("tree"), "/in")
+        .await
+        .unwrap();
     assert_eq!(sb.fs().read("/in/tree/a.txt").await.unwrap(), b"A");
     let dst = tempfile::tempdir().unwrap();
     sb.fs().copy_out("/in/tree", dst.path()).await.unwrap();
@@ -206,11 +297,19 @@ async fn list_filters_by_status_and_label() {
     let home = TestHome::new().await;
     let a = home.builder("a").label("team", "x").define().await.unwrap();
     let _b = home.builder("b").label("team", "y").define().await.unwrap();
-    let filter = burrow::ListFilter { labels: [("team".to_string(), "x".to_string())].into(), ..Default::default() };
+    let filter = burrow::ListFilter {
+        labels: [("team".to_string(), "x".to_string())].into(),
+        ..Default::default()
+    };
     let found = home.backend.list(&filter).await.unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(&found[0].id, a.id());
-    let filter = burrow::ListFilter { statuses: vec![Status::Running], ..Default::default() };
+    let filter = burrow::ListFilter {
+        statuses: vec![Status::Running],
+        ..Default::default()
+    };
     assert!(home.backend.list(&filter).await.unwrap().is_empty());
-    let _ = SandboxHandle::get_in(home.dyn_backend(), "a").await.unwrap();
+    let _ = SandboxHandle::get_in(home.dyn_backend(), "a")
+        .await
+        .unwrap();
 }

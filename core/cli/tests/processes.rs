@@ -16,7 +16,9 @@ fn image() -> String {
 
 fn up(home: &TestHome, name: &str) -> std::process::Command {
     let mut c = home.cli();
-    c.args(["--json", "up", name, "--image", &image()]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.args(["--json", "up", name, "--image", &image()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c
 }
 
@@ -31,8 +33,13 @@ fn json_of(out: &Output) -> serde_json::Value {
 }
 
 fn race(home: &TestHome, name: &str, n: usize) -> Vec<Output> {
-    let children: Vec<Child> = (0..n).map(|_| up(home, name).spawn().expect("spawn burrow up")).collect();
-    children.into_iter().map(|c| c.wait_with_output().expect("wait burrow up")).collect()
+    let children: Vec<Child> = (0..n)
+        .map(|_| up(home, name).spawn().expect("spawn burrow up"))
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait burrow up"))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,7 +50,11 @@ async fn eight_processes_converge_on_one_sandbox_per_round() {
         let outs = race(&home, &name, 8);
         let mut ids = Vec::new();
         for out in &outs {
-            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let v = json_of(out);
             assert_eq!(v["status"], "running");
             ids.push(v["id"].as_str().expect("id").to_string());
@@ -68,10 +79,18 @@ async fn eight_processes_start_a_stopped_sandbox_once() {
         assert_eq!(before.status, Status::Stopped);
         let outs = race(&home, "cos", 8);
         for out in &outs {
-            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let v = json_of(out);
             assert_eq!(v["id"].as_str(), Some(sb.id().as_str()));
-            assert_eq!(v["generation"].as_u64(), Some(before.generation + 1), "round {round}: one runtime generation");
+            assert_eq!(
+                v["generation"].as_u64(),
+                Some(before.generation + 1),
+                "round {round}: one runtime generation"
+            );
         }
         let info = sb.info().await.unwrap();
         assert_eq!(info.status, Status::Running);
@@ -99,18 +118,36 @@ async fn attached_sandbox_stops_with_its_owner_detached_survives() {
     handle.wait_for_status(&[Status::Running]).await.unwrap();
     owner.kill().unwrap(); // SIGKILL
     let _ = owner.wait();
-    let done = tokio::time::timeout(Duration::from_secs(30), handle.wait_for_status(&[Status::Stopped])).await;
-    let info = done.expect("the attached sandbox stops after its owner died").unwrap();
-    assert_eq!(info.last_run.unwrap().exit_reason, Some(ExitReason::OwnerExited));
+    let done = tokio::time::timeout(
+        Duration::from_secs(30),
+        handle.wait_for_status(&[Status::Stopped]),
+    )
+    .await;
+    let info = done
+        .expect("the attached sandbox stops after its owner died")
+        .unwrap();
+    assert_eq!(
+        info.last_run.unwrap().exit_reason,
+        Some(ExitReason::OwnerExited)
+    );
 
     let out = up(&home, "det").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The creating process is gone; the detached sandbox lives on.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let det = SandboxHandle::get_in(home.dyn_backend(), "det").await.unwrap();
+    let det = SandboxHandle::get_in(home.dyn_backend(), "det")
+        .await
+        .unwrap();
     assert_eq!(det.status().await.unwrap(), Status::Running);
     let sb = det.connect().await.unwrap();
-    assert_eq!(sb.exec(["echo", "alive"]).await.unwrap().stdout_str(), "alive\n");
+    assert_eq!(
+        sb.exec(["echo", "alive"]).await.unwrap().stdout_str(),
+        "alive\n"
+    );
     sb.destroy().await.unwrap();
 }
 
@@ -118,10 +155,18 @@ async fn attached_sandbox_stops_with_its_owner_detached_survives() {
 /// returns (child, pid written by the process that reached it).
 async fn up_until(home: &TestHome, name: &str, point: &str) -> (Child, u32) {
     let marker = home.path().join(format!("fault-{name}"));
-    let child = up(home, name).env("BURROW_FAULT", point).env("BURROW_FAULT_MARKER", &marker).spawn().unwrap();
+    let child = up(home, name)
+        .env("BURROW_FAULT", point)
+        .env("BURROW_FAULT_MARKER", &marker)
+        .spawn()
+        .unwrap();
     let reached = eventually(Duration::from_secs(60), || marker.exists()).await;
     assert!(reached, "fault point {point} was not reached");
-    let pid: u32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    let pid: u32 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     (child, pid)
 }
 
@@ -133,7 +178,9 @@ fn sigkill(pid: u32) {
 
 /// After a crash: nothing stays Starting, and connect_or_start brings it back.
 async fn assert_recovers(home: &TestHome, name: &str) {
-    let handle = SandboxHandle::get_in(home.dyn_backend(), name).await.unwrap();
+    let handle = SandboxHandle::get_in(home.dyn_backend(), name)
+        .await
+        .unwrap();
     let settled = tokio::time::timeout(
         Duration::from_secs(30),
         handle.wait_for_status(&[Status::Crashed, Status::Stopped, Status::Running]),
@@ -142,16 +189,25 @@ async fn assert_recovers(home: &TestHome, name: &str) {
     .expect("no sandbox stays Starting")
     .unwrap();
     assert_ne!(settled.status, Status::Starting);
-    let sb = handle.connect_or_start().await.expect("connect_or_start brings it back");
+    let sb = handle
+        .connect_or_start()
+        .await
+        .expect("connect_or_start brings it back");
     assert_eq!(sb.status().await.unwrap(), Status::Running);
-    assert_eq!(sb.exec(["echo", "back"]).await.unwrap().stdout_str(), "back\n");
+    assert_eq!(
+        sb.exec(["echo", "back"]).await.unwrap().stdout_str(),
+        "back\n"
+    );
     sb.destroy().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creator_killed_at_each_start_step() {
     let home = TestHome::new().await;
-    for (i, point) in ["start.after_claim", "start.after_spawn"].iter().enumerate() {
+    for (i, point) in ["start.after_claim", "start.after_spawn"]
+        .iter()
+        .enumerate()
+    {
         let name = format!("crash-creator-{i}");
         let (mut child, pid) = up_until(&home, &name, point).await;
         assert_eq!(pid, child.id(), "the creating process reached {point}");
@@ -164,7 +220,12 @@ async fn creator_killed_at_each_start_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn supervisor_killed_at_each_start_step() {
     let home = TestHome::new().await;
-    let points = ["supervisor.before_handoff", "supervisor.after_lock", "supervisor.after_launch", "supervisor.before_running"];
+    let points = [
+        "supervisor.before_handoff",
+        "supervisor.after_lock",
+        "supervisor.after_launch",
+        "supervisor.before_running",
+    ];
     for (i, point) in points.iter().enumerate() {
         let name = format!("crash-sup-{i}");
         let (child, pid) = up_until(&home, &name, point).await;
@@ -173,7 +234,11 @@ async fn supervisor_killed_at_each_start_step() {
         let out = child.wait_with_output().unwrap();
         assert!(!out.status.success(), "{point}: the start must fail");
         let v = json_of(&out);
-        assert_eq!(v["error"]["code"], ErrorCode::StartFailed.as_str(), "{point}");
+        assert_eq!(
+            v["error"]["code"],
+            ErrorCode::StartFailed.as_str(),
+            "{point}"
+        );
         let info = home.backend.get(&name).await.unwrap();
         assert_eq!(info.status, Status::Crashed, "{point}");
         assert_recovers(&home, &name).await;
@@ -183,14 +248,20 @@ async fn supervisor_killed_at_each_start_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creator_and_supervisor_both_killed_mid_start() {
     let home = TestHome::new().await;
-    for (i, point) in ["supervisor.after_lock", "supervisor.before_running"].iter().enumerate() {
+    for (i, point) in ["supervisor.after_lock", "supervisor.before_running"]
+        .iter()
+        .enumerate()
+    {
         let name = format!("crash-both-{i}");
         let (mut child, pid) = up_until(&home, &name, point).await;
         sigkill(child.id());
         let _ = child.wait();
         sigkill(pid);
         // Status reads reconcile the dead owner to Crashed.
-        let ok = eventually(Duration::from_secs(10), || common::supervisors_of(&home.path().to_string_lossy()).is_empty()).await;
+        let ok = eventually(Duration::from_secs(10), || {
+            common::supervisors_of(&home.path().to_string_lossy()).is_empty()
+        })
+        .await;
         assert!(ok);
         let info = home.backend.get(&name).await.unwrap();
         assert_eq!(info.status, Status::Crashed, "{point}");

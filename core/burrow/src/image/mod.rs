@@ -105,18 +105,50 @@ pub fn parse_reference(home: &Home, reference: &str) -> Result<ImageSource> {
     let named = home.images_dir().join("named").join(reference);
     if is_simple_name(reference) && named.exists() {
         if named.join("oci-layout").is_file() {
-            return Ok(ImageSource::OciLayout { path: named, tag: None });
+            return Ok(ImageSource::OciLayout {
+                path: named,
+                tag: None,
+            });
         }
         return Ok(ImageSource::RootfsDir(named));
     }
     Ok(ImageSource::Registry(reference.to_owned()))
 }
 
+/// The reference with local paths made absolute (`./img` ->
+/// `/abs/img`, `oci:rel:tag` -> `oci:/abs/rel:tag`); other references are
+/// returned unchanged.
+pub fn normalize_reference(home: &Home, reference: &str) -> Result<String> {
+    let absolute = |p: &std::path::Path| {
+        std::fs::canonicalize(p).map_err(|e| Error::InvalidImage {
+            image: reference.to_owned(),
+            reason: format!("{}: {e}", p.display()),
+        })
+    };
+    let explicit_path =
+        reference.starts_with('/') || reference.starts_with("./") || reference.starts_with("../");
+    match parse_reference(home, reference)? {
+        ImageSource::RootfsDir(p) if explicit_path => {
+            Ok(absolute(&p)?.to_string_lossy().into_owned())
+        }
+        ImageSource::OciLayout { path, tag } if reference.starts_with("oci:") || explicit_path => {
+            let abs = absolute(&path)?.to_string_lossy().into_owned();
+            Ok(match tag {
+                Some(t) if reference.starts_with("oci:") => format!("oci:{abs}:{t}"),
+                _ if reference.starts_with("oci:") => format!("oci:{abs}"),
+                _ => abs,
+            })
+        }
+        _ => Ok(reference.to_owned()),
+    }
+}
+
 fn is_simple_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
         && !s.starts_with('.')
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 /// Resolves and, for OCI layouts, unpacks (once, cached) an image.

@@ -17,7 +17,13 @@ const CONTROL_HELLO: Duration = Duration::from_secs(10);
 impl LocalBackend {
     /// `converge`: connect_or_start semantics (wait through Starting, accept
     /// Running). Otherwise strict start semantics.
-    pub(super) async fn do_start(&self, name: &str, id: &SandboxId, opts: StartOptions, converge: bool) -> Result<SandboxInfo> {
+    pub(super) async fn do_start(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StartOptions,
+        converge: bool,
+    ) -> Result<SandboxInfo> {
         loop {
             let rec = self.lookup(name, id).await?;
             let info = rec.info;
@@ -25,13 +31,23 @@ impl LocalBackend {
                 Status::Running if converge => return Ok(info),
                 Status::Starting if converge => {
                     // Observe, do not hold any lock while someone else boots.
-                    self.wait_until(name, id, |i| i.status != Status::Starting).await?;
+                    self.wait_until(name, id, |i| i.status != Status::Starting)
+                        .await?;
                     continue;
                 }
-                Status::Starting => return Err(Error::Starting { name: info.name, id: info.id }),
+                Status::Starting => {
+                    return Err(Error::Starting {
+                        name: info.name,
+                        id: info.id,
+                    })
+                }
                 Status::Running | Status::Draining | Status::Paused => {
                     return Err(Error::InvalidState {
-                        operation: if converge { "connect_or_start" } else { "start" },
+                        operation: if converge {
+                            "connect_or_start"
+                        } else {
+                            "start"
+                        },
                         name: info.name,
                         id: info.id,
                         status: info.status,
@@ -43,7 +59,9 @@ impl LocalBackend {
             // the boot itself happens outside it.
             let claimed = {
                 let _lock = self.name_lock(name).await?;
-                self.store.claim_start(id, ProcIdentity::current(), opts.detached).await?
+                self.store
+                    .claim_start(id, ProcIdentity::current(), opts.detached)
+                    .await?
             };
             match claimed {
                 Some(generation) => {
@@ -57,7 +75,12 @@ impl LocalBackend {
         }
     }
 
-    async fn boot(&self, info: &SandboxInfo, generation: u64, detached: bool) -> Result<SandboxInfo> {
+    async fn boot(
+        &self,
+        info: &SandboxInfo,
+        generation: u64,
+        detached: bool,
+    ) -> Result<SandboxInfo> {
         let outcome = self.spawn_and_wait(info, generation, detached).await;
         match outcome {
             Ok(()) => {
@@ -68,28 +91,46 @@ impl LocalBackend {
                 // Whatever happened, the claim must not stay Starting. If the
                 // supervisor already recorded the failure this is a no-op.
                 self.store
-                    .finish_run(&info.id, generation, Status::Crashed, ExitReason::StartFailed, Some(&reason))
+                    .finish_run(
+                        &info.id,
+                        generation,
+                        Status::Crashed,
+                        ExitReason::StartFailed,
+                        Some(&reason),
+                    )
                     .await?;
-                Err(Error::StartFailed { name: info.name.clone(), id: info.id.clone(), reason })
+                Err(Error::StartFailed {
+                    name: info.name.clone(),
+                    id: info.id.clone(),
+                    reason,
+                })
             }
         }
     }
 
     /// Stops (`Some(opts)`) or kills (`None`) exactly `id`.
-    pub(super) async fn do_stop(&self, name: &str, id: &SandboxId, opts: Option<StopOptions>) -> Result<SandboxInfo> {
+    pub(super) async fn do_stop(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: Option<StopOptions>,
+    ) -> Result<SandboxInfo> {
         loop {
             let rec = self.lookup(name, id).await?;
             let info = rec.info;
             match info.status {
                 Status::Created | Status::Stopped | Status::Crashed => return Ok(info),
                 Status::Starting => {
-                    self.wait_until(name, id, |i| i.status != Status::Starting).await?;
+                    self.wait_until(name, id, |i| i.status != Status::Starting)
+                        .await?;
                     continue;
                 }
                 Status::Running | Status::Draining | Status::Paused => {}
             }
             let body = match opts {
-                Some(o) => Control::Stop { grace_ms: o.grace.as_millis() as u64 },
+                Some(o) => Control::Stop {
+                    grace_ms: o.grace.as_millis() as u64,
+                },
                 None => Control::Kill,
             };
             let bound = opts.map(|o| o.grace).unwrap_or_default() + Duration::from_secs(30);
@@ -103,9 +144,17 @@ impl LocalBackend {
                 }
             }
             let generation = info.generation;
-            let after = tokio::time::timeout(bound, self.wait_until(name, id, |i| i.generation != generation || !i.status.has_runtime()))
-                .await
-                .map_err(|_| Error::Timeout { operation: "stopping the sandbox".into(), after: bound })??;
+            let after = tokio::time::timeout(
+                bound,
+                self.wait_until(name, id, |i| {
+                    i.generation != generation || !i.status.has_runtime()
+                }),
+            )
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: "stopping the sandbox".into(),
+                after: bound,
+            })??;
             if after.generation == generation {
                 return Ok(after);
             }
@@ -127,7 +176,13 @@ impl LocalBackend {
                 waited += 1;
             }
             self.store
-                .finish_run(&info.id, info.generation, Status::Stopped, ExitReason::Killed, Some("supervisor killed"))
+                .finish_run(
+                    &info.id,
+                    info.generation,
+                    Status::Stopped,
+                    ExitReason::Killed,
+                    Some("supervisor killed"),
+                )
                 .await?;
         }
         Ok(())
@@ -137,12 +192,20 @@ impl LocalBackend {
         loop {
             let info = self.lookup(name, id).await?.info;
             match info.status {
-                Status::Draining | Status::Created | Status::Stopped | Status::Crashed => return Ok(info),
+                Status::Draining | Status::Created | Status::Stopped | Status::Crashed => {
+                    return Ok(info)
+                }
                 Status::Starting => {
-                    self.wait_until(name, id, |i| i.status != Status::Starting).await?;
+                    self.wait_until(name, id, |i| i.status != Status::Starting)
+                        .await?;
                 }
                 Status::Paused => {
-                    return Err(Error::InvalidState { operation: "drain", name: info.name, id: info.id, status: info.status })
+                    return Err(Error::InvalidState {
+                        operation: "drain",
+                        name: info.name,
+                        id: info.id,
+                        status: info.status,
+                    })
                 }
                 Status::Running => {
                     self.control(&info, Control::Drain).await?;
@@ -153,8 +216,12 @@ impl LocalBackend {
     }
 
     pub(super) async fn do_detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        let info = self.lookup(name, id).await?.info;
-        if info.status.has_runtime() && info.status != Status::Starting {
+        // A start in progress has a supervisor that may still be watching
+        // the owner: let it finish, then tell it.
+        let info = self
+            .wait_until(name, id, |i| i.status != Status::Starting)
+            .await?;
+        if info.status.has_runtime() {
             self.control(&info, Control::Detach).await?;
         } else {
             self.store.set_detached(id, true).await?;
@@ -165,7 +232,12 @@ impl LocalBackend {
     pub(super) async fn do_remove(&self, name: &str, id: &SandboxId) -> Result<()> {
         let info = self.lookup(name, id).await?.info;
         if !info.status.can_remove() {
-            return Err(Error::InvalidState { operation: "remove", name: info.name, id: info.id, status: info.status });
+            return Err(Error::InvalidState {
+                operation: "remove",
+                name: info.name,
+                id: info.id,
+                status: info.status,
+            });
         }
         let deleted = {
             let _lock = self.name_lock(name).await?;
@@ -174,9 +246,22 @@ impl LocalBackend {
         if !deleted {
             // Started (or removed) by someone else between the check and the lock.
             let info = self.lookup(name, id).await?.info;
-            return Err(Error::InvalidState { operation: "remove", name: info.name, id: info.id, status: info.status });
+            return Err(Error::InvalidState {
+                operation: "remove",
+                name: info.name,
+                id: info.id,
+                status: info.status,
+            });
         }
         let dir = self.home.sandbox_dir(id);
+        // A run that crashed may have left runtime state (container state,
+        // cgroups, mount points) behind; release it before deleting.
+        if let Err(e) =
+            crate::driver::container::reclaim_stale(info.config.runtime, id, &dir.join("runtime"))
+                .await
+        {
+            tracing::debug!(sandbox = %id, error = %e, "reclaiming stale runtime state");
+        }
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 // The record is gone; the next open sweeps the directory.
@@ -187,24 +272,44 @@ impl LocalBackend {
         Ok(())
     }
 
-    pub(super) async fn do_open_runtime(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {
+    pub(super) async fn do_open_runtime(
+        &self,
+        name: &str,
+        id: &SandboxId,
+    ) -> Result<RuntimeStream> {
         let info = self.lookup(name, id).await?.info;
         if info.status != Status::Running {
-            return Err(Error::InvalidState { operation: "exec", name: info.name, id: info.id, status: info.status });
+            return Err(Error::InvalidState {
+                operation: "exec",
+                name: info.name,
+                id: info.id,
+                status: info.status,
+            });
         }
         let path = self.home.socket_path(id);
-        let stream = UnixStream::connect(&path).await.map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
+        let stream = UnixStream::connect(&path)
+            .await
+            .map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
         let (r, w) = stream.into_split();
-        Ok(RuntimeStream { reader: Box::new(r), writer: Box::new(w), generation: info.generation })
+        Ok(RuntimeStream {
+            reader: Box::new(r),
+            writer: Box::new(w),
+            generation: info.generation,
+        })
     }
 
     /// Sends a control request to the supervisor of `info`'s generation and
     /// waits for its answer (or for the supervisor to go away).
     async fn control(&self, info: &SandboxInfo, body: Control) -> Result<()> {
         let path = self.home.socket_path(&info.id);
-        let stream = UnixStream::connect(&path).await.map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
+        let stream = UnixStream::connect(&path)
+            .await
+            .map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
         let (r, w) = stream.into_split();
-        let expect = Identity { sandbox_id: info.id.to_string(), generation: info.generation };
+        let expect = Identity {
+            sandbox_id: info.id.to_string(),
+            generation: info.generation,
+        };
         let client = match AgentClient::connect(r, w, Some(expect), CONTROL_HELLO).await {
             Ok(c) => c,
             Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch => {

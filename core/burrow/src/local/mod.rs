@@ -10,7 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
-use crate::backend::{Backend, CreateRequest, ListFilter, RuntimeStream, StartOptions, StopOptions};
+use crate::backend::{
+    Backend, CreateRequest, ListFilter, RuntimeStream, StartOptions, StopOptions,
+};
 use crate::error::{Error, Result};
 use crate::image::{parse_reference, ImageSource};
 use crate::locks::FileLock;
@@ -39,7 +41,9 @@ impl LocalBackend {
     /// The process-wide backend for `$BURROW_HOME` (opened once).
     pub async fn shared() -> Result<Arc<LocalBackend>> {
         DEFAULT
-            .get_or_try_init(|| async { Ok(Arc::new(LocalBackend::open(Home::from_env()?).await?)) })
+            .get_or_try_init(|| async {
+                Ok(Arc::new(LocalBackend::open(Home::from_env()?).await?))
+            })
             .await
             .cloned()
     }
@@ -53,9 +57,17 @@ impl LocalBackend {
     /// was interrupted after deleting the record). Ids are never reused, so
     /// a directory without a record can never belong to a live sandbox.
     async fn sweep_orphans(&self) {
-        let Ok(entries) = std::fs::read_dir(self.home.sandboxes_dir()) else { return };
+        let Ok(entries) = std::fs::read_dir(self.home.sandboxes_dir()) else {
+            return;
+        };
         for entry in entries.flatten() {
-            let Some(id) = entry.file_name().to_str().and_then(|s| s.parse::<SandboxId>().ok()) else { continue };
+            let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<SandboxId>().ok())
+            else {
+                continue;
+            };
             if let Ok(None) = self.store.get_by_id(&id).await {
                 tracing::info!(sandbox = %id, "removing the leftover directory of a removed sandbox");
                 let _ = std::fs::remove_dir_all(entry.path());
@@ -76,15 +88,31 @@ impl LocalBackend {
             return Ok(rec);
         }
         let detail = match rec.owner {
-            Some(o) => format!("the owning process {} died while the sandbox was {}", o.pid, rec.info.status),
+            Some(o) => format!(
+                "the owning process {} died while the sandbox was {}",
+                o.pid, rec.info.status
+            ),
             None => format!("no live owner while {}", rec.info.status),
         };
-        let reason = if rec.info.status == Status::Starting { ExitReason::StartFailed } else { ExitReason::Crashed };
+        let reason = if rec.info.status == Status::Starting {
+            ExitReason::StartFailed
+        } else {
+            ExitReason::Crashed
+        };
         self.store
-            .finish_run(&rec.info.id, rec.info.generation, Status::Crashed, reason, Some(&detail))
+            .finish_run(
+                &rec.info.id,
+                rec.info.generation,
+                Status::Crashed,
+                reason,
+                Some(&detail),
+            )
             .await?;
         let id = rec.info.id.clone();
-        self.store.get_by_id(&id).await?.ok_or_else(|| Error::not_found_id(&id))
+        self.store
+            .get_by_id(&id)
+            .await?
+            .ok_or_else(|| Error::not_found_id(&id))
     }
 
     /// Looks up exactly `id`, reconciled. If the id is gone and the name
@@ -105,16 +133,25 @@ impl LocalBackend {
 
     async fn lookup_name(&self, name: &str) -> Result<Record> {
         validate_name(name)?;
-        let rec = self.store.get_by_name(name).await?.ok_or_else(|| Error::NotFound {
-            what: format!("named {name:?}"),
-            name: Some(name.to_owned()),
-            id: None,
-        })?;
+        let rec = self
+            .store
+            .get_by_name(name)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: format!("named {name:?}"),
+                name: Some(name.to_owned()),
+                id: None,
+            })?;
         self.reconcile(rec).await
     }
 
     /// Polls (reconciled) until `done` holds for the record.
-    async fn wait_until(&self, name: &str, id: &SandboxId, done: impl Fn(&SandboxInfo) -> bool) -> Result<SandboxInfo> {
+    async fn wait_until(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        done: impl Fn(&SandboxInfo) -> bool,
+    ) -> Result<SandboxInfo> {
         let mut pause = Duration::from_millis(2);
         loop {
             let rec = self.lookup(name, id).await?;
@@ -145,14 +182,19 @@ impl LocalBackend {
 
 #[async_trait]
 impl Backend for LocalBackend {
-    async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+    async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         validate_name(&req.name)?;
         req.config.validate()?;
         self.check_image(&req.config.image)?;
+        // Persist local image paths absolute: later starts may come from
+        // processes with another working directory.
+        req.config.image = crate::image::normalize_reference(&self.home, &req.config.image)?;
         let id = SandboxId::new();
         let inserted = {
             let _lock = self.name_lock(&req.name).await?;
-            self.store.insert(&id, &req.name, &req.config, req.detached).await
+            self.store
+                .insert(&id, &req.name, &req.config, req.detached)
+                .await
         };
         match inserted {
             Ok(()) => {
@@ -162,7 +204,9 @@ impl Backend for LocalBackend {
             Err(Error::AlreadyExists { name, id: winner }) => {
                 // Report the loss only once the winner's start (if any) settled,
                 // so the caller can use the winner right away.
-                let _ = self.wait_until(&name, &winner, |i| i.status != Status::Starting).await;
+                let _ = self
+                    .wait_until(&name, &winner, |i| i.status != Status::Starting)
+                    .await;
                 Err(Error::AlreadyExists { name, id: winner })
             }
             Err(e) => Err(e),
@@ -174,7 +218,11 @@ impl Backend for LocalBackend {
     }
 
     async fn get_by_id(&self, id: &SandboxId) -> Result<SandboxInfo> {
-        let rec = self.store.get_by_id(id).await?.ok_or_else(|| Error::not_found_id(id))?;
+        let rec = self
+            .store
+            .get_by_id(id)
+            .await?
+            .ok_or_else(|| Error::not_found_id(id))?;
         self.reconcile(rec).await.map(|r| r.info)
     }
 
@@ -240,13 +288,28 @@ impl Backend for LocalBackend {
     async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.lookup(name, id).await.map(|r| r.info)
     }
-    async fn start_identified(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
+    async fn start_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StartOptions,
+    ) -> Result<SandboxInfo> {
         self.do_start(name, id, opts, false).await
     }
-    async fn connect_or_start_identified(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
+    async fn connect_or_start_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StartOptions,
+    ) -> Result<SandboxInfo> {
         self.do_start(name, id, opts, true).await
     }
-    async fn stop_identified(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
+    async fn stop_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StopOptions,
+    ) -> Result<SandboxInfo> {
         self.do_stop(name, id, Some(opts)).await
     }
     async fn kill_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
@@ -255,7 +318,12 @@ impl Backend for LocalBackend {
     async fn request_drain_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_drain(name, id).await
     }
-    async fn restart_identified(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
+    async fn restart_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: StopOptions,
+    ) -> Result<SandboxInfo> {
         self.do_stop(name, id, Some(opts)).await?;
         self.do_start(name, id, StartOptions::default(), true).await
     }
@@ -275,8 +343,14 @@ impl Backend for LocalBackend {
         self.do_stop(name, id, None).await?;
         self.do_remove(name, id).await
     }
-    async fn wait_for_status_identified(&self, name: &str, id: &SandboxId, statuses: &[Status]) -> Result<SandboxInfo> {
-        self.wait_until(name, id, |i| statuses.contains(&i.status)).await
+    async fn wait_for_status_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        statuses: &[Status],
+    ) -> Result<SandboxInfo> {
+        self.wait_until(name, id, |i| statuses.contains(&i.status))
+            .await
     }
     async fn open_runtime_identified(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {
         self.do_open_runtime(name, id).await

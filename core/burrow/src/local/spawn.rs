@@ -15,7 +15,12 @@ const REPORT_MARGIN: Duration = Duration::from_secs(10);
 impl LocalBackend {
     /// Spawns the supervisor for `generation` and waits for its report.
     /// Errors are plain reasons; the caller records them.
-    pub(super) async fn spawn_and_wait(&self, info: &SandboxInfo, generation: u64, detached: bool) -> Result<(), String> {
+    pub(super) async fn spawn_and_wait(
+        &self,
+        info: &SandboxInfo,
+        generation: u64,
+        detached: bool,
+    ) -> Result<(), String> {
         let bin = crate::procs::burrow_bin().ok_or_else(|| {
             "the burrow binary (which hosts the sandbox supervisor) was not found: set BURROW_BIN or put burrow on PATH".to_string()
         })?;
@@ -31,10 +36,14 @@ impl LocalBackend {
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two fresh descriptors into the array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(format!("creating the readiness pipe: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "creating the readiness pipe: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         // SAFETY: both descriptors were just created and are owned here only.
-        let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let write_raw = write_end.as_raw_fd();
 
         let mut cmd = tokio::process::Command::new(&bin);
@@ -71,11 +80,18 @@ impl LocalBackend {
                 }
                 // Whatever else the host application left inheritable (fds
                 // from other libraries) is closed at exec.
-                libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+                libc::syscall(
+                    libc::SYS_close_range,
+                    4u32,
+                    u32::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC,
+                );
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", bin.display()))?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("spawning {}: {e}", bin.display()))?;
         drop(write_end);
         crate::fault::point("start.after_spawn");
         let pid = child.id();
@@ -103,11 +119,24 @@ impl LocalBackend {
         };
         match serde_json::from_str::<serde_json::Value>(line.trim()) {
             Ok(v) if v["ok"] == serde_json::Value::Bool(true) => Ok(()),
-            Ok(v) => Err(v["error"].as_str().unwrap_or("the supervisor reported an unknown error").to_string()),
+            Ok(v) => Err(v["error"]
+                .as_str()
+                .unwrap_or("the supervisor reported an unknown error")
+                .to_string()),
             Err(_) => {
                 let tail = std::fs::read_to_string(logs.join("supervisor.log")).unwrap_or_default();
-                let tail: String = tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-                Err(format!("the supervisor exited without reporting readiness; its log ends with:\n{tail}"))
+                let tail: String = tail
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                Err(format!(
+                    "the supervisor exited without reporting readiness; its log ends with:\n{tail}"
+                ))
             }
         }
     }

@@ -120,10 +120,18 @@ pub struct SandboxConfig {
     #[serde(default)]
     pub network: bool,
     /// Reclaim the sandbox after this long without activity (0 disables).
-    #[serde(default, with = "opt_duration_ms", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "opt_duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub idle_timeout: Option<Duration>,
     /// Stop each run after this long.
-    #[serde(default, with = "opt_duration_ms", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "opt_duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_duration: Option<Duration>,
     /// Bound on one start (runtime creation to agent handshake).
     #[serde(default = "default_startup_timeout", with = "duration_ms")]
@@ -168,7 +176,10 @@ impl SandboxConfig {
             return bad("image", "no image given".into());
         }
         if self.image.len() > 4096 || self.image.contains('\0') {
-            return bad("image", "the image reference is too long or contains NUL".into());
+            return bad(
+                "image",
+                "the image reference is too long or contains NUL".into(),
+            );
         }
         if let Some(c) = self.cpus {
             if !c.is_finite() || c <= 0.0 || c > 1024.0 {
@@ -187,18 +198,27 @@ impl SandboxConfig {
         }
         for (k, v) in &self.env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-                return bad("env", format!("{k:?} is not a valid environment variable name"));
+                return bad(
+                    "env",
+                    format!("{k:?} is not a valid environment variable name"),
+                );
             }
         }
         if let Some(w) = &self.workdir {
             check_guest_path("workdir", w)?;
         }
         for (k, v) in &self.labels {
-            if k.is_empty() || k.len() > 128 || k.chars().any(|c| c.is_control() || c == '=' || c == ',') {
+            if k.is_empty()
+                || k.len() > 128
+                || k.chars().any(|c| c.is_control() || c == '=' || c == ',')
+            {
                 return bad("labels", format!("{k:?} is not a valid label key (1..=128 bytes, no '=', ',' or control characters)"));
             }
             if v.len() > 1024 || v.chars().any(char::is_control) {
-                return bad("labels", format!("the value of label {k:?} is too long or has control characters"));
+                return bad(
+                    "labels",
+                    format!("the value of label {k:?} is too long or has control characters"),
+                );
             }
         }
         let mut targets = std::collections::HashSet::new();
@@ -213,16 +233,24 @@ impl SandboxConfig {
             match &m.source {
                 MountSource::Host(p) => {
                     if !p.is_absolute() {
-                        return bad("mounts", format!("host path {} is not absolute", p.display()));
+                        return bad(
+                            "mounts",
+                            format!("host path {} is not absolute", p.display()),
+                        );
                     }
                     if !p.is_dir() {
-                        return bad("mounts", format!("host path {} is not an existing directory", p.display()));
+                        return bad(
+                            "mounts",
+                            format!("host path {} is not an existing directory", p.display()),
+                        );
                     }
                 }
                 MountSource::Volume(v) => {
                     let ok = !v.is_empty()
                         && v.len() <= 64
-                        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+                        && v.bytes().all(|b| {
+                            b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
+                        })
                         && !v.starts_with('.');
                     if !ok {
                         return bad("mounts", format!("{v:?} is not a volume name ([A-Za-z0-9_.-], 1..=64, not starting with '.')"));
@@ -235,7 +263,10 @@ impl SandboxConfig {
         }
         if let Some(d) = self.max_duration {
             if d.is_zero() {
-                return bad("max_duration", "must be greater than zero (leave it unset for no limit)".into());
+                return bad(
+                    "max_duration",
+                    "must be greater than zero (leave it unset for no limit)".into(),
+                );
             }
         }
         Ok(())
@@ -313,10 +344,18 @@ mod tests {
             Box::new(|c| c.workdir = Some("relative".into())),
             Box::new(|c| c.workdir = Some("/a/../b".into())),
             Box::new(|c| {
-                c.mounts.push(Mount { source: MountSource::Volume("../x".into()), target: "/data".into(), read_only: false })
+                c.mounts.push(Mount {
+                    source: MountSource::Volume("../x".into()),
+                    target: "/data".into(),
+                    read_only: false,
+                })
             }),
             Box::new(|c| {
-                c.mounts.push(Mount { source: MountSource::Host("/definitely/not/here".into()), target: "/data".into(), read_only: false })
+                c.mounts.push(Mount {
+                    source: MountSource::Host("/definitely/not/here".into()),
+                    target: "/data".into(),
+                    read_only: false,
+                })
             }),
             Box::new(|c| c.startup_timeout = Duration::ZERO),
         ];

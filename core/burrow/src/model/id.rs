@@ -103,7 +103,13 @@ mod tests {
 
     #[test]
     fn bad_ids_are_rejected() {
-        for s in ["", "sb_", "xx_0000000000000000000000000", "sb_0000000000000000000000000u", "sb_z0000000000000000000000000"] {
+        for s in [
+            "",
+            "sb_",
+            "xx_0000000000000000000000000",
+            "sb_0000000000000000000000000u",
+            "sb_z0000000000000000000000000",
+        ] {
             let err = s.parse::<SandboxId>().unwrap_err();
             assert_eq!(err.code(), crate::ErrorCode::InvalidArgument, "{s}");
         }

@@ -6,7 +6,7 @@ mod info;
 mod name;
 mod status;
 
-pub use config::{Mount, MountSource, SandboxConfig, DriverKind, OciRuntime};
+pub use config::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
 pub use name::validate_name;

@@ -43,7 +43,15 @@ mod tests {
         assert!(validate_name(&"a".repeat(128)).is_ok());
         // 42 three-byte characters = 126 bytes, fine; 43 = 129 bytes, not.
         assert!(validate_name(&"€".repeat(42)).is_ok());
-        for bad in [String::new(), "a".repeat(129), "€".repeat(43), "a/b".into(), "..".into(), "x\n".into(), " x".into()] {
+        for bad in [
+            String::new(),
+            "a".repeat(129),
+            "€".repeat(43),
+            "a/b".into(),
+            "..".into(),
+            "x\n".into(),
+            " x".into(),
+        ] {
             let err = validate_name(&bad).unwrap_err();
             assert_eq!(err.code(), crate::ErrorCode::InvalidName, "{bad:?}");
         }

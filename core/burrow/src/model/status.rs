@@ -52,7 +52,10 @@ impl Status {
 
     /// A runtime (supervisor) is expected to exist in this status.
     pub fn has_runtime(self) -> bool {
-        matches!(self, Status::Starting | Status::Running | Status::Draining | Status::Paused)
+        matches!(
+            self,
+            Status::Starting | Status::Running | Status::Draining | Status::Paused
+        )
     }
 
     /// A start may be claimed from this status.
@@ -72,7 +75,10 @@ impl Status {
 
     /// The status will not change without an external action.
     pub fn is_settled(self) -> bool {
-        matches!(self, Status::Created | Status::Running | Status::Paused | Status::Stopped | Status::Crashed)
+        matches!(
+            self,
+            Status::Created | Status::Running | Status::Paused | Status::Stopped | Status::Crashed
+        )
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use burrow_protocol::{
-    encode, Control, GuestError, GuestMsg, HostMsg, Identity, Request, Response, TtySize, PROTOCOL_VERSION,
+    encode, Control, GuestError, GuestMsg, HostMsg, Identity, Request, Response, TtySize,
+    PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
@@ -64,22 +65,41 @@ impl AgentClient {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let handshake = async {
-            write_frame(&mut writer, &HostMsg::Hello { version: PROTOCOL_VERSION, expect })
-                .await
-                .map_err(|e| ConnectError::Other(Error::protocol(format!("sending hello: {e}"))))?;
+            write_frame(
+                &mut writer,
+                &HostMsg::Hello {
+                    version: PROTOCOL_VERSION,
+                    expect,
+                },
+            )
+            .await
+            .map_err(|e| ConnectError::Other(Error::protocol(format!("sending hello: {e}"))))?;
             match read_frame::<_, GuestMsg>(&mut reader).await {
-                Ok(Some(GuestMsg::Hello { version, agent_version, identity })) => {
+                Ok(Some(GuestMsg::Hello {
+                    version,
+                    agent_version,
+                    identity,
+                })) => {
                     if version != PROTOCOL_VERSION {
                         return Err(ConnectError::Other(Error::protocol(format!(
                             "peer speaks protocol {version}, this build speaks {PROTOCOL_VERSION}"
                         ))));
                     }
-                    Ok(PeerHello { agent_version, identity })
+                    Ok(PeerHello {
+                        agent_version,
+                        identity,
+                    })
                 }
                 Ok(Some(GuestMsg::Fatal { error })) => Err(ConnectError::Refused(error)),
-                Ok(Some(other)) => Err(ConnectError::Other(Error::protocol(format!("expected hello, got {other:?}")))),
-                Ok(None) => Err(ConnectError::Other(Error::protocol("channel closed during hello"))),
-                Err(e) => Err(ConnectError::Other(Error::protocol(format!("reading hello: {e}")))),
+                Ok(Some(other)) => Err(ConnectError::Other(Error::protocol(format!(
+                    "expected hello, got {other:?}"
+                )))),
+                Ok(None) => Err(ConnectError::Other(Error::protocol(
+                    "channel closed during hello",
+                ))),
+                Err(e) => Err(ConnectError::Other(Error::protocol(format!(
+                    "reading hello: {e}"
+                )))),
             }
         };
         let hello = match tokio::time::timeout(timeout, handshake).await {
@@ -126,7 +146,9 @@ impl AgentClient {
                 match read_frame::<_, GuestMsg>(&mut reader).await {
                     Ok(Some(msg)) => {
                         let (id, last) = match &msg {
-                            GuestMsg::Stdout { id, .. } | GuestMsg::Stderr { id, .. } | GuestMsg::Eof { id } => (*id, false),
+                            GuestMsg::Stdout { id, .. }
+                            | GuestMsg::Stderr { id, .. }
+                            | GuestMsg::Eof { id } => (*id, false),
                             GuestMsg::Response { id, .. } => (*id, true),
                             GuestMsg::Fatal { error } => {
                                 tracing::warn!(%error, "peer closed the channel");
@@ -135,7 +157,11 @@ impl AgentClient {
                             GuestMsg::Hello { .. } => continue,
                         };
                         let mut map = pending_r.lock().unwrap_or_else(|p| p.into_inner());
-                        let sender = if last { map.remove(&id) } else { map.get(&id).cloned() };
+                        let sender = if last {
+                            map.remove(&id)
+                        } else {
+                            map.get(&id).cloned()
+                        };
                         drop(map);
                         if let Some(s) = sender {
                             let _ = s.send(msg);
@@ -178,7 +204,11 @@ impl AgentClient {
         }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.inner.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(id, tx);
+        self.inner
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
         let handle = RequestHandle {
             id,
             rx,
@@ -232,7 +262,10 @@ impl RequestHandle {
     /// Sends input data (stdin, file content, tunnel bytes), chunked.
     pub fn send_data(&self, data: &[u8]) -> Result<()> {
         for chunk in data.chunks(burrow_protocol::MAX_CHUNK) {
-            self.client.send(HostMsg::Data { id: self.id, data: chunk.into() })?;
+            self.client.send(HostMsg::Data {
+                id: self.id,
+                data: chunk.into(),
+            })?;
         }
         Ok(())
     }
@@ -244,7 +277,10 @@ impl RequestHandle {
 
     /// Signals the request's process.
     pub fn signal(&self, signal: i32) -> Result<()> {
-        self.client.send(HostMsg::Signal { id: self.id, signal })
+        self.client.send(HostMsg::Signal {
+            id: self.id,
+            signal,
+        })
     }
 
     /// Resizes the request's pty.
@@ -288,6 +324,11 @@ impl Drop for RequestHandle {
             // so the process / tunnel does not linger, and stop routing.
             let _ = self.client.send(HostMsg::Cancel { id: self.id });
         }
-        self.client.inner.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        self.client
+            .inner
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
     }
 }

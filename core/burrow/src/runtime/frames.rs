@@ -6,13 +6,19 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Reads one frame; `Ok(None)` on a clean EOF at a frame boundary.
-pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(r: &mut R) -> Result<Option<T>, FrameError> {
+pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
+    r: &mut R,
+) -> Result<Option<T>, FrameError> {
     let mut header = [0u8; 4];
     let mut got = 0;
     while got < 4 {
         let n = r.read(&mut header[got..]).await.map_err(FrameError::Io)?;
         if n == 0 {
-            return if got == 0 { Ok(None) } else { Err(FrameError::Truncated) };
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(FrameError::Truncated)
+            };
         }
         got += n;
     }
@@ -29,7 +35,10 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(r: &mut R) ->
 }
 
 /// Writes one frame and flushes.
-pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> Result<(), FrameError> {
+pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
+    w: &mut W,
+    msg: &T,
+) -> Result<(), FrameError> {
     w.write_all(&encode(msg)).await.map_err(FrameError::Io)?;
     w.flush().await.map_err(FrameError::Io)
 }

@@ -29,7 +29,12 @@ pub struct ReplaceBuilder {
 
 impl SandboxBuilder {
     pub(super) fn new(name: impl Into<String>) -> Self {
-        SandboxBuilder { name: name.into(), config: SandboxConfig::new(""), detached: false, backend: None }
+        SandboxBuilder {
+            name: name.into(),
+            config: SandboxConfig::new(""),
+            detached: false,
+            backend: None,
+        }
     }
 
     /// Image reference (rootfs directory, `oci:DIR[:TAG]`, or imported name).
@@ -68,14 +73,27 @@ impl SandboxBuilder {
         self
     }
     /// Mounts a host directory at `target`.
-    pub fn mount(mut self, host: impl Into<PathBuf>, target: impl Into<String>, read_only: bool) -> Self {
-        self.config.mounts.push(Mount { source: MountSource::Host(host.into()), target: target.into(), read_only });
+    pub fn mount(
+        mut self,
+        host: impl Into<PathBuf>,
+        target: impl Into<String>,
+        read_only: bool,
+    ) -> Self {
+        self.config.mounts.push(Mount {
+            source: MountSource::Host(host.into()),
+            target: target.into(),
+            read_only,
+        });
         self
     }
     /// Mounts the named volume `volume` at `target` (created on first use,
     /// kept when the sandbox is removed).
     pub fn volume(mut self, volume: impl Into<String>, target: impl Into<String>) -> Self {
-        self.config.mounts.push(Mount { source: MountSource::Volume(volume.into()), target: target.into(), read_only: false });
+        self.config.mounts.push(Mount {
+            source: MountSource::Volume(volume.into()),
+            target: target.into(),
+            read_only: false,
+        });
         self
     }
     /// Outbound network access.
@@ -132,7 +150,11 @@ impl SandboxBuilder {
     }
 
     fn request(&self) -> CreateRequest {
-        CreateRequest { name: self.name.clone(), config: self.config.clone(), detached: self.detached }
+        CreateRequest {
+            name: self.name.clone(),
+            config: self.config.clone(),
+            detached: self.detached,
+        }
     }
 
     /// Persists the sandbox without starting it.
@@ -147,7 +169,9 @@ impl SandboxBuilder {
     pub async fn create(self) -> Result<Sandbox> {
         let backend = self.resolve_backend().await?;
         let info = backend.create(self.request()).await?;
-        let info = backend.start_identified(&info.name, &info.id, StartOptions::default()).await?;
+        let info = backend
+            .start_identified(&info.name, &info.id, StartOptions::default())
+            .await?;
         Ok(Sandbox::bind(backend, &info))
     }
 
@@ -159,7 +183,10 @@ impl SandboxBuilder {
         loop {
             match backend.get(&self.name).await {
                 Ok(info) => {
-                    match backend.connect_or_start_identified(&info.name, &info.id, StartOptions::default()).await {
+                    match backend
+                        .connect_or_start_identified(&info.name, &info.id, StartOptions::default())
+                        .await
+                    {
                         Ok(info) => return Ok(Sandbox::bind(backend, &info)),
                         // Removed (and maybe recreated) between the lookup and
                         // the start: look again.
@@ -169,7 +196,13 @@ impl SandboxBuilder {
                 }
                 Err(Error::NotFound { .. }) => match backend.create(self.request()).await {
                     Ok(info) => {
-                        let info = backend.connect_or_start_identified(&info.name, &info.id, StartOptions::default()).await?;
+                        let info = backend
+                            .connect_or_start_identified(
+                                &info.name,
+                                &info.id,
+                                StartOptions::default(),
+                            )
+                            .await?;
                         return Ok(Sandbox::bind(backend, &info));
                     }
                     Err(Error::AlreadyExists { .. }) => continue,

@@ -34,7 +34,10 @@ impl ExecOptions {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        ExecOptions { argv: argv.into_iter().map(Into::into).collect(), ..Default::default() }
+        ExecOptions {
+            argv: argv.into_iter().map(Into::into).collect(),
+            ..Default::default()
+        }
     }
 
     /// Adds an environment variable.
@@ -62,14 +65,24 @@ impl ExecOptions {
     }
 
     fn validate(&self) -> Result<()> {
-        let bad = |argument: &str, reason: &str| Err(Error::InvalidArgument { argument: argument.into(), reason: reason.into() });
+        let bad = |argument: &str, reason: &str| {
+            Err(Error::InvalidArgument {
+                argument: argument.into(),
+                reason: reason.into(),
+            })
+        };
         if self.argv.is_empty() || self.argv[0].is_empty() {
             return bad("argv", "no program given");
         }
         if self.argv.iter().any(|a| a.contains('\0')) {
             return bad("argv", "arguments may not contain NUL");
         }
-        if self.env.keys().any(|k| k.is_empty() || k.contains('=') || k.contains('\0')) || self.env.values().any(|v| v.contains('\0')) {
+        if self
+            .env
+            .keys()
+            .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
+            || self.env.values().any(|v| v.contains('\0'))
+        {
             return bad("env", "invalid environment variable");
         }
         if let Some(c) = &self.cwd {
@@ -163,7 +176,13 @@ impl Process {
         loop {
             let Some(msg) = self.handle.next().await else {
                 self.done = true;
-                let res = self.sandbox.settle("exec", Err(Error::protocol("the connection to the sandbox was lost"))).await;
+                let res = self
+                    .sandbox
+                    .settle(
+                        "exec",
+                        Err(Error::protocol("the connection to the sandbox was lost")),
+                    )
+                    .await;
                 return res.map(|_| None);
             };
             match msg {
@@ -173,7 +192,9 @@ impl Process {
                     self.done = true;
                     return match self.sandbox.settle("exec", Ok(result)).await? {
                         Response::Exit(status) => Ok(Some(ExecEvent::Exit(status))),
-                        other => Err(Error::protocol(format!("unexpected answer to exec: {other:?}"))),
+                        other => Err(Error::protocol(format!(
+                            "unexpected answer to exec: {other:?}"
+                        ))),
                     };
                 }
                 _ => continue,
@@ -189,7 +210,13 @@ impl Process {
             match ev {
                 ExecEvent::Stdout(d) => stdout.extend_from_slice(&d),
                 ExecEvent::Stderr(d) => stderr.extend_from_slice(&d),
-                ExecEvent::Exit(status) => return Ok(ExecOutput { status, stdout, stderr }),
+                ExecEvent::Exit(status) => {
+                    return Ok(ExecOutput {
+                        status,
+                        stdout,
+                        stderr,
+                    })
+                }
             }
         }
         Err(Error::protocol("the process ended without an exit status"))
@@ -226,14 +253,24 @@ impl Sandbox {
             handle.send_data(data)?;
             handle.send_eof()?;
         }
-        Ok(Process { handle, sandbox: self.clone(), done: false })
+        Ok(Process {
+            handle,
+            sandbox: self.clone(),
+            done: false,
+        })
     }
 
     /// Starts an interactive shell (`argv`, default `/bin/sh`) on a pty.
     pub async fn shell(&self, argv: Option<Vec<String>>, rows: u16, cols: u16) -> Result<Process> {
         let opts = ExecOptions::new(argv.unwrap_or_else(|| vec!["/bin/sh".into()]));
         opts.validate()?;
-        let handle = self.request(opts.to_request(true, Some(TtySize { rows, cols }))).await?;
-        Ok(Process { handle, sandbox: self.clone(), done: false })
+        let handle = self
+            .request(opts.to_request(true, Some(TtySize { rows, cols })))
+            .await?;
+        Ok(Process {
+            handle,
+            sandbox: self.clone(),
+            done: false,
+        })
     }
 }

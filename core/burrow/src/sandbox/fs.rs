@@ -17,7 +17,10 @@ fn guest_path(argument: &str, p: &str) -> Result<()> {
     if p.starts_with('/') && !p.contains('\0') && p.len() <= 4096 {
         Ok(())
     } else {
-        Err(Error::InvalidArgument { argument: argument.into(), reason: format!("{p:?} is not an absolute guest path") })
+        Err(Error::InvalidArgument {
+            argument: argument.into(),
+            reason: format!("{p:?} is not an absolute guest path"),
+        })
     }
 }
 
@@ -32,7 +35,12 @@ impl<'a> Fs<'a> {
 
     /// Streams a request's `Stdout` frames into a buffer and returns them
     /// with the response.
-    async fn collect(&self, op: &'static str, body: Request, input: Option<&[u8]>) -> Result<(Vec<u8>, Response)> {
+    async fn collect(
+        &self,
+        op: &'static str,
+        body: Request,
+        input: Option<&[u8]>,
+    ) -> Result<(Vec<u8>, Response)> {
         let mut handle = self.sandbox.request(body).await?;
         if let Some(data) = input {
             handle.send_data(data)?;
@@ -49,14 +57,22 @@ impl<'a> Fs<'a> {
                 _ => {}
             }
         }
-        self.sandbox.settle(op, Err(Error::protocol("the connection to the sandbox was lost"))).await?;
+        self.sandbox
+            .settle(
+                op,
+                Err(Error::protocol("the connection to the sandbox was lost")),
+            )
+            .await?;
         Err(Error::protocol("the connection to the sandbox was lost"))
     }
 
     /// Reads a whole file.
     pub async fn read(&self, path: &str) -> Result<Vec<u8>> {
         guest_path("path", path)?;
-        Ok(self.collect("read", Request::ReadFile { path: path.into() }, None).await?.0)
+        Ok(self
+            .collect("read", Request::ReadFile { path: path.into() }, None)
+            .await?
+            .0)
     }
 
     /// Reads a whole file as UTF-8 (lossy).
@@ -70,16 +86,35 @@ impl<'a> Fs<'a> {
     }
 
     /// Writes a file with an explicit mode for a new file, or appends.
-    pub async fn write_with(&self, path: &str, data: &[u8], mode: Option<u32>, append: bool) -> Result<()> {
+    pub async fn write_with(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+        append: bool,
+    ) -> Result<()> {
         guest_path("path", path)?;
-        self.collect("write", Request::WriteFile { path: path.into(), mode, append }, Some(data)).await?;
+        self.collect(
+            "write",
+            Request::WriteFile {
+                path: path.into(),
+                mode,
+                append,
+            },
+            Some(data),
+        )
+        .await?;
         Ok(())
     }
 
     /// Lists a directory.
     pub async fn list(&self, path: &str) -> Result<Vec<DirEntry>> {
         guest_path("path", path)?;
-        match self.sandbox.call("list", Request::ListDir { path: path.into() }).await? {
+        match self
+            .sandbox
+            .call("list", Request::ListDir { path: path.into() })
+            .await?
+        {
             Response::Entries { entries } => Ok(entries),
             r => Err(unexpected("list", r)),
         }
@@ -88,7 +123,11 @@ impl<'a> Fs<'a> {
     /// Metadata of a path (symlinks not followed).
     pub async fn stat(&self, path: &str) -> Result<FileStat> {
         guest_path("path", path)?;
-        match self.sandbox.call("stat", Request::Stat { path: path.into() }).await? {
+        match self
+            .sandbox
+            .call("stat", Request::Stat { path: path.into() })
+            .await?
+        {
             Response::Stat { stat } => Ok(stat),
             r => Err(unexpected("stat", r)),
         }
@@ -97,7 +136,11 @@ impl<'a> Fs<'a> {
     /// Whether a path exists.
     pub async fn exists(&self, path: &str) -> Result<bool> {
         guest_path("path", path)?;
-        match self.sandbox.call("exists", Request::Exists { path: path.into() }).await? {
+        match self
+            .sandbox
+            .call("exists", Request::Exists { path: path.into() })
+            .await?
+        {
             Response::Exists { exists } => Ok(exists),
             r => Err(unexpected("exists", r)),
         }
@@ -106,14 +149,30 @@ impl<'a> Fs<'a> {
     /// Creates a directory (with parents when `parents`).
     pub async fn mkdir(&self, path: &str, parents: bool) -> Result<()> {
         guest_path("path", path)?;
-        self.sandbox.call("mkdir", Request::Mkdir { path: path.into(), parents }).await?;
+        self.sandbox
+            .call(
+                "mkdir",
+                Request::Mkdir {
+                    path: path.into(),
+                    parents,
+                },
+            )
+            .await?;
         Ok(())
     }
 
     /// Removes a file or (with `recursive`) a directory tree.
     pub async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
         guest_path("path", path)?;
-        self.sandbox.call("remove", Request::Remove { path: path.into(), recursive }).await?;
+        self.sandbox
+            .call(
+                "remove",
+                Request::Remove {
+                    path: path.into(),
+                    recursive,
+                },
+            )
+            .await?;
         Ok(())
     }
 
@@ -121,7 +180,15 @@ impl<'a> Fs<'a> {
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         guest_path("from", from)?;
         guest_path("to", to)?;
-        self.sandbox.call("rename", Request::Rename { from: from.into(), to: to.into() }).await?;
+        self.sandbox
+            .call(
+                "rename",
+                Request::Rename {
+                    from: from.into(),
+                    to: to.into(),
+                },
+            )
+            .await?;
         Ok(())
     }
 
@@ -135,16 +202,29 @@ impl<'a> Fs<'a> {
                 argument: "host_path".into(),
                 reason: format!("{} has no file name", src.display()),
             })?;
-            let meta = std::fs::symlink_metadata(&src).map_err(|e| Error::io("reading the host path", Some(&src), e))?;
+            let meta = std::fs::symlink_metadata(&src)
+                .map_err(|e| Error::io("reading the host path", Some(&src), e))?;
             let mut b = tar::Builder::new(Vec::new());
             b.follow_symlinks(false);
-            let res = if meta.is_dir() { b.append_dir_all(name, &src) } else { b.append_path_with_name(&src, name) };
+            let res = if meta.is_dir() {
+                b.append_dir_all(name, &src)
+            } else {
+                b.append_path_with_name(&src, name)
+            };
             res.map_err(|e| Error::io("archiving the host path", Some(&src), e))?;
-            b.into_inner().map_err(|e| Error::io("archiving the host path", Some(&src), e))
+            b.into_inner()
+                .map_err(|e| Error::io("archiving the host path", Some(&src), e))
         })
         .await
         .map_err(|e| Error::io("archiving", None, std::io::Error::other(e.to_string())))??;
-        self.collect("copy_in", Request::CopyIn { path: guest_dir.into() }, Some(&tarball)).await?;
+        self.collect(
+            "copy_in",
+            Request::CopyIn {
+                path: guest_dir.into(),
+            },
+            Some(&tarball),
+        )
+        .await?;
         Ok(())
     }
 
@@ -153,18 +233,28 @@ impl<'a> Fs<'a> {
     /// are refused.
     pub async fn copy_out(&self, guest: &str, host_dir: &Path) -> Result<()> {
         guest_path("path", guest)?;
-        let (tarball, _) = self.collect("copy_out", Request::CopyOut { path: guest.into() }, None).await?;
+        let (tarball, _) = self
+            .collect("copy_out", Request::CopyOut { path: guest.into() }, None)
+            .await?;
         let dir = host_dir.to_path_buf();
         tokio::task::spawn_blocking(move || -> Result<()> {
-            std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating the host directory", Some(&dir), e))?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::io("creating the host directory", Some(&dir), e))?;
             let mut archive = tar::Archive::new(std::io::Cursor::new(tarball));
             archive.set_preserve_permissions(true);
-            for entry in archive.entries().map_err(|e| Error::io("reading the archive", None, e))? {
+            for entry in archive
+                .entries()
+                .map_err(|e| Error::io("reading the archive", None, e))?
+            {
                 let mut entry = entry.map_err(|e| Error::io("reading the archive", None, e))?;
                 // unpack_in refuses paths that escape `dir`.
-                let ok = entry.unpack_in(&dir).map_err(|e| Error::io("unpacking", Some(&dir), e))?;
+                let ok = entry
+                    .unpack_in(&dir)
+                    .map_err(|e| Error::io("unpacking", Some(&dir), e))?;
                 if !ok {
-                    return Err(Error::protocol("the guest sent an archive entry outside the destination"));
+                    return Err(Error::protocol(
+                        "the guest sent an archive entry outside the destination",
+                    ));
                 }
             }
             Ok(())

@@ -59,31 +59,44 @@ impl SandboxHandle {
 
     /// Starts it (Created, Stopped or Crashed) and returns a live handle.
     pub async fn start(&self) -> Result<Sandbox> {
-        let info = self.backend.start_identified(&self.name, &self.id, StartOptions::default()).await?;
+        let info = self
+            .backend
+            .start_identified(&self.name, &self.id, StartOptions::default())
+            .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
 
     /// Starts it with options.
     pub async fn start_with(&self, opts: StartOptions) -> Result<Sandbox> {
-        let info = self.backend.start_identified(&self.name, &self.id, opts).await?;
+        let info = self
+            .backend
+            .start_identified(&self.name, &self.id, opts)
+            .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
 
     /// Converges on the running sandbox: waits through Starting, starts it
     /// when Created/Stopped/Crashed, rejects Draining/Paused.
     pub async fn connect_or_start(&self) -> Result<Sandbox> {
-        let info = self.backend.connect_or_start_identified(&self.name, &self.id, StartOptions::default()).await?;
+        let info = self
+            .backend
+            .connect_or_start_identified(&self.name, &self.id, StartOptions::default())
+            .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
 
     /// Graceful stop.
     pub async fn stop(&self) -> Result<SandboxInfo> {
-        self.backend.stop_identified(&self.name, &self.id, StopOptions::default()).await
+        self.backend
+            .stop_identified(&self.name, &self.id, StopOptions::default())
+            .await
     }
 
     /// Graceful stop with options.
     pub async fn stop_with(&self, opts: StopOptions) -> Result<SandboxInfo> {
-        self.backend.stop_identified(&self.name, &self.id, opts).await
+        self.backend
+            .stop_identified(&self.name, &self.id, opts)
+            .await
     }
 
     /// Immediate stop.
@@ -93,12 +106,17 @@ impl SandboxHandle {
 
     /// Drains: no new work; stops when in-flight work ends.
     pub async fn request_drain(&self) -> Result<SandboxInfo> {
-        self.backend.request_drain_identified(&self.name, &self.id).await
+        self.backend
+            .request_drain_identified(&self.name, &self.id)
+            .await
     }
 
     /// Stop then start; same id and configuration.
     pub async fn restart(&self) -> Result<Sandbox> {
-        let info = self.backend.restart_identified(&self.name, &self.id, StopOptions::default()).await?;
+        let info = self
+            .backend
+            .restart_identified(&self.name, &self.id, StopOptions::default())
+            .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
 
@@ -114,14 +132,21 @@ impl SandboxHandle {
 
     /// Waits, without a deadline, until the status is one of `statuses`.
     pub async fn wait_for_status(&self, statuses: &[Status]) -> Result<SandboxInfo> {
-        self.backend.wait_for_status_identified(&self.name, &self.id, statuses).await
+        self.backend
+            .wait_for_status_identified(&self.name, &self.id, statuses)
+            .await
     }
 
     /// A live handle, if it is running (no start).
     pub async fn connect(&self) -> Result<Sandbox> {
         let info = self.info().await?;
         if info.status != Status::Running {
-            return Err(crate::Error::InvalidState { operation: "connect", name: info.name, id: info.id, status: info.status });
+            return Err(crate::Error::InvalidState {
+                operation: "connect",
+                name: info.name,
+                id: info.id,
+                status: info.status,
+            });
         }
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }

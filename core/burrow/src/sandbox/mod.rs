@@ -103,12 +103,19 @@ impl Sandbox {
 
     /// The metadata handle of the same sandbox.
     pub fn handle(&self) -> SandboxHandle {
-        SandboxHandle::bind(self.inner.backend.clone(), self.inner.id.clone(), self.inner.name.clone())
+        SandboxHandle::bind(
+            self.inner.backend.clone(),
+            self.inner.id.clone(),
+            self.inner.name.clone(),
+        )
     }
 
     /// A fresh snapshot (status, config, last run).
     pub async fn info(&self) -> Result<SandboxInfo> {
-        self.inner.backend.status_identified(&self.inner.name, &self.inner.id).await
+        self.inner
+            .backend
+            .status_identified(&self.inner.name, &self.inner.id)
+            .await
     }
 
     /// The current status.
@@ -126,27 +133,53 @@ impl Sandbox {
         // A restart may land between reading the generation and the hello;
         // one retry then sees the new generation.
         for attempt in 0..3 {
-            let stream = self.inner.backend.open_runtime_identified(&self.inner.name, &self.inner.id).await?;
-            let expect = Identity { sandbox_id: self.inner.id.to_string(), generation: stream.generation };
-            match AgentClient::connect(stream.reader, stream.writer, Some(expect), HELLO_TIMEOUT).await {
+            let stream = self
+                .inner
+                .backend
+                .open_runtime_identified(&self.inner.name, &self.inner.id)
+                .await?;
+            let expect = Identity {
+                sandbox_id: self.inner.id.to_string(),
+                generation: stream.generation,
+            };
+            match AgentClient::connect(stream.reader, stream.writer, Some(expect), HELLO_TIMEOUT)
+                .await
+            {
                 Ok(c) => {
-                    self.inner.generation.store(stream.generation, Ordering::SeqCst);
+                    self.inner
+                        .generation
+                        .store(stream.generation, Ordering::SeqCst);
                     *slot = Some(c.clone());
                     return Ok(c);
                 }
-                Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch && attempt < 2 => continue,
-                Err(ConnectError::Refused(g)) => return Err(Error::protocol(format!("the supervisor refused the connection: {g}"))),
+                Err(ConnectError::Refused(g))
+                    if g.code == GuestErrorCode::IdentityMismatch && attempt < 2 =>
+                {
+                    continue
+                }
+                Err(ConnectError::Refused(g)) => {
+                    return Err(Error::protocol(format!(
+                        "the supervisor refused the connection: {g}"
+                    )))
+                }
                 Err(ConnectError::Other(e)) => {
                     // The runtime may have stopped under us: report its state.
                     let info = self.info().await?;
                     if info.status != Status::Running {
-                        return Err(Error::InvalidState { operation: "exec", name: info.name, id: info.id, status: info.status });
+                        return Err(Error::InvalidState {
+                            operation: "exec",
+                            name: info.name,
+                            id: info.id,
+                            status: info.status,
+                        });
                     }
                     return Err(e);
                 }
             }
         }
-        Err(Error::protocol("the sandbox kept restarting while connecting"))
+        Err(Error::protocol(
+            "the sandbox kept restarting while connecting",
+        ))
     }
 
     /// Starts a request on the live connection.
@@ -170,15 +203,29 @@ impl Sandbox {
     }
 
     /// Maps a request outcome to the public error types.
-    async fn settle(&self, operation: &'static str, res: Result<std::result::Result<Response, GuestError>>) -> Result<Response> {
+    async fn settle(
+        &self,
+        operation: &'static str,
+        res: Result<std::result::Result<Response, GuestError>>,
+    ) -> Result<Response> {
         match res {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(g)) if g.code == GuestErrorCode::Unavailable => Err(self.not_running(operation).await),
-            Ok(Err(g)) => Err(Error::Guest { operation: operation.into(), source: GuestFailure(g) }),
+            Ok(Err(g)) if g.code == GuestErrorCode::Unavailable => {
+                Err(self.not_running(operation).await)
+            }
+            Ok(Err(g)) => Err(Error::Guest {
+                operation: operation.into(),
+                source: GuestFailure(g),
+            }),
             Err(e) => {
                 let info = self.info().await?;
                 if info.status != Status::Running {
-                    return Err(Error::InvalidState { operation, name: info.name, id: info.id, status: info.status });
+                    return Err(Error::InvalidState {
+                        operation,
+                        name: info.name,
+                        id: info.id,
+                        status: info.status,
+                    });
                 }
                 Err(e)
             }
@@ -191,7 +238,11 @@ impl Sandbox {
                 operation,
                 name: info.name,
                 id: info.id,
-                status: if info.status == Status::Running { Status::Draining } else { info.status },
+                status: if info.status == Status::Running {
+                    Status::Draining
+                } else {
+                    info.status
+                },
             },
             Err(e) => e,
         }
@@ -216,21 +267,32 @@ impl Sandbox {
 
     /// Graceful stop with options.
     pub async fn stop_with(&self, opts: StopOptions) -> Result<SandboxInfo> {
-        let r = self.inner.backend.stop_identified(&self.inner.name, &self.inner.id, opts).await;
+        let r = self
+            .inner
+            .backend
+            .stop_identified(&self.inner.name, &self.inner.id, opts)
+            .await;
         *self.inner.conn.lock().await = None;
         r
     }
 
     /// Immediate stop.
     pub async fn kill(&self) -> Result<SandboxInfo> {
-        let r = self.inner.backend.kill_identified(&self.inner.name, &self.inner.id).await;
+        let r = self
+            .inner
+            .backend
+            .kill_identified(&self.inner.name, &self.inner.id)
+            .await;
         *self.inner.conn.lock().await = None;
         r
     }
 
     /// Stop accepting new work; the sandbox stops when in-flight work ends.
     pub async fn request_drain(&self) -> Result<SandboxInfo> {
-        self.inner.backend.request_drain_identified(&self.inner.name, &self.inner.id).await
+        self.inner
+            .backend
+            .request_drain_identified(&self.inner.name, &self.inner.id)
+            .await
     }
 
     /// Waits until the runtime generation this handle is bound to has ended.
@@ -251,21 +313,33 @@ impl Sandbox {
     /// follows the new runtime generation.
     pub async fn restart(&self) -> Result<SandboxInfo> {
         *self.inner.conn.lock().await = None;
-        let info = self.inner.backend.restart_identified(&self.inner.name, &self.inner.id, StopOptions::default()).await?;
-        self.inner.generation.store(info.generation, Ordering::SeqCst);
+        let info = self
+            .inner
+            .backend
+            .restart_identified(&self.inner.name, &self.inner.id, StopOptions::default())
+            .await?;
+        self.inner
+            .generation
+            .store(info.generation, Ordering::SeqCst);
         Ok(info)
     }
 
     /// Lets this sandbox survive the owning process (it stays running and is
     /// found again by name or id).
     pub async fn detach(&self) -> Result<SandboxInfo> {
-        self.inner.backend.detach_identified(&self.inner.name, &self.inner.id).await
+        self.inner
+            .backend
+            .detach_identified(&self.inner.name, &self.inner.id)
+            .await
     }
 
     /// Kills (if running) and removes exactly this sandbox.
     pub async fn destroy(&self) -> Result<()> {
         *self.inner.conn.lock().await = None;
-        self.inner.backend.destroy_identified(&self.inner.name, &self.inner.id).await
+        self.inner
+            .backend
+            .destroy_identified(&self.inner.name, &self.inner.id)
+            .await
     }
 }
 

@@ -44,11 +44,16 @@ impl Sandbox {
         // otherwise data may flow before the final response.
         let (mine, theirs) = tokio::io::duplex(256 * 1024);
         let (mut rd, mut wr) = tokio::io::split(mine);
-        let first = tokio::time::timeout(std::time::Duration::from_millis(200), handle.next()).await;
+        let first =
+            tokio::time::timeout(std::time::Duration::from_millis(200), handle.next()).await;
         let mut pending_first: Option<GuestMsg> = None;
         match first {
             Ok(Some(GuestMsg::Response { result: Err(g), .. })) => {
-                return Err(self.settle("tunnel", Ok(Err(g))).await.err().unwrap_or_else(|| Error::protocol("tunnel refused")));
+                return Err(self
+                    .settle("tunnel", Ok(Err(g)))
+                    .await
+                    .err()
+                    .unwrap_or_else(|| Error::protocol("tunnel refused")));
             }
             Ok(Some(m)) => pending_first = Some(m),
             Ok(None) => return Err(Error::protocol("the connection to the sandbox was lost")),
@@ -61,7 +66,9 @@ impl Sandbox {
             loop {
                 if let Some(m) = msg.take() {
                     match m {
-                        GuestMsg::Stdout { data, .. } if wr.write_all(&data.0).await.is_err() => break,
+                        GuestMsg::Stdout { data, .. } if wr.write_all(&data.0).await.is_err() => {
+                            break
+                        }
                         GuestMsg::Stdout { .. } => {}
                         GuestMsg::Eof { .. } => {
                             let _ = wr.shutdown().await;
@@ -97,8 +104,12 @@ impl Sandbox {
     /// Publishes guest `port` on `127.0.0.1:<ephemeral>` of the host; every
     /// accepted connection is tunnelled through the agent channel.
     pub async fn publish(&self, port: u16) -> Result<PublishedPort> {
-        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| Error::io("binding a loopback port", None, e))?;
-        let addr = listener.local_addr().map_err(|e| Error::io("reading the bound address", None, e))?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| Error::io("binding a loopback port", None, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("reading the bound address", None, e))?;
         let sandbox = self.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
@@ -108,7 +119,9 @@ impl Sandbox {
                         Ok(mut t) => {
                             let _ = tokio::io::copy_bidirectional(&mut conn, &mut t).await;
                         }
-                        Err(e) => tracing::debug!(error = %e, port, "tunnel for a published port failed"),
+                        Err(e) => {
+                            tracing::debug!(error = %e, port, "tunnel for a published port failed")
+                        }
                     }
                 });
             }

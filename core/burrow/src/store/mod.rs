@@ -76,16 +76,18 @@ impl Store {
     }
 
     async fn check_version(&self) -> Result<()> {
-        let exists: Option<(String,)> =
-            sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
-                .fetch_optional(&self.pool)
-                .await?;
+        let exists: Option<(String,)> = sqlx::query_as(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
         if exists.is_none() {
             return Ok(());
         }
-        let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = 1")
-            .fetch_one(&self.pool)
-            .await?;
+        let newest: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = 1")
+                .fetch_one(&self.pool)
+                .await?;
         let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
         if let Some(v) = newest.filter(|v| *v > known) {
             return Err(Error::Store {
@@ -100,9 +102,16 @@ impl Store {
 
     /// Inserts a new sandbox in status Created. A taken name is
     /// [`Error::AlreadyExists`] with the holder's id.
-    pub async fn insert(&self, id: &SandboxId, name: &str, config: &SandboxConfig, detached: bool) -> Result<()> {
+    pub async fn insert(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        config: &SandboxConfig,
+        detached: bool,
+    ) -> Result<()> {
         let now = now_ms();
-        let config_json = serde_json::to_string(config).map_err(|e| Error::store("encoding config", e))?;
+        let config_json =
+            serde_json::to_string(config).map_err(|e| Error::store("encoding config", e))?;
         let mut tx = self.pool.begin().await?;
         let res = sqlx::query(
             "INSERT INTO sandboxes (id, name, config, status, generation, detached, created_at, updated_at)
@@ -175,7 +184,12 @@ impl Store {
     /// generation + 1, owner = `owner`, new run row. Returns the new
     /// generation, or `None` when the sandbox is not in a startable status
     /// (someone else won, or it is running).
-    pub async fn claim_start(&self, id: &SandboxId, owner: ProcIdentity, detached: Option<bool>) -> Result<Option<u64>> {
+    pub async fn claim_start(
+        &self,
+        id: &SandboxId,
+        owner: ProcIdentity,
+        detached: Option<bool>,
+    ) -> Result<Option<u64>> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
         // First statement is the write: the transaction takes the write lock
@@ -208,7 +222,12 @@ impl Store {
 
     /// The supervisor takes ownership of a start it was spawned for. False
     /// when the start was abandoned (reconciled or superseded) meanwhile.
-    pub async fn handoff(&self, id: &SandboxId, generation: u64, supervisor: ProcIdentity) -> Result<bool> {
+    pub async fn handoff(
+        &self,
+        id: &SandboxId,
+        generation: u64,
+        supervisor: ProcIdentity,
+    ) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
             "UPDATE sandboxes SET owner_pid = ?, owner_start = ?, updated_at = ?
@@ -236,7 +255,12 @@ impl Store {
     }
 
     /// Starting -> Running for exactly this generation.
-    pub async fn set_running(&self, id: &SandboxId, generation: u64, timings: &serde_json::Value) -> Result<bool> {
+    pub async fn set_running(
+        &self,
+        id: &SandboxId,
+        generation: u64,
+        timings: &serde_json::Value,
+    ) -> Result<bool> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
@@ -264,8 +288,18 @@ impl Store {
 
     /// Moves a runtime status to another runtime status (Running <->
     /// Draining/Paused) for exactly this generation.
-    pub async fn transition(&self, id: &SandboxId, generation: u64, from: &[Status], to: Status) -> Result<bool> {
-        let from_list = from.iter().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(",");
+    pub async fn transition(
+        &self,
+        id: &SandboxId,
+        generation: u64,
+        from: &[Status],
+        to: Status,
+    ) -> Result<bool> {
+        let from_list = from
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(",");
         let n = sqlx::query(&format!(
             "UPDATE sandboxes SET status = ?, updated_at = ? WHERE id = ? AND generation = ? AND status IN ({from_list})"
         ))
@@ -355,21 +389,31 @@ fn decode(row: &sqlx::sqlite::SqliteRow) -> Result<Record> {
         source: None,
     };
     let id = SandboxId::from_str(row.try_get::<&str, _>("id")?).map_err(|_| bad("id"))?;
-    let config: SandboxConfig =
-        serde_json::from_str(row.try_get::<&str, _>("config")?).map_err(|e| Error::store("corrupt sandbox config", e))?;
+    let config: SandboxConfig = serde_json::from_str(row.try_get::<&str, _>("config")?)
+        .map_err(|e| Error::store("corrupt sandbox config", e))?;
     let status = Status::from_str(row.try_get::<&str, _>("status")?).map_err(|_| bad("status"))?;
-    let owner = match (row.try_get::<Option<i64>, _>("owner_pid")?, row.try_get::<Option<i64>, _>("owner_start")?) {
-        (Some(pid), Some(start)) => Some(ProcIdentity { pid: pid as u32, start: start as u64 }),
+    let owner = match (
+        row.try_get::<Option<i64>, _>("owner_pid")?,
+        row.try_get::<Option<i64>, _>("owner_start")?,
+    ) {
+        (Some(pid), Some(start)) => Some(ProcIdentity {
+            pid: pid as u32,
+            start: start as u64,
+        }),
         _ => None,
     };
     let last_run = match row.try_get::<Option<i64>, _>("r_gen")? {
         Some(g) => Some(RunInfo {
             generation: g as u64,
-            supervisor_pid: row.try_get::<Option<i64>, _>("supervisor_pid")?.map(|p| p as u32),
+            supervisor_pid: row
+                .try_get::<Option<i64>, _>("supervisor_pid")?
+                .map(|p| p as u32),
             started_at_ms: row.try_get("started_at")?,
             running_at_ms: row.try_get("running_at")?,
             ended_at_ms: row.try_get("ended_at")?,
-            exit_reason: row.try_get::<Option<&str>, _>("exit_reason")?.and_then(ExitReason::parse),
+            exit_reason: row
+                .try_get::<Option<&str>, _>("exit_reason")?
+                .and_then(ExitReason::parse),
             detail: row.try_get("detail")?,
             timings: row
                 .try_get::<Option<&str>, _>("timings")?

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use burrow::{Backend, LocalBackend, SandboxBuilder};
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
 }
 
 pub fn burrow_bin() -> PathBuf {
@@ -22,7 +25,12 @@ pub fn burrow_bin() -> PathBuf {
 
 fn lock_file(path: &Path) -> std::fs::File {
     std::fs::create_dir_all(path.parent().expect("parent")).expect("lock dir");
-    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).expect("lock file");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .expect("lock file");
     f.lock().expect("lock");
     f
 }
@@ -67,7 +75,10 @@ pub fn busybox_rootfs() -> PathBuf {
                 .arg(&dir)
                 .status()
                 .expect("running scripts/make-demo-rootfs.sh");
-            assert!(status.success(), "building the busybox rootfs failed (is busybox-static installed?)");
+            assert!(
+                status.success(),
+                "building the busybox rootfs failed (is busybox-static installed?)"
+            );
             std::fs::write(dir.join(".complete"), b"").expect("marker");
             dir
         })
@@ -102,7 +113,10 @@ pub struct TestHome {
 impl TestHome {
     pub async fn new() -> TestHome {
         init_env();
-        let dir = tempfile::Builder::new().prefix("bt").tempdir_in("/tmp").expect("temp home");
+        let dir = tempfile::Builder::new()
+            .prefix("bt")
+            .tempdir_in("/tmp")
+            .expect("temp home");
         let home = burrow::paths::Home::at(dir.path()).expect("home");
         let backend = Arc::new(LocalBackend::open(home).await.expect("open backend"));
         TestHome { dir, backend }
@@ -147,7 +161,9 @@ impl Drop for TestHome {
 
 /// Prints every sandbox log of `home` (kept for a failing test).
 pub fn dump_logs(home: &Path) {
-    let Ok(entries) = std::fs::read_dir(home.join("sandboxes")) else { return };
+    let Ok(entries) = std::fs::read_dir(home.join("sandboxes")) else {
+        return;
+    };
     for e in entries.flatten() {
         for log in ["supervisor.log", "guest.log"] {
             let p = e.path().join("logs").join(log);
@@ -173,11 +189,20 @@ pub fn kill_supervisors_of(home: &Path) {
 /// Pids of live supervisor processes for `home`.
 pub fn supervisors_of(home: &str) -> Vec<u32> {
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return out };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
         if args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == home) {
             out.push(pid);
         }

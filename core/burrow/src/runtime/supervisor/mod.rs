@@ -70,7 +70,11 @@ pub fn main(args: SuperviseArgs) -> i32 {
         tracing::error!(error = %e, "supervisor setup failed");
         return 1;
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             ready.fail(&format!("starting the async runtime: {e}"));
@@ -101,10 +105,20 @@ impl Ready {
 /// Requests from connection handlers to the main loop.
 #[derive(Debug)]
 pub(crate) enum Command {
-    Stop { grace: Duration, reason: ExitReason, done: Option<oneshot::Sender<()>> },
-    Kill { done: Option<oneshot::Sender<()>> },
-    Drain { done: oneshot::Sender<()> },
-    Detach { done: oneshot::Sender<()> },
+    Stop {
+        grace: Duration,
+        reason: ExitReason,
+        done: Option<oneshot::Sender<()>>,
+    },
+    Kill {
+        done: Option<oneshot::Sender<()>>,
+    },
+    Drain {
+        done: oneshot::Sender<()>,
+    },
+    Detach {
+        done: oneshot::Sender<()>,
+    },
 }
 
 /// State shared with connection handlers.
@@ -159,7 +173,13 @@ async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
             tracing::error!(error = %e, "start failed");
             let detail = e.to_string();
             let _ = store
-                .finish_run(&args.id, args.generation, Status::Crashed, ExitReason::StartFailed, Some(&detail))
+                .finish_run(
+                    &args.id,
+                    args.generation,
+                    Status::Crashed,
+                    ExitReason::StartFailed,
+                    Some(&detail),
+                )
                 .await;
             ready.fail(&detail);
             1
@@ -176,15 +196,26 @@ struct Booted {
     name: String,
 }
 
-async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant) -> Result<Booted> {
-    let rec = store.get_by_id(&args.id).await?.ok_or_else(|| Error::not_found_id(&args.id))?;
+async fn boot(
+    args: &SuperviseArgs,
+    home: &Home,
+    store: &Store,
+    started: Instant,
+) -> Result<Booted> {
+    let rec = store
+        .get_by_id(&args.id)
+        .await?
+        .ok_or_else(|| Error::not_found_id(&args.id))?;
     let config = rec.info.config.clone();
     let name = rec.info.name.clone();
     let deadline = started + config.startup_timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     let mut timings = serde_json::Map::new();
     let mut mark = |phase: &str, since: &mut Instant| {
-        timings.insert(phase.into(), serde_json::json!(since.elapsed().as_secs_f64() * 1000.0));
+        timings.insert(
+            phase.into(),
+            serde_json::json!(since.elapsed().as_secs_f64() * 1000.0),
+        );
         *since = Instant::now();
     };
     let mut t = started;
@@ -210,15 +241,21 @@ async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant
             MountSource::Host(p) => p.clone(),
             MountSource::Volume(v) => {
                 let p = home.volume_path(v);
-                std::fs::create_dir_all(&p).map_err(|e| Error::io("creating volume", Some(&p), e))?;
+                std::fs::create_dir_all(&p)
+                    .map_err(|e| Error::io("creating volume", Some(&p), e))?;
                 p
             }
         };
-        mounts.push(ResolvedMount { host_path, target: m.target.clone(), read_only: m.read_only });
+        mounts.push(ResolvedMount {
+            host_path,
+            target: m.target.clone(),
+            read_only: m.read_only,
+        });
     }
     let sandbox_dir = home.sandbox_dir(&args.id);
     let logs = sandbox_dir.join("logs");
-    std::fs::create_dir_all(&logs).map_err(|e| Error::io("creating the sandbox directory", Some(&logs), e))?;
+    std::fs::create_dir_all(&logs)
+        .map_err(|e| Error::io("creating the sandbox directory", Some(&logs), e))?;
     let agent_bin = crate::procs::agent_bin().ok_or_else(|| Error::Runtime {
         runtime: "burrow-agent".into(),
         reason: "the guest agent binary was not found (set BURROW_AGENT_BIN, or build it with `cargo build -p burrow-agent --release --target x86_64-unknown-linux-musl`)".into(),
@@ -240,7 +277,10 @@ async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant
     let driver = ContainerDriver::new(config.runtime);
     let launched = tokio::time::timeout(left(), driver.launch(&spec))
         .await
-        .map_err(|_| Error::Timeout { operation: "launching the guest".into(), after: config.startup_timeout })??;
+        .map_err(|_| Error::Timeout {
+            operation: "launching the guest".into(),
+            after: config.startup_timeout,
+        })??;
     for note in &launched.notes {
         tracing::warn!(sandbox = %args.id, "{note}");
     }
@@ -248,14 +288,19 @@ async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant
     crate::fault::point("supervisor.after_launch");
     let mut guest = launched.guest;
 
-    let identity = Identity { sandbox_id: args.id.to_string(), generation: args.generation };
+    let identity = Identity {
+        sandbox_id: args.id.to_string(),
+        generation: args.generation,
+    };
     let agent = match AgentClient::connect(launched.reader, launched.writer, None, left()).await {
         Ok(a) => a,
         Err(e) => {
             let _ = guest.kill().await;
             let _ = guest.cleanup().await;
             return Err(match e {
-                super::client::ConnectError::Refused(g) => Error::protocol(format!("agent refused: {g}")),
+                super::client::ConnectError::Refused(g) => {
+                    Error::protocol(format!("agent refused: {g}"))
+                }
                 super::client::ConnectError::Other(e) => e,
             });
         }
@@ -267,20 +312,38 @@ async fn boot(args: &SuperviseArgs, home: &Home, store: &Store, started: Instant
     // Stale socket files of this id can only be from a dead earlier
     // generation: we hold the name's runtime lock.
     let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket).map_err(|e| Error::io("binding the supervisor socket", Some(&socket), e))?;
+    let listener = UnixListener::bind(&socket)
+        .map_err(|e| Error::io("binding the supervisor socket", Some(&socket), e))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io("restricting the supervisor socket", Some(&socket), e))?;
 
     crate::fault::point("supervisor.before_running");
-    timings.insert("total".into(), serde_json::json!(started.elapsed().as_secs_f64() * 1000.0));
-    if !store.set_running(&args.id, args.generation, &serde_json::Value::Object(timings)).await? {
+    timings.insert(
+        "total".into(),
+        serde_json::json!(started.elapsed().as_secs_f64() * 1000.0),
+    );
+    if !store
+        .set_running(
+            &args.id,
+            args.generation,
+            &serde_json::Value::Object(timings),
+        )
+        .await?
+    {
         let _ = guest.kill().await;
         let _ = guest.cleanup().await;
         let _ = std::fs::remove_file(&socket);
         return Err(Error::protocol("the start was superseded while booting"));
     }
     tracing::info!(sandbox = %args.id, generation = args.generation, "running");
-    Ok(Booted { guest, agent, listener, socket, _runtime_lock: runtime_lock, name })
+    Ok(Booted {
+        guest,
+        agent,
+        listener,
+        socket,
+        _runtime_lock: runtime_lock,
+        name,
+    })
 }
 
 /// Why the serve loop ended.
@@ -291,11 +354,21 @@ enum End {
 }
 
 async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -> i32 {
-    let Booted { mut guest, agent, listener, socket, _runtime_lock, name } = booted;
+    let Booted {
+        mut guest,
+        agent,
+        listener,
+        socket,
+        _runtime_lock,
+        name,
+    } = booted;
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
     let (idle_tx, mut idle_rx) = watch::channel(0u32);
     let shared = Arc::new(Shared {
-        identity: Identity { sandbox_id: args.id.to_string(), generation: args.generation },
+        identity: Identity {
+            sandbox_id: args.id.to_string(),
+            generation: args.generation,
+        },
         agent: agent.clone(),
         in_flight: AtomicU32::new(0),
         closing: AtomicBool::new(false),
@@ -303,7 +376,8 @@ async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -
         idle: idle_tx,
     });
     let mut owner = args.owner_pid.map(owner_watch);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     let mut draining = false;
@@ -365,7 +439,9 @@ async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -
         End::GuestExited(exit) => {
             let detail = describe_exit(&exit);
             match exit {
-                Ok(GuestExit { code: Some(0), .. }) => (Status::Stopped, ExitReason::Completed, detail),
+                Ok(GuestExit { code: Some(0), .. }) => {
+                    (Status::Stopped, ExitReason::Completed, detail)
+                }
                 _ => (Status::Crashed, ExitReason::Crashed, detail),
             }
         }
@@ -375,7 +451,9 @@ async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -
             (Status::Stopped, ExitReason::Killed, describe_exit(&exit))
         }
         End::Stop { grace, reason } => {
-            let shutdown = agent.call(Request::Shutdown { grace_ms: grace.as_millis() as u64 });
+            let shutdown = agent.call(Request::Shutdown {
+                grace_ms: grace.as_millis() as u64,
+            });
             let _ = tokio::time::timeout(grace + Duration::from_secs(2), shutdown).await;
             let exit = match tokio::time::timeout(Duration::from_secs(5), guest.wait()).await {
                 Ok(exit) => exit,
@@ -391,7 +469,10 @@ async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -
     if let Err(e) = guest.cleanup().await {
         tracing::warn!(sandbox = %args.id, error = %e, "runtime cleanup failed");
     }
-    if let Err(e) = store.finish_run(&args.id, args.generation, status, reason, Some(&detail)).await {
+    if let Err(e) = store
+        .finish_run(&args.id, args.generation, status, reason, Some(&detail))
+        .await
+    {
         tracing::error!(sandbox = %args.id, error = %e, "recording the end of the run failed");
     }
     tracing::info!(sandbox = %args.id, name = %name, reason = reason.as_str(), %detail, "run ended");
@@ -407,7 +488,9 @@ async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -
 fn describe_exit(exit: &Result<GuestExit>) -> String {
     match exit {
         Ok(GuestExit { code: Some(c), .. }) => format!("runtime exited with code {c}"),
-        Ok(GuestExit { signal: Some(s), .. }) => format!("runtime killed by signal {s}"),
+        Ok(GuestExit {
+            signal: Some(s), ..
+        }) => format!("runtime killed by signal {s}"),
         Ok(_) => "runtime exited".into(),
         Err(e) => format!("waiting for the runtime failed: {e}"),
     }
@@ -433,7 +516,9 @@ fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
         if parent != owner {
             return;
         }
-        let Some(identity) = ProcIdentity::of(owner) else { return };
+        let Some(identity) = ProcIdentity::of(owner) else {
+            return;
+        };
         // pidfds are always close-on-exec; the only valid flag is O_NONBLOCK.
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner as libc::pid_t, 0) };
@@ -446,7 +531,11 @@ fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
         }
         // SAFETY: the syscall returned a fresh descriptor that we now own.
         let owned = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        let mut pfd = libc::pollfd { fd: fd as RawFd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: fd as RawFd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         loop {
             // SAFETY: pfd points to one valid pollfd for the duration of the call.
             let n = unsafe { libc::poll(&mut pfd, 1, -1) };

@@ -43,11 +43,16 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
 
     // Hello: the client states which runtime it expects to reach.
     let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame::<_, HostMsg>(&mut rd)).await;
-    let fatal = |code, msg: String| GuestMsg::Fatal { error: GuestError::new(code, msg) };
+    let fatal = |code, msg: String| GuestMsg::Fatal {
+        error: GuestError::new(code, msg),
+    };
     match hello {
         Ok(Ok(Some(HostMsg::Hello { version, expect }))) => {
             if version != PROTOCOL_VERSION {
-                let _ = out_tx.send(fatal(GuestErrorCode::Protocol, format!("protocol {version} is not {PROTOCOL_VERSION}")));
+                let _ = out_tx.send(fatal(
+                    GuestErrorCode::Protocol,
+                    format!("protocol {version} is not {PROTOCOL_VERSION}"),
+                ));
                 drop(out_tx);
                 let _ = writer.await;
                 return;
@@ -57,7 +62,10 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                     GuestErrorCode::IdentityMismatch,
                     format!(
                         "this is {} generation {}, not {} generation {}",
-                        shared.identity.sandbox_id, shared.identity.generation, e.sandbox_id, e.generation
+                        shared.identity.sandbox_id,
+                        shared.identity.generation,
+                        e.sandbox_id,
+                        e.generation
                     ),
                 ));
                 drop(out_tx);
@@ -71,7 +79,10 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
             });
         }
         _ => {
-            let _ = out_tx.send(fatal(GuestErrorCode::Protocol, "expected a hello frame".into()));
+            let _ = out_tx.send(fatal(
+                GuestErrorCode::Protocol,
+                "expected a hello frame".into(),
+            ));
             drop(out_tx);
             let _ = writer.await;
             return;
@@ -89,7 +100,13 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                 break;
             }
         };
-        let route = |id: u64| routes.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied();
+        let route = |id: u64| {
+            routes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .copied()
+        };
         match msg {
             HostMsg::Hello { .. } => {
                 let _ = out_tx.send(fatal(GuestErrorCode::Protocol, "duplicate hello".into()));
@@ -99,14 +116,20 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                 if shared.closing.load(Ordering::SeqCst) {
                     let _ = out_tx.send(GuestMsg::Response {
                         id,
-                        result: Err(GuestError::new(GuestErrorCode::Unavailable, "the sandbox is draining or stopping")),
+                        result: Err(GuestError::new(
+                            GuestErrorCode::Unavailable,
+                            "the sandbox is draining or stopping",
+                        )),
                     });
                     continue;
                 }
                 if route(id).is_some() {
                     let _ = out_tx.send(GuestMsg::Response {
                         id,
-                        result: Err(GuestError::new(GuestErrorCode::InvalidArgument, format!("request id {id} is already in flight"))),
+                        result: Err(GuestError::new(
+                            GuestErrorCode::InvalidArgument,
+                            format!("request id {id} is already in flight"),
+                        )),
                     });
                     continue;
                 }
@@ -115,13 +138,19 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                     Err(_) => {
                         let _ = out_tx.send(GuestMsg::Response {
                             id,
-                            result: Err(GuestError::new(GuestErrorCode::Unavailable, "the guest agent is gone")),
+                            result: Err(GuestError::new(
+                                GuestErrorCode::Unavailable,
+                                "the guest agent is gone",
+                            )),
                         });
                         continue;
                     }
                 };
                 shared.in_flight.fetch_add(1, Ordering::SeqCst);
-                routes.lock().unwrap_or_else(|p| p.into_inner()).insert(id, handle.id());
+                routes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, handle.id());
                 let out = out_tx.clone();
                 let shared2 = shared.clone();
                 let routes2 = routes.clone();
@@ -143,24 +172,44 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                     if !answered {
                         let _ = out.send(GuestMsg::Response {
                             id,
-                            result: Err(GuestError::new(GuestErrorCode::Unavailable, "the guest agent went away")),
+                            result: Err(GuestError::new(
+                                GuestErrorCode::Unavailable,
+                                "the guest agent went away",
+                            )),
                         });
                     }
-                    routes2.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                    routes2
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&id);
                     let left = shared2.in_flight.fetch_sub(1, Ordering::SeqCst) - 1;
                     let _ = shared2.idle.send(left);
                 });
             }
             HostMsg::Control { id, body } => handle_control(id, body, &shared, &out_tx),
-            HostMsg::Data { id, data } => forward(&shared, route(id), |aid| HostMsg::Data { id: aid, data }),
+            HostMsg::Data { id, data } => {
+                forward(&shared, route(id), |aid| HostMsg::Data { id: aid, data })
+            }
             HostMsg::Eof { id } => forward(&shared, route(id), |aid| HostMsg::Eof { id: aid }),
-            HostMsg::Signal { id, signal } => forward(&shared, route(id), |aid| HostMsg::Signal { id: aid, signal }),
-            HostMsg::Resize { id, size } => forward(&shared, route(id), |aid| HostMsg::Resize { id: aid, size }),
-            HostMsg::Cancel { id } => forward(&shared, route(id), |aid| HostMsg::Cancel { id: aid }),
+            HostMsg::Signal { id, signal } => forward(&shared, route(id), |aid| HostMsg::Signal {
+                id: aid,
+                signal,
+            }),
+            HostMsg::Resize { id, size } => {
+                forward(&shared, route(id), |aid| HostMsg::Resize { id: aid, size })
+            }
+            HostMsg::Cancel { id } => {
+                forward(&shared, route(id), |aid| HostMsg::Cancel { id: aid })
+            }
         }
     }
     // The client went away: abandon whatever it still had running.
-    let left: Vec<u64> = routes.lock().unwrap_or_else(|p| p.into_inner()).values().copied().collect();
+    let left: Vec<u64> = routes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .copied()
+        .collect();
     for aid in left {
         let _ = shared.agent.send(HostMsg::Cancel { id: aid });
     }
@@ -176,11 +225,19 @@ fn forward(shared: &Shared, agent_id: Option<u64>, make: impl FnOnce(u64) -> Hos
     }
 }
 
-fn handle_control(id: u64, body: Control, shared: &Arc<Shared>, out: &mpsc::UnboundedSender<GuestMsg>) {
+fn handle_control(
+    id: u64,
+    body: Control,
+    shared: &Arc<Shared>,
+    out: &mpsc::UnboundedSender<GuestMsg>,
+) {
     let respond_when = |rx: oneshot::Receiver<()>, out: mpsc::UnboundedSender<GuestMsg>| {
         tokio::spawn(async move {
             let _ = rx.await;
-            let _ = out.send(GuestMsg::Response { id, result: Ok(Response::Done) });
+            let _ = out.send(GuestMsg::Response {
+                id,
+                result: Ok(Response::Done),
+            });
         });
     };
     match body {
