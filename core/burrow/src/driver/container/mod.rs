@@ -393,7 +393,11 @@ async fn spawn_run(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log));
-    runtime::bind_to_parent(&mut cmd, spec.inherit_fds.clone());
+    // No parent-death signal here: if the supervisor dies, the agent sees
+    // its channel close and exits, the container ends, and only then does
+    // `run` exit and release the runtime-lifetime lock it inherited. Killing
+    // `run` early would release the lock while the container still lives.
+    runtime::bind_to_parent(&mut cmd, spec.inherit_fds.clone(), false);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     runtime::spawn_long_lived(cmd).await.map_err(|e| {

@@ -72,7 +72,7 @@ impl Network {
         .stdin(Stdio::null())
         .stdout(Stdio::from(log_file))
         .stderr(Stdio::from(log_err));
-        bind_to_parent(&mut cmd, Vec::new());
+        bind_to_parent(&mut cmd, Vec::new(), true);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
         let child = spawn_long_lived(cmd)

@@ -257,26 +257,32 @@ fn crun_private_cgroup_view() -> io::Result<()> {
     Ok(())
 }
 
-/// Makes `cmd` die with this process and inherit exactly `keep` beyond stdio.
-pub(super) fn bind_to_parent(cmd: &mut std::process::Command, keep: Vec<RawFd>) {
+/// Makes `cmd` inherit exactly `keep` beyond stdio and, with
+/// `die_with_parent`, die with this process.
+pub(super) fn bind_to_parent(
+    cmd: &mut std::process::Command,
+    keep: Vec<RawFd>,
+    die_with_parent: bool,
+) {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure only makes raw syscalls on integers (no
     // allocation, no locks), as required between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
+            if die_with_parent
+                && libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
             {
                 return Err(io::Error::last_os_error());
             }
             // The parent may have died before the prctl took effect.
-            if libc::getppid() != parent {
+            if die_with_parent && libc::getppid() != parent {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
             for &fd in &keep {
