@@ -6,7 +6,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in runc crun busybox-static uidmap passt slirp4netns; do
+for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

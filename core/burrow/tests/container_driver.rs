@@ -382,6 +382,7 @@ async fn mounts_limits_user_and_network_off(runtime: OciRuntime) {
         host_path: host.clone(),
         target: "/data".into(),
         read_only: true,
+        volume: false,
     }];
     spec.image.config.user = Some("nobody".into());
     let script = "cat /data/f; (echo x > /data/new) 2>/dev/null && echo writable || echo read-only; \

@@ -313,3 +313,41 @@ async fn list_filters_by_status_and_label() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_survive_removal_and_host_mounts_can_be_read_only() {
+    let home = TestHome::new().await;
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("given.txt"), b"from host").unwrap();
+    let sb = home
+        .builder("vols")
+        .volume("shared-data", "/data")
+        .mount(host.path(), "/host", true)
+        .create()
+        .await
+        .unwrap();
+    sb.fs().write("/data/kept.txt", b"kept").await.unwrap();
+    assert_eq!(sb.fs().read("/host/given.txt").await.unwrap(), b"from host");
+    let out = sb
+        .exec(["sh", "-c", "echo x > /host/new.txt"])
+        .await
+        .unwrap();
+    assert_ne!(
+        out.status.code,
+        Some(0),
+        "a read-only host mount refuses writes"
+    );
+    assert!(!host.path().join("new.txt").exists());
+    sb.destroy().await.unwrap();
+
+    // Removal deleted the sandbox's own state, not the volume or the host dir.
+    assert!(host.path().join("given.txt").exists());
+    let next = home
+        .builder("vols2")
+        .volume("shared-data", "/data")
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(next.fs().read("/data/kept.txt").await.unwrap(), b"kept");
+    next.destroy().await.unwrap();
+}

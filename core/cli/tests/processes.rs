@@ -268,3 +268,44 @@ async fn creator_and_supervisor_both_killed_mid_start() {
         assert_recovers(&home, &name).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detach_lets_an_attached_sandbox_outlive_its_owner() {
+    let home = TestHome::new().await;
+    let mut owner = home
+        .cli()
+        .args([
+            "run",
+            "later-detached",
+            "--image",
+            &image(),
+            "--",
+            "sleep",
+            "1000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let handle = loop {
+        if let Ok(h) = SandboxHandle::get_in(home.dyn_backend(), "later-detached").await {
+            break h;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    handle.wait_for_status(&[Status::Running]).await.unwrap();
+    assert!(!handle.info().await.unwrap().detached);
+    let sb = handle.connect().await.unwrap();
+    let info = sb.detach().await.unwrap();
+    assert!(info.detached);
+    owner.kill().unwrap();
+    let _ = owner.wait();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        handle.status().await.unwrap(),
+        Status::Running,
+        "detached: survives its owner"
+    );
+    assert_eq!(sb.exec(["echo", "ok"]).await.unwrap().stdout_str(), "ok\n");
+    sb.destroy().await.unwrap();
+}

@@ -26,6 +26,9 @@ pub struct ResolvedMount {
     pub target: String,
     /// Read-only.
     pub read_only: bool,
+    /// A named volume managed by burrow (a fresh, empty one is handed to the
+    /// guest's root user); host directories are never re-owned.
+    pub volume: bool,
 }
 
 /// Everything a driver needs to launch one runtime generation.

@@ -255,6 +255,9 @@ async fn start(
 ) -> Result<Pipes> {
     // Root filesystem.
     let base = rootfs::mapping_base(&spec.sandbox_dir)?;
+    for m in spec.mounts.iter().filter(|m| m.volume) {
+        rootfs::adopt_fresh_volume(&m.host_path, base)?;
+    }
     let target = rootfs::assemble(
         &spec.image.rootfs,
         &spec.images_dir,

@@ -85,6 +85,23 @@ fn subuid_base(text: &str) -> Option<u32> {
     })
 }
 
+/// Hands a freshly created (empty, root-owned) named volume to the guest's
+/// root user, so the sandbox can write to it. A volume already in use keeps
+/// its owners.
+pub(super) fn adopt_fresh_volume(dir: &Path, base: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        fs::symlink_metadata(dir).map_err(|e| Error::io("reading the volume", Some(dir), e))?;
+    let empty = fs::read_dir(dir)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(false);
+    if meta.is_dir() && meta.uid() == 0 && empty {
+        std::os::unix::fs::lchown(dir, Some(base), Some(base))
+            .map_err(|e| Error::io("handing the volume to the guest's root user", Some(dir), e))?;
+    }
+    Ok(())
+}
+
 pub(super) fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))

@@ -457,6 +457,7 @@ mod tests {
             host_path: "/data".into(),
             target: "/mnt/data".into(),
             read_only: true,
+            volume: false,
         }];
         let input = SpecInput {
             rootfs: Path::new("/run/burrow/x"),

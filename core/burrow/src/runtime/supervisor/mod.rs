@@ -237,19 +237,20 @@ async fn boot(
 
     let mut mounts = Vec::new();
     for m in &config.mounts {
-        let host_path = match &m.source {
-            MountSource::Host(p) => p.clone(),
+        let (host_path, volume) = match &m.source {
+            MountSource::Host(p) => (p.clone(), false),
             MountSource::Volume(v) => {
                 let p = home.volume_path(v);
                 std::fs::create_dir_all(&p)
                     .map_err(|e| Error::io("creating volume", Some(&p), e))?;
-                p
+                (p, true)
             }
         };
         mounts.push(ResolvedMount {
             host_path,
             target: m.target.clone(),
             read_only: m.read_only,
+            volume,
         });
     }
     let sandbox_dir = home.sandbox_dir(&args.id);
