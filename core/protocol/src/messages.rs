@@ -279,6 +279,39 @@ pub enum Control {
     /// Stop watching the owner process: the sandbox survives it from now on.
     /// Response [`Response::Done`].
     Detach,
+    /// Explicit keepalive: counts as activity for the idle timeout.
+    /// Response [`Response::Done`].
+    Touch,
+    /// Suspend every guest process (status Paused). Response
+    /// [`Response::Done`] once frozen and recorded.
+    Pause,
+    /// Continue after `Pause` (status Running). Response [`Response::Done`].
+    Resume,
+    /// Re-read the persisted configuration and apply what can change live
+    /// (cpus, memory, env of future execs, idle timeout, max duration).
+    /// Response [`Response::Done`].
+    Reload,
+    /// Resource usage of the runtime. Response [`Response::Metrics`].
+    Metrics,
+}
+
+/// Resource usage of a running sandbox; `None` where the host does not
+/// expose a value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    /// Total CPU time consumed, in nanoseconds.
+    pub cpu_usage_ns: Option<u64>,
+    /// Current memory usage in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Memory limit in bytes.
+    pub memory_limit_bytes: Option<u64>,
+    /// Bytes read from block devices.
+    pub io_read_bytes: Option<u64>,
+    /// Bytes written to block devices.
+    pub io_write_bytes: Option<u64>,
+    /// Number of processes.
+    pub pids: Option<u64>,
 }
 
 /// Successful outcomes.
@@ -305,6 +338,11 @@ pub enum Response {
     Exists {
         /// Whether the path exists.
         exists: bool,
+    },
+    /// Resource usage.
+    Metrics {
+        /// The snapshot.
+        metrics: Metrics,
     },
     /// Supervisor status.
     Supervisor {

@@ -107,6 +107,11 @@ pub trait GuestProcess: Send + Sync + Debug {
     async fn resume(&mut self) -> Result<()>;
     /// Releases runtime state after exit (container state, mounts). Idempotent.
     async fn cleanup(&mut self) -> Result<()>;
+    /// Changes the CPU and memory limits of the running guest. Returns notes
+    /// for limits the host cannot apply live.
+    async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>>;
+    /// Resource usage of the guest.
+    async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
 }
 
 /// A way of running guests.

@@ -225,6 +225,51 @@ impl GuestProcess for ContainerGuest {
         self.control("resume").await
     }
 
+    async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>> {
+        let mut args: Vec<String> = vec!["update".into()];
+        if let Some(mb) = memory_mb {
+            let bytes = mb * 1024 * 1024;
+            // Swap equal to memory: no extra swap on top of the limit.
+            args.extend([
+                "--memory".into(),
+                bytes.to_string(),
+                "--memory-swap".into(),
+                bytes.to_string(),
+            ]);
+        }
+        if let Some(c) = cpus {
+            let period = 100_000u64;
+            args.extend([
+                "--cpu-period".into(),
+                period.to_string(),
+                "--cpu-quota".into(),
+                ((c * period as f64).round() as u64).max(1000).to_string(),
+            ]);
+        }
+        if args.len() == 1 {
+            return Ok(Vec::new());
+        }
+        args.push(self.generation.id.clone());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.generation
+            .runtime
+            .invoke(&refs, Duration::from_secs(10))
+            .await?;
+        Ok(Vec::new())
+    }
+
+    async fn metrics(&mut self) -> Result<burrow_protocol::Metrics> {
+        let out = self
+            .generation
+            .runtime
+            .invoke(
+                &["events", "--stats", self.generation.id.as_str()],
+                Duration::from_secs(10),
+            )
+            .await?;
+        Ok(parse_stats(&String::from_utf8_lossy(&out.stdout)))
+    }
+
     async fn cleanup(&mut self) -> Result<()> {
         if self.exit.is_none() {
             match self.child.try_wait() {
@@ -235,5 +280,34 @@ impl GuestProcess for ContainerGuest {
             }
         }
         self.generation.release().await
+    }
+}
+
+/// Reads `runc events --stats` output (one JSON object).
+fn parse_stats(out: &str) -> burrow_protocol::Metrics {
+    let v: serde_json::Value = out
+        .lines()
+        .find_map(|l| serde_json::from_str(l.trim()).ok())
+        .unwrap_or_default();
+    let d = &v["data"];
+    let u = |p: &serde_json::Value| p.as_u64();
+    let io = |op: &str| {
+        d["blkio"]["ioServiceBytesRecursive"]
+            .as_array()
+            .map(|entries| {
+                entries
+                    .iter()
+                    .filter(|e| e["op"].as_str().is_some_and(|o| o.eq_ignore_ascii_case(op)))
+                    .filter_map(|e| e["value"].as_u64())
+                    .sum()
+            })
+    };
+    burrow_protocol::Metrics {
+        cpu_usage_ns: u(&d["cpu"]["usage"]["total"]),
+        memory_bytes: u(&d["memory"]["usage"]["usage"]),
+        memory_limit_bytes: u(&d["memory"]["usage"]["limit"]),
+        io_read_bytes: io("read"),
+        io_write_bytes: io("write"),
+        pids: u(&d["pids"]["current"]),
     }
 }

@@ -10,15 +10,17 @@
 //! run ended.
 
 mod relay;
+mod serve;
+
+use serve::serve;
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{Identity, Request};
+use burrow_protocol::{GuestError, Identity, Response};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -50,7 +52,7 @@ pub struct SuperviseArgs {
 }
 
 /// Grace period of a stop requested by a signal or the owner's exit.
-const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+pub(super) const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// Entry point; returns the process exit code.
 pub fn main(args: SuperviseArgs) -> i32 {
@@ -102,22 +104,40 @@ impl Ready {
     }
 }
 
+/// Answer channel of a command.
+pub(crate) type Reply = oneshot::Sender<std::result::Result<Response, GuestError>>;
+
 /// Requests from connection handlers to the main loop.
 #[derive(Debug)]
 pub(crate) enum Command {
     Stop {
         grace: Duration,
         reason: ExitReason,
-        done: Option<oneshot::Sender<()>>,
+        reply: Option<Reply>,
     },
     Kill {
-        done: Option<oneshot::Sender<()>>,
+        reply: Option<Reply>,
     },
     Drain {
-        done: oneshot::Sender<()>,
+        reply: Reply,
     },
     Detach {
-        done: oneshot::Sender<()>,
+        reply: Reply,
+    },
+    Touch {
+        reply: Reply,
+    },
+    Pause {
+        reply: Reply,
+    },
+    Resume {
+        reply: Reply,
+    },
+    Reload {
+        reply: Reply,
+    },
+    Metrics {
+        reply: Reply,
     },
 }
 
@@ -129,9 +149,27 @@ pub(crate) struct Shared {
     pub in_flight: AtomicU32,
     /// No new requests (draining or stopping).
     pub closing: AtomicBool,
+    /// No new requests while frozen.
+    pub paused: AtomicBool,
     pub commands: mpsc::UnboundedSender<Command>,
     /// Signalled whenever in_flight drops to zero.
     pub idle: watch::Sender<u32>,
+    /// Last activity (exec/shell/fs start or end, touch). Ping is not activity.
+    pub activity: std::sync::Mutex<Instant>,
+    /// Environment added to every exec (the persisted env, re-read on reload).
+    pub env: std::sync::RwLock<std::collections::BTreeMap<String, String>>,
+}
+
+impl Shared {
+    pub(crate) fn touch(&self) {
+        *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+    pub(crate) fn idle_for(&self) -> Duration {
+        self.activity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
 }
 
 async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
@@ -188,6 +226,7 @@ async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
 }
 
 struct Booted {
+    config: crate::model::SandboxConfig,
     guest: Box<dyn GuestProcess>,
     agent: AgentClient,
     listener: UnixListener,
@@ -338,6 +377,7 @@ async fn boot(
     }
     tracing::info!(sandbox = %args.id, generation = args.generation, "running");
     Ok(Booted {
+        config,
         guest,
         agent,
         listener,
@@ -347,146 +387,7 @@ async fn boot(
     })
 }
 
-/// Why the serve loop ended.
-enum End {
-    Stop { grace: Duration, reason: ExitReason },
-    Kill,
-    GuestExited(Result<GuestExit>),
-}
-
-async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -> i32 {
-    let Booted {
-        mut guest,
-        agent,
-        listener,
-        socket,
-        _runtime_lock,
-        name,
-    } = booted;
-    let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
-    let (idle_tx, mut idle_rx) = watch::channel(0u32);
-    let shared = Arc::new(Shared {
-        identity: Identity {
-            sandbox_id: args.id.to_string(),
-            generation: args.generation,
-        },
-        agent: agent.clone(),
-        in_flight: AtomicU32::new(0),
-        closing: AtomicBool::new(false),
-        commands: cmd_tx.clone(),
-        idle: idle_tx,
-    });
-    let mut owner = args.owner_pid.map(owner_watch);
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
-    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
-    let mut draining = false;
-
-    let end = loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    tokio::spawn(relay::serve_connection(stream, shared.clone()));
-                }
-            }
-            exit = guest.wait() => break End::GuestExited(exit),
-            Some(cmd) = cmd_rx.recv() => match cmd {
-                Command::Stop { grace, reason, done } => {
-                    waiters.extend(done);
-                    break End::Stop { grace, reason };
-                }
-                Command::Kill { done } => {
-                    waiters.extend(done);
-                    break End::Kill;
-                }
-                Command::Detach { done } => {
-                    owner = None;
-                    if let Err(e) = store.set_detached(&args.id, true).await {
-                        tracing::warn!(sandbox = %args.id, error = %e, "recording detach failed");
-                    }
-                    let _ = done.send(());
-                }
-                Command::Drain { done } => {
-                    if !draining {
-                        draining = true;
-                        shared.closing.store(true, Ordering::SeqCst);
-                        let _ = store.transition(&args.id, args.generation, &[Status::Running], Status::Draining).await;
-                    }
-                    let _ = done.send(());
-                    if shared.in_flight.load(Ordering::SeqCst) == 0 {
-                        break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
-                    }
-                }
-            },
-            _ = idle_rx.changed(), if draining => {
-                if shared.in_flight.load(Ordering::SeqCst) == 0 {
-                    break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
-                }
-            }
-            _ = wait_owner(&mut owner) => {
-                tracing::info!(sandbox = %args.id, "owner process exited; stopping the attached sandbox");
-                break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::OwnerExited };
-            }
-            _ = recv_signal(&mut sigterm) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
-            _ = recv_signal(&mut sigint) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
-        }
-    };
-    shared.closing.store(true, Ordering::SeqCst);
-    drop(listener);
-    let _ = std::fs::remove_file(&socket);
-
-    let (status, reason, detail) = match end {
-        End::GuestExited(exit) => {
-            let detail = describe_exit(&exit);
-            match exit {
-                Ok(GuestExit { code: Some(0), .. }) => {
-                    (Status::Stopped, ExitReason::Completed, detail)
-                }
-                _ => (Status::Crashed, ExitReason::Crashed, detail),
-            }
-        }
-        End::Kill => {
-            let _ = guest.kill().await;
-            let exit = guest.wait().await;
-            (Status::Stopped, ExitReason::Killed, describe_exit(&exit))
-        }
-        End::Stop { grace, reason } => {
-            let shutdown = agent.call(Request::Shutdown {
-                grace_ms: grace.as_millis() as u64,
-            });
-            let _ = tokio::time::timeout(grace + Duration::from_secs(2), shutdown).await;
-            let exit = match tokio::time::timeout(Duration::from_secs(5), guest.wait()).await {
-                Ok(exit) => exit,
-                Err(_) => {
-                    tracing::warn!(sandbox = %args.id, "guest did not exit after shutdown; killing it");
-                    let _ = guest.kill().await;
-                    guest.wait().await
-                }
-            };
-            (Status::Stopped, reason, describe_exit(&exit))
-        }
-    };
-    if let Err(e) = guest.cleanup().await {
-        tracing::warn!(sandbox = %args.id, error = %e, "runtime cleanup failed");
-    }
-    if let Err(e) = store
-        .finish_run(&args.id, args.generation, status, reason, Some(&detail))
-        .await
-    {
-        tracing::error!(sandbox = %args.id, error = %e, "recording the end of the run failed");
-    }
-    tracing::info!(sandbox = %args.id, name = %name, reason = reason.as_str(), %detail, "run ended");
-    for w in waiters {
-        let _ = w.send(());
-    }
-    // Give connection handlers a moment to deliver their final responses.
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    store.close().await;
-    0
-}
-
-fn describe_exit(exit: &Result<GuestExit>) -> String {
+pub(super) fn describe_exit(exit: &Result<GuestExit>) -> String {
     match exit {
         Ok(GuestExit { code: Some(c), .. }) => format!("runtime exited with code {c}"),
         Ok(GuestExit {
@@ -497,7 +398,7 @@ fn describe_exit(exit: &Result<GuestExit>) -> String {
     }
 }
 
-async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
+pub(super) async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
     match s {
         Some(s) => {
             s.recv().await;
@@ -510,7 +411,7 @@ async fn recv_signal(s: &mut Option<tokio::signal::unix::Signal>) {
 /// process, including SIGKILL, makes it readable). The owner is the process
 /// that spawned us: if our parent is already someone else, the owner is gone
 /// and the returned task finishes at once.
-fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
+pub(super) fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
     tokio::task::spawn_blocking(move || {
         // SAFETY: getppid has no preconditions.
         let parent = unsafe { libc::getppid() } as u32;
@@ -548,7 +449,7 @@ fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
     })
 }
 
-async fn wait_owner(w: &mut Option<tokio::task::JoinHandle<()>>) {
+pub(super) async fn wait_owner(w: &mut Option<tokio::task::JoinHandle<()>>) {
     match w {
         Some(task) => {
             let _ = task.await;

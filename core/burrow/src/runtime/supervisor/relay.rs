@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burrow_protocol::{
-    encode, Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Response, PROTOCOL_VERSION,
+    encode, Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Request, Response,
+    PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::UnixStream;
@@ -112,16 +113,29 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                 let _ = out_tx.send(fatal(GuestErrorCode::Protocol, "duplicate hello".into()));
                 break;
             }
-            HostMsg::Request { id, body } => {
-                if shared.closing.load(Ordering::SeqCst) {
+            HostMsg::Request { id, mut body } => {
+                let refusal = if shared.closing.load(Ordering::SeqCst) {
+                    Some("the sandbox is draining or stopping")
+                } else if shared.paused.load(Ordering::SeqCst) {
+                    Some("the sandbox is paused")
+                } else {
+                    None
+                };
+                if let Some(why) = refusal {
                     let _ = out_tx.send(GuestMsg::Response {
                         id,
-                        result: Err(GuestError::new(
-                            GuestErrorCode::Unavailable,
-                            "the sandbox is draining or stopping",
-                        )),
+                        result: Err(GuestError::new(GuestErrorCode::Unavailable, why)),
                     });
                     continue;
+                }
+                // Ping is a health check, not use; everything else is activity.
+                let activity = !matches!(body, Request::Ping);
+                if let Request::Exec(exec) = &mut body {
+                    // The persisted environment (as last reloaded) under the
+                    // request's own.
+                    for (k, v) in shared.env.read().unwrap_or_else(|p| p.into_inner()).iter() {
+                        exec.env.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
                 }
                 if route(id).is_some() {
                     let _ = out_tx.send(GuestMsg::Response {
@@ -147,6 +161,9 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                     }
                 };
                 shared.in_flight.fetch_add(1, Ordering::SeqCst);
+                if activity {
+                    shared.touch();
+                }
                 routes
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -231,48 +248,39 @@ fn handle_control(
     shared: &Arc<Shared>,
     out: &mpsc::UnboundedSender<GuestMsg>,
 ) {
-    let respond_when = |rx: oneshot::Receiver<()>, out: mpsc::UnboundedSender<GuestMsg>| {
-        tokio::spawn(async move {
-            let _ = rx.await;
-            let _ = out.send(GuestMsg::Response {
-                id,
-                result: Ok(Response::Done),
-            });
+    if let Control::Status = body {
+        let _ = out.send(GuestMsg::Response {
+            id,
+            result: Ok(Response::Supervisor {
+                pid: std::process::id(),
+                in_flight: shared.in_flight.load(Ordering::SeqCst),
+            }),
         });
-    };
-    match body {
-        Control::Status => {
-            let _ = out.send(GuestMsg::Response {
-                id,
-                result: Ok(Response::Supervisor {
-                    pid: std::process::id(),
-                    in_flight: shared.in_flight.load(Ordering::SeqCst),
-                }),
-            });
-        }
-        Control::Stop { grace_ms } => {
-            let (tx, rx) = oneshot::channel();
-            let _ = shared.commands.send(Command::Stop {
-                grace: Duration::from_millis(grace_ms),
-                reason: ExitReason::Stopped,
-                done: Some(tx),
-            });
-            respond_when(rx, out.clone());
-        }
-        Control::Kill => {
-            let (tx, rx) = oneshot::channel();
-            let _ = shared.commands.send(Command::Kill { done: Some(tx) });
-            respond_when(rx, out.clone());
-        }
-        Control::Detach => {
-            let (tx, rx) = oneshot::channel();
-            let _ = shared.commands.send(Command::Detach { done: tx });
-            respond_when(rx, out.clone());
-        }
-        Control::Drain => {
-            let (tx, rx) = oneshot::channel();
-            let _ = shared.commands.send(Command::Drain { done: tx });
-            respond_when(rx, out.clone());
-        }
+        return;
     }
+    let (tx, rx) = oneshot::channel();
+    let cmd = match body {
+        Control::Status => return,
+        Control::Stop { grace_ms } => Command::Stop {
+            grace: Duration::from_millis(grace_ms),
+            reason: ExitReason::Stopped,
+            reply: Some(tx),
+        },
+        Control::Kill => Command::Kill { reply: Some(tx) },
+        Control::Drain => Command::Drain { reply: tx },
+        Control::Detach => Command::Detach { reply: tx },
+        Control::Touch => Command::Touch { reply: tx },
+        Control::Pause => Command::Pause { reply: tx },
+        Control::Resume => Command::Resume { reply: tx },
+        Control::Reload => Command::Reload { reply: tx },
+        Control::Metrics => Command::Metrics { reply: tx },
+    };
+    let _ = shared.commands.send(cmd);
+    let out = out.clone();
+    tokio::spawn(async move {
+        // A dropped reply means the run ended meanwhile: for a stop or kill
+        // that is success, for anything else the sandbox is gone.
+        let result = rx.await.unwrap_or(Ok(Response::Done));
+        let _ = out.send(GuestMsg::Response { id, result });
+    });
 }

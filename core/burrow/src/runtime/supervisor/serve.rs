@@ -1,0 +1,316 @@
+//! The supervisor's main loop while the runtime lives: client connections,
+//! control commands, the idle reaper, the max-duration timer, the owner
+//! watch, and the orderly end of the run.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burrow_protocol::{GuestError, GuestErrorCode, Identity, Request, Response};
+use tokio::sync::{mpsc, watch};
+
+use super::{
+    describe_exit, owner_watch, recv_signal, relay, wait_owner, Booted, Command, Reply, Shared,
+    SuperviseArgs, DEFAULT_GRACE,
+};
+use crate::driver::{GuestExit, GuestProcess};
+use crate::error::Result;
+use crate::model::{ExitReason, SandboxConfig, Status};
+use crate::paths::Home;
+use crate::store::Store;
+
+/// Why the serve loop ended.
+enum End {
+    Stop { grace: Duration, reason: ExitReason },
+    Kill,
+    GuestExited(Result<GuestExit>),
+}
+
+/// Policies of the current run, re-read on reload.
+struct Policy {
+    idle_timeout: Option<Duration>,
+    max_deadline: Option<Instant>,
+    /// "idle reaper disabled" was logged for this run.
+    said_disabled: bool,
+}
+
+impl Policy {
+    fn apply(&mut self, config: &SandboxConfig, run_started: Instant) {
+        self.idle_timeout = config.idle_timeout;
+        self.max_deadline = config.max_duration.map(|d| run_started + d);
+        if config.idle_timeout == Some(Duration::ZERO) && !self.said_disabled {
+            tracing::info!("idle reaper disabled by explicit zero timeout");
+            self.said_disabled = true;
+        }
+    }
+
+    /// How often the reaper looks: a tenth of the timeout, within 50 ms..1 s.
+    fn tick(&self) -> Duration {
+        match self.idle_timeout.filter(|t| !t.is_zero()) {
+            Some(t) => (t / 10).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            None => Duration::from_secs(1),
+        }
+    }
+}
+
+fn reply(r: Reply, result: std::result::Result<Response, GuestError>) {
+    let _ = r.send(result);
+}
+
+fn unavailable(msg: &str) -> GuestError {
+    GuestError::new(GuestErrorCode::Unavailable, msg)
+}
+
+pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -> i32 {
+    let Booted {
+        mut guest,
+        agent,
+        listener,
+        socket,
+        _runtime_lock,
+        name,
+        config,
+    } = booted;
+    let run_started = Instant::now();
+    let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
+    let (idle_tx, mut idle_rx) = watch::channel(0u32);
+    let shared = Arc::new(Shared {
+        identity: Identity {
+            sandbox_id: args.id.to_string(),
+            generation: args.generation,
+        },
+        agent: agent.clone(),
+        in_flight: AtomicU32::new(0),
+        closing: AtomicBool::new(false),
+        paused: AtomicBool::new(false),
+        commands: cmd_tx.clone(),
+        idle: idle_tx,
+        activity: std::sync::Mutex::new(Instant::now()),
+        env: std::sync::RwLock::new(config.env.clone()),
+    });
+    let mut policy = Policy {
+        idle_timeout: None,
+        max_deadline: None,
+        said_disabled: false,
+    };
+    policy.apply(&config, run_started);
+    let mut owner = args.owner_pid.map(owner_watch);
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let mut waiters: Vec<Reply> = Vec::new();
+    let mut draining = false;
+    let mut paused = false;
+    let mut tick = tokio::time::interval(policy.tick());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let end = loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(relay::serve_connection(stream, shared.clone()));
+                }
+            }
+            exit = guest.wait() => break End::GuestExited(exit),
+            Some(cmd) = cmd_rx.recv() => match cmd {
+                Command::Stop { grace, reason, reply } => {
+                    waiters.extend(reply);
+                    break End::Stop { grace, reason };
+                }
+                Command::Kill { reply } => {
+                    waiters.extend(reply);
+                    break End::Kill;
+                }
+                Command::Drain { reply: r } => {
+                    if paused {
+                        reply(r, Err(unavailable("the sandbox is paused")));
+                        continue;
+                    }
+                    if !draining {
+                        draining = true;
+                        shared.closing.store(true, Ordering::SeqCst);
+                        let _ = store.transition(&args.id, args.generation, &[Status::Running], Status::Draining).await;
+                    }
+                    reply(r, Ok(Response::Done));
+                    if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                        break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
+                    }
+                }
+                Command::Detach { reply: r } => {
+                    owner = None;
+                    if let Err(e) = store.set_detached(&args.id, true).await {
+                        tracing::warn!(sandbox = %args.id, error = %e, "recording detach failed");
+                    }
+                    reply(r, Ok(Response::Done));
+                }
+                Command::Touch { reply: r } => {
+                    shared.touch();
+                    reply(r, Ok(Response::Done));
+                }
+                Command::Pause { reply: r } => {
+                    if draining {
+                        reply(r, Err(unavailable("the sandbox is draining")));
+                    } else if paused {
+                        reply(r, Ok(Response::Done));
+                    } else {
+                        // Refuse new work first, then freeze, then publish:
+                        // nobody is handed a frozen sandbox as Running.
+                        shared.paused.store(true, Ordering::SeqCst);
+                        match guest.pause().await {
+                            Ok(()) => {
+                                paused = true;
+                                let _ = store.transition(&args.id, args.generation, &[Status::Running], Status::Paused).await;
+                                reply(r, Ok(Response::Done));
+                            }
+                            Err(e) => {
+                                shared.paused.store(false, Ordering::SeqCst);
+                                reply(r, Err(GuestError::new(GuestErrorCode::Io, format!("pausing failed: {e}"))));
+                            }
+                        }
+                    }
+                }
+                Command::Resume { reply: r } => {
+                    if !paused {
+                        reply(r, Ok(Response::Done));
+                        continue;
+                    }
+                    match guest.resume().await {
+                        Ok(()) => {
+                            paused = false;
+                            let _ = store.transition(&args.id, args.generation, &[Status::Paused], Status::Running).await;
+                            // A resume is use: the idle clock restarts.
+                            shared.touch();
+                            shared.paused.store(false, Ordering::SeqCst);
+                            reply(r, Ok(Response::Done));
+                        }
+                        Err(e) => reply(r, Err(GuestError::new(GuestErrorCode::Io, format!("resuming failed: {e}")))),
+                    }
+                }
+                Command::Reload { reply: r } => {
+                    let result = reload(&store, &args, &shared, &mut policy, run_started, guest.as_mut()).await;
+                    tick = tokio::time::interval(policy.tick());
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    reply(r, result);
+                }
+                Command::Metrics { reply: r } => {
+                    let result = guest
+                        .metrics()
+                        .await
+                        .map(|metrics| Response::Metrics { metrics })
+                        .map_err(|e| GuestError::new(GuestErrorCode::Io, e.to_string()));
+                    reply(r, result);
+                }
+            },
+            _ = idle_rx.changed(), if draining => {
+                if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                    break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
+                }
+            }
+            _ = tick.tick() => {
+                if policy.max_deadline.is_some_and(|d| Instant::now() >= d) {
+                    tracing::info!(sandbox = %args.id, "maximum duration reached");
+                    break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::MaxDuration };
+                }
+                // Never reclaimed under a running command, while paused, or
+                // while draining (drain ends the run by itself).
+                if let Some(t) = policy.idle_timeout.filter(|t| !t.is_zero()) {
+                    if !paused && !draining && shared.in_flight.load(Ordering::SeqCst) == 0 && shared.idle_for() >= t {
+                        tracing::info!(sandbox = %args.id, idle_timeout = ?t, "idle: reclaiming");
+                        break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::IdleTimeout };
+                    }
+                }
+            }
+            _ = wait_owner(&mut owner) => {
+                tracing::info!(sandbox = %args.id, "owner process exited; stopping the attached sandbox");
+                break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::OwnerExited };
+            }
+            _ = recv_signal(&mut sigterm) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
+            _ = recv_signal(&mut sigint) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
+        }
+    };
+    shared.closing.store(true, Ordering::SeqCst);
+    drop(listener);
+    let _ = std::fs::remove_file(&socket);
+
+    let (status, reason, detail) = match end {
+        End::GuestExited(exit) => {
+            let detail = describe_exit(&exit);
+            match exit {
+                Ok(GuestExit { code: Some(0), .. }) => {
+                    (Status::Stopped, ExitReason::Completed, detail)
+                }
+                _ => (Status::Crashed, ExitReason::Crashed, detail),
+            }
+        }
+        End::Kill => {
+            let _ = guest.kill().await;
+            let exit = guest.wait().await;
+            (Status::Stopped, ExitReason::Killed, describe_exit(&exit))
+        }
+        End::Stop { grace, reason } => {
+            if paused {
+                let _ = guest.resume().await;
+            }
+            // Ask the guest to flush before it goes, then to shut down.
+            let _ = tokio::time::timeout(Duration::from_secs(5), agent.call(Request::Sync)).await;
+            let shutdown = agent.call(Request::Shutdown {
+                grace_ms: grace.as_millis() as u64,
+            });
+            let _ = tokio::time::timeout(grace + Duration::from_secs(2), shutdown).await;
+            let exit = match tokio::time::timeout(Duration::from_secs(5), guest.wait()).await {
+                Ok(exit) => exit,
+                Err(_) => {
+                    tracing::warn!(sandbox = %args.id, "guest did not exit after shutdown; killing it");
+                    let _ = guest.kill().await;
+                    guest.wait().await
+                }
+            };
+            (Status::Stopped, reason, describe_exit(&exit))
+        }
+    };
+    if let Err(e) = guest.cleanup().await {
+        tracing::warn!(sandbox = %args.id, error = %e, "runtime cleanup failed");
+    }
+    if let Err(e) = store
+        .finish_run(&args.id, args.generation, status, reason, Some(&detail))
+        .await
+    {
+        tracing::error!(sandbox = %args.id, error = %e, "recording the end of the run failed");
+    }
+    tracing::info!(sandbox = %args.id, name = %name, reason = reason.as_str(), %detail, "run ended");
+    for w in waiters {
+        let _ = w.send(Ok(Response::Done));
+    }
+    // Give connection handlers a moment to deliver their final responses.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store.close().await;
+    0
+}
+
+/// Applies the persisted configuration to the live run.
+async fn reload(
+    store: &Store,
+    args: &SuperviseArgs,
+    shared: &Shared,
+    policy: &mut Policy,
+    run_started: Instant,
+    guest: &mut dyn GuestProcess,
+) -> std::result::Result<Response, GuestError> {
+    let io = |e: crate::Error| GuestError::new(GuestErrorCode::Io, e.to_string());
+    let rec = store
+        .get_by_id(&args.id)
+        .await
+        .map_err(io)?
+        .ok_or_else(|| GuestError::new(GuestErrorCode::NotFound, "the sandbox record is gone"))?;
+    let config = rec.info.config;
+    policy.apply(&config, run_started);
+    *shared.env.write().unwrap_or_else(|p| p.into_inner()) = config.env.clone();
+    let notes = guest
+        .update(config.cpus, config.memory_mb)
+        .await
+        .map_err(io)?;
+    for n in notes {
+        tracing::warn!(sandbox = %args.id, "{n}");
+    }
+    Ok(Response::Done)
+}
