@@ -17,7 +17,10 @@ use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::{Error, Result};
-use crate::model::{SandboxConfig, SandboxId, SandboxInfo, Status};
+use crate::logs::{LogOptions, LogStream};
+use crate::model::{Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, Status};
+
+pub use burrow_protocol::Metrics;
 
 /// A request to create a sandbox.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +145,18 @@ pub trait Backend: Send + Sync + Debug {
     async fn open_runtime(&self, name: &str) -> Result<RuntimeStream>;
     /// Lets a running attached sandbox survive its owner from now on.
     async fn detach(&self, name: &str) -> Result<SandboxInfo>;
+    /// Explicit keepalive (counts as activity for the idle timeout).
+    async fn touch(&self, name: &str) -> Result<()>;
+    /// Suspends every guest process (status Paused).
+    async fn pause(&self, name: &str) -> Result<SandboxInfo>;
+    /// Continues after a pause (status Running).
+    async fn resume(&self, name: &str) -> Result<SandboxInfo>;
+    /// Changes the configuration; the plan says where each change lands.
+    async fn modify(&self, name: &str, changes: &Modify) -> Result<ModifyPlan>;
+    /// Resource usage of the running sandbox.
+    async fn metrics(&self, name: &str) -> Result<Metrics>;
+    /// The sandbox's logs.
+    async fn logs(&self, name: &str, opts: &LogOptions) -> Result<LogStream>;
 
     /// Status of exactly `id`.
     async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
@@ -223,6 +238,46 @@ pub trait Backend: Send + Sync + Debug {
     async fn detach_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.status_identified(name, id).await?;
         self.detach(name).await
+    }
+    /// [`Backend::touch`] bound to `id`.
+    async fn touch_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+        self.status_identified(name, id).await?;
+        self.touch(name).await
+    }
+    /// [`Backend::pause`] bound to `id`.
+    async fn pause_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.status_identified(name, id).await?;
+        self.pause(name).await
+    }
+    /// [`Backend::resume`] bound to `id`.
+    async fn resume_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.status_identified(name, id).await?;
+        self.resume(name).await
+    }
+    /// [`Backend::modify`] bound to `id`.
+    async fn modify_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        changes: &Modify,
+    ) -> Result<ModifyPlan> {
+        self.status_identified(name, id).await?;
+        self.modify(name, changes).await
+    }
+    /// [`Backend::metrics`] bound to `id`.
+    async fn metrics_identified(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
+        self.status_identified(name, id).await?;
+        self.metrics(name).await
+    }
+    /// [`Backend::logs`] bound to `id`.
+    async fn logs_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: &LogOptions,
+    ) -> Result<LogStream> {
+        self.status_identified(name, id).await?;
+        self.logs(name, opts).await
     }
     /// [`Backend::open_runtime`] bound to `id`.
     async fn open_runtime_identified(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {

@@ -13,6 +13,7 @@ mod fault;
 pub mod image;
 pub mod local;
 pub mod locks;
+pub mod logs;
 pub mod model;
 pub mod paths;
 pub mod procs;
@@ -24,6 +25,7 @@ pub use backend::{Backend, CreateRequest, ListFilter, StartOptions, StopOptions}
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use error::{Error, ErrorCode, Result};
 pub use local::LocalBackend;
+pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
     ExitReason, Mount, MountSource, OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status,
 };

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use burrow_protocol::{Control, GuestErrorCode, Identity};
+use burrow_protocol::{Control, GuestErrorCode, Identity, Response};
 use tokio::net::UnixStream;
 
 use super::LocalBackend;
@@ -67,7 +67,17 @@ impl LocalBackend {
                 Some(generation) => {
                     crate::fault::point("start.after_claim");
                     let detached = opts.detached.unwrap_or(info.detached);
-                    return self.boot(&info, generation, detached).await;
+                    // The boot runs in its own task: if the caller gives up
+                    // (drops this future), the start still completes or is
+                    // recorded as failed, never left Starting by us.
+                    let backend = self.clone();
+                    let task =
+                        tokio::spawn(
+                            async move { backend.boot(&info, generation, detached).await },
+                        );
+                    return task
+                        .await
+                        .map_err(|e| Error::protocol(format!("start task failed: {e}")))?;
                 }
                 // Another caller claimed it first: observe their start.
                 None => continue,
@@ -277,15 +287,44 @@ impl LocalBackend {
         name: &str,
         id: &SandboxId,
     ) -> Result<RuntimeStream> {
-        let info = self.lookup(name, id).await?.info;
-        if info.status != Status::Running {
-            return Err(Error::InvalidState {
-                operation: "exec",
-                name: info.name,
-                id: info.id,
-                status: info.status,
-            });
-        }
+        let info = loop {
+            let info = self.lookup(name, id).await?.info;
+            let demand = info.config.demand_start_enabled();
+            let reclaimed = info.status == Status::Stopped
+                && info.last_run.as_ref().and_then(|r| r.exit_reason)
+                    == Some(ExitReason::IdleTimeout);
+            match info.status {
+                Status::Running => break info,
+                // Someone else's (demand) start is in progress: converge on it.
+                Status::Starting if demand => {
+                    self.wait_until(name, id, |i| i.status != Status::Starting)
+                        .await?;
+                }
+                Status::Stopped if demand && reclaimed => {
+                    // Demand start: same id, same configuration, the normal
+                    // start path. It runs in its own task, so it completes
+                    // (and records its outcome) even if this caller gives up.
+                    let backend = self.clone();
+                    let (n, i) = (name.to_owned(), id.clone());
+                    tracing::info!(sandbox = %id, "demand start after idle reclaim");
+                    tokio::spawn(async move {
+                        backend
+                            .do_start(&n, &i, StartOptions::default(), true)
+                            .await
+                    })
+                    .await
+                    .map_err(|e| Error::protocol(format!("demand start task failed: {e}")))??;
+                }
+                _ => {
+                    return Err(Error::InvalidState {
+                        operation: "exec",
+                        name: info.name,
+                        id: info.id,
+                        status: info.status,
+                    })
+                }
+            }
+        };
         let path = self.home.socket_path(id);
         let stream = UnixStream::connect(&path)
             .await
@@ -300,11 +339,28 @@ impl LocalBackend {
 
     /// Sends a control request to the supervisor of `info`'s generation and
     /// waits for its answer (or for the supervisor to go away).
-    async fn control(&self, info: &SandboxInfo, body: Control) -> Result<()> {
+    pub(super) async fn control(&self, info: &SandboxInfo, body: Control) -> Result<()> {
+        match self.control_answer(info, body).await {
+            Ok(_) | Err(ControlError::Gone) => Ok(()),
+            Err(ControlError::Refused(g)) => Err(Error::protocol(g.to_string())),
+            Err(ControlError::Failed(e)) => Err(e),
+        }
+    }
+
+    /// Like [`LocalBackend::control`], returning the supervisor's answer.
+    pub(super) async fn control_answer(
+        &self,
+        info: &SandboxInfo,
+        body: Control,
+    ) -> std::result::Result<Response, ControlError> {
         let path = self.home.socket_path(&info.id);
-        let stream = UnixStream::connect(&path)
-            .await
-            .map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
+        let stream = UnixStream::connect(&path).await.map_err(|e| {
+            ControlError::Failed(Error::io(
+                "connecting to the sandbox supervisor",
+                Some(&path),
+                e,
+            ))
+        })?;
         let (r, w) = stream.into_split();
         let expect = Identity {
             sandbox_id: info.id.to_string(),
@@ -312,19 +368,31 @@ impl LocalBackend {
         };
         let client = match AgentClient::connect(r, w, Some(expect), CONTROL_HELLO).await {
             Ok(c) => c,
+            // A newer generation answers: ours is already gone.
             Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch => {
-                // A newer generation answers: ours is already gone.
-                return Ok(());
+                return Err(ControlError::Gone)
             }
-            Err(ConnectError::Refused(g)) => return Err(Error::protocol(g.to_string())),
-            Err(ConnectError::Other(e)) => return Err(e),
+            Err(ConnectError::Refused(g)) => return Err(ControlError::Refused(g)),
+            Err(ConnectError::Other(e)) => return Err(ControlError::Failed(e)),
         };
-        match client.control(body)?.response().await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(g)) => Err(Error::protocol(g.to_string())),
+        let handle = client.control(body).map_err(ControlError::Failed)?;
+        match handle.response().await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(g)) => Err(ControlError::Refused(g)),
             // The supervisor exits right after finishing a stop; losing the
             // connection then is the expected end.
-            Err(_) => Ok(()),
+            Err(_) => Err(ControlError::Gone),
         }
     }
+}
+
+/// Why a control request did not get an answer.
+#[derive(Debug)]
+pub(super) enum ControlError {
+    /// The run ended (connection lost, or a newer generation answered).
+    Gone,
+    /// The supervisor answered with an error.
+    Refused(burrow_protocol::GuestError),
+    /// The supervisor could not be reached.
+    Failed(Error),
 }

@@ -2,6 +2,7 @@
 //! supervisor process per running sandbox.
 
 mod lifecycle;
+mod policy;
 mod spawn;
 
 use std::sync::Arc;
@@ -11,12 +12,14 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 use crate::backend::{
-    Backend, CreateRequest, ListFilter, RuntimeStream, StartOptions, StopOptions,
+    Backend, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions, StopOptions,
 };
 use crate::error::{Error, Result};
 use crate::image::{parse_reference, ImageSource};
 use crate::locks::FileLock;
+use crate::logs::{LogOptions, LogStream};
 use crate::model::{validate_name, ExitReason, SandboxId, SandboxInfo, Status};
+use crate::model::{Modify, ModifyPlan};
 use crate::paths::Home;
 use crate::store::{Record, Store};
 
@@ -280,6 +283,59 @@ impl Backend for LocalBackend {
     async fn detach(&self, name: &str) -> Result<SandboxInfo> {
         let id = self.lookup_name(name).await?.info.id;
         self.detach_identified(name, &id).await
+    }
+    async fn touch(&self, name: &str) -> Result<()> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.touch_identified(name, &id).await
+    }
+    async fn pause(&self, name: &str) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.pause_identified(name, &id).await
+    }
+    async fn resume(&self, name: &str) -> Result<SandboxInfo> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.resume_identified(name, &id).await
+    }
+    async fn modify(&self, name: &str, changes: &Modify) -> Result<ModifyPlan> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.modify_identified(name, &id, changes).await
+    }
+    async fn metrics(&self, name: &str) -> Result<Metrics> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.metrics_identified(name, &id).await
+    }
+    async fn logs(&self, name: &str, opts: &LogOptions) -> Result<LogStream> {
+        let id = self.lookup_name(name).await?.info.id;
+        self.logs_identified(name, &id, opts).await
+    }
+    async fn touch_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+        self.do_touch(name, id).await
+    }
+    async fn pause_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.do_pause(name, id, true).await
+    }
+    async fn resume_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        self.do_pause(name, id, false).await
+    }
+    async fn modify_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        changes: &Modify,
+    ) -> Result<ModifyPlan> {
+        self.do_modify(name, id, changes).await
+    }
+    async fn metrics_identified(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
+        self.do_metrics(name, id).await
+    }
+    async fn logs_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: &LogOptions,
+    ) -> Result<LogStream> {
+        self.lookup(name, id).await?;
+        crate::logs::open_local(&self.home.sandbox_dir(id), opts)
     }
     async fn detach_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_detach(name, id).await

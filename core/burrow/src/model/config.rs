@@ -133,6 +133,11 @@ pub struct SandboxConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_duration: Option<Duration>,
+    /// Start the sandbox again on the next exec/shell/fs call after it was
+    /// reclaimed for idleness. Default: on when an idle timeout is set
+    /// (`BURROW_DEMAND_START=0` turns the default off for the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demand_start: Option<bool>,
     /// Bound on one start (runtime creation to agent handshake).
     #[serde(default = "default_startup_timeout", with = "duration_ms")]
     pub startup_timeout: Duration,
@@ -159,8 +164,19 @@ impl SandboxConfig {
             network: false,
             idle_timeout: None,
             max_duration: None,
+            demand_start: None,
             startup_timeout: default_startup_timeout(),
         }
+    }
+
+    /// Whether an exec/shell/fs call starts this sandbox again after an idle
+    /// reclaim.
+    pub fn demand_start_enabled(&self) -> bool {
+        let reclaims = self.idle_timeout.is_some_and(|t| !t.is_zero());
+        let host_default = std::env::var("BURROW_DEMAND_START")
+            .map(|v| v != "0" && v != "false")
+            .unwrap_or(true);
+        self.demand_start.unwrap_or(reclaims && host_default)
     }
 
     /// Validates every field; returns the first problem as

@@ -3,11 +3,13 @@
 mod config;
 mod id;
 mod info;
+mod modify;
 mod name;
 mod status;
 
 pub use config::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
+pub use modify::{Applies, FieldChange, Modify, ModifyPlan};
 pub use name::validate_name;
 pub use status::Status;

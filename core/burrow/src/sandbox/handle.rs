@@ -137,6 +137,48 @@ impl SandboxHandle {
             .await
     }
 
+    /// Explicit keepalive (counts as activity for the idle timeout).
+    pub async fn touch(&self) -> Result<()> {
+        self.backend.touch_identified(&self.name, &self.id).await
+    }
+
+    /// Suspends every process of the sandbox.
+    pub async fn pause(&self) -> Result<SandboxInfo> {
+        self.backend.pause_identified(&self.name, &self.id).await
+    }
+
+    /// Continues after a pause.
+    pub async fn resume(&self) -> Result<SandboxInfo> {
+        self.backend.resume_identified(&self.name, &self.id).await
+    }
+
+    /// Changes the configuration; see [`crate::model::ModifyPlan`].
+    pub async fn modify(&self, changes: &crate::model::Modify) -> Result<crate::model::ModifyPlan> {
+        self.backend
+            .modify_identified(&self.name, &self.id, changes)
+            .await
+    }
+
+    /// Resource usage of the running sandbox.
+    pub async fn metrics(&self) -> Result<crate::backend::Metrics> {
+        self.backend.metrics_identified(&self.name, &self.id).await
+    }
+
+    /// The sandbox's logs (running, stopped or crashed).
+    pub async fn logs(&self, opts: &crate::logs::LogOptions) -> Result<crate::logs::LogStream> {
+        self.backend
+            .logs_identified(&self.name, &self.id, opts)
+            .await
+    }
+
+    /// A live handle bound to this id without checking its status: calls
+    /// through it start a sandbox reclaimed for idleness (demand start), or
+    /// fail with `invalid_state`.
+    pub async fn sandbox(&self) -> Result<Sandbox> {
+        let info = self.info().await?;
+        Ok(Sandbox::bind(self.backend.clone(), &info))
+    }
+
     /// A live handle, if it is running (no start).
     pub async fn connect(&self) -> Result<Sandbox> {
         let info = self.info().await?;

@@ -233,6 +233,16 @@ impl Sandbox {
     }
 
     async fn not_running(&self, operation: &'static str) -> Error {
+        // The supervisor refuses work a moment before it publishes the new
+        // status (pause, drain, stop): let the status catch up.
+        for _ in 0..50 {
+            match self.info().await {
+                Ok(info) if info.status == Status::Running => {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                _ => break,
+            }
+        }
         match self.info().await {
             Ok(info) => Error::InvalidState {
                 operation,
@@ -322,6 +332,79 @@ impl Sandbox {
             .generation
             .store(info.generation, Ordering::SeqCst);
         Ok(info)
+    }
+
+    /// Explicit keepalive: counts as activity for the idle timeout (a
+    /// [`Sandbox::ping`] does not).
+    pub async fn touch(&self) -> Result<()> {
+        self.inner
+            .backend
+            .touch_identified(&self.inner.name, &self.inner.id)
+            .await
+    }
+
+    /// Suspends every process of the sandbox (status Paused); exec, shell and
+    /// fs calls are refused with `invalid_state` until [`Sandbox::resume`].
+    pub async fn pause(&self) -> Result<SandboxInfo> {
+        self.inner
+            .backend
+            .pause_identified(&self.inner.name, &self.inner.id)
+            .await
+    }
+
+    /// Continues after [`Sandbox::pause`].
+    pub async fn resume(&self) -> Result<SandboxInfo> {
+        self.inner
+            .backend
+            .resume_identified(&self.inner.name, &self.inner.id)
+            .await
+    }
+
+    /// Changes the configuration; the returned plan says, per field, whether
+    /// it applied live, applies to future execs, or at the next start.
+    pub async fn modify(&self, changes: &crate::model::Modify) -> Result<crate::model::ModifyPlan> {
+        self.inner
+            .backend
+            .modify_identified(&self.inner.name, &self.inner.id, changes)
+            .await
+    }
+
+    /// A snapshot of CPU, memory, io and process counts.
+    pub async fn metrics(&self) -> Result<crate::backend::Metrics> {
+        self.inner
+            .backend
+            .metrics_identified(&self.inner.name, &self.inner.id)
+            .await
+    }
+
+    /// Snapshots every `interval` until the receiver is dropped or the
+    /// sandbox stops (the last item is then the error).
+    pub fn metrics_stream(
+        &self,
+        interval: Duration,
+    ) -> tokio::sync::mpsc::Receiver<Result<crate::backend::Metrics>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            loop {
+                tick.tick().await;
+                let m = me.metrics().await;
+                let stop = m.is_err();
+                if tx.send(m).await.is_err() || stop {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+
+    /// The sandbox's logs.
+    pub async fn logs(&self, opts: &crate::logs::LogOptions) -> Result<crate::logs::LogStream> {
+        self.inner
+            .backend
+            .logs_identified(&self.inner.name, &self.inner.id, opts)
+            .await
     }
 
     /// Lets this sandbox survive the owning process (it stays running and is

@@ -353,6 +353,37 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Replaces the persisted configuration (and the label index). False when
+    /// the sandbox is gone.
+    pub async fn update_config(&self, id: &SandboxId, config: &SandboxConfig) -> Result<bool> {
+        let config_json =
+            serde_json::to_string(config).map_err(|e| Error::store("encoding config", e))?;
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query("UPDATE sandboxes SET config = ?, updated_at = ? WHERE id = ?")
+            .bind(&config_json)
+            .bind(now_ms())
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n == 1 {
+            sqlx::query("DELETE FROM labels WHERE sandbox_id = ?")
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await?;
+            for (k, v) in &config.labels {
+                sqlx::query("INSERT INTO labels (sandbox_id, key, value) VALUES (?, ?, ?)")
+                    .bind(id.as_str())
+                    .bind(k)
+                    .bind(v)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
     /// Records whether the sandbox survives its creating process.
     pub async fn set_detached(&self, id: &SandboxId, detached: bool) -> Result<()> {
         sqlx::query("UPDATE sandboxes SET detached = ?, updated_at = ? WHERE id = ?")
