@@ -141,8 +141,10 @@ pub trait Backend: Send + Sync + Debug {
     async fn destroy(&self, name: &str) -> Result<()>;
     /// Waits until the status is one of `statuses` (no implicit deadline).
     async fn wait_for_status(&self, name: &str, statuses: &[Status]) -> Result<SandboxInfo>;
-    /// Opens a protocol stream to the running sandbox.
-    async fn open_runtime(&self, name: &str) -> Result<RuntimeStream>;
+    /// Opens a protocol stream to the running sandbox. With `wake`, a
+    /// sandbox reclaimed for idleness is started again first (demand start,
+    /// when enabled for it); health checks pass `false`.
+    async fn open_runtime(&self, name: &str, wake: bool) -> Result<RuntimeStream>;
     /// Lets a running attached sandbox survive its owner from now on.
     async fn detach(&self, name: &str) -> Result<SandboxInfo>;
     /// Explicit keepalive (counts as activity for the idle timeout).
@@ -280,8 +282,13 @@ pub trait Backend: Send + Sync + Debug {
         self.logs(name, opts).await
     }
     /// [`Backend::open_runtime`] bound to `id`.
-    async fn open_runtime_identified(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {
+    async fn open_runtime_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        wake: bool,
+    ) -> Result<RuntimeStream> {
         self.status_identified(name, id).await?;
-        self.open_runtime(name).await
+        self.open_runtime(name, wake).await
     }
 }

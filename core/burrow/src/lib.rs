@@ -21,13 +21,14 @@ pub mod runtime;
 mod sandbox;
 pub mod store;
 
-pub use backend::{Backend, CreateRequest, ListFilter, StartOptions, StopOptions};
+pub use backend::{Backend, CreateRequest, ListFilter, Metrics, StartOptions, StopOptions};
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use error::{Error, ErrorCode, Result};
 pub use local::LocalBackend;
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
-    ExitReason, Mount, MountSource, OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status,
+    Applies, ExitReason, FieldChange, Modify, ModifyPlan, Mount, MountSource, OciRuntime,
+    SandboxConfig, SandboxId, SandboxInfo, Status,
 };
 pub use sandbox::{
     ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, Process, PublishedPort, ReplaceBuilder,

@@ -286,10 +286,11 @@ impl LocalBackend {
         &self,
         name: &str,
         id: &SandboxId,
+        wake: bool,
     ) -> Result<RuntimeStream> {
         let info = loop {
             let info = self.lookup(name, id).await?.info;
-            let demand = info.config.demand_start_enabled();
+            let demand = wake && info.config.demand_start_enabled();
             let reclaimed = info.status == Status::Stopped
                 && info.last_run.as_ref().and_then(|r| r.exit_reason)
                     == Some(ExitReason::IdleTimeout);

@@ -276,9 +276,9 @@ impl Backend for LocalBackend {
         let id = self.lookup_name(name).await?.info.id;
         self.wait_for_status_identified(name, &id, statuses).await
     }
-    async fn open_runtime(&self, name: &str) -> Result<RuntimeStream> {
+    async fn open_runtime(&self, name: &str, wake: bool) -> Result<RuntimeStream> {
         let id = self.lookup_name(name).await?.info.id;
-        self.open_runtime_identified(name, &id).await
+        self.open_runtime_identified(name, &id, wake).await
     }
     async fn detach(&self, name: &str) -> Result<SandboxInfo> {
         let id = self.lookup_name(name).await?.info.id;
@@ -408,7 +408,12 @@ impl Backend for LocalBackend {
         self.wait_until(name, id, |i| statuses.contains(&i.status))
             .await
     }
-    async fn open_runtime_identified(&self, name: &str, id: &SandboxId) -> Result<RuntimeStream> {
-        self.do_open_runtime(name, id).await
+    async fn open_runtime_identified(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        wake: bool,
+    ) -> Result<RuntimeStream> {
+        self.do_open_runtime(name, id, wake).await
     }
 }

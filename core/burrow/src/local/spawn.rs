@@ -10,7 +10,7 @@ use crate::model::SandboxInfo;
 
 /// Extra time past the sandbox's startup timeout before the starter gives up
 /// on a supervisor that neither reported nor exited.
-const REPORT_MARGIN: Duration = Duration::from_secs(10);
+const REPORT_MARGIN: Duration = Duration::from_secs(5);
 
 impl LocalBackend {
     /// Spawns the supervisor for `generation` and waits for its report.

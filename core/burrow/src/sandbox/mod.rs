@@ -124,7 +124,7 @@ impl Sandbox {
     }
 
     /// The protocol connection, (re)opened on demand and bound to this id.
-    async fn client(&self) -> Result<AgentClient> {
+    async fn client(&self, wake: bool) -> Result<AgentClient> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
@@ -136,7 +136,7 @@ impl Sandbox {
             let stream = self
                 .inner
                 .backend
-                .open_runtime_identified(&self.inner.name, &self.inner.id)
+                .open_runtime_identified(&self.inner.name, &self.inner.id, wake)
                 .await?;
             let expect = Identity {
                 sandbox_id: self.inner.id.to_string(),
@@ -184,13 +184,15 @@ impl Sandbox {
 
     /// Starts a request on the live connection.
     async fn request(&self, body: Request) -> Result<RequestHandle> {
-        let client = self.client().await?;
+        // Health checks never wake a reclaimed sandbox; real work does.
+        let wake = !matches!(body, Request::Ping);
+        let client = self.client(wake).await?;
         match client.request(body.clone()) {
             Ok(h) => Ok(h),
             Err(_) => {
                 // Stale cached connection: reconnect once.
                 *self.inner.conn.lock().await = None;
-                self.client().await?.request(body)
+                self.client(wake).await?.request(body)
             }
         }
     }
