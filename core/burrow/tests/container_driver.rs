@@ -15,7 +15,7 @@ use burrow::driver::{Driver, LaunchSpec, Launched, ResolvedMount};
 use burrow::image::{ImageConfig, PreparedImage};
 use burrow::model::{OciRuntime, SandboxConfig, SandboxId};
 use burrow::ErrorCode;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// Environment variables are process-wide: one scenario at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -144,18 +144,38 @@ async fn launch(spec: &LaunchSpec, script: &str) -> burrow::Result<Launched> {
 struct Channel {
     lines: tokio::io::Lines<BufReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>>,
     writer: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    /// The guest's log, read to EOF as the supervisor does (an unread pipe
+    /// would stall the guest once full).
+    log: Option<tokio::task::JoinHandle<Vec<u8>>>,
 }
 
 impl Channel {
     fn new(l: Launched) -> (Channel, Box<dyn burrow::driver::GuestProcess>, Vec<String>) {
+        let log = l.log.map(|mut r| {
+            tokio::spawn(async move {
+                let mut all = Vec::new();
+                let _ = r.read_to_end(&mut all).await;
+                all
+            })
+        });
         (
             Channel {
                 lines: BufReader::new(l.reader).lines(),
                 writer: l.writer,
+                log,
             },
             l.guest,
             l.notes,
         )
+    }
+    /// The whole guest log (once the guest has exited).
+    async fn log(&mut self) -> String {
+        let task = self.log.take().expect("the driver hands out the guest log");
+        let all = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the guest log ends when the guest exits")
+            .unwrap();
+        String::from_utf8_lossy(&all).into_owned()
     }
     async fn line(&mut self) -> Option<String> {
         tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
@@ -259,10 +279,10 @@ async fn echo_identity_and_kill(runtime: OciRuntime) {
     assert!(!mounted(&mountpoint), "cleanup must unmount the rootfs");
     assert!(!spec.runtime_dir.join("bundle").exists());
     assert!(try_lock(), "the lock is released with the runtime process");
-    let log = std::fs::read_to_string(&spec.agent_log).unwrap();
+    let log = ch.log().await;
     assert!(
         log.contains("to-log"),
-        "guest stderr goes to the agent log: {log:?}"
+        "guest stderr is the driver's log stream: {log:?}"
     );
 }
 

@@ -4,6 +4,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
 
 mod commands;
 
@@ -20,9 +23,12 @@ fn main() -> ExitCode {
 /// Parsed by hand so nothing (no async runtime, no threads) starts before
 /// the supervisor's single-threaded setup.
 fn supervise(args: &[String]) -> ExitCode {
-    init_supervisor_logging();
     match parse_supervise(args) {
-        Ok(a) => ExitCode::from(burrow::runtime::supervisor::main(a) as u8),
+        Ok(a) => {
+            init_supervisor_logging(&a);
+            ExitCode::from(burrow::runtime::supervisor::main(a) as u8)
+        }
+        // Stderr is `logs/supervisor.stderr` (see the library's spawn).
         Err(e) => {
             eprintln!("burrow __supervise: {e}");
             ExitCode::from(2)
@@ -66,12 +72,34 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
     })
 }
 
-fn init_supervisor_logging() {
+/// The supervisor logs into `sandboxes/<id>/logs/supervisor.log` (size
+/// bound and rotation: `burrow::logs::RotatingFile`); if that cannot be
+/// opened, into its stderr (`supervisor.stderr`).
+fn init_supervisor_logging(args: &burrow::runtime::supervisor::SuperviseArgs) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BURROW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
+        .with_ansi(false);
+    match supervisor_log(args) {
+        // `Arc<W>` is a `MakeWriter` whenever `&W` is `io::Write`.
+        Ok(log) => {
+            let _ = builder.with_writer(Arc::new(log)).try_init();
+        }
+        Err(e) => {
+            eprintln!("burrow __supervise: {e:#}; logging to stderr instead");
+            let _ = builder.with_writer(std::io::stderr).try_init();
+        }
+    }
+}
+
+fn supervisor_log(
+    args: &burrow::runtime::supervisor::SuperviseArgs,
+) -> anyhow::Result<burrow::logs::RotatingFile> {
+    let home = burrow::paths::Home::at(&args.home)?;
+    let dir = burrow::logs::log_dir(&home.sandbox_dir(&args.id));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(burrow::logs::RotatingFile::open(
+        dir.join(burrow::LogSource::Supervisor.file_name()),
+    )?)
 }

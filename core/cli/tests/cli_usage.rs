@@ -97,3 +97,86 @@ fn usage_errors_exit_2() {
     let out = burrow(&h, &["no-such-command"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn modify_missing_exits_3() {
+    let h = home();
+    let out = burrow(&h, &["modify", "nope", "--cpus", "1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = burrow(&h, &["--json", "modify", "nope", "--idle-timeout", "5m"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(json_error_code(&out), "not_found");
+}
+
+#[test]
+fn invalid_durations_are_usage_errors() {
+    let h = home();
+    for args in [
+        &["--json", "modify", "nope", "--idle-timeout", "5x"][..],
+        &["--json", "modify", "nope", "--max-duration", "-1s"][..],
+        &[
+            "--json",
+            "create",
+            "x",
+            "--image",
+            "/nonexistent",
+            "--startup-timeout",
+            "soon",
+        ][..],
+        &[
+            "--json",
+            "run",
+            "-d",
+            "x",
+            "--image",
+            "/nonexistent",
+            "--idle-timeout",
+            "1d",
+        ][..],
+        &["--json", "metrics", "nope", "--watch", "--interval", "fast"][..],
+    ] {
+        let out = burrow(&h, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(json_error_code(&out), "usage", "{args:?}");
+    }
+    // Nothing was created along the way.
+    let out = burrow(&h, &["ls", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}
+
+#[test]
+fn policy_commands_on_a_missing_sandbox_exit_3() {
+    let h = home();
+    for args in [
+        &["--json", "ping", "nope"][..],
+        &["--json", "ping", "--touch", "nope"][..],
+        &["--json", "touch", "nope"][..],
+        &["--json", "pause", "nope"][..],
+        &["--json", "resume", "nope"][..],
+        &["--json", "metrics", "nope"][..],
+        &["--json", "logs", "nope"][..],
+    ] {
+        let out = burrow(&h, args);
+        assert_eq!(out.status.code(), Some(3), "{args:?}");
+        assert_eq!(json_error_code(&out), "not_found", "{args:?}");
+    }
+}
+
+#[test]
+fn modify_without_changes_is_a_usage_error() {
+    let h = home();
+    let out = burrow(&h, &["--json", "modify", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_error_code(&out), "usage");
+    // Setting and removing the same field at once is refused by clap.
+    let out = burrow(
+        &h,
+        &["--json", "modify", "nope", "--cpus", "1", "--no-cpus"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}

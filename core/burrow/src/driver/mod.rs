@@ -80,6 +80,13 @@ pub struct Launched {
     pub reader: Box<dyn AsyncRead + Send + Unpin>,
     /// Host -> agent byte stream.
     pub writer: Box<dyn AsyncWrite + Send + Unpin>,
+    /// The guest's log: the agent's stderr (which also carries the runtime's
+    /// own last words), open until the guest has exited. Whoever launches
+    /// keeps reading it to EOF (the supervisor copies it into
+    /// `logs/guest.log`): unread, a full pipe stalls the guest's logging;
+    /// dropped, the guest's log lines are lost. `None` when the driver keeps
+    /// no log.
+    pub log: Option<Box<dyn AsyncRead + Send + Unpin>>,
     /// Plain-language notes for the sandbox log (e.g. "memory limit not
     /// enforced: no memory cgroup controller").
     pub notes: Vec<String>,
@@ -89,6 +96,7 @@ impl Debug for Launched {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Launched")
             .field("guest", &self.guest)
+            .field("log", &self.log.is_some())
             .field("notes", &self.notes)
             .finish_non_exhaustive()
     }

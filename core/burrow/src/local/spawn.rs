@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use super::LocalBackend;
+use crate::logs::LogSource;
 use crate::model::SandboxInfo;
 
 /// Extra time past the sandbox's startup timeout before the starter gives up
@@ -24,13 +25,14 @@ impl LocalBackend {
         let bin = crate::procs::burrow_bin().ok_or_else(|| {
             "the burrow binary (which hosts the sandbox supervisor) was not found: set BURROW_BIN or put burrow on PATH".to_string()
         })?;
-        let logs = self.home.sandbox_dir(&info.id).join("logs");
+        let logs = crate::logs::log_dir(&self.home.sandbox_dir(&info.id));
         std::fs::create_dir_all(&logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(logs.join("supervisor.log"))
-            .map_err(|e| format!("opening the supervisor log: {e}"))?;
+        // The supervisor logs into supervisor.log itself; its stdout and
+        // stderr only ever carry a panic or an error from before its
+        // logging was set up.
+        let stderr_path = logs.join(SUPERVISOR_STDERR);
+        let log = open_stderr_log(&stderr_path)
+            .map_err(|e| format!("opening {}: {e}", stderr_path.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
 
         let mut fds = [0i32; 2];
@@ -124,20 +126,34 @@ impl LocalBackend {
                 .unwrap_or("the supervisor reported an unknown error")
                 .to_string()),
             Err(_) => {
-                let tail = std::fs::read_to_string(logs.join("supervisor.log")).unwrap_or_default();
-                let tail: String = tail
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                Err(format!(
-                    "the supervisor exited without reporting readiness; its log ends with:\n{tail}"
-                ))
+                let mut msg = "the supervisor exited without reporting readiness".to_string();
+                for file in [SUPERVISOR_STDERR, LogSource::Supervisor.file_name()] {
+                    let lines =
+                        crate::logs::read_tail(&logs.join(file), TAIL_LINES).unwrap_or_default();
+                    if !lines.is_empty() {
+                        msg.push_str(&format!("; {file} ends with:\n{}", lines.join("\n")));
+                    }
+                }
+                Err(msg)
             }
         }
     }
+}
+
+/// The supervisor's raw stdout and stderr, beside its log.
+const SUPERVISOR_STDERR: &str = "supervisor.stderr";
+
+/// Lines of each file quoted when a supervisor dies without a report.
+const TAIL_LINES: usize = 10;
+
+/// Opens `path` for appending; a file grown past the log bound (a
+/// supervisor that kept panicking) is rotated first.
+fn open_stderr_log(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > crate::logs::max_bytes_from_env()) {
+        std::fs::rename(path, crate::logs::rotated_path(path))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
 }

@@ -148,6 +148,8 @@ pub struct Process {
     handle: RequestHandle,
     sandbox: Sandbox,
     done: bool,
+    /// The supervisor refused the request without running it.
+    refused: bool,
 }
 
 impl Process {
@@ -190,6 +192,9 @@ impl Process {
                 GuestMsg::Stderr { data, .. } => return Ok(Some(ExecEvent::Stderr(data.0))),
                 GuestMsg::Response { result, .. } => {
                     self.done = true;
+                    if let Err(g) = &result {
+                        self.refused = g.code == burrow_protocol::GuestErrorCode::Unavailable;
+                    }
                     return match self.sandbox.settle("exec", Ok(result)).await? {
                         Response::Exit(status) => Ok(Some(ExecEvent::Exit(status))),
                         other => Err(Error::protocol(format!(
@@ -204,6 +209,10 @@ impl Process {
 
     /// Collects all output until the process ends.
     pub async fn wait(mut self) -> Result<ExecOutput> {
+        self.collect().await
+    }
+
+    async fn collect(&mut self) -> Result<ExecOutput> {
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
         while let Some(ev) = self.next_event().await? {
@@ -236,7 +245,15 @@ impl Sandbox {
     /// Runs a process described by `opts` and collects its output.
     pub async fn exec_with(&self, opts: ExecOptions) -> Result<ExecOutput> {
         let keep = opts.stdin.is_some();
-        self.start_process(opts, keep).await?.wait().await
+        let mut process = self.start_process(opts.clone(), keep).await?;
+        match process.collect().await {
+            // Refused unrun because an idle reclaim began just as it arrived:
+            // run it once more, which starts the sandbox again on demand.
+            Err(_) if process.refused && self.reclaimed_and_wakeable().await => {
+                self.start_process(opts, keep).await?.wait().await
+            }
+            other => other,
+        }
     }
 
     /// Starts a process and returns it for streaming. Stdin stays open for
@@ -257,6 +274,7 @@ impl Sandbox {
             handle,
             sandbox: self.clone(),
             done: false,
+            refused: false,
         })
     }
 
@@ -271,6 +289,7 @@ impl Sandbox {
             handle,
             sandbox: self.clone(),
             done: false,
+            refused: false,
         })
     }
 }

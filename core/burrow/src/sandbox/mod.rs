@@ -199,9 +199,38 @@ impl Sandbox {
 
     /// Runs a request that streams nothing and returns its response.
     async fn call(&self, operation: &'static str, body: Request) -> Result<Response> {
-        let handle = self.request(body).await?;
-        let res = handle.response().await;
+        let handle = self.request(body.clone()).await?;
+        let mut res = handle.response().await;
+        if matches!(&res, Ok(Err(g)) if g.code == GuestErrorCode::Unavailable)
+            && self.reclaimed_and_wakeable().await
+        {
+            // Refused unrun while an idle reclaim began: once more, waking it.
+            res = self.request(body).await?.response().await;
+        }
         self.settle(operation, res).await
+    }
+
+    /// Whether the sandbox was just reclaimed for idleness and a call wakes it.
+    pub(crate) async fn reclaimed_and_wakeable(&self) -> bool {
+        // A reclaim keeps the status Running until the run has ended; a
+        // drain or pause publishes its own status at once. Bounded wait.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let info = loop {
+            let Ok(info) = self.info().await else {
+                return false;
+            };
+            if info.status != Status::Running
+                || info.generation != self.generation()
+                || Instant::now() > deadline
+            {
+                break info;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        info.status == Status::Stopped
+            && info.config.demand_start_enabled()
+            && info.last_run.as_ref().and_then(|r| r.exit_reason)
+                == Some(crate::model::ExitReason::IdleTimeout)
     }
 
     /// Maps a request outcome to the public error types.

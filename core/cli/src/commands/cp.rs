@@ -35,7 +35,7 @@ pub(crate) async fn cp(ctx: Ctx, args: CpArgs) -> anyhow::Result<u8> {
     };
     let sandbox = resolve(&ctx.backend().await?, target)
         .await?
-        .connect()
+        .sandbox()
         .await?;
     let host = PathBuf::from(host);
     if inward {

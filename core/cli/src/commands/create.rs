@@ -3,12 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use burrow::{Backend, Error, Mount, MountSource, OciRuntime, Sandbox, SandboxConfig};
 use clap::builder::PossibleValuesParser;
 use clap::Args;
 
-use super::common::{parse_pairs, seconds};
+use super::common::{parse_duration, parse_pairs};
 use super::Ctx;
 
 /// Configuration flags of a new sandbox.
@@ -45,15 +46,24 @@ pub(crate) struct SandboxOpts {
     /// OCI runtime of the container driver.
     #[arg(long, value_name = "RUNTIME", value_parser = PossibleValuesParser::new(["runc", "crun", "runsc"]))]
     pub runtime: Option<String>,
-    /// Reclaim the sandbox after this many idle seconds.
-    #[arg(long, value_name = "SECS")]
-    pub idle_timeout: Option<f64>,
-    /// Stop each run after this many seconds.
-    #[arg(long, value_name = "SECS")]
-    pub max_duration: Option<f64>,
-    /// Bound on each start, in seconds.
-    #[arg(long, value_name = "SECS")]
-    pub startup_timeout: Option<f64>,
+    /// Reclaim the sandbox after it has been idle this long (500ms, 30s,
+    /// 5m, 1h or seconds; 0 disables reclaim explicitly).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// Stop each run after this long.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_duration: Option<Duration>,
+    /// Bound on each start (default 60s).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub startup_timeout: Option<Duration>,
+    /// Start the sandbox again on the next exec/shell/cp after it was
+    /// reclaimed for idleness (the default when an idle timeout is set).
+    #[arg(long, overrides_with = "no_demand_start")]
+    pub demand_start: bool,
+    /// Never start it again on demand: a reclaimed sandbox stays stopped
+    /// until started explicitly.
+    #[arg(long, overrides_with = "demand_start")]
+    pub no_demand_start: bool,
 }
 
 impl SandboxOpts {
@@ -75,17 +85,16 @@ impl SandboxOpts {
         if let Some(r) = &self.runtime {
             c.runtime = r.parse::<OciRuntime>()?;
         }
-        c.idle_timeout = self
-            .idle_timeout
-            .map(|s| seconds("--idle-timeout", s))
-            .transpose()?;
-        c.max_duration = self
-            .max_duration
-            .map(|s| seconds("--max-duration", s))
-            .transpose()?;
-        if let Some(s) = self.startup_timeout {
-            c.startup_timeout = seconds("--startup-timeout", s)?;
+        c.idle_timeout = self.idle_timeout;
+        c.max_duration = self.max_duration;
+        if let Some(d) = self.startup_timeout {
+            c.startup_timeout = d;
         }
+        c.demand_start = match (self.demand_start, self.no_demand_start) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
         Ok(c)
     }
 }

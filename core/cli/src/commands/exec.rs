@@ -14,7 +14,8 @@ use super::Ctx;
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
-    /// Sandbox name or id (it must be running; exec does not start it).
+    /// Sandbox name or id. It must be running, or reclaimed for idleness
+    /// with demand start on (it is then started again first).
     sandbox: String,
     /// Environment variable (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
@@ -45,7 +46,7 @@ pub(crate) async fn exec(ctx: Ctx, args: ExecArgs) -> anyhow::Result<u8> {
     opts.timeout = args.timeout.map(|s| seconds("--timeout", s)).transpose()?;
     let sandbox = resolve(&ctx.backend().await?, &args.sandbox)
         .await?
-        .connect()
+        .sandbox()
         .await?;
     stream(ctx, &sandbox, opts, args.interactive).await
 }

@@ -1,4 +1,5 @@
-//! `burrow start|stop|restart|kill|drain`: lifecycle verbs on one sandbox.
+//! `burrow start|stop|restart|kill|drain|pause|resume|inspect`: lifecycle
+//! verbs on one sandbox.
 
 use std::time::Duration;
 
@@ -84,9 +85,41 @@ pub(crate) async fn drain(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
     done(ctx, &info)
 }
 
-/// `burrow inspect`: the full snapshot as pretty JSON, in every mode.
+/// Suspends every process of the sandbox (status Paused).
+pub(crate) async fn pause(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
+    let info = handle(ctx, &args.sandbox).await?.pause().await?;
+    done(ctx, &info)
+}
+
+/// Continues a paused sandbox.
+pub(crate) async fn resume(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
+    let info = handle(ctx, &args.sandbox).await?.resume().await?;
+    done(ctx, &info)
+}
+
+/// `burrow inspect`: the full snapshot as pretty JSON, in every mode, with
+/// what the configuration implies (`effective`) and where the logs are.
 pub(crate) async fn inspect(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
-    let info = handle(ctx, &args.sandbox).await?.info().await?;
-    ctx.print_json(&info)?;
+    let backend = ctx.backend().await?;
+    let info = super::common::resolve(&backend, &args.sandbox)
+        .await?
+        .info()
+        .await?;
+    let mut body = serde_json::to_value(&info)?;
+    let c = &info.config;
+    let idle = c.idle_timeout.filter(|t| !t.is_zero());
+    body["effective"] = serde_json::json!({
+        "idle_reclaim": idle.is_some(),
+        "idle_timeout_ms": idle.map(|t| t.as_millis() as u64),
+        "max_duration_ms": c.max_duration.map(|t| t.as_millis() as u64),
+        "demand_start": c.demand_start_enabled(),
+        "startup_timeout_ms": c.startup_timeout.as_millis() as u64,
+    });
+    let logs = burrow::logs::log_dir(&backend.home().sandbox_dir(&info.id));
+    body["logs"] = serde_json::json!({
+        "guest": logs.join(burrow::LogSource::Guest.file_name()),
+        "supervisor": logs.join(burrow::LogSource::Supervisor.file_name()),
+    });
+    ctx.print_json(&body)?;
     Ok(0)
 }

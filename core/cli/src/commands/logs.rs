@@ -1,112 +1,75 @@
-//! `burrow logs`: print (or follow) a sandbox's captured log files under
-//! `<home>/sandboxes/<id>/logs/`.
+//! `burrow logs`: print (or follow) a sandbox's captured logs through the
+//! library (`SandboxHandle::logs`): the guest's log and the supervisor's
+//! events, for running, stopped and crashed sandboxes alike.
 
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::io::Write;
 
+use burrow::{LogLine, LogOptions, LogSource};
 use clap::Args;
 use serde_json::json;
 
 use super::common::resolve;
-use super::output::say;
 use super::Ctx;
 
 #[derive(Debug, Args)]
 pub(crate) struct LogsArgs {
     /// Sandbox name or id.
     sandbox: String,
-    /// Also print the supervisor's log.
-    #[arg(long)]
-    supervisor: bool,
-    /// Keep printing new output until interrupted.
+    /// Keep printing new lines until interrupted.
     #[arg(short = 'f', long)]
     follow: bool,
+    /// Only the last N lines of each log (then follow, with -f).
+    #[arg(short = 'n', long, value_name = "N")]
+    tail: Option<usize>,
+    /// Only this log (repeatable); default: both, each line prefixed with
+    /// its source.
+    #[arg(long, value_name = "SOURCE", value_parser = ["guest", "supervisor"])]
+    source: Vec<String>,
 }
 
 pub(crate) async fn logs(ctx: Ctx, args: LogsArgs) -> anyhow::Result<u8> {
-    let backend = ctx.backend().await?;
-    let info = resolve(&backend, &args.sandbox).await?.info().await?;
-    let dir = backend.home().sandbox_dir(&info.id).join("logs");
-    let mut files = vec![("guest", dir.join("guest.log"))];
-    if args.supervisor {
-        files.push(("supervisor", dir.join("supervisor.log")));
-    }
-    if !args.follow && ctx.json {
-        let mut body = json!({"sandbox_id": info.id, "name": info.name});
-        for (label, path) in &files {
-            body[*label] = String::from_utf8_lossy(&read_from(path, &mut 0)?).into();
+    let mut sources: Vec<LogSource> = Vec::new();
+    for s in &args.source {
+        let s = s.parse()?;
+        if !sources.contains(&s) {
+            sources.push(s);
         }
-        ctx.print_json(&body)?;
-        return Ok(0);
     }
-    let mut offsets = vec![0u64; files.len()];
-    // Which file printed last, and whether its output ended a line.
-    let mut last: Option<usize> = None;
-    let mut at_line_start = true;
+    let opts = LogOptions {
+        sources: sources.clone(),
+        follow: args.follow,
+        tail: args.tail,
+    };
+    let handle = resolve(&ctx.backend().await?, &args.sandbox).await?;
+    let mut stream = handle.logs(&opts).await?;
+    // With a single source the lines are printed as they are.
+    let prefixed = sources.len() != 1;
     loop {
-        for (i, (label, path)) in files.iter().enumerate() {
-            let chunk = read_from(path, &mut offsets[i])?;
-            if chunk.is_empty() {
-                continue;
-            }
-            let mut text = Vec::new();
-            if ctx.json {
-                let line = json!({"source": label, "text": String::from_utf8_lossy(&chunk)});
-                text.extend_from_slice(format!("{line}\n").as_bytes());
-            } else {
-                if files.len() > 1 && last != Some(i) {
-                    let sep = match (last, at_line_start) {
-                        (None, _) => "",
-                        (Some(_), true) => "\n",
-                        (Some(_), false) => "\n\n",
-                    };
-                    text.extend_from_slice(format!("{sep}==> {label} log <==\n").as_bytes());
-                }
-                text.extend_from_slice(&chunk);
-                at_line_start = chunk.ends_with(b"\n");
-            }
-            last = Some(i);
-            // Stop following once nobody reads our output.
-            if std::io::stdout()
-                .lock()
-                .write_all(&text)
-                .and_then(|()| std::io::stdout().flush())
-                .is_err()
-            {
-                return Ok(0);
-            }
-        }
-        if !args.follow {
-            if !at_line_start && !ctx.json {
-                say("");
-            }
+        let line = tokio::select! {
+            line = stream.next() => line,
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        };
+        let Some(line) = line else {
+            return Ok(0);
+        };
+        // Stop once nobody reads our output (`| head`).
+        if !print(ctx, &line?, prefixed) {
             return Ok(0);
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
-/// What `path` holds past `*offset` (nothing when it does not exist yet);
-/// advances the offset, and starts over when the file was truncated.
-fn read_from(path: &Path, offset: &mut u64) -> anyhow::Result<Vec<u8>> {
-    let io = |e| burrow::Error::Io {
-        context: "reading the log".into(),
-        path: Some(PathBuf::from(path)),
-        source: e,
+/// One line: `{"source": .., "text": ..}` with --json, else the text
+/// (after `source | ` when several sources are printed). False once stdout
+/// is closed.
+fn print(ctx: Ctx, line: &LogLine, prefixed: bool) -> bool {
+    let text = if ctx.json {
+        json!({"source": line.source, "text": line.text}).to_string()
+    } else if prefixed {
+        format!("{:<10} | {}", line.source.as_str(), line.text)
+    } else {
+        line.text.clone()
     };
-    let mut file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(e).into()),
-    };
-    let len = file.metadata().map_err(io)?.len();
-    if len < *offset {
-        *offset = 0;
-    }
-    file.seek(SeekFrom::Start(*offset)).map_err(io)?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).map_err(io)?;
-    *offset += buf.len() as u64;
-    Ok(buf)
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").and_then(|()| out.flush()).is_ok()
 }

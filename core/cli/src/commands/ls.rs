@@ -5,8 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use burrow::{Backend, ListFilter, SandboxInfo, Status};
 use clap::Args;
 
-use super::common::parse_pairs;
-use super::output::say;
+use super::common::{parse_pairs, print_table};
 use super::Ctx;
 
 #[derive(Debug, Args)]
@@ -37,35 +36,26 @@ pub(crate) async fn ls(ctx: Ctx, args: LsArgs) -> anyhow::Result<u8> {
     if ctx.json {
         ctx.print_json(&list)?;
     } else {
-        print_table(&list);
+        print_list(&list);
     }
     Ok(0)
 }
 
-fn print_table(list: &[SandboxInfo]) {
+fn print_list(list: &[SandboxInfo]) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
-    let header = [
-        "NAME",
-        "ID",
-        "STATUS",
-        "IMAGE",
-        "GENERATION",
-        "CREATED",
-        "LAST EXIT",
-    ]
-    .map(String::from);
-    let rows: Vec<[String; 7]> = list
+    let rows: Vec<Vec<String>> = list
         .iter()
         .map(|i| {
+            // Why the latest run ended: idle_timeout, max_duration, drain, ...
             let last_exit = i
                 .last_run
                 .as_ref()
                 .and_then(|r| r.exit_reason)
                 .map_or("-", |r| r.as_str());
-            [
+            vec![
                 i.name.clone(),
                 i.id.to_string(),
                 i.status.to_string(),
@@ -76,20 +66,18 @@ fn print_table(list: &[SandboxInfo]) {
             ]
         })
         .collect();
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for row in std::iter::once(&header).chain(&rows) {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        say(cells.join("   ").trim_end());
-    }
+    print_table(
+        &[
+            "NAME",
+            "ID",
+            "STATUS",
+            "IMAGE",
+            "GENERATION",
+            "CREATED",
+            "LAST EXIT",
+        ],
+        &rows,
+    );
 }
 
 /// `42 seconds ago`, `3 minutes ago`, ...

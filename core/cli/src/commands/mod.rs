@@ -9,7 +9,10 @@ mod exec;
 mod lifecycle;
 mod logs;
 mod ls;
+mod metrics;
+mod modify;
 mod output;
+mod ping;
 mod rm;
 mod run;
 mod shell;
@@ -59,6 +62,24 @@ enum Command {
     Kill(lifecycle::Target),
     /// Stop accepting new work; the sandbox stops once in-flight work ends.
     Drain(lifecycle::Target),
+    /// Suspend every process of a running sandbox.
+    Pause(lifecycle::Target),
+    /// Continue a paused sandbox.
+    Resume(lifecycle::Target),
+    /// Check that a running sandbox answers; prints the round-trip time.
+    ///
+    /// A ping is not activity: it never keeps an idle sandbox alive (add
+    /// --touch for that) and never starts a reclaimed one.
+    Ping(ping::PingArgs),
+    /// Count as activity: keeps an idle timeout from reclaiming the sandbox.
+    Touch(lifecycle::Target),
+    /// Change limits, environment, labels or timeouts of a sandbox.
+    ///
+    /// Prints, per field, where the change applies: live, to future execs,
+    /// at the next start, or immediately (labels).
+    Modify(modify::ModifyArgs),
+    /// CPU, memory, io and process counts of a running sandbox.
+    Metrics(metrics::MetricsArgs),
     /// Run a command in a running sandbox and stream its output.
     Exec(exec::ExecArgs),
     /// Open an interactive shell in a running sandbox.
@@ -68,7 +89,7 @@ enum Command {
     Ls(ls::LsArgs),
     /// Show everything known about a sandbox as JSON.
     Inspect(lifecycle::Target),
-    /// Print a sandbox's captured logs.
+    /// Print (or follow) a sandbox's guest log and supervisor events.
     Logs(logs::LogsArgs),
     /// Remove sandboxes (--force kills running ones first).
     Rm(rm::RmArgs),
@@ -117,6 +138,12 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Restart(a) => lifecycle::restart(ctx, a).await,
         Command::Kill(a) => lifecycle::kill(ctx, a).await,
         Command::Drain(a) => lifecycle::drain(ctx, a).await,
+        Command::Pause(a) => lifecycle::pause(ctx, a).await,
+        Command::Resume(a) => lifecycle::resume(ctx, a).await,
+        Command::Ping(a) => ping::ping(ctx, a).await,
+        Command::Touch(a) => ping::touch(ctx, a).await,
+        Command::Modify(a) => modify::modify(ctx, a).await,
+        Command::Metrics(a) => metrics::metrics(ctx, a).await,
         Command::Exec(a) => exec::exec(ctx, a).await,
         Command::Shell(a) => shell::shell(ctx, a).await,
         Command::Ls(a) => ls::ls(ctx, a).await,

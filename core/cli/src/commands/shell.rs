@@ -14,7 +14,8 @@ use super::Ctx;
 
 #[derive(Debug, Args)]
 pub(crate) struct ShellArgs {
-    /// Sandbox name or id (it must be running).
+    /// Sandbox name or id (running, or reclaimed for idleness with demand
+    /// start on).
     sandbox: String,
     /// The program to run instead of /bin/sh.
     #[arg(
@@ -28,7 +29,7 @@ pub(crate) struct ShellArgs {
 pub(crate) async fn shell(ctx: Ctx, args: ShellArgs) -> anyhow::Result<u8> {
     let sandbox = resolve(&ctx.backend().await?, &args.sandbox)
         .await?
-        .connect()
+        .sandbox()
         .await?;
     let argv = if args.cmd.is_empty() {
         vec!["/bin/sh".to_owned()]

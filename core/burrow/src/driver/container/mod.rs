@@ -5,8 +5,8 @@
 //! the writable layer over the image, presented as owned by the container's
 //! user-namespace ids (`rootfs.rs`);
 //! write the OCI config (`spec.rs`); start `<runtime> run` in the foreground
-//! with the agent's stdin/stdout as the protocol pipes and its stderr
-//! appended to the agent log; wait until the container runs; attach
+//! with the agent's stdin/stdout as the protocol pipes and its stderr as a
+//! third pipe, the guest's log, which the caller copies; wait until the container runs; attach
 //! user-mode networking if enabled (`network.rs`). The runtime process is the
 //! guest's lifetime: [`GuestProcess::wait`] waits for it.
 //!
@@ -178,12 +178,17 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     let mut generation = Generation::new(runtime, id, bundle);
     let mut notes = Vec::new();
     match start(spec, &mut generation, &mut notes, started).await {
-        Ok((child, reader, writer)) => {
+        Ok((mut child, reader, writer)) => {
             tracing::info!(container = %generation.id, elapsed_ms = started.elapsed().as_millis() as u64, "container running");
+            let log = child
+                .stderr
+                .take()
+                .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Send + Unpin>);
             Ok(Launched {
                 guest: Box::new(ContainerGuest::new(child, generation)),
                 reader: Box::new(reader),
                 writer: Box::new(writer),
+                log,
                 notes,
             })
         }
@@ -372,20 +377,19 @@ fn generated_files(
         .collect()
 }
 
-/// Starts `<runtime> run` in the foreground: stdin/stdout are our pipes,
-/// stderr appends to the agent log, and the inherited descriptors stay
-/// open in the runtime process (never in the container: the runtime closes
-/// everything above stdio before exec).
+/// Starts `<runtime> run` in the foreground: stdin/stdout are the protocol
+/// pipes, stderr is a third pipe (the guest's log, handed out as
+/// [`Launched::log`]), and the inherited descriptors stay open in the
+/// runtime process (never in the container: the runtime closes everything
+/// above stdio before exec).
+///
+/// If the supervisor dies, the agent's log writes fail with `EPIPE` (which
+/// it ignores); the container still ends when the agent's channel closes.
 async fn spawn_run(
     spec: &LaunchSpec,
     generation: &Generation,
     pid_file: &Path,
 ) -> Result<tokio::process::Child> {
-    let log = fs::File::options()
-        .create(true)
-        .append(true)
-        .open(&spec.agent_log)
-        .map_err(|e| Error::io("opening the agent log", Some(&spec.agent_log), e))?;
     let mut cmd = generation.runtime.command();
     cmd.arg("run")
         .arg("--bundle")
@@ -395,7 +399,7 @@ async fn spawn_run(
         .arg(&generation.id)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(log));
+        .stderr(Stdio::piped());
     // No parent-death signal here: if the supervisor dies, the agent sees
     // its channel close and exits, the container ends, and only then does
     // `run` exit and release the runtime-lifetime lock it inherited. Killing

@@ -29,6 +29,7 @@ use crate::driver::container::{prepare_supervisor_process, ContainerDriver};
 use crate::driver::{Driver, GuestExit, GuestProcess, LaunchSpec, ResolvedMount};
 use crate::error::{Error, Result};
 use crate::locks::FileLock;
+use crate::logs::{LogSource, RotatingFile};
 use crate::model::{ExitReason, MountSource, OciRuntime, SandboxId, Status};
 use crate::paths::Home;
 use crate::procs::ProcIdentity;
@@ -202,10 +203,13 @@ async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
         }
     }
     // From here on this process owns the run: every exit path records it.
-    match boot(&args, &home, &store, started).await {
+    let mut guest_log = None;
+    match boot(&args, &home, &store, started, &mut guest_log).await {
         Ok(booted) => {
             ready.ok();
-            serve(args, home, store, booted).await
+            let code = serve(args, home, store, booted).await;
+            finish_guest_log(guest_log).await;
+            code
         }
         Err(e) => {
             tracing::error!(error = %e, "start failed");
@@ -219,8 +223,38 @@ async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
                     Some(&detail),
                 )
                 .await;
+            // The guest (if it was launched) is gone: its last words are
+            // in the log before the starter hears of the failure.
+            finish_guest_log(guest_log).await;
             ready.fail(&detail);
             1
+        }
+    }
+}
+
+/// How long the end of a run waits for the guest log to reach EOF.
+const GUEST_LOG_DRAIN: Duration = Duration::from_secs(2);
+
+/// Copies the guest's log into `logs/guest.log` until the guest closes it.
+fn spawn_guest_log(
+    log: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    sink: RotatingFile,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = crate::logs::capture(log, &sink).await {
+            tracing::warn!(error = %e, path = %sink.path().display(), "copying the guest log failed");
+        }
+    })
+}
+
+/// Lets the guest log copy reach EOF (the guest has exited by now), within
+/// a bound: the runtime is shut down right after, which would cut it off.
+async fn finish_guest_log(task: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(task) = task {
+        if tokio::time::timeout(GUEST_LOG_DRAIN, task).await.is_err() {
+            tracing::warn!(
+                "the guest log was still open after the guest exited; its end may be missing"
+            );
         }
     }
 }
@@ -235,11 +269,15 @@ struct Booted {
     name: String,
 }
 
+/// Launches the guest and publishes Running. `guest_log` receives the task
+/// copying the guest's log as soon as the guest is launched, so the caller
+/// can let it finish however the boot (or later the run) ends.
 async fn boot(
     args: &SuperviseArgs,
     home: &Home,
     store: &Store,
     started: Instant,
+    guest_log: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> Result<Booted> {
     let rec = store
         .get_by_id(&args.id)
@@ -296,6 +334,8 @@ async fn boot(
     let logs = sandbox_dir.join("logs");
     std::fs::create_dir_all(&logs)
         .map_err(|e| Error::io("creating the sandbox directory", Some(&logs), e))?;
+    let agent_log = logs.join(LogSource::Guest.file_name());
+    let guest_log_file = RotatingFile::open(&agent_log)?;
     let agent_bin = crate::procs::agent_bin().ok_or_else(|| Error::Runtime {
         runtime: "burrow-agent".into(),
         reason: "the guest agent binary was not found (set BURROW_AGENT_BIN, or build it with `cargo build -p burrow-agent --release --target x86_64-unknown-linux-musl`)".into(),
@@ -311,7 +351,7 @@ async fn boot(
         images_dir: home.images_dir(),
         agent_bin,
         mounts,
-        agent_log: logs.join("guest.log"),
+        agent_log,
         inherit_fds: vec![runtime_lock.raw_fd()],
     };
     let driver = ContainerDriver::new(config.runtime);
@@ -321,6 +361,9 @@ async fn boot(
             operation: "launching the guest".into(),
             after: config.startup_timeout,
         })??;
+    if let Some(log) = launched.log {
+        *guest_log = Some(spawn_guest_log(log, guest_log_file));
+    }
     for note in &launched.notes {
         tracing::warn!(sandbox = %args.id, "{note}");
     }

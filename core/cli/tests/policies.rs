@@ -1,0 +1,465 @@
+#![allow(clippy::unwrap_used)]
+//! Lifecycle policies against real sandboxes: drain, idle reclaim, touch,
+//! demand start across processes, start failures, max duration, pause and
+//! resume, modify.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use burrow::image::oci::{write_layout, LayerSpec};
+use burrow::image::ImageConfig;
+use burrow::{
+    Applies, Backend, ErrorCode, ExecOptions, ExitReason, Modify, Sandbox, SandboxHandle, Status,
+};
+use common::{busybox_rootfs, TestHome};
+
+fn reason(info: &burrow::SandboxInfo) -> Option<ExitReason> {
+    info.last_run.as_ref().and_then(|r| r.exit_reason)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_finishes_in_flight_work_and_refuses_new_work() {
+    let home = TestHome::new().await;
+    let sb = home.builder("drain").create().await.unwrap();
+    let long = sb
+        .spawn(ExecOptions::new(["sh", "-c", "sleep 3; echo finished"]))
+        .await
+        .unwrap();
+    long.close_stdin().unwrap();
+    let t = Instant::now();
+    let info = sb.request_drain().await.unwrap();
+    assert_eq!(info.status, Status::Draining);
+
+    let err = sb.exec(["true"]).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+    assert_eq!(err.status(), Some(Status::Draining));
+    let err = sb.fs().read("/etc/motd").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+    let err = sb.handle().connect_or_start().await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+
+    let out = long.wait().await.unwrap();
+    assert_eq!(
+        out.stdout_str(),
+        "finished\n",
+        "in-flight output is delivered in full"
+    );
+    assert_eq!(out.status.code, Some(0));
+    let end = sb.wait_until_stopped().await.unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_secs(2),
+        "the drain waited for the command"
+    );
+    assert_eq!(end.status, Status::Stopped);
+    assert_eq!(reason(&end), Some(ExitReason::Drain));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_does_not_keep_it_alive_touch_does_and_commands_are_never_cut() {
+    let home = TestHome::new().await;
+    let idle = Duration::from_secs(2);
+
+    // Pings for 3x the idle timeout: reclaimed anyway.
+    let pinged = home
+        .builder("pinged")
+        .idle_timeout(idle)
+        .create()
+        .await
+        .unwrap();
+    let t = Instant::now();
+    while t.elapsed() < idle * 3 {
+        let _ = pinged.ping().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let info = pinged.info().await.unwrap();
+    assert_eq!(info.status, Status::Stopped, "ping is not activity");
+    assert_eq!(reason(&info), Some(ExitReason::IdleTimeout));
+    // A ping never wakes a reclaimed sandbox.
+    assert_eq!(
+        pinged.ping().await.unwrap_err().code(),
+        ErrorCode::InvalidState
+    );
+    assert_eq!(pinged.status().await.unwrap(), Status::Stopped);
+
+    // Touches for 3x the idle timeout: kept alive.
+    let touched = home
+        .builder("touched")
+        .idle_timeout(idle)
+        .create()
+        .await
+        .unwrap();
+    let generation = touched.generation();
+    let t = Instant::now();
+    while t.elapsed() < idle * 3 {
+        touched.touch().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let info = touched.info().await.unwrap();
+    assert_eq!(info.status, Status::Running, "touch is activity");
+    assert_eq!(info.generation, generation);
+
+    // A silent command longer than the idle timeout is never interrupted.
+    let out = touched
+        .exec(["sh", "-c", "sleep 5; echo survived"])
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "survived\n");
+    assert_eq!(touched.info().await.unwrap().generation, generation);
+    touched.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_idle_timeout_disables_the_reaper_and_says_so_once() {
+    let home = TestHome::new().await;
+    let sb = home
+        .builder("zero")
+        .idle_timeout(Duration::ZERO)
+        .create()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sb.status().await.unwrap(), Status::Running);
+    let log = std::fs::read_to_string(
+        home.path()
+            .join("sandboxes")
+            .join(sb.id().as_str())
+            .join("logs/supervisor.log"),
+    )
+    .unwrap();
+    assert_eq!(
+        log.matches("idle reaper disabled by explicit zero timeout")
+            .count(),
+        1
+    );
+    sb.destroy().await.unwrap();
+}
+
+/// Child process body of `demand_start_converges_across_processes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child process body, run by demand_start_converges_across_processes"]
+async fn demand_child() {
+    let home = std::env::var("DEMAND_CHILD_HOME")
+        .expect("run only as a child of demand_start_converges_across_processes");
+    let name = std::env::var("DEMAND_CHILD_NAME").unwrap();
+    common::init_env();
+    let backend = std::sync::Arc::new(
+        burrow::LocalBackend::open(burrow::paths::Home::at(&home).unwrap())
+            .await
+            .unwrap(),
+    );
+    let handle = SandboxHandle::get_in(backend, &name).await.unwrap();
+    let sb = handle.sandbox().await.unwrap();
+    let calls = (0..4).map(|i| {
+        let sb = sb.clone();
+        async move { sb.exec(["sh", "-c", &format!("echo call-{i}")]).await }
+    });
+    for (i, r) in futures_join_all(calls).await.into_iter().enumerate() {
+        let out = r.expect("demand-started exec");
+        assert_eq!(out.stdout_str(), format!("call-{i}\n"));
+    }
+    println!("CHILD_OK");
+}
+
+async fn futures_join_all<F>(fs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demand_start_converges_across_processes() {
+    let home = TestHome::new().await;
+    let sb = home
+        .builder("demand")
+        .idle_timeout(Duration::from_secs(1))
+        .detached(true)
+        .create()
+        .await
+        .unwrap();
+    let first = sb.info().await.unwrap();
+    let reclaimed = tokio::time::timeout(
+        Duration::from_secs(20),
+        sb.handle().wait_for_status(&[Status::Stopped]),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(reason(&reclaimed), Some(ExitReason::IdleTimeout));
+
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "demand_child",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("DEMAND_CHILD_HOME", home.path())
+                .env("DEMAND_CHILD_NAME", "demand")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("CHILD_OK"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let after = sb.info().await.unwrap();
+    assert_eq!(after.id, first.id, "same id");
+    assert_eq!(after.config, first.config, "same configuration");
+    assert_eq!(
+        after.generation,
+        first.generation + 1,
+        "exactly one new runtime generation for 16 calls"
+    );
+    assert_eq!(after.status, Status::Running);
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_start_is_recorded_cleaned_up_and_retried_cleanly() {
+    let home = TestHome::new().await;
+    // An image whose configured user does not exist: its entry cannot run.
+    let layout = home.path().join("bad-image");
+    let rootfs = busybox_rootfs();
+    let config = ImageConfig {
+        user: Some("ghost".into()),
+        ..Default::default()
+    };
+    write_layout(&layout, &[LayerSpec::dir(&rootfs)], &config, Some("v1")).unwrap();
+    let image = format!("oci:{}:v1", layout.display());
+    let handle = Sandbox::builder("failing")
+        .image(&image)
+        .backend(home.dyn_backend())
+        .define()
+        .await
+        .unwrap();
+    for attempt in 0..2 {
+        let err = handle.start().await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::StartFailed, "attempt {attempt}");
+        let info = handle.info().await.unwrap();
+        assert_eq!(info.status, Status::Crashed);
+        assert_eq!(reason(&info), Some(ExitReason::StartFailed));
+        assert!(
+            info.last_run.unwrap().detail.is_some(),
+            "the reason is recorded"
+        );
+        let ok = common::eventually(Duration::from_secs(10), || {
+            common::supervisors_of(&home.path().to_string_lossy()).is_empty()
+        })
+        .await;
+        assert!(ok, "nothing left running");
+    }
+    handle.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_timeout_exceeded_is_crashed_and_cleaned_up() {
+    let home = TestHome::new().await;
+    let image = busybox_rootfs().to_string_lossy().into_owned();
+    let out = home
+        .cli()
+        .args([
+            "--json",
+            "up",
+            "slow",
+            "--image",
+            &image,
+            "--startup-timeout",
+            "1s",
+        ])
+        .env("BURROW_FAULT", "supervisor.after_launch")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "start_failed");
+    let info = home.backend.get("slow").await.unwrap();
+    assert_eq!(info.status, Status::Crashed);
+    assert_eq!(reason(&info), Some(ExitReason::StartFailed));
+    let ok = common::eventually(Duration::from_secs(10), || {
+        common::supervisors_of(&home.path().to_string_lossy()).is_empty()
+    })
+    .await;
+    assert!(ok, "the stuck supervisor was killed");
+    // The next call retries cleanly (without the fault).
+    let sb = SandboxHandle::get_in(home.dyn_backend(), "slow")
+        .await
+        .unwrap()
+        .connect_or_start()
+        .await
+        .unwrap();
+    assert_eq!(sb.exec(["echo", "ok"]).await.unwrap().stdout_str(), "ok\n");
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_duration_stops_the_run() {
+    let home = TestHome::new().await;
+    let sb = home
+        .builder("bounded")
+        .max_duration(Duration::from_secs(2))
+        .create()
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(15), sb.wait_until_stopped())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(end.status, Status::Stopped);
+    assert_eq!(reason(&end), Some(ExitReason::MaxDuration));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume() {
+    let home = TestHome::new().await;
+    let sb = home.builder("pausing").create().await.unwrap();
+    let info = sb.pause().await.unwrap();
+    assert_eq!(info.status, Status::Paused);
+    let err = sb.exec(["true"]).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+    assert_eq!(err.status(), Some(Status::Paused));
+    assert_eq!(
+        sb.handle().connect_or_start().await.unwrap_err().code(),
+        ErrorCode::InvalidState
+    );
+    let info = sb.resume().await.unwrap();
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(
+        sb.exec(["echo", "back"]).await.unwrap().stdout_str(),
+        "back\n"
+    );
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modify_lands_where_the_plan_says() {
+    let home = TestHome::new().await;
+    let sb = home.builder("mod").memory_mb(256).create().await.unwrap();
+    let changes = Modify {
+        cpus: Some(Some(0.5)),
+        memory_mb: Some(Some(128)),
+        env_set: [("FOO".to_string(), "bar".to_string())].into(),
+        labels_set: [("tier".to_string(), "gold".to_string())].into(),
+        idle_timeout: Some(Some(Duration::from_secs(3600))),
+        max_duration: Some(Some(Duration::from_secs(7200))),
+        ..Default::default()
+    };
+    let plan = sb.modify(&changes).await.unwrap();
+    let applies = |f: &str| {
+        plan.changes
+            .iter()
+            .find(|c| c.field == f)
+            .map(|c| c.applies)
+    };
+    assert_eq!(applies("cpus"), Some(Applies::Live));
+    assert_eq!(applies("memory_mb"), Some(Applies::Live));
+    assert_eq!(applies("env"), Some(Applies::FutureExecs));
+    assert_eq!(applies("labels"), Some(Applies::Immediately));
+    assert_eq!(applies("idle_timeout"), Some(Applies::Live));
+    assert_eq!(applies("max_duration"), Some(Applies::Live));
+    // Live: the memory cgroup limit changed.
+    let m = sb.metrics().await.unwrap();
+    assert_eq!(m.memory_limit_bytes, Some(128 * 1024 * 1024));
+    // Future execs see the new environment.
+    assert_eq!(
+        sb.exec(["sh", "-c", "echo $FOO"])
+            .await
+            .unwrap()
+            .stdout_str(),
+        "bar\n"
+    );
+    // Labels at once.
+    let filter = burrow::ListFilter {
+        labels: [("tier".to_string(), "gold".to_string())].into(),
+        ..Default::default()
+    };
+    assert_eq!(home.backend.list(&filter).await.unwrap().len(), 1);
+    assert_eq!(plan.info.config.cpus, Some(0.5));
+
+    // On a stopped sandbox everything but labels waits for the next start.
+    sb.stop().await.unwrap();
+    let later = Modify {
+        env_set: [("LATER".to_string(), "yes".to_string())].into(),
+        memory_mb: Some(Some(96)),
+        ..Default::default()
+    };
+    let plan = sb.modify(&later).await.unwrap();
+    assert!(
+        plan.changes.iter().all(|c| c.applies == Applies::NextStart),
+        "{plan:?}"
+    );
+    let sb = sb.handle().start().await.unwrap();
+    assert_eq!(
+        sb.exec(["sh", "-c", "echo $LATER"])
+            .await
+            .unwrap()
+            .stdout_str(),
+        "yes\n"
+    );
+    assert_eq!(
+        sb.metrics().await.unwrap().memory_limit_bytes,
+        Some(96 * 1024 * 1024)
+    );
+
+    // Bad values are refused and change nothing.
+    let err = sb
+        .modify(&Modify {
+            cpus: Some(Some(-1.0)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    assert_eq!(sb.info().await.unwrap().config.cpus, Some(0.5));
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_snapshot_and_stream() {
+    let home = TestHome::new().await;
+    let sb = home
+        .builder("metered")
+        .memory_mb(64)
+        .create()
+        .await
+        .unwrap();
+    sb.exec([
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+    ])
+    .await
+    .unwrap();
+    let m = sb.metrics().await.unwrap();
+    assert!(m.cpu_usage_ns.unwrap() > 0);
+    assert!(m.memory_bytes.unwrap() > 0);
+    assert_eq!(m.memory_limit_bytes, Some(64 * 1024 * 1024));
+    assert!(m.pids.unwrap() >= 1);
+    let mut stream = sb.metrics_stream(Duration::from_millis(200));
+    for _ in 0..2 {
+        assert!(stream.recv().await.unwrap().is_ok());
+    }
+    sb.stop().await.unwrap();
+    let err = sb.metrics().await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+}
