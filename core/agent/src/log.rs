@@ -7,8 +7,10 @@ use std::io::Write;
 /// Writes one log line. Errors are ignored: a closed or broken stderr must
 /// not take the agent down (unlike `eprintln!`, which panics).
 pub fn line(level: &str, args: std::fmt::Arguments<'_>) {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "burrow-agent: {level}: {args}");
+    // One write per line, so lines from other writers of the same stream
+    // (guest processes writing to /proc/1/fd/2) never land inside ours.
+    let text = format!("burrow-agent: {level}: {args}\n");
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 macro_rules! info {

@@ -392,32 +392,42 @@ async fn boot(
     let _ = identity;
 
     let socket = home.socket_path(&args.id);
-    // Stale socket files of this id can only be from a dead earlier
-    // generation: we hold the name's runtime lock.
-    let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)
-        .map_err(|e| Error::io("binding the supervisor socket", Some(&socket), e))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| Error::io("restricting the supervisor socket", Some(&socket), e))?;
-
-    crate::fault::point("supervisor.before_running");
-    timings.insert(
-        "total".into(),
-        serde_json::json!(started.elapsed().as_secs_f64() * 1000.0),
-    );
-    if !store
-        .set_running(
-            &args.id,
-            args.generation,
-            &serde_json::Value::Object(timings),
-        )
-        .await?
-    {
-        let _ = guest.kill().await;
-        let _ = guest.cleanup().await;
+    let published = async {
+        // Stale socket files of this id can only be from a dead earlier
+        // generation: we hold the name's runtime lock.
         let _ = std::fs::remove_file(&socket);
-        return Err(Error::protocol("the start was superseded while booting"));
+        let listener = UnixListener::bind(&socket)
+            .map_err(|e| Error::io("binding the supervisor socket", Some(&socket), e))?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io("restricting the supervisor socket", Some(&socket), e))?;
+        crate::fault::point("supervisor.before_running");
+        timings.insert(
+            "total".into(),
+            serde_json::json!(started.elapsed().as_secs_f64() * 1000.0),
+        );
+        if !store
+            .set_running(
+                &args.id,
+                args.generation,
+                &serde_json::Value::Object(timings),
+            )
+            .await?
+        {
+            return Err(Error::protocol("the start was superseded while booting"));
+        }
+        Ok(listener)
     }
+    .await;
+    let listener = match published {
+        Ok(l) => l,
+        Err(e) => {
+            // Nothing of this generation may outlive a failed start.
+            let _ = guest.kill().await;
+            let _ = guest.cleanup().await;
+            let _ = std::fs::remove_file(&socket);
+            return Err(e);
+        }
+    };
     tracing::info!(sandbox = %args.id, generation = args.generation, "running");
     Ok(Booted {
         config,
