@@ -437,8 +437,11 @@ pub enum GuestErrorCode {
     Protocol,
     /// The connection's expected identity does not match this runtime.
     IdentityMismatch,
-    /// The runtime is shutting down or draining and takes no new work.
+    /// The runtime is shutting down, draining or paused and takes no new
+    /// work: the request was refused without being run.
     Unavailable,
+    /// The request was cut off: the runtime went away while it ran.
+    Aborted,
     /// Connection refused (tunnel).
     ConnectionRefused,
     /// Any other I/O error.

@@ -150,6 +150,8 @@ pub struct Process {
     done: bool,
     /// The supervisor refused the request without running it.
     refused: bool,
+    /// Any frame of this request arrived.
+    got_frame: bool,
 }
 
 impl Process {
@@ -178,6 +180,9 @@ impl Process {
         loop {
             let Some(msg) = self.handle.next().await else {
                 self.done = true;
+                // Lost before any answer: the supervisor went away before it
+                // took the request (it answers Unavailable or Aborted otherwise).
+                self.refused = !self.got_frame;
                 let res = self
                     .sandbox
                     .settle(
@@ -187,6 +192,7 @@ impl Process {
                     .await;
                 return res.map(|_| None);
             };
+            self.got_frame = true;
             match msg {
                 GuestMsg::Stdout { data, .. } => return Ok(Some(ExecEvent::Stdout(data.0))),
                 GuestMsg::Stderr { data, .. } => return Ok(Some(ExecEvent::Stderr(data.0))),
@@ -250,6 +256,7 @@ impl Sandbox {
             // Refused unrun because an idle reclaim began just as it arrived:
             // run it once more, which starts the sandbox again on demand.
             Err(_) if process.refused && self.reclaimed_and_wakeable().await => {
+                self.forget_connection().await;
                 self.start_process(opts, keep).await?.wait().await
             }
             other => other,
@@ -275,6 +282,7 @@ impl Sandbox {
             sandbox: self.clone(),
             done: false,
             refused: false,
+            got_frame: false,
         })
     }
 
@@ -290,6 +298,7 @@ impl Sandbox {
             sandbox: self.clone(),
             done: false,
             refused: false,
+            got_frame: false,
         })
     }
 }

@@ -201,13 +201,23 @@ impl Sandbox {
     async fn call(&self, operation: &'static str, body: Request) -> Result<Response> {
         let handle = self.request(body.clone()).await?;
         let mut res = handle.response().await;
-        if matches!(&res, Ok(Err(g)) if g.code == GuestErrorCode::Unavailable)
-            && self.reclaimed_and_wakeable().await
-        {
+        let unrun = match &res {
+            Ok(Err(g)) => g.code == GuestErrorCode::Unavailable,
+            // Lost before any answer: the supervisor never took it.
+            Err(_) => true,
+            Ok(Ok(_)) => false,
+        };
+        if unrun && self.reclaimed_and_wakeable().await {
             // Refused unrun while an idle reclaim began: once more, waking it.
+            self.forget_connection().await;
             res = self.request(body).await?.response().await;
         }
         self.settle(operation, res).await
+    }
+
+    /// Drops the cached connection (the next call reconnects).
+    pub(crate) async fn forget_connection(&self) {
+        *self.inner.conn.lock().await = None;
     }
 
     /// Whether the sandbox was just reclaimed for idleness and a call wakes it.
@@ -241,7 +251,13 @@ impl Sandbox {
     ) -> Result<Response> {
         match res {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(g)) if g.code == GuestErrorCode::Unavailable => {
+            Ok(Err(g))
+                if matches!(
+                    g.code,
+                    GuestErrorCode::Unavailable | GuestErrorCode::Aborted
+                ) =>
+            {
+                self.forget_connection().await;
                 Err(self.not_running(operation).await)
             }
             Ok(Err(g)) => Err(Error::Guest {

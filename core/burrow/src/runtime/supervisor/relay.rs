@@ -114,17 +114,38 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                 break;
             }
             HostMsg::Request { id, mut body } => {
+                // Announce the request before looking at `closing`: the idle
+                // reaper sets `closing` before it looks at `in_flight`, so
+                // either it sees this request or this request sees the
+                // reclaim (then it is refused unrun, and safe to retry).
+                shared.in_flight.fetch_add(1, Ordering::SeqCst);
+                let release = |shared: &Shared| {
+                    let left = shared.in_flight.fetch_sub(1, Ordering::SeqCst) - 1;
+                    let _ = shared.idle.send(left);
+                };
                 let refusal = if shared.closing.load(Ordering::SeqCst) {
-                    Some("the sandbox is draining or stopping")
+                    Some((
+                        GuestErrorCode::Unavailable,
+                        "the sandbox is draining or stopping".to_string(),
+                    ))
                 } else if shared.paused.load(Ordering::SeqCst) {
-                    Some("the sandbox is paused")
+                    Some((
+                        GuestErrorCode::Unavailable,
+                        "the sandbox is paused".to_string(),
+                    ))
+                } else if route(id).is_some() {
+                    Some((
+                        GuestErrorCode::InvalidArgument,
+                        format!("request id {id} is already in flight"),
+                    ))
                 } else {
                     None
                 };
-                if let Some(why) = refusal {
+                if let Some((code, why)) = refusal {
+                    release(&shared);
                     let _ = out_tx.send(GuestMsg::Response {
                         id,
-                        result: Err(GuestError::new(GuestErrorCode::Unavailable, why)),
+                        result: Err(GuestError::new(code, why)),
                     });
                     continue;
                 }
@@ -137,19 +158,10 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                         exec.env.entry(k.clone()).or_insert_with(|| v.clone());
                     }
                 }
-                if route(id).is_some() {
-                    let _ = out_tx.send(GuestMsg::Response {
-                        id,
-                        result: Err(GuestError::new(
-                            GuestErrorCode::InvalidArgument,
-                            format!("request id {id} is already in flight"),
-                        )),
-                    });
-                    continue;
-                }
                 let mut handle = match shared.agent.request(body) {
                     Ok(h) => h,
                     Err(_) => {
+                        release(&shared);
                         let _ = out_tx.send(GuestMsg::Response {
                             id,
                             result: Err(GuestError::new(
@@ -160,7 +172,6 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                         continue;
                     }
                 };
-                shared.in_flight.fetch_add(1, Ordering::SeqCst);
                 if activity {
                     shared.touch();
                 }
@@ -190,7 +201,7 @@ pub(super) async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                         let _ = out.send(GuestMsg::Response {
                             id,
                             result: Err(GuestError::new(
-                                GuestErrorCode::Unavailable,
+                                GuestErrorCode::Aborted,
                                 "the guest agent went away",
                             )),
                         });

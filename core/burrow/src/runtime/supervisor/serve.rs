@@ -215,8 +215,14 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                 // while draining (drain ends the run by itself).
                 if let Some(t) = policy.idle_timeout.filter(|t| !t.is_zero()) {
                     if !paused && !draining && shared.in_flight.load(Ordering::SeqCst) == 0 && shared.idle_for() >= t {
-                        tracing::info!(sandbox = %args.id, idle_timeout = ?t, "idle: reclaiming");
-                        break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::IdleTimeout };
+                        // Close first, then look again: a request that slipped
+                        // in meanwhile has announced itself (see relay).
+                        shared.closing.store(true, Ordering::SeqCst);
+                        if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                            tracing::info!(sandbox = %args.id, idle_timeout = ?t, "idle: reclaiming");
+                            break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::IdleTimeout };
+                        }
+                        shared.closing.store(false, Ordering::SeqCst);
                     }
                 }
             }
