@@ -56,7 +56,8 @@ pub struct LaunchSpec {
     pub agent_bin: PathBuf,
     /// Resolved volumes and host mounts.
     pub mounts: Vec<ResolvedMount>,
-    /// File the agent's stderr (its log) is appended to.
+    /// The guest log file (`logs/guest.log`); the supervisor writes it from
+    /// [`Launched::log`].
     pub agent_log: PathBuf,
     /// File descriptors the runtime process must inherit (the runtime-lifetime
     /// lock). Everything else must be CLOEXEC.
