@@ -463,3 +463,30 @@ async fn metrics_snapshot_and_stream() {
     let err = sb.metrics().await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidState);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demand_start_can_be_switched_off_per_sandbox() {
+    let home = TestHome::new().await;
+    let mut config = burrow::SandboxConfig::new(busybox_rootfs().to_string_lossy().into_owned());
+    config.idle_timeout = Some(Duration::from_secs(1));
+    config.demand_start = Some(false);
+    let sb = Sandbox::builder("no-demand")
+        .config(config)
+        .backend(home.dyn_backend())
+        .create()
+        .await
+        .unwrap();
+    let reclaimed = tokio::time::timeout(
+        Duration::from_secs(20),
+        sb.handle().wait_for_status(&[Status::Stopped]),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(reason(&reclaimed), Some(ExitReason::IdleTimeout));
+    let err = sb.exec(["true"]).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+    let info = sb.info().await.unwrap();
+    assert_eq!(info.status, Status::Stopped);
+    assert_eq!(info.generation, reclaimed.generation, "no start happened");
+}
