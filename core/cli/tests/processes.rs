@@ -109,13 +109,7 @@ async fn attached_sandbox_stops_with_its_owner_detached_survives() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let handle = loop {
-        if let Ok(h) = SandboxHandle::get_in(home.dyn_backend(), "att").await {
-            break h;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    handle.wait_for_status(&[Status::Running]).await.unwrap();
+    let handle = home.running_handle("att").await;
     owner.kill().unwrap(); // SIGKILL
     let _ = owner.wait();
     let done = tokio::time::timeout(
@@ -287,13 +281,7 @@ async fn detach_lets_an_attached_sandbox_outlive_its_owner() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let handle = loop {
-        if let Ok(h) = SandboxHandle::get_in(home.dyn_backend(), "later-detached").await {
-            break h;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    handle.wait_for_status(&[Status::Running]).await.unwrap();
+    let handle = home.running_handle("later-detached").await;
     assert!(!handle.info().await.unwrap().detached);
     let sb = handle.connect().await.unwrap();
     let info = sb.detach().await.unwrap();

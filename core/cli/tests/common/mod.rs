@@ -137,6 +137,22 @@ impl TestHome {
             .backend(self.dyn_backend())
     }
 
+    /// Waits until a sandbox named `name` exists and is Running; returns
+    /// its handle.
+    pub async fn running_handle(&self, name: &str) -> burrow::SandboxHandle {
+        let handle = loop {
+            if let Ok(h) = burrow::SandboxHandle::get_in(self.dyn_backend(), name).await {
+                break h;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        handle
+            .wait_for_status(&[burrow::Status::Running])
+            .await
+            .expect("sandbox running");
+        handle
+    }
+
     /// A `burrow` CLI command bound to this home.
     pub fn cli(&self) -> Command {
         let mut c = Command::new(burrow_bin());
