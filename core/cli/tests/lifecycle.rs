@@ -351,3 +351,62 @@ async fn volumes_survive_removal_and_host_mounts_can_be_read_only() {
     assert_eq!(next.fs().read("/data/kept.txt").await.unwrap(), b"kept");
     next.destroy().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_descriptors_do_not_leak() {
+    let home = TestHome::new().await;
+    let sb = home.builder("fds").create().await.unwrap();
+    let sup = sb
+        .info()
+        .await
+        .unwrap()
+        .last_run
+        .unwrap()
+        .supervisor_pid
+        .unwrap();
+    let targets = |pid: u32| -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let held = targets(sup);
+    assert!(
+        !held.iter().any(|t| t.ends_with(".name")),
+        "the supervisor holds no transition lock: {held:?}"
+    );
+    assert_eq!(
+        held.iter().filter(|t| t.ends_with(".runtime")).count(),
+        1,
+        "it holds its runtime lock: {held:?}"
+    );
+    // Children of the supervisor other than the runtime process inherit no lock.
+    let children =
+        std::fs::read_to_string(format!("/proc/{sup}/task/{sup}/children")).unwrap_or_default();
+    for child in children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+    {
+        let cmd = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+        let is_runtime = String::from_utf8_lossy(&cmd).contains("runc");
+        let locks = targets(child)
+            .into_iter()
+            .filter(|t| t.contains("/locks/"))
+            .count();
+        assert!(is_runtime || locks == 0, "child {child} holds a lock");
+    }
+    // Guest processes see only their stdio.
+    let out = sb.exec(["ls", "/proc/self/fd"]).await.unwrap();
+    let listing = out.stdout_str();
+    let fds: Vec<&str> = listing.split_whitespace().collect();
+    assert_eq!(
+        fds,
+        ["0", "1", "2", "3"],
+        "ls sees stdio and its own directory handle only"
+    );
+    sb.destroy().await.unwrap();
+}
