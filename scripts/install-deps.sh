@@ -2,11 +2,12 @@
 # Installs everything burrow's build, tests and demo need on a fresh Debian 12
 # machine (run as root): the OCI runtimes, busybox for the demo image, user
 # namespace and user-mode networking tools, and the Rust pieces (the musl
-# target for the static guest agent, rustfmt, clippy).
+# target for the static guest agent, rustfmt, clippy) and the registry test
+# tools (docker-registry, skopeo, htpasswd from apache2-utils).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3; do
+for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3 docker-registry skopeo apache2-utils umoci; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -17,6 +17,7 @@
 //! anything a crashed builder left (a temporary tree, a tree without marker)
 //! is removed by the next builder while it holds the lock.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -147,6 +148,55 @@ impl RootfsCache {
             rootfs: self.tree(digest),
             config,
         })
+    }
+
+    /// Every digest with anything in the cache: a tree, a marker, or a
+    /// builder's leftovers.
+    pub(crate) fn digests(&self) -> Result<BTreeSet<Digest>> {
+        let mut out = BTreeSet::new();
+        let listing = fs::read_dir(&self.dir)
+            .map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
+        for entry in listing {
+            let entry =
+                entry.map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_prefix(".tmp-").unwrap_or(&name);
+            let hex = stem.get(..64).unwrap_or_default();
+            if let Ok(d) = Digest::parse(&format!("sha256:{hex}")) {
+                if !name.ends_with(".lock") {
+                    out.insert(d);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes everything cached for `digest` (marker first, so readers stop
+    /// trusting the tree) unless a builder holds it right now. Returns the
+    /// bytes freed, or `None` if it was busy.
+    pub(crate) fn remove(&self, digest: &Digest) -> Result<Option<u64>> {
+        let lock_path = self.dir.join(format!("{}.lock", digest.hex()));
+        let Some(_lock) = crate::locks::FileLock::try_acquire(&lock_path)? else {
+            return Ok(None);
+        };
+        let mut doomed = vec![self.marker(digest), self.tree(digest)];
+        let prefix = Self::tmp_prefix(digest);
+        let listing = fs::read_dir(&self.dir)
+            .map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
+        for entry in listing {
+            let entry =
+                entry.map_err(|e| Error::io("listing the image cache", Some(&self.dir), e))?;
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                doomed.push(entry.path());
+            }
+        }
+        let mut freed = 0;
+        for path in doomed {
+            freed += super::registry::tree_size(&path);
+            remove_tree(&path)
+                .map_err(|e| Error::io("removing an unpacked image", Some(&path), e))?;
+        }
+        Ok(Some(freed))
     }
 
     fn lock(&self, digest: &Digest) -> Result<File> {

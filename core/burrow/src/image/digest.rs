@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 
 /// A validated `sha256:<64 lowercase hex>` content digest.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Digest {
     hex: String,
 }
@@ -47,7 +47,7 @@ impl Digest {
         Digest::from_hasher(Sha256::new_with_prefix(data))
     }
 
-    fn from_hasher(h: Sha256) -> Digest {
+    pub(crate) fn from_hasher(h: Sha256) -> Digest {
         Digest {
             hex: hex::encode(h.finalize()),
         }

@@ -1,11 +1,13 @@
 //! Image resolution: turn an image reference into a root filesystem on disk
 //! plus the image's default process settings.
 //!
-//! Sources supported today: a plain rootfs directory, an OCI image layout
-//! directory (`oci:PATH[:TAG]`, or a directory containing `oci-layout`), and
-//! names imported under `$BURROW_HOME/images/named/<name>`. Registry
-//! references parse into [`ImageSource::Registry`] so a puller can slot in;
-//! until then preparing one is an [`Error::InvalidImage`].
+//! Sources: a plain rootfs directory, an OCI image layout directory
+//! (`oci:PATH[:TAG]`, or a directory containing `oci-layout`), names
+//! imported under `$BURROW_HOME/images/named/<name>`, and registry
+//! references (`python`, `registry.example.com:5000/org/tool:1.2`,
+//! `name@sha256:...`), which [`prepare`] pulls with the default
+//! [`PullOptions`] (pull if missing). [`pull`], [`list_images`],
+//! [`remove_image`] and [`prune`] manage the local image store.
 
 use std::path::PathBuf;
 
@@ -17,8 +19,14 @@ use crate::paths::Home;
 mod cache;
 mod digest;
 pub mod oci;
+mod registry;
 mod spec;
 mod unpack;
+
+pub use registry::{
+    list_images, prune, pull, remove_image, ImageReference, ImageSummary, PruneReport, PullEvent,
+    PullOptions, PullPolicy, PullProgress, INSECURE_REGISTRIES_ENV, REGISTRIES_FILE,
+};
 
 /// Where an image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +42,8 @@ pub enum ImageSource {
         /// Tag to select.
         tag: Option<String>,
     },
-    /// A registry reference (not pullable yet).
+    /// A registry reference, as given (see [`ImageReference`] for its
+    /// canonical form).
     Registry(String),
 }
 
@@ -112,12 +121,14 @@ pub fn parse_reference(home: &Home, reference: &str) -> Result<ImageSource> {
         }
         return Ok(ImageSource::RootfsDir(named));
     }
+    ImageReference::parse(reference)?;
     Ok(ImageSource::Registry(reference.to_owned()))
 }
 
 /// The reference with local paths made absolute (`./img` ->
-/// `/abs/img`, `oci:rel:tag` -> `oci:/abs/rel:tag`); other references are
-/// returned unchanged.
+/// `/abs/img`, `oci:rel:tag` -> `oci:/abs/rel:tag`) and registry references
+/// in their canonical form (`python` -> `docker.io/library/python:latest`);
+/// imported names are returned unchanged.
 pub fn normalize_reference(home: &Home, reference: &str) -> Result<String> {
     let absolute = |p: &std::path::Path| {
         std::fs::canonicalize(p).map_err(|e| Error::InvalidImage {
@@ -139,6 +150,7 @@ pub fn normalize_reference(home: &Home, reference: &str) -> Result<String> {
                 _ => abs,
             })
         }
+        ImageSource::Registry(r) => Ok(ImageReference::parse(&r)?.to_string()),
         _ => Ok(reference.to_owned()),
     }
 }
@@ -151,7 +163,9 @@ fn is_simple_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
-/// Resolves and, for OCI layouts, unpacks (once, cached) an image.
+/// Resolves and, for OCI layouts and registry images, unpacks (once,
+/// cached) an image. Registry references are pulled if they are not in the
+/// local image store yet ([`PullPolicy::IfMissing`]).
 pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
     let source = parse_reference(home, reference)?;
     let invalid = |reason: String| Error::InvalidImage {
@@ -175,12 +189,12 @@ pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
         ImageSource::OciLayout { path, tag } => {
             let home = home.clone();
             let reference = reference.to_owned();
-            tokio::task::spawn_blocking(move || oci::prepare_layout(&home, &reference, &path, tag.as_deref()))
-                .await
-                .map_err(|e| invalid(format!("image preparation panicked: {e}")))?
+            tokio::task::spawn_blocking(move || {
+                oci::prepare_layout(&home, &reference, &path, tag.as_deref())
+            })
+            .await
+            .map_err(|e| invalid(format!("image preparation panicked: {e}")))?
         }
-        ImageSource::Registry(r) => Err(invalid(format!(
-            "{r:?} is not a local directory or imported image name, and registry pulls are not supported yet"
-        ))),
+        ImageSource::Registry(_) => pull(home, reference, &PullOptions::default()).await,
     }
 }

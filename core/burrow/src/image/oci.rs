@@ -14,10 +14,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
-
 use super::cache::RootfsCache;
-use super::digest::{BlobDir, BlobError, Digest};
+use super::digest::{BlobDir, BlobError, Digest, VerifyingReader};
 use super::spec::{self, ConfigFile, Index, Manifest};
 use super::unpack::Unpacker;
 use super::{ImageConfig, PreparedImage};
@@ -33,11 +31,11 @@ pub use writer::{
 };
 
 /// Largest manifest, index, config or `index.json` accepted.
-const MAX_JSON: u64 = 4 << 20;
+pub(crate) const MAX_JSON: u64 = 4 << 20;
 /// Largest `oci-layout` file accepted.
 const MAX_LAYOUT_FILE: u64 = 64 << 10;
 /// How deep image indexes may nest.
-const MAX_INDEX_DEPTH: usize = 4;
+pub(crate) const MAX_INDEX_DEPTH: usize = 4;
 /// Most layers one image may have.
 const MAX_LAYERS: usize = 512;
 
@@ -59,12 +57,26 @@ pub(super) fn prepare_layout(
         tracing::debug!(digest = %digest, dir = %dir.display(), "unpacking image");
         layout.unpack(&manifest, dir)
     })?;
+    // Remembered so `prune` keeps this tree while a sandbox uses it, even if
+    // the layout changes or goes away.
+    if let Err(e) = super::registry::note_resolved(home, reference, &digest) {
+        tracing::warn!(error = %e, "cannot record the image in the image index");
+    }
     Ok(PreparedImage {
         reference: reference.to_owned(),
         rootfs: entry.rootfs,
         config: entry.config,
         digest: Some(digest.to_string()),
     })
+}
+
+/// The manifest digest the layout at `layout` selects for this host (what
+/// [`prepare_layout`] would unpack), without unpacking anything.
+pub(crate) fn layout_digest(reference: &str, layout: &Path, tag: Option<&str>) -> Result<Digest> {
+    let layout = Layout::open(reference, layout)?;
+    let host = Platform::host();
+    let selected = layout.select(tag, &host)?;
+    Ok(layout.resolve_manifest(&selected, &host)?.0)
 }
 
 /// An opened image layout directory.
@@ -200,30 +212,6 @@ impl<'a> Layout<'a> {
         }
     }
 
-    /// Reads and verifies a JSON blob, returning its parsed form and the
-    /// media type it declares inside (if any).
-    fn read_json<T: DeserializeOwned>(
-        &self,
-        desc: &Descriptor,
-        what: &str,
-    ) -> Result<(Digest, T, Option<String>)> {
-        let digest =
-            Digest::parse(&desc.digest).map_err(|r| self.invalid(format!("{what}: {r}")))?;
-        let data = self
-            .blobs
-            .read(&digest, desc.size, MAX_JSON)
-            .map_err(|e| self.blob_err(e))?;
-        let value: serde_json::Value = serde_json::from_slice(&data)
-            .map_err(|e| self.invalid(format!("{what} {digest} is not JSON: {e}")))?;
-        let inner = value
-            .get("mediaType")
-            .and_then(|m| m.as_str())
-            .map(str::to_owned);
-        let parsed = serde_json::from_value(value)
-            .map_err(|e| self.invalid(format!("{what} {digest} is not valid: {e}")))?;
-        Ok((digest, parsed, inner))
-    }
-
     /// Follows `desc` through image indexes to one image manifest for
     /// `platform`.
     fn resolve_manifest(
@@ -233,59 +221,19 @@ impl<'a> Layout<'a> {
     ) -> Result<(Digest, Manifest)> {
         let mut desc = desc.clone();
         for _ in 0..=MAX_INDEX_DEPTH {
-            let (digest, value, inner) = self.read_json::<serde_json::Value>(&desc, "manifest")?;
-            let kind = kind_of(&desc.media_type, inner.as_deref(), &value);
-            if !desc.media_type.is_empty() && inner.as_deref().is_some_and(|i| i != desc.media_type)
-            {
-                return Err(self.invalid(format!(
-                    "{digest}: descriptor says {:?} but the content says {:?}",
-                    desc.media_type,
-                    inner.unwrap_or_default()
-                )));
-            }
-            match kind {
-                Kind::Index => {
-                    let index: Index = serde_json::from_value(value).map_err(|e| {
-                        self.invalid(format!("image index {digest} is not valid: {e}"))
-                    })?;
+            let digest =
+                Digest::parse(&desc.digest).map_err(|r| self.invalid(format!("manifest: {r}")))?;
+            let data = self
+                .blobs
+                .read(&digest, desc.size, MAX_JSON)
+                .map_err(|e| self.blob_err(e))?;
+            match parse_manifest(&desc.media_type, &digest, &data).map_err(|r| self.invalid(r))? {
+                Parsed::Index(index) => {
                     desc = select_platform(&index.manifests, platform)
-                        .ok_or_else(|| {
-                            let available: Vec<String> = index
-                                .manifests
-                                .iter()
-                                .map(|d| {
-                                    d.platform
-                                        .as_ref()
-                                        .map_or_else(|| "unknown".to_owned(), Platform::to_string)
-                                })
-                                .collect();
-                            self.invalid(format!(
-                                "image index {digest} has no manifest for {platform} (it has: {})",
-                                available.join(", ")
-                            ))
-                        })?
+                        .ok_or_else(|| self.invalid(no_platform(&digest, &index, platform)))?
                         .clone();
                 }
-                Kind::Manifest => {
-                    let manifest: Manifest = serde_json::from_value(value).map_err(|e| {
-                        self.invalid(format!("image manifest {digest} is not valid: {e}"))
-                    })?;
-                    if manifest.schema_version != 2 {
-                        return Err(self.invalid(format!(
-                            "image manifest {digest} has schemaVersion {} (only 2)",
-                            manifest.schema_version
-                        )));
-                    }
-                    if manifest.layers.len() > MAX_LAYERS {
-                        return Err(self.invalid(format!(
-                            "image manifest {digest} has more than {MAX_LAYERS} layers"
-                        )));
-                    }
-                    return Ok((digest, manifest));
-                }
-                Kind::Other(m) => {
-                    return Err(self.invalid(format!("{digest} has unsupported media type {m:?}")))
-                }
+                Parsed::Manifest(manifest) => return Ok((digest, manifest)),
             }
         }
         Err(self.invalid(format!("image indexes nest deeper than {MAX_INDEX_DEPTH}")))
@@ -293,74 +241,175 @@ impl<'a> Layout<'a> {
 
     /// Builds the root filesystem of `manifest` into the empty `dir`.
     fn unpack(&self, manifest: &Manifest, dir: &Path) -> Result<ImageConfig> {
-        let cfg = &manifest.config;
-        if !cfg.media_type.is_empty()
-            && cfg.media_type != spec::OCI_CONFIG
-            && cfg.media_type != spec::DOCKER_CONFIG
-        {
-            return Err(self.invalid(format!(
-                "not a container image: its config has media type {:?}",
-                cfg.media_type
-            )));
-        }
-        let (_, config, _) = self.read_json::<ConfigFile>(cfg, "image config")?;
-        let diff_ids = config
-            .rootfs
-            .as_ref()
-            .map(|r| {
-                r.diff_ids
-                    .iter()
-                    .map(|d| Digest::parse(d))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()
-            .map_err(|r| self.invalid(format!("image config diff_ids: {r}")))?
-            .unwrap_or_default();
-        if !diff_ids.is_empty() && diff_ids.len() != manifest.layers.len() {
-            return Err(self.invalid(format!(
-                "the manifest has {} layers but the config lists {} diff_ids",
-                manifest.layers.len(),
-                diff_ids.len()
-            )));
-        }
+        unpack_manifest(self.image, &self.blobs, manifest, dir, false)
+    }
+}
 
-        let mut unpacker = Unpacker::new(dir);
-        for (i, layer) in manifest.layers.iter().enumerate() {
-            let what = format!("layer {} of {}", i + 1, manifest.layers.len());
-            let digest =
-                Digest::parse(&layer.digest).map_err(|r| self.invalid(format!("{what}: {r}")))?;
-            if !spec::is_layer_media_type(&layer.media_type) {
-                return Err(self.invalid(format!(
-                    "{what} ({digest}) has unsupported media type {:?}",
-                    layer.media_type
+/// The reason an index offers nothing for `platform`.
+pub(crate) fn no_platform(digest: &Digest, index: &Index, platform: &Platform) -> String {
+    let available: Vec<String> = index
+        .manifests
+        .iter()
+        .map(|d| {
+            d.platform
+                .as_ref()
+                .map_or_else(|| "unknown".to_owned(), Platform::to_string)
+        })
+        .collect();
+    format!(
+        "image index {digest} has no manifest for {platform} (it has: {})",
+        available.join(", ")
+    )
+}
+
+/// A parsed manifest-or-index blob.
+pub(crate) enum Parsed {
+    /// An OCI image index or Docker manifest list.
+    Index(Index),
+    /// An OCI or Docker schema2 image manifest.
+    Manifest(Manifest),
+}
+
+/// Parses a manifest or index blob (already verified against `digest`)
+/// that a descriptor or registry declared as `declared` (may be empty).
+pub(crate) fn parse_manifest(
+    declared: &str,
+    digest: &Digest,
+    data: &[u8],
+) -> std::result::Result<Parsed, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(data).map_err(|e| format!("manifest {digest} is not JSON: {e}"))?;
+    let inner = value
+        .get("mediaType")
+        .and_then(|m| m.as_str())
+        .map(str::to_owned);
+    if !declared.is_empty() && inner.as_deref().is_some_and(|i| i != declared) {
+        return Err(format!(
+            "{digest}: descriptor says {declared:?} but the content says {:?}",
+            inner.unwrap_or_default()
+        ));
+    }
+    match kind_of(declared, inner.as_deref(), &value) {
+        Kind::Index => {
+            let index: Index = serde_json::from_value(value)
+                .map_err(|e| format!("image index {digest} is not valid: {e}"))?;
+            Ok(Parsed::Index(index))
+        }
+        Kind::Manifest => {
+            let manifest: Manifest = serde_json::from_value(value)
+                .map_err(|e| format!("image manifest {digest} is not valid: {e}"))?;
+            if manifest.schema_version != 2 {
+                return Err(format!(
+                    "image manifest {digest} has schemaVersion {} (only 2)",
+                    manifest.schema_version
+                ));
+            }
+            if manifest.layers.len() > MAX_LAYERS {
+                return Err(format!(
+                    "image manifest {digest} has more than {MAX_LAYERS} layers"
+                ));
+            }
+            Ok(Parsed::Manifest(manifest))
+        }
+        Kind::Other(m) => Err(format!("{digest} has unsupported media type {m:?}")),
+    }
+}
+
+/// Builds the root filesystem of `manifest`, whose config and layer blobs
+/// are in `blobs`, into the empty `dir`, and returns the image defaults.
+/// Every blob is verified against its descriptor: before use, or, when the
+/// caller has just verified them (`preverified`), while it is read (a
+/// mismatch then fails the build, whose directory the cache discards).
+pub(crate) fn unpack_manifest(
+    image: &str,
+    blobs: &BlobDir,
+    manifest: &Manifest,
+    dir: &Path,
+    preverified: bool,
+) -> Result<ImageConfig> {
+    let invalid = |reason: String| Error::InvalidImage {
+        image: image.to_owned(),
+        reason,
+    };
+    let blob_err = |e: BlobError| match e {
+        BlobError::Invalid(reason) => invalid(reason),
+        BlobError::Io(path, source) => Error::io("reading an image blob", Some(&path), source),
+    };
+    let cfg = &manifest.config;
+    if !cfg.media_type.is_empty()
+        && cfg.media_type != spec::OCI_CONFIG
+        && cfg.media_type != spec::DOCKER_CONFIG
+    {
+        return Err(invalid(format!(
+            "not a container image: its config has media type {:?}",
+            cfg.media_type
+        )));
+    }
+    let cfg_digest =
+        Digest::parse(&cfg.digest).map_err(|r| invalid(format!("image config: {r}")))?;
+    let data = blobs
+        .read(&cfg_digest, cfg.size, MAX_JSON)
+        .map_err(blob_err)?;
+    let config: ConfigFile = serde_json::from_slice(&data)
+        .map_err(|e| invalid(format!("image config {cfg_digest} is not valid: {e}")))?;
+    let diff_ids = config
+        .rootfs
+        .as_ref()
+        .map(|r| {
+            r.diff_ids
+                .iter()
+                .map(|d| Digest::parse(d))
+                .collect::<std::result::Result<Vec<_>, _>>()
+        })
+        .transpose()
+        .map_err(|r| invalid(format!("image config diff_ids: {r}")))?
+        .unwrap_or_default();
+    if !diff_ids.is_empty() && diff_ids.len() != manifest.layers.len() {
+        return Err(invalid(format!(
+            "the manifest has {} layers but the config lists {} diff_ids",
+            manifest.layers.len(),
+            diff_ids.len()
+        )));
+    }
+
+    let mut unpacker = Unpacker::new(dir);
+    for (i, layer) in manifest.layers.iter().enumerate() {
+        let what = format!("layer {} of {}", i + 1, manifest.layers.len());
+        let digest = Digest::parse(&layer.digest).map_err(|r| invalid(format!("{what}: {r}")))?;
+        if !spec::is_layer_media_type(&layer.media_type) {
+            return Err(invalid(format!(
+                "{what} ({digest}) has unsupported media type {:?}",
+                layer.media_type
+            )));
+        }
+        let what = format!("{what} ({digest})");
+        let mut blob = if preverified {
+            let path = blobs.path(&digest);
+            let file = std::fs::File::open(&path)
+                .map_err(|e| Error::io("reading an image blob", Some(&path), e))?;
+            VerifyingReader::new(file, digest.clone(), layer.size)
+        } else {
+            blobs.open_verified(&digest, layer.size).map_err(blob_err)?
+        };
+        let diff_id = unpacker
+            .apply_layer(&mut blob, &layer.media_type)
+            .map_err(|e| e.into_error(image, &what))?;
+        blob.finish().map_err(|e| invalid(format!("{what}: {e}")))?;
+        if let Some(expected) = diff_ids.get(i) {
+            if *expected != diff_id {
+                return Err(invalid(format!(
+                    "{what}: uncompressed content hashes to {diff_id}, the config says {expected}"
                 )));
             }
-            let what = format!("{what} ({digest})");
-            let mut blob = self
-                .blobs
-                .open_verified(&digest, layer.size)
-                .map_err(|e| self.blob_err(e))?;
-            let diff_id = unpacker
-                .apply_layer(&mut blob, &layer.media_type)
-                .map_err(|e| e.into_error(self.image, &what))?;
-            blob.finish()
-                .map_err(|e| self.invalid(format!("{what}: {e}")))?;
-            if let Some(expected) = diff_ids.get(i) {
-                if *expected != diff_id {
-                    return Err(self.invalid(format!(
-                        "{what}: uncompressed content hashes to {diff_id}, the config says {expected}"
-                    )));
-                }
-            }
         }
-        unpacker
-            .finish()
-            .map_err(|e| e.into_error(self.image, "finishing the root filesystem"))?;
-        Ok(config
-            .config
-            .map(|c| c.to_image_config())
-            .unwrap_or_default())
     }
+    unpacker
+        .finish()
+        .map_err(|e| e.into_error(image, "finishing the root filesystem"))?;
+    Ok(config
+        .config
+        .map(|c| c.to_image_config())
+        .unwrap_or_default())
 }
 
 enum Kind {

@@ -152,7 +152,7 @@ pub(crate) struct Index {
 }
 
 /// An image manifest (OCI or Docker schema2).
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Manifest {
     pub(crate) schema_version: u32,

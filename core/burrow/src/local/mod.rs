@@ -168,16 +168,14 @@ impl LocalBackend {
 
     fn check_image(&self, reference: &str) -> Result<()> {
         match parse_reference(&self.home, reference)? {
-            ImageSource::RootfsDir(p) | ImageSource::OciLayout { path: p, .. } if !p.is_dir() => Err(Error::InvalidImage {
-                image: reference.to_owned(),
-                reason: format!("{} is not a directory", p.display()),
-            }),
-            ImageSource::Registry(r) => Err(Error::InvalidImage {
-                image: reference.to_owned(),
-                reason: format!(
-                    "{r:?} is not a local directory or an imported image name (registry pulls are not supported yet)"
-                ),
-            }),
+            ImageSource::RootfsDir(p) | ImageSource::OciLayout { path: p, .. } if !p.is_dir() => {
+                Err(Error::InvalidImage {
+                    image: reference.to_owned(),
+                    reason: format!("{} is not a directory", p.display()),
+                })
+            }
+            // A well-formed registry reference (parse_reference checked
+            // it); it is pulled when the sandbox starts, if missing.
             _ => Ok(()),
         }
     }

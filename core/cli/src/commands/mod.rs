@@ -6,6 +6,7 @@ mod common;
 mod cp;
 mod create;
 mod exec;
+mod images;
 mod lifecycle;
 mod logs;
 mod ls;
@@ -95,6 +96,15 @@ enum Command {
     Rm(rm::RmArgs),
     /// Copy files between the host and a running sandbox (NAME:/path).
     Cp(cp::CpArgs),
+    /// Pull an image from a registry into the local store (progress per layer).
+    Pull(images::PullArgs),
+    /// List pulled images.
+    Images,
+    /// Manage pulled images (ls, rm, prune).
+    Image {
+        #[command(subcommand)]
+        command: images::ImageCommand,
+    },
     /// Print the version.
     Version,
 }
@@ -151,6 +161,9 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Logs(a) => logs::logs(ctx, a).await,
         Command::Rm(a) => rm::rm(ctx, a).await,
         Command::Cp(a) => cp::cp(ctx, a).await,
+        Command::Pull(a) => images::pull(ctx, a).await,
+        Command::Images => images::images(ctx).await,
+        Command::Image { command } => images::image(ctx, command).await,
         Command::Version => version::version(ctx),
     }
 }
