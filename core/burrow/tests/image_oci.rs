@@ -1118,3 +1118,41 @@ async fn plain_layout_path_prepares_too() {
     let p = t.prepare_ok(&layout.display().to_string()).await;
     assert_eq!(read(p.rootfs.join("files/3")), "content 3");
 }
+
+#[test]
+fn ext4_disk_image_is_built_once_without_mounting() {
+    let t = TestEnv::new();
+    let layout = t.path("ext4-layout");
+    big_image(&layout);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let prepared = rt
+        .block_on(prepare(&t.home, &oci_ref(&layout, None)))
+        .unwrap();
+    let disk = burrow::image::ext4::disk_image(&t.home, &prepared).unwrap();
+    assert!(burrow::image::ext4::is_ext4(&disk));
+    // The content is inside: debugfs reads it without mounting.
+    let listing = std::process::Command::new("debugfs")
+        .args(["-R", "ls -p /"])
+        .arg(&disk)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&listing.stdout);
+    for entry in std::fs::read_dir(&prepared.rootfs).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(
+            text.contains(&format!("/{name}/")),
+            "{name} missing from the disk image:\n{text}"
+        );
+    }
+    // Cached: the same file, not rebuilt.
+    let mtime = std::fs::metadata(&disk).unwrap().modified().unwrap();
+    let again = burrow::image::ext4::disk_image(&t.home, &prepared).unwrap();
+    assert_eq!(again, disk);
+    assert_eq!(
+        std::fs::metadata(&again).unwrap().modified().unwrap(),
+        mtime
+    );
+}

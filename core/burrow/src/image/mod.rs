@@ -18,6 +18,7 @@ use crate::paths::Home;
 
 mod cache;
 mod digest;
+pub mod ext4;
 pub mod oci;
 mod registry;
 mod spec;
