@@ -121,10 +121,10 @@ pub enum Error {
         /// The existing sandbox.
         id: SandboxId,
     },
-    /// No sandbox with this name or id.
-    #[error("no sandbox {what}")]
+    /// No sandbox (or other object) with this name or id.
+    #[error("{what} not found")]
     NotFound {
-        /// What was looked up (`named "x"` or `with id sb_...`).
+        /// What was looked up (`sandbox named "x"`, `sandbox sb_...`, `image ...`).
         what: String,
         /// The name, when looked up by name or known.
         name: Option<String>,
@@ -231,7 +231,7 @@ pub enum Error {
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// A host I/O operation failed.
-    #[error("{context} ({})", .path.as_ref().map(|p| p.display().to_string()).unwrap_or_default())]
+    #[error("{context}{}", .path.as_ref().map(|p| format!(" ({})", p.display())).unwrap_or_default())]
     Io {
         /// What was being done.
         context: String,
@@ -354,7 +354,7 @@ impl Error {
     #[allow(dead_code)]
     pub(crate) fn not_found_name(name: &str) -> Self {
         Error::NotFound {
-            what: format!("named {name:?}"),
+            what: format!("sandbox named {name:?}"),
             name: Some(name.to_owned()),
             id: None,
         }
@@ -362,7 +362,7 @@ impl Error {
 
     pub(crate) fn not_found_id(id: &SandboxId) -> Self {
         Error::NotFound {
-            what: format!("with id {id}"),
+            what: format!("sandbox {id}"),
             name: None,
             id: Some(id.clone()),
         }

@@ -141,7 +141,7 @@ impl LocalBackend {
             .get_by_name(name)
             .await?
             .ok_or_else(|| Error::NotFound {
-                what: format!("named {name:?}"),
+                what: format!("sandbox named {name:?}"),
                 name: Some(name.to_owned()),
                 id: None,
             })?;
