@@ -351,15 +351,6 @@ impl Error {
         }
     }
 
-    #[allow(dead_code)]
-    pub(crate) fn not_found_name(name: &str) -> Self {
-        Error::NotFound {
-            what: format!("sandbox named {name:?}"),
-            name: Some(name.to_owned()),
-            id: None,
-        }
-    }
-
     pub(crate) fn not_found_id(id: &SandboxId) -> Self {
         Error::NotFound {
             what: format!("sandbox {id}"),

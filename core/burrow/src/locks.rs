@@ -87,12 +87,3 @@ impl FileLock {
         &self.path
     }
 }
-
-/// Whether someone holds the lock at `path` right now (does not create
-/// contention beyond one try-lock).
-pub fn is_held(path: &Path) -> Result<bool> {
-    if !path.exists() {
-        return Ok(false);
-    }
-    Ok(FileLock::try_acquire(path)?.is_none())
-}

@@ -134,6 +134,12 @@ impl LocalBackend {
         }
     }
 
+    /// The id currently holding `name` (for the name-addressed methods,
+    /// which act through their `*_identified` forms).
+    async fn id_of(&self, name: &str) -> Result<SandboxId> {
+        Ok(self.lookup_name(name).await?.info.id)
+    }
+
     async fn lookup_name(&self, name: &str) -> Result<Record> {
         validate_name(name)?;
         let rec = self
@@ -239,72 +245,66 @@ impl Backend for LocalBackend {
     }
 
     async fn start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.start_identified(name, &id, opts).await
+        self.start_identified(name, &self.id_of(name).await?, opts)
+            .await
     }
     async fn connect_or_start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.connect_or_start_identified(name, &id, opts).await
+        self.connect_or_start_identified(name, &self.id_of(name).await?, opts)
+            .await
     }
     async fn stop(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.stop_identified(name, &id, opts).await
+        self.stop_identified(name, &self.id_of(name).await?, opts)
+            .await
     }
     async fn kill(&self, name: &str) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.kill_identified(name, &id).await
+        self.kill_identified(name, &self.id_of(name).await?).await
     }
     async fn request_drain(&self, name: &str) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.request_drain_identified(name, &id).await
+        self.request_drain_identified(name, &self.id_of(name).await?)
+            .await
     }
     async fn restart(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.restart_identified(name, &id, opts).await
+        self.restart_identified(name, &self.id_of(name).await?, opts)
+            .await
     }
     async fn remove(&self, name: &str) -> Result<()> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.remove_identified(name, &id).await
+        self.remove_identified(name, &self.id_of(name).await?).await
     }
     async fn destroy(&self, name: &str) -> Result<()> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.destroy_identified(name, &id).await
+        self.destroy_identified(name, &self.id_of(name).await?)
+            .await
     }
     async fn wait_for_status(&self, name: &str, statuses: &[Status]) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.wait_for_status_identified(name, &id, statuses).await
+        self.wait_for_status_identified(name, &self.id_of(name).await?, statuses)
+            .await
     }
     async fn open_runtime(&self, name: &str, wake: bool) -> Result<RuntimeStream> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.open_runtime_identified(name, &id, wake).await
+        self.open_runtime_identified(name, &self.id_of(name).await?, wake)
+            .await
     }
     async fn detach(&self, name: &str) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.detach_identified(name, &id).await
+        self.detach_identified(name, &self.id_of(name).await?).await
     }
     async fn touch(&self, name: &str) -> Result<()> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.touch_identified(name, &id).await
+        self.touch_identified(name, &self.id_of(name).await?).await
     }
     async fn pause(&self, name: &str) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.pause_identified(name, &id).await
+        self.pause_identified(name, &self.id_of(name).await?).await
     }
     async fn resume(&self, name: &str) -> Result<SandboxInfo> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.resume_identified(name, &id).await
+        self.resume_identified(name, &self.id_of(name).await?).await
     }
     async fn modify(&self, name: &str, changes: &Modify) -> Result<ModifyPlan> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.modify_identified(name, &id, changes).await
+        self.modify_identified(name, &self.id_of(name).await?, changes)
+            .await
     }
     async fn metrics(&self, name: &str) -> Result<Metrics> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.metrics_identified(name, &id).await
+        self.metrics_identified(name, &self.id_of(name).await?)
+            .await
     }
     async fn logs(&self, name: &str, opts: &LogOptions) -> Result<LogStream> {
-        let id = self.lookup_name(name).await?.info.id;
-        self.logs_identified(name, &id, opts).await
+        self.logs_identified(name, &self.id_of(name).await?, opts)
+            .await
     }
     async fn touch_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
         self.do_touch(name, id).await
