@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 mod bytes;
 mod messages;
+pub mod vm;
 
 pub use bytes::Bytes;
 pub use messages::*;
