@@ -22,3 +22,9 @@ pub(crate) fn point(name: &str) {
     #[cfg(not(debug_assertions))]
     let _ = name;
 }
+
+/// Whether `BURROW_FAULT` names `name`, for faults that change behaviour
+/// instead of hanging (debug builds only; always false in release builds).
+pub(crate) fn enabled(name: &str) -> bool {
+    cfg!(debug_assertions) && std::env::var("BURROW_FAULT").is_ok_and(|v| v == name)
+}

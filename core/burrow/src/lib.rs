@@ -27,8 +27,8 @@ pub use error::{Error, ErrorCode, Result};
 pub use local::LocalBackend;
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
-    Applies, ExitReason, FieldChange, Modify, ModifyPlan, Mount, MountSource, OciRuntime,
-    SandboxConfig, SandboxId, SandboxInfo, Status,
+    Applies, DriverKind, ExitReason, FieldChange, Modify, ModifyPlan, Mount, MountSource,
+    OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status,
 };
 pub use sandbox::{
     ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, Process, PublishedPort, ReplaceBuilder,

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     commands::main()
 }
 
-/// `burrow __supervise --home H --id ID --generation N --runtime R
+/// `burrow __supervise --home H --id ID --generation N --runtime R --driver D
 /// [--owner-pid P] [--ready-fd FD]`: internal, spawned by the library.
 /// Parsed by hand so nothing (no async runtime, no threads) starts before
 /// the supervisor's single-threaded setup.
@@ -41,6 +41,7 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
     let mut id = None;
     let mut generation = None;
     let mut runtime = burrow::OciRuntime::default();
+    let mut driver = burrow::DriverKind::default();
     let mut owner_pid = None;
     let mut ready_fd = None;
     let mut it = args.iter();
@@ -57,6 +58,7 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
             }
             "--generation" => generation = Some(value.parse::<u64>().map_err(|e| e.to_string())?),
             "--runtime" => runtime = value.parse().map_err(|e: burrow::Error| e.to_string())?,
+            "--driver" => driver = value.parse().map_err(|e: burrow::Error| e.to_string())?,
             "--owner-pid" => owner_pid = Some(value.parse::<u32>().map_err(|e| e.to_string())?),
             "--ready-fd" => ready_fd = Some(value.parse::<i32>().map_err(|e| e.to_string())?),
             other => return Err(format!("unknown flag {other}")),
@@ -67,6 +69,7 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
         id: id.ok_or("--id is required")?,
         generation: generation.ok_or("--generation is required")?,
         runtime,
+        driver,
         owner_pid,
         ready_fd,
     })

@@ -16,6 +16,7 @@ use crate::image::PreparedImage;
 use crate::model::{SandboxConfig, SandboxId};
 
 pub mod container;
+pub mod vm;
 
 /// A resolved mount, ready for the driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +72,9 @@ pub struct GuestExit {
     pub code: Option<i32>,
     /// Signal that killed it.
     pub signal: Option<i32>,
+    /// What the driver knows beyond code and signal (a VM's unannounced
+    /// reset, ...).
+    pub detail: Option<&'static str>,
 }
 
 /// A launched guest.

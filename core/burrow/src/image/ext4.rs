@@ -19,7 +19,13 @@ const HEADROOM: u64 = 64 << 20;
 /// The ext4 disk image of `image` (built on first use; later calls return
 /// the cached file). Blocking: call it from a blocking context.
 pub fn disk_image(home: &Home, image: &PreparedImage) -> Result<PathBuf> {
-    let dir = home.images_dir().join("ext4");
+    disk_image_in(&home.images_dir(), image)
+}
+
+/// [`disk_image`] with the cache under `images_dir` (the home's images
+/// directory).
+pub fn disk_image_in(images_dir: &Path, image: &PreparedImage) -> Result<PathBuf> {
+    let dir = images_dir.join("ext4");
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::io("creating the disk image cache", Some(&dir), e))?;
     let key = cache_key(image);

@@ -8,7 +8,7 @@ use tokio::net::UnixStream;
 use super::LocalBackend;
 use crate::backend::{RuntimeStream, StartOptions, StopOptions};
 use crate::error::{Error, Result};
-use crate::model::{ExitReason, SandboxId, SandboxInfo, Status};
+use crate::model::{DriverKind, ExitReason, SandboxId, SandboxInfo, Status};
 use crate::procs::ProcIdentity;
 use crate::runtime::client::{AgentClient, ConnectError};
 
@@ -266,10 +266,14 @@ impl LocalBackend {
         let dir = self.home.sandbox_dir(id);
         // A run that crashed may have left runtime state (container state,
         // cgroups, mount points) behind; release it before deleting.
-        if let Err(e) =
-            crate::driver::container::reclaim_stale(info.config.runtime, id, &dir.join("runtime"))
-                .await
-        {
+        let runtime_dir = dir.join("runtime");
+        let reclaimed = match info.config.driver {
+            DriverKind::Container => {
+                crate::driver::container::reclaim_stale(info.config.runtime, id, &runtime_dir).await
+            }
+            DriverKind::Vm => crate::driver::vm::reclaim_stale(&runtime_dir).await,
+        };
+        if let Err(e) = reclaimed {
             tracing::debug!(sandbox = %id, error = %e, "reclaiming stale runtime state");
         }
         if let Err(e) = std::fs::remove_dir_all(&dir) {

@@ -90,7 +90,7 @@ impl LocalBackend {
             .wait_until(name, id, |i| i.status != Status::Starting)
             .await?;
         let config = changes.apply_to(&info.config)?;
-        let mut plan = changes.plan(info.status);
+        let mut plan = changes.plan(info.status, info.config.driver);
         {
             // The per-name transition lock orders this write against starts:
             // a start claimed after it reads the new configuration.

@@ -58,6 +58,8 @@ impl LocalBackend {
             .arg(generation.to_string())
             .arg("--runtime")
             .arg(info.config.runtime.binary())
+            .arg("--driver")
+            .arg(info.config.driver.as_str())
             .arg("--ready-fd")
             .arg("3")
             .stdin(Stdio::null())

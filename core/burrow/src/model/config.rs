@@ -15,6 +15,60 @@ pub enum DriverKind {
     /// Namespace container under an OCI runtime binary.
     #[default]
     Container,
+    /// Its own QEMU microVM with burrow's guest kernel.
+    Vm,
+}
+
+impl DriverKind {
+    /// The name used in configuration (`container`, `vm`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverKind::Container => "container",
+            DriverKind::Vm => "vm",
+        }
+    }
+
+    /// The host default for new sandboxes: `$BURROW_DRIVER` (`container` or
+    /// `vm`), else `container`. An unknown value is an error, never a silent
+    /// fallback.
+    pub fn host_default() -> Result<DriverKind> {
+        match std::env::var("BURROW_DRIVER") {
+            Ok(v) if !v.is_empty() => v.parse().map_err(|e| match e {
+                Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
+                    field: "BURROW_DRIVER".into(),
+                    reason,
+                },
+                other => other,
+            }),
+            _ => Ok(DriverKind::Container),
+        }
+    }
+}
+
+impl AsRef<str> for DriverKind {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for DriverKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DriverKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "container" => Ok(DriverKind::Container),
+            "vm" => Ok(DriverKind::Vm),
+            other => Err(Error::InvalidConfig {
+                field: "driver".into(),
+                reason: format!("unknown driver {other:?} (expected container or vm)"),
+            }),
+        }
+    }
 }
 
 /// OCI runtime binary used by the container driver.
@@ -207,6 +261,27 @@ impl SandboxConfig {
                 return bad("memory_mb", format!("{m} MiB is outside 16 MiB..4 TiB"));
             }
         }
+        if self.driver == DriverKind::Vm {
+            if let Some(m) = self.memory_mb {
+                if m < crate::driver::vm::MIN_MEMORY_MB {
+                    return bad(
+                        "memory_mb",
+                        format!(
+                            "{m} MiB is too little for a VM (at least {} MiB)",
+                            crate::driver::vm::MIN_MEMORY_MB
+                        ),
+                    );
+                }
+            }
+            if let Some(c) = self.cpus {
+                if c > 255.0 {
+                    return bad(
+                        "cpus",
+                        format!("{c} vCPUs is more than a VM can have (255)"),
+                    );
+                }
+            }
+        }
         if let Some(p) = self.pids_limit {
             if p < 8 {
                 return bad("pids_limit", format!("{p} is too small (at least 8)"));
@@ -374,6 +449,10 @@ mod tests {
                 })
             }),
             Box::new(|c| c.startup_timeout = Duration::ZERO),
+            Box::new(|c| {
+                c.driver = DriverKind::Vm;
+                c.memory_mb = Some(32);
+            }),
         ];
         for (i, f) in cases.iter().enumerate() {
             let mut c = base.clone();
@@ -381,6 +460,19 @@ mod tests {
             let err = c.validate().unwrap_err();
             assert_eq!(err.code(), crate::ErrorCode::InvalidConfig, "case {i}");
         }
+    }
+
+    #[test]
+    fn drivers_parse_and_unknown_ones_are_invalid_config() {
+        assert_eq!("vm".parse::<DriverKind>().unwrap(), DriverKind::Vm);
+        assert_eq!(
+            "container".parse::<DriverKind>().unwrap(),
+            DriverKind::Container
+        );
+        let err = "firecracker".parse::<DriverKind>().unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidConfig);
+        let json = serde_json::to_string(&DriverKind::Vm).unwrap();
+        assert_eq!(json, "\"vm\"");
     }
 
     #[test]

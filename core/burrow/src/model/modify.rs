@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{SandboxConfig, SandboxInfo, Status};
+use super::{DriverKind, SandboxConfig, SandboxInfo, Status};
 use crate::error::Result;
 
 /// Requested changes. `None` leaves a field alone; for limits and timeouts
@@ -102,8 +102,10 @@ impl Modify {
     }
 
     /// Where each requested change lands for a sandbox in `status`.
-    pub fn plan(&self, status: Status) -> Vec<FieldChange> {
+    pub fn plan(&self, status: Status, driver: DriverKind) -> Vec<FieldChange> {
         let live = status.has_runtime();
+        // A VM's vCPUs and memory are fixed for the life of its QEMU process.
+        let resizable = driver == DriverKind::Container;
         let change = |field: &str, applies: Applies, note: Option<&str>| FieldChange {
             field: field.into(),
             applies,
@@ -118,6 +120,11 @@ impl Modify {
             match value {
                 None => {}
                 Some(_) if !live => out.push(later(field)),
+                Some(_) if !resizable => out.push(change(
+                    field,
+                    Applies::NextStart,
+                    Some("a VM's CPUs and memory change at its next start"),
+                )),
                 Some(true) => out.push(change(field, Applies::Live, None)),
                 Some(false) => out.push(change(
                     field,

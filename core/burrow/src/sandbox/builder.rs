@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{default_backend, Sandbox, SandboxHandle};
 use crate::backend::{Backend, CreateRequest, StartOptions};
 use crate::error::{Error, Result};
-use crate::model::{Mount, MountSource, OciRuntime, SandboxConfig};
+use crate::model::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
 
 /// Collects options for a new sandbox. Options apply only when the sandbox is
 /// created; an existing sandbox's configuration always wins.
@@ -15,6 +15,8 @@ use crate::model::{Mount, MountSource, OciRuntime, SandboxConfig};
 pub struct SandboxBuilder {
     name: String,
     config: SandboxConfig,
+    /// The driver asked for (None: the host default, `$BURROW_DRIVER`).
+    driver: Option<String>,
     detached: bool,
     backend: Option<Arc<dyn Backend>>,
 }
@@ -32,6 +34,7 @@ impl SandboxBuilder {
         SandboxBuilder {
             name: name.into(),
             config: SandboxConfig::new(""),
+            driver: None,
             detached: false,
             backend: None,
         }
@@ -121,8 +124,16 @@ impl SandboxBuilder {
         self.config.runtime = runtime;
         self
     }
-    /// Replaces the whole configuration.
+    /// Isolation driver: `"container"` / [`DriverKind::Container`] or
+    /// `"vm"` / [`DriverKind::Vm`]. Default: `$BURROW_DRIVER`, else
+    /// container. An unknown name fails the create with `invalid_config`.
+    pub fn driver(mut self, driver: impl AsRef<str>) -> Self {
+        self.driver = Some(driver.as_ref().to_owned());
+        self
+    }
+    /// Replaces the whole configuration (its driver included).
     pub fn config(mut self, config: SandboxConfig) -> Self {
+        self.driver = Some(config.driver.as_str().to_owned());
         self.config = config;
         self
     }
@@ -149,18 +160,23 @@ impl SandboxBuilder {
         }
     }
 
-    fn request(&self) -> CreateRequest {
-        CreateRequest {
+    fn request(&self) -> Result<CreateRequest> {
+        let mut config = self.config.clone();
+        config.driver = match &self.driver {
+            Some(d) => d.parse()?,
+            None => DriverKind::host_default()?,
+        };
+        Ok(CreateRequest {
             name: self.name.clone(),
-            config: self.config.clone(),
+            config,
             detached: self.detached,
-        }
+        })
     }
 
     /// Persists the sandbox without starting it.
     pub async fn define(self) -> Result<SandboxHandle> {
         let backend = self.resolve_backend().await?;
-        let info = backend.create(self.request()).await?;
+        let info = backend.create(self.request()?).await?;
         Ok(SandboxHandle::bind(backend, info.id, info.name))
     }
 
@@ -168,7 +184,7 @@ impl SandboxBuilder {
     /// [`Error::AlreadyExists`]).
     pub async fn create(self) -> Result<Sandbox> {
         let backend = self.resolve_backend().await?;
-        let info = backend.create(self.request()).await?;
+        let info = backend.create(self.request()?).await?;
         let info = backend
             .start_identified(&info.name, &info.id, StartOptions::default())
             .await?;
@@ -194,7 +210,7 @@ impl SandboxBuilder {
                         Err(e) => return Err(e),
                     }
                 }
-                Err(Error::NotFound { .. }) => match backend.create(self.request()).await {
+                Err(Error::NotFound { .. }) => match backend.create(self.request()?).await {
                     Ok(info) => {
                         let info = backend
                             .connect_or_start_identified(

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use burrow::{Backend, Error, Mount, MountSource, OciRuntime, Sandbox, SandboxConfig};
+use burrow::{Backend, DriverKind, Error, Mount, MountSource, OciRuntime, Sandbox, SandboxConfig};
 use clap::builder::PossibleValuesParser;
 use clap::Args;
 
@@ -43,6 +43,10 @@ pub(crate) struct SandboxOpts {
     /// Enable outbound network access.
     #[arg(long)]
     pub network: bool,
+    /// Isolation driver: container (namespaces under an OCI runtime) or vm
+    /// (a QEMU microVM). Default: $BURROW_DRIVER, else container.
+    #[arg(long, value_name = "DRIVER", value_parser = PossibleValuesParser::new(["container", "vm"]))]
+    pub driver: Option<String>,
     /// OCI runtime of the container driver.
     #[arg(long, value_name = "RUNTIME", value_parser = PossibleValuesParser::new(["runc", "crun", "runsc"]))]
     pub runtime: Option<String>,
@@ -82,6 +86,10 @@ impl SandboxOpts {
             .map(|v| parse_mount(v))
             .collect::<burrow::Result<_>>()?;
         c.network = self.network;
+        c.driver = match &self.driver {
+            Some(d) => d.parse::<DriverKind>()?,
+            None => DriverKind::host_default()?,
+        };
         if let Some(r) = &self.runtime {
             c.runtime = r.parse::<OciRuntime>()?;
         }

@@ -5,6 +5,7 @@
 mod common;
 mod cp;
 mod create;
+mod doctor;
 mod exec;
 mod images;
 mod lifecycle;
@@ -105,6 +106,8 @@ enum Command {
         #[command(subcommand)]
         command: images::ImageCommand,
     },
+    /// Report which drivers (container, vm) work on this host, and why not.
+    Doctor,
     /// Print the version.
     Version,
 }
@@ -164,6 +167,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Pull(a) => images::pull(ctx, a).await,
         Command::Images => images::images(ctx).await,
         Command::Image { command } => images::image(ctx, command).await,
+        Command::Doctor => doctor::doctor(ctx).await,
         Command::Version => version::version(ctx),
     }
 }

@@ -138,6 +138,7 @@ impl ContainerGuest {
         let exit = GuestExit {
             code: status.code(),
             signal: status.signal(),
+            detail: None,
         };
         self.exit = Some(exit);
         exit

@@ -42,8 +42,10 @@ mod rootfs;
 mod runtime;
 mod seccomp;
 mod shift;
-mod spec;
-mod users;
+pub(crate) mod spec;
+pub(crate) mod users;
+
+pub(crate) use runtime::{bind_to_parent, find_on_path, spawn_long_lived};
 
 use guest::{ContainerGuest, Generation};
 use runtime::Runtime;
@@ -96,6 +98,41 @@ pub fn prepare_supervisor_process() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What a working container setup on this host consists of (for `burrow
+/// doctor`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ContainerSupport {
+    /// The OCI runtime binary.
+    pub binary: std::path::PathBuf,
+    /// Its version line.
+    pub version: String,
+}
+
+/// Checks that containers can run here with `runtime`: root, and the
+/// runtime binary present and answering `--version`.
+pub async fn check_support(runtime: OciRuntime) -> Result<ContainerSupport> {
+    require_root()?;
+    let rt = Runtime::locate(runtime, "/nonexistent".into(), "/nonexistent".into())?;
+    let out = tokio::process::Command::new(&rt.binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| rt.error(format!("running {} --version: {e}", rt.binary.display())))?;
+    if !out.status.success() {
+        return Err(rt.error(format!("`{} --version` failed", rt.binary.display())));
+    }
+    let version = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    Ok(ContainerSupport {
+        binary: rt.binary,
+        version,
+    })
 }
 
 fn require_root() -> Result<()> {

@@ -224,7 +224,7 @@ fn is_executable(p: &Path) -> bool {
 
 /// `name` in the directories of `PATH` (plus the sbin directories, which a
 /// non-login root shell may lack).
-pub(super) fn find_on_path(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
@@ -259,7 +259,7 @@ fn crun_private_cgroup_view() -> io::Result<()> {
 
 /// Makes `cmd` inherit exactly `keep` beyond stdio and, with
 /// `die_with_parent`, die with this process.
-pub(super) fn bind_to_parent(
+pub(crate) fn bind_to_parent(
     cmd: &mut std::process::Command,
     keep: Vec<RawFd>,
     die_with_parent: bool,
@@ -300,7 +300,7 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// Runs `cmd.spawn()` on the process-lifetime spawner thread, inside the
 /// caller's tokio runtime.
-pub(super) async fn spawn_long_lived(
+pub(crate) async fn spawn_long_lived(
     cmd: tokio::process::Command,
 ) -> io::Result<tokio::process::Child> {
     static SPAWNER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();

@@ -253,7 +253,7 @@ pub(super) fn agent_args() -> Result<Vec<String>> {
 }
 
 /// A valid hostname from a sandbox name: `[a-z0-9-]`, at most 63 bytes.
-pub(super) fn hostname(name: &str) -> String {
+pub(crate) fn hostname(name: &str) -> String {
     let mapped: String = name
         .chars()
         .map(|c| c.to_ascii_lowercase())
@@ -271,7 +271,7 @@ pub(super) fn hostname(name: &str) -> String {
 
 /// Image environment overlaid with the sandbox's, plus `PATH` and `HOSTNAME`
 /// defaults.
-pub(super) fn environment(
+pub(crate) fn environment(
     image: &ImageConfig,
     config: &SandboxConfig,
     hostname: &str,
@@ -305,7 +305,7 @@ pub(super) fn environment(
 }
 
 /// The working directory: the sandbox's, else the image's, else `/`.
-pub(super) fn working_dir(
+pub(crate) fn working_dir(
     config: &SandboxConfig,
     image: &ImageConfig,
     reference: &str,

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use super::rootfs::{cstr, MAP_SIZE};
 
 /// Resolves `user` (`uid[:gid]`, `name[:group]`, empty for root) to ids.
-pub(super) fn resolve(rootfs: &Path, user: Option<&str>, image: &str) -> Result<(u32, u32)> {
+pub(crate) fn resolve(rootfs: &Path, user: Option<&str>, image: &str) -> Result<(u32, u32)> {
     let invalid = |reason: String| Error::InvalidImage {
         image: image.to_owned(),
         reason,

@@ -26,11 +26,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::client::AgentClient;
 use crate::driver::container::{prepare_supervisor_process, ContainerDriver};
+use crate::driver::vm::VmDriver;
 use crate::driver::{Driver, GuestExit, GuestProcess, LaunchSpec, ResolvedMount};
 use crate::error::{Error, Result};
 use crate::locks::FileLock;
 use crate::logs::{LogSource, RotatingFile};
-use crate::model::{ExitReason, MountSource, OciRuntime, SandboxId, Status};
+use crate::model::{DriverKind, ExitReason, MountSource, OciRuntime, SandboxId, Status};
 use crate::paths::Home;
 use crate::procs::ProcIdentity;
 use crate::store::Store;
@@ -46,6 +47,9 @@ pub struct SuperviseArgs {
     pub generation: u64,
     /// OCI runtime (needed before the async runtime exists).
     pub runtime: OciRuntime,
+    /// Driver (the container driver prepares the process before the async
+    /// runtime exists).
+    pub driver: DriverKind,
     /// Owner of an attached sandbox (None: detached).
     pub owner_pid: Option<u32>,
     /// Pipe to report readiness (or the start error) on.
@@ -68,7 +72,11 @@ pub fn main(args: SuperviseArgs) -> i32 {
     });
     let mut ready = Ready(ready);
     // Must run while single-threaded: mount namespace changes apply per thread.
-    if let Err(e) = prepare_supervisor_process() {
+    let prepared = match args.driver {
+        DriverKind::Container => prepare_supervisor_process(),
+        DriverKind::Vm => Ok(()),
+    };
+    if let Err(e) = prepared {
         ready.fail(&e.to_string());
         tracing::error!(error = %e, "supervisor setup failed");
         return 1;
@@ -354,7 +362,10 @@ async fn boot(
         agent_log,
         inherit_fds: vec![runtime_lock.raw_fd()],
     };
-    let driver = ContainerDriver::new(config.runtime);
+    let driver: Box<dyn Driver> = match config.driver {
+        DriverKind::Container => Box::new(ContainerDriver::new(config.runtime)),
+        DriverKind::Vm => Box::new(VmDriver),
+    };
     let launched = tokio::time::timeout(left(), driver.launch(&spec))
         .await
         .map_err(|_| Error::Timeout {
@@ -442,6 +453,9 @@ async fn boot(
 
 pub(super) fn describe_exit(exit: &Result<GuestExit>) -> String {
     match exit {
+        Ok(GuestExit {
+            detail: Some(d), ..
+        }) => (*d).to_owned(),
         Ok(GuestExit { code: Some(c), .. }) => format!("runtime exited with code {c}"),
         Ok(GuestExit {
             signal: Some(s), ..

@@ -1,0 +1,414 @@
+//! The VM driver: every sandbox in its own QEMU microVM.
+//!
+//! One launch, in order: find QEMU and the guest kernel; choose KVM or TCG
+//! (`accel.rs`: KVM only when a probe boot of the real guest works); get the
+//! image as a cached ext4 disk (attached read-only) and the sandbox's own
+//! writable ext4 disk (created on first start, kept across runs: the overlay
+//! upper layer lives there); write the initramfs with the agent as `/init`
+//! and its boot JSON (`initramfs.rs`, contract in
+//! [`burrow_protocol::vm`]); start `qemu-system-x86_64 -M microvm` with the
+//! agent's virtio console port and the QMP monitor on socketpairs it
+//! inherits (no socket paths), the serial console on a pipe that becomes
+//! the guest log, and the runtime-lifetime lock inherited so the lock is
+//! released only when QEMU is gone.
+//!
+//! Readiness is the agent's hello, which the supervisor awaits within the
+//! sandbox's `startup_timeout`; QEMU's exit code is never trusted for it.
+//! Stop is the agent's orderly shutdown (sync, then it ends the VM through
+//! the `isa-debug-exit` port); kill is SIGKILL to QEMU. If the supervisor
+//! dies, the agent sees its port close and shuts the VM down the same way.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use burrow_protocol::vm::{VmBoot, VmMount};
+use serde::{Deserialize, Serialize};
+use tracing::Instrument;
+
+use super::{Driver, LaunchSpec, Launched};
+use crate::error::{Error, Result};
+use crate::procs::ProcIdentity;
+
+mod accel;
+mod guest;
+mod initramfs;
+mod qemu;
+mod qmp;
+
+pub use accel::AccelChoice;
+pub use qemu::{locate_kernel, locate_qemu, Accel};
+
+use guest::VmGuest;
+use qemu::{Machine, Share};
+
+/// Memory of a VM without a configured limit, in MiB.
+pub const DEFAULT_MEMORY_MB: u64 = 512;
+/// The smallest memory a VM can boot the agent in, in MiB.
+pub const MIN_MEMORY_MB: u64 = 64;
+/// Size of a sandbox's writable disk (sparse: only what is written counts).
+const DATA_DISK_BYTES: u64 = 8 << 30;
+
+/// Runs guests as QEMU microVMs.
+#[derive(Debug, Clone, Default)]
+pub struct VmDriver;
+
+#[async_trait]
+impl Driver for VmDriver {
+    fn name(&self) -> &'static str {
+        "vm"
+    }
+
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Launched> {
+        let span = tracing::info_span!("vm_launch", sandbox = %spec.sandbox_id, name = %spec.name, generation = spec.generation);
+        launch(spec).instrument(span).await
+    }
+}
+
+/// What a working VM setup on this host consists of (for `burrow doctor`).
+#[derive(Debug, Clone, Serialize)]
+pub struct VmSupport {
+    /// The QEMU binary.
+    pub qemu: PathBuf,
+    /// QEMU's version line.
+    pub qemu_version: String,
+    /// The guest kernel.
+    pub kernel: PathBuf,
+    /// The acceleration guests get, and why.
+    pub accel: AccelChoice,
+}
+
+/// Checks that VMs can run here: QEMU, the kernel, the agent, and which
+/// acceleration they get (runs the KVM probe if it has not run yet).
+pub async fn check_support() -> Result<VmSupport> {
+    let qemu = locate_qemu()?;
+    let kernel = locate_kernel()?;
+    let agent = crate::procs::agent_bin()
+        .ok_or_else(|| qemu::unavailable("the guest agent binary was not found".into()))?;
+    let out = tokio::process::Command::new(&qemu)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| qemu::unavailable(format!("running {}: {e}", qemu.display())))?;
+    let qemu_version = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let accel = accel::choose(&qemu, &kernel, &agent).await?;
+    Ok(VmSupport {
+        qemu,
+        qemu_version,
+        kernel,
+        accel,
+    })
+}
+
+/// The QEMU process of a generation, recorded so that a later start or a
+/// removal can kill it if its supervisor died.
+#[derive(Debug, Serialize, Deserialize)]
+struct Recorded {
+    pid: u32,
+    start: u64,
+}
+
+const RECORD_FILE: &str = "qemu.json";
+
+async fn launch(spec: &LaunchSpec) -> Result<Launched> {
+    let started = Instant::now();
+    let qemu_bin = locate_qemu()?;
+    let kernel = locate_kernel()?;
+    let dir = &spec.runtime_dir;
+    reclaim_stale(dir).await?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io("creating the runtime directory", Some(dir), e))?;
+    let choice = accel::choose(&qemu_bin, &kernel, &spec.agent_bin).await?;
+    tracing::debug!(accel = choice.accel.as_str(), reason = %choice.reason, "acceleration");
+
+    let (root_disk, data_disk) = {
+        let images_dir = spec.images_dir.clone();
+        let image = spec.image.clone();
+        let data = spec.sandbox_dir.join("vm").join("data.ext4");
+        tokio::task::spawn_blocking(move || -> Result<(PathBuf, PathBuf)> {
+            let root = crate::image::ext4::disk_image_in(&images_dir, &image)?;
+            ensure_data_disk(&data)?;
+            Ok((root, data))
+        })
+        .await
+        .map_err(|e| Error::io("preparing the disks", None, std::io::Error::other(e)))??
+    };
+    let shares: Vec<Share> = spec
+        .mounts
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Share {
+            tag: format!("burrow{i}"),
+            path: m.host_path.clone(),
+            read_only: m.read_only,
+        })
+        .collect();
+    let boot = boot_config(spec, &shares)?;
+    let boot_json = serde_json::to_vec(&boot)
+        .map_err(|e| Error::io("encoding the boot configuration", None, e.into()))?;
+    let agent = std::fs::read(&spec.agent_bin)
+        .map_err(|e| Error::io("reading the guest agent", Some(&spec.agent_bin), e))?;
+    let initramfs = dir.join("initramfs.cpio");
+    initramfs::write(&initramfs, &agent, &boot_json)?;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "disks and initramfs ready"
+    );
+
+    let (agent_host, agent_guest) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| Error::io("creating the agent channel", None, e))?;
+    let (qmp_host, qmp_guest) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| Error::io("creating the QMP channel", None, e))?;
+    let memory_mb = spec.config.memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
+    let cpus = spec
+        .config
+        .cpus
+        .map(|c| c.ceil().clamp(1.0, 255.0) as u32)
+        .unwrap_or(1);
+    let machine = Machine {
+        kernel: &kernel,
+        initramfs: &initramfs,
+        root_disk: Some(&root_disk),
+        data_disk: Some(&data_disk),
+        accel: choice.accel,
+        cpus,
+        memory_mb,
+        network: spec.config.network,
+        shares: &shares,
+        agent_fd: agent_guest.as_raw_fd(),
+        qmp_fd: Some(qmp_guest.as_raw_fd()),
+        start_paused: crate::fault::enabled("vm.start_paused"),
+    };
+    let mut inherit = spec.inherit_fds.clone();
+    inherit.extend([agent_guest.as_raw_fd(), qmp_guest.as_raw_fd()]);
+    let (log_read, log_write) =
+        std::io::pipe().map_err(|e| Error::io("creating the console pipe", None, e))?;
+    let mut child = spawn_qemu(&qemu_bin, &machine, inherit, Some(log_write.into())).await?;
+    // Only QEMU holds the guest ends now: when it exits, ours see EOF.
+    drop((agent_guest, qmp_guest));
+    if let Some(pid) = child.id() {
+        record_process(dir, pid);
+    }
+    let log = tokio::net::unix::pipe::Receiver::from_owned_fd(log_read.into())
+        .map_err(|e| Error::io("reading the console pipe", None, e))?;
+
+    let setup = async {
+        let qmp_stream = to_tokio(qmp_host)?;
+        let qmp = qmp::Qmp::handshake(qmp_stream).await?;
+        let agent = to_tokio(agent_host)?;
+        Ok::<_, Error>((qmp, agent))
+    };
+    let (qmp, agent) = match setup.await {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            let _ = clear_runtime_dir(dir);
+            return Err(e);
+        }
+    };
+    tracing::info!(
+        accel = choice.accel.as_str(),
+        cpus,
+        memory_mb,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "VM started"
+    );
+    let mut notes = Vec::new();
+    if spec.config.cpus.is_some_and(|c| c.fract() != 0.0) {
+        notes.push(format!(
+            "the VM has {cpus} whole vCPU(s): fractional CPU limits are rounded up"
+        ));
+    }
+    if spec.config.pids_limit.is_some() {
+        notes.push("pids_limit is not enforced inside a VM".into());
+    }
+    if choice.accel == Accel::Tcg {
+        notes.push(format!(
+            "running under TCG (software emulation): {}",
+            choice.reason
+        ));
+    }
+    let (reader, writer) = agent.into_split();
+    Ok(Launched {
+        guest: Box::new(VmGuest::new(child, qmp, dir.clone(), memory_mb)),
+        reader: Box::new(reader),
+        writer: Box::new(writer),
+        log: Some(Box::new(log)),
+        notes,
+    })
+}
+
+fn to_tokio(s: std::os::unix::net::UnixStream) -> Result<tokio::net::UnixStream> {
+    s.set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixStream::from_std(s))
+        .map_err(|e| Error::io("registering a QEMU channel", None, e))
+}
+
+/// Starts QEMU with `inherit` open in it (everything else stays
+/// close-on-exec); the serial console and QEMU's own messages go to
+/// `console` (None: discarded).
+async fn spawn_qemu(
+    qemu: &Path,
+    machine: &Machine<'_>,
+    inherit: Vec<RawFd>,
+    console: Option<OwnedFd>,
+) -> Result<tokio::process::Child> {
+    let mut cmd = std::process::Command::new(qemu);
+    cmd.args(machine.args()).stdin(Stdio::null());
+    match console {
+        None => {
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        }
+        Some(fd) => {
+            // One pipe for both: the serial console writes to stdout, QEMU's
+            // own errors to stderr.
+            let copy = fd
+                .try_clone()
+                .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
+            cmd.stdout(Stdio::from(fd)).stderr(Stdio::from(copy));
+        }
+    }
+    // No parent-death signal: if the supervisor dies, the agent sees its
+    // port close and powers the VM off after syncing; QEMU (holding the
+    // runtime lock) exits only then.
+    crate::driver::container::bind_to_parent(&mut cmd, inherit, false);
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    crate::driver::container::spawn_long_lived(cmd)
+        .await
+        .map_err(|e| qemu::unavailable(format!("starting {}: {e}", qemu.display())))
+}
+
+/// The agent's boot configuration for this launch.
+fn boot_config(spec: &LaunchSpec, shares: &[Share]) -> Result<VmBoot> {
+    use crate::driver::container::{spec as oci, users};
+    let image = &spec.image;
+    let hostname = oci::hostname(&spec.name);
+    let (uid, gid) = users::resolve(
+        &image.rootfs,
+        image.config.user.as_deref(),
+        &image.reference,
+    )?;
+    let env = oci::environment(&image.config, &spec.config, &hostname)
+        .into_iter()
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect();
+    Ok(VmBoot {
+        root_serial: qemu::ROOT_SERIAL.into(),
+        data_serial: qemu::DATA_SERIAL.into(),
+        channel: qemu::AGENT_PORT.into(),
+        hosts: format!(
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
+        ),
+        hostname,
+        env,
+        cwd: oci::working_dir(&spec.config, &image.config, &image.reference)?,
+        uid,
+        gid,
+        resolv_conf: spec
+            .config
+            .network
+            .then(|| format!("nameserver {}\n", qemu::GUEST_DNS)),
+        mounts: shares
+            .iter()
+            .zip(&spec.mounts)
+            .map(|(s, m)| VmMount {
+                tag: s.tag.clone(),
+                target: m.target.clone(),
+                read_only: m.read_only,
+            })
+            .collect(),
+    })
+}
+
+/// Creates the sandbox's writable disk on its first start: a sparse file
+/// with an empty ext4 (the agent makes `upper/` and `work/` on it).
+fn ensure_data_disk(path: &Path) -> Result<()> {
+    if crate::image::ext4::is_ext4(path) {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io("creating the disk directory", Some(dir), e))?;
+    let tmp = path.with_extension("tmp");
+    let file = std::fs::File::create(&tmp)
+        .map_err(|e| Error::io("creating the writable disk", Some(&tmp), e))?;
+    file.set_len(DATA_DISK_BYTES)
+        .map_err(|e| Error::io("sizing the writable disk", Some(&tmp), e))?;
+    drop(file);
+    let out = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "burrow-data", "-E"])
+        .arg("root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1")
+        .arg(&tmp)
+        .output()
+        .map_err(|e| Error::io("running mkfs.ext4 (package e2fsprogs)", None, e))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(
+            "formatting the writable disk",
+            Some(&tmp),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+        ));
+    }
+    std::fs::rename(&tmp, path)
+        .map_err(|e| Error::io("publishing the writable disk", Some(path), e))
+}
+
+fn record_process(dir: &Path, pid: u32) {
+    let Some(me) = ProcIdentity::of(pid) else {
+        return;
+    };
+    let rec = Recorded {
+        pid: me.pid,
+        start: me.start,
+    };
+    if let Ok(text) = serde_json::to_vec(&rec) {
+        let _ = std::fs::write(dir.join(RECORD_FILE), text);
+    }
+}
+
+/// Kills a QEMU an earlier generation left running (its supervisor died and
+/// the guest did not power off) and clears the runtime directory. Call it
+/// also when a sandbox is removed after a supervisor crash.
+pub async fn reclaim_stale(runtime_dir: &Path) -> Result<()> {
+    let recorded = std::fs::read(runtime_dir.join(RECORD_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Recorded>(&b).ok());
+    if let Some(rec) = recorded {
+        let id = ProcIdentity {
+            pid: rec.pid,
+            start: rec.start,
+        };
+        if id.is_alive() {
+            tracing::info!(pid = rec.pid, "killing the QEMU of an earlier generation");
+            // SAFETY: kill on a pid whose identity (start time) we just
+            // checked; at worst it races with that process's own exit.
+            unsafe { libc::kill(rec.pid as libc::pid_t, libc::SIGKILL) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while id.is_alive() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    clear_runtime_dir(runtime_dir)
+}
+
+fn clear_runtime_dir(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::io("clearing the runtime directory", Some(dir), e))
+        }
+        _ => Ok(()),
+    }
+}

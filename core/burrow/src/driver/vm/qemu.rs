@@ -1,0 +1,354 @@
+//! The QEMU command line of a microVM, and where QEMU and the guest kernel
+//! are found.
+
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Name of the virtio console port carrying the protocol.
+pub(super) const AGENT_PORT: &str = "burrow.agent";
+/// Serial number of the image disk.
+pub(super) const ROOT_SERIAL: &str = "burrow-root";
+/// Serial number of the writable disk.
+pub(super) const DATA_SERIAL: &str = "burrow-data";
+
+/// Guest address and gateway of QEMU's user-mode network.
+pub(super) const GUEST_IP: &str = "10.0.2.15";
+const GATEWAY: &str = "10.0.2.2";
+/// QEMU's user-mode DNS forwarder.
+pub(super) const GUEST_DNS: &str = "10.0.2.3";
+
+/// How the guest's CPU is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Accel {
+    /// Hardware virtualisation through `/dev/kvm`.
+    Kvm,
+    /// QEMU's software emulator.
+    Tcg,
+}
+
+impl Accel {
+    /// Its name on QEMU's command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// A host directory shared with the guest over virtio-9p.
+#[derive(Debug, Clone)]
+pub(super) struct Share {
+    pub tag: String,
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+/// Everything on one QEMU command line.
+#[derive(Debug)]
+pub(super) struct Machine<'a> {
+    pub kernel: &'a Path,
+    pub initramfs: &'a Path,
+    /// Image disk (attached read-only); None for the acceleration probe.
+    pub root_disk: Option<&'a Path>,
+    /// Writable disk.
+    pub data_disk: Option<&'a Path>,
+    pub accel: Accel,
+    pub cpus: u32,
+    pub memory_mb: u64,
+    pub network: bool,
+    pub shares: &'a [Share],
+    /// Connected socket (inherited) carrying the agent's port.
+    pub agent_fd: RawFd,
+    /// Connected socket (inherited) for the QMP monitor.
+    pub qmp_fd: Option<RawFd>,
+    /// Start with the CPUs stopped (`-S`; a test hook for wedged guests).
+    pub start_paused: bool,
+}
+
+impl Machine<'_> {
+    /// The kernel command line.
+    pub(super) fn kernel_cmdline(&self) -> String {
+        // reboot=t: a reset is a triple fault, which ends QEMU (-no-reboot)
+        // without ACPI or a keyboard controller. panic=-1: a panic resets
+        // at once. The words after `--` are init's arguments.
+        let mut words = vec![
+            "console=ttyS0",
+            "reboot=t",
+            "panic=-1",
+            "quiet",
+            "loglevel=4",
+            "8250.nr_uarts=1",
+            "random.trust_cpu=on",
+        ];
+        let ip;
+        if self.network {
+            ip = format!("ip={GUEST_IP}::{GATEWAY}:255.255.255.0::eth0:off");
+            words.push(&ip);
+        }
+        words.push("--");
+        words.push(burrow_protocol::vm::VM_MODE_ARG);
+        words.join(" ")
+    }
+
+    /// QEMU's arguments (without the binary).
+    pub(super) fn args(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+        push(&[
+            "-M",
+            "microvm,acpi=off,x-option-roms=off,rtc=off,isa-serial=on",
+            "-nodefaults",
+            "-no-user-config",
+            "-no-reboot",
+            "-nographic",
+        ]);
+        match self.accel {
+            Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
+            Accel::Tcg if self.cpus > 1 => push(&["-accel", "tcg,thread=multi", "-cpu", "max"]),
+            Accel::Tcg => push(&["-accel", "tcg", "-cpu", "max"]),
+        }
+        let (mem, smp) = (self.memory_mb.to_string(), self.cpus.to_string());
+        push(&["-m", &mem, "-smp", &smp]);
+        push(&[
+            "-chardev",
+            "stdio,id=console,signal=off",
+            "-serial",
+            "chardev:console",
+        ]);
+        push(&["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"]);
+        let cmdline = self.kernel_cmdline();
+        a.extend([
+            "-kernel".into(),
+            self.kernel.into(),
+            "-initrd".into(),
+            self.initramfs.into(),
+            "-append".into(),
+            cmdline.into(),
+        ]);
+        for (id, disk, serial, ro) in [
+            ("root", self.root_disk, ROOT_SERIAL, true),
+            ("data", self.data_disk, DATA_SERIAL, false),
+        ] {
+            let Some(disk) = disk else { continue };
+            let mut drive = OsString::from(format!("id={id},format=raw,if=none,cache=writeback,"));
+            if ro {
+                drive.push("readonly=on,");
+            }
+            drive.push("file=");
+            drive.push(escape_option(disk));
+            a.extend(["-drive".into(), drive]);
+            a.extend([
+                "-device".into(),
+                format!("virtio-blk-device,drive={id},serial={serial}").into(),
+            ]);
+        }
+        let agent = format!("socket,id=agent,fd={}", self.agent_fd);
+        let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+        push(&[
+            "-device",
+            "virtio-serial-device,max_ports=2",
+            "-chardev",
+            &agent,
+            "-device",
+            &format!("virtserialport,chardev=agent,name={AGENT_PORT}"),
+        ]);
+        if let Some(fd) = self.qmp_fd {
+            push(&[
+                "-chardev",
+                &format!("socket,id=qmp,fd={fd}"),
+                "-mon",
+                "chardev=qmp,mode=control",
+            ]);
+        }
+        if self.network {
+            push(&[
+                "-netdev",
+                "user,id=net0",
+                "-device",
+                "virtio-net-device,netdev=net0",
+            ]);
+        }
+        for (i, share) in self.shares.iter().enumerate() {
+            let mut fsdev = OsString::from(format!(
+                "local,id=fs{i},security_model=passthrough,{}path=",
+                if share.read_only { "readonly=on," } else { "" }
+            ));
+            fsdev.push(escape_option(&share.path));
+            a.extend(["-fsdev".into(), fsdev]);
+            a.extend([
+                "-device".into(),
+                format!("virtio-9p-device,fsdev=fs{i},mount_tag={}", share.tag).into(),
+            ]);
+        }
+        if self.start_paused {
+            a.push("-S".into());
+        }
+        a
+    }
+}
+
+/// A path inside a QEMU option string: commas are doubled.
+fn escape_option(path: &Path) -> OsString {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut out = Vec::new();
+    for &b in path.as_os_str().as_bytes() {
+        out.push(b);
+        if b == b',' {
+            out.push(b',');
+        }
+    }
+    OsString::from_vec(out)
+}
+
+/// The QEMU binary: `$BURROW_QEMU`, else `qemu-system-x86_64` on PATH.
+pub fn locate_qemu() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("BURROW_QEMU").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(unavailable(format!(
+                "BURROW_QEMU={} does not exist",
+                p.display()
+            )))
+        };
+    }
+    crate::driver::container::find_on_path("qemu-system-x86_64").ok_or_else(|| {
+        unavailable(
+            "qemu-system-x86_64 was not found (install the qemu-system-x86 package, or set BURROW_QEMU)"
+                .into(),
+        )
+    })
+}
+
+/// The guest kernel (an ELF `vmlinux` with a PVH entry): `$BURROW_VM_KERNEL`,
+/// else `burrow-vmlinux` next to the `burrow` binary, else `kernel/vmlinux`
+/// in the cargo target directory the binary was built in (where
+/// `scripts/build-kernel.sh` puts it), else `/usr/lib/burrow/vmlinux`.
+pub fn locate_kernel() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("BURROW_VM_KERNEL").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(unavailable(format!(
+                "BURROW_VM_KERNEL={} does not exist",
+                p.display()
+            )))
+        };
+    }
+    let mut cands = Vec::new();
+    if let Some(dir) = crate::procs::burrow_bin().and_then(|b| b.parent().map(Path::to_path_buf)) {
+        cands.push(dir.join("burrow-vmlinux"));
+        // target/<profile>/burrow -> target/kernel/vmlinux
+        if let Some(target) = dir.parent() {
+            cands.push(target.join("kernel/vmlinux"));
+            // target/<profile>/deps/... test binaries resolve `burrow` one up.
+            if let Some(up) = target.parent() {
+                cands.push(up.join("kernel/vmlinux"));
+            }
+        }
+    }
+    cands.push(PathBuf::from("/usr/lib/burrow/vmlinux"));
+    cands.into_iter().find(|c| c.is_file()).ok_or_else(|| {
+        unavailable(
+            "the guest kernel was not found (build it with scripts/build-kernel.sh, or set BURROW_VM_KERNEL)"
+                .into(),
+        )
+    })
+}
+
+pub(super) fn unavailable(reason: String) -> Error {
+    Error::Runtime {
+        runtime: "vm".into(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn machine<'a>(shares: &'a [Share]) -> Machine<'a> {
+        Machine {
+            kernel: Path::new("/k/vmlinux"),
+            initramfs: Path::new("/r/init.cpio"),
+            root_disk: Some(Path::new("/images/a,b.ext4")),
+            data_disk: Some(Path::new("/sb/data.ext4")),
+            accel: Accel::Tcg,
+            cpus: 2,
+            memory_mb: 384,
+            network: true,
+            shares,
+            agent_fd: 7,
+            qmp_fd: Some(8),
+            start_paused: false,
+        }
+    }
+
+    fn joined(m: &Machine<'_>) -> Vec<String> {
+        m.args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn command_line_has_every_device() {
+        let shares = [Share {
+            tag: "vol0".into(),
+            path: "/data/v".into(),
+            read_only: true,
+        }];
+        let m = machine(&shares);
+        let a = joined(&m);
+        let has = |s: &str| a.iter().any(|x| x == s);
+        assert!(has("-no-reboot"));
+        assert!(has("tcg,thread=multi"));
+        assert!(has("384") && has("2"));
+        assert!(has(
+            "id=root,format=raw,if=none,cache=writeback,readonly=on,file=/images/a,,b.ext4"
+        ));
+        assert!(has("virtio-blk-device,drive=root,serial=burrow-root"));
+        assert!(has(
+            "id=data,format=raw,if=none,cache=writeback,file=/sb/data.ext4"
+        ));
+        assert!(has("socket,id=agent,fd=7"));
+        assert!(has("socket,id=qmp,fd=8"));
+        assert!(has("virtserialport,chardev=agent,name=burrow.agent"));
+        assert!(has("virtio-net-device,netdev=net0"));
+        assert!(has(
+            "local,id=fs0,security_model=passthrough,readonly=on,path=/data/v"
+        ));
+        assert!(has("virtio-9p-device,fsdev=fs0,mount_tag=vol0"));
+        assert!(!has("-S"));
+        let cmdline = m.kernel_cmdline();
+        assert!(cmdline.ends_with(" -- --vm"), "{cmdline}");
+        assert!(cmdline.contains("ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off"));
+    }
+
+    #[test]
+    fn probe_machine_has_no_disks_and_no_network() {
+        let mut m = machine(&[]);
+        m.root_disk = None;
+        m.data_disk = None;
+        m.network = false;
+        m.qmp_fd = None;
+        m.cpus = 1;
+        m.start_paused = true;
+        let a = joined(&m);
+        assert!(!a
+            .iter()
+            .any(|x| x.contains("virtio-blk") || x.contains("netdev")));
+        assert!(!a.iter().any(|x| x.contains("qmp")));
+        assert!(a.iter().any(|x| x == "tcg"));
+        assert!(a.iter().any(|x| x == "-S"));
+        assert!(!m.kernel_cmdline().contains("ip="));
+    }
+}
