@@ -20,6 +20,7 @@ use crate::log::{info, warning};
 use crate::mailbox::{self, Event, Inbox, Input, Mailbox};
 use crate::reaper::{self, Processes, Signals};
 use crate::shutdown::{self, ShutdownState};
+use crate::spawn::Credentials;
 use crate::{archive, exec, files, fs, tunnel};
 
 /// Locks a mutex, ignoring poisoning: every critical section in the agent
@@ -37,9 +38,12 @@ pub struct Agent {
     pub requests: Registry,
     /// Processes spawned for requests.
     pub procs: Processes,
-    /// The agent's own environment at startup (set by the runtime from the
-    /// sandbox configuration); the base of every exec's environment.
+    /// The base of every exec's environment: the agent's own environment
+    /// at startup (set by the runtime from the sandbox configuration), or in
+    /// a microVM the boot configuration's.
     pub env: Vec<(OsString, OsString)>,
+    /// Who processes run as, when not as the agent itself (microVM).
+    pub user: Option<Credentials>,
     /// Whether the agent is PID 1 of its PID namespace (container or VM init).
     pub pid1: bool,
     /// Shutdown coordination.
@@ -136,8 +140,28 @@ pub fn cancelled() -> GuestError {
     GuestError::new(GuestErrorCode::Io, "request cancelled")
 }
 
+/// What every process the agent starts is based on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessBase {
+    /// The base environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// Who processes run as (`None`: as the agent).
+    pub user: Option<Credentials>,
+}
+
+impl ProcessBase {
+    /// The agent's own environment and identity (container, or a plain
+    /// process): the runtime set them up from the sandbox configuration.
+    pub fn inherited() -> ProcessBase {
+        ProcessBase {
+            env: std::env::vars_os().collect(),
+            user: None,
+        }
+    }
+}
+
 /// Runs the agent on `channel` until it shuts down; returns the exit code.
-pub fn run(channel: Channel, signals: Signals) -> i32 {
+pub fn run(channel: Channel, signals: Signals, base: ProcessBase) -> i32 {
     let Channel { reader, writer } = channel;
     // Header and body of a frame usually arrive in one read.
     let mut reader = std::io::BufReader::with_capacity(128 * 1024, reader);
@@ -159,7 +183,8 @@ pub fn run(channel: Channel, signals: Signals) -> i32 {
         out,
         requests: Registry::default(),
         procs: Processes::default(),
-        env: std::env::vars_os().collect(),
+        env: base.env,
+        user: base.user,
         pid1,
         shutdown: ShutdownState::default(),
     });

@@ -63,7 +63,7 @@ pub fn run(ctx: &Ctx, req: ExecRequest) -> Result<Response, GuestError> {
         }
     }
     let env = environment(&ctx.agent.env, &req)?;
-    let plan = Plan::new(&req.argv, &env, req.cwd.as_deref()).map_err(invalid)?;
+    let plan = Plan::new(&req.argv, &env, req.cwd.as_deref(), ctx.agent.user).map_err(invalid)?;
     let program = req.argv.first().map(String::as_str).unwrap_or_default();
     let spawn_err = |e: io::Error| GuestError::from_io(&e, &format!("starting {program}"));
 

@@ -2,9 +2,12 @@
 //! microVM), it serves the burrow protocol on one channel: process execution,
 //! file access, tunnels and shutdown.
 //!
-//! Usage: `burrow-agent [--channel PATH]`. Without `--channel` the protocol
-//! runs on stdin/stdout; with it, on the file or character device at PATH
-//! (a VM's virtio console port). Logs go to stderr.
+//! Usage: `burrow-agent [--channel PATH] [--vm]`. Without `--channel` the
+//! protocol runs on stdin/stdout; with it, on the file or character device
+//! at PATH. With `--vm` the agent is the `/init` of a microVM: it sets the
+//! guest up from `/burrow/boot.json` (see `vm`), serves the protocol on the
+//! virtio console port named there, and ends the VM when it exits. Logs go
+//! to stderr.
 
 mod agent;
 mod archive;
@@ -20,17 +23,25 @@ mod shutdown;
 mod spawn;
 mod sys;
 mod tunnel;
+mod vm;
 
 use std::path::PathBuf;
 
-use crate::log::{error, warning};
+use burrow_protocol::vm::VM_MODE_ARG;
 
-const USAGE: &str = "usage: burrow-agent [--channel PATH]";
+use crate::agent::ProcessBase;
+use crate::log::{error, warning};
+use crate::sys::exit_process;
+
+const USAGE: &str = "usage: burrow-agent [--channel PATH] [--vm]";
 
 /// Parsed command line.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Args {
     channel: Option<PathBuf>,
+    vm: bool,
+    /// Arguments that were ignored.
+    unknown: Vec<String>,
 }
 
 /// Parses the command line. Unknown arguments are ignored with a warning:
@@ -45,42 +56,129 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Args
             parsed.channel = Some(path.into());
         } else if let Some(path) = text.strip_prefix("--channel=") {
             parsed.channel = Some(path.into());
+        } else if text == VM_MODE_ARG {
+            parsed.vm = true;
         } else if text == "--version" || text == "-V" {
             println!("burrow-agent {}", env!("CARGO_PKG_VERSION"));
-            std::process::exit(0);
+            exit_process(0);
         } else if text == "--help" || text == "-h" {
             println!("{USAGE}");
-            std::process::exit(0);
+            exit_process(0);
         } else {
             warning!("ignoring unknown argument {text:?} ({USAGE})");
+            parsed.unknown.push(text.into_owned());
         }
     }
     Ok(parsed)
 }
 
 fn main() {
+    // In a VM a panic escaping `main` would kill PID 1, which the host sees
+    // as a bare reset: give it the usual panic exit code instead.
+    if std::panic::catch_unwind(agent_main).is_err() {
+        error!("the agent panicked");
+    }
+    exit_process(101)
+}
+
+/// The agent proper; ends through [`exit_process`], never returns.
+fn agent_main() {
+    // First of all, so that every exit path (even a bad argument) ends the
+    // VM with the agent's word rather than with a kernel panic.
+    if std::env::args_os().skip(1).any(|a| a == VM_MODE_ARG) {
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != 1 {
+            // VM mode mounts over / and ends by resetting the machine: only
+            // ever as the init of a VM.
+            error!("{VM_MODE_ARG} is only for the init of a microVM (pid 1)");
+            std::process::exit(2);
+        }
+        sys::set_vm_exit();
+    }
     let args = match parse_args(std::env::args_os().skip(1)) {
         Ok(args) => args,
         Err(e) => {
             error!("{e} ({USAGE})");
-            std::process::exit(2);
+            exit_process(2);
         }
+    };
+    // The VM setup runs on the only thread, before the signal mask.
+    let (channel_path, base) = if args.vm {
+        if args.channel.is_some() {
+            warning!("ignoring --channel: in VM mode the channel is the boot configuration's");
+        }
+        if args.unknown.iter().any(|a| a.starts_with("virtio_mmio.")) {
+            // QEMU's microvm appends its virtio_mmio.device=... words to the
+            // command line: after a `--` they reach init instead of the
+            // kernel, which then has no virtio devices at all.
+            error!(
+                "virtio_mmio.* kernel parameters reached init as arguments: the guest has \
+                 no virtio devices. Do not end the kernel command line with `-- {VM_MODE_ARG}` \
+                 (QEMU appends its own parameters after it); pass {VM_MODE_ARG} as a plain word"
+            );
+        }
+        match vm::setup() {
+            Ok(guest) => (Some(guest.channel), guest.base),
+            Err(e) => {
+                error!("VM setup failed: {e}");
+                exit_process(e.code());
+            }
+        }
+    } else {
+        (args.channel, ProcessBase::inherited())
     };
     // Before any thread exists, so that every thread inherits the mask.
     let signals = match reaper::block_signals() {
         Ok(s) => s,
         Err(e) => {
             error!("cannot set up signal handling: {e}");
-            std::process::exit(1);
+            exit_process(1);
         }
     };
-    let channel = match channel::open(args.channel.as_deref()) {
+    let channel = match channel::open(channel_path.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             error!("cannot open the channel: {e}");
-            std::process::exit(1);
+            exit_process(1);
         }
     };
-    channel::describe(&channel, args.channel.as_deref());
-    std::process::exit(agent::run(channel, signals))
+    if args.vm {
+        vm::wait_for_host(&channel.reader);
+    }
+    channel::describe(&channel, channel_path.as_deref());
+    exit_process(agent::run(channel, signals, base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_args, Args};
+
+    fn parse(args: &[&str]) -> Result<Args, String> {
+        parse_args(args.iter().map(|a| a.into()))
+    }
+
+    #[test]
+    fn arguments() {
+        assert_eq!(parse(&[]), Ok(Args::default()));
+        assert_eq!(
+            parse(&["--vm"]),
+            Ok(Args {
+                vm: true,
+                ..Args::default()
+            })
+        );
+        assert_eq!(
+            parse(&["quiet", "--channel", "/dev/x", "--vm"]),
+            Ok(Args {
+                channel: Some("/dev/x".into()),
+                vm: true,
+                unknown: vec!["quiet".into()],
+            })
+        );
+        assert_eq!(
+            parse(&["--channel=/dev/y"]).map(|a| a.channel),
+            Ok(Some("/dev/y".into()))
+        );
+        assert!(parse(&["--channel"]).is_err());
+    }
 }

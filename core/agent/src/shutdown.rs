@@ -1,6 +1,7 @@
 //! Orderly exit: terminate guest processes (SIGTERM, grace, SIGKILL), let
 //! in-flight requests send their last frames, sync, answer `Shutdown`
-//! requests, flush the channel and exit.
+//! requests, flush the channel and exit (in a microVM: end the VM, see
+//! [`sys::exit_process`]).
 //!
 //! SAFETY-CRITICAL: `kill(-1, ..)` hits every process the caller may signal.
 //! Only PID 1 of a PID namespace may use it (there it means "everything in
@@ -105,7 +106,7 @@ pub fn run(agent: &Arc<Agent>, grace: Duration, reply_to: Option<u64>, code: i32
     }
     agent.out.flush_by(deadline);
     info!("exiting with code {code}");
-    std::process::exit(code)
+    sys::exit_process(code)
 }
 
 fn terminate_processes(agent: &Agent, grace: Duration) {

@@ -3,7 +3,9 @@
 //! central `waitpid(-1)` reaper (std waits for a child whose exec failed,
 //! racing the reaper). The child becomes a session and process group leader
 //! (`setsid`), optionally takes a pty as controlling terminal, and reports
-//! a failed `chdir`/`execve` through a CLOEXEC pipe.
+//! a failed `chdir`/`execve` through a CLOEXEC pipe. In a microVM the agent
+//! runs as root and the child drops to the sandbox's user ([`Credentials`])
+//! right before `chdir` and `execve`.
 //!
 //! Everything the child touches is prepared before `fork`: between `fork`
 //! and `execve` only async-signal-safe calls are made (no allocation, no
@@ -22,6 +24,24 @@ use crate::sys;
 /// Search path when the environment has no `PATH`.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The user and group a child switches to before `execve` (with no
+/// supplementary groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credentials {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+impl Credentials {
+    /// The credentials to switch to, or `None` for root (`0:0`), where the
+    /// child keeps the agent's own (root's) identity untouched.
+    pub fn new(uid: u32, gid: u32) -> Option<Credentials> {
+        (uid != 0 || gid != 0).then_some(Credentials { uid, gid })
+    }
+}
+
 /// Everything `execve` needs, as C strings.
 #[derive(Debug)]
 pub struct Plan {
@@ -30,6 +50,7 @@ pub struct Plan {
     argv: Vec<CString>,
     envp: Vec<CString>,
     cwd: Option<CString>,
+    user: Option<Credentials>,
 }
 
 fn cstring(bytes: &[u8], what: &str) -> Result<CString, String> {
@@ -37,12 +58,14 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString, String> {
 }
 
 impl Plan {
-    /// Builds a plan. `env` is the complete environment; errors are
-    /// invalid arguments (empty argv, NUL bytes).
+    /// Builds a plan. `env` is the complete environment; `user`, when set,
+    /// the identity the process runs as. Errors are invalid arguments (empty
+    /// argv, NUL bytes).
     pub fn new(
         argv: &[String],
         env: &[(OsString, OsString)],
         cwd: Option<&str>,
+        user: Option<Credentials>,
     ) -> Result<Plan, String> {
         let program = match argv.first() {
             Some(p) if !p.is_empty() => p,
@@ -87,6 +110,7 @@ impl Plan {
             argv,
             envp,
             cwd,
+            user,
         })
     }
 }
@@ -136,6 +160,19 @@ pub fn spawn(
         } => ([stdin, stdout, stderr].map(|f| f.as_raw_fd()), false),
         Stdio::Pty(slave) => ([slave.as_raw_fd(); 3], true),
     };
+    if let (Some(user), true) = (plan.user, ctty) {
+        // The terminal belongs to whoever uses it (as login(1) does), so the
+        // process can reopen it by name (`ttyname`) after dropping root.
+        // SAFETY: fchown on a borrowed, open fd has no memory effects.
+        if unsafe { libc::fchown(fds[0], user.uid, user.gid) } == -1 {
+            crate::log::warning!(
+                "cannot hand the pty to {}:{}: {}",
+                user.uid,
+                user.gid,
+                io::Error::last_os_error()
+            );
+        }
+    }
     let (err_r, err_w) = sys::pipe()?;
     let child = Child {
         plan,
@@ -220,6 +257,47 @@ unsafe fn reset_signal(sig: libc::c_int) {
     }
 }
 
+/// Switches to `user` with no supplementary groups: `setgroups(0)`, then
+/// `setgid`, then `setuid` (which also drops every capability). Returns -1
+/// with `errno` set on failure.
+///
+/// Raw syscalls rather than the libc functions: those broadcast the change
+/// to every thread of the process (POSIX semantics), machinery a forked
+/// child (one thread, possibly inconsistent libc state) should not touch.
+/// The raw syscall changes the calling thread, which here is the whole
+/// process.
+///
+/// # Safety
+/// Call only in a forked child before `execve`.
+#[cfg(target_pointer_width = "64")]
+unsafe fn drop_privileges(user: Credentials) -> libc::c_long {
+    // SAFETY: plain integer arguments; a zero-length group list is never read.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0, ptr::null::<libc::gid_t>()) == -1
+            || libc::syscall(libc::SYS_setgid, user.gid) == -1
+        {
+            return -1;
+        }
+        libc::syscall(libc::SYS_setuid, user.uid)
+    }
+}
+
+/// See the 64-bit version; on 32-bit targets the plain syscalls take 16-bit
+/// ids, so use libc (whose setxid broadcast finds only this thread).
+///
+/// # Safety
+/// Call only in a forked child before `execve`.
+#[cfg(not(target_pointer_width = "64"))]
+unsafe fn drop_privileges(user: Credentials) -> libc::c_long {
+    // SAFETY: plain integer arguments; a zero-length group list is never read.
+    unsafe {
+        if libc::setgroups(0, ptr::null()) == -1 || libc::setgid(user.gid) == -1 {
+            return -1;
+        }
+        libc::c_long::from(libc::setuid(user.uid))
+    }
+}
+
 /// What the forked child needs, borrowed from the parent's prepared data.
 struct Child<'a> {
     plan: &'a Plan,
@@ -261,6 +339,13 @@ impl Child<'_> {
             // each dup2 really installs a fresh, non-CLOEXEC copy.
             for (target, &src) in self.fds.iter().enumerate() {
                 if libc::dup2(src, target as libc::c_int) == -1 {
+                    self.fail();
+                }
+            }
+            // After the dup2s (which need nothing) and before chdir and
+            // execve, which must be checked against the user's permissions.
+            if let Some(user) = self.plan.user {
+                if drop_privileges(user) == -1 {
                     self.fail();
                 }
             }
@@ -306,5 +391,30 @@ impl Child<'_> {
             libc::write(self.report, bytes.as_ptr().cast(), bytes.len());
             libc::_exit(127)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Credentials, Plan};
+
+    #[test]
+    fn root_keeps_its_identity() {
+        assert_eq!(Credentials::new(0, 0), None);
+        assert_eq!(
+            Credentials::new(1000, 0),
+            Some(Credentials { uid: 1000, gid: 0 })
+        );
+        assert_eq!(
+            Credentials::new(0, 100),
+            Some(Credentials { uid: 0, gid: 100 })
+        );
+    }
+
+    #[test]
+    fn plan_carries_the_user() {
+        let user = Credentials::new(1000, 1000);
+        let plan = Plan::new(&["true".into()], &[], None, user).expect("valid plan");
+        assert_eq!(plan.user, user);
     }
 }

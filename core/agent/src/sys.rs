@@ -1,5 +1,6 @@
 //! Thin, safe wrappers over the few raw syscalls the agent needs beyond std:
-//! CLOEXEC pipes, non-blocking fd I/O, `poll`, an eventfd waker and `kill`.
+//! CLOEXEC pipes, non-blocking fd I/O, `poll`, an eventfd waker, `kill`,
+//! and [`exit_process`], the one way the agent ends.
 //!
 //! Invariant kept by every function here: each fd the agent creates is
 //! CLOEXEC from the moment it exists, so a concurrent `fork` + `exec` in
@@ -7,7 +8,10 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::log::{info, warning};
 
 /// Turns a `-1` return value into the current `errno`.
 pub fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -196,3 +200,78 @@ pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Whether [`exit_process`] ends the microVM rather than the process.
+static VM_EXIT: AtomicBool = AtomicBool::new(false);
+
+/// From now on [`exit_process`] ends the microVM the agent is the init of.
+/// Call it before anything can fail, so that no exit path is left out.
+pub fn set_vm_exit() {
+    VM_EXIT.store(true, Ordering::SeqCst);
+}
+
+/// Ends the agent with exit code `code`: every exit path goes through here.
+///
+/// Normally this is `std::process::exit`. As a microVM's init (see
+/// [`set_vm_exit`]) the process must not exit (the kernel would panic and
+/// the host would only see a reset): instead it syncs, writes `code` to the
+/// `isa-debug-exit` port (QEMU exits with `2 * code + 1`), and if the VM is
+/// still running after that, reboots it (QEMU runs with `-no-reboot`, so the
+/// reset ends it too).
+///
+/// SAFETY-CRITICAL: the port write and the reboot would hit the host if the
+/// agent ran there by mistake. They are only attempted as PID 1, which the
+/// agent refuses to be in VM mode anywhere but in a VM (see `main`).
+pub fn exit_process(code: i32) -> ! {
+    // SAFETY: getpid has no preconditions.
+    if VM_EXIT.load(Ordering::SeqCst) && unsafe { libc::getpid() } == 1 {
+        end_vm(code);
+    }
+    std::process::exit(code)
+}
+
+/// The VM half of [`exit_process`]; returns only when neither the exit port
+/// nor the reboot worked.
+fn end_vm(code: i32) {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    debug_exit(code);
+    info!("the exit port did not end the VM: rebooting");
+    // SAFETY: reboot takes a plain command; as PID 1 of a VM, RESTART resets
+    // the guest (the kernel runs with reboot=t), which ends QEMU.
+    if unsafe { libc::reboot(libc::RB_AUTOBOOT) } == -1 {
+        warning!("reboot failed: {}", io::Error::last_os_error());
+    }
+}
+
+/// Writes the low byte of `code` to QEMU's `isa-debug-exit` port.
+#[cfg(target_arch = "x86_64")]
+fn debug_exit(code: i32) {
+    use burrow_protocol::vm::VM_EXIT_PORT;
+    // I/O permissions belong to the calling thread, which is the one that
+    // writes the port right after.
+    // SAFETY: ioperm takes plain integers; it only grants access to one port.
+    if unsafe { libc::ioperm(VM_EXIT_PORT.into(), 1, 1) } == -1 {
+        warning!(
+            "ioperm({VM_EXIT_PORT:#x}) failed: {}",
+            io::Error::last_os_error()
+        );
+        return;
+    }
+    let value = code as u8;
+    // SAFETY: this thread may access the port (ioperm above). In a QEMU
+    // microVM it is the isa-debug-exit device (which ends the VM); without
+    // that device the write goes nowhere. No memory, stack or flags touched.
+    unsafe {
+        std::arch::asm!(
+            "out dx, al",
+            in("dx") VM_EXIT_PORT,
+            in("al") value,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+}
+
+/// No `isa-debug-exit` outside x86: the reboot ends the VM.
+#[cfg(not(target_arch = "x86_64"))]
+fn debug_exit(_code: i32) {}

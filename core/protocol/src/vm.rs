@@ -2,9 +2,13 @@
 //! microVM's `/init`.
 //!
 //! The host writes a [`VmBoot`] as JSON to [`VM_BOOT_PATH`] inside the
-//! initramfs it hands to the kernel, and starts the kernel with `-- --vm`
-//! after the kernel parameters, so the agent (the initramfs's `/init`) runs
-//! with the `--vm` argument. The agent then:
+//! initramfs it hands to the kernel, and puts the word `--vm` on the kernel
+//! command line: a word the kernel does not know (no dot, no `=`) goes to
+//! init as an argument, so the agent (the initramfs's `/init`) runs with
+//! `--vm`. (Not after a `--`: QEMU's microvm appends its own
+//! `virtio_mmio.device=` parameters at the end, which must stay the
+//! kernel's.) Serial numbers are at most 20 bytes (virtio-blk's limit).
+//! The agent then:
 //!
 //! 1. mounts `devtmpfs`, `proc` and `sysfs` in the initramfs;
 //! 2. finds the virtio block devices by their serial numbers
@@ -38,7 +42,7 @@ pub const VM_BOOT_PATH: &str = "/burrow/boot.json";
 /// I/O port of QEMU's `isa-debug-exit` device.
 pub const VM_EXIT_PORT: u16 = 0xf4;
 
-/// Kernel command line word after `--` that puts the agent in VM mode.
+/// Kernel command line word that puts the agent (as init) in VM mode.
 pub const VM_MODE_ARG: &str = "--vm";
 
 /// What the agent needs to set up a microVM guest.

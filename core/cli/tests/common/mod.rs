@@ -171,6 +171,7 @@ impl Drop for TestHome {
         // Stop every supervisor of this home so no test leaks runtimes (the
         // agent sees its channel close and the container goes with it).
         kill_supervisors_of(self.dir.path());
+        kill_vms_of(self.dir.path());
         if std::thread::panicking() {
             dump_logs(self.dir.path());
         }
@@ -204,8 +205,37 @@ pub fn kill_supervisors_of(home: &Path) {
     }
 }
 
+/// SIGKILLs every QEMU process running a guest of `home` (a VM normally
+/// powers itself off when its supervisor goes; this bounds a broken one).
+pub fn kill_vms_of(home: &Path) {
+    let needle = home.to_string_lossy().into_owned();
+    for pid in processes_with(|args| {
+        args.first().is_some_and(|a| a.contains("qemu-system"))
+            && args.iter().any(|a| a.contains(&needle))
+    }) {
+        // SAFETY: kill(2) on a pid we just read from /proc.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
+/// The driver the suites run against: the library's host default
+/// (`$BURROW_DRIVER`: `container` or `vm`), so the same tests cover both.
+pub fn driver() -> burrow::DriverKind {
+    burrow::DriverKind::host_default().expect("BURROW_DRIVER must be container or vm")
+}
+
+/// Whether the suites run against the VM driver.
+pub fn is_vm() -> bool {
+    driver() == burrow::DriverKind::Vm
+}
+
 /// Pids of live supervisor processes for `home`.
 pub fn supervisors_of(home: &str) -> Vec<u32> {
+    processes_with(|args| args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == home))
+}
+
+/// Pids of processes whose argument vector satisfies `pred`.
+pub fn processes_with(pred: impl Fn(&[String]) -> bool) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return out;
@@ -221,7 +251,7 @@ pub fn supervisors_of(home: &str) -> Vec<u32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == home) {
+        if pred(&args) {
             out.push(pid);
         }
     }

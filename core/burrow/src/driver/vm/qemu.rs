@@ -75,7 +75,10 @@ impl Machine<'_> {
     pub(super) fn kernel_cmdline(&self) -> String {
         // reboot=t: a reset is a triple fault, which ends QEMU (-no-reboot)
         // without ACPI or a keyboard controller. panic=-1: a panic resets
-        // at once. The words after `--` are init's arguments.
+        // at once. `--vm` (no dot, no '='), unknown to the kernel, is handed
+        // to init as an argument. No `--` separator: QEMU's microvm appends
+        // its `virtio_mmio.device=` words after ours, and after a `--`
+        // they would go to init instead of the kernel.
         let mut words = vec![
             "console=ttyS0",
             "reboot=t",
@@ -90,7 +93,6 @@ impl Machine<'_> {
             ip = format!("ip={GUEST_IP}::{GATEWAY}:255.255.255.0::eth0:off");
             words.push(&ip);
         }
-        words.push("--");
         words.push(burrow_protocol::vm::VM_MODE_ARG);
         words.join(" ")
     }
@@ -329,7 +331,8 @@ mod tests {
         assert!(has("virtio-9p-device,fsdev=fs0,mount_tag=vol0"));
         assert!(!has("-S"));
         let cmdline = m.kernel_cmdline();
-        assert!(cmdline.ends_with(" -- --vm"), "{cmdline}");
+        assert!(cmdline.ends_with(" --vm"), "{cmdline}");
+        assert!(!cmdline.contains(" -- "), "{cmdline}");
         assert!(cmdline.contains("ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off"));
     }
 
