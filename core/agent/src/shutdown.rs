@@ -111,9 +111,9 @@ pub fn run(agent: &Arc<Agent>, grace: Duration, reply_to: Option<u64>, code: i32
 
 fn terminate_processes(agent: &Agent, grace: Duration) {
     if agent.pid1 {
-        // PID 1: everything in the namespace is ours. kill(-1) never
-        // signals the caller itself.
-        let gone = || matches!(sys::kill(-1, 0), Err(e) if e.raw_os_error() == Some(libc::ESRCH));
+        // PID 1: everything in the namespace (or VM) is ours and descends
+        // from us. kill(-1) never signals the caller itself.
+        let gone = sys::no_children;
         let _ = sys::kill(-1, libc::SIGTERM);
         if !sys::wait_until(grace, gone) {
             let _ = sys::kill(-1, libc::SIGKILL);

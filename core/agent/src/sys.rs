@@ -186,6 +186,28 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Whether this process has no children left (live or unreaped). Leaves
+/// exit statuses in place for the reaper (`WNOWAIT`).
+///
+/// As PID 1 this means "no process left in the sandbox": every process of
+/// it descends from PID 1, and orphans are re-parented to it. Unlike
+/// `kill(-1, 0)`, it is not fooled by a VM's kernel threads, which
+/// `kill(-1, ..)` counts but never stops.
+pub fn no_children() -> bool {
+    // SAFETY: siginfo_t is plain data; waitid writes into it and nothing
+    // else (WNOHANG: it never blocks; WNOWAIT: it reaps nothing).
+    let rc = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)
+}
+
 /// Sleeps in small steps until `done()` holds or `limit` has passed (a
 /// limit too large to represent means no limit). Returns whether `done()` held.
 pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {

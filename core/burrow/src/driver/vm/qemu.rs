@@ -103,7 +103,7 @@ impl Machine<'_> {
         let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
         push(&[
             "-M",
-            "microvm,acpi=off,x-option-roms=off,rtc=off,isa-serial=on",
+            "microvm,acpi=off,x-option-roms=off,isa-serial=on",
             "-nodefaults",
             "-no-user-config",
             "-no-reboot",
