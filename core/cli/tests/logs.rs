@@ -261,18 +261,10 @@ async fn logs_of_a_crashed_guest() {
     guest_log_line(&sb, "guest-marker-before-crash").await;
     wait_for_line(&handle, LogSource::Guest, "guest-marker-before-crash").await;
 
-    // Kill the guest's init from the host: the run ends on its own.
-    let pid_file = home
-        .path()
-        .join("sandboxes")
-        .join(sb.id().as_str())
-        .join("runtime/pid");
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    // SAFETY: kill(2) on the container's init, whose pid the runtime wrote.
+    // Kill the guest from the host (the container's init, or the VM's
+    // QEMU): the run ends on its own.
+    let pid = common::guest_pid(home.path(), sb.id());
+    // SAFETY: kill(2) on the guest process whose pid the driver recorded.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let info = tokio::time::timeout(Duration::from_secs(20), sb.wait_until_stopped())
         .await

@@ -229,6 +229,24 @@ pub fn is_vm() -> bool {
     driver() == burrow::DriverKind::Vm
 }
 
+/// The host pid whose death is the guest's crash: the container's init
+/// (`runtime/pid`, written by the OCI runtime) or the VM's QEMU process
+/// (`runtime/qemu.json`, recorded by the VM driver).
+pub fn guest_pid(home: &Path, id: &burrow::SandboxId) -> i32 {
+    let runtime = home.join("sandboxes").join(id.as_str()).join("runtime");
+    if is_vm() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(runtime.join("qemu.json")).unwrap()).unwrap();
+        v["pid"].as_i64().unwrap() as i32
+    } else {
+        std::fs::read_to_string(runtime.join("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
 /// Pids of live supervisor processes for `home`.
 pub fn supervisors_of(home: &str) -> Vec<u32> {
     processes_with(|args| args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == home))
