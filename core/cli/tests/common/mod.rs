@@ -234,9 +234,8 @@ pub fn is_vm() -> bool {
 /// (`runtime/qemu.json`, recorded by the VM driver).
 pub fn guest_pid(home: &Path, id: &burrow::SandboxId) -> i32 {
     let runtime = home.join("sandboxes").join(id.as_str()).join("runtime");
-    if is_vm() {
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(runtime.join("qemu.json")).unwrap()).unwrap();
+    if let Ok(qemu) = std::fs::read(runtime.join("qemu.json")) {
+        let v: serde_json::Value = serde_json::from_slice(&qemu).unwrap();
         v["pid"].as_i64().unwrap() as i32
     } else {
         std::fs::read_to_string(runtime.join("pid"))

@@ -1,0 +1,337 @@
+#![allow(clippy::unwrap_used)]
+//! What only the vm driver has: a guest kernel of its own (isolation from
+//! the host's filesystem, its own memory and CPUs), QEMU as the runtime
+//! process (killed -> Crashed), a wedged QEMU caught by the start deadline,
+//! user-mode networking, and `burrow doctor`. Every test here asks for the
+//! vm driver explicitly, whatever `BURROW_DRIVER` says; the shared suites
+//! (lifecycle, policies, processes, logs) cover the rest against either
+//! driver.
+
+mod common;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::Duration;
+
+use burrow::{Backend, ErrorCode, ExitReason, SandboxHandle, Status};
+use common::{busybox_rootfs, eventually, TestHome};
+
+fn image() -> String {
+    busybox_rootfs().to_string_lossy().into_owned()
+}
+
+/// QEMU processes running a guest of `home`.
+fn vms_of(home: &TestHome) -> Vec<u32> {
+    let needle = home.path().to_string_lossy().into_owned();
+    common::processes_with(|args| {
+        args.first().is_some_and(|a| a.contains("qemu-system"))
+            && args.iter().any(|a| a.contains(&needle))
+    })
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={} stderr={}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guest_sees_only_its_own_filesystem_memory_and_cpus() {
+    let home = TestHome::new().await;
+    // Something on the host the guest must not see.
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("host-secret");
+    std::fs::write(&secret, b"host only").unwrap();
+
+    let sb = home
+        .builder("iso")
+        .driver("vm")
+        .memory_mb(192)
+        .cpus(2.0)
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(
+        sb.info().await.unwrap().config.driver,
+        burrow::DriverKind::Vm
+    );
+    let sh = |script: String| {
+        let sb = sb.clone();
+        async move {
+            let out = sb.exec(["sh", "-c", script.as_str()]).await.unwrap();
+            assert_eq!(out.status.code, Some(0), "{script}: {}", out.stderr_str());
+            out.stdout_str().trim().to_owned()
+        }
+    };
+    // Its own kernel, not the host's.
+    let release = sh("uname -r".into()).await;
+    assert!(release.ends_with("-burrow"), "{release}");
+    let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(release, host_release.trim());
+
+    // The host's files are not there, whatever the path.
+    let probe = format!(
+        "test -e {0} && echo visible; test -e {1} && echo visible; test -e {2} && echo visible; true",
+        secret.display(),
+        home.path().display(),
+        common::workspace_root().display(),
+    );
+    assert_eq!(sh(probe).await, "");
+    // The root is the image over the sandbox's own disk, nothing else
+    // from the host: every mount is a guest-side filesystem.
+    let mounts = sh("cat /proc/mounts".into()).await;
+    for line in mounts.lines() {
+        let fstype = line.split_whitespace().nth(2).unwrap();
+        assert!(
+            ["overlay", "proc", "sysfs", "devtmpfs", "devpts", "tmpfs", "ext4", "rootfs"]
+                .contains(&fstype),
+            "unexpected mount {line}"
+        );
+        assert!(!line.contains(&*home.path().to_string_lossy()), "{line}");
+    }
+    // Only the configured memory and CPUs.
+    let kib: u64 = sh("grep MemTotal /proc/meminfo".into())
+        .await
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (140 * 1024..=192 * 1024).contains(&kib),
+        "MemTotal {kib} KiB"
+    );
+    assert_eq!(sh("nproc".into()).await, "2");
+    assert_eq!(sh("grep -c ^processor /proc/cpuinfo".into()).await, "2");
+    // Without networking the guest has loopback only, and it is up.
+    assert_eq!(sh("ls /sys/class/net".into()).await, "lo");
+    sb.destroy().await.unwrap();
+    assert!(eventually(Duration::from_secs(10), || vms_of(&home).is_empty()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_killed_mid_run_is_crashed_and_synced_data_survives() {
+    let home = TestHome::new().await;
+    let sb = home.builder("killed").driver("vm").create().await.unwrap();
+    sb.fs()
+        .write("/root/kept.txt", b"written before the crash")
+        .await
+        .unwrap();
+    let out = sb.exec(["sync"]).await.unwrap();
+    assert_eq!(out.status.code, Some(0));
+    let gen = sb.generation();
+
+    let qemu = common::guest_pid(home.path(), sb.id());
+    assert_eq!(vms_of(&home), vec![qemu as u32]);
+    // SAFETY: kill(2) on the QEMU process the driver recorded for this run.
+    assert_eq!(unsafe { libc::kill(qemu, libc::SIGKILL) }, 0);
+    let info = tokio::time::timeout(Duration::from_secs(20), sb.wait_until_stopped())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.status, Status::Crashed);
+    let run = info.last_run.unwrap();
+    assert_eq!(run.exit_reason, Some(ExitReason::Crashed));
+    assert!(run.detail.unwrap().contains("signal 9"));
+    let err = sb.exec(["true"]).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+
+    // The next start boots the same sandbox on its own disk.
+    let again = sb.handle().connect_or_start().await.unwrap();
+    assert_eq!(again.id(), sb.id());
+    assert_eq!(again.generation(), gen + 1);
+    assert_eq!(
+        again.fs().read("/root/kept.txt").await.unwrap(),
+        b"written before the crash"
+    );
+    again.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wedged_vm_is_caught_by_the_start_deadline_and_cleaned_up() {
+    let home = TestHome::new().await;
+    // The fault starts QEMU with its CPUs stopped: the guest never boots and
+    // QEMU never exits, like a VM hung by a broken accelerator.
+    let out = home
+        .cli()
+        .args([
+            "--json",
+            "up",
+            "wedged",
+            "--driver",
+            "vm",
+            "--image",
+            &image(),
+            // Also the bound of the clean retry below, so roomy enough for
+            // a TCG boot on a busy machine.
+            "--startup-timeout",
+            "10s",
+        ])
+        .env("BURROW_FAULT", "vm.start_paused")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["error"]["code"], "start_failed");
+    let info = home.backend.get("wedged").await.unwrap();
+    assert_eq!(info.status, Status::Crashed);
+    assert_eq!(
+        info.last_run.as_ref().and_then(|r| r.exit_reason),
+        Some(ExitReason::StartFailed)
+    );
+    // Nothing of that start is left running.
+    let clean = eventually(Duration::from_secs(10), || {
+        vms_of(&home).is_empty()
+            && common::supervisors_of(&home.path().to_string_lossy()).is_empty()
+    })
+    .await;
+    assert!(clean, "QEMU or the supervisor outlived the failed start");
+
+    // The next call (without the fault) starts it cleanly.
+    let sb = SandboxHandle::get_in(home.dyn_backend(), "wedged")
+        .await
+        .unwrap()
+        .connect_or_start()
+        .await
+        .unwrap();
+    assert_eq!(sb.exec(["echo", "ok"]).await.unwrap().stdout_str(), "ok\n");
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_mode_networking_reaches_the_host_gateway() {
+    let home = TestHome::new().await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accept = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut got = String::new();
+        conn.read_to_string(&mut got).unwrap();
+        got
+    });
+    let sb = home
+        .builder("net")
+        .driver("vm")
+        .network(true)
+        .create()
+        .await
+        .unwrap();
+    let resolv = sb.fs().read("/etc/resolv.conf").await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&resolv), "nameserver 10.0.2.3\n");
+    // QEMU's user-mode network maps the gateway to the host's loopback.
+    let script = format!("echo hello-from-the-guest | nc -w 5 10.0.2.2 {port}");
+    let out = sb.exec(["sh", "-c", script.as_str()]).await.unwrap();
+    assert_eq!(out.status.code, Some(0), "{}", out.stderr_str());
+    assert_eq!(accept.join().unwrap(), "hello-from-the-guest\n");
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_each_driver_and_driver_choice_is_validated() {
+    let home = TestHome::new().await;
+    let out = home
+        .cli()
+        .args(["--json", "doctor"])
+        .env_remove("BURROW_DRIVER")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v = json(&out);
+    assert_eq!(v["drivers"]["container"]["ok"], true);
+    assert_eq!(v["drivers"]["vm"]["ok"], true, "{v}");
+    let accel = v["drivers"]["vm"]["details"]["accel"]["accel"]
+        .as_str()
+        .unwrap();
+    assert!(accel == "kvm" || accel == "tcg", "{accel}");
+
+    // Without QEMU the vm driver is unavailable, with a typed code; the
+    // exit code says whether the default driver works.
+    let out = home
+        .cli()
+        .args(["--json", "doctor"])
+        .env_remove("BURROW_DRIVER")
+        .env("BURROW_QEMU", "/nonexistent/qemu")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v = json(&out);
+    assert_eq!(v["drivers"]["vm"]["ok"], false);
+    assert_eq!(v["drivers"]["vm"]["code"], "runtime_unavailable");
+    let out = home
+        .cli()
+        .args(["--json", "doctor"])
+        .env("BURROW_DRIVER", "vm")
+        .env("BURROW_QEMU", "/nonexistent/qemu")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+
+    // Unknown drivers are refused, through every door, and create nothing.
+    let out = home
+        .cli()
+        .args(["--json", "create", "x", "--image", &image()])
+        .env("BURROW_DRIVER", "firecracker")
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6));
+    assert_eq!(json(&out)["error"]["code"], "invalid_config");
+    let err = home
+        .builder("x")
+        .driver("firecracker")
+        .define()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    let err = home
+        .builder("x")
+        .driver("vm")
+        .memory_mb(32)
+        .define()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    assert!(home
+        .backend
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
+
+    // A missing QEMU fails the start with the reason, and leaves it
+    // restartable.
+    let out = home
+        .cli()
+        .args([
+            "--json",
+            "up",
+            "noqemu",
+            "--driver",
+            "vm",
+            "--image",
+            &image(),
+        ])
+        .env("BURROW_QEMU", "/nonexistent/qemu")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(json(&out)["error"]["code"], "start_failed");
+    let info = home.backend.get("noqemu").await.unwrap();
+    assert_eq!(info.status, Status::Crashed);
+    assert!(info
+        .last_run
+        .unwrap()
+        .detail
+        .unwrap()
+        .contains("BURROW_QEMU"));
+}
