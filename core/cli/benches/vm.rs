@@ -1,0 +1,430 @@
+//! VM driver benchmark: the floor (bare boot of the same kernel under the
+//! same QEMU machine to a tiny static init's marker on the serial console),
+//! create -> Running of a `vm` sandbox beside it (ratio = median / floor
+//! median), exec of `true` in a running VM beside the same in a container
+//! sandbox, and the host memory (supervisor + QEMU RSS) of one running VM
+//! with the default memory and with `memory_mb(128)`.
+//!
+//! Run: `cargo bench -p burrow-cli --bench vm` (as root: the floor's
+//! initramfs needs `mknod`; needs `cc` with a static libc, `cpio`, QEMU and
+//! the guest kernel from scripts/build-kernel.sh).
+//! Iterations: BENCH_ITERS (default 15 boots and starts, 10x that for execs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use burrow::driver::vm::{Accel, DEFAULT_MEMORY_MB};
+use common::TestHome;
+
+const MARKER: &str = "BURROW-INIT-MARKER";
+/// The kernel command line of the driver without its `--vm` word.
+const CMDLINE: &str =
+    "console=ttyS0 reboot=t panic=-1 quiet loglevel=4 8250.nr_uarts=1 random.trust_cpu=on";
+/// How long one bare boot may take before it counts as hung.
+const BOOT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The floor's `/init`: the marker on the console, drained, then the VM ends
+/// through the isa-debug-exit port (QEMU exits with (0 << 1) | 1 = 1). If
+/// the port is unreachable, init returns, the kernel panics and resets
+/// (panic=-1, reboot=t), and -no-reboot ends QEMU.
+const INIT_C: &str = r#"
+#include <fcntl.h>
+#include <sys/io.h>
+#include <termios.h>
+#include <unistd.h>
+
+int main(void) {
+    static const char m[] = "BURROW-INIT-MARKER\n";
+    int fd = open("/dev/console", O_WRONLY | O_NOCTTY);
+    if (fd < 0)
+        fd = 1;
+    if (write(fd, m, sizeof m - 1) < 0)
+        return 2;
+    tcdrain(fd);
+    if (ioperm(0xf4, 1, 1) == 0)
+        outb(0x00, 0xf4);
+    return 1;
+}
+"#;
+
+fn pct(samples: &[Duration], p: f64) -> Duration {
+    let mut s = samples.to_vec();
+    s.sort();
+    s[((s.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Compiles the tiny init and packs it with `/dev/console` (5:1) into a
+/// newc cpio archive; returns the archive's path.
+fn floor_initramfs(dir: &Path) -> PathBuf {
+    let src = dir.join("init.c");
+    std::fs::write(&src, INIT_C).unwrap();
+    let stage = dir.join("stage");
+    std::fs::create_dir_all(stage.join("dev")).unwrap();
+    run(
+        Command::new("cc")
+            .args(["-static", "-O2", "-o"])
+            .arg(stage.join("init"))
+            .arg(&src),
+        "cc -static init.c",
+    );
+    run(
+        Command::new("mknod")
+            .args(["-m", "600"])
+            .arg(stage.join("dev/console"))
+            .args(["c", "5", "1"]),
+        "mknod dev/console",
+    );
+    let cpio = dir.join("init.cpio");
+    let script = format!(
+        "cd '{}' && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 > '{}'",
+        stage.display(),
+        cpio.display()
+    );
+    run(Command::new("sh").args(["-c", &script]), "cpio -o -H newc");
+    cpio
+}
+
+/// The driver's machine flags (`Machine::args` for one vCPU, no disks,
+/// devices or network), rebuilt here.
+fn floor_args(accel: Accel, kernel: &Path, initrd: &Path) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "-M",
+        "microvm,acpi=off,x-option-roms=off,isa-serial=on",
+        "-nodefaults",
+        "-no-user-config",
+        "-no-reboot",
+        "-nographic",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (acc, cpu) = match accel {
+        Accel::Kvm => ("kvm", "host"),
+        Accel::Tcg => ("tcg", "max"),
+    };
+    a.extend(
+        [
+            "-accel",
+            acc,
+            "-cpu",
+            cpu,
+            "-m",
+            &DEFAULT_MEMORY_MB.to_string(),
+            "-smp",
+            "1",
+            "-chardev",
+            "stdio,id=console,signal=off",
+            "-serial",
+            "chardev:console",
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=0x04",
+            "-kernel",
+            &kernel.to_string_lossy(),
+            "-initrd",
+            &initrd.to_string_lossy(),
+            "-append",
+            CMDLINE,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    a
+}
+
+/// One bare boot: QEMU spawn -> the marker line on its stdout. Returns the
+/// time and QEMU's exit code.
+fn bare_boot(qemu: &Path, args: &[String]) -> (Duration, Option<i32>) {
+    let t = Instant::now();
+    let mut child = Command::new(qemu)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning qemu");
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut seen = String::new();
+        let mut r = BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
+                    if text.contains(MARKER) {
+                        let _ = tx.send(Instant::now());
+                    }
+                    seen.push_str(&text);
+                }
+            }
+        }
+        seen
+    });
+    let seen_at = rx.recv_timeout(BOOT_DEADLINE);
+    let code = if seen_at.is_ok() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break child.wait().unwrap().code();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    } else {
+        let _ = child.kill();
+        child.wait().unwrap().code()
+    };
+    let console = reader.join().unwrap();
+    let mut err = String::new();
+    let _ = stderr.read_to_string(&mut err);
+    match seen_at {
+        Ok(at) => (at - t, code),
+        Err(_) => panic!(
+            "no {MARKER} within {BOOT_DEADLINE:?} (qemu exit {code:?})\n--- console ---\n{console}\n--- stderr ---\n{err}"
+        ),
+    }
+}
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+fn qemu_pid(home: &Path, id: &burrow::SandboxId) -> u32 {
+    let path = home
+        .join("sandboxes")
+        .join(id.as_str())
+        .join("runtime/qemu.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    v["pid"].as_u64().expect("pid in qemu.json") as u32
+}
+
+/// (supervisor, QEMU) VmRSS in KiB of a fresh VM sandbox after boot and
+/// one exec.
+async fn vm_memory(home: &TestHome, name: &str, memory_mb: Option<u64>) -> (u64, u64) {
+    let mut b = home.builder(name).driver("vm");
+    if let Some(mb) = memory_mb {
+        b = b.memory_mb(mb);
+    }
+    let sb = b.create().await.unwrap();
+    let out = sb.exec(["true"]).await.unwrap();
+    assert_eq!(out.status.code, Some(0));
+    let info = sb.info().await.unwrap();
+    let sup = info
+        .last_run
+        .as_ref()
+        .and_then(|r| r.supervisor_pid)
+        .unwrap_or_else(|| {
+            let pids = common::supervisors_of(&home.path().to_string_lossy());
+            assert_eq!(pids.len(), 1, "supervisors of the home: {pids:?}");
+            pids[0]
+        });
+    let qemu = qemu_pid(home.path(), sb.id());
+    let rss = (vm_rss_kib(sup), vm_rss_kib(qemu));
+    sb.destroy().await.unwrap();
+    rss
+}
+
+async fn exec_samples(sb: &burrow::Sandbox, n: usize) -> Vec<Duration> {
+    sb.exec(["true"]).await.unwrap();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = sb.exec(["true"]).await.unwrap();
+        out.push(t.elapsed());
+        assert_eq!(r.status.code, Some(0));
+    }
+    out
+}
+
+fn main() {
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    let execs = iters * 10;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rootfs = common::busybox_rootfs();
+    common::init_env();
+    // What the driver itself would use: QEMU, kernel and accelerator.
+    let support = rt
+        .block_on(burrow::driver::vm::check_support())
+        .expect("VM support (QEMU, kernel, agent)");
+    let scratch = tempfile::Builder::new()
+        .prefix("bv")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let initrd = floor_initramfs(scratch.path());
+    let args = floor_args(support.accel.accel, &support.kernel, &initrd);
+
+    // The floor.
+    let _ = bare_boot(&support.qemu, &args);
+    let mut floor = Vec::new();
+    let mut odd_exits = Vec::new();
+    for _ in 0..iters {
+        let (d, code) = bare_boot(&support.qemu, &args);
+        floor.push(d);
+        if code != Some(1) {
+            odd_exits.push(code);
+        }
+    }
+
+    let (create, vm_exec, ct_exec, mem_default, mem_128) = rt.block_on(async {
+        let home = TestHome::new().await;
+        // Warm-up: the image's ext4 disk (VM) and shifted copy (container)
+        // are built once per image.
+        for driver in ["vm", "container"] {
+            home.builder(&format!("warmup-{driver}"))
+                .driver(driver)
+                .create()
+                .await
+                .unwrap()
+                .destroy()
+                .await
+                .unwrap();
+        }
+
+        let mut create = Vec::new();
+        for i in 0..iters {
+            let builder = home.builder(&format!("bench-{i}")).driver("vm");
+            let t = Instant::now();
+            let sb = builder.create().await.unwrap();
+            create.push(t.elapsed());
+            sb.destroy().await.unwrap();
+        }
+
+        let sb = home.builder("exec-vm").driver("vm").create().await.unwrap();
+        let vm_exec = exec_samples(&sb, execs).await;
+        sb.destroy().await.unwrap();
+        let sb = home
+            .builder("exec-container")
+            .driver("container")
+            .create()
+            .await
+            .unwrap();
+        let ct_exec = exec_samples(&sb, execs).await;
+        sb.destroy().await.unwrap();
+
+        let mem_default = vm_memory(&home, "mem-default", None).await;
+        let mem_128 = vm_memory(&home, "mem-128", Some(128)).await;
+        (create, vm_exec, ct_exec, mem_default, mem_128)
+    });
+
+    let floor_med = pct(&floor, 0.5);
+    let ct_med = pct(&ct_exec, 0.5);
+    println!(
+        "\nburrow vm benchmark ({iters} bare boots, {iters} vm starts, {execs} execs per driver)"
+    );
+    println!("command: cargo bench -p burrow-cli --bench vm (BENCH_ITERS={iters})");
+    println!(
+        "accelerator: {} ({})",
+        support.accel.accel.as_str(),
+        support.accel.reason
+    );
+    println!("image: {}", rootfs.display());
+    println!(
+        "floor: {} {} (initramfs: static /init writing {MARKER} to /dev/console, then isa-debug-exit)",
+        support.qemu.display(),
+        args.iter()
+            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a.clone() })
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if !odd_exits.is_empty() {
+        println!(
+            "note: {} bare boot(s) exited with {odd_exits:?} instead of 1",
+            odd_exits.len()
+        );
+    }
+    println!(
+        "{:<36} {:>10} {:>10} {:>10} {:>18}",
+        "operation", "median ms", "p90 ms", "max ms", "ratio (medians)"
+    );
+    let rows: [(&str, &[Duration], String); 4] = [
+        (
+            "bare boot -> init marker (floor)",
+            &floor,
+            "1.00 x floor".into(),
+        ),
+        (
+            "vm create -> Running",
+            &create,
+            format!("{:.2} x floor", ms(pct(&create, 0.5)) / ms(floor_med)),
+        ),
+        (
+            "vm exec true (running)",
+            &vm_exec,
+            format!("{:.2} x container", ms(pct(&vm_exec, 0.5)) / ms(ct_med)),
+        ),
+        (
+            "container exec true (running)",
+            &ct_exec,
+            "1.00 x container".into(),
+        ),
+    ];
+    for (name, s, ratio) in rows {
+        println!(
+            "{:<36} {:>10.1} {:>10.1} {:>10.1} {:>18}",
+            name,
+            ms(pct(s, 0.5)),
+            ms(pct(s, 0.9)),
+            ms(pct(s, 1.0)),
+            ratio
+        );
+    }
+    println!("\nhost memory per running vm sandbox (VmRSS after boot + one exec)");
+    println!(
+        "{:<36} {:>14} {:>10} {:>10}",
+        "vm memory", "supervisor MiB", "qemu MiB", "sum MiB"
+    );
+    for (name, (sup, qemu)) in [
+        (format!("default ({DEFAULT_MEMORY_MB} MiB)"), mem_default),
+        ("memory_mb(128)".to_string(), mem_128),
+    ] {
+        println!(
+            "{:<36} {:>14.1} {:>10.1} {:>10.1}",
+            name,
+            sup as f64 / 1024.0,
+            qemu as f64 / 1024.0,
+            (sup + qemu) as f64 / 1024.0
+        );
+    }
+}
