@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every check and test of the workspace, against real runc containers, real
-# supervisor processes and real SQLite files. Run as root (the container
+# QEMU microVMs (KVM if a probe boot works, else TCG), real supervisor
+# processes and real SQLite files. Run as root (the container
 # driver needs it today).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +17,14 @@ export BURROW_AGENT_BIN
 step "demo image"
 [ -f target/test-images/busybox/.complete ] || {
   bash scripts/make-demo-rootfs.sh target/test-images/busybox && touch target/test-images/busybox/.complete; }
-step "tests"
+step "guest kernel (first build about 7 minutes on 2 cores)"
+BURROW_VM_KERNEL=$(bash scripts/build-kernel.sh | tail -n 1)
+export BURROW_VM_KERNEL
+step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs)"
 cargo test -q --workspace --no-fail-fast
+step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
+BURROW_DRIVER=vm cargo test -q -p burrow-cli --no-fail-fast \
+  --test lifecycle --test policies --test processes --test logs --test registry_sandbox
 step "examples build"
 cargo build -q -p burrow --examples
 step "done"

@@ -257,6 +257,11 @@ pub fn exit_process(code: i32) -> ! {
 fn end_vm(code: i32) {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
+    // The log is the serial console: let its last lines out before the VM
+    // ends (QEMU exits at once on the port write).
+    // SAFETY: tcdrain on fd 2 (the console, or a non-tty where it fails
+    // harmlessly with ENOTTY).
+    unsafe { libc::tcdrain(2) };
     debug_exit(code);
     info!("the exit port did not end the VM: rebooting");
     // SAFETY: reboot takes a plain command; as PID 1 of a VM, RESTART resets

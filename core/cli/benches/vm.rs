@@ -25,9 +25,6 @@ use burrow::driver::vm::{Accel, DEFAULT_MEMORY_MB};
 use common::TestHome;
 
 const MARKER: &str = "BURROW-INIT-MARKER";
-/// The kernel command line of the driver without its `--vm` word.
-const CMDLINE: &str =
-    "console=ttyS0 reboot=t panic=-1 quiet loglevel=4 8250.nr_uarts=1 random.trust_cpu=on";
 /// How long one bare boot may take before it counts as hung.
 const BOOT_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -105,51 +102,14 @@ fn floor_initramfs(dir: &Path) -> PathBuf {
     cpio
 }
 
-/// The driver's machine flags (`Machine::args` for one vCPU, no disks,
-/// devices or network), rebuilt here.
+/// The driver's own machine (`burrow::driver::vm::bare_boot_args`: the
+/// same flags and kernel command line as a sandbox's VM, one vCPU, no
+/// devices), so the floor moves with the driver.
 fn floor_args(accel: Accel, kernel: &Path, initrd: &Path) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "-M",
-        "microvm,acpi=off,x-option-roms=off,isa-serial=on",
-        "-nodefaults",
-        "-no-user-config",
-        "-no-reboot",
-        "-nographic",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let (acc, cpu) = match accel {
-        Accel::Kvm => ("kvm", "host"),
-        Accel::Tcg => ("tcg", "max"),
-    };
-    a.extend(
-        [
-            "-accel",
-            acc,
-            "-cpu",
-            cpu,
-            "-m",
-            &DEFAULT_MEMORY_MB.to_string(),
-            "-smp",
-            "1",
-            "-chardev",
-            "stdio,id=console,signal=off",
-            "-serial",
-            "chardev:console",
-            "-device",
-            "isa-debug-exit,iobase=0xf4,iosize=0x04",
-            "-kernel",
-            &kernel.to_string_lossy(),
-            "-initrd",
-            &initrd.to_string_lossy(),
-            "-append",
-            CMDLINE,
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
-    a
+    burrow::driver::vm::bare_boot_args(kernel, initrd, accel, DEFAULT_MEMORY_MB)
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
 }
 
 /// One bare boot: QEMU spawn -> the marker line on its stdout. Returns the

@@ -122,9 +122,10 @@ async fn probe_with(qemu: &Path, kernel: &Path, initramfs: &Path) -> Result<Acce
         memory_mb: 128,
         network: false,
         shares: &[],
-        agent_fd: std::os::fd::AsRawFd::as_raw_fd(&guest_end),
+        agent_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&guest_end)),
         qmp_fd: None,
         start_paused: false,
+        tsc_khz: None,
     };
     let started = Instant::now();
     let mut child = super::spawn_qemu(

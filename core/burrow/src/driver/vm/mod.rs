@@ -39,7 +39,7 @@ mod qemu;
 mod qmp;
 
 pub use accel::AccelChoice;
-pub use qemu::{locate_kernel, locate_qemu, Accel};
+pub use qemu::{bare_boot_args, host_tsc_khz, locate_kernel, locate_qemu, Accel};
 
 use guest::VmGuest;
 use qemu::{Machine, Share};
@@ -48,6 +48,8 @@ use qemu::{Machine, Share};
 pub const DEFAULT_MEMORY_MB: u64 = 512;
 /// The smallest memory a VM can boot the agent in, in MiB.
 pub const MIN_MEMORY_MB: u64 = 64;
+/// The most vCPUs a VM can have (CONFIG_NR_CPUS of vm/kernel/burrow.config).
+pub const MAX_CPUS: u32 = 8;
 /// Size of a sandbox's writable disk (sparse: only what is written counts).
 const DATA_DISK_BYTES: u64 = 8 << 30;
 
@@ -170,7 +172,7 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     let cpus = spec
         .config
         .cpus
-        .map(|c| c.ceil().clamp(1.0, 255.0) as u32)
+        .map(|c| c.ceil().clamp(1.0, MAX_CPUS as f64) as u32)
         .unwrap_or(1);
     let machine = Machine {
         kernel: &kernel,
@@ -182,9 +184,10 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         memory_mb,
         network: spec.config.network,
         shares: &shares,
-        agent_fd: agent_guest.as_raw_fd(),
+        agent_fd: Some(agent_guest.as_raw_fd()),
         qmp_fd: Some(qmp_guest.as_raw_fd()),
         start_paused: crate::fault::enabled("vm.start_paused"),
+        tsc_khz: qemu::host_tsc_khz(),
     };
     let mut inherit = spec.inherit_fds.clone();
     inherit.extend([agent_guest.as_raw_fd(), qmp_guest.as_raw_fd()]);
