@@ -274,10 +274,11 @@ impl SandboxConfig {
                 }
             }
             if let Some(c) = self.cpus {
-                if c > 255.0 {
+                let max = crate::driver::vm::MAX_CPUS;
+                if c > f64::from(max) {
                     return bad(
                         "cpus",
-                        format!("{c} vCPUs is more than a VM can have (255)"),
+                        format!("{c} vCPUs is more than burrow's guest kernel supports ({max})"),
                     );
                 }
             }
