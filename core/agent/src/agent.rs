@@ -388,6 +388,14 @@ impl Dispatcher {
 
 /// Worker thread body: serve one request and send its final response.
 fn serve(ctx: Ctx, body: Request) {
+    if let Some(user) = ctx.agent.user.filter(|_| touches_files(&body)) {
+        // In a VM the agent is root but the sandbox's processes run as the
+        // image's user: file requests act as that user too (permission
+        // checks, ownership of what they create), as in a container, where
+        // the whole agent runs as the user. Per thread, and this thread
+        // serves only this request.
+        crate::sys::set_fs_identity(user.uid, user.gid);
+    }
     // A bug in one request must neither take the agent down nor leave the
     // host waiting forever: a panic becomes an error response.
     let result =
@@ -402,6 +410,23 @@ fn serve(ctx: Ctx, body: Request) {
     ctx.agent
         .out
         .send(GuestMsg::Response { id: ctx.id, result });
+}
+
+/// Requests that read or write guest files on the host's behalf.
+fn touches_files(body: &Request) -> bool {
+    matches!(
+        body,
+        Request::ReadFile { .. }
+            | Request::WriteFile { .. }
+            | Request::ListDir { .. }
+            | Request::Stat { .. }
+            | Request::Exists { .. }
+            | Request::Mkdir { .. }
+            | Request::Remove { .. }
+            | Request::Rename { .. }
+            | Request::CopyIn { .. }
+            | Request::CopyOut { .. }
+    )
 }
 
 fn handle(ctx: &Ctx, body: Request) -> Result<Response, GuestError> {

@@ -186,6 +186,20 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Makes the calling thread's file system identity `uid`/`gid` (the
+/// kernel keeps fsuid/fsgid per thread; the raw syscalls, not libc's
+/// process-wide wrappers). Leaving uid 0 this way also drops the file
+/// capabilities (DAC override, chown, ...) for this thread's file access.
+pub fn set_fs_identity(uid: u32, gid: u32) {
+    // SAFETY: setfsgid/setfsuid take plain ids and only change this
+    // thread's credentials for file access; order: group first, while the
+    // thread may still change it.
+    unsafe {
+        libc::syscall(libc::SYS_setfsgid, gid as libc::c_long);
+        libc::syscall(libc::SYS_setfsuid, uid as libc::c_long);
+    }
+}
+
 /// Whether this process has no children left (live or unreaped). Leaves
 /// exit statuses in place for the reaper (`WNOWAIT`).
 ///

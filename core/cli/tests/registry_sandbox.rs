@@ -82,6 +82,17 @@ async fn registry_image_defaults_apply_and_explicit_options_win() {
         "stderr: {}",
         out.stderr_str()
     );
+    // The file API acts as the image's user too: what it writes belongs to
+    // that user, and what only root may write is refused.
+    sb.fs().write("/tmp/by-the-api", b"x").await.unwrap();
+    let owner = sb
+        .exec(["stat", "-c", "%u:%g", "/tmp/by-the-api"])
+        .await
+        .unwrap();
+    assert_eq!(owner.stdout_str(), "1000:1000\n");
+    let err = sb.fs().write("/etc/not-for-app", b"x").await.unwrap_err();
+    assert_eq!(err.code(), burrow::ErrorCode::Guest);
+
     // The stored reference is the canonical one, and the image is listed.
     let info = sb.info().await.unwrap();
     assert_eq!(info.config.image, reference);
