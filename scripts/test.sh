@@ -25,6 +25,8 @@ cargo test -q --workspace --no-fail-fast
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
 BURROW_DRIVER=vm cargo test -q -p burrow-cli --no-fail-fast \
   --test lifecycle --test policies --test processes --test logs --test registry_sandbox
+step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list"
+bash scripts/python-sdk.sh
 step "examples build"
 cargo build -q -p burrow --examples
 step "done"

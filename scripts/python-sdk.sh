@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the Python SDK wheel (maturin, abi3) from sdk-python/, installs it
+# into a FRESH virtual environment, and runs the Python tests (pytest, the
+# conformance list) and mypy --strict on the package and the examples
+# against that installed wheel. Everything lives under target/ in the
+# checkout; PyPI supplies maturin, pytest, pytest-asyncio and mypy.
+#
+# Usage: bash scripts/python-sdk.sh [build|test]   (default: test = build + test)
+# Needs: python3 with venv, a Rust toolchain, and for the tests the agent
+# (BURROW_AGENT_BIN), the burrow binary and the busybox image, as
+# scripts/test.sh prepares them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+mode="${1:-test}"
+tools="$root/target/py-tools"
+venv="$root/target/py-test-venv"
+wheels="$root/target/wheels"
+
+if [ ! -x "$tools/bin/maturin" ]; then
+  echo "==> python build tools (maturin) into target/py-tools"
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install -q --upgrade pip
+  "$tools/bin/pip" install -q "maturin>=1.5,<2"
+fi
+
+echo "==> building the wheel (maturin, release)"
+rm -rf "$wheels"
+(cd sdk-python && "$tools/bin/maturin" build -q --release --out "$wheels")
+wheel=$(ls "$wheels"/burrow-*.whl)
+echo "$wheel"
+[ "$mode" = build ] && exit 0
+
+echo "==> a fresh venv with the wheel installed (target/py-test-venv)"
+rm -rf "$venv"
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q --upgrade pip
+"$venv/bin/pip" install -q "$wheel" pytest pytest-asyncio mypy
+
+echo "==> mypy --strict on the installed package and the examples"
+# From outside the checkout, so mypy checks the installed package.
+(cd /tmp && "$venv/bin/python" -m mypy --strict --no-incremental -p burrow)
+"$venv/bin/python" -m mypy --strict --no-incremental examples/python
+
+export BURROW_BIN="${BURROW_BIN:-$root/target/debug/burrow}"
+export BURROW_AGENT_BIN="${BURROW_AGENT_BIN:-$(bash scripts/build-agent.sh)}"
+image="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
+
+echo "==> the Python examples (quickstart, 8-process convergence)"
+home=$(mktemp -d /tmp/bpx.XXXXXX)
+BURROW_HOME="$home" "$venv/bin/python" examples/python/quickstart.py "$image"
+BURROW_HOME="$home" "$venv/bin/python" examples/python/convergence.py "$image" 8
+rm -rf "$home"
+
+echo "==> pytest (sdk-python/tests, against the installed wheel)"
+# Run from a directory without the package sources, so `import burrow`
+# can only find the installed wheel.
+cd "$root/sdk-python/tests"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider .

@@ -1,0 +1,618 @@
+"""The async API: :class:`Sandbox`, :class:`SandboxHandle`, :class:`Fs`,
+:class:`Process`. Every call goes to the core through ``burrow._native``."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
+
+from . import _common as c
+from . import _native
+from .errors import BurrowError, BurrowTimeoutError, SandboxNotFoundError
+from .types import (
+    DirEntry,
+    Driver,
+    ExecResult,
+    ExitStatus,
+    FileStat,
+    LogLine,
+    LogSource,
+    Metrics,
+    ModifyPlan,
+    SandboxInfo,
+    Status,
+)
+
+__all__ = ["Sandbox", "SandboxHandle", "Fs", "Process"]
+
+
+async def _follow(
+    stream: _native.NativeLogStream, stopped: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[LogLine]:
+    """Lines of a followed log until ``stopped()`` says the sandbox stopped
+    (then what is still being written is drained)."""
+    while True:
+        try:
+            d = await stream.next(c.FOLLOW_CHECK)
+        except BurrowTimeoutError:
+            if not await stopped():
+                continue
+            while True:
+                try:
+                    d = await stream.next(c.FOLLOW_DRAIN)
+                except BurrowTimeoutError:
+                    return
+                if d is None:
+                    return
+                yield c.log_line(d)
+        if d is None:
+            return
+        yield c.log_line(d)
+
+
+class Process:
+    """A process with streamed output (from :meth:`Sandbox.spawn`).
+
+    ``async for kind, data in proc`` yields ``("stdout" | "stderr", bytes)``
+    until the process exits; then :attr:`exit_status` is set.
+    """
+
+    def __init__(self, native: _native.NativeProcess) -> None:
+        self._n = native
+        self._exit: Optional[ExitStatus] = None
+
+    @property
+    def exit_status(self) -> Optional[ExitStatus]:
+        """How the process ended, once its exit was seen."""
+        return self._exit
+
+    def __aiter__(self) -> AsyncIterator[Tuple[str, bytes]]:
+        return self
+
+    async def __anext__(self) -> Tuple[str, bytes]:
+        while True:
+            ev = await self._n.next_event()
+            if ev is None:
+                raise StopAsyncIteration
+            kind, payload = ev
+            if kind == "exit":
+                self._exit = c.exit_status(payload)
+                continue
+            return (str(kind), bytes(payload))
+
+    async def write(self, data: c.Data) -> None:
+        """Writes to the process's stdin (spawned with ``stdin=True``)."""
+        await self._n.write(c.to_bytes(data))
+
+    async def close_stdin(self) -> None:
+        """Closes the process's stdin."""
+        await self._n.close_stdin()
+
+    async def signal(self, signal: int) -> None:
+        """Sends a signal to the process group."""
+        await self._n.signal(int(signal))
+
+    async def wait(self) -> ExitStatus:
+        """Waits for the exit (output not yet read is discarded)."""
+        while self._exit is None:
+            ev = await self._n.next_event()
+            if ev is None:
+                break
+            if ev[0] == "exit":
+                self._exit = c.exit_status(ev[1])
+        if self._exit is None:
+            raise RuntimeError("the process ended without an exit status")
+        return self._exit
+
+
+class Fs:
+    """File operations in a running sandbox (``sb.fs``); paths are absolute
+    guest paths."""
+
+    def __init__(self, native: _native.NativeSandbox) -> None:
+        self._n = native
+
+    async def read(self, path: str) -> bytes:
+        return bytes(await self._n.fs_read(path))
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    async def write(self, path: str, data: c.Data, *, mode: Optional[int] = None) -> None:
+        await self._n.fs_write(path, c.to_bytes(data), mode)
+
+    async def list(self, path: str) -> List[DirEntry]:
+        return c.dir_entries(await self._n.fs_list(path))
+
+    async def stat(self, path: str) -> FileStat:
+        return c.file_stat(await self._n.fs_stat(path))
+
+    async def exists(self, path: str) -> bool:
+        return bool(await self._n.fs_exists(path))
+
+    async def mkdir(self, path: str, *, parents: bool = False) -> None:
+        await self._n.fs_mkdir(path, parents)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._n.fs_remove(path, recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await self._n.fs_rename(src, dst)
+
+
+class Sandbox:
+    """A running sandbox, bound to one id (every operation acts on exactly
+    that id; if its name now belongs to another sandbox, operations fail
+    with :class:`burrow.errors.SandboxReplacedError`)."""
+
+    def __init__(self, native: _native.NativeSandbox, *, destroy_on_exit: bool = False) -> None:
+        self._n = native
+        self._destroy_on_exit = destroy_on_exit
+        self.fs = Fs(native)
+
+    # -- creating and converging ------------------------------------------
+
+    @classmethod
+    async def create(
+        cls,
+        name: str,
+        *,
+        image: Optional[str] = None,
+        driver: Optional[Union[str, Driver]] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids_limit: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        volumes: Optional[Sequence[c.Volume]] = None,
+        network: bool = False,
+        idle_timeout: Optional[float] = None,
+        max_duration: Optional[float] = None,
+        startup_timeout: Optional[float] = None,
+        demand_start: Optional[bool] = None,
+        detached: bool = False,
+        replace: bool = False,
+        destroy: bool = False,
+    ) -> Sandbox:
+        """Creates and starts a sandbox. Strict: a taken name is
+        :class:`~burrow.errors.SandboxAlreadyExistsError` (``replace=True``
+        destroys the holder first). ``destroy=True``: ``async with`` destroys
+        it on exit instead of stopping it."""
+        kw = c.build_kwargs(
+            image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
+            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
+            idle_timeout=idle_timeout, max_duration=max_duration,
+            startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
+        )  # fmt: skip
+        native = await _native.build(name, "replace" if replace else "create", **kw)
+        return cls(native, destroy_on_exit=destroy)
+
+    @classmethod
+    async def connect_or_create(
+        cls,
+        name: str,
+        *,
+        image: Optional[str] = None,
+        driver: Optional[Union[str, Driver]] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids_limit: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        volumes: Optional[Sequence[c.Volume]] = None,
+        network: bool = False,
+        idle_timeout: Optional[float] = None,
+        max_duration: Optional[float] = None,
+        startup_timeout: Optional[float] = None,
+        demand_start: Optional[bool] = None,
+        detached: bool = False,
+        destroy: bool = False,
+    ) -> Sandbox:
+        """Converges on the sandbox ``name``: connects to it if it runs,
+        starts it if it is stopped, creates it if it is missing. Options
+        apply only if this call creates it."""
+        kw = c.build_kwargs(
+            image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
+            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
+            idle_timeout=idle_timeout, max_duration=max_duration,
+            startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
+        )  # fmt: skip
+        native = await _native.build(name, "connect_or_create", **kw)
+        return cls(native, destroy_on_exit=destroy)
+
+    @classmethod
+    async def define(
+        cls,
+        name: str,
+        *,
+        image: Optional[str] = None,
+        driver: Optional[Union[str, Driver]] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids_limit: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        volumes: Optional[Sequence[c.Volume]] = None,
+        network: bool = False,
+        idle_timeout: Optional[float] = None,
+        max_duration: Optional[float] = None,
+        startup_timeout: Optional[float] = None,
+        demand_start: Optional[bool] = None,
+        detached: bool = False,
+    ) -> SandboxHandle:
+        """Persists the sandbox without starting it (status created)."""
+        kw = c.build_kwargs(
+            image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
+            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
+            idle_timeout=idle_timeout, max_duration=max_duration,
+            startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
+        )  # fmt: skip
+        return SandboxHandle(await _native.build(name, "define", **kw))
+
+    @staticmethod
+    async def get(name: str) -> SandboxHandle:
+        """A handle bound to the sandbox currently named ``name``."""
+        return SandboxHandle(await _native.get(name))
+
+    @staticmethod
+    async def get_by_id(id: str) -> SandboxHandle:
+        """A handle bound to exactly ``id``."""
+        return SandboxHandle(await _native.get_by_id(id))
+
+    @staticmethod
+    async def list(
+        status: Optional[c.Statuses] = None, labels: Optional[Mapping[str, str]] = None
+    ) -> List[SandboxInfo]:
+        """Snapshots of the sandboxes with one of ``status`` (all if None)
+        carrying all of ``labels``."""
+        lbl = None if labels is None else dict(labels)
+        return c.infos(await _native.list(c.status_list(status), lbl))
+
+    @staticmethod
+    async def remove(name: str) -> None:
+        """Removes the sandbox ``name`` (created, stopped or crashed only)."""
+        await _native.remove(name)
+
+    # -- identity ------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._n.id
+
+    @property
+    def name(self) -> str:
+        return self._n.name
+
+    @property
+    def generation(self) -> int:
+        """The runtime generation (run) this object is connected to."""
+        return self._n.generation
+
+    def handle(self) -> SandboxHandle:
+        """The metadata handle of the same sandbox."""
+        return SandboxHandle(self._n.handle())
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, name={self.name!r})"
+
+    # -- status and activity -------------------------------------------------
+
+    async def info(self) -> SandboxInfo:
+        return c.info(await self._n.info())
+
+    async def status(self) -> Status:
+        return Status(await self._n.status())
+
+    async def ping(self) -> float:
+        """Round trip to the guest agent, in seconds (never activity)."""
+        return float(await self._n.ping())
+
+    async def touch(self) -> None:
+        """Explicit keepalive (activity for the idle timeout)."""
+        await self._n.touch()
+
+    # -- processes -----------------------------------------------------------
+
+    async def exec(
+        self,
+        argv: c.Argv,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Optional[c.Data] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Runs ``argv`` (a string runs through ``sh -c``) and collects its
+        output. A non-zero exit is not an exception."""
+        t = await self._n.exec(
+            c.argv_list(argv),
+            None if env is None else dict(env),
+            cwd,
+            None if stdin is None else c.to_bytes(stdin),
+            None if timeout is None else float(timeout),
+        )
+        return c.exec_result(t)
+
+    async def spawn(
+        self,
+        argv: c.Argv,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Union[bool, c.Data] = False,
+        timeout: Optional[float] = None,
+    ) -> Process:
+        """Starts ``argv`` with streamed output. ``stdin``: ``False`` (empty
+        stdin), ``True`` (open: :meth:`Process.write`, then
+        :meth:`Process.close_stdin`), or data written and then closed."""
+        data: Optional[bytes] = None
+        keep = False
+        if stdin is True:
+            keep = True
+        elif stdin is not False:
+            data = c.to_bytes(stdin)
+        native = await self._n.spawn(
+            c.argv_list(argv),
+            None if env is None else dict(env),
+            cwd,
+            data,
+            keep,
+            None if timeout is None else float(timeout),
+        )
+        return Process(native)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def stop(self, *, grace: Optional[float] = None) -> SandboxInfo:
+        """Graceful stop (``grace`` seconds between SIGTERM and SIGKILL)."""
+        return c.info(await self._n.stop(None if grace is None else float(grace)))
+
+    async def kill(self) -> SandboxInfo:
+        return c.info(await self._n.kill())
+
+    async def request_drain(self) -> SandboxInfo:
+        return c.info(await self._n.request_drain())
+
+    async def wait_until_stopped(self) -> SandboxInfo:
+        """Waits until the run this object is connected to has ended."""
+        return c.info(await self._n.wait_until_stopped())
+
+    async def wait_for_status(
+        self, statuses: c.Statuses, *, timeout: Optional[float] = None
+    ) -> SandboxInfo:
+        """Waits until the status is one of ``statuses``
+        (:class:`~burrow.errors.BurrowTimeoutError` after ``timeout``)."""
+        return c.info(
+            await self._n.wait_for_status(
+                c.status_list(statuses) or [], None if timeout is None else float(timeout)
+            )
+        )
+
+    async def restart(self) -> SandboxInfo:
+        """Stop then start: same id, next generation; this object follows."""
+        return c.info(await self._n.restart())
+
+    async def pause(self) -> SandboxInfo:
+        return c.info(await self._n.pause())
+
+    async def resume(self) -> SandboxInfo:
+        return c.info(await self._n.resume())
+
+    async def modify(
+        self,
+        *,
+        cpus: Optional[float] = c.UNSET,
+        memory_mb: Optional[int] = c.UNSET,
+        env_set: Optional[Mapping[str, str]] = None,
+        env_unset: Optional[Sequence[str]] = None,
+        labels_set: Optional[Mapping[str, str]] = None,
+        labels_unset: Optional[Sequence[str]] = None,
+        idle_timeout: Optional[float] = c.UNSET,
+        max_duration: Optional[float] = c.UNSET,
+    ) -> ModifyPlan:
+        """Changes the configuration. A field left out is unchanged; ``None``
+        for cpus/memory_mb/idle_timeout/max_duration clears it."""
+        changes = c.modify_changes(
+            cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
+            labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
+            max_duration=max_duration,
+        )  # fmt: skip
+        return c.plan(await self._n.modify(changes))
+
+    async def metrics(self) -> Metrics:
+        return c.metrics(await self._n.metrics())
+
+    async def logs(
+        self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
+    ) -> List[LogLine]:
+        """The captured logs (both sources unless ``source``)."""
+        return c.log_lines(await self._n.logs(tail, c.source_name(source)))
+
+    async def follow_logs(
+        self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
+    ) -> AsyncIterator[LogLine]:
+        """Log lines as they are written, until this run of the sandbox
+        stops."""
+        stream = await self._n.follow_logs(tail, c.source_name(source))
+        generation = self.generation
+
+        async def stopped() -> bool:
+            try:
+                i = await self.info()
+            except BurrowError:
+                return True
+            return i.generation != generation or i.status not in c.RUNTIME_STATUSES
+
+        async for line in _follow(stream, stopped):
+            yield line
+
+    async def detach(self) -> SandboxInfo:
+        """Lets the sandbox survive this process from now on."""
+        return c.info(await self._n.detach())
+
+    async def destroy(self) -> None:
+        """Stops the sandbox if needed, then removes exactly this sandbox."""
+        await self._n.destroy()
+
+    # -- async with --------------------------------------------------------------
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            if self._destroy_on_exit:
+                await self.destroy()
+            else:
+                await self.stop()
+        except SandboxNotFoundError:
+            pass  # already gone: nothing left to stop
+
+
+class SandboxHandle:
+    """A metadata handle bound to one sandbox id (the sandbox may be
+    stopped)."""
+
+    def __init__(self, native: _native.NativeHandle) -> None:
+        self._n = native
+
+    @property
+    def id(self) -> str:
+        return self._n.id
+
+    @property
+    def name(self) -> str:
+        return self._n.name
+
+    def __repr__(self) -> str:
+        return f"SandboxHandle(id={self.id!r}, name={self.name!r})"
+
+    async def info(self) -> SandboxInfo:
+        return c.info(await self._n.info())
+
+    async def status(self) -> Status:
+        return Status(await self._n.status())
+
+    async def config(self) -> Dict[str, Any]:
+        """The persisted configuration (the core's form)."""
+        return (await self.info()).config
+
+    async def start(self) -> Sandbox:
+        """Starts it (strict: created, stopped or crashed only)."""
+        return Sandbox(await self._n.start())
+
+    async def connect_or_start(self) -> Sandbox:
+        """Converges on the running sandbox (many callers, one start)."""
+        return Sandbox(await self._n.connect_or_start())
+
+    async def connect(self) -> Sandbox:
+        """A live object for the running sandbox (no start)."""
+        return Sandbox(await self._n.connect())
+
+    async def stop(self, *, grace: Optional[float] = None) -> SandboxInfo:
+        return c.info(await self._n.stop(None if grace is None else float(grace)))
+
+    async def kill(self) -> SandboxInfo:
+        return c.info(await self._n.kill())
+
+    async def request_drain(self) -> SandboxInfo:
+        return c.info(await self._n.request_drain())
+
+    async def pause(self) -> SandboxInfo:
+        return c.info(await self._n.pause())
+
+    async def resume(self) -> SandboxInfo:
+        return c.info(await self._n.resume())
+
+    async def touch(self) -> None:
+        await self._n.touch()
+
+    async def restart(self) -> Sandbox:
+        return Sandbox(await self._n.restart())
+
+    async def wait_for_status(
+        self, statuses: c.Statuses, *, timeout: Optional[float] = None
+    ) -> SandboxInfo:
+        return c.info(
+            await self._n.wait_for_status(
+                c.status_list(statuses) or [], None if timeout is None else float(timeout)
+            )
+        )
+
+    async def wait_until_stopped(self) -> SandboxInfo:
+        """Waits until the sandbox has no runtime (created, stopped or
+        crashed)."""
+        return c.info(
+            await self._n.wait_for_status(["created", "stopped", "crashed"], None)
+        )
+
+    async def modify(
+        self,
+        *,
+        cpus: Optional[float] = c.UNSET,
+        memory_mb: Optional[int] = c.UNSET,
+        env_set: Optional[Mapping[str, str]] = None,
+        env_unset: Optional[Sequence[str]] = None,
+        labels_set: Optional[Mapping[str, str]] = None,
+        labels_unset: Optional[Sequence[str]] = None,
+        idle_timeout: Optional[float] = c.UNSET,
+        max_duration: Optional[float] = c.UNSET,
+    ) -> ModifyPlan:
+        changes = c.modify_changes(
+            cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
+            labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
+            max_duration=max_duration,
+        )  # fmt: skip
+        return c.plan(await self._n.modify(changes))
+
+    async def metrics(self) -> Metrics:
+        return c.metrics(await self._n.metrics())
+
+    async def logs(
+        self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
+    ) -> List[LogLine]:
+        return c.log_lines(await self._n.logs(tail, c.source_name(source)))
+
+    async def follow_logs(
+        self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
+    ) -> AsyncIterator[LogLine]:
+        """Log lines as they are written, until the sandbox has no runtime."""
+        stream = await self._n.follow_logs(tail, c.source_name(source))
+
+        async def stopped() -> bool:
+            try:
+                return (await self.status()) not in c.RUNTIME_STATUSES
+            except BurrowError:
+                return True
+
+        async for line in _follow(stream, stopped):
+            yield line
+
+    async def remove(self) -> None:
+        """Removes exactly this sandbox (created, stopped or crashed only)."""
+        await self._n.remove()
+
+    async def destroy(self) -> None:
+        """Kills (if running) and removes exactly this sandbox."""
+        await self._n.destroy()

@@ -1,0 +1,237 @@
+"""Argument shaping shared by the async API and the synchronous facade.
+
+Only Python-side conversions live here (types, defaults, sentinel handling);
+every value judgement is the core's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _native
+from .types import (
+    DirEntry,
+    Driver,
+    ExecResult,
+    ExitStatus,
+    FileStat,
+    LogLine,
+    LogSource,
+    Metrics,
+    ModifyPlan,
+    SandboxInfo,
+    Status,
+)
+
+#: One volume: ``(source, target)`` or ``(source, target, read_only)``;
+#: source is an absolute host path or a volume name (no ``/``).
+Volume = Union[Tuple[str, str], Tuple[str, str, bool]]
+Statuses = Union[Status, str, Sequence[Union[Status, str]]]
+Argv = Union[str, Sequence[str]]
+Data = Union[bytes, bytearray, memoryview, str]
+
+
+class _Unset:
+    """Marks a keyword left out (distinct from an explicit ``None``)."""
+
+    _instance: Optional["_Unset"] = None
+
+    def __new__(cls) -> "_Unset":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
+
+
+def configure(
+    home: Optional[Union[str, "os.PathLike[str]"]] = None,
+    burrow_bin: Optional[Union[str, "os.PathLike[str]"]] = None,
+    agent_bin: Optional[Union[str, "os.PathLike[str]"]] = None,
+) -> None:
+    """Sets the burrow home and binaries explicitly (optional; call before
+    the first sandbox call). ``home`` replaces ``$BURROW_HOME`` for this
+    process's calls; ``burrow_bin`` and ``agent_bin`` set ``BURROW_BIN`` and
+    ``BURROW_AGENT_BIN`` in this process's environment (inherited by the
+    supervisors it spawns)."""
+    if burrow_bin is not None:
+        os.environ["BURROW_BIN"] = os.fspath(burrow_bin)
+    if agent_bin is not None:
+        os.environ["BURROW_AGENT_BIN"] = os.fspath(agent_bin)
+    if home is not None:
+        _native.configure(os.fspath(home))
+
+
+def build_kwargs(
+    *,
+    image: Optional[str],
+    driver: Optional[Union[str, Driver]],
+    cpus: Optional[float],
+    memory_mb: Optional[int],
+    pids_limit: Optional[int],
+    env: Optional[Mapping[str, str]],
+    workdir: Optional[str],
+    labels: Optional[Mapping[str, str]],
+    volumes: Optional[Sequence[Volume]],
+    network: bool,
+    idle_timeout: Optional[float],
+    max_duration: Optional[float],
+    startup_timeout: Optional[float],
+    demand_start: Optional[bool],
+    detached: bool,
+) -> Dict[str, Any]:
+    vols: Optional[List[Tuple[str, str, bool]]] = None
+    if volumes is not None:
+        vols = []
+        for v in volumes:
+            if not isinstance(v, tuple) or len(v) not in (2, 3):
+                raise TypeError(
+                    "a volume is (source, target) or (source, target, read_only), "
+                    f"not {v!r}"
+                )
+            ro = bool(v[2]) if len(v) == 3 else False
+            vols.append((os.fspath(v[0]), str(v[1]), ro))
+    return {
+        "image": None if image is None else os.fspath(image),
+        "driver": None if driver is None else str(Driver(driver) if isinstance(driver, Driver) else driver),
+        "cpus": None if cpus is None else float(cpus),
+        "memory_mb": memory_mb,
+        "pids_limit": pids_limit,
+        "env": None if env is None else dict(env),
+        "workdir": workdir,
+        "labels": None if labels is None else dict(labels),
+        "volumes": vols,
+        "network": bool(network),
+        "idle_timeout": None if idle_timeout is None else float(idle_timeout),
+        "max_duration": None if max_duration is None else float(max_duration),
+        "startup_timeout": None if startup_timeout is None else float(startup_timeout),
+        "demand_start": demand_start,
+        "detached": bool(detached),
+    }
+
+
+def status_list(statuses: Optional[Statuses]) -> Optional[List[str]]:
+    if statuses is None:
+        return None
+    if isinstance(statuses, (Status, str)):
+        return [str(statuses.value if isinstance(statuses, Status) else statuses)]
+    return [s.value if isinstance(s, Status) else str(s) for s in statuses]
+
+
+def source_name(source: Optional[Union[LogSource, str]]) -> Optional[str]:
+    if source is None:
+        return None
+    return source.value if isinstance(source, LogSource) else str(source)
+
+
+def argv_list(argv: Argv) -> List[str]:
+    """A list of arguments; a string runs through ``sh -c``."""
+    if isinstance(argv, str):
+        return ["sh", "-c", argv]
+    if isinstance(argv, (bytes, bytearray)):
+        raise TypeError("argv must be a str or a sequence of str, not bytes")
+    return [str(a) if isinstance(a, os.PathLike) else a for a in argv]
+
+
+def to_bytes(data: Data) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"expected bytes or str, not {type(data).__name__}")
+
+
+def modify_changes(
+    *,
+    cpus: Any,
+    memory_mb: Any,
+    env_set: Optional[Mapping[str, str]],
+    env_unset: Optional[Sequence[str]],
+    labels_set: Optional[Mapping[str, str]],
+    labels_unset: Optional[Sequence[str]],
+    idle_timeout: Any,
+    max_duration: Any,
+) -> Dict[str, Any]:
+    changes: Dict[str, Any] = {}
+    for key, value in (
+        ("cpus", cpus),
+        ("memory_mb", memory_mb),
+        ("idle_timeout", idle_timeout),
+        ("max_duration", max_duration),
+    ):
+        if value is not UNSET:
+            changes[key] = value
+    if env_set is not None:
+        changes["env_set"] = dict(env_set)
+    if env_unset is not None:
+        changes["env_unset"] = list(env_unset)
+    if labels_set is not None:
+        changes["labels_set"] = dict(labels_set)
+    if labels_unset is not None:
+        changes["labels_unset"] = list(labels_unset)
+    return changes
+
+
+# Conversions of native results ------------------------------------------------
+
+
+def info(d: Any) -> SandboxInfo:
+    return SandboxInfo._from_core(d)
+
+
+def infos(ds: Any) -> List[SandboxInfo]:
+    return [SandboxInfo._from_core(d) for d in ds]
+
+
+def exec_result(t: Any) -> ExecResult:
+    stdout, stderr, code, signal, timed_out = t
+    return ExecResult(
+        stdout=bytes(stdout), stderr=bytes(stderr), exit_code=code, signal=signal, timed_out=bool(timed_out)
+    )
+
+
+def exit_status(t: Any) -> ExitStatus:
+    code, signal, timed_out = t
+    return ExitStatus(exit_code=code, signal=signal, timed_out=bool(timed_out))
+
+
+def dir_entries(ds: Any) -> List[DirEntry]:
+    return [DirEntry._from_core(d) for d in ds]
+
+
+def file_stat(d: Any) -> FileStat:
+    return FileStat._from_core(d)
+
+
+def plan(d: Any) -> ModifyPlan:
+    return ModifyPlan._from_core(d)
+
+
+def metrics(d: Any) -> Metrics:
+    return Metrics._from_core(d)
+
+
+def log_lines(ds: Any) -> List[LogLine]:
+    return [LogLine._from_core(d) for d in ds]
+
+
+def log_line(d: Any) -> LogLine:
+    return LogLine._from_core(d)
+
+
+#: Statuses in which a sandbox has a runtime (the core's ``has_runtime``).
+RUNTIME_STATUSES = frozenset({Status.STARTING, Status.RUNNING, Status.DRAINING, Status.PAUSED})
+
+#: How long a followed log keeps reading after its sandbox stopped (the
+#: core polls log files every 150 ms).
+FOLLOW_DRAIN = 0.5
+#: How often a followed log checks whether its sandbox stopped.
+FOLLOW_CHECK = 0.5

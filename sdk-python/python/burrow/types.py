@@ -1,0 +1,327 @@
+"""Value types of the burrow API: frozen dataclasses and enums.
+
+Enum values are the core's strings (``Status.RUNNING.value == "running"``).
+Times are timezone-aware UTC datetimes; durations in configurations are the
+core's milliseconds (``config`` is the core's configuration as a dict).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Mapping, Optional
+
+__all__ = [
+    "Status",
+    "ExitReason",
+    "Driver",
+    "LogSource",
+    "Applies",
+    "FileKind",
+    "RunInfo",
+    "SandboxInfo",
+    "ExecResult",
+    "ExitStatus",
+    "DirEntry",
+    "FileStat",
+    "FieldChange",
+    "ModifyPlan",
+    "LogLine",
+    "Metrics",
+]
+
+
+class Status(str, enum.Enum):
+    """Lifecycle status of a sandbox."""
+
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExitReason(str, enum.Enum):
+    """Why a run ended."""
+
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    KILLED = "killed"
+    IDLE_TIMEOUT = "idle_timeout"
+    MAX_DURATION = "max_duration"
+    CRASHED = "crashed"
+    DRAIN = "drain"
+    OWNER_EXITED = "owner_exited"
+    START_FAILED = "start_failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Driver(str, enum.Enum):
+    """Isolation driver."""
+
+    CONTAINER = "container"
+    VM = "vm"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class LogSource(str, enum.Enum):
+    """Which log."""
+
+    GUEST = "guest"
+    SUPERVISOR = "supervisor"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Applies(str, enum.Enum):
+    """Where a configuration change takes effect."""
+
+    LIVE = "live"
+    FUTURE_EXECS = "future_execs"
+    NEXT_START = "next_start"
+    IMMEDIATELY = "immediately"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FileKind(str, enum.Enum):
+    """Kind of a file in the sandbox."""
+
+    FILE = "file"
+    DIR = "dir"
+    SYMLINK = "symlink"
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _time(ms: Optional[int]) -> Optional[datetime]:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+
+
+def _req_time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run (runtime generation) of a sandbox."""
+
+    generation: int
+    started_at: datetime
+    running_at: Optional[datetime]
+    ended_at: Optional[datetime]
+    exit_reason: Optional[ExitReason]
+    detail: Optional[str]
+    timings: Dict[str, Any] = field(default_factory=dict)
+    supervisor_pid: Optional[int] = None
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> RunInfo:
+        reason = d.get("exit_reason")
+        timings = d.get("timings")
+        return cls(
+            generation=int(d["generation"]),
+            started_at=_req_time(d["started_at_ms"]),
+            running_at=_time(d.get("running_at_ms")),
+            ended_at=_time(d.get("ended_at_ms")),
+            exit_reason=ExitReason(reason) if reason is not None else None,
+            detail=d.get("detail"),
+            timings=dict(timings) if isinstance(timings, dict) else {},
+            supervisor_pid=d.get("supervisor_pid"),
+        )
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A snapshot of one sandbox."""
+
+    id: str
+    name: str
+    status: Status
+    generation: int
+    config: Dict[str, Any]
+    detached: bool
+    created_at: datetime
+    last_run: Optional[RunInfo]
+    updated_at: Optional[datetime] = None
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> SandboxInfo:
+        run = d.get("last_run")
+        return cls(
+            id=str(d["id"]),
+            name=str(d["name"]),
+            status=Status(d["status"]),
+            generation=int(d["generation"]),
+            config=dict(d["config"]),
+            detached=bool(d["detached"]),
+            created_at=_req_time(d["created_at_ms"]),
+            last_run=RunInfo._from_core(run) if run is not None else None,
+            updated_at=_time(d.get("updated_at_ms")),
+        )
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The collected result of a command. A non-zero exit is not an
+    exception: check ``ok`` or call ``check()``."""
+
+    stdout: bytes
+    stderr: bytes
+    exit_code: Optional[int]
+    signal: Optional[int]
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        """Exited with code 0."""
+        return self.exit_code == 0
+
+    @property
+    def stdout_text(self) -> str:
+        """Stdout decoded as UTF-8 (invalid bytes replaced)."""
+        return self.stdout.decode("utf-8", errors="replace")
+
+    @property
+    def stderr_text(self) -> str:
+        """Stderr decoded as UTF-8 (invalid bytes replaced)."""
+        return self.stderr.decode("utf-8", errors="replace")
+
+    def check(self) -> ExecResult:
+        """Returns self if the command exited with 0, else raises
+        :class:`burrow.errors.CommandFailedError`."""
+        if not self.ok:
+            from .errors import CommandFailedError
+
+            raise CommandFailedError(self)
+        return self
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a process ended."""
+
+    exit_code: Optional[int]
+    signal: Optional[int]
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        """Exited with code 0."""
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    """One directory entry (the core reports name, kind and size)."""
+
+    name: str
+    kind: FileKind
+    size: int
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> DirEntry:
+        return cls(name=str(d["name"]), kind=FileKind(d["kind"]), size=int(d["size"]))
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """Metadata of a path in the sandbox (symlinks not followed)."""
+
+    kind: FileKind
+    size: int
+    mode: int
+    uid: int
+    gid: int
+    mtime: datetime
+    link_target: Optional[str] = None
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> FileStat:
+        return cls(
+            kind=FileKind(d["kind"]),
+            size=int(d["size"]),
+            mode=int(d["mode"]),
+            uid=int(d["uid"]),
+            gid=int(d["gid"]),
+            mtime=datetime.fromtimestamp(int(d["mtime"]), tz=timezone.utc),
+            link_target=d.get("link_target"),
+        )
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """Where one field's change of a modify lands."""
+
+    field: str
+    applies: Applies
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ModifyPlan:
+    """The result of a modify: what changed where, and the new snapshot."""
+
+    changes: List[FieldChange]
+    info: SandboxInfo
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> ModifyPlan:
+        return cls(
+            changes=[
+                FieldChange(field=str(c["field"]), applies=Applies(c["applies"]), note=c.get("note"))
+                for c in d["changes"]
+            ],
+            info=SandboxInfo._from_core(d["info"]),
+        )
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One log line (without its newline)."""
+
+    source: LogSource
+    text: str
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> LogLine:
+        return cls(source=LogSource(d["source"]), text=str(d["text"]))
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Resource usage of a running sandbox (``None`` when unknown)."""
+
+    cpu_usage_ns: Optional[int]
+    memory_bytes: Optional[int]
+    memory_limit_bytes: Optional[int]
+    io_read_bytes: Optional[int]
+    io_write_bytes: Optional[int]
+    pids: Optional[int]
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> Metrics:
+        return cls(
+            cpu_usage_ns=d.get("cpu_usage_ns"),
+            memory_bytes=d.get("memory_bytes"),
+            memory_limit_bytes=d.get("memory_limit_bytes"),
+            io_read_bytes=d.get("io_read_bytes"),
+            io_write_bytes=d.get("io_write_bytes"),
+            pids=d.get("pids"),
+        )

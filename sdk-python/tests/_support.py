@@ -1,0 +1,176 @@
+"""Shared helpers of the Python SDK tests: where the binaries and the test image
+are, a fresh burrow home per test, and cleanup of what a test left running
+(the Python twin of core/cli/tests/common/mod.rs).
+
+Importable without the ``burrow`` package (it is imported lazily).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+TESTS_DIR = Path(__file__).resolve().parent
+SDK_DIR = TESTS_DIR.parent
+REPO_ROOT = SDK_DIR.parent
+
+
+def _env_path(var: str, default: Path) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else default
+
+
+def burrow_bin() -> Path:
+    """The `burrow` binary hosting the supervisor ($BURROW_BIN, else target/debug/burrow)."""
+    return _env_path("BURROW_BIN", REPO_ROOT / "target" / "debug" / "burrow")
+
+
+def agent_bin() -> Path:
+    """The static guest agent ($BURROW_AGENT_BIN, else the scripts/build-agent.sh output)."""
+    return _env_path(
+        "BURROW_AGENT_BIN",
+        REPO_ROOT / "target" / "agent" / "x86_64-unknown-linux-musl" / "release" / "burrow-agent",
+    )
+
+
+def test_image() -> Path:
+    """The busybox root filesystem ($BURROW_TEST_IMAGE, else target/test-images/busybox)."""
+    return _env_path("BURROW_TEST_IMAGE", REPO_ROOT / "target" / "test-images" / "busybox")
+
+
+def image() -> str:
+    return str(test_image())
+
+
+def missing_prerequisites() -> list[str]:
+    problems = []
+    if not os.access(burrow_bin(), os.X_OK):
+        problems.append(f"no burrow binary at {burrow_bin()} (cargo build -p burrow-cli, or set BURROW_BIN)")
+    if not os.access(agent_bin(), os.X_OK):
+        problems.append(f"no guest agent at {agent_bin()} (bash scripts/build-agent.sh, or set BURROW_AGENT_BIN)")
+    if not (test_image() / "bin").is_dir():
+        problems.append(
+            f"no busybox image at {test_image()} (bash scripts/make-demo-rootfs.sh {test_image()},"
+            " or set BURROW_TEST_IMAGE)"
+        )
+    if os.geteuid() != 0:
+        problems.append("the tests run real sandboxes and must run as root")
+    return problems
+
+
+def configure_kwargs(home: str) -> dict:
+    """Arguments of burrow.configure() for `home` (also handed to child processes)."""
+    return {"home": home, "burrow_bin": str(burrow_bin()), "agent_bin": str(agent_bin())}
+
+
+def point_at(home: str) -> dict:
+    """Points this process (and the children it starts) at `home` and the test binaries."""
+    import burrow
+
+    os.environ["BURROW_HOME"] = home
+    os.environ["BURROW_BIN"] = str(burrow_bin())
+    os.environ["BURROW_AGENT_BIN"] = str(agent_bin())
+    kwargs = configure_kwargs(home)
+    burrow.configure(**kwargs)
+    return kwargs
+
+
+def check_installed_package() -> None:
+    """The tests exercise the installed wheel, never the source tree."""
+    import burrow
+
+    origin = Path(burrow.__file__).resolve()
+    source_tree = (SDK_DIR / "python").resolve()
+    if origin.is_relative_to(SDK_DIR.resolve()) and "site-packages" not in origin.parts:
+        raise RuntimeError(
+            f"burrow was imported from the source tree ({origin}); install the wheel into a"
+            " virtualenv and run the tests with its python"
+        )
+    for entry in sys.path:
+        if entry and Path(entry).resolve() == source_tree:
+            raise RuntimeError(f"{source_tree} must not be on sys.path")
+
+
+# ---------------------------------------------------------------------------
+# Processes
+
+
+def processes_with(pred: Callable[[list[str]], bool]) -> list[int]:
+    """Pids of processes whose argument vector satisfies `pred`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+        if args and pred(args):
+            pids.append(int(entry))
+    return pids
+
+
+def _names_home(args: Iterable[str], home: str) -> bool:
+    return any(a == home or a.startswith(home + "/") for a in args)
+
+
+def supervisors_of(home: str) -> list[int]:
+    """Pids of live `burrow __supervise` processes of `home`."""
+    home = os.path.realpath(home)
+    return processes_with(lambda a: "__supervise" in a and (_names_home(a, home)))
+
+
+def vms_of(home: str) -> list[int]:
+    home = os.path.realpath(home)
+    return processes_with(lambda a: "qemu-system" in a[0] and _names_home(a, home))
+
+
+def kill_supervisors_of(home: str) -> None:
+    """SIGKILLs every supervisor (and QEMU guest) of `home`, as the Rust TestHome drop does."""
+    for pid in supervisors_of(home) + vms_of(home):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def dump_logs(home: str) -> str:
+    """Every sandbox log of `home`, for a failing test's report."""
+    out = []
+    root = Path(home) / "sandboxes"
+    if not root.is_dir():
+        return ""
+    for sb in sorted(root.iterdir()):
+        for log in (sb / "logs" / "supervisor.log", sb / "logs" / "guest.log", sb / "runtime" / "runtime.log"):
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                continue
+            out.append(f"----- {log} -----\n{text[-20000:]}")
+    return "\n".join(out)
+
+
+def eventually(limit: float, f: Callable[[], bool], interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if f():
+            return True
+        time.sleep(interval)
+    return f()
+
+
+async def eventually_async(limit: float, f, interval: float = 0.1) -> bool:
+    """Polls the coroutine function `f` until it returns true or `limit` seconds pass."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if await f():
+            return True
+        await asyncio.sleep(interval)
+    return bool(await f())
