@@ -102,6 +102,9 @@ def run_all(target, n: int, args: tuple, timeout: float = 180.0) -> list[dict]:
                 p.kill()
                 p.join(10)
     return [
-        reports.get(i, {"ok": False, "error": f"process {i} reported nothing (exit code {p.exitcode})"})
+        reports.get(
+            i,
+            {"ok": False, "code": None, "error": f"process {i} reported nothing (exit code {p.exitcode})"},
+        )
         for i, p in enumerate(procs)
     ]

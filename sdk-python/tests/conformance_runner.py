@@ -16,9 +16,7 @@ import asyncio
 import datetime
 import enum
 import json
-import multiprocessing
 import os
-import queue as queue_mod
 import time
 import traceback
 from dataclasses import dataclass
@@ -851,47 +849,9 @@ def run_process_race(
     n: int, do: dict, keys: list[str], image: str, configure: dict, timeout: float
 ) -> list[dict]:
     """Runs `do` in `n` fresh processes released together; returns their reports."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(n)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_race_child,
-            args=(i, do, keys, image, configure, barrier, results),
-            name=f"burrow-race-{i}",
-        )
-        for i in range(n)
-    ]
-    for p in procs:
-        p.start()
-    reports: dict[int, dict] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while len(reports) < n and time.monotonic() < deadline:
-            try:
-                i, report = results.get(timeout=0.5)
-            except queue_mod.Empty:
-                if all(not p.is_alive() for p in procs) and results.empty():
-                    break
-                continue
-            reports[i] = report
-    finally:
-        for p in procs:
-            p.join(timeout=max(1.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join(10)
-    out = []
-    for i, p in enumerate(procs):
-        out.append(
-            reports.get(i)
-            or {
-                "ok": False,
-                "code": None,
-                "error": f"caller process {i} reported nothing (exit code {p.exitcode})",
-            }
-        )
-    return out
+    from _children import run_all
+
+    return run_all(_race_child, n, (do, keys, image, configure), timeout)
 
 
 def _race_child(

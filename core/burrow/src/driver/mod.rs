@@ -18,6 +18,26 @@ use crate::model::{SandboxConfig, SandboxId};
 pub mod container;
 pub mod vm;
 
+/// The first line of `<binary> --version` (for `burrow doctor`).
+pub(crate) async fn version_line(binary: &std::path::Path) -> std::io::Result<String> {
+    let out = tokio::process::Command::new(binary)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "`--version` failed ({})",
+            out.status
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
 /// A resolved mount, ready for the driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedMount {

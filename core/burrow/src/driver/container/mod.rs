@@ -115,20 +115,9 @@ pub struct ContainerSupport {
 pub async fn check_support(runtime: OciRuntime) -> Result<ContainerSupport> {
     require_root()?;
     let rt = Runtime::locate(runtime, "/nonexistent".into(), "/nonexistent".into())?;
-    let out = tokio::process::Command::new(&rt.binary)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
+    let version = super::version_line(&rt.binary)
         .await
         .map_err(|e| rt.error(format!("running {} --version: {e}", rt.binary.display())))?;
-    if !out.status.success() {
-        return Err(rt.error(format!("`{} --version` failed", rt.binary.display())));
-    }
-    let version = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_owned();
     Ok(ContainerSupport {
         binary: rt.binary,
         version,

@@ -88,10 +88,7 @@ pub async fn choose(qemu: &Path, kernel: &Path, agent: &Path) -> Result<AccelCho
         key,
         choice: choice.clone(),
     }) {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
+        write_cache(&path, &text);
     }
     Ok(choice)
 }
@@ -189,6 +186,15 @@ fn cache_key(qemu: &Path, kernel: &Path) -> String {
         h.update(std::fs::read(f).unwrap_or_default());
     }
     hex::encode(&h.finalize()[..16])
+}
+
+/// Replaces a cache file atomically (readers never see half of it). Best
+/// effort: a cache that cannot be written is measured again next time.
+pub(super) fn write_cache(path: &Path, content: &[u8]) {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, content).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
 }
 
 /// `$BURROW_CACHE_DIR`, else `$XDG_CACHE_HOME/burrow`, else

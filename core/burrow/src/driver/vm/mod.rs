@@ -89,17 +89,9 @@ pub async fn check_support() -> Result<VmSupport> {
     let kernel = locate_kernel()?;
     let agent = crate::procs::agent_bin()
         .ok_or_else(|| qemu::unavailable("the guest agent binary was not found".into()))?;
-    let out = tokio::process::Command::new(&qemu)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
+    let qemu_version = super::version_line(&qemu)
         .await
-        .map_err(|e| qemu::unavailable(format!("running {}: {e}", qemu.display())))?;
-    let qemu_version = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+        .map_err(|e| qemu::unavailable(format!("running {} --version: {e}", qemu.display())))?;
     let accel = accel::choose(&qemu, &kernel, &agent).await?;
     Ok(VmSupport {
         qemu,

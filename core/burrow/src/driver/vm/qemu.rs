@@ -237,10 +237,7 @@ pub fn host_tsc_khz() -> Option<u64> {
         }
         let khz = measure_tsc_khz();
         if let Some(k) = khz {
-            let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
-            if std::fs::write(&tmp, format!("{} {k}", boot.trim())).is_ok() {
-                let _ = std::fs::rename(&tmp, &cache);
-            }
+            super::accel::write_cache(&cache, format!("{} {k}", boot.trim()).as_bytes());
         }
         khz
     })
