@@ -24,9 +24,13 @@ if [ ! -x "$tools/bin/maturin" ]; then
   "$tools/bin/pip" install -q "maturin>=1.5,<2"
 fi
 
-echo "==> building the wheel (maturin, release)"
+# The tests build with the dev profile: it reuses what `cargo test` already
+# compiled (a release build of the whole core would add minutes to CI).
+# BURROW_WHEEL_PROFILE=release builds the wheel you would ship.
+profile="${BURROW_WHEEL_PROFILE:-dev}"
+echo "==> building the wheel (maturin, $profile profile)"
 rm -rf "$wheels"
-(cd sdk-python && "$tools/bin/maturin" build -q --release --out "$wheels")
+(cd sdk-python && "$tools/bin/maturin" build -q --profile "$profile" --out "$wheels")
 wheel=$(ls "$wheels"/burrow-*.whl)
 echo "$wheel"
 [ "$mode" = build ] && exit 0
