@@ -23,7 +23,8 @@ use crate::model::{Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, St
 pub use burrow_protocol::Metrics;
 
 /// A request to create a sandbox.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     /// Name (validated by the backend).
     pub name: String,

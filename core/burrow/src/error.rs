@@ -46,6 +46,8 @@ pub enum ErrorCode {
     Store,
     /// See [`Error::Io`].
     Io,
+    /// See [`Error::Unauthorized`].
+    Unauthorized,
 }
 
 impl ErrorCode {
@@ -67,6 +69,7 @@ impl ErrorCode {
         ErrorCode::Protocol,
         ErrorCode::Store,
         ErrorCode::Io,
+        ErrorCode::Unauthorized,
     ];
 
     /// The code as a string (`"sandbox_replaced"`, ...).
@@ -88,6 +91,7 @@ impl ErrorCode {
             ErrorCode::Protocol => "protocol",
             ErrorCode::Store => "store",
             ErrorCode::Io => "io",
+            ErrorCode::Unauthorized => "unauthorized",
         }
     }
 }
@@ -135,7 +139,7 @@ pub enum Error {
     #[error("cannot {operation} sandbox {name:?} ({id}): it is {status}")]
     InvalidState {
         /// The attempted operation.
-        operation: &'static str,
+        operation: std::borrow::Cow<'static, str>,
         /// The sandbox name.
         name: String,
         /// The sandbox id.
@@ -241,6 +245,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A `burrow serve` server refused the credentials (missing, unknown or
+    /// revoked API token).
+    #[error("unauthorized: {reason}")]
+    Unauthorized {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The agent's error as carried inside [`Error::Guest`].
@@ -292,6 +303,7 @@ impl Error {
             Error::Protocol { .. } => ErrorCode::Protocol,
             Error::Store { .. } => ErrorCode::Store,
             Error::Io { .. } => ErrorCode::Io,
+            Error::Unauthorized { .. } => ErrorCode::Unauthorized,
         }
     }
 

@@ -6,6 +6,7 @@
 //! its configuration and state persist in an embedded SQLite database under
 //! the burrow home, so it can be found again by name or id.
 
+pub mod api;
 pub mod backend;
 pub mod driver;
 pub mod error;

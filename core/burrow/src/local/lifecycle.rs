@@ -44,9 +44,9 @@ impl LocalBackend {
                 Status::Running | Status::Draining | Status::Paused => {
                     return Err(Error::InvalidState {
                         operation: if converge {
-                            "connect_or_start"
+                            "connect_or_start".into()
                         } else {
-                            "start"
+                            "start".into()
                         },
                         name: info.name,
                         id: info.id,
@@ -211,7 +211,7 @@ impl LocalBackend {
                 }
                 Status::Paused => {
                     return Err(Error::InvalidState {
-                        operation: "drain",
+                        operation: "drain".into(),
                         name: info.name,
                         id: info.id,
                         status: info.status,
@@ -243,7 +243,7 @@ impl LocalBackend {
         let info = self.lookup(name, id).await?.info;
         if !info.status.can_remove() {
             return Err(Error::InvalidState {
-                operation: "remove",
+                operation: "remove".into(),
                 name: info.name,
                 id: info.id,
                 status: info.status,
@@ -257,7 +257,7 @@ impl LocalBackend {
             // Started (or removed) by someone else between the check and the lock.
             let info = self.lookup(name, id).await?.info;
             return Err(Error::InvalidState {
-                operation: "remove",
+                operation: "remove".into(),
                 name: info.name,
                 id: info.id,
                 status: info.status,
@@ -322,7 +322,7 @@ impl LocalBackend {
                 }
                 _ => {
                     return Err(Error::InvalidState {
-                        operation: "exec",
+                        operation: "exec".into(),
                         name: info.name,
                         id: info.id,
                         status: info.status,

@@ -11,7 +11,7 @@ use crate::model::{Applies, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 impl LocalBackend {
     fn not_running(info: SandboxInfo, operation: &'static str) -> Error {
         Error::InvalidState {
-            operation,
+            operation: operation.into(),
             name: info.name,
             id: info.id,
             status: info.status,
@@ -21,7 +21,7 @@ impl LocalBackend {
     fn refused(info: &SandboxInfo, operation: &'static str, e: ControlError) -> Error {
         match e {
             ControlError::Gone => Error::InvalidState {
-                operation,
+                operation: operation.into(),
                 name: info.name.clone(),
                 id: info.id.clone(),
                 status: Status::Stopped,

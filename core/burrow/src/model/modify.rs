@@ -11,7 +11,12 @@ use crate::error::Result;
 
 /// Requested changes. `None` leaves a field alone; for limits and timeouts
 /// `Some(None)` removes the setting.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// As JSON (the `burrow serve` API): an absent key leaves a field alone,
+/// `null` removes the setting; durations are milliseconds
+/// (`{"memory_mb": 512, "idle_timeout_ms": null}`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ModifyWire", into = "ModifyWire")]
 pub struct Modify {
     /// CPU limit in cores.
     pub cpus: Option<Option<f64>>,
@@ -162,5 +167,121 @@ impl Modify {
             }
         }
         out
+    }
+}
+
+/// JSON form of [`Modify`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModifyWire {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    cpus: Option<Option<f64>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    memory_mb: Option<Option<u64>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    env_set: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    env_unset: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    labels_set: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    labels_unset: Vec<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    idle_timeout_ms: Option<Option<u64>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    max_duration_ms: Option<Option<u64>>,
+}
+
+fn to_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl From<Modify> for ModifyWire {
+    fn from(m: Modify) -> Self {
+        ModifyWire {
+            cpus: m.cpus,
+            memory_mb: m.memory_mb,
+            env_set: m.env_set,
+            env_unset: m.env_unset,
+            labels_set: m.labels_set,
+            labels_unset: m.labels_unset,
+            idle_timeout_ms: m.idle_timeout.map(|o| o.map(to_ms)),
+            max_duration_ms: m.max_duration.map(|o| o.map(to_ms)),
+        }
+    }
+}
+
+impl From<ModifyWire> for Modify {
+    fn from(w: ModifyWire) -> Self {
+        Modify {
+            cpus: w.cpus,
+            memory_mb: w.memory_mb,
+            env_set: w.env_set,
+            env_unset: w.env_unset,
+            labels_set: w.labels_set,
+            labels_unset: w.labels_unset,
+            idle_timeout: w.idle_timeout_ms.map(|o| o.map(Duration::from_millis)),
+            max_duration: w.max_duration_ms.map(|o| o.map(Duration::from_millis)),
+        }
+    }
+}
+
+/// `Option<Option<T>>` as JSON: absent key, `null`, or a value.
+mod double_option {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(
+        v: &Option<Option<T>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(inner) => inner.serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<T>>, D::Error> {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+
+    #[test]
+    fn modify_json_keeps_absent_null_and_values_apart() {
+        let m = Modify {
+            memory_mb: Some(Some(512)),
+            idle_timeout: Some(None),
+            labels_set: [("a".to_string(), "b".to_string())].into(),
+            ..Modify::default()
+        };
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"memory_mb": 512, "idle_timeout_ms": null, "labels_set": {"a": "b"}})
+        );
+        let back: Modify = serde_json::from_value(json).unwrap();
+        assert_eq!(back, m);
+        assert!(serde_json::from_str::<Modify>(r#"{"colour": 1}"#).is_err());
     }
 }

@@ -184,7 +184,7 @@ impl SandboxHandle {
         let info = self.info().await?;
         if info.status != Status::Running {
             return Err(crate::Error::InvalidState {
-                operation: "connect",
+                operation: "connect".into(),
                 name: info.name,
                 id: info.id,
                 status: info.status,

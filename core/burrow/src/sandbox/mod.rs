@@ -167,7 +167,7 @@ impl Sandbox {
                     let info = self.info().await?;
                     if info.status != Status::Running {
                         return Err(Error::InvalidState {
-                            operation: "exec",
+                            operation: "exec".into(),
                             name: info.name,
                             id: info.id,
                             status: info.status,
@@ -268,7 +268,7 @@ impl Sandbox {
                 let info = self.info().await?;
                 if info.status != Status::Running {
                     return Err(Error::InvalidState {
-                        operation,
+                        operation: operation.into(),
                         name: info.name,
                         id: info.id,
                         status: info.status,
@@ -292,7 +292,7 @@ impl Sandbox {
         }
         match self.info().await {
             Ok(info) => Error::InvalidState {
-                operation,
+                operation: operation.into(),
                 name: info.name,
                 id: info.id,
                 status: if info.status == Status::Running {
