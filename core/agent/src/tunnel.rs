@@ -28,6 +28,9 @@ pub fn run(ctx: &Ctx, port: u16) -> Result<Response, GuestError> {
         )
     })?;
     let _ = sock.set_nodelay(true);
+    // An empty first chunk says "connected": the host need not wait to
+    // learn that the connect did not fail.
+    ctx.stdout(Vec::new());
     sock.set_nonblocking(true)
         .map_err(|e| GuestError::from_io(&e, "tunnel socket"))?;
     let mut tunnel = Tunnel {

@@ -37,6 +37,10 @@ fn tunnel_echo() {
     let (port, server) = echo_server();
     let mut agent = Agent::start();
     let id = agent.request(Request::Tunnel { port });
+    match agent.next_for(id) {
+        GuestMsg::Stdout { data, .. } => assert!(data.0.is_empty(), "connected marker"),
+        other => panic!("expected the empty connected chunk, got {other:?}"),
+    }
     agent.data(id, b"ping");
     match agent.next_for(id) {
         GuestMsg::Stdout { data, .. } => assert_eq!(data.0, b"ping"),

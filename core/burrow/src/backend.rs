@@ -59,12 +59,26 @@ impl ListFilter {
 pub struct StopOptions {
     /// Time between SIGTERM and SIGKILL for guest processes.
     pub grace: Duration,
+    /// Record the stop with reason `owner_exited` instead of `stopped`: for
+    /// a server stopping the attached sandboxes of a client that went away.
+    pub owner_exited: bool,
 }
 
 impl Default for StopOptions {
     fn default() -> Self {
         StopOptions {
             grace: Duration::from_secs(10),
+            owner_exited: false,
+        }
+    }
+}
+
+impl StopOptions {
+    /// A requested stop with this grace period.
+    pub fn with_grace(grace: Duration) -> Self {
+        StopOptions {
+            grace,
+            ..StopOptions::default()
         }
     }
 }

@@ -267,6 +267,11 @@ pub enum Control {
     Stop {
         /// Grace period in milliseconds.
         grace_ms: u64,
+        /// Record the stop as the owner's exit (reason `owner_exited`)
+        /// rather than a requested stop: a server stopping the attached
+        /// sandboxes of a client session that ended.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        owner_exited: bool,
     },
     /// Immediate kill of the runtime. Response [`Response::Done`] once exited.
     Kill,

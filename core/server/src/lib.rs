@@ -1,3 +1,25 @@
 //! `burrow serve`: the burrow engine behind a versioned HTTP API, with a
 //! demand gateway (`/gw/{id}/...`), request leases, and an idle reaper that
 //! any number of replicas can run against one Postgres database.
+//!
+//! - [`routes`]: the lifecycle API (the contract is [`burrow::api`]).
+//! - [`gateway`]: demand start, leases, proxying; [`targets`]: what it
+//!   proxies to.
+//! - [`reaper`]: idle reclaim across replicas (advisory try-locks).
+//! - [`sessions`]: attached sandboxes of remote clients.
+//! - [`store`]: the server's tables (SQLite or Postgres, migrations for each).
+//! - [`config`]: file + environment, validated at startup.
+
+pub mod app;
+pub mod config;
+pub mod gateway;
+pub mod metrics;
+pub mod reaper;
+pub mod routes;
+pub mod serve;
+pub mod sessions;
+pub mod store;
+pub mod targets;
+
+pub use config::ServeConfig;
+pub use serve::{run, StartupError};

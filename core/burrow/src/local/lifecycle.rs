@@ -140,6 +140,7 @@ impl LocalBackend {
             let body = match opts {
                 Some(o) => Control::Stop {
                     grace_ms: o.grace.as_millis() as u64,
+                    owner_exited: o.owner_exited,
                 },
                 None => Control::Kill,
             };

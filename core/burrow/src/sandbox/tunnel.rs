@@ -40,8 +40,10 @@ impl Sandbox {
     /// guest `connection_refused` error when nothing listens there.
     pub async fn tunnel(&self, port: u16) -> Result<Tunnel> {
         let mut handle = self.request(Request::Tunnel { port }).await?;
-        // The agent answers an error right away when the connect fails;
-        // otherwise data may flow before the final response.
+        // The agent answers an error right away when the connect fails, and
+        // an empty first chunk when it succeeded (older agents send nothing:
+        // the wait below bounds that); data may flow before the final
+        // response.
         let (mine, theirs) = tokio::io::duplex(256 * 1024);
         let (mut rd, mut wr) = tokio::io::split(mine);
         let first =

@@ -17,6 +17,7 @@ mod output;
 mod ping;
 mod rm;
 mod run;
+mod serve;
 mod shell;
 mod up;
 mod version;
@@ -108,6 +109,9 @@ enum Command {
     },
     /// Report which drivers (container, vm) work on this host, and why not.
     Doctor,
+    /// Run the HTTP API and demand gateway (`burrow serve token ...` manages
+    /// API tokens).
+    Serve(serve::ServeArgs),
     /// Print the version.
     Version,
 }
@@ -124,7 +128,9 @@ pub fn main() -> ExitCode {
         // library reads BURROW_HOME when the shared backend is first used.
         std::env::set_var("BURROW_HOME", home);
     }
-    init_logging();
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_logging();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -168,6 +174,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Images => images::images(ctx).await,
         Command::Image { command } => images::image(ctx, command).await,
         Command::Doctor => doctor::doctor(ctx).await,
+        Command::Serve(a) => serve::serve(ctx, a).await,
         Command::Version => version::version(ctx),
     }
 }

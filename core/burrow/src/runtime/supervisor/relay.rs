@@ -272,9 +272,16 @@ fn handle_control(
     let (tx, rx) = oneshot::channel();
     let cmd = match body {
         Control::Status => return,
-        Control::Stop { grace_ms } => Command::Stop {
+        Control::Stop {
+            grace_ms,
+            owner_exited,
+        } => Command::Stop {
             grace: Duration::from_millis(grace_ms),
-            reason: ExitReason::Stopped,
+            reason: if owner_exited {
+                ExitReason::OwnerExited
+            } else {
+                ExitReason::Stopped
+            },
             reply: Some(tx),
         },
         Control::Kill => Command::Kill { reply: Some(tx) },

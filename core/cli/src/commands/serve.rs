@@ -1,0 +1,123 @@
+//! `burrow serve`: the HTTP API, demand gateway and reaper
+//! (see the `burrow-server` crate), and its API tokens.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::Ctx;
+use burrow_server::config::LogFormat;
+use burrow_server::ServeConfig;
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Configuration file (TOML; default: $BURROW_SERVE_CONFIG). Environment
+    /// variables BURROW_SERVE_* override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<ServeCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServeCommand {
+    /// Check the configuration and the database (migrating it), print the
+    /// effective configuration, and exit.
+    Check,
+    /// Manage API tokens (stored hashed in the server's database).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token; its secret is printed once.
+    Create {
+        /// A name for the token (unique).
+        name: String,
+    },
+    /// List tokens (names only).
+    List,
+    /// Revoke a token by name.
+    Revoke {
+        /// The token's name.
+        name: String,
+    },
+}
+
+fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    ServeConfig::load(args.config.as_deref(), &env)
+        .context("burrow serve: invalid configuration")
+}
+
+/// Logging for a long-running server: info from the server by default,
+/// text or JSON as configured; `BURROW_LOG` overrides the filter.
+pub(crate) fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BURROW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,burrow_server=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
+    let config = match load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            init_logging(LogFormat::Text);
+            return Err(e);
+        }
+    };
+    init_logging(config.log.format);
+    match &args.command {
+        None => {
+            burrow_server::run(config)
+                .await
+                .context("burrow serve: cannot start")?;
+            Ok(0)
+        }
+        Some(ServeCommand::Check) => {
+            burrow_server::serve::open_store(&config)
+                .await
+                .context("burrow serve: cannot start")?;
+            let text = config.describe();
+            ctx.print(&json!({"ok": true, "config": text}), format_args!("{text}"))?;
+            Ok(0)
+        }
+        Some(ServeCommand::Token { command }) => {
+            let store = burrow_server::serve::open_store(&config)
+                .await
+                .context("burrow serve: cannot open the database")?;
+            match command {
+                TokenCommand::Create { name } => {
+                    let secret = store.create_token(name).await.with_context(|| {
+                        format!("creating token {name:?} (names are unique)")
+                    })?;
+                    ctx.print(&json!({"name": name, "token": secret}), format_args!("{secret}"))?;
+                }
+                TokenCommand::List => {
+                    let tokens = store.list_tokens().await?;
+                    let text: Vec<String> = tokens.iter().map(|t| t.name.clone()).collect();
+                    ctx.print(&json!({"tokens": tokens}), format_args!("{}", text.join("\n")))?;
+                }
+                TokenCommand::Revoke { name } => {
+                    if !store.revoke_token(name).await? {
+                        anyhow::bail!("no token named {name:?}");
+                    }
+                    ctx.print(&json!({"revoked": name}), format_args!("revoked {name}"))?;
+                }
+            }
+            Ok(0)
+        }
+    }
+}

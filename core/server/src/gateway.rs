@@ -1,0 +1,626 @@
+//! The demand gateway: `/gw/{id}/...` proxies HTTP to a port inside a
+//! sandbox (through the agent channel, so the sandbox needs no network) or
+//! to a registered URL.
+//!
+//! Each call holds a request lease, heartbeated while the call runs
+//! (including a streamed response), closed at the end with `last_used_at`
+//! stamped. The warm path is one `UPDATE ... WHERE state = 'ready'` plus the
+//! lease; it never answers 503. A target that is not ready is started by the
+//! one call that wins the start claim (one statement); calls arriving while
+//! that start runs get `503` with `Retry-After` and `burrow-sandbox-state:
+//! starting` — they never reached the workload, so retrying is safe. The
+//! start runs in its own task (a caller that disconnects does not cancel
+//! it), is bounded by `startup_timeout`, and holds no database connection
+//! while it waits. A failed start kills the workload, records the error
+//! (state `failed`) and answers `502`; the next call starts again.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Uri};
+use axum::response::{IntoResponse, Response};
+use burrow::{Error, ErrorCode, GuestErrorCode, Sandbox, SandboxId, StartOptions};
+use http_body::{Body as _, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use crate::app::{ApiError, ApiResult, AppState};
+use crate::routes::parse_id;
+use crate::store::{now_ms, RuntimeState, TargetKind};
+
+/// A `starting` row older than `startup_timeout` plus this is stranded (its
+/// replica died mid-start) and may be claimed again.
+const STALE_MARGIN: Duration = Duration::from_secs(5);
+/// How often a start probes the target port.
+const PORT_POLL: Duration = Duration::from_millis(50);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Per-target cache: the live handle of the current generation and idle
+/// HTTP connections over tunnels into it.
+#[derive(Default)]
+pub struct Gateway {
+    entries: Mutex<HashMap<String, Entry>>,
+    client: OnceLock<Client<HttpConnector, Body>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
+    }
+}
+
+struct Entry {
+    generation: i64,
+    sandbox: Sandbox,
+    idle: Vec<SendRequest<Body>>,
+}
+
+impl Gateway {
+    /// Drops what is cached for a target (changed, removed).
+    pub fn forget(&self, id: &str) {
+        if let Ok(mut e) = self.entries.lock() {
+            e.remove(id);
+        }
+    }
+
+    fn put_back(&self, id: &str, generation: i64, conn: SendRequest<Body>) {
+        if let Ok(mut e) = self.entries.lock() {
+            if let Some(entry) = e.get_mut(id).filter(|e| e.generation == generation) {
+                if entry.idle.len() < 32 {
+                    entry.idle.push(conn);
+                }
+            }
+        }
+    }
+
+    fn take_idle(&self, id: &str, generation: i64) -> Option<SendRequest<Body>> {
+        let mut e = self.entries.lock().ok()?;
+        let entry = e.get_mut(id).filter(|e| e.generation == generation)?;
+        while let Some(c) = entry.idle.pop() {
+            if !c.is_closed() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn sandbox(&self, id: &str, generation: i64) -> Option<Sandbox> {
+        let e = self.entries.lock().ok()?;
+        e.get(id)
+            .filter(|e| e.generation == generation)
+            .map(|e| e.sandbox.clone())
+    }
+
+    fn remember(&self, id: &str, generation: i64, sandbox: Sandbox) {
+        if let Ok(mut e) = self.entries.lock() {
+            e.insert(
+                id.to_owned(),
+                Entry {
+                    generation,
+                    sandbox,
+                    idle: Vec::new(),
+                },
+            );
+        }
+    }
+
+    fn client(&self) -> &Client<HttpConnector, Body> {
+        self.client
+            .get_or_init(|| Client::builder(TokioExecutor::new()).build_http())
+    }
+}
+
+/// A lease held for the duration of one call (until the response body is
+/// finished or dropped).
+struct LeaseGuard {
+    state: Arc<AppState>,
+    lease: String,
+    target: String,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseGuard {
+    async fn open(state: &Arc<AppState>, target: &str) -> ApiResult<LeaseGuard> {
+        let ttl = ms(state.config.gateway.lease_ttl);
+        let lease = state
+            .store
+            .open_lease(target, state.replica(), now_ms() + ttl)
+            .await?;
+        let every = state.config.gateway.heartbeat_interval;
+        let (st, l) = (state.clone(), lease.clone());
+        let heartbeat = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = st.store.heartbeat_lease(&l, now_ms() + ttl).await {
+                    tracing::warn!(lease = %l, error = %e, "lease heartbeat failed");
+                }
+            }
+        });
+        Ok(LeaseGuard {
+            state: state.clone(),
+            lease,
+            target: target.to_owned(),
+            heartbeat,
+        })
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+        let (st, lease, target) = (
+            self.state.clone(),
+            std::mem::take(&mut self.lease),
+            std::mem::take(&mut self.target),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = st.store.close_lease(&lease, &target, now_ms()).await {
+                tracing::warn!(lease, error = %e, "closing a lease failed; it will expire");
+            }
+        });
+    }
+}
+
+/// The upstream response body, holding the lease (and, for a sandbox, the
+/// connection to return to the pool once the body is complete).
+struct GuardedBody {
+    inner: Incoming,
+    lease: Option<LeaseGuard>,
+    back: Option<(Arc<AppState>, String, i64, SendRequest<Body>)>,
+}
+
+impl GuardedBody {
+    fn finish(&mut self) {
+        if let Some((st, id, generation, conn)) = self.back.take() {
+            st.gateway.put_back(&id, generation, conn);
+        }
+        self.lease.take();
+    }
+}
+
+impl http_body::Body for GuardedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(None) = r {
+            this.finish();
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for GuardedBody {
+    fn drop(&mut self) {
+        if self.inner.is_end_stream() {
+            self.finish();
+        }
+        // Otherwise the connection is mid-response: it is dropped, not reused.
+    }
+}
+
+/// `ANY /gw/{id}[/{*rest}]`.
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    Path(params): Path<HashMap<String, String>>,
+    req: Request,
+) -> Response {
+    let id = params.get("id").cloned().unwrap_or_default();
+    let rest = params.get("rest").cloned().unwrap_or_default();
+    match serve(&state, &id, &rest, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn not_found(id: &str) -> Error {
+    Error::NotFound {
+        what: format!("gateway target {id}"),
+        name: None,
+        id: None,
+    }
+}
+
+async fn serve(state: &Arc<AppState>, id: &str, rest: &str, req: Request) -> ApiResult<Response> {
+    let target = state
+        .store
+        .get_target(id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    // The lease comes first: a reclaim claim re-checks for live leases.
+    let lease = LeaseGuard::open(state, id).await?;
+    let path_and_query = match req.uri().query() {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    };
+    match &target.kind {
+        TargetKind::Url { url } => {
+            let uri: Uri = format!("{url}{path_and_query}")
+                .parse()
+                .map_err(|_| bad_path(rest))?;
+            let (mut parts, body) = req.into_parts();
+            let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+            upstream_headers(&mut parts.headers, &authority, id, &target.headers);
+            parts.uri = uri;
+            let res = state
+                .gateway
+                .client()
+                .request(Request::from_parts(parts, body))
+                .await
+                .map_err(|e| upstream_error(state, id, &e.to_string()))?;
+            state.metrics.inc(&state.metrics.gw_warm);
+            Ok(respond(res, lease, None))
+        }
+        TargetKind::Sandbox { port, command } => {
+            let sid = parse_id(id)?;
+            let port = *port;
+            let (mut generation, mut cold) = match state.store.touch_if_ready(id, now_ms()).await? {
+                Some(g) => (g, false),
+                None => (start(state, id, &sid, port, command, None).await?, true),
+            };
+            let conn = match connect(state, id, &sid, generation, port).await {
+                Ok(c) => c,
+                Err(e) if !cold && gone(&e) => {
+                    // Ready on record but not running (stopped outside the
+                    // gateway, crashed): start it, once.
+                    generation = start(state, id, &sid, port, command, Some(generation)).await?;
+                    cold = true;
+                    connect(state, id, &sid, generation, port)
+                        .await
+                        .map_err(|e| upstream_error(state, id, &e.to_string()))?
+                }
+                Err(e) => return Err(upstream_error(state, id, &e.to_string())),
+            };
+            let uri: Uri = path_and_query.parse().map_err(|_| bad_path(rest))?;
+            let (mut parts, body) = req.into_parts();
+            upstream_headers(
+                &mut parts.headers,
+                &format!("127.0.0.1:{port}"),
+                id,
+                &target.headers,
+            );
+            parts.uri = uri;
+            parts.version = axum::http::Version::HTTP_11;
+            let mut conn = conn;
+            let res = conn
+                .send_request(Request::from_parts(parts, body))
+                .await
+                .map_err(|e| upstream_error(state, id, &e.to_string()))?;
+            state.metrics.inc(if cold {
+                &state.metrics.gw_cold
+            } else {
+                &state.metrics.gw_warm
+            });
+            Ok(respond(
+                res,
+                lease,
+                Some((state.clone(), id.to_owned(), generation, conn)),
+            ))
+        }
+    }
+}
+
+fn bad_path(rest: &str) -> ApiError {
+    Error::InvalidArgument {
+        argument: "path".into(),
+        reason: format!("{rest:?} is not a valid request path"),
+    }
+    .into()
+}
+
+fn upstream_error(state: &AppState, id: &str, detail: &str) -> ApiError {
+    state.metrics.inc(&state.metrics.gw_failed);
+    ApiError::bad_gateway(Error::Protocol {
+        reason: format!("gateway target {id} did not answer: {detail}"),
+    })
+}
+
+/// Errors that mean "the sandbox is not running (any more)".
+fn gone(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        ErrorCode::InvalidState | ErrorCode::Protocol | ErrorCode::Io | ErrorCode::Starting
+    )
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in listed {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+}
+
+fn upstream_headers(h: &mut HeaderMap, authority: &str, id: &str, extra: &[(String, String)]) {
+    strip_hop_by_hop(h);
+    // The client's credentials are for burrow, never for the target.
+    h.remove(header::AUTHORIZATION);
+    if let Ok(v) = HeaderValue::from_str(authority) {
+        h.insert(header::HOST, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("/gw/{id}")) {
+        h.insert("x-forwarded-prefix", v);
+    }
+    for (k, v) in extra {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            h.insert(k, v);
+        }
+    }
+}
+
+fn respond(
+    res: hyper::Response<Incoming>,
+    lease: LeaseGuard,
+    back: Option<(Arc<AppState>, String, i64, SendRequest<Body>)>,
+) -> Response {
+    let (mut parts, inner) = res.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let body = GuardedBody {
+        inner,
+        lease: Some(lease),
+        back,
+    };
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// An HTTP connection into the sandbox: an idle one of this generation, or
+/// a new one over a fresh tunnel.
+async fn connect(
+    state: &Arc<AppState>,
+    id: &str,
+    sid: &SandboxId,
+    generation: i64,
+    port: u16,
+) -> Result<SendRequest<Body>, Error> {
+    while let Some(mut c) = state.gateway.take_idle(id, generation) {
+        if tokio::time::timeout(Duration::from_secs(1), c.ready())
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            return Ok(c);
+        }
+    }
+    let sandbox = match state.gateway.sandbox(id, generation) {
+        Some(s) => s,
+        None => {
+            let info = state.engine.get_by_id(sid).await?;
+            if info.status != burrow::Status::Running {
+                return Err(Error::InvalidState {
+                    operation: "proxy".into(),
+                    name: info.name,
+                    id: info.id,
+                    status: info.status,
+                });
+            }
+            let s = Sandbox::from_info(state.engine.clone(), &info);
+            state.gateway.remember(id, generation, s.clone());
+            s
+        }
+    };
+    let tunnel = sandbox.tunnel(port).await?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
+        .await
+        .map_err(|e| Error::Protocol {
+            reason: format!("HTTP handshake over the tunnel: {e}"),
+        })?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// Makes the target ready: wins the start claim and runs the start, or
+/// answers 503 while someone else's start (or a reclaim) is under way.
+/// Returns the generation that is ready.
+async fn start(
+    state: &Arc<AppState>,
+    id: &str,
+    sid: &SandboxId,
+    port: u16,
+    command: &Option<Vec<String>>,
+    stale_ready: Option<i64>,
+) -> ApiResult<i64> {
+    let now = now_ms();
+    let stale_before = now - ms(state.config.gateway.startup_timeout + STALE_MARGIN);
+    let claimed = state
+        .store
+        .claim_start(id, state.replica(), now, stale_before, stale_ready)
+        .await?;
+    let Some(generation) = claimed else {
+        let row = state.store.runtime(id).await?;
+        if let Some(row) = row.filter(|r| r.state == RuntimeState::Ready) {
+            // Someone else's start finished in between.
+            return Ok(row.generation);
+        }
+        let reaping = state
+            .store
+            .runtime(id)
+            .await?
+            .is_some_and(|r| r.state == RuntimeState::Reaping);
+        state.metrics.inc(&state.metrics.gw_busy);
+        let name = state
+            .engine
+            .get_by_id(sid)
+            .await
+            .map(|i| i.name)
+            .unwrap_or_default();
+        return Err(ApiError::busy(
+            Error::Starting {
+                name,
+                id: sid.clone(),
+            },
+            state.retry_after_secs(),
+            if reaping { "reaping" } else { "starting" },
+        ));
+    };
+    // The start is its own task: the caller giving up does not cancel it.
+    let task = tokio::spawn(run_start(
+        state.clone(),
+        id.to_owned(),
+        sid.clone(),
+        port,
+        command.clone(),
+        generation,
+    ));
+    match task.await {
+        Ok(Ok(())) => Ok(generation),
+        Ok(Err(e)) => {
+            state.metrics.inc(&state.metrics.gw_failed);
+            Err(ApiError::bad_gateway(e))
+        }
+        Err(e) => Err(ApiError::bad_gateway(Error::Protocol {
+            reason: format!("the start task failed: {e}"),
+        })),
+    }
+}
+
+async fn run_start(
+    state: Arc<AppState>,
+    id: String,
+    sid: SandboxId,
+    port: u16,
+    command: Option<Vec<String>>,
+    generation: i64,
+) -> Result<(), Error> {
+    let t0 = Instant::now();
+    let limit = state.config.gateway.startup_timeout;
+    let engine = state.engine.clone();
+    let mut name = String::new();
+    let work = async {
+        let info = engine.get_by_id(&sid).await?;
+        name = info.name.clone();
+        let opts = StartOptions {
+            detached: Some(true),
+        };
+        let info = engine
+            .connect_or_start_identified(&info.name, &sid, opts)
+            .await?;
+        let sandbox = Sandbox::from_info(engine.clone(), &info);
+        if let Some(argv) = &command {
+            let out = sandbox.exec(argv.iter().cloned()).await?;
+            if !out.success() {
+                return Err(Error::StartFailed {
+                    name: info.name.clone(),
+                    id: info.id.clone(),
+                    reason: format!(
+                        "the target's command {argv:?} failed ({:?}): {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                });
+            }
+        }
+        // Ready means the service accepts connections, not just "booted".
+        loop {
+            match sandbox.tunnel(port).await {
+                Ok(t) => {
+                    drop(t);
+                    return Ok::<_, Error>(sandbox);
+                }
+                Err(Error::Guest { source, .. })
+                    if source.code() == GuestErrorCode::ConnectionRefused =>
+                {
+                    tokio::time::sleep(PORT_POLL).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let outcome = match tokio::time::timeout(limit, work).await {
+        Ok(Ok(sandbox)) => {
+            state.gateway.remember(&id, generation, sandbox);
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::Timeout {
+            operation: format!("starting gateway target {id} (port {port})"),
+            after: limit,
+        }),
+    };
+    let now = now_ms();
+    match outcome {
+        Ok(()) => {
+            state.metrics.inc(&state.metrics.starts_ok);
+            state
+                .metrics
+                .add(&state.metrics.start_ms_sum, t0.elapsed().as_millis() as u64);
+            finish(&state, &id, generation, now, Ok(())).await;
+            Ok(())
+        }
+        Err(e) => {
+            state.metrics.inc(&state.metrics.starts_failed);
+            tracing::warn!(target = %id, error = %e, "gateway start failed");
+            // A failed start leaves nothing running.
+            if !name.is_empty() {
+                if let Err(k) = engine.kill_identified(&name, &sid).await {
+                    tracing::warn!(target = %id, error = %k, "removing the workload of a failed start failed");
+                }
+            }
+            finish(&state, &id, generation, now, Err(e.to_string())).await;
+            Err(Error::StartFailed {
+                name,
+                id: sid,
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+async fn finish(state: &AppState, id: &str, generation: i64, now: i64, r: Result<(), String>) {
+    // Retried: a start must never be left `starting` for a database hiccup.
+    for attempt in 0..5u32 {
+        match state.store.finish_start(id, generation, now, r.clone()).await {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(target = %id, attempt, error = %e, "recording the end of a start failed");
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+        }
+    }
+}

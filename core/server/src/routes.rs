@@ -1,0 +1,360 @@
+//! The lifecycle API (`/v1/sandboxes...`): one handler per operation, each a
+//! thin call into the engine. Operations by id act through the engine's
+//! `*_identified` methods, so `?name=` is checked atomically and a replaced
+//! name answers `sandbox_replaced`, as with the local backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, RawQuery, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use burrow::api::{
+    self, IdentityQuery, LogFrame, RuntimeQuery, SandboxList, StartBody, StopBody, WaitBody,
+};
+use burrow::{CreateRequest, Error, Modify, SandboxId, SandboxInfo, StartOptions, StopOptions};
+use serde::de::DeserializeOwned;
+use tokio::io::AsyncWriteExt;
+
+use crate::app::{ApiError, ApiResult, AppState};
+
+/// The `/v1` routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/sandboxes", post(create).get(list))
+        .route("/v1/sandboxes/by-name/{name}", get(get_by_name))
+        .route(
+            "/v1/sandboxes/{id}",
+            get(get_one).patch(modify).delete(remove),
+        )
+        .route("/v1/sandboxes/{id}/metrics", get(metrics))
+        .route("/v1/sandboxes/{id}/logs", get(logs))
+        .route("/v1/sandboxes/{id}/runtime", get(runtime))
+        .route("/v1/sandboxes/{id}/{op}", post(operation))
+        .route(
+            "/v1/gateway/targets",
+            get(crate::targets::list).post(crate::targets::create_url),
+        )
+        .route(
+            "/v1/gateway/targets/{id}",
+            put(crate::targets::put_sandbox)
+                .get(crate::targets::get_one)
+                .delete(crate::targets::delete),
+        )
+}
+
+/// Parses a JSON body into `T`; bad JSON is `invalid_argument`.
+pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
+    let body: &[u8] = if body.is_empty() { b"{}" } else { body };
+    serde_json::from_slice(body).map_err(|e| Error::InvalidArgument {
+        argument: "body".into(),
+        reason: e.to_string(),
+    })
+}
+
+/// Parses a sandbox id from the path.
+pub fn parse_id(id: &str) -> Result<SandboxId, Error> {
+    id.parse().map_err(|_| Error::InvalidArgument {
+        argument: "id".into(),
+        reason: format!("{id:?} is not a sandbox id"),
+    })
+}
+
+/// The name to check the id against: the caller's, or the current one.
+async fn name_of(state: &AppState, id: &SandboxId, q: &IdentityQuery) -> Result<String, Error> {
+    match &q.name {
+        Some(n) => Ok(n.clone()),
+        None => Ok(state.engine.get_by_id(id).await?.name),
+    }
+}
+
+fn count(state: &AppState) {
+    state.metrics.inc(&state.metrics.api_requests);
+}
+
+async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+    count(&state);
+    let req: CreateRequest = json_body(&body)?;
+    let info = state.engine.create(req).await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+async fn list(
+    State(state): State<Arc<AppState>>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<SandboxList>> {
+    count(&state);
+    let filter = api::parse_list_query(q.as_deref().unwrap_or(""))?;
+    Ok(Json(SandboxList {
+        sandboxes: state.engine.list(&filter).await?,
+    }))
+}
+
+async fn get_by_name(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<SandboxInfo>> {
+    count(&state);
+    Ok(Json(state.engine.get(&name).await?))
+}
+
+async fn get_one(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(q): Query<IdentityQuery>,
+) -> ApiResult<Json<SandboxInfo>> {
+    count(&state);
+    let id = parse_id(&id)?;
+    Ok(Json(match &q.name {
+        Some(n) => state.engine.status_identified(n, &id).await?,
+        None => state.engine.get_by_id(&id).await?,
+    }))
+}
+
+async fn modify(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(q): Query<IdentityQuery>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    count(&state);
+    let id = parse_id(&id)?;
+    let changes: Modify = json_body(&body)?;
+    let name = name_of(&state, &id, &q).await?;
+    Ok(Json(state.engine.modify_identified(&name, &id, &changes).await?).into_response())
+}
+
+async fn remove(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(q): Query<IdentityQuery>,
+) -> ApiResult<StatusCode> {
+    count(&state);
+    let id = parse_id(&id)?;
+    let name = name_of(&state, &id, &q).await?;
+    state.engine.remove_identified(&name, &id).await?;
+    forget(&state, &id).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Drops what the server keeps about a removed sandbox.
+async fn forget(state: &AppState, id: &SandboxId) {
+    let _ = state.store.detach(id.as_str()).await;
+    let _ = state.store.delete_target(id.as_str()).await;
+    state.gateway.forget(id.as_str());
+}
+
+async fn operation(
+    State(state): State<Arc<AppState>>,
+    Path((id, op)): Path<(String, String)>,
+    Query(q): Query<IdentityQuery>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    count(&state);
+    let id = parse_id(&id)?;
+    let e = &state.engine;
+    let info = match op.as_str() {
+        "start" | "connect-or-start" => {
+            let b: StartBody = json_body(&body)?;
+            let name = name_of(&state, &id, &q).await?;
+            if let Some(s) = &b.session {
+                if !state.store.session_live(s, crate::store::now_ms()).await? {
+                    return Err(Error::InvalidArgument {
+                        argument: "session".into(),
+                        reason: format!("no live session {s:?}"),
+                    }
+                    .into());
+                }
+            }
+            let opts = StartOptions {
+                detached: b.detached,
+            };
+            let info = if op == "start" {
+                e.start_identified(&name, &id, opts).await?
+            } else {
+                e.connect_or_start_identified(&name, &id, opts).await?
+            };
+            crate::sessions::note_start(&state, &info, b.session.as_deref()).await?;
+            info
+        }
+        "stop" | "restart" => {
+            let b: StopBody = json_body(&body)?;
+            let name = name_of(&state, &id, &q).await?;
+            let opts = StopOptions::with_grace(Duration::from_millis(b.grace_ms));
+            if op == "stop" {
+                e.stop_identified(&name, &id, opts).await?
+            } else {
+                e.restart_identified(&name, &id, opts).await?
+            }
+        }
+        "kill" => e.kill_identified(&name_of(&state, &id, &q).await?, &id).await?,
+        "drain" => {
+            let name = name_of(&state, &id, &q).await?;
+            e.request_drain_identified(&name, &id).await?
+        }
+        "detach" => {
+            let info = e.detach_identified(&name_of(&state, &id, &q).await?, &id).await?;
+            state.store.detach(id.as_str()).await?;
+            info
+        }
+        "pause" => e.pause_identified(&name_of(&state, &id, &q).await?, &id).await?,
+        "resume" => e.resume_identified(&name_of(&state, &id, &q).await?, &id).await?,
+        "wait" => {
+            let b: WaitBody = json_body(&body)?;
+            let name = name_of(&state, &id, &q).await?;
+            e.wait_for_status_identified(&name, &id, &b.statuses).await?
+        }
+        "touch" => {
+            e.touch_identified(&name_of(&state, &id, &q).await?, &id).await?;
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        "destroy" => {
+            e.destroy_identified(&name_of(&state, &id, &q).await?, &id).await?;
+            forget(&state, &id).await;
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        other => {
+            return Err(Error::InvalidArgument {
+                argument: "operation".into(),
+                reason: format!("unknown operation {other:?}"),
+            }
+            .into())
+        }
+    };
+    Ok(Json(info).into_response())
+}
+
+async fn metrics(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(q): Query<IdentityQuery>,
+) -> ApiResult<Json<burrow::Metrics>> {
+    count(&state);
+    let id = parse_id(&id)?;
+    let name = name_of(&state, &id, &q).await?;
+    Ok(Json(state.engine.metrics_identified(&name, &id).await?))
+}
+
+async fn logs(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    count(&state);
+    let id = parse_id(&id)?;
+    let (name, rest) = split_name(raw.as_deref().unwrap_or(""));
+    let opts = api::parse_logs_query(&rest)?;
+    let name = name_of(&state, &id, &IdentityQuery { name }).await?;
+    let mut stream = state.engine.logs_identified(&name, &id, &opts).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            let frame = match item {
+                Ok(line) => LogFrame::Line(line),
+                Err(e) => LogFrame::Error((&e).into()),
+            };
+            let mut bytes = serde_json::to_vec(&frame).unwrap_or_default();
+            bytes.push(b'\n');
+            // The client went away: stop following.
+            if tx.send(Ok(Bytes::from(bytes))).await.is_err() {
+                break;
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream_from(rx));
+    Ok((
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"))],
+        body,
+    )
+        .into_response())
+}
+
+/// Takes `name` out of a query string; returns it and the rest.
+fn split_name(raw: &str) -> (Option<String>, String) {
+    let mut name = None;
+    let mut rest = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(raw.as_bytes()) {
+        if k == "name" {
+            name = Some(v.into_owned());
+        } else {
+            rest.append_pair(&k, &v);
+        }
+    }
+    (name, rest.finish())
+}
+
+/// An mpsc receiver as a `Stream` for streamed bodies.
+pub fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// `GET /v1/sandboxes/{id}/runtime`: upgrades the connection to a raw
+/// protocol stream relayed to the sandbox's supervisor.
+async fn runtime(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(q): Query<RuntimeQuery>,
+    mut req: Request,
+) -> ApiResult<Response> {
+    count(&state);
+    let id = parse_id(&id)?;
+    let wants_upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(api::UPGRADE_PROTOCOL));
+    if !wants_upgrade {
+        return Err(ApiError::from(Error::InvalidArgument {
+            argument: "upgrade".into(),
+            reason: format!("this endpoint needs `Upgrade: {}`", api::UPGRADE_PROTOCOL),
+        }));
+    }
+    let name = name_of(
+        &state,
+        &id,
+        &IdentityQuery {
+            name: q.name.clone(),
+        },
+    )
+    .await?;
+    let stream = state.engine.open_runtime_identified(&name, &id, q.wake).await?;
+    let generation = stream.generation;
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let io = hyper_util::rt::TokioIo::new(upgraded);
+        let (mut client_rd, mut client_wr) = tokio::io::split(io);
+        let burrow::backend::RuntimeStream {
+            mut reader,
+            mut writer,
+            ..
+        } = stream;
+        let up = async {
+            let _ = tokio::io::copy(&mut client_rd, &mut writer).await;
+            let _ = writer.shutdown().await;
+        };
+        let down = async {
+            let _ = tokio::io::copy(&mut reader, &mut client_wr).await;
+            let _ = client_wr.shutdown().await;
+        };
+        // Either side closing ends the relay.
+        tokio::select! {
+            _ = up => {}
+            _ = down => {}
+        }
+    });
+    let mut res = Response::new(Body::empty());
+    *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = res.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static(api::UPGRADE_PROTOCOL));
+    h.insert(api::HEADER_GENERATION, HeaderValue::from(generation));
+    Ok(res)
+}

@@ -1,0 +1,164 @@
+//! Starting and running the server.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use burrow::paths::Home;
+use burrow::{Backend, LocalBackend};
+
+use crate::app::{router, AppState, Transport};
+use crate::config::{Listen, ServeConfig};
+use crate::store::{Store, StoreError};
+
+/// Why the server could not start (each is a clear, single message).
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The database is unusable.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The engine could not open its home.
+    #[error("cannot open the burrow home {home}: {source}")]
+    Engine {
+        /// The home.
+        home: String,
+        /// Why.
+        source: burrow::Error,
+    },
+    /// A listener could not be bound.
+    #[error("cannot listen on {what}: {source}")]
+    Listen {
+        /// The address.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Opens the database named by the configuration (and migrates it).
+pub async fn open_store(config: &ServeConfig) -> Result<Store, StoreError> {
+    Store::open(
+        config.database.as_str(),
+        &config.database.redacted(),
+        config.database_pool.max_connections,
+        config.database_pool.acquire_timeout,
+    )
+    .await
+}
+
+enum Bound {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, std::path::PathBuf),
+}
+
+async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
+    let what = |l: &Listen| match l {
+        Listen::Tcp(a) => a.to_string(),
+        Listen::Unix(p) => format!("unix:{}", p.display()),
+    };
+    let err = |source| StartupError::Listen {
+        what: what(listen),
+        source,
+    };
+    match listen {
+        Listen::Tcp(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(err)?;
+            let local = l.local_addr().map_err(err)?;
+            Ok((Bound::Tcp(l), format!("http://{local}")))
+        }
+        Listen::Unix(path) => {
+            // A socket file left by a server that died is replaced; anything
+            // else at that path is an error.
+            if let Ok(meta) = std::fs::symlink_metadata(path) {
+                use std::os::unix::fs::FileTypeExt;
+                if meta.file_type().is_socket() {
+                    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                        return Err(err(std::io::Error::new(
+                            std::io::ErrorKind::AddrInUse,
+                            "another server listens there",
+                        )));
+                    }
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+            let l = tokio::net::UnixListener::bind(path).map_err(err)?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+            Ok((Bound::Unix(l, path.clone()), format!("unix:{}", path.display())))
+        }
+    }
+}
+
+/// Runs the server until SIGINT/SIGTERM. Prints one `listening on <url>`
+/// line per listener on stdout once every listener is bound.
+pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
+    tracing::info!("{}", config.describe());
+    let store = open_store(&config).await?;
+    let home = Home::at(config.home.clone()).map_err(|source| StartupError::Engine {
+        home: config.home.display().to_string(),
+        source,
+    })?;
+    let engine = LocalBackend::open(home)
+        .await
+        .map_err(|source| StartupError::Engine {
+            home: config.home.display().to_string(),
+            source,
+        })?;
+    let engine: Arc<dyn Backend> = Arc::new(engine);
+    let mut bound = Vec::new();
+    for l in &config.listen {
+        bound.push(bind(l).await?);
+    }
+    let state = AppState::new(engine, store, config);
+    for (_, url) in &bound {
+        println!("listening on {url}");
+    }
+    tokio::spawn(crate::reaper::run(state.clone()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut servers = Vec::new();
+    let mut sockets = Vec::new();
+    for (b, _) in bound {
+        let mut rx = stop_rx.clone();
+        let shutdown = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        servers.push(match b {
+            Bound::Tcp(l) => {
+                let app = router(state.clone(), Transport::Tcp);
+                tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await })
+            }
+            Bound::Unix(l, path) => {
+                sockets.push(path);
+                let app = router(state.clone(), Transport::Unix);
+                tokio::spawn(async move {
+                    axum::serve(l, app).with_graceful_shutdown(shutdown).await
+                })
+            }
+        });
+    }
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    // Streams (sessions, followed logs, proxied responses) may stay open:
+    // give them a moment, then go.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        for s in servers {
+            let _ = s.await;
+        }
+    })
+    .await;
+    for p in sockets {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
