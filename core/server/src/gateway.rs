@@ -615,7 +615,11 @@ async fn run_start(
 async fn finish(state: &AppState, id: &str, generation: i64, now: i64, r: Result<(), String>) {
     // Retried: a start must never be left `starting` for a database hiccup.
     for attempt in 0..5u32 {
-        match state.store.finish_start(id, generation, now, r.clone()).await {
+        match state
+            .store
+            .finish_start(id, generation, now, r.clone())
+            .await
+        {
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(target = %id, attempt, error = %e, "recording the end of a start failed");

@@ -77,8 +77,20 @@ pub async fn render(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoRe
     let leases = u64::try_from(state.store.live_leases(now_ms()).await?).unwrap_or(0);
     let (pool_size, pool_idle) = state.store.pool_stats();
     let mut out = String::new();
-    line(&mut out, "burrow_api_requests_total", "counter", "API requests answered.", &[("", g(&m.api_requests))]);
-    line(&mut out, "burrow_auth_failures_total", "counter", "Requests refused for a missing or unknown token.", &[("", g(&m.auth_failures))]);
+    line(
+        &mut out,
+        "burrow_api_requests_total",
+        "counter",
+        "API requests answered.",
+        &[("", g(&m.api_requests))],
+    );
+    line(
+        &mut out,
+        "burrow_auth_failures_total",
+        "counter",
+        "Requests refused for a missing or unknown token.",
+        &[("", g(&m.auth_failures))],
+    );
     line(
         &mut out,
         "burrow_gateway_calls_total",
@@ -96,10 +108,25 @@ pub async fn render(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoRe
         "burrow_gateway_starts_total",
         "counter",
         "Starts made by the gateway, by result.",
-        &[("result=\"ok\"", g(&m.starts_ok)), ("result=\"failed\"", g(&m.starts_failed))],
+        &[
+            ("result=\"ok\"", g(&m.starts_ok)),
+            ("result=\"failed\"", g(&m.starts_failed)),
+        ],
     );
-    line(&mut out, "burrow_gateway_start_milliseconds_sum", "counter", "Total duration of successful gateway starts.", &[("", g(&m.start_ms_sum))]);
-    line(&mut out, "burrow_reaper_sweeps_total", "counter", "Reaper sweeps run by this replica.", &[("", g(&m.sweeps))]);
+    line(
+        &mut out,
+        "burrow_gateway_start_milliseconds_sum",
+        "counter",
+        "Total duration of successful gateway starts.",
+        &[("", g(&m.start_ms_sum))],
+    );
+    line(
+        &mut out,
+        "burrow_reaper_sweeps_total",
+        "counter",
+        "Reaper sweeps run by this replica.",
+        &[("", g(&m.sweeps))],
+    );
     line(
         &mut out,
         "burrow_reaper_reclaims_total",
@@ -111,15 +138,36 @@ pub async fn render(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoRe
             ("result=\"skipped\"", g(&m.reclaims_skipped)),
         ],
     );
-    line(&mut out, "burrow_leases_expired_total", "counter", "Expired leases swept.", &[("", g(&m.leases_expired))]);
-    line(&mut out, "burrow_leases_live", "gauge", "Live request leases (all replicas).", &[("", leases)]);
-    line(&mut out, "burrow_sessions_open", "gauge", "Client sessions held by this replica.", &[("", g(&m.sessions_open))]);
+    line(
+        &mut out,
+        "burrow_leases_expired_total",
+        "counter",
+        "Expired leases swept.",
+        &[("", g(&m.leases_expired))],
+    );
+    line(
+        &mut out,
+        "burrow_leases_live",
+        "gauge",
+        "Live request leases (all replicas).",
+        &[("", leases)],
+    );
+    line(
+        &mut out,
+        "burrow_sessions_open",
+        "gauge",
+        "Client sessions held by this replica.",
+        &[("", g(&m.sessions_open))],
+    );
     line(
         &mut out,
         "burrow_db_pool_connections",
         "gauge",
         "Database pool connections by state.",
-        &[("state=\"open\"", u64::from(pool_size)), ("state=\"idle\"", pool_idle as u64)],
+        &[
+            ("state=\"open\"", u64::from(pool_size)),
+            ("state=\"idle\"", pool_idle as u64),
+        ],
     );
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

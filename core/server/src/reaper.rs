@@ -46,7 +46,9 @@ impl Reclaim for EngineReclaim {
     async fn reclaim(&self, target_id: &str) -> Result<(), String> {
         let state = &self.0;
         state.gateway.forget(target_id);
-        let id: SandboxId = target_id.parse().map_err(|_| "not a sandbox id".to_string())?;
+        let id: SandboxId = target_id
+            .parse()
+            .map_err(|_| "not a sandbox id".to_string())?;
         let info = match state.engine.get_by_id(&id).await {
             Ok(i) => i,
             // Removed meanwhile: nothing left to stop.
@@ -61,7 +63,10 @@ impl Reclaim for EngineReclaim {
 }
 
 async fn stop(engine: &dyn Backend, name: &str, id: &SandboxId) -> Result<(), String> {
-    match engine.stop_identified(name, id, StopOptions::default()).await {
+    match engine
+        .stop_identified(name, id, StopOptions::default())
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
         Err(e) => Err(e.to_string()),

@@ -190,29 +190,43 @@ async fn operation(
                 e.restart_identified(&name, &id, opts).await?
             }
         }
-        "kill" => e.kill_identified(&name_of(&state, &id, &q).await?, &id).await?,
+        "kill" => {
+            e.kill_identified(&name_of(&state, &id, &q).await?, &id)
+                .await?
+        }
         "drain" => {
             let name = name_of(&state, &id, &q).await?;
             e.request_drain_identified(&name, &id).await?
         }
         "detach" => {
-            let info = e.detach_identified(&name_of(&state, &id, &q).await?, &id).await?;
+            let info = e
+                .detach_identified(&name_of(&state, &id, &q).await?, &id)
+                .await?;
             state.store.detach(id.as_str()).await?;
             info
         }
-        "pause" => e.pause_identified(&name_of(&state, &id, &q).await?, &id).await?,
-        "resume" => e.resume_identified(&name_of(&state, &id, &q).await?, &id).await?,
+        "pause" => {
+            e.pause_identified(&name_of(&state, &id, &q).await?, &id)
+                .await?
+        }
+        "resume" => {
+            e.resume_identified(&name_of(&state, &id, &q).await?, &id)
+                .await?
+        }
         "wait" => {
             let b: WaitBody = json_body(&body)?;
             let name = name_of(&state, &id, &q).await?;
-            e.wait_for_status_identified(&name, &id, &b.statuses).await?
+            e.wait_for_status_identified(&name, &id, &b.statuses)
+                .await?
         }
         "touch" => {
-            e.touch_identified(&name_of(&state, &id, &q).await?, &id).await?;
+            e.touch_identified(&name_of(&state, &id, &q).await?, &id)
+                .await?;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
         "destroy" => {
-            e.destroy_identified(&name_of(&state, &id, &q).await?, &id).await?;
+            e.destroy_identified(&name_of(&state, &id, &q).await?, &id)
+                .await?;
             forget(&state, &id).await;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
@@ -266,7 +280,10 @@ async fn logs(
     });
     let body = Body::from_stream(tokio_stream_from(rx));
     Ok((
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        )],
         body,
     )
         .into_response())
@@ -322,7 +339,10 @@ async fn runtime(
         },
     )
     .await?;
-    let stream = state.engine.open_runtime_identified(&name, &id, q.wake).await?;
+    let stream = state
+        .engine
+        .open_runtime_identified(&name, &id, q.wake)
+        .await?;
     let generation = stream.generation;
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
@@ -354,7 +374,10 @@ async fn runtime(
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = res.headers_mut();
     h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static(api::UPGRADE_PROTOCOL));
+    h.insert(
+        header::UPGRADE,
+        HeaderValue::from_static(api::UPGRADE_PROTOCOL),
+    );
     h.insert(api::HEADER_GENERATION, HeaderValue::from(generation));
     Ok(res)
 }

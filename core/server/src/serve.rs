@@ -82,7 +82,10 @@ async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
             }
             let l = tokio::net::UnixListener::bind(path).map_err(err)?;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-            Ok((Bound::Unix(l, path.clone()), format!("unix:{}", path.display())))
+            Ok((
+                Bound::Unix(l, path.clone()),
+                format!("unix:{}", path.display()),
+            ))
         }
     }
 }
@@ -123,14 +126,16 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
         servers.push(match b {
             Bound::Tcp(l) => {
                 let app = router(state.clone(), Transport::Tcp);
-                tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await })
+                tokio::spawn(
+                    async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await },
+                )
             }
             Bound::Unix(l, path) => {
                 sockets.push(path);
                 let app = router(state.clone(), Transport::Unix);
-                tokio::spawn(async move {
-                    axum::serve(l, app).with_graceful_shutdown(shutdown).await
-                })
+                tokio::spawn(
+                    async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await },
+                )
             }
         });
     }

@@ -252,15 +252,29 @@ impl Store {
             source,
         };
         let opts: AnyConnectOptions = url.parse().map_err(open_err)?;
+        // One direct connection first: a pool only reports "timed out",
+        // this says why (refused, unknown host, authentication, ...).
+        AnyConnection::connect_with(&opts)
+            .await
+            .map_err(open_err)?
+            .close()
+            .await
+            .map_err(open_err)?;
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if kind == DbKind::Sqlite {
-                        sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA busy_timeout = 5000").execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA busy_timeout = 5000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA foreign_keys = ON")
+                            .execute(&mut *conn)
+                            .await?;
                     }
                     Ok(())
                 })
@@ -272,10 +286,13 @@ impl Store {
             DbKind::Sqlite => sqlx::migrate!("./migrations/sqlite"),
             DbKind::Postgres => sqlx::migrate!("./migrations/postgres"),
         };
-        migrator.run(&pool).await.map_err(|source| StoreError::Migrate {
-            url: redacted.to_owned(),
-            source,
-        })?;
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                url: redacted.to_owned(),
+                source,
+            })?;
         Ok(Store {
             pool,
             kind,
@@ -544,13 +561,15 @@ impl Store {
     /// Opens a lease on a target; returns its id.
     pub async fn open_lease(&self, target: &str, replica: &str, expires_at: i64) -> Result<String> {
         let id = random_id("ls_");
-        sqlx::query("INSERT INTO leases (id, target_id, replica, expires_at) VALUES ($1, $2, $3, $4)")
-            .bind(&id)
-            .bind(target)
-            .bind(replica)
-            .bind(expires_at)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "INSERT INTO leases (id, target_id, replica, expires_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&id)
+        .bind(target)
+        .bind(replica)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?;
         Ok(id)
     }
 
@@ -779,12 +798,11 @@ impl Store {
             .bind(id)
             .execute(&self.pool)
             .await?;
-        let rows = sqlx::query(
-            "DELETE FROM attachments WHERE session_id = $1 RETURNING sandbox_id, name",
-        )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("DELETE FROM attachments WHERE session_id = $1 RETURNING sandbox_id, name")
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("sandbox_id")?, r.try_get("name")?)))
             .collect()
@@ -895,7 +913,9 @@ mod tests {
     async fn sqlite() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        let s = Store::open(&url, &url, 4, Duration::from_secs(5)).await.unwrap();
+        let s = Store::open(&url, &url, 4, Duration::from_secs(5))
+            .await
+            .unwrap();
         (dir, s)
     }
 
@@ -943,10 +963,23 @@ mod tests {
     async fn one_start_claim_wins_and_the_reaper_respects_leases() {
         let (_d, s) = sqlite().await;
         s.put_target(&target("sb_a")).await.unwrap();
-        assert_eq!(s.get_target("sb_a").await.unwrap().unwrap().headers.len(), 1);
+        assert_eq!(
+            s.get_target("sb_a").await.unwrap().unwrap().headers.len(),
+            1
+        );
         let t0 = 1_000_000;
-        assert_eq!(s.claim_start("sb_a", "r1", t0, t0 - 5000, None).await.unwrap(), Some(1));
-        assert_eq!(s.claim_start("sb_a", "r2", t0, t0 - 5000, None).await.unwrap(), None);
+        assert_eq!(
+            s.claim_start("sb_a", "r1", t0, t0 - 5000, None)
+                .await
+                .unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            s.claim_start("sb_a", "r2", t0, t0 - 5000, None)
+                .await
+                .unwrap(),
+            None
+        );
         assert!(s.finish_start("sb_a", 1, t0, Ok(())).await.unwrap());
         assert_eq!(s.touch_if_ready("sb_a", t0 + 10).await.unwrap(), Some(1));
         // Idle, but leased: not a candidate, cannot be claimed.
@@ -956,7 +989,11 @@ mod tests {
         assert_eq!(s.claim_reap("sb_a", "r1", cut(later)).await.unwrap(), None);
         // The lease ends (stamping last_used_at), then time passes.
         s.close_lease(&lease, "sb_a", later).await.unwrap();
-        assert!(s.reap_candidates(cut(later + 500), 100).await.unwrap().is_empty());
+        assert!(s
+            .reap_candidates(cut(later + 500), 100)
+            .await
+            .unwrap()
+            .is_empty());
         let c = s.reap_candidates(cut(later + 2000), 100).await.unwrap();
         assert_eq!(c.len(), 1);
         assert_eq!(
@@ -964,17 +1001,27 @@ mod tests {
             Some(RuntimeState::Ready)
         );
         // A failed reclaim restores the previous state with the error.
-        s.finish_reap("sb_a", later + 2001, Err("boom".into())).await.unwrap();
+        s.finish_reap("sb_a", later + 2001, Err("boom".into()))
+            .await
+            .unwrap();
         let row = s.runtime("sb_a").await.unwrap().unwrap();
         assert_eq!(row.state, RuntimeState::Ready);
         assert_eq!(row.last_error.as_deref(), Some("boom"));
-        s.claim_reap("sb_a", "r1", cut(later + 3000)).await.unwrap().unwrap();
+        s.claim_reap("sb_a", "r1", cut(later + 3000))
+            .await
+            .unwrap()
+            .unwrap();
         s.finish_reap("sb_a", later + 3001, Ok(())).await.unwrap();
-        assert_eq!(s.runtime("sb_a").await.unwrap().unwrap().state, RuntimeState::Dormant);
+        assert_eq!(
+            s.runtime("sb_a").await.unwrap().unwrap().state,
+            RuntimeState::Dormant
+        );
         // Dormant: the next call claims generation 2.
         assert_eq!(s.touch_if_ready("sb_a", later + 4000).await.unwrap(), None);
         assert_eq!(
-            s.claim_start("sb_a", "r2", later + 4000, later - 1000, None).await.unwrap(),
+            s.claim_start("sb_a", "r2", later + 4000, later - 1000, None)
+                .await
+                .unwrap(),
             Some(2)
         );
     }
@@ -996,7 +1043,11 @@ mod tests {
         .execute(s.pool())
         .await
         .unwrap();
-        assert!(s.reap_candidates(cut(10_000_000), 100).await.unwrap().is_empty());
+        assert!(s
+            .reap_candidates(cut(10_000_000), 100)
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test]
@@ -1004,8 +1055,15 @@ mod tests {
         let (_d, s) = sqlite().await;
         s.put_target(&target("sb_s")).await.unwrap();
         let t0 = 1_000_000;
-        s.claim_start("sb_s", "dead", t0, t0 - 5000, None).await.unwrap().unwrap();
-        assert!(s.reap_candidates(cut(t0 + 1000), 10).await.unwrap().is_empty());
+        s.claim_start("sb_s", "dead", t0, t0 - 5000, None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(s
+            .reap_candidates(cut(t0 + 1000), 10)
+            .await
+            .unwrap()
+            .is_empty());
         let c = cut(t0 + 6000);
         assert_eq!(s.reap_candidates(c, 10).await.unwrap().len(), 1);
         assert_eq!(

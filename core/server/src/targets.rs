@@ -99,7 +99,8 @@ fn check_headers(h: BTreeMap<String, String>) -> Result<Vec<(String, String)>, E
                 argument: format!("headers.{k}"),
                 reason: reason.into(),
             };
-            axum::http::HeaderName::from_bytes(k.as_bytes()).map_err(|_| bad("not a header name"))?;
+            axum::http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| bad("not a header name"))?;
             axum::http::HeaderValue::from_str(&v).map_err(|_| bad("not a header value"))?;
             Ok((k.to_ascii_lowercase(), v))
         })
@@ -170,7 +171,10 @@ pub async fn put_sandbox(
 pub async fn create_url(State(state): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
     let b: UrlTargetBody = json_body(&body)?;
     let t = Target {
-        id: format!("tg_{}", burrow::SandboxId::new().as_str().trim_start_matches("sb_")),
+        id: format!(
+            "tg_{}",
+            burrow::SandboxId::new().as_str().trim_start_matches("sb_")
+        ),
         kind: TargetKind::Url {
             url: check_url(&b.url)?,
         },
@@ -205,7 +209,11 @@ pub async fn get_one(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<TargetView>> {
-    let t = state.store.get_target(&id).await?.ok_or_else(|| not_found(&id))?;
+    let t = state
+        .store
+        .get_target(&id)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
     let rt = state.store.runtime(&id).await?;
     Ok(Json(view(t, rt)))
 }
@@ -228,13 +236,19 @@ mod tests {
 
     #[test]
     fn url_targets_are_checked() {
-        assert_eq!(check_url("http://127.0.0.1:9000/").unwrap(), "http://127.0.0.1:9000");
+        assert_eq!(
+            check_url("http://127.0.0.1:9000/").unwrap(),
+            "http://127.0.0.1:9000"
+        );
         for bad in ["https://x", "ftp://x", "x", "http://x/?q=1", ""] {
             let e = check_url(bad).unwrap_err();
             assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument, "{bad}");
         }
         let h = [("X-Key".to_string(), "v".to_string())].into();
-        assert_eq!(check_headers(h).unwrap(), vec![("x-key".into(), "v".into())]);
+        assert_eq!(
+            check_headers(h).unwrap(),
+            vec![("x-key".into(), "v".into())]
+        );
         let h = [("bad header".to_string(), "v".to_string())].into();
         assert!(check_headers(h).is_err());
         assert!(check_metadata(Some(serde_json::json!([1]))).is_err());

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use burrow::{Backend, Error, ExitStatus, LocalBackend, SandboxHandle, SandboxId, SandboxInfo};
+use burrow::{Backend, Error, ExitStatus, SandboxHandle, SandboxId, SandboxInfo};
 
 /// The sandbox `target` names: an id when it parses as one, else a name.
 pub(crate) async fn resolve(
-    backend: &Arc<LocalBackend>,
+    backend: &Arc<dyn Backend>,
     target: &str,
 ) -> burrow::Result<SandboxHandle> {
-    let backend: Arc<dyn Backend> = backend.clone();
+    let backend = backend.clone();
     match target.parse::<SandboxId>() {
         Ok(id) => SandboxHandle::get_by_id_in(backend, &id).await,
         Err(_) => SandboxHandle::get_in(backend, target).await,

@@ -142,7 +142,7 @@ fn render(digest: &str, (done, total, what): LayerState) -> String {
 }
 
 pub(crate) async fn pull(ctx: Ctx, args: PullArgs) -> anyhow::Result<u8> {
-    let backend = ctx.backend().await?;
+    let backend = ctx.local_backend().await?;
     let mut opts = PullOptions {
         policy: match args.policy {
             Policy::IfMissing => PullPolicy::IfMissing,
@@ -178,7 +178,7 @@ pub(crate) async fn pull(ctx: Ctx, args: PullArgs) -> anyhow::Result<u8> {
 }
 
 pub(crate) async fn images(ctx: Ctx) -> anyhow::Result<u8> {
-    let backend = ctx.backend().await?;
+    let backend = ctx.local_backend().await?;
     let list = image::list_images(backend.home())?;
     if ctx.json {
         let rows: Vec<_> = list
@@ -204,7 +204,7 @@ pub(crate) async fn images(ctx: Ctx) -> anyhow::Result<u8> {
 }
 
 pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
-    let backend = ctx.backend().await?;
+    let backend = ctx.local_backend().await?;
     match cmd {
         ImageCommand::Ls => images(ctx).await,
         ImageCommand::Rm { references } => {

@@ -60,7 +60,7 @@ pub(crate) async fn stop(ctx: Ctx, args: StopArgs) -> anyhow::Result<u8> {
             .grace
             .map(Duration::from_secs)
             .unwrap_or(StopOptions::default().grace);
-        h.stop_with(StopOptions { grace }).await?
+        h.stop_with(StopOptions::with_grace(grace)).await?
     };
     done(ctx, &info)
 }
@@ -115,11 +115,16 @@ pub(crate) async fn inspect(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
         "demand_start": c.demand_start_enabled(),
         "startup_timeout_ms": c.startup_timeout.as_millis() as u64,
     });
-    let logs = burrow::logs::log_dir(&backend.home().sandbox_dir(&info.id));
-    body["logs"] = serde_json::json!({
-        "guest": logs.join(burrow::LogSource::Guest.file_name()),
-        "supervisor": logs.join(burrow::LogSource::Supervisor.file_name()),
-    });
+    // Log files are where the sandbox runs: on this host only without
+    // BURROW_URL (`burrow logs` reads them either way).
+    if !ctx.is_remote()? {
+        let home = ctx.local_backend().await?;
+        let logs = burrow::logs::log_dir(&home.home().sandbox_dir(&info.id));
+        body["logs"] = serde_json::json!({
+            "guest": logs.join(burrow::LogSource::Guest.file_name()),
+            "supervisor": logs.join(burrow::LogSource::Supervisor.file_name()),
+        });
+    }
     ctx.print_json(&body)?;
     Ok(0)
 }

@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use burrow::{Backend, ListFilter, SandboxInfo, Status};
+use burrow::{ListFilter, SandboxInfo, Status};
 use clap::Args;
 
 use super::common::{parse_pairs, print_table};

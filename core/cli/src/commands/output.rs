@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use burrow::{ErrorCode, LocalBackend};
+use burrow::{Backend, ErrorCode, LocalBackend, RemoteBackend};
 use serde::Serialize;
 use serde_json::json;
 
@@ -91,9 +91,25 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// The default local backend (home from `BURROW_HOME`, set by `--home`).
-    pub async fn backend(&self) -> anyhow::Result<Arc<LocalBackend>> {
+    /// The backend of sandbox commands: the `burrow serve` at `BURROW_URL`
+    /// when that is set (and not empty), else the local backend (home from
+    /// `BURROW_HOME`, set by `--home`).
+    pub async fn backend(&self) -> anyhow::Result<Arc<dyn Backend>> {
+        if let Some(remote) = RemoteBackend::shared()? {
+            return Ok(remote);
+        }
+        Ok(self.local_backend().await?)
+    }
+
+    /// The local backend, whatever `BURROW_URL` says: images and files
+    /// under the home are always this host's.
+    pub async fn local_backend(&self) -> anyhow::Result<Arc<LocalBackend>> {
         Ok(LocalBackend::shared().await?)
+    }
+
+    /// Whether sandbox commands go to a `burrow serve` (`BURROW_URL`).
+    pub fn is_remote(&self) -> anyhow::Result<bool> {
+        Ok(RemoteBackend::shared()?.is_some())
     }
 
     /// A progress note on stderr, for humans only.

@@ -9,8 +9,9 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::Ctx;
-use burrow_server::config::LogFormat;
-use burrow_server::ServeConfig;
+use burrow_server::config::{ConfigError, LogFormat};
+use burrow_server::store::StoreError;
+use burrow_server::{ServeConfig, StartupError};
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -50,10 +51,37 @@ enum TokenCommand {
     },
 }
 
+/// A configuration the server cannot use, as the library's
+/// `invalid_config` (exit code 6, `--json` code `invalid_config`).
+fn config_error(field: &str, reason: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::new(burrow::Error::InvalidConfig {
+        field: field.to_owned(),
+        reason: reason.to_string(),
+    })
+    .context("burrow serve cannot start")
+}
+
 fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    ServeConfig::load(args.config.as_deref(), &env)
-        .context("burrow serve: invalid configuration")
+    ServeConfig::load(args.config.as_deref(), &env).map_err(|e| {
+        let field = match &e {
+            ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => key.clone(),
+            ConfigError::UnknownBackend { .. } => "backend".into(),
+            ConfigError::UnknownEnv { name, .. } => name.clone(),
+            _ => "configuration file".into(),
+        };
+        config_error(&field, e)
+    })
+}
+
+/// Startup failures: an unusable database or listen address is a
+/// configuration error; anything else is reported as it is.
+fn startup_error(e: StartupError) -> anyhow::Error {
+    match e {
+        StartupError::Store(s @ StoreError::Open { .. }) => config_error("database", s),
+        StartupError::Listen { .. } => config_error("listen", e),
+        other => anyhow::Error::new(other).context("burrow serve cannot start"),
+    }
 }
 
 /// Logging for a long-running server: info from the server by default,
@@ -63,6 +91,7 @@ pub(crate) fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,burrow_server=info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
@@ -81,15 +110,13 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
     init_logging(config.log.format);
     match &args.command {
         None => {
-            burrow_server::run(config)
-                .await
-                .context("burrow serve: cannot start")?;
+            burrow_server::run(config).await.map_err(startup_error)?;
             Ok(0)
         }
         Some(ServeCommand::Check) => {
             burrow_server::serve::open_store(&config)
                 .await
-                .context("burrow serve: cannot start")?;
+                .map_err(|e| startup_error(e.into()))?;
             let text = config.describe();
             ctx.print(&json!({"ok": true, "config": text}), format_args!("{text}"))?;
             Ok(0)
@@ -97,18 +124,25 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
         Some(ServeCommand::Token { command }) => {
             let store = burrow_server::serve::open_store(&config)
                 .await
-                .context("burrow serve: cannot open the database")?;
+                .map_err(|e| startup_error(e.into()))?;
             match command {
                 TokenCommand::Create { name } => {
-                    let secret = store.create_token(name).await.with_context(|| {
-                        format!("creating token {name:?} (names are unique)")
-                    })?;
-                    ctx.print(&json!({"name": name, "token": secret}), format_args!("{secret}"))?;
+                    let secret = store
+                        .create_token(name)
+                        .await
+                        .with_context(|| format!("creating token {name:?} (names are unique)"))?;
+                    ctx.print(
+                        &json!({"name": name, "token": secret}),
+                        format_args!("{secret}"),
+                    )?;
                 }
                 TokenCommand::List => {
                     let tokens = store.list_tokens().await?;
                     let text: Vec<String> = tokens.iter().map(|t| t.name.clone()).collect();
-                    ctx.print(&json!({"tokens": tokens}), format_args!("{}", text.join("\n")))?;
+                    ctx.print(
+                        &json!({"tokens": tokens}),
+                        format_args!("{}", text.join("\n")),
+                    )?;
                 }
                 TokenCommand::Revoke { name } => {
                     if !store.revoke_token(name).await? {

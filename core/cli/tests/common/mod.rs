@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod registry;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,0 +1,317 @@
+//! `burrow serve` processes for tests, and a small blocking HTTP/1.1 client.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{agent_bin, burrow_bin};
+
+#[path = "../../../server/tests/common/pg.rs"]
+pub mod pg;
+
+/// A running `burrow serve` replica.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Its replica id.
+    pub replica: String,
+    stderr: PathBuf,
+}
+
+/// Settings of a replica (environment variables of `burrow serve`).
+#[derive(Clone)]
+pub struct ServeEnv {
+    pub home: PathBuf,
+    pub database: String,
+    pub vars: Vec<(String, String)>,
+}
+
+impl ServeEnv {
+    pub fn new(home: &Path, database: &str) -> ServeEnv {
+        ServeEnv {
+            home: home.to_path_buf(),
+            database: database.to_owned(),
+            vars: Vec::new(),
+        }
+    }
+
+    /// Adds `BURROW_SERVE_<key>=value`.
+    pub fn set(mut self, key: &str, value: &str) -> ServeEnv {
+        self.vars
+            .push((format!("BURROW_SERVE_{key}"), value.to_owned()));
+        self
+    }
+
+    /// A `burrow serve ...` command with this environment.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(burrow_bin());
+        c.arg("serve")
+            .env("BURROW_HOME", &self.home)
+            .env("BURROW_BIN", burrow_bin())
+            .env("BURROW_AGENT_BIN", agent_bin())
+            .env("BURROW_SERVE_DATABASE", &self.database)
+            .env_remove("BURROW_URL")
+            .stdin(Stdio::null());
+        for (k, v) in &self.vars {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// Creates an API token named `name`; returns its secret.
+    pub fn create_token(&self, name: &str) -> String {
+        let out = self
+            .command()
+            .args(["token", "create", name])
+            .output()
+            .expect("burrow serve token create");
+        assert!(
+            out.status.success(),
+            "token create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Starts a replica listening on a free loopback port.
+    pub fn start(&self, replica: &str) -> Server {
+        let stderr = self.home.join(format!("serve-{replica}.log"));
+        let mut child = self
+            .command()
+            .env("BURROW_SERVE_LISTEN", "127.0.0.1:0")
+            .env("BURROW_SERVE_REPLICA_ID", replica)
+            .env("BURROW_LOG", "warn,burrow_server=debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawning burrow serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "burrow serve did not start: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                );
+            }
+        };
+        let url = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Server {
+            child: Some(child),
+            url,
+            replica: replica.to_owned(),
+            stderr,
+        }
+    }
+}
+
+impl Server {
+    /// SIGKILLs the replica (no cleanup of any kind).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The replica's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY-free: a plain SIGTERM via kill(1) semantics.
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("----- burrow serve {} -----\n{}", self.replica, self.log());
+        }
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// The `error.code` of an error answer.
+    pub fn error_code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+fn split_url(url: &str) -> (String, String) {
+    let rest = url.strip_prefix("http://").expect("http url");
+    match rest.find('/') {
+        Some(i) => (rest[..i].to_owned(), rest[i..].to_owned()),
+        None => (rest.to_owned(), String::new()),
+    }
+}
+
+/// Opens a connection and sends a request; returns the stream to read from.
+pub fn send(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> TcpStream {
+    let (authority, prefix) = split_url(url);
+    let mut s = TcpStream::connect(&authority).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let path = if prefix.is_empty() {
+        "/".into()
+    } else {
+        prefix
+    };
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() || method != "GET" {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("send");
+    s
+}
+
+/// Reads a whole answer (`Connection: close`), decoding chunked bodies.
+pub fn read_response(s: TcpStream) -> Resp {
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).expect("status line");
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).expect("header");
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            if r.read_line(&mut size).unwrap_or(0) == 0 {
+                break;
+            }
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk).expect("chunk");
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else {
+        let _ = r.read_to_end(&mut body);
+    }
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// One request, one answer.
+pub fn http(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> Resp {
+    read_response(send(method, url, token, body))
+}
+
+/// A gateway call that honours `503` + `Retry-After` until `deadline`;
+/// returns the final answer and how many 503s it saw.
+pub fn call_retrying(url: &str, token: &str, deadline: Duration) -> (Resp, usize) {
+    let end = Instant::now() + deadline;
+    let mut busy = 0;
+    loop {
+        let r = http("GET", url, Some(token), None);
+        if r.status != 503 || Instant::now() > end {
+            return (r, busy);
+        }
+        busy += 1;
+        let after: u64 = r
+            .header("retry-after")
+            .and_then(|v| v.parse().ok())
+            .expect("a 503 carries Retry-After");
+        std::thread::sleep(Duration::from_secs(after).min(Duration::from_millis(500)));
+    }
+}
+
+/// The argv of a target command starting busybox httpd on 8080 after
+/// `delay` seconds, serving `/index.html` ("ok") and a CGI
+/// `/cgi-bin/slow?N` that prints a line per second for N seconds.
+pub fn web_command(delay: u32) -> Vec<String> {
+    let script = format!(
+        "sleep {delay}; mkdir -p /www/cgi-bin; echo ok > /www/index.html; \
+         printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\nn=${{QUERY_STRING:-3}}\\nwhile [ $n -gt 0 ]; do echo tick $n; n=$((n-1)); sleep 1; done\\n' > /www/cgi-bin/slow; \
+         chmod +x /www/cgi-bin/slow; httpd -p 8080 -h /www"
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
