@@ -5,7 +5,10 @@
 # target for the static guest agent, rustfmt, clippy) and the registry test
 # tools (docker-registry, skopeo, htpasswd from apache2-utils), and the
 # vm driver's QEMU and the guest kernel's sources and build tools
-# (scripts/build-kernel.sh).
+# (scripts/build-kernel.sh), and PostgreSQL for `burrow serve`'s tests (they
+# run their own throwaway servers on free ports, see
+# core/server/tests/common/pg.rs, so the package's default cluster is not
+# created).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
@@ -17,12 +20,24 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# Debian's postgresql creates and starts a default cluster (15/main on port
+# 5432) when first installed; starting it can fail where there is no systemd
+# (and with it the install). The tests never use it, so tell
+# postgresql-common not to create it. Clusters that already exist are left
+# alone (pg_lsclusters lists them).
+cc_dropin=/etc/postgresql-common/createcluster.d/burrow.conf
+if ! grep -qsx 'create_main_cluster = false' "$cc_dropin"; then
+  mkdir -p "${cc_dropin%/*}"
+  printf '%s\n' '# Written by burrow scripts/install-deps.sh: tests run their own clusters.' \
+    'create_main_cluster = false' >"$cc_dropin"
+fi
 kneed=()
-for pkg in qemu-system-x86 linux-source-6.1 bc bison flex libelf-dev cpio xz-utils make gcc; do
+for pkg in qemu-system-x86 linux-source-6.1 bc bison flex libelf-dev cpio xz-utils make gcc \
+  postgresql postgresql-client; do
   dpkg -s "$pkg" >/dev/null 2>&1 || kneed+=("$pkg")
 done
 if [ ${#kneed[@]} -gt 0 ]; then
-  echo "==> installing ${kneed[*]} (QEMU and the guest kernel build)"
+  echo "==> installing ${kneed[*]} (QEMU, the guest kernel build, PostgreSQL)"
   apt-get update -qq
   # No recommends: linux-source would pull in linux-perf and friends.
   apt-get install -y -qq --no-install-recommends "${kneed[@]}" >/dev/null

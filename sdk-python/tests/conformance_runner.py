@@ -47,6 +47,7 @@ CODE_CLASSES = {
     "protocol": "ProtocolError",
     "store": "StoreError",
     "io": "BurrowIOError",
+    "unauthorized": "UnauthorizedError",
 }
 
 NAME_OPS = {"create", "connect_or_create", "define", "get", "get_by_id", "list"}

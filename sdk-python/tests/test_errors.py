@@ -32,10 +32,11 @@ TABLE = {
     "protocol": "ProtocolError",
     "store": "StoreError",
     "io": "BurrowIOError",
+    "unauthorized": "UnauthorizedError",
 }
 # core/burrow/src/error.rs, ErrorCode::ALL, in its order.
 CORE_ALL = list(TABLE)
-NOT_PROVOKABLE_LOCALLY = ["protocol", "store", "io", "runtime_unavailable", "starting"]
+NOT_PROVOKABLE_LOCALLY = ["protocol", "store", "io", "runtime_unavailable", "starting", "unauthorized"]
 SANDBOX_ID = "sb_01hzzzzzzzzzzzzzzzzzzzzzzz"
 PYTHON_ONLY = {"CommandFailedError"}
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use burrow::paths::Home;
-use burrow::{Backend, LocalBackend};
+use burrow::{Backend, LocalBackend, RemoteBackend};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -27,13 +27,22 @@ use crate::convert::ToPy;
 pub(crate) struct ProcState {
     pid: u32,
     rt: tokio::runtime::Runtime,
-    /// The backend, keyed by the home it was opened for (`None`: from the
-    /// environment).
+    /// The backend, keyed by what it was opened for.
     backend: tokio::sync::Mutex<Option<OpenBackend>>,
 }
 
-/// A backend and the configured home it was opened for.
-type OpenBackend = (Option<PathBuf>, Arc<dyn Backend>);
+/// What a backend was opened for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BackendKey {
+    /// The local backend of this configured home (`None`: from the
+    /// environment).
+    Local(Option<PathBuf>),
+    /// The `burrow serve` at `$BURROW_URL` (the home does not matter).
+    Remote,
+}
+
+/// A backend and what it was opened for.
+type OpenBackend = (BackendKey, Arc<dyn Backend>);
 
 static STATE: Mutex<Option<Arc<ProcState>>> = Mutex::new(None);
 /// The home set by `configure(home=...)`.
@@ -103,20 +112,33 @@ impl Ctx {
         })
     }
 
-    /// This process's backend for the configured home (opened once).
+    /// This process's backend (opened once): the `burrow serve` at
+    /// `$BURROW_URL` when that is set and not empty (token
+    /// `$BURROW_TOKEN`), else the local backend of the configured home.
     pub(crate) async fn backend(&self) -> burrow::Result<Arc<dyn Backend>> {
+        let remote = std::env::var_os(burrow::remote::ENV_URL).is_some_and(|v| !v.is_empty());
+        let key = if remote {
+            BackendKey::Remote
+        } else {
+            BackendKey::Local(self.home.clone())
+        };
         let mut slot = self.st.backend.lock().await;
-        if let Some((home, b)) = slot.as_ref() {
-            if *home == self.home {
+        if let Some((k, b)) = slot.as_ref() {
+            if *k == key {
                 return Ok(b.clone());
             }
         }
-        let home = match &self.home {
-            Some(p) => Home::at(p)?,
-            None => Home::from_env()?,
+        let b: Arc<dyn Backend> = match &key {
+            BackendKey::Remote => Arc::new(RemoteBackend::from_env()?),
+            BackendKey::Local(home) => {
+                let home = match home {
+                    Some(p) => Home::at(p)?,
+                    None => Home::from_env()?,
+                };
+                Arc::new(LocalBackend::open(home).await?)
+            }
         };
-        let b: Arc<dyn Backend> = Arc::new(LocalBackend::open(home).await?);
-        *slot = Some((self.home.clone(), b.clone()));
+        *slot = Some((key, b.clone()));
         Ok(b)
     }
 

@@ -115,6 +115,9 @@ pub struct RuntimeQuery {
 }
 
 /// One line of the `logs` stream: a log line, or the error that ended it.
+// Frames are transient (built, sent or read, dropped): their size does not
+// matter, and boxing would only complicate building them.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFrame {

@@ -5,6 +5,9 @@
 //! once. Each sandbox runs under a supervisor process spawned by the library;
 //! its configuration and state persist in an embedded SQLite database under
 //! the burrow home, so it can be found again by name or id.
+//!
+//! The same API drives a `burrow serve` manager through [`RemoteBackend`],
+//! the default backend when `BURROW_URL` is set.
 
 pub mod api;
 pub mod backend;
@@ -18,6 +21,7 @@ pub mod logs;
 pub mod model;
 pub mod paths;
 pub mod procs;
+pub mod remote;
 pub mod runtime;
 mod sandbox;
 pub mod store;
@@ -31,6 +35,7 @@ pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, Modify, ModifyPlan, Mount, MountSource,
     OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status,
 };
+pub use remote::RemoteBackend;
 pub use sandbox::{
     ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, Process, PublishedPort, ReplaceBuilder,
     Sandbox, SandboxBuilder, SandboxHandle, Tunnel,

@@ -664,7 +664,7 @@ pub fn format_duration(d: Duration) -> String {
     if d.is_zero() {
         return "0s".into();
     }
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return format!("{d:?}");
     }
     let secs = d.as_secs();

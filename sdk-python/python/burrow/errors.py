@@ -33,6 +33,7 @@ __all__ = [
     "ProtocolError",
     "StoreError",
     "BurrowIOError",
+    "UnauthorizedError",
     "CommandFailedError",
     "CODES",
 ]
@@ -190,6 +191,13 @@ class BurrowIOError(BurrowError):
     CODE = "io"
 
 
+class UnauthorizedError(BurrowError):
+    """A ``burrow serve`` server refused the credentials (missing, unknown
+    or revoked API token, ``BURROW_TOKEN``)."""
+
+    CODE = "unauthorized"
+
+
 #: Core error code -> class, exactly one class per code of
 #: ``burrow._native.error_codes()``.
 CODES: Dict[str, Type[BurrowError]] = {
@@ -211,6 +219,7 @@ CODES: Dict[str, Type[BurrowError]] = {
         ProtocolError,
         StoreError,
         BurrowIOError,
+        UnauthorizedError,
     )
 }
 
