@@ -61,3 +61,6 @@ echo "==> pytest (sdk-python/tests, against the installed wheel)"
 # can only find the installed wheel.
 cd "$root/sdk-python/tests"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider .
+
+echo "==> the conformance list again, against the remote backend (a burrow serve per test)"
+BURROW_TEST_REMOTE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_conformance.py

@@ -174,3 +174,77 @@ async def eventually_async(limit: float, f, interval: float = 0.1) -> bool:
             return True
         await asyncio.sleep(interval)
     return bool(await f())
+
+
+class Server:
+    """A ``burrow serve`` on the test's home (SQLite, TCP on a free loopback
+    port, an API token), for running the tests against the remote backend:
+    ``BURROW_URL``/``BURROW_TOKEN`` point this process and its children at it."""
+
+    def __init__(self, home: str) -> None:
+        import subprocess
+
+        env = dict(os.environ)
+        env.update(
+            BURROW_HOME=home,
+            BURROW_BIN=str(burrow_bin()),
+            BURROW_AGENT_BIN=str(agent_bin()),
+            BURROW_SERVE_LISTEN="127.0.0.1:0",
+            BURROW_SERVE_IDLE_TIMEOUT="0",
+        )
+        env.pop("BURROW_URL", None)
+        env.pop("BURROW_TOKEN", None)
+        self.token = subprocess.run(
+            [str(burrow_bin()), "serve", "token", "create", "tests"],
+            env=env, check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        self.log_path = os.path.join(home, "serve.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [str(burrow_bin()), "serve"], env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=self._log,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode().strip()
+        if not line.startswith("listening on "):
+            self.stop()
+            raise RuntimeError(f"burrow serve did not start: {line!r}\n{self.log()}")
+        self.url = line[len("listening on "):]
+
+    def api_requests(self) -> int:
+        """How many API requests this server answered (from /metrics)."""
+        import urllib.request
+
+        req = urllib.request.Request(
+            self.url + "/metrics", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("burrow_api_requests_total "):
+                    return int(line.split()[1])
+        raise AssertionError("no burrow_api_requests_total in /metrics")
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+#: The server of the running test in remote mode.
+CURRENT_SERVER: "Server | None" = None
+
+
+def remote_mode() -> bool:
+    """``BURROW_TEST_REMOTE=1``: every test runs against a ``burrow serve``."""
+    return os.environ.get("BURROW_TEST_REMOTE") == "1"

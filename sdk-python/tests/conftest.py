@@ -11,6 +11,10 @@ logs are attached to the report. Tests marked ``no_sandbox`` get no home.
 Environment: ``BURROW_BIN``, ``BURROW_AGENT_BIN``, ``BURROW_TEST_IMAGE`` (else the
 repository's target/ defaults), ``BURROW_DRIVER`` (read by the core),
 ``BURROW_TEST_KEEP_HOME=1`` keeps the homes for inspection.
+
+``BURROW_TEST_REMOTE=1`` runs every test against the remote backend: each
+test's home gets its own ``burrow serve`` (TCP, API token), and
+``BURROW_URL``/``BURROW_TOKEN`` point the test and its child processes at it.
 """
 
 from __future__ import annotations
@@ -82,17 +86,31 @@ def burrow_home(request: pytest.FixtureRequest):
         return
     request.getfixturevalue("prerequisites")
     home = tempfile.mkdtemp(prefix="bp", dir="/tmp")
-    saved = {k: os.environ.get(k) for k in ("BURROW_HOME", "BURROW_BIN", "BURROW_AGENT_BIN")}
+    saved = {
+        k: os.environ.get(k)
+        for k in ("BURROW_HOME", "BURROW_BIN", "BURROW_AGENT_BIN", "BURROW_URL", "BURROW_TOKEN")
+    }
     _support.point_at(home)
+    server = None
+    if _support.remote_mode():
+        server = _support.Server(home)
+        _support.CURRENT_SERVER = server
+        os.environ["BURROW_URL"] = server.url
+        os.environ["BURROW_TOKEN"] = server.token
     try:
         yield home
     finally:
+        if server is not None:
+            _support.CURRENT_SERVER = None
+            server.stop()
         _support.kill_supervisors_of(home)
         _support.eventually(10, lambda: not _support.supervisors_of(home))
         failed = any(
             getattr(getattr(request.node, f"_burrow_rep_{when}", None), "failed", False)
             for when in ("setup", "call")
         )
+        if failed and server is not None:
+            request.node.add_report_section("teardown", "burrow serve log", server.log())
         if failed:
             logs = _support.dump_logs(home)
             if logs:

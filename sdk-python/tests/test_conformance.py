@@ -37,3 +37,7 @@ async def test_case(case, burrow_home):
         image=_support.image(), configure=_support.configure_kwargs(burrow_home)
     )
     await runner.run_case(case)
+    if _support.remote_mode():
+        # The case really went through the server.
+        assert _support.CURRENT_SERVER is not None
+        assert _support.CURRENT_SERVER.api_requests() > 0

@@ -37,8 +37,9 @@ enum BackendKey {
     /// The local backend of this configured home (`None`: from the
     /// environment).
     Local(Option<PathBuf>),
-    /// The `burrow serve` at `$BURROW_URL` (the home does not matter).
-    Remote,
+    /// The `burrow serve` at `$BURROW_URL` with `$BURROW_TOKEN` (the home
+    /// does not matter); a change of either opens a new backend.
+    Remote(String, Option<String>),
 }
 
 /// A backend and what it was opened for.
@@ -116,9 +117,11 @@ impl Ctx {
     /// `$BURROW_URL` when that is set and not empty (token
     /// `$BURROW_TOKEN`), else the local backend of the configured home.
     pub(crate) async fn backend(&self) -> burrow::Result<Arc<dyn Backend>> {
-        let remote = std::env::var_os(burrow::remote::ENV_URL).is_some_and(|v| !v.is_empty());
-        let key = if remote {
-            BackendKey::Remote
+        let url = std::env::var(burrow::remote::ENV_URL)
+            .ok()
+            .filter(|v| !v.is_empty());
+        let key = if let Some(url) = url {
+            BackendKey::Remote(url, std::env::var(burrow::remote::ENV_TOKEN).ok())
         } else {
             BackendKey::Local(self.home.clone())
         };
@@ -129,7 +132,7 @@ impl Ctx {
             }
         }
         let b: Arc<dyn Backend> = match &key {
-            BackendKey::Remote => Arc::new(RemoteBackend::from_env()?),
+            BackendKey::Remote(..) => Arc::new(RemoteBackend::from_env()?),
             BackendKey::Local(home) => {
                 let home = match home {
                     Some(p) => Home::at(p)?,

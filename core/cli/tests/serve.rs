@@ -375,7 +375,7 @@ async fn a_replica_killed_mid_reclaim_leaves_nothing_stuck() {
         &[("IDLE_TIMEOUT", "1s"), ("SWEEP_INTERVAL", "300ms")],
     )
     .await;
-    let mut servers = vec![s.env.start("a"), s.env.start("b")];
+    let mut servers = [s.env.start("a"), s.env.start("b")];
     // A workload that ignores SIGTERM: its graceful stop takes the whole
     // grace period (10 s), so the reclaim is slow enough to kill its reaper.
     let mut cmd = web_command(0);
@@ -545,7 +545,9 @@ async fn bad_configuration_stops_the_server_at_startup() {
     let sqlite = format!("sqlite://{}/serve.db", th.path().display());
     let file = th.path().join("serve.toml");
     std::fs::write(&file, "[reaper]\nidle_timout = \"5m\"\n").unwrap();
-    let cases: Vec<(&str, Vec<(&str, String)>, bool)> = vec![
+    // (what, environment, with the config file)
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, bool);
+    let cases: Vec<Case> = vec![
         ("unknown key in the file", vec![], true),
         (
             "unknown backend",

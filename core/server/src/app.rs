@@ -30,6 +30,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The gateway's per-target connection cache.
     pub gateway: crate::gateway::Gateway,
+    /// Set once when the server shuts down (long-lived streams end).
+    pub shutdown: tokio::sync::watch::Sender<bool>,
     tokens: Mutex<HashMap<String, Instant>>,
 }
 
@@ -46,6 +48,7 @@ impl AppState {
             config,
             metrics: Metrics::default(),
             gateway: crate::gateway::Gateway::default(),
+            shutdown: tokio::sync::watch::channel(false).0,
             tokens: Mutex::default(),
         })
     }
@@ -224,6 +227,47 @@ async fn authenticate(
     }
 }
 
+/// Every (method, path template) [`router`] serves, as `openapi.json`
+/// documents it: the operations of `/v1/sandboxes/{id}/{op}` one by one,
+/// and `ANY` for the gateway (every method). A unit test checks this list
+/// against the real router; `tests/openapi.rs` checks the document against it.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/v1/sandboxes"),
+    ("GET", "/v1/sandboxes"),
+    ("GET", "/v1/sandboxes/by-name/{name}"),
+    ("GET", "/v1/sandboxes/{id}"),
+    ("PATCH", "/v1/sandboxes/{id}"),
+    ("DELETE", "/v1/sandboxes/{id}"),
+    ("POST", "/v1/sandboxes/{id}/start"),
+    ("POST", "/v1/sandboxes/{id}/connect-or-start"),
+    ("POST", "/v1/sandboxes/{id}/stop"),
+    ("POST", "/v1/sandboxes/{id}/restart"),
+    ("POST", "/v1/sandboxes/{id}/kill"),
+    ("POST", "/v1/sandboxes/{id}/drain"),
+    ("POST", "/v1/sandboxes/{id}/detach"),
+    ("POST", "/v1/sandboxes/{id}/pause"),
+    ("POST", "/v1/sandboxes/{id}/resume"),
+    ("POST", "/v1/sandboxes/{id}/touch"),
+    ("POST", "/v1/sandboxes/{id}/wait"),
+    ("POST", "/v1/sandboxes/{id}/destroy"),
+    ("GET", "/v1/sandboxes/{id}/metrics"),
+    ("GET", "/v1/sandboxes/{id}/logs"),
+    ("GET", "/v1/sandboxes/{id}/runtime"),
+    ("POST", "/v1/sessions"),
+    ("GET", "/v1/gateway/targets"),
+    ("POST", "/v1/gateway/targets"),
+    ("PUT", "/v1/gateway/targets/{id}"),
+    ("GET", "/v1/gateway/targets/{id}"),
+    ("DELETE", "/v1/gateway/targets/{id}"),
+    ("ANY", "/gw/{id}"),
+    ("ANY", "/gw/{id}/"),
+    ("ANY", "/gw/{id}/{*rest}"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/v1/openapi.json"),
+];
+
 /// The whole HTTP surface, for connections arriving over `transport`.
 pub fn router(state: Arc<AppState>, transport: Transport) -> Router {
     let gw = any(crate::gateway::handle);
@@ -255,4 +299,146 @@ async fn openapi() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "application/json")],
         include_str!("openapi.json"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use axum::body::Body;
+    use http_body_util::BodyExt;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    use super::*;
+
+    /// The methods of an OpenAPI path item; `ANY` in [`ROUTES`] is all of them.
+    const METHODS: [&str; 8] = [
+        "GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE",
+    ];
+
+    struct Server {
+        _dir: tempfile::TempDir,
+        base: String,
+        client: Client<HttpConnector, Body>,
+        id: String,
+    }
+
+    /// A real server (engine on a temporary home, SQLite store) on a
+    /// loopback port, routed as a unix-socket connection would be (no token
+    /// needed), so every answer comes from routing and handlers.
+    async fn server() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let env: BTreeMap<String, String> = [
+            ("BURROW_HOME", dir.path().join("home").display().to_string()),
+            (
+                "BURROW_SERVE_DATABASE",
+                format!("sqlite://{}", dir.path().join("serve.db").display()),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let config = ServeConfig::load(None, &env).unwrap();
+        let store = crate::serve::open_store(&config).await.unwrap();
+        let home = burrow::paths::Home::at(config.home.clone()).unwrap();
+        let engine = burrow::LocalBackend::open(home).await.unwrap();
+        let state = AppState::new(Arc::new(engine), store, config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = router(state, Transport::Unix);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Server {
+            _dir: dir,
+            base,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            // Well-formed, so handlers get past parsing it (and then find
+            // no such sandbox or target).
+            id: burrow::SandboxId::new().to_string(),
+        }
+    }
+
+    /// Whether the router serves `method` on `template`: it answers with a
+    /// handler rather than its own 404/405 (which have no JSON body), and
+    /// the `{op}` route does not refuse the operation as unknown.
+    async fn served(s: &Server, method: &str, template: &str) -> bool {
+        let path = template
+            .replace("{id}", &s.id)
+            .replace("{name}", "nobody")
+            .replace("{*rest}", "a/b");
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", s.base))
+            .body(Body::empty())
+            .unwrap();
+        let res = s.client.request(req).await.unwrap();
+        let status = res.status();
+        let json = res
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        if status == StatusCode::METHOD_NOT_ALLOWED || (status == StatusCode::NOT_FOUND && !json) {
+            return false;
+        }
+        // Only complete error bodies are read (session and log answers stream).
+        if json && status.is_client_error() && method != "HEAD" {
+            let bytes = res.into_body().collect().await.unwrap().to_bytes();
+            let env: ErrorEnvelope = serde_json::from_slice(&bytes).unwrap();
+            let unknown_op = env.error.code == "invalid_argument"
+                && env.error.subject.as_deref() == Some("operation");
+            return !unknown_op;
+        }
+        true
+    }
+
+    fn methods(m: &str) -> Vec<&str> {
+        if m == "ANY" {
+            METHODS.to_vec()
+        } else {
+            vec![m]
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn routes_are_exactly_what_the_router_serves() {
+        let s = server().await;
+        // The check can say no.
+        for (m, p) in [
+            ("GET", "/v1/nothing-here"),
+            ("POST", "/v1/sandboxes/{id}/frobnicate"),
+            ("PUT", "/healthz"),
+        ] {
+            assert!(!served(&s, m, p).await, "{m} {p} should not be served");
+        }
+        // Every entry is served.
+        for (m, p) in ROUTES {
+            for m in methods(m) {
+                assert!(
+                    served(&s, m, p).await,
+                    "ROUTES has {m} {p}, the router does not serve it"
+                );
+            }
+        }
+        // On those paths, no other method is (HEAD comes with GET in axum).
+        let mut paths: Vec<&str> = ROUTES.iter().map(|(_, p)| *p).collect();
+        paths.sort_unstable();
+        paths.dedup();
+        for p in paths {
+            let listed: Vec<&str> = ROUTES
+                .iter()
+                .filter(|(_, q)| *q == p)
+                .flat_map(|(m, _)| methods(m))
+                .collect();
+            for m in METHODS {
+                if listed.contains(&m) || (m == "HEAD" && listed.contains(&"GET")) {
+                    continue;
+                }
+                assert!(
+                    !served(&s, m, p).await,
+                    "the router serves {m} {p}, ROUTES lacks it"
+                );
+            }
+        }
+    }
 }

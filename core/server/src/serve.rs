@@ -3,6 +3,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use burrow::paths::Home;
 use burrow::{Backend, LocalBackend};
 
@@ -126,6 +127,10 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
         servers.push(match b {
             Bound::Tcp(l) => {
                 let app = router(state.clone(), Transport::Tcp);
+                // Small request/answer exchanges: no Nagle delay.
+                let l = l.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 tokio::spawn(
                     async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await },
                 )
@@ -142,6 +147,7 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
+    let _ = state.shutdown.send(true);
     // Streams (sessions, followed logs, proxied responses) may stay open:
     // give them a moment, then go.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {

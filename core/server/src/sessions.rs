@@ -52,10 +52,20 @@ pub async fn open(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
     let _ = tx.try_send(Ok(frame(&SessionFrame::Opened {
         session: id.clone(),
     })));
+    let mut shutdown = state.shutdown.subscribe();
     tokio::spawn(async move {
         let mut last_db = tokio::time::Instant::now();
         loop {
-            tokio::time::sleep(HEARTBEAT).await;
+            tokio::select! {
+                _ = tokio::time::sleep(HEARTBEAT) => {}
+                // The server is going away: the stream ends here, and the
+                // session is left to expire (its sandboxes stop with it, or
+                // with this process, their owner).
+                _ = shutdown.wait_for(|s| *s) => {
+                    state.metrics.sessions_open.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+            }
             if tx.send(Ok(frame(&SessionFrame::Heartbeat))).await.is_err() {
                 break;
             }

@@ -26,14 +26,17 @@
 //! so all spawns go through one dedicated thread that lives as long as the
 //! process (a test thread would end with its test and take a cluster shared
 //! between tests with it). The temporary directory is left behind in that
-//! case.
+//! case, and removed by the next `start` (in any process): each cluster holds
+//! an exclusive `flock` on `owner.lock` in its directory for as long as it
+//! lives, and a `burrow-pg-*` directory whose lock can be taken is stale.
 //!
 //! `start` blocks (it runs `initdb` and waits for the server); from an async
 //! test that is fine on the test's own runtime, or use `spawn_blocking`.
 
-use std::fs::File;
+use std::fs::{File, Permissions};
 use std::io;
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -49,6 +52,14 @@ pub const DATABASE: &str = "burrow";
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long an immediate shutdown may take before the postmaster is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Prefix of the temporary directories.
+const DIR_PREFIX: &str = "burrow-pg-";
+/// Lock file held by the live owner of a directory.
+const OWNER_LOCK: &str = "owner.lock";
+/// Age after which a directory without a lock file (its owner died before
+/// making one) is stale.
+const UNLOCKED_STALE_AFTER: Duration = Duration::from_secs(600);
+
 /// Attempts at a free port (another process may take it between our probe
 /// and the server's bind).
 const PORT_ATTEMPTS: usize = 5;
@@ -59,6 +70,8 @@ pub struct PgCluster {
     // Declared before `dir`: the server stops before its directory goes.
     postmaster: Postmaster,
     dir: tempfile::TempDir,
+    // Released last, once the directory is gone.
+    _owner: File,
     bin: PathBuf,
     port: u16,
 }
@@ -78,10 +91,16 @@ impl PgCluster {
     pub fn try_start() -> Result<PgCluster, String> {
         let mut bin = bin_dir()?;
         let owner = server_user()?;
+        remove_stale_dirs(&std::env::temp_dir());
         let mut dir = tempfile::Builder::new()
-            .prefix("burrow-pg-")
+            .prefix(DIR_PREFIX)
+            .permissions(Permissions::from_mode(0o700))
             .tempdir()
             .map_err(|e| format!("creating a temporary directory: {e}"))?;
+        let lock_path = dir.path().join(OWNER_LOCK);
+        let mut owner_lock = File::create(&lock_path)
+            .and_then(|f| f.lock().map(|()| f))
+            .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
         if let Some(user) = &owner {
             std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid)).map_err(|e| {
                 format!("handing {} to the postgres user: {e}", dir.path().display())
@@ -116,6 +135,7 @@ impl PgCluster {
             let mut cluster = PgCluster {
                 postmaster,
                 dir,
+                _owner: owner_lock,
                 bin,
                 port,
             };
@@ -127,8 +147,13 @@ impl PgCluster {
                 Err(Exited { log }) if port_taken(&log) => {
                     last_error = log;
                     // Take the directory back for the next attempt.
-                    let PgCluster { dir: d, bin: b, .. } = cluster;
-                    (dir, bin) = (d, b);
+                    let PgCluster {
+                        dir: d,
+                        _owner: o,
+                        bin: b,
+                        ..
+                    } = cluster;
+                    (dir, owner_lock, bin) = (d, o, b);
                 }
                 Err(Exited { log }) => return Err(log),
             }
@@ -247,6 +272,34 @@ impl PgCluster {
 #[derive(Debug)]
 struct Exited {
     log: String,
+}
+
+/// Removes `burrow-pg-*` directories left by processes that died without
+/// dropping their cluster (their postmaster is gone with them).
+fn remove_stale_dirs(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let stale = match File::open(path.join(OWNER_LOCK)) {
+            // Taken by its live owner (in this process or another) or free.
+            Ok(lock) => lock.try_lock().is_ok(),
+            Err(_) => entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > UNLOCKED_STALE_AFTER),
+        };
+        if stale {
+            // Another user's directory, or another process sweeping: fine.
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 fn port_taken(log: &str) -> bool {
