@@ -35,15 +35,20 @@ pub enum StartupError {
     },
 }
 
-/// Opens the database named by the configuration (and migrates it).
-pub async fn open_store(config: &ServeConfig) -> Result<Store, StoreError> {
-    Store::open(
+/// Opens the database named by the configuration (and migrates it). The
+/// home is created first: the default SQLite database lives in it.
+pub async fn open_store(config: &ServeConfig) -> Result<Store, StartupError> {
+    Home::at(config.home.clone()).map_err(|source| StartupError::Engine {
+        home: config.home.display().to_string(),
+        source,
+    })?;
+    Ok(Store::open(
         config.database.as_str(),
         &config.database.redacted(),
         config.database_pool.max_connections,
         config.database_pool.acquire_timeout,
     )
-    .await
+    .await?)
 }
 
 enum Bound {

@@ -116,7 +116,7 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
         Some(ServeCommand::Check) => {
             burrow_server::serve::open_store(&config)
                 .await
-                .map_err(|e| startup_error(e.into()))?;
+                .map_err(startup_error)?;
             let text = config.describe();
             ctx.print(&json!({"ok": true, "config": text}), format_args!("{text}"))?;
             Ok(0)
@@ -124,7 +124,7 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
         Some(ServeCommand::Token { command }) => {
             let store = burrow_server::serve::open_store(&config)
                 .await
-                .map_err(|e| startup_error(e.into()))?;
+                .map_err(startup_error)?;
             match command {
                 TokenCommand::Create { name } => {
                     let secret = store
