@@ -259,6 +259,9 @@ async fn a_live_lease_fences_the_reaper_then_idle_is_reclaimed_and_woken_again()
     s.wait_state(&id, RuntimeState::Dormant, Duration::from_secs(15))
         .await;
     assert_eq!(s.engine_status(&id).await, Status::Stopped);
+    // A reaper that works says nothing (it logs only failures).
+    let log = a.log();
+    assert!(!log.contains("burrow_server::reaper"), "{log}");
     // The next call starts it again: a new generation.
     let (url, token) = (gw(&a, &id, "index.html"), s.token.clone());
     let r = blocking(move || call_retrying(&url, &token, Duration::from_secs(60)).0).await;
@@ -442,6 +445,14 @@ async fn a_caller_that_disconnects_mid_start_does_not_cancel_the_start() {
     let r = blocking(move || http("GET", &url, Some(&token), None)).await;
     assert_eq!((r.status, r.text().trim()), (200, "ok"));
     assert_eq!(s.state(&id).await.unwrap().generation, 1);
+    // idle_timeout = 0: said once, and nothing else from the reaper.
+    let log = a.log();
+    assert_eq!(
+        log.matches("idle reaper disabled by explicit zero timeout")
+            .count(),
+        1,
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -517,6 +528,25 @@ async fn tokens_are_required_on_tcp_and_checked() {
         );
         let u = format!("{}/v1/sandboxes", a2.url);
         assert_eq!(http("GET", &u, Some(&token), None).status, 200);
+        // The CLI against the server: a bad token is exit code 8.
+        for (tok, code) in [("garbage", 8), (token.as_str(), 0)] {
+            let out = std::process::Command::new(common::burrow_bin())
+                .args(["--json", "ls"])
+                .env("BURROW_URL", &a2.url)
+                .env("BURROW_TOKEN", tok)
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(code),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            if code == 8 {
+                let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(body["error"]["code"], "unauthorized");
+            }
+        }
         // A revoked token is refused.
         let out = env
             .command()
@@ -616,4 +646,31 @@ async fn bad_configuration_stops_the_server_at_startup() {
             "{what}: it listened"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_needs_no_token_and_tcp_still_does() {
+    let th = TestHome::new().await;
+    let sock = th.path().join("serve.sock");
+    let sqlite = format!("sqlite://{}/serve.db", th.path().display());
+    let env = ServeEnv::new(th.path(), &sqlite)
+        .set("LISTEN", &format!("127.0.0.1:0,unix:{}", sock.display()))
+        .set("IDLE_TIMEOUT", "0");
+    let a = env.start("a");
+    let (url, sock2) = (a.url.clone(), sock.clone());
+    blocking(move || {
+        use std::io::{Read, Write};
+        let mut u = std::os::unix::net::UnixStream::connect(&sock2).unwrap();
+        u.write_all(b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        u.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&sock2).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the socket is private");
+        let r = http("GET", &format!("{url}/v1/sandboxes"), None, None);
+        assert_eq!((r.status, r.error_code().as_str()), (401, "unauthorized"));
+    })
+    .await;
 }

@@ -20,6 +20,7 @@ Exit codes:
   5  invalid state (invalid_state, starting, sandbox_replaced)
   6  invalid input (invalid_name, invalid_config, invalid_image, invalid_argument)
   7  start failed, runtime unavailable or timeout (start_failed, runtime_unavailable, timeout)
+  8  refused by the burrow server (unauthorized: missing or unknown BURROW_TOKEN)
   `exec`, `shell` and `run CMD` exit with the command's own code: its exit
   status, 128+N when signal N ended it, 124 when --timeout killed it.
 
@@ -37,6 +38,7 @@ pub(crate) fn exit_code(code: ErrorCode) -> u8 {
         | ErrorCode::InvalidImage
         | ErrorCode::InvalidArgument => 6,
         ErrorCode::StartFailed | ErrorCode::RuntimeUnavailable | ErrorCode::Timeout => 7,
+        ErrorCode::Unauthorized => 8,
         _ => 1,
     }
 }

@@ -79,9 +79,11 @@ impl ServeEnv {
     /// Starts a replica listening on a free loopback port.
     pub fn start(&self, replica: &str) -> Server {
         let stderr = self.home.join(format!("serve-{replica}.log"));
-        let mut child = self
-            .command()
-            .env("BURROW_SERVE_LISTEN", "127.0.0.1:0")
+        let mut cmd = self.command();
+        if !self.vars.iter().any(|(k, _)| k == "BURROW_SERVE_LISTEN") {
+            cmd.env("BURROW_SERVE_LISTEN", "127.0.0.1:0");
+        }
+        let mut child = cmd
             .env("BURROW_SERVE_REPLICA_ID", replica)
             .env("BURROW_LOG", "warn,burrow_server=debug")
             .stdout(Stdio::piped())
