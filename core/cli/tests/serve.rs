@@ -674,3 +674,161 @@ async fn a_unix_socket_needs_no_token_and_tcp_still_does() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_typed_errors_and_change_nothing() {
+    let th = TestHome::new().await;
+    let sqlite = format!("sqlite://{}/serve.db", th.path().display());
+    let env = ServeEnv::new(th.path(), &sqlite).set("IDLE_TIMEOUT", "0");
+    let token = env.create_token("t");
+    let a = env.start("a");
+    let h = th.builder("kept").define().await.unwrap();
+    let (url, id) = (a.url.clone(), h.id().clone());
+    let ghost = SandboxId::new();
+    let image = common::busybox_rootfs().display().to_string();
+    blocking(move || {
+        let t = Some(token.as_str());
+        let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
+            (
+                "POST",
+                "/v1/sandboxes".into(),
+                Some("{not json".into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                "/v1/sandboxes".into(),
+                Some(r#"{"name":"x"}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                "/v1/sandboxes".into(),
+                Some(format!(
+                    r#"{{"name":"a/b","config":{{"image":"{image}"}},"detached":true}}"#
+                )),
+                422,
+                "invalid_name",
+            ),
+            (
+                "POST",
+                "/v1/sandboxes".into(),
+                Some(format!(
+                    r#"{{"name":"c","config":{{"image":"{image}","cpus":0}},"detached":true}}"#
+                )),
+                422,
+                "invalid_config",
+            ),
+            (
+                "POST",
+                "/v1/sandboxes".into(),
+                Some(format!(
+                    r#"{{"name":"kept","config":{{"image":"{image}"}},"detached":true}}"#
+                )),
+                409,
+                "already_exists",
+            ),
+            (
+                "GET",
+                "/v1/sandboxes/not-an-id".into(),
+                None,
+                422,
+                "invalid_argument",
+            ),
+            (
+                "GET",
+                "/v1/sandboxes/by-name/nope".into(),
+                None,
+                404,
+                "not_found",
+            ),
+            (
+                "POST",
+                format!("/v1/sandboxes/{id}/explode"),
+                Some("{}".into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                format!("/v1/sandboxes/{id}/stop"),
+                Some(r#"{"grace":1}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                format!("/v1/sandboxes/{id}/exec?name=other"),
+                Some("{}".into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                format!("/v1/sandboxes/{ghost}/touch?name=kept"),
+                None,
+                409,
+                "sandbox_replaced",
+            ),
+            (
+                "POST",
+                format!("/v1/sandboxes/{ghost}/touch?name=nobody"),
+                None,
+                404,
+                "not_found",
+            ),
+            (
+                "GET",
+                "/v1/sandboxes?status=sleepy".into(),
+                None,
+                422,
+                "invalid_argument",
+            ),
+            (
+                "PATCH",
+                format!("/v1/sandboxes/{id}"),
+                Some(r#"{"colour":1}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "PUT",
+                format!("/v1/gateway/targets/{id}"),
+                Some(r#"{"port":0}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "PUT",
+                format!("/v1/gateway/targets/{id}"),
+                Some(r#"{"port":80,"command":[]}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                "/v1/gateway/targets".into(),
+                Some(r#"{"url":"https://x"}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            ("GET", format!("/gw/{id}/x"), None, 404, "not_found"),
+            ("GET", "/gw/tg_missing/x".into(), None, 404, "not_found"),
+        ];
+        for (method, path, body, status, code) in cases {
+            let r = http(method, &format!("{url}{path}"), t, body.as_deref());
+            assert_eq!(r.status, status, "{method} {path}: {}", r.text());
+            assert_eq!(r.error_code(), code, "{method} {path}");
+        }
+        // Nothing changed: one sandbox, still Created, no targets.
+        let list = http("GET", &format!("{url}/v1/sandboxes"), t, None).json();
+        let sandboxes = list["sandboxes"].as_array().unwrap();
+        assert_eq!(sandboxes.len(), 1);
+        assert_eq!(sandboxes[0]["status"], "created");
+        let targets = http("GET", &format!("{url}/v1/gateway/targets"), t, None).json();
+        assert_eq!(targets["targets"].as_array().unwrap().len(), 0);
+    })
+    .await;
+}
