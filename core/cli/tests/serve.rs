@@ -832,3 +832,79 @@ async fn bad_requests_get_typed_errors_and_change_nothing() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_upgrades_are_relayed_and_hold_their_lease() {
+    let th = TestHome::new().await;
+    let sqlite = format!("sqlite://{}/serve.db", th.path().display());
+    let env = ServeEnv::new(th.path(), &sqlite).set("IDLE_TIMEOUT", "0");
+    let token = env.create_token("t");
+    let a = env.start("a");
+    // An "echo" protocol: 101, then every byte comes back.
+    let script = r#"cat > /up.sh <<'X'
+#!/bin/sh
+while read -r l; do l=$(printf %s "$l" | tr -d '\r'); [ -z "$l" ] && break; done
+printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n'
+exec cat
+X
+chmod +x /up.sh; nc -ll -p 8080 -e /up.sh >/dev/null 2>&1 &"#;
+    let h = th.builder("echo").detached(true).define().await.unwrap();
+    let store = Store::open(&sqlite, "t", 2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let body = serde_json::json!({"port": 8080, "command": ["sh", "-c", script]}).to_string();
+    let (url, id, t) = (a.url.clone(), h.id().clone(), token.clone());
+    let conn = blocking(move || {
+        use std::io::{BufRead, Read, Write};
+        let r = http(
+            "PUT",
+            &format!("{url}/v1/gateway/targets/{id}"),
+            Some(&t),
+            Some(&body),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        // Started by a plain call first (an upgrade is not retried).
+        let (r, _) = call_retrying(&format!("{url}/gw/{id}/"), &t, Duration::from_secs(60));
+        assert_eq!(r.status, 101, "{}", r.text());
+        let mut s = std::net::TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+        write!(
+            s,
+            "GET /gw/{id}/ws HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\n\
+             Connection: Upgrade\r\nUpgrade: echo\r\n\r\n"
+        )
+        .unwrap();
+        let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 101"), "{status}");
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).unwrap();
+            if h.trim().is_empty() {
+                break;
+            }
+        }
+        s.write_all(b"hello through the gateway\n").unwrap();
+        let mut back = [0u8; 26];
+        r.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"hello through the gateway\n");
+        s
+    })
+    .await;
+    // The relay holds a lease while it lives...
+    let live = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM leases WHERE target_id = $1")
+            .bind(h.id().as_str())
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(live().await, 1);
+    // ...and closes it when the connection ends.
+    conn.shutdown(std::net::Shutdown::Both).unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while live().await != 0 {
+        assert!(Instant::now() < end, "the lease outlived the relay");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -245,7 +245,12 @@ fn not_found(id: &str) -> Error {
     }
 }
 
-async fn serve(state: &Arc<AppState>, id: &str, rest: &str, req: Request) -> ApiResult<Response> {
+async fn serve(
+    state: &Arc<AppState>,
+    id: &str,
+    rest: &str,
+    mut req: Request,
+) -> ApiResult<Response> {
     let target = state
         .store
         .get_target(id)
@@ -257,6 +262,13 @@ async fn serve(state: &Arc<AppState>, id: &str, rest: &str, req: Request) -> Api
         Some(q) => format!("/{rest}?{q}"),
         None => format!("/{rest}"),
     };
+    // A protocol upgrade (WebSocket, ...): the client's side of it, relayed
+    // once the target agrees (101).
+    let upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .cloned()
+        .map(|proto| (proto, hyper::upgrade::on(&mut req)));
     match &target.kind {
         TargetKind::Url { url } => {
             let uri: Uri = format!("{url}{path_and_query}")
@@ -265,6 +277,7 @@ async fn serve(state: &Arc<AppState>, id: &str, rest: &str, req: Request) -> Api
             let (mut parts, body) = req.into_parts();
             let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
             upstream_headers(&mut parts.headers, &authority, id, &target.headers);
+            keep_upgrade(&mut parts.headers, &upgrade);
             parts.uri = uri;
             let res = state
                 .gateway
@@ -273,7 +286,7 @@ async fn serve(state: &Arc<AppState>, id: &str, rest: &str, req: Request) -> Api
                 .await
                 .map_err(|e| upstream_error(state, id, &e.to_string()))?;
             state.metrics.inc(&state.metrics.gw_warm);
-            Ok(respond(res, lease, None))
+            Ok(respond(res, lease, None, upgrade))
         }
         TargetKind::Sandbox { port, command } => {
             let sid = parse_id(id)?;
@@ -303,6 +316,7 @@ async fn serve(state: &Arc<AppState>, id: &str, rest: &str, req: Request) -> Api
                 id,
                 &target.headers,
             );
+            keep_upgrade(&mut parts.headers, &upgrade);
             parts.uri = uri;
             parts.version = axum::http::Version::HTTP_11;
             let mut conn = conn;
@@ -315,11 +329,11 @@ async fn serve(state: &Arc<AppState>, id: &str, rest: &str, req: Request) -> Api
             } else {
                 &state.metrics.gw_warm
             });
-            Ok(respond(
-                res,
-                lease,
-                Some((state.clone(), id.to_owned(), generation, conn)),
-            ))
+            // An upgraded connection is never reused.
+            let back = upgrade
+                .is_none()
+                .then(|| (state.clone(), id.to_owned(), generation, conn));
+            Ok(respond(res, lease, back, upgrade))
         }
     }
 }
@@ -394,11 +408,36 @@ fn upstream_headers(h: &mut HeaderMap, authority: &str, id: &str, extra: &[(Stri
     }
 }
 
+/// Puts the upgrade request back after the hop-by-hop headers were stripped.
+fn keep_upgrade(h: &mut HeaderMap, upgrade: &Option<(HeaderValue, hyper::upgrade::OnUpgrade)>) {
+    if let Some((proto, _)) = upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, proto.clone());
+    }
+}
+
 fn respond(
-    res: hyper::Response<Incoming>,
+    mut res: hyper::Response<Incoming>,
     lease: LeaseGuard,
     back: Option<(Arc<AppState>, String, i64, SendRequest<Body>)>,
+    upgrade: Option<(HeaderValue, hyper::upgrade::OnUpgrade)>,
 ) -> Response {
+    if let (Some((_, client)), axum::http::StatusCode::SWITCHING_PROTOCOLS) =
+        (upgrade, res.status())
+    {
+        // Relay both upgraded connections; the lease lives as long as the
+        // relay does.
+        let upstream = hyper::upgrade::on(&mut res);
+        tokio::spawn(async move {
+            let _lease = lease;
+            if let (Ok(c), Ok(u)) = (client.await, upstream.await) {
+                let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+            }
+        });
+        let (parts, _) = res.into_parts();
+        return Response::from_parts(parts, Body::empty());
+    }
     let (mut parts, inner) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let body = GuardedBody {
@@ -450,7 +489,7 @@ async fn connect(
             reason: format!("HTTP handshake over the tunnel: {e}"),
         })?;
     tokio::spawn(async move {
-        let _ = conn.await;
+        let _ = conn.with_upgrades().await;
     });
     Ok(sender)
 }
