@@ -34,17 +34,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::routes::parse_id;
-use crate::store::{now_ms, RuntimeState, TargetKind};
+use crate::store::{ms, now_ms, RuntimeState, TargetKind};
+use crate::targets::not_found;
 
 /// A `starting` row older than `startup_timeout` plus this is stranded (its
 /// replica died mid-start) and may be claimed again.
 const STALE_MARGIN: Duration = Duration::from_secs(5);
 /// How often a start probes the target port.
 const PORT_POLL: Duration = Duration::from_millis(50);
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 /// Per-target cache: the live handle of the current generation and idle
 /// HTTP connections over tunnels into it.
@@ -234,14 +231,6 @@ pub async fn handle(
     match serve(&state, &id, &rest, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
-    }
-}
-
-fn not_found(id: &str) -> Error {
-    Error::NotFound {
-        what: format!("gateway target {id}"),
-        name: None,
-        id: None,
     }
 }
 
@@ -513,15 +502,11 @@ async fn start(
         .await?;
     let Some(generation) = claimed else {
         let row = state.store.runtime(id).await?;
-        if let Some(row) = row.filter(|r| r.state == RuntimeState::Ready) {
+        if let Some(row) = row.as_ref().filter(|r| r.state == RuntimeState::Ready) {
             // Someone else's start finished in between.
             return Ok(row.generation);
         }
-        let reaping = state
-            .store
-            .runtime(id)
-            .await?
-            .is_some_and(|r| r.state == RuntimeState::Reaping);
+        let reaping = row.is_some_and(|r| r.state == RuntimeState::Reaping);
         state.metrics.inc(&state.metrics.gw_busy);
         let name = state
             .engine

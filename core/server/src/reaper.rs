@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use burrow::{Backend, ErrorCode, SandboxId, StopOptions};
 
 use crate::app::AppState;
-use crate::store::{now_ms, ReapLocker, Store, StoreError, SweepCutoffs};
+use crate::store::{ms, now_ms, ReapLocker, Store, StoreError, SweepCutoffs};
 
 /// Most candidates handled by one sweep (the rest wait for the next).
 pub const SWEEP_BATCH: i64 = 10_000;
@@ -95,10 +95,6 @@ pub struct SweepReport {
     pub skipped: u64,
     /// Expired leases deleted.
     pub leases_expired: u64,
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// One sweep.

@@ -21,7 +21,7 @@ use burrow::api::SessionFrame;
 use burrow::{SandboxId, SandboxInfo, StopOptions};
 
 use crate::app::{ApiResult, AppState};
-use crate::store::now_ms;
+use crate::store::{ms, now_ms};
 
 /// How often the open answer carries a heartbeat line (a closed connection
 /// is noticed at the next write).
@@ -30,10 +30,6 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const SESSION_TTL: Duration = Duration::from_secs(15);
 /// How often the database row is heartbeated.
 const DB_HEARTBEAT: Duration = Duration::from_secs(5);
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 fn frame(f: &SessionFrame) -> Bytes {
     let mut v = serde_json::to_vec(f).unwrap_or_default();

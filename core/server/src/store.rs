@@ -203,6 +203,11 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A duration in milliseconds, as the tables store times.
+pub fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 fn random_id(prefix: &str) -> String {
     let mut b = [0u8; 12];
     rand::thread_rng().fill_bytes(&mut b);

@@ -196,7 +196,8 @@ pub async fn list(State(state): State<Arc<AppState>>) -> ApiResult<Json<serde_js
     Ok(Json(serde_json::json!({ "targets": out })))
 }
 
-fn not_found(id: &str) -> Error {
+/// A gateway target that does not exist.
+pub(crate) fn not_found(id: &str) -> Error {
     Error::NotFound {
         what: format!("gateway target {id}"),
         name: None,

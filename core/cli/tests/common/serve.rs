@@ -145,7 +145,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY-free: a plain SIGTERM via kill(1) semantics.
+            // SIGTERM first: a graceful shutdown.
             let _ = Command::new("kill").arg(c.id().to_string()).status();
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
