@@ -28,3 +28,30 @@ pub(crate) fn point(name: &str) {
 pub(crate) fn enabled(name: &str) -> bool {
     cfg!(debug_assertions) && std::env::var("BURROW_FAULT").is_ok_and(|v| v == name)
 }
+
+/// Holds here (asynchronously) if `BURROW_FAULT` names this point, until the
+/// test releases it by creating `$BURROW_FAULT_MARKER.release`; the marker
+/// (holding our pid) says the window is open. For tests that must land calls
+/// inside a window, then let the process go on (debug builds only).
+pub(crate) async fn hold(name: &str) {
+    #[cfg(debug_assertions)]
+    {
+        if std::env::var("BURROW_FAULT").is_ok_and(|v| v == name) {
+            let Some(marker) = std::env::var_os("BURROW_FAULT_MARKER") else {
+                return;
+            };
+            let marker = std::path::PathBuf::from(marker);
+            let mut release = marker.clone().into_os_string();
+            release.push(".release");
+            let release = std::path::PathBuf::from(release);
+            let tmp = marker.with_extension("tmp");
+            let _ = std::fs::write(&tmp, std::process::id().to_string());
+            let _ = std::fs::rename(&tmp, &marker);
+            while !release.exists() {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+}

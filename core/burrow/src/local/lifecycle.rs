@@ -14,6 +14,11 @@ use crate::runtime::client::{AgentClient, ConnectError};
 
 const CONTROL_HELLO: Duration = Duration::from_secs(10);
 
+/// How long a caller waits for a run that stopped accepting connections to
+/// record its end. A stop's grace period, the guest's sync and shutdown and
+/// the runtime's cleanup all fit in it many times over.
+pub(crate) const RUN_END_BOUND: Duration = Duration::from_secs(120);
+
 impl LocalBackend {
     /// `converge`: connect_or_start semantics (wait through Starting, accept
     /// Running). Otherwise strict start semantics.
@@ -218,10 +223,21 @@ impl LocalBackend {
                         status: info.status,
                     })
                 }
-                Status::Running => {
-                    self.control(&info, Control::Drain).await?;
-                    return self.lookup(name, id).await.map(|r| r.info);
-                }
+                Status::Running => match self.control_answer(&info, Control::Drain).await {
+                    Ok(_) => return self.lookup(name, id).await.map(|r| r.info),
+                    // Ended (or paused) meanwhile: decide again on what it is now.
+                    Err(ControlError::Ended) => {}
+                    Err(ControlError::Refused(g)) => {
+                        let now = self.lookup(name, id).await?.info;
+                        if now.status == Status::Running && now.generation == info.generation {
+                            return Err(Error::Guest {
+                                operation: "drain".into(),
+                                source: crate::error::GuestFailure(g),
+                            });
+                        }
+                    }
+                    Err(ControlError::Failed(e)) => return Err(e),
+                },
             }
         }
     }
@@ -229,13 +245,26 @@ impl LocalBackend {
     pub(super) async fn do_detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         // A start in progress has a supervisor that may still be watching
         // the owner: let it finish, then tell it.
-        let info = self
-            .wait_until(name, id, |i| i.status != Status::Starting)
-            .await?;
-        if info.status.has_runtime() {
-            self.control(&info, Control::Detach).await?;
-        } else {
-            self.store.set_detached(id, true).await?;
+        loop {
+            let info = self
+                .wait_until(name, id, |i| i.status != Status::Starting)
+                .await?;
+            if !info.status.has_runtime() {
+                self.store.set_detached(id, true).await?;
+                break;
+            }
+            match self.control_answer(&info, Control::Detach).await {
+                Ok(_) => break,
+                // The run ended before it heard: set the stored flag instead.
+                Err(ControlError::Ended) => continue,
+                Err(ControlError::Refused(g)) => {
+                    return Err(Error::Guest {
+                        operation: "detach".into(),
+                        source: crate::error::GuestFailure(g),
+                    })
+                }
+                Err(ControlError::Failed(e)) => return Err(e),
+            }
         }
         self.lookup(name, id).await.map(|r| r.info)
     }
@@ -293,18 +322,22 @@ impl LocalBackend {
         id: &SandboxId,
         wake: bool,
     ) -> Result<RuntimeStream> {
-        let info = loop {
+        // A run found ending is waited for; a restart that follows it is
+        // then waited for too (the caller found the sandbox running).
+        let mut settled = false;
+        loop {
             let info = self.lookup(name, id).await?.info;
             let demand = wake && info.config.demand_start_enabled();
             let reclaimed = info.status == Status::Stopped
                 && info.last_run.as_ref().and_then(|r| r.exit_reason)
                     == Some(ExitReason::IdleTimeout);
             match info.status {
-                Status::Running => break info,
+                Status::Running => {}
                 // Someone else's (demand) start is in progress: converge on it.
-                Status::Starting if demand => {
+                Status::Starting if demand || settled => {
                     self.wait_until(name, id, |i| i.status != Status::Starting)
                         .await?;
+                    continue;
                 }
                 Status::Stopped if demand && reclaimed => {
                     // Demand start: same id, same configuration, the normal
@@ -320,6 +353,7 @@ impl LocalBackend {
                     })
                     .await
                     .map_err(|e| Error::protocol(format!("demand start task failed: {e}")))??;
+                    continue;
                 }
                 _ => {
                     return Err(Error::InvalidState {
@@ -330,43 +364,100 @@ impl LocalBackend {
                     })
                 }
             }
-        };
-        let path = self.home.socket_path(id);
-        let stream = UnixStream::connect(&path)
-            .await
-            .map_err(|e| Error::io("connecting to the sandbox supervisor", Some(&path), e))?;
-        let (r, w) = stream.into_split();
-        Ok(RuntimeStream {
-            reader: Box::new(r),
-            writer: Box::new(w),
-            generation: info.generation,
-        })
+            match self.connect_supervisor(&info).await? {
+                Some(stream) => {
+                    let (r, w) = stream.into_split();
+                    return Ok(RuntimeStream {
+                        reader: Box::new(r),
+                        writer: Box::new(w),
+                        generation: info.generation,
+                    });
+                }
+                // The run is ending: wait for its end, then decide again on
+                // what it settled to (a demand start, or the typed error).
+                None => {
+                    self.settle_run(&info).await?;
+                    settled = true;
+                }
+            }
+        }
+    }
+
+    /// Connects to the supervisor of `info`'s run. `None`: it no longer
+    /// accepts connections, which for a record that still shows the run
+    /// means the run is ending (the socket lives from before Running is
+    /// published until the end of the run).
+    async fn connect_supervisor(&self, info: &SandboxInfo) -> Result<Option<UnixStream>> {
+        let path = self.home.socket_path(&info.id);
+        match UnixStream::connect(&path).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(Error::io(
+                "connecting to the sandbox supervisor (check that the burrow home and its run/ directory are readable by this user)",
+                Some(&path),
+                e,
+            )),
+        }
+    }
+
+    /// Waits until the run of `info` has ended: its end recorded by its
+    /// supervisor, or the supervisor found dead (reconciled to Crashed), or
+    /// a newer run begun. Bounded by [`RUN_END_BOUND`]: a supervisor that
+    /// neither finishes nor dies in that time is reported as a `timeout`.
+    pub(super) async fn settle_run(&self, info: &SandboxInfo) -> Result<SandboxInfo> {
+        let generation = info.generation;
+        tokio::time::timeout(
+            RUN_END_BOUND,
+            self.wait_until(&info.name, &info.id, |i| {
+                i.generation != generation || !i.status.has_runtime()
+            }),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            operation: format!(
+                "waiting for the end of run {generation} of sandbox {:?} (its supervisor stopped accepting connections; `burrow kill {}` ends it)",
+                info.name, info.id
+            ),
+            after: RUN_END_BOUND,
+        })?
     }
 
     /// Sends a control request to the supervisor of `info`'s generation and
-    /// waits for its answer (or for the supervisor to go away).
+    /// waits for its answer; a run that ended meanwhile counts as answered
+    /// (callers that must act on what it ended in use [`Self::control_answer`]).
     pub(super) async fn control(&self, info: &SandboxInfo, body: Control) -> Result<()> {
         match self.control_answer(info, body).await {
-            Ok(_) | Err(ControlError::Gone) => Ok(()),
+            Ok(_) | Err(ControlError::Ended) => Ok(()),
             Err(ControlError::Refused(g)) => Err(Error::protocol(g.to_string())),
             Err(ControlError::Failed(e)) => Err(e),
         }
     }
 
-    /// Like [`LocalBackend::control`], returning the supervisor's answer.
+    /// Like [`LocalBackend::control`], returning the supervisor's answer, or
+    /// the record the run settled in if it ended before answering.
     pub(super) async fn control_answer(
         &self,
         info: &SandboxInfo,
         body: Control,
     ) -> std::result::Result<Response, ControlError> {
-        let path = self.home.socket_path(&info.id);
-        let stream = UnixStream::connect(&path).await.map_err(|e| {
-            ControlError::Failed(Error::io(
-                "connecting to the sandbox supervisor",
-                Some(&path),
-                e,
-            ))
-        })?;
+        let ended = || async {
+            match self.settle_run(info).await {
+                Ok(_) => ControlError::Ended,
+                Err(e) => ControlError::Failed(e),
+            }
+        };
+        let stream = match self.connect_supervisor(info).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(ended().await),
+            Err(e) => return Err(ControlError::Failed(e)),
+        };
         let (r, w) = stream.into_split();
         let expect = Identity {
             sandbox_id: info.id.to_string(),
@@ -376,10 +467,14 @@ impl LocalBackend {
             Ok(c) => c,
             // A newer generation answers: ours is already gone.
             Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch => {
-                return Err(ControlError::Gone)
+                return Err(ended().await)
             }
             Err(ConnectError::Refused(g)) => return Err(ControlError::Refused(g)),
-            Err(ConnectError::Other(e)) => return Err(ControlError::Failed(e)),
+            // Closed during the hello: the listener went away with the run.
+            Err(ConnectError::Other(Error::Timeout { operation, after })) => {
+                return Err(ControlError::Failed(Error::Timeout { operation, after }))
+            }
+            Err(ConnectError::Other(_)) => return Err(ended().await),
         };
         let handle = client.control(body).map_err(ControlError::Failed)?;
         match handle.response().await {
@@ -387,7 +482,7 @@ impl LocalBackend {
             Ok(Err(g)) => Err(ControlError::Refused(g)),
             // The supervisor exits right after finishing a stop; losing the
             // connection then is the expected end.
-            Err(_) => Err(ControlError::Gone),
+            Err(_) => Err(ended().await),
         }
     }
 }
@@ -395,8 +490,10 @@ impl LocalBackend {
 /// Why a control request did not get an answer.
 #[derive(Debug)]
 pub(super) enum ControlError {
-    /// The run ended (connection lost, or a newer generation answered).
-    Gone,
+    /// The run ended before answering (its supervisor stopped accepting
+    /// connections, the connection was lost, or a newer generation
+    /// answered), waited for until its end was recorded.
+    Ended,
     /// The supervisor answered with an error.
     Refused(burrow_protocol::GuestError),
     /// The supervisor could not be reached.

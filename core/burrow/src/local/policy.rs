@@ -18,35 +18,49 @@ impl LocalBackend {
         }
     }
 
-    fn refused(info: &SandboxInfo, operation: &'static str, e: ControlError) -> Error {
-        match e {
-            ControlError::Gone => Error::InvalidState {
-                operation: operation.into(),
-                name: info.name.clone(),
-                id: info.id.clone(),
-                status: Status::Stopped,
-            },
-            ControlError::Refused(g) => Error::Guest {
-                operation: operation.into(),
-                source: crate::error::GuestFailure(g),
-            },
-            ControlError::Failed(e) => e,
+    fn refused(operation: &'static str, g: burrow_protocol::GuestError) -> Error {
+        Error::Guest {
+            operation: operation.into(),
+            source: crate::error::GuestFailure(g),
+        }
+    }
+
+    /// Sends `body` to the run of the sandbox once `allowed` says its status
+    /// takes it. A run that ends before answering is not an error of its
+    /// own: the operation is decided again on what the run settled to.
+    async fn control_live(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        operation: &'static str,
+        allowed: impl Fn(Status) -> Decision,
+        body: Control,
+    ) -> Result<(SandboxInfo, Option<Response>)> {
+        loop {
+            let info = self
+                .wait_until(name, id, |i| i.status != Status::Starting)
+                .await?;
+            match allowed(info.status) {
+                Decision::Done => return Ok((info, None)),
+                Decision::Refuse => return Err(Self::not_running(info, operation)),
+                Decision::Send => {}
+            }
+            match self.control_answer(&info, body.clone()).await {
+                Ok(r) => return Ok((info, Some(r))),
+                Err(ControlError::Ended) => continue,
+                Err(ControlError::Refused(g)) => return Err(Self::refused(operation, g)),
+                Err(ControlError::Failed(e)) => return Err(e),
+            }
         }
     }
 
     pub(super) async fn do_touch(&self, name: &str, id: &SandboxId) -> Result<()> {
-        let info = self
-            .wait_until(name, id, |i| i.status != Status::Starting)
+        let live = |s| match s {
+            Status::Running | Status::Draining | Status::Paused => Decision::Send,
+            _ => Decision::Refuse,
+        };
+        self.control_live(name, id, "touch", live, Control::Touch)
             .await?;
-        if !matches!(
-            info.status,
-            Status::Running | Status::Draining | Status::Paused
-        ) {
-            return Err(Self::not_running(info, "touch"));
-        }
-        self.control_answer(&info, Control::Touch)
-            .await
-            .map_err(|e| Self::refused(&info, "touch", e))?;
         Ok(())
     }
 
@@ -58,26 +72,20 @@ impl LocalBackend {
         pause: bool,
     ) -> Result<SandboxInfo> {
         let operation = if pause { "pause" } else { "resume" };
-        let info = self
-            .wait_until(name, id, |i| i.status != Status::Starting)
-            .await?;
-        let ok = match (pause, info.status) {
-            (true, Status::Paused) | (false, Status::Running) => return Ok(info),
-            (true, Status::Running) | (false, Status::Paused) => true,
-            _ => false,
+        let decide = |s| match (pause, s) {
+            (true, Status::Paused) | (false, Status::Running) => Decision::Done,
+            (true, Status::Running) | (false, Status::Paused) => Decision::Send,
+            _ => Decision::Refuse,
         };
-        if !ok {
-            return Err(Self::not_running(info, operation));
-        }
         let body = if pause {
             Control::Pause
         } else {
             Control::Resume
         };
-        self.control_answer(&info, body)
-            .await
-            .map_err(|e| Self::refused(&info, operation, e))?;
-        self.lookup(name, id).await.map(|r| r.info)
+        match self.control_live(name, id, operation, decide, body).await? {
+            (info, None) => Ok(info),
+            (_, Some(_)) => self.lookup(name, id).await.map(|r| r.info),
+        }
     }
 
     pub(super) async fn do_modify(
@@ -106,7 +114,7 @@ impl LocalBackend {
         if live && info.status.has_runtime() {
             if let Err(e) = self.control_answer(&info, Control::Reload).await {
                 let why = match e {
-                    ControlError::Gone => "the sandbox stopped meanwhile".to_string(),
+                    ControlError::Ended => "the sandbox stopped meanwhile".to_string(),
                     ControlError::Refused(g) => g.message,
                     ControlError::Failed(e) => e.to_string(),
                 };
@@ -129,19 +137,28 @@ impl LocalBackend {
     }
 
     pub(super) async fn do_metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
-        let info = self.lookup(name, id).await?.info;
-        if !matches!(
-            info.status,
-            Status::Running | Status::Draining | Status::Paused
-        ) {
-            return Err(Self::not_running(info, "metrics"));
-        }
-        match self.control_answer(&info, Control::Metrics).await {
-            Ok(Response::Metrics { metrics }) => Ok(metrics),
-            Ok(other) => Err(Error::protocol(format!(
+        let live = |s| match s {
+            Status::Running | Status::Draining | Status::Paused => Decision::Send,
+            _ => Decision::Refuse,
+        };
+        match self
+            .control_live(name, id, "metrics", live, Control::Metrics)
+            .await?
+        {
+            (_, Some(Response::Metrics { metrics })) => Ok(metrics),
+            (_, other) => Err(Error::protocol(format!(
                 "unexpected answer to metrics: {other:?}"
             ))),
-            Err(e) => Err(Self::refused(&info, "metrics", e)),
         }
     }
+}
+
+/// What an operation does in a status (see `LocalBackend::control_live`).
+enum Decision {
+    /// Nothing to do: already there.
+    Done,
+    /// `invalid_state`.
+    Refuse,
+    /// Ask the supervisor.
+    Send,
 }

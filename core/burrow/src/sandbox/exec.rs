@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use burrow_protocol::{ExecRequest, GuestMsg, Request, Response, TtySize};
 
+use super::attempt::Attempt;
 use super::Sandbox;
 use crate::error::{Error, Result};
-use crate::runtime::client::RequestHandle;
 
 /// How a process ended.
 pub type ExitStatus = burrow_protocol::ExitStatus;
@@ -143,72 +143,53 @@ pub enum ExecEvent {
 }
 
 /// A process running in a sandbox, with streamed output.
+///
+/// If the run ends before it takes the process (an idle reclaim, a restart),
+/// the process is started again where the sandbox runs then, with the stdin
+/// written so far (up to 1 MiB) sent again; output only ever comes from the
+/// one run that took it.
 #[derive(Debug)]
 pub struct Process {
-    handle: RequestHandle,
-    sandbox: Sandbox,
-    done: bool,
-    /// The supervisor refused the request without running it.
-    refused: bool,
-    /// Any frame of this request arrived.
-    got_frame: bool,
+    attempt: Attempt,
 }
 
 impl Process {
     /// Writes to the process's stdin.
     pub fn write_stdin(&self, data: &[u8]) -> Result<()> {
-        self.handle.send_data(data)
+        self.attempt.send_data(data)
     }
     /// Closes the process's stdin.
     pub fn close_stdin(&self) -> Result<()> {
-        self.handle.send_eof()
+        self.attempt.send_eof()
     }
     /// Sends a signal to the process group.
     pub fn signal(&self, signal: i32) -> Result<()> {
-        self.handle.signal(signal)
+        self.attempt.signal(signal)
     }
     /// Resizes the pty of a shell.
     pub fn resize(&self, rows: u16, cols: u16) -> Result<()> {
-        self.handle.resize(TtySize { rows, cols })
+        self.attempt.resize(TtySize { rows, cols })
     }
 
     /// The next output event; `Ok(None)` after [`ExecEvent::Exit`].
     pub async fn next_event(&mut self) -> Result<Option<ExecEvent>> {
-        if self.done {
-            return Ok(None);
-        }
         loop {
-            let Some(msg) = self.handle.next().await else {
-                self.done = true;
-                // Lost before any answer: the supervisor went away before it
-                // took the request (it answers Unavailable or Aborted otherwise).
-                self.refused = !self.got_frame;
-                let res = self
-                    .sandbox
-                    .settle(
-                        "exec",
-                        Err(Error::protocol("the connection to the sandbox was lost")),
-                    )
-                    .await;
-                return res.map(|_| None);
-            };
-            self.got_frame = true;
-            match msg {
-                GuestMsg::Stdout { data, .. } => return Ok(Some(ExecEvent::Stdout(data.0))),
-                GuestMsg::Stderr { data, .. } => return Ok(Some(ExecEvent::Stderr(data.0))),
-                GuestMsg::Response { result, .. } => {
-                    self.done = true;
-                    if let Err(g) = &result {
-                        self.refused = g.code == burrow_protocol::GuestErrorCode::Unavailable;
-                    }
-                    return match self.sandbox.settle("exec", Ok(result)).await? {
-                        Response::Exit(status) => Ok(Some(ExecEvent::Exit(status))),
-                        other => Err(Error::protocol(format!(
-                            "unexpected answer to exec: {other:?}"
-                        ))),
-                    };
+            match self.attempt.next().await? {
+                None => return Ok(None),
+                Some(GuestMsg::Stdout { data, .. }) => return Ok(Some(ExecEvent::Stdout(data.0))),
+                Some(GuestMsg::Stderr { data, .. }) => return Ok(Some(ExecEvent::Stderr(data.0))),
+                Some(GuestMsg::Response {
+                    result: Ok(Response::Exit(status)),
+                    ..
+                }) => return Ok(Some(ExecEvent::Exit(status))),
+                Some(GuestMsg::Response {
+                    result: Ok(other), ..
+                }) => {
+                    return Err(Error::protocol(format!(
+                        "unexpected answer to exec: {other:?}"
+                    )))
                 }
-                _ => continue,
+                Some(_) => continue,
             }
         }
     }
@@ -251,16 +232,7 @@ impl Sandbox {
     /// Runs a process described by `opts` and collects its output.
     pub async fn exec_with(&self, opts: ExecOptions) -> Result<ExecOutput> {
         let keep = opts.stdin.is_some();
-        let mut process = self.start_process(opts.clone(), keep).await?;
-        match process.collect().await {
-            // Refused unrun because an idle reclaim began just as it arrived:
-            // run it once more, which starts the sandbox again on demand.
-            Err(_) if process.refused && self.reclaimed_and_wakeable().await => {
-                self.forget_connection().await;
-                self.start_process(opts, keep).await?.wait().await
-            }
-            other => other,
-        }
+        self.start_process(opts, keep).await?.wait().await
     }
 
     /// Starts a process and returns it for streaming. Stdin stays open for
@@ -272,33 +244,21 @@ impl Sandbox {
 
     async fn start_process(&self, opts: ExecOptions, keep: bool) -> Result<Process> {
         opts.validate()?;
-        let handle = self.request(opts.to_request(keep, None)).await?;
+        let attempt = Attempt::start(self, "exec", opts.to_request(keep, None)).await?;
         if let Some(data) = &opts.stdin {
-            handle.send_data(data)?;
-            handle.send_eof()?;
+            attempt.send_data(data)?;
+            attempt.send_eof()?;
         }
-        Ok(Process {
-            handle,
-            sandbox: self.clone(),
-            done: false,
-            refused: false,
-            got_frame: false,
-        })
+        Ok(Process { attempt })
     }
 
     /// Starts an interactive shell (`argv`, default `/bin/sh`) on a pty.
     pub async fn shell(&self, argv: Option<Vec<String>>, rows: u16, cols: u16) -> Result<Process> {
         let opts = ExecOptions::new(argv.unwrap_or_else(|| vec!["/bin/sh".into()]));
         opts.validate()?;
-        let handle = self
-            .request(opts.to_request(true, Some(TtySize { rows, cols })))
-            .await?;
+        let body = opts.to_request(true, Some(TtySize { rows, cols }));
         Ok(Process {
-            handle,
-            sandbox: self.clone(),
-            done: false,
-            refused: false,
-            got_frame: false,
+            attempt: Attempt::start(self, "shell", body).await?,
         })
     }
 }

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use burrow_protocol::{DirEntry, FileStat, GuestMsg, Request, Response};
 
+use super::attempt::Attempt;
 use super::Sandbox;
 use crate::error::{Error, Result};
 
@@ -41,29 +42,20 @@ impl<'a> Fs<'a> {
         body: Request,
         input: Option<&[u8]>,
     ) -> Result<(Vec<u8>, Response)> {
-        let mut handle = self.sandbox.request(body).await?;
+        let mut attempt = Attempt::start(self.sandbox, op, body).await?;
         if let Some(data) = input {
-            handle.send_data(data)?;
-            handle.send_eof()?;
+            attempt.send_data(data)?;
+            attempt.send_eof()?;
         }
         let mut out = Vec::new();
-        while let Some(msg) = handle.next().await {
+        while let Some(msg) = attempt.next().await? {
             match msg {
                 GuestMsg::Stdout { data, .. } => out.extend_from_slice(&data.0),
-                GuestMsg::Response { result, .. } => {
-                    let r = self.sandbox.settle(op, Ok(result)).await?;
-                    return Ok((out, r));
-                }
+                GuestMsg::Response { result: Ok(r), .. } => return Ok((out, r)),
                 _ => {}
             }
         }
-        self.sandbox
-            .settle(
-                op,
-                Err(Error::protocol("the connection to the sandbox was lost")),
-            )
-            .await?;
-        Err(Error::protocol("the connection to the sandbox was lost"))
+        Err(Error::protocol(format!("{op} ended without a response")))
     }
 
     /// Reads a whole file.

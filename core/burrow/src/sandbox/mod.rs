@@ -6,6 +6,7 @@
 //! belongs to another sandbox, the operation fails with
 //! [`Error::SandboxReplaced`] and touches nothing.
 
+mod attempt;
 mod builder;
 mod exec;
 mod fs;
@@ -16,7 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{GuestError, GuestErrorCode, Identity, Request, Response};
+use burrow_protocol::{GuestErrorCode, Identity, Request, Response};
+
+use attempt::Attempt;
 
 pub use builder::{ReplaceBuilder, SandboxBuilder};
 pub use exec::{ExecEvent, ExecOptions, ExecOutput, ExitStatus, Process};
@@ -25,7 +28,7 @@ pub use handle::SandboxHandle;
 pub use tunnel::{PublishedPort, Tunnel};
 
 use crate::backend::{Backend, ListFilter, StopOptions};
-use crate::error::{Error, GuestFailure, Result};
+use crate::error::{Error, Result};
 use crate::local::LocalBackend;
 use crate::model::{SandboxId, SandboxInfo, Status};
 use crate::remote::RemoteBackend;
@@ -46,7 +49,8 @@ struct Inner {
     id: SandboxId,
     name: String,
     generation: AtomicU64,
-    conn: tokio::sync::Mutex<Option<AgentClient>>,
+    /// The cached connection and the generation of the run it reaches.
+    conn: tokio::sync::Mutex<Option<(AgentClient, u64)>>,
 }
 
 impl Sandbox {
@@ -124,38 +128,37 @@ impl Sandbox {
         Ok(self.info().await?.status)
     }
 
-    /// The protocol connection, (re)opened on demand and bound to this id.
-    async fn client(&self, wake: bool) -> Result<AgentClient> {
+    /// The protocol connection, (re)opened on demand and bound to this id,
+    /// with the generation of the run it reaches.
+    async fn client(&self, operation: &'static str, wake: bool) -> Result<(AgentClient, u64)> {
         let mut slot = self.inner.conn.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
+        if let Some((c, g)) = slot.as_ref().filter(|(c, _)| !c.is_closed()) {
+            return Ok((c.clone(), *g));
         }
         *slot = None;
-        // A restart may land between reading the generation and the hello;
-        // one retry then sees the new generation.
-        for attempt in 0..3 {
+        // A restart may land between reading the generation and the hello
+        // (a newer run answers), or the run may be ending (the hello is cut
+        // off): both are decided again on what the sandbox is then.
+        for _ in 0..8 {
             let stream = self
                 .inner
                 .backend
                 .open_runtime_identified(&self.inner.name, &self.inner.id, wake)
                 .await?;
+            let generation = stream.generation;
             let expect = Identity {
                 sandbox_id: self.inner.id.to_string(),
-                generation: stream.generation,
+                generation,
             };
             match AgentClient::connect(stream.reader, stream.writer, Some(expect), HELLO_TIMEOUT)
                 .await
             {
                 Ok(c) => {
-                    self.inner
-                        .generation
-                        .store(stream.generation, Ordering::SeqCst);
-                    *slot = Some(c.clone());
-                    return Ok(c);
+                    self.inner.generation.store(generation, Ordering::SeqCst);
+                    *slot = Some((c.clone(), generation));
+                    return Ok((c, generation));
                 }
-                Err(ConnectError::Refused(g))
-                    if g.code == GuestErrorCode::IdentityMismatch && attempt < 2 =>
-                {
+                Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch => {
                     continue
                 }
                 Err(ConnectError::Refused(g)) => {
@@ -163,147 +166,62 @@ impl Sandbox {
                         "the supervisor refused the connection: {g}"
                     )))
                 }
-                Err(ConnectError::Other(e)) => {
-                    // The runtime may have stopped under us: report its state.
-                    let info = self.info().await?;
-                    if info.status != Status::Running {
-                        return Err(Error::InvalidState {
-                            operation: "exec".into(),
-                            name: info.name,
-                            id: info.id,
-                            status: info.status,
-                        });
-                    }
-                    return Err(e);
+                Err(ConnectError::Other(e @ Error::Timeout { .. })) => return Err(e),
+                Err(ConnectError::Other(_)) => {
+                    self.boundary(operation, generation, attempt::Cut::Unrun, wake)
+                        .await?;
                 }
             }
         }
-        Err(Error::protocol(
-            "the sandbox kept restarting while connecting",
-        ))
+        Err(Error::Timeout {
+            operation: format!(
+                "{operation} on sandbox {:?}: it kept restarting while connecting",
+                self.inner.name
+            ),
+            after: Duration::ZERO,
+        })
     }
 
-    /// Starts a request on the live connection.
-    async fn request(&self, body: Request) -> Result<RequestHandle> {
-        // Health checks never wake a reclaimed sandbox; real work does.
-        let wake = !matches!(body, Request::Ping);
-        let client = self.client(wake).await?;
+    /// Starts a request on the live connection; returns it with the
+    /// generation of the run it went to.
+    async fn request(
+        &self,
+        operation: &'static str,
+        body: Request,
+        wake: bool,
+    ) -> Result<(RequestHandle, u64)> {
+        let (client, generation) = self.client(operation, wake).await?;
         match client.request(body.clone()) {
-            Ok(h) => Ok(h),
+            Ok(h) => Ok((h, generation)),
             Err(_) => {
                 // Stale cached connection: reconnect once.
-                *self.inner.conn.lock().await = None;
-                self.client(wake).await?.request(body)
+                self.forget_generation(generation).await;
+                let (client, generation) = self.client(operation, wake).await?;
+                Ok((client.request(body)?, generation))
             }
         }
     }
 
     /// Runs a request that streams nothing and returns its response.
     async fn call(&self, operation: &'static str, body: Request) -> Result<Response> {
-        let handle = self.request(body.clone()).await?;
-        let mut res = handle.response().await;
-        let unrun = match &res {
-            Ok(Err(g)) => g.code == GuestErrorCode::Unavailable,
-            // Lost before any answer: the supervisor never took it.
-            Err(_) => true,
-            Ok(Ok(_)) => false,
-        };
-        if unrun && self.reclaimed_and_wakeable().await {
-            // Refused unrun while an idle reclaim began: once more, waking it.
-            self.forget_connection().await;
-            res = self.request(body).await?.response().await;
+        Attempt::start(self, operation, body)
+            .await?
+            .response()
+            .await
+    }
+
+    /// Drops the cached connection if it reaches run `generation` (the next
+    /// call reconnects).
+    pub(crate) async fn forget_generation(&self, generation: u64) {
+        let mut slot = self.inner.conn.lock().await;
+        if slot.as_ref().is_some_and(|(_, g)| *g == generation) {
+            *slot = None;
         }
-        self.settle(operation, res).await
     }
 
     /// Drops the cached connection (the next call reconnects).
-    pub(crate) async fn forget_connection(&self) {
+    async fn forget_connection(&self) {
         *self.inner.conn.lock().await = None;
-    }
-
-    /// Whether the sandbox was just reclaimed for idleness and a call wakes it.
-    pub(crate) async fn reclaimed_and_wakeable(&self) -> bool {
-        // A reclaim keeps the status Running until the run has ended; a
-        // drain or pause publishes its own status at once. Bounded wait.
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let info = loop {
-            let Ok(info) = self.info().await else {
-                return false;
-            };
-            if info.status != Status::Running
-                || info.generation != self.generation()
-                || Instant::now() > deadline
-            {
-                break info;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        info.status == Status::Stopped
-            && info.config.demand_start_enabled()
-            && info.last_run.as_ref().and_then(|r| r.exit_reason)
-                == Some(crate::model::ExitReason::IdleTimeout)
-    }
-
-    /// Maps a request outcome to the public error types.
-    async fn settle(
-        &self,
-        operation: &'static str,
-        res: Result<std::result::Result<Response, GuestError>>,
-    ) -> Result<Response> {
-        match res {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(g))
-                if matches!(
-                    g.code,
-                    GuestErrorCode::Unavailable | GuestErrorCode::Aborted
-                ) =>
-            {
-                self.forget_connection().await;
-                Err(self.not_running(operation).await)
-            }
-            Ok(Err(g)) => Err(Error::Guest {
-                operation: operation.into(),
-                source: GuestFailure(g),
-            }),
-            Err(e) => {
-                let info = self.info().await?;
-                if info.status != Status::Running {
-                    return Err(Error::InvalidState {
-                        operation: operation.into(),
-                        name: info.name,
-                        id: info.id,
-                        status: info.status,
-                    });
-                }
-                Err(e)
-            }
-        }
-    }
-
-    async fn not_running(&self, operation: &'static str) -> Error {
-        // The supervisor refuses work a moment before it publishes the new
-        // status (pause, drain, stop): let the status catch up.
-        for _ in 0..50 {
-            match self.info().await {
-                Ok(info) if info.status == Status::Running => {
-                    tokio::time::sleep(Duration::from_millis(10)).await
-                }
-                _ => break,
-            }
-        }
-        match self.info().await {
-            Ok(info) => Error::InvalidState {
-                operation: operation.into(),
-                name: info.name,
-                id: info.id,
-                status: if info.status == Status::Running {
-                    Status::Draining
-                } else {
-                    info.status
-                },
-            },
-            Err(e) => e,
-        }
     }
 
     /// Health check; returns the round-trip time. Does not count as activity.
@@ -330,7 +248,7 @@ impl Sandbox {
             .backend
             .stop_identified(&self.inner.name, &self.inner.id, opts)
             .await;
-        *self.inner.conn.lock().await = None;
+        self.forget_connection().await;
         r
     }
 
@@ -341,7 +259,7 @@ impl Sandbox {
             .backend
             .kill_identified(&self.inner.name, &self.inner.id)
             .await;
-        *self.inner.conn.lock().await = None;
+        self.forget_connection().await;
         r
     }
 
@@ -370,7 +288,7 @@ impl Sandbox {
     /// Stops and starts again: same id, same configuration; this handle
     /// follows the new runtime generation.
     pub async fn restart(&self) -> Result<SandboxInfo> {
-        *self.inner.conn.lock().await = None;
+        self.forget_connection().await;
         let info = self
             .inner
             .backend
@@ -466,7 +384,7 @@ impl Sandbox {
 
     /// Kills (if running) and removes exactly this sandbox.
     pub async fn destroy(&self) -> Result<()> {
-        *self.inner.conn.lock().await = None;
+        self.forget_connection().await;
         self.inner
             .backend
             .destroy_identified(&self.inner.name, &self.inner.id)

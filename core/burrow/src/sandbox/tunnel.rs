@@ -8,6 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use super::attempt::Attempt;
 use super::Sandbox;
 use crate::error::{Error, Result};
 
@@ -39,28 +40,20 @@ impl Sandbox {
     /// Opens a TCP connection to `port` inside the sandbox. Fails with a
     /// guest `connection_refused` error when nothing listens there.
     pub async fn tunnel(&self, port: u16) -> Result<Tunnel> {
-        let mut handle = self.request(Request::Tunnel { port }).await?;
+        let mut attempt = Attempt::start(self, "tunnel", Request::Tunnel { port }).await?;
         // The agent answers an error right away when the connect fails, and
-        // an empty first chunk when it succeeded (older agents send nothing:
-        // the wait below bounds that); data may flow before the final
-        // response.
+        // an empty first chunk when it succeeded; data may flow before the
+        // final response. A run that ends first is ridden through (the
+        // request is sent again where the sandbox runs then).
         let (mine, theirs) = tokio::io::duplex(256 * 1024);
         let (mut rd, mut wr) = tokio::io::split(mine);
-        let first =
-            tokio::time::timeout(std::time::Duration::from_millis(200), handle.next()).await;
-        let mut pending_first: Option<GuestMsg> = None;
-        match first {
-            Ok(Some(GuestMsg::Response { result: Err(g), .. })) => {
-                return Err(self
-                    .settle("tunnel", Ok(Err(g)))
-                    .await
-                    .err()
-                    .unwrap_or_else(|| Error::protocol("tunnel refused")));
+        let pending_first = match attempt.next().await? {
+            Some(GuestMsg::Response { .. }) | None => {
+                return Err(Error::protocol("the tunnel ended before it was connected"))
             }
-            Ok(Some(m)) => pending_first = Some(m),
-            Ok(None) => return Err(Error::protocol("the connection to the sandbox was lost")),
-            Err(_) => {}
-        }
+            first => first,
+        };
+        let mut handle = attempt.into_handle();
         tokio::spawn(async move {
             let mut buf = vec![0u8; burrow_protocol::MAX_CHUNK];
             let mut host_open = true;

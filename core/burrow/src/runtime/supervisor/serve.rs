@@ -237,6 +237,10 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
     shared.closing.store(true, Ordering::SeqCst);
     drop(listener);
     let _ = std::fs::remove_file(&socket);
+    // The window a caller can land in: no new connections, requests on open
+    // ones refused unrun, the record still says the run lives. Callers wait
+    // here for the end to be recorded (see `LocalBackend::settle_run`).
+    crate::fault::hold("supervisor.ending").await;
 
     let (status, reason, detail) = match end {
         End::GuestExited(exit) => {
@@ -287,7 +291,15 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
     for w in waiters {
         let _ = w.send(Ok(Response::Done));
     }
-    // Give connection handlers a moment to deliver their final responses.
+    // Every request this run took is answered before the process exits (an
+    // exit status, or `aborted` if the guest went away under it): a client
+    // that loses its connection without any answer knows its request was
+    // never run. The relays see the agent channel close with the guest.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while shared.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Let the connection writers flush those answers.
     tokio::time::sleep(Duration::from_millis(20)).await;
     store.close().await;
     0
