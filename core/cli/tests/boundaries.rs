@@ -352,6 +352,48 @@ async fn calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
+    // The same window, reached through `burrow serve` (on a unix socket of
+    // this home) and the remote backend.
+    let home = TestHome::new().await;
+    let sock = home.path().join("serve.sock");
+    let sqlite = format!("sqlite://{}/serve.db", home.path().display());
+    let server = common::serve::ServeEnv::new(home.path(), &sqlite)
+        .set("LISTEN", &format!("unix:{}", sock.display()))
+        .set("IDLE_TIMEOUT", "0")
+        .start("a");
+    let remote: std::sync::Arc<dyn burrow::Backend> = std::sync::Arc::new(
+        burrow::RemoteBackend::connect(&format!("unix:{}", sock.display()), None).unwrap(),
+    );
+    let w = Window::new(&home);
+    let local = w.up(&home, "remote", &["--idle-timeout", "1s"]).await;
+    let handle = SandboxHandle::get_by_id_in(remote, local.id()).await.unwrap();
+    let cached = handle.sandbox().await.unwrap();
+    cached.exec(["true"]).await.unwrap();
+    let fresh = handle.sandbox().await.unwrap();
+    let gen0 = handle.info().await.unwrap().generation;
+    w.opened().await;
+    assert_in_window(&home, &handle, gen0).await;
+    let calls = every_call(&home, "remote", &cached, &fresh, false);
+    all_waiting(&calls).await;
+    w.release();
+    for (name, kind, o, text) in results(calls).await {
+        match kind {
+            Kind::Work | Kind::Any => assert_eq!(o, Outcome::Ok, "{name}: {text}"),
+            Kind::Live => assert!(
+                o == Outcome::Ok || invalid(o, Status::Stopped),
+                "{name}: {o:?} {text}"
+            ),
+        }
+    }
+    let info = handle.info().await.unwrap();
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.generation, gen0 + 1, "one demand start for every call");
+    handle.destroy().await.unwrap();
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_demand_start_calls_during_a_reclaim_get_invalid_state_stopped() {
     let home = TestHome::new().await;
     let w = Window::new(&home);
