@@ -678,3 +678,86 @@ fn walk_cgroups() -> Vec<String> {
     }
     found
 }
+
+/// A static x86-64 program that makes one syscall through the 32-bit ABI
+/// (`int 0x80`, i386 `getpid`) and exits 0 if it worked, 1 if it was
+/// refused (a SIGSYS kill shows as the signal).
+fn i386_abi_probe(dir: &Path) -> PathBuf {
+    let src = dir.join("i386abi.c");
+    std::fs::write(
+        &src,
+        "void _start(void) {\n\
+         long r;\n\
+         __asm__ volatile(\"int $0x80\" : \"=a\"(r) : \"a\"(20L) : \"memory\");\n\
+         long code = r > 0 ? 0 : 1;\n\
+         __asm__ volatile(\"syscall\" :: \"a\"(60L), \"D\"(code));\n\
+         for (;;) {}\n\
+         }\n",
+    )
+    .unwrap();
+    let bin = dir.join("i386abi");
+    let out = std::process::Command::new("gcc")
+        .args(["-nostdlib", "-static", "-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("gcc (installed by scripts/install-deps.sh)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Sanity: on the host (no filter) the 32-bit call works.
+    let host = std::process::Command::new(&bin).status().unwrap();
+    assert!(
+        host.success(),
+        "the probe works outside a sandbox: {host:?}"
+    );
+    bin
+}
+
+async fn run_i386_probe(runtime: OciRuntime, compat32: bool) -> String {
+    let fx = Fixture::new();
+    let tools = fx.dir.path().join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    i386_abi_probe(&tools);
+    let mut spec = fx.spec(1, config(runtime));
+    spec.mounts = vec![ResolvedMount {
+        host_path: tools,
+        target: "/t".into(),
+        read_only: true,
+        volume: false,
+    }];
+    if compat32 {
+        std::env::set_var("BURROW_SECCOMP_COMPAT32", "1");
+    }
+    let launched = launch(&spec, "/t/i386abi; echo code=$?").await;
+    std::env::remove_var("BURROW_SECCOMP_COMPAT32");
+    let (mut ch, mut guest, _) = Channel::new(launched.unwrap());
+    let line = ch.line().await.unwrap();
+    guest.wait().await.unwrap();
+    guest.cleanup().await.unwrap();
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_32_bit_syscall_abi_is_refused_unless_allowed() {
+    for runtime in [OciRuntime::Runc, OciRuntime::Crun] {
+        assert!(
+            usable(runtime.binary()),
+            "root, {} and busybox-static are installed by scripts/install-deps.sh",
+            runtime.binary()
+        );
+        let _serial = SERIAL.lock().await;
+        let refused = run_i386_probe(runtime, false).await;
+        assert_ne!(
+            refused, "code=0",
+            "{runtime:?}: the i386 ABI must be refused"
+        );
+        let allowed = run_i386_probe(runtime, true).await;
+        assert_eq!(
+            allowed, "code=0",
+            "{runtime:?}: BURROW_SECCOMP_COMPAT32=1 allows the i386 ABI"
+        );
+    }
+}

@@ -1,7 +1,8 @@
-//! Lifecycle benchmark: median and p90 of create -> Running, exec of `true`,
-//! and connect_or_create on a running sandbox, each beside `runc run` of the
-//! same busybox rootfs measured in the same run (ratio = burrow median /
-//! runc run median).
+//! Lifecycle benchmark: median and p90 of create -> Running (with runc and
+//! with crun), exec of `true`, and connect_or_create on a running sandbox,
+//! each beside `runc run` and `crun run` of the same busybox rootfs measured
+//! in the same run (ratio = burrow median / the runtime's own run median),
+//! and the median of each recorded phase of a start.
 //!
 //! Run: `cargo bench -p burrow-cli --bench lifecycle` (as root).
 //! Iterations: BENCH_ITERS (default 30 for starts, 10x that for the rest).
@@ -59,12 +60,48 @@ fn runc_bundle(dir: &Path, rootfs: &Path, args: &[&str]) {
     .unwrap();
 }
 
-fn runc_run(bundle: &Path, root: &Path, iters: usize) -> Stats {
+/// crun refuses this host's hybrid cgroup layout unless it runs in a mount
+/// namespace of its own without the cgroup2 mount: the same view the driver
+/// gives it (raw syscalls only, between fork and exec).
+fn crun_private_cgroup_view() -> std::io::Result<()> {
+    // SAFETY: plain syscalls on constant, NUL-terminated strings.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0
+            || libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::umount2(c"/sys/fs/cgroup/unified".as_ptr(), libc::MNT_DETACH);
+    }
+    Ok(())
+}
+
+fn runtime_run(
+    runtime: &'static str,
+    name: &'static str,
+    bundle: &Path,
+    root: &Path,
+    iters: usize,
+) -> Stats {
+    use std::os::unix::process::CommandExt;
     let mut samples = Vec::new();
     for i in 0..iters {
         let id = format!("bench-run-{i}");
+        let mut cmd = Command::new(runtime);
+        if runtime == "crun" {
+            // SAFETY: the hook only makes raw syscalls.
+            unsafe {
+                cmd.pre_exec(crun_private_cgroup_view);
+            }
+        }
         let t = Instant::now();
-        let status = Command::new("runc")
+        let status = cmd
             .arg("--root")
             .arg(root)
             .args(["run", "--bundle"])
@@ -76,11 +113,63 @@ fn runc_run(bundle: &Path, root: &Path, iters: usize) -> Stats {
             .status()
             .unwrap();
         samples.push(t.elapsed());
-        assert!(status.success(), "runc run failed");
+        assert!(status.success(), "{runtime} run failed");
     }
-    Stats {
-        name: "runc run (true)",
-        samples,
+    Stats { name, samples }
+}
+
+/// Creates `iters` sandboxes with `runtime`, each to Running; returns the
+/// wall times and each start's recorded phases (ms), plus the time outside
+/// the supervisor (spawn, readiness, SQLite writes of the library).
+async fn creates(
+    home: &TestHome,
+    runtime: burrow::OciRuntime,
+    iters: usize,
+) -> (Vec<Duration>, Vec<(String, f64)>) {
+    let mut walls = Vec::new();
+    let mut phases = Vec::new();
+    for i in 0..iters {
+        let builder = home
+            .builder(&format!("bench-{}-{i}", runtime.binary()))
+            .runtime(runtime);
+        let t = Instant::now();
+        let sb = builder.create().await.unwrap();
+        let wall = t.elapsed();
+        walls.push(wall);
+        let info = sb.info().await.unwrap();
+        if let Some(serde_json::Value::Object(map)) = info.last_run.and_then(|r| r.timings) {
+            for (k, v) in &map {
+                phases.push((k.clone(), v.as_f64().unwrap_or(0.0)));
+            }
+            let total = map.get("total").and_then(|v| v.as_f64()).unwrap_or(0.0);
+            let spawn = map.get("spawn").and_then(|v| v.as_f64()).unwrap_or(0.0);
+            phases.push((
+                "library (claim, spawn call, report, lookups)".into(),
+                ms(wall) - total - spawn,
+            ));
+        }
+        sb.destroy().await.unwrap();
+    }
+    (walls, phases)
+}
+
+fn print_phases(title: &str, phases: &[(String, f64)]) {
+    let mut names: Vec<&String> = phases.iter().map(|(k, _)| k).collect();
+    names.dedup();
+    let mut seen = Vec::new();
+    println!("\nphases of a start, {title} (median ms)");
+    for n in names {
+        if seen.contains(&n) {
+            continue;
+        }
+        seen.push(n);
+        let mut v: Vec<f64> = phases
+            .iter()
+            .filter(|(k, _)| k == n)
+            .map(|(_, x)| *x)
+            .collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        println!("  {:<28} {:>8.2}", n, v[v.len() / 2]);
     }
 }
 
@@ -102,6 +191,7 @@ fn main() {
     let bundle = scratch.path().join("bundle");
     runc_bundle(&bundle, &rootfs, &["/bin/true"]);
     let runc_root = scratch.path().join("runc-root");
+    let crun_root = scratch.path().join("crun-root");
 
     let results = rt.block_on(async {
         let home = TestHome::new().await;
@@ -113,18 +203,16 @@ fn main() {
             .destroy()
             .await
             .unwrap();
-        let _ = runc_run(&bundle, &runc_root, 3);
+        let _ = runtime_run("runc", "warmup", &bundle, &runc_root, 3);
+        let _ = runtime_run("crun", "warmup", &bundle, &crun_root, 3);
 
-        let baseline = runc_run(&bundle, &runc_root, iters);
+        let baseline = runtime_run("runc", "runc run (true)", &bundle, &runc_root, iters);
+        let crun_baseline = runtime_run("crun", "crun run (true)", &bundle, &crun_root, iters);
 
-        let mut create = Vec::new();
-        for i in 0..iters {
-            let builder = home.builder(&format!("bench-{i}"));
-            let t = Instant::now();
-            let sb = builder.create().await.unwrap();
-            create.push(t.elapsed());
-            sb.destroy().await.unwrap();
-        }
+        let (create, runc_phases) = creates(&home, burrow::OciRuntime::Runc, iters).await;
+        let (create_crun, crun_phases) = creates(&home, burrow::OciRuntime::Crun, iters).await;
+        print_phases("runc", &runc_phases);
+        print_phases("crun", &crun_phases);
 
         let sb = home.builder("bench-exec").create().await.unwrap();
         sb.exec(["true"]).await.unwrap();
@@ -143,12 +231,31 @@ fn main() {
             converge.push(t.elapsed());
             assert_eq!(again.id(), sb.id());
         }
+        // The supervisor's resident memory once the sandbox has settled.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let pid = sb
+            .info()
+            .await
+            .unwrap()
+            .last_run
+            .and_then(|r| r.supervisor_pid)
+            .unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        for key in ["VmRSS", "RssAnon", "RssFile", "Threads"] {
+            let line = status.lines().find(|l| l.starts_with(key)).unwrap_or("");
+            println!("supervisor {line}");
+        }
         sb.destroy().await.unwrap();
         vec![
             baseline,
             Stats {
-                name: "create -> Running",
+                name: "create -> Running (runc)",
                 samples: create,
+            },
+            crun_baseline,
+            Stats {
+                name: "create -> Running (crun)",
+                samples: create_crun,
             },
             Stats {
                 name: "exec true (running)",
@@ -162,21 +269,28 @@ fn main() {
     });
 
     let base = results[0].pct(0.5);
+    let crun_base = results[2].pct(0.5);
     println!(
         "\nburrow lifecycle benchmark ({iters} starts; {} execs and connects)",
         iters * 10
     );
     println!(
         "{:<30} {:>10} {:>10} {:>16}",
-        "operation", "median ms", "p90 ms", "median / runc run"
+        "operation", "median ms", "p90 ms", "median / run"
     );
     for s in &results {
+        // crun figures against crun's own run, the rest against runc's.
+        let anchor = if s.name.contains("crun") {
+            crun_base
+        } else {
+            base
+        };
         println!(
             "{:<30} {:>10.2} {:>10.2} {:>16.2}",
             s.name,
             ms(s.pct(0.5)),
             ms(s.pct(0.9)),
-            ms(s.pct(0.5)) / ms(base)
+            ms(s.pct(0.5)) / ms(anchor)
         );
     }
 }

@@ -19,7 +19,8 @@ fn main() -> ExitCode {
 }
 
 /// `burrow __supervise --home H --id ID --generation N --runtime R --driver D
-/// [--owner-pid P] [--ready-fd FD]`: internal, spawned by the library.
+/// [--owner-pid P] [--ready-fd FD] [--spawned-at UNIX_MICROS]`: internal,
+/// spawned by the library.
 /// Parsed by hand so nothing (no async runtime, no threads) starts before
 /// the supervisor's single-threaded setup.
 fn supervise(args: &[String]) -> ExitCode {
@@ -44,6 +45,7 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
     let mut driver = burrow::DriverKind::default();
     let mut owner_pid = None;
     let mut ready_fd = None;
+    let mut spawned_at_us = None;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -61,6 +63,9 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
             "--driver" => driver = value.parse().map_err(|e: burrow::Error| e.to_string())?,
             "--owner-pid" => owner_pid = Some(value.parse::<u32>().map_err(|e| e.to_string())?),
             "--ready-fd" => ready_fd = Some(value.parse::<i32>().map_err(|e| e.to_string())?),
+            "--spawned-at" => {
+                spawned_at_us = Some(value.parse::<u64>().map_err(|e| e.to_string())?)
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -72,6 +77,7 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
         driver,
         owner_pid,
         ready_fd,
+        spawned_at_us,
     })
 }
 

@@ -62,6 +62,14 @@ impl LocalBackend {
             .arg(info.config.driver.as_str())
             .arg("--ready-fd")
             .arg("3")
+            .arg("--spawned-at")
+            .arg(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_micros()
+                    .to_string(),
+            )
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)

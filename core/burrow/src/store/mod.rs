@@ -64,6 +64,12 @@ impl Store {
             .await
             .map_err(|e| Error::store(format!("opening {}", path.display()), e))?;
         let store = Store { pool };
+        // Every supervisor opens the store on the critical path of a start:
+        // a schema that is already current needs neither the migration lock
+        // nor the migrator's checks.
+        if store.schema_is_current().await? {
+            return Ok(store);
+        }
         // Only one process migrates at a time; the others wait, then see an
         // up-to-date schema.
         let _guard = FileLock::acquire(&home.locks_dir().join("migrate.lock")).await?;
@@ -73,6 +79,26 @@ impl Store {
             .await
             .map_err(|e| Error::store("migrating the state database", e))?;
         Ok(store)
+    }
+
+    /// Whether every migration this build knows is applied, and nothing
+    /// newer or failed is recorded (one statement).
+    async fn schema_is_current(&self) -> Result<bool> {
+        let known: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        let newest = known.iter().copied().max().unwrap_or(0);
+        let row: Option<(i64, i64, i64)> = sqlx::query_as(
+            "SELECT COUNT(DISTINCT version), COALESCE(MAX(version), 0), COALESCE(SUM(success = 0), 0)
+             FROM _sqlx_migrations",
+        )
+        .fetch_optional(&self.pool)
+        .await
+        // No migrations table yet: not current.
+        .unwrap_or(None);
+        let distinct = known
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len() as i64;
+        Ok(matches!(row, Some((n, max, failed)) if n == distinct && max == newest && failed == 0))
     }
 
     async fn check_version(&self) -> Result<()> {

@@ -335,9 +335,18 @@ async fn start(
     fs::write(&config_path, text)
         .map_err(|e| Error::io("writing config.json", Some(&config_path), e))?;
 
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "runtime config written"
+    );
+
     // The runtime process.
     let pid_file = spec.runtime_dir.join("pid");
     let mut child = spawn_run(spec, generation, &pid_file).await?;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "runtime spawned"
+    );
     let pid = match wait_running(
         &mut child,
         generation,
@@ -450,7 +459,9 @@ async fn wait_running(
     timeout: Duration,
 ) -> Result<i32> {
     let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
+    // The start is on the critical path of every create: look often (a
+    // read of a small file each millisecond for the runtime's few tens).
+    let pause = Duration::from_millis(1);
     loop {
         if let Some(pid) = fs::read_to_string(pid_file)
             .ok()
@@ -473,7 +484,6 @@ async fn wait_running(
             });
         }
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(10));
     }
 }
 

@@ -10,6 +10,13 @@
 //! `socket`. Everything else fails with `EPERM`, `clone3` with `ENOSYS` so
 //! libc falls back to `clone`. Names the runtime's libseccomp does not know
 //! are skipped by runc and crun, so newer syscalls may be listed.
+//!
+//! Only the native x86-64 syscall ABI is allowed: the 32-bit (`int 0x80`,
+//! i386 binaries) and x32 ABIs are refused, a smaller kernel surface than
+//! Docker's, and a much cheaper filter to build (libseccomp's rewriting of
+//! the 32-bit multiplexed calls made up most of a container's start).
+//! `BURROW_SECCOMP_COMPAT32=1` on the host allows them again, for images
+//! that run 32-bit x86 binaries.
 
 use serde_json::{json, Value};
 
@@ -413,9 +420,18 @@ pub(super) fn profile() -> Value {
     json!({
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": libc::EPERM,
-        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "architectures": architectures(),
         "syscalls": rules,
     })
+}
+
+/// The syscall ABIs the filter admits (see the module documentation).
+fn architectures() -> Vec<&'static str> {
+    if std::env::var("BURROW_SECCOMP_COMPAT32").is_ok_and(|v| v == "1") {
+        vec!["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]
+    } else {
+        vec!["SCMP_ARCH_X86_64"]
+    }
 }
 
 #[cfg(test)]

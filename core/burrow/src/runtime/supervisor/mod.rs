@@ -54,6 +54,9 @@ pub struct SuperviseArgs {
     pub owner_pid: Option<u32>,
     /// Pipe to report readiness (or the start error) on.
     pub ready_fd: Option<RawFd>,
+    /// When the starter spawned this process (microseconds since the Unix
+    /// epoch): the start's `spawn` phase runs from there to our entry.
+    pub spawned_at_us: Option<u64>,
 }
 
 /// Grace period of a stop requested by a signal or the owner's exit.
@@ -61,6 +64,14 @@ pub(super) const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// Entry point; returns the process exit code.
 pub fn main(args: SuperviseArgs) -> i32 {
+    let entered = Instant::now();
+    let spawn_ms = args.spawned_at_us.map(|at| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
+        now.saturating_sub(at) as f64 / 1000.0
+    });
     let ready = args.ready_fd.map(|fd| {
         // SAFETY: the spawner passes a pipe write end it does not use itself;
         // we take sole ownership of it here, exactly once.
@@ -92,7 +103,7 @@ pub fn main(args: SuperviseArgs) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run(args, ready))
+    rt.block_on(run(args, ready, entered, spawn_ms))
 }
 
 /// The readiness pipe back to the starter.
@@ -181,8 +192,12 @@ impl Shared {
     }
 }
 
-async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
-    let started = Instant::now();
+async fn run(
+    args: SuperviseArgs,
+    mut ready: Ready,
+    started: Instant,
+    spawn_ms: Option<f64>,
+) -> i32 {
     let home = match Home::at(&args.home) {
         Ok(h) => h,
         Err(e) => {
@@ -212,7 +227,7 @@ async fn run(args: SuperviseArgs, mut ready: Ready) -> i32 {
     }
     // From here on this process owns the run: every exit path records it.
     let mut guest_log = None;
-    match boot(&args, &home, &store, started, &mut guest_log).await {
+    match boot(&args, &home, &store, started, spawn_ms, &mut guest_log).await {
         Ok(booted) => {
             ready.ok();
             let code = serve(args, home, store, booted).await;
@@ -285,6 +300,7 @@ async fn boot(
     home: &Home,
     store: &Store,
     started: Instant,
+    spawn_ms: Option<f64>,
     guest_log: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> Result<Booted> {
     let rec = store
@@ -296,6 +312,10 @@ async fn boot(
     let deadline = started + config.startup_timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     let mut timings = serde_json::Map::new();
+    if let Some(ms) = spawn_ms {
+        // From the starter's spawn to this process's entry (exec, loading).
+        timings.insert("spawn".into(), serde_json::json!(ms));
+    }
     let mut mark = |phase: &str, since: &mut Instant| {
         timings.insert(
             phase.into(),
