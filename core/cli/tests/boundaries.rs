@@ -367,7 +367,9 @@ async fn remote_calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
     );
     let w = Window::new(&home);
     let local = w.up(&home, "remote", &["--idle-timeout", "1s"]).await;
-    let handle = SandboxHandle::get_by_id_in(remote, local.id()).await.unwrap();
+    let handle = SandboxHandle::get_by_id_in(remote, local.id())
+        .await
+        .unwrap();
     let cached = handle.sandbox().await.unwrap();
     cached.exec(["true"]).await.unwrap();
     let fresh = handle.sandbox().await.unwrap();
