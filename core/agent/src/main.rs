@@ -2,12 +2,15 @@
 //! microVM), it serves the burrow protocol on one channel: process execution,
 //! file access, tunnels and shutdown.
 //!
-//! Usage: `burrow-agent [--channel PATH] [--vm]`. Without `--channel` the
+//! Usage: `burrow-agent [--channel PATH] [--vm] [--seccomp HEX]`. Without `--channel` the
 //! protocol runs on stdin/stdout; with it, on the file or character device
 //! at PATH. With `--vm` the agent is the `/init` of a microVM: it sets the
 //! guest up from `/burrow/boot.json` (see `vm`), serves the protocol on the
-//! virtio console port named there, and ends the VM when it exits. Logs go
-//! to stderr.
+//! virtio console port named there, and ends the VM when it exits. With
+//! `--seccomp` (container mode), the agent first installs the seccomp
+//! filter given as the hex of a classic BPF program (built by the host's
+//! container driver): every process of the sandbox inherits it. Logs go to
+//! stderr.
 
 mod agent;
 mod archive;
@@ -33,13 +36,15 @@ use crate::agent::ProcessBase;
 use crate::log::{error, warning};
 use crate::sys::exit_process;
 
-const USAGE: &str = "usage: burrow-agent [--channel PATH] [--vm]";
+const USAGE: &str = "usage: burrow-agent [--channel PATH] [--vm] [--seccomp HEX]";
 
 /// Parsed command line.
 #[derive(Debug, Default, PartialEq)]
 struct Args {
     channel: Option<PathBuf>,
     vm: bool,
+    /// A seccomp filter to install first (hex of `struct sock_filter`s).
+    seccomp: Option<String>,
     /// Arguments that were ignored.
     unknown: Vec<String>,
 }
@@ -56,6 +61,9 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Args
             parsed.channel = Some(path.into());
         } else if let Some(path) = text.strip_prefix("--channel=") {
             parsed.channel = Some(path.into());
+        } else if text == "--seccomp" {
+            let hex = args.next().ok_or("--seccomp needs a program")?;
+            parsed.seccomp = Some(hex.to_string_lossy().into_owned());
         } else if text == VM_MODE_ARG {
             parsed.vm = true;
         } else if text == "--version" || text == "-V" {
@@ -102,6 +110,16 @@ fn agent_main() {
             exit_process(2);
         }
     };
+    // Before anything else, on the only thread: nothing of the sandbox may
+    // run, or read input, without the filter.
+    if let Some(hex) = &args.seccomp {
+        if args.vm {
+            warning!("ignoring --seccomp: a microVM is its own boundary");
+        } else if let Err(e) = sys::install_seccomp(hex) {
+            error!("cannot install the seccomp filter: {e}");
+            exit_process(1);
+        }
+    }
     // The VM setup runs on the only thread, before the signal mask.
     let (channel_path, base) = if args.vm {
         if args.channel.is_some() {
@@ -172,9 +190,15 @@ mod tests {
             Ok(Args {
                 channel: Some("/dev/x".into()),
                 vm: true,
+                seccomp: None,
                 unknown: vec!["quiet".into()],
             })
         );
+        assert_eq!(
+            parse(&["--seccomp", "0600000000007fff"]).map(|a| a.seccomp),
+            Ok(Some("0600000000007fff".into()))
+        );
+        assert!(parse(&["--seccomp"]).is_err());
         assert_eq!(
             parse(&["--channel=/dev/y"]).map(|a| a.channel),
             Ok(Some("/dev/y".into()))

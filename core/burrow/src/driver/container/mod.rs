@@ -34,6 +34,7 @@ use crate::model::{OciRuntime, SandboxId};
 
 use super::{Driver, LaunchSpec, Launched};
 
+mod bpf;
 mod cgroups;
 mod guest;
 mod idmap;
@@ -43,6 +44,7 @@ mod runtime;
 mod seccomp;
 mod shift;
 pub(crate) mod spec;
+mod syscalls_x86_64;
 pub(crate) mod users;
 
 pub(crate) use runtime::{bind_to_parent, find_on_path, spawn_long_lived};
@@ -313,9 +315,10 @@ async fn start(
     let controllers = cgroups::Controllers::detect();
     let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
     notes.extend(limit_notes);
+    let seccomp_by_runtime = spec::seccomp_by_runtime(spec.config.runtime);
     let input = spec::SpecInput {
         rootfs: &target,
-        args: spec::agent_args()?,
+        args: spec::agent_args(seccomp_by_runtime)?,
         env: spec::environment(&image.config, &spec.config, &hostname),
         cwd: spec::working_dir(&spec.config, &image.config, &image.reference)?,
         uid,
@@ -328,6 +331,7 @@ async fn start(
         nofile: spec::nofile_limit(),
         resources,
         cgroups_path: format!("burrow/{}", generation.id),
+        seccomp_by_runtime,
     };
     let config_path = generation.bundle.join("config.json");
     let text = serde_json::to_vec_pretty(&spec::config(&input))

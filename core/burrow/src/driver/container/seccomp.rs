@@ -21,7 +21,7 @@
 use serde_json::{json, Value};
 
 /// Syscalls allowed without argument filters.
-const ALLOWED: &[&str] = &[
+pub(super) const ALLOWED: &[&str] = &[
     "accept",
     "accept4",
     "access",
@@ -386,14 +386,14 @@ const ALLOWED: &[&str] = &[
 /// Namespace-creating `clone` flags; `clone` is allowed only without them
 /// (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |
 /// CLONE_NEWNET | CLONE_NEWCGROUP).
-const CLONE_NAMESPACE_FLAGS: u64 = 0x7E02_0000;
+pub(super) const CLONE_NAMESPACE_FLAGS: u64 = 0x7E02_0000;
 
 /// `personality` values Docker allows (PER_LINUX, UNAME26, PER_LINUX32,
 /// PER_LINUX32|UNAME26, query).
-const PERSONALITIES: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
+pub(super) const PERSONALITIES: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 
 /// `AF_VSOCK`: sockets of this family are refused.
-const AF_VSOCK: u64 = 40;
+pub(super) const AF_VSOCK: u64 = 40;
 
 /// The `linux.seccomp` section of the OCI config.
 pub(super) fn profile() -> Value {
@@ -425,9 +425,15 @@ pub(super) fn profile() -> Value {
     })
 }
 
+/// Whether the host allows the 32-bit syscall ABIs
+/// (`BURROW_SECCOMP_COMPAT32=1`).
+pub(super) fn compat32() -> bool {
+    std::env::var("BURROW_SECCOMP_COMPAT32").is_ok_and(|v| v == "1")
+}
+
 /// The syscall ABIs the filter admits (see the module documentation).
 fn architectures() -> Vec<&'static str> {
-    if std::env::var("BURROW_SECCOMP_COMPAT32").is_ok_and(|v| v == "1") {
+    if compat32() {
         vec!["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]
     } else {
         vec!["SCMP_ARCH_X86_64"]

@@ -160,6 +160,9 @@ pub(super) struct SpecInput<'a> {
     pub nofile: u64,
     pub resources: Resources,
     pub cgroups_path: String,
+    /// The runtime builds and installs the seccomp filter from the profile
+    /// (else the agent installs the precompiled one, see `bpf`).
+    pub seccomp_by_runtime: bool,
 }
 
 /// The OCI config document.
@@ -195,7 +198,7 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
         }
         mounts.push(json!({ "destination": m.target, "type": "bind", "source": m.host_path, "options": options }));
     }
-    json!({
+    let mut doc = json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
@@ -221,14 +224,18 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
             "resources": input.resources.to_json(),
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
-            "seccomp": seccomp::profile(),
         },
-    })
+    });
+    if input.seccomp_by_runtime {
+        doc["linux"]["seccomp"] = seccomp::profile();
+    }
+    doc
 }
 
-/// The process argv: the agent, unless the `BURROW_AGENT_ARGS` test hook (a
+/// The process argv: the agent (with the precompiled seccomp filter unless
+/// the runtime installs it), unless the `BURROW_AGENT_ARGS` test hook (a
 /// JSON array of strings) replaces it.
-pub(super) fn agent_args() -> Result<Vec<String>> {
+pub(super) fn agent_args(seccomp_by_runtime: bool) -> Result<Vec<String>> {
     match std::env::var("BURROW_AGENT_ARGS") {
         Ok(raw) => {
             let args: Vec<String> =
@@ -248,8 +255,25 @@ pub(super) fn agent_args() -> Result<Vec<String>> {
             );
             Ok(args)
         }
-        Err(_) => Ok(vec![AGENT_PATH.to_owned()]),
+        Err(_) if seccomp_by_runtime => Ok(vec![AGENT_PATH.to_owned()]),
+        Err(_) => Ok(vec![
+            AGENT_PATH.to_owned(),
+            "--seccomp".to_owned(),
+            super::bpf::agent_argument().to_owned(),
+        ]),
     }
+}
+
+/// Whether the runtime installs the seccomp filter from the OCI profile:
+/// with runsc (gVisor applies it in its own kernel), with
+/// `BURROW_SECCOMP_COMPAT32=1` (the 32-bit ABIs need libseccomp's
+/// multi-architecture filter), and when the `BURROW_AGENT_ARGS` test hook
+/// replaces the agent. Otherwise the agent installs the precompiled
+/// program, which saves the runtime's libseccomp build at every start.
+pub(super) fn seccomp_by_runtime(runtime: crate::model::OciRuntime) -> bool {
+    runtime == crate::model::OciRuntime::Runsc
+        || seccomp::compat32()
+        || std::env::var_os("BURROW_AGENT_ARGS").is_some()
 }
 
 /// A valid hostname from a sandbox name: `[a-z0-9-]`, at most 63 bytes.
@@ -474,8 +498,16 @@ mod tests {
             nofile: 20000,
             resources: Resources::default(),
             cgroups_path: "burrow/x".into(),
+            seccomp_by_runtime: true,
         };
         let c = config(&input);
+        assert_eq!(c["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO");
+        let agent_filters = config(&SpecInput {
+            seccomp_by_runtime: false,
+            files: vec![],
+            ..input
+        });
+        assert!(agent_filters["linux"].get("seccomp").is_none());
         assert_eq!(c["process"]["noNewPrivileges"], true);
         assert_eq!(c["process"]["terminal"], false);
         assert_eq!(
