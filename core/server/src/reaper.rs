@@ -11,6 +11,14 @@
 //! go with its connection; a busy lock is a skip, not a failure. A failed
 //! reclaim restores the state the row had, with the error.
 //!
+//! The database work is batched: the candidates are taken [`CLAIM_CHUNK`]
+//! at a time, and for each chunk one statement takes the free locks, one
+//! claims the rows (re-checking every condition), and one releases the
+//! locks. The reclaims of a chunk run [`RECLAIM_PARALLEL`] at a time; each
+//! group of reclaims that have ended is recorded in one statement, as soon
+//! as it has ended, so a stopped sandbox is not left `reaping` while the
+//! others stop.
+//!
 //! `idle_timeout = 0` disables reclaim and says so once; otherwise the
 //! reaper logs only failures. Expired leases and sessions are swept either
 //! way.
@@ -20,12 +28,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use burrow::{Backend, ErrorCode, SandboxId, StopOptions};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 
 use crate::app::AppState;
 use crate::store::{ms, now_ms, ReapLocker, Store, StoreError, SweepCutoffs};
 
 /// Most candidates handled by one sweep (the rest wait for the next).
 pub const SWEEP_BATCH: i64 = 10_000;
+/// Candidates locked, claimed and released together (one statement each).
+/// A claimed row waits for at most `CLAIM_CHUNK / RECLAIM_PARALLEL` stops
+/// before its own.
+pub const CLAIM_CHUNK: usize = 64;
+/// Reclaims (engine stops) of a chunk running at once.
+pub const RECLAIM_PARALLEL: usize = 8;
 /// A `starting` row is stranded this long after `startup_timeout`.
 const STRANDED_MARGIN: Duration = Duration::from_secs(5);
 
@@ -118,39 +134,69 @@ pub async fn sweep(
     };
     let candidates = store.reap_candidates(cut, SWEEP_BATCH).await?;
     report.candidates = candidates.len() as u64;
-    for c in candidates {
-        if !locker.try_lock(&c.target_id).await? {
-            report.skipped += 1;
+    for chunk in candidates.chunks(CLAIM_CHUNK) {
+        let ids: Vec<String> = chunk.iter().map(|c| c.target_id.clone()).collect();
+        let locked = locker.try_lock_many(&ids).await?;
+        report.skipped += (ids.len() - locked.len()) as u64;
+        if locked.is_empty() {
             continue;
         }
-        let result = reclaim_one(store, replica, cut, reclaim, &c.target_id).await;
-        locker.unlock(&c.target_id).await?;
-        match result? {
-            None => report.skipped += 1,
-            Some(Ok(())) => report.reclaimed += 1,
-            Some(Err(e)) => {
-                report.failed += 1;
-                tracing::warn!(target = %c.target_id, error = %e, "reclaiming an idle sandbox failed");
-            }
-        }
+        let result = reclaim_chunk(store, replica, cut, reclaim, &locked, &mut report).await;
+        // Released whatever happened; if releasing fails the caller drops
+        // the lock connection, which releases them too.
+        let released = locker.unlock_many(&locked).await;
+        result?;
+        released?;
     }
     Ok(report)
 }
 
-async fn reclaim_one(
+/// Claims the locked candidates of a chunk (re-checked in the claiming
+/// statement), reclaims those claimed and records how each ended.
+async fn reclaim_chunk(
     store: &Store,
     replica: &str,
     cut: SweepCutoffs,
     reclaim: &dyn Reclaim,
-    id: &str,
-) -> Result<Option<Result<(), String>>, StoreError> {
-    // Re-checked under the lock, in one statement with the claim.
-    if store.claim_reap(id, replica, cut).await?.is_none() {
-        return Ok(None);
+    locked: &[String],
+    report: &mut SweepReport,
+) -> Result<(), StoreError> {
+    let claimed = store.claim_reaps(locked, replica, cut).await?;
+    report.skipped += (locked.len() - claimed.len()) as u64;
+    let one = |id: String| async move {
+        let outcome = reclaim.reclaim(&id).await;
+        (id, outcome)
+    };
+    let mut waiting = claimed.into_iter().map(|(id, _)| id);
+    let mut running = FuturesUnordered::new();
+    running.extend(waiting.by_ref().take(RECLAIM_PARALLEL).map(one));
+    while let Some(first) = running.next().await {
+        // Everything that has ended by now is recorded in one statement.
+        let mut ended = vec![first];
+        loop {
+            while running.len() < RECLAIM_PARALLEL {
+                match waiting.next() {
+                    Some(id) => running.push(one(id)),
+                    None => break,
+                }
+            }
+            match running.next().now_or_never() {
+                Some(Some(done)) => ended.push(done),
+                _ => break,
+            }
+        }
+        store.finish_reaps(now_ms(), &ended).await?;
+        for (id, outcome) in &ended {
+            match outcome {
+                Ok(()) => report.reclaimed += 1,
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::warn!(target = %id, error = %e, "reclaiming an idle sandbox failed");
+                }
+            }
+        }
     }
-    let outcome = reclaim.reclaim(id).await;
-    store.finish_reap(id, now_ms(), outcome.clone()).await?;
-    Ok(Some(outcome))
+    Ok(())
 }
 
 /// The reaper loop of a replica (also sweeps expired leases and sessions).
@@ -201,5 +247,117 @@ pub async fn run(state: Arc<AppState>) {
                 locker = None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::store::{RuntimeState, Target, TargetKind};
+
+    /// Stops nothing; fails for ids ending in `7`; counts how many run at once.
+    #[derive(Default)]
+    struct Fake {
+        running: AtomicUsize,
+        most: AtomicUsize,
+        seen: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Reclaim for Fake {
+        async fn reclaim(&self, target_id: &str) -> Result<(), String> {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            self.seen.lock().unwrap().push(target_id.to_owned());
+            if target_id.ends_with('7') {
+                Err(format!("{target_id} would not stop"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sweep_claims_in_chunks_skips_busy_locks_and_records_each_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let s = Store::open(&url, &url, 4, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let now = now_ms();
+        // 150 idle ready targets (more than two chunks), 10 fresh ones.
+        let ids: Vec<String> = (0..160).map(|i| format!("sb_{i:03}")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            s.put_target(&Target {
+                id: id.clone(),
+                kind: TargetKind::Sandbox {
+                    port: 80,
+                    command: None,
+                },
+                metadata: serde_json::json!({}),
+                headers: Vec::new(),
+                created_at: 0,
+            })
+            .await
+            .unwrap();
+            let used = if i < 150 { now - 3_600_000 } else { now };
+            sqlx::query(
+                "INSERT INTO runtime_state (target_id, state, generation, last_used_at, updated_at) \
+                 VALUES ($1, 'ready', 1, $2, $2)",
+            )
+            .bind(id)
+            .bind(used)
+            .execute(s.pool())
+            .await
+            .unwrap();
+        }
+        // One is being reclaimed by someone else (its lock is taken).
+        let mut other = s.reap_locker().await.unwrap();
+        assert!(other.try_lock("sb_100").await.unwrap());
+        let mut locker = s.reap_locker().await.unwrap();
+        let fake = Fake::default();
+        let p = SweepParams {
+            idle_timeout: Duration::from_secs(600),
+            startup_timeout: Duration::from_secs(60),
+        };
+        let r = sweep(&s, &mut locker, "r1", p, &fake).await.unwrap();
+        // sb_007, sb_017, ... sb_147 fail: 15 of them.
+        assert_eq!(
+            (r.candidates, r.reclaimed, r.failed, r.skipped),
+            (150, 134, 15, 1)
+        );
+        let most = fake.most.load(Ordering::SeqCst);
+        assert!(
+            (2..=RECLAIM_PARALLEL).contains(&most),
+            "{most} reclaims at once"
+        );
+        assert_eq!(fake.seen.lock().unwrap().len(), 149);
+        for (i, id) in ids.iter().enumerate() {
+            let row = s.runtime(id).await.unwrap().unwrap();
+            let want = match i {
+                100 | 150.. => (RuntimeState::Ready, None),
+                _ if i % 10 == 7 => (RuntimeState::Ready, Some(format!("{id} would not stop"))),
+                _ => (RuntimeState::Dormant, None),
+            };
+            assert_eq!((row.state, row.last_error), want, "{id}");
+            assert_eq!(row.owner, None, "{id}");
+        }
+        // Every lock was released: the busy one can be taken now that its
+        // holder lets go, and the others are free.
+        other.unlock("sb_100").await.unwrap();
+        assert_eq!(locker.try_lock_many(&ids).await.unwrap(), ids);
+        locker.unlock_many(&ids).await.unwrap();
+        // The next sweep finds the failed ones again (still idle), and
+        // skips nothing.
+        let r = sweep(&s, &mut locker, "r1", p, &fake).await.unwrap();
+        assert_eq!(
+            (r.candidates, r.reclaimed, r.failed, r.skipped),
+            (16, 1, 15, 0)
+        );
     }
 }

@@ -1,0 +1,115 @@
+//! Gateway targets: what `/gw/{id}/...` proxies to (configuration,
+//! credentials, metadata; never touched by a reclaim).
+
+use sqlx::Row;
+
+use super::{now_ms, Result, Store, StoreError, Target, TargetKind};
+
+const SANDBOX: &str = "sandbox";
+
+impl Store {
+    /// Creates or replaces a target (its runtime state is kept).
+    pub async fn put_target(&self, t: &Target) -> Result<()> {
+        let (kind, port, url, command) = match &t.kind {
+            TargetKind::Sandbox { port, command } => (
+                SANDBOX,
+                Some(i32::from(*port)),
+                None,
+                command.as_ref().map(|c| serde_json::json!(c).to_string()),
+            ),
+            TargetKind::Url { url } => ("url", None, Some(url.clone()), None),
+        };
+        let headers = serde_json::to_string(&t.headers)
+            .map_err(|e| StoreError::Corrupt(format!("headers: {e}")))?;
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO targets \
+               (id, kind, port, url, metadata, credentials, command, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $8, $7, $7) \
+             ON CONFLICT (id) DO UPDATE SET kind = $2, port = $3, url = $4, metadata = $5, \
+             credentials = $6, command = $8, updated_at = $7",
+        )
+        .bind(&t.id)
+        .bind(kind)
+        .bind(port)
+        .bind(url)
+        .bind(t.metadata.to_string())
+        .bind(headers)
+        .bind(now)
+        .bind(command)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// One target.
+    pub async fn get_target(&self, id: &str) -> Result<Option<Target>> {
+        let row = sqlx::query(
+            "SELECT id, kind, port, url, metadata, credentials, command, created_at \
+             FROM targets WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| target_from_row(&r)).transpose()
+    }
+
+    /// Every target.
+    pub async fn list_targets(&self) -> Result<Vec<Target>> {
+        let rows = sqlx::query(
+            "SELECT id, kind, port, url, metadata, credentials, command, created_at FROM targets ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(target_from_row).collect()
+    }
+
+    /// Deletes a target and its runtime state; false if there was none.
+    pub async fn delete_target(&self, id: &str) -> Result<bool> {
+        sqlx::query("DELETE FROM runtime_state WHERE target_id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        let r = sqlx::query("DELETE FROM targets WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() > 0)
+    }
+}
+
+fn target_from_row(r: &sqlx::any::AnyRow) -> Result<Target> {
+    let kind: String = r.try_get("kind")?;
+    let kind = match kind.as_str() {
+        SANDBOX => {
+            let port: i32 = r.try_get("port")?;
+            let command: Option<String> = r.try_get("command")?;
+            TargetKind::Sandbox {
+                port: u16::try_from(port)
+                    .map_err(|_| StoreError::Corrupt(format!("port {port}")))?,
+                command: command
+                    .map(|c| serde_json::from_str(&c))
+                    .transpose()
+                    .map_err(|e| StoreError::Corrupt(format!("command: {e}")))?,
+            }
+        }
+        "url" => TargetKind::Url {
+            url: r.try_get("url")?,
+        },
+        other => return Err(StoreError::Corrupt(format!("target kind {other:?}"))),
+    };
+    let metadata: String = r.try_get("metadata")?;
+    let headers: Option<String> = r.try_get("credentials")?;
+    Ok(Target {
+        id: r.try_get("id")?,
+        kind,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|e| StoreError::Corrupt(format!("metadata: {e}")))?,
+        headers: match headers {
+            Some(h) => serde_json::from_str(&h)
+                .map_err(|e| StoreError::Corrupt(format!("credentials: {e}")))?,
+            None => Vec::new(),
+        },
+        created_at: r.try_get("created_at")?,
+    })
+}

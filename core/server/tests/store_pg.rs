@@ -1,0 +1,206 @@
+#![allow(clippy::unwrap_used)]
+//! The store's Postgres forms of the reaper's batched statements (the
+//! SQLite forms are tested in the crate): the same answers.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use burrow_server::store::{RuntimeState, Store, SweepCutoffs, Target, TargetKind};
+use common::pg::PgCluster;
+
+fn cluster() -> &'static PgCluster {
+    static PG: OnceLock<PgCluster> = OnceLock::new();
+    PG.get_or_init(PgCluster::start)
+}
+
+async fn store(name: &str) -> Store {
+    let name = name.to_owned();
+    let url = tokio::task::spawn_blocking(move || cluster().create_database(&name).unwrap())
+        .await
+        .unwrap();
+    Store::open(&url, &url, 8, Duration::from_secs(10))
+        .await
+        .unwrap()
+}
+
+fn target(id: &str) -> Target {
+    Target {
+        id: id.into(),
+        kind: TargetKind::Sandbox {
+            port: 8080,
+            command: None,
+        },
+        metadata: serde_json::json!({}),
+        headers: Vec::new(),
+        created_at: 0,
+    }
+}
+
+fn cut(now: i64) -> SweepCutoffs {
+    SweepCutoffs {
+        now,
+        idle_before: now - 1000,
+        starting_before: now - 5000,
+        failed_before: now - 1000,
+    }
+}
+
+async fn row(s: &Store, id: &str, state: &str, last_used_at: i64, updated_at: i64) {
+    s.put_target(&target(id)).await.unwrap();
+    sqlx::query(
+        "INSERT INTO runtime_state \
+           (target_id, state, prev_state, generation, last_used_at, updated_at) \
+         VALUES ($1, $2, $3, 1, $4, $5) \
+         ON CONFLICT (target_id) DO UPDATE SET state = $2, prev_state = $3, \
+           last_used_at = $4, updated_at = $5, owner = NULL, last_error = NULL",
+    )
+    .bind(id)
+    .bind(state)
+    .bind((state == "reaping").then_some("ready"))
+    .bind(last_used_at)
+    .bind(updated_at)
+    .execute(s.pool())
+    .await
+    .unwrap();
+}
+
+fn ids(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_batch_claims_exactly_the_candidates_and_finishes_each_its_own_way() {
+    let s = store("batch").await;
+    let now = 10_000_000;
+    row(&s, "sb_idle", "ready", now - 5000, now - 5000).await;
+    row(&s, "sb_fresh", "ready", now - 10, now - 10).await;
+    row(&s, "sb_leased", "ready", now - 9000, now - 9000).await;
+    row(&s, "sb_stale_start", "starting", now - 9000, now - 9000).await;
+    row(&s, "sb_new_start", "starting", now - 9000, now - 100).await;
+    row(&s, "sb_old_fail", "failed", now - 9000, now - 2000).await;
+    row(&s, "sb_orphan", "reaping", now - 9000, now - 9000).await;
+    s.open_lease("sb_leased", "r1", now + 30_000).await.unwrap();
+    let all = ids(&[
+        "sb_idle",
+        "sb_fresh",
+        "sb_leased",
+        "sb_stale_start",
+        "sb_new_start",
+        "sb_old_fail",
+        "sb_orphan",
+        "sb_no_row",
+    ]);
+    let mut found: Vec<String> = s
+        .reap_candidates(cut(now), 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.target_id)
+        .collect();
+    found.sort();
+    let mut claimed = s.claim_reaps(&all, "r1", cut(now)).await.unwrap();
+    claimed.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        claimed,
+        vec![
+            ("sb_idle".to_string(), RuntimeState::Ready),
+            ("sb_old_fail".to_string(), RuntimeState::Failed),
+            ("sb_orphan".to_string(), RuntimeState::Ready),
+            ("sb_stale_start".to_string(), RuntimeState::Starting),
+        ]
+    );
+    assert_eq!(
+        found,
+        claimed.iter().map(|(i, _)| i.clone()).collect::<Vec<_>>()
+    );
+    s.finish_reaps(
+        now + 1,
+        &[
+            ("sb_idle".into(), Ok(())),
+            ("sb_old_fail".into(), Err("it \"said\" no\n".into())),
+            ("sb_orphan".into(), Ok(())),
+            ("sb_stale_start".into(), Err("boom".into())),
+            ("sb_fresh".into(), Ok(())),
+        ],
+    )
+    .await
+    .unwrap();
+    let state = |id: &'static str| {
+        let s = s.clone();
+        async move { s.runtime(id).await.unwrap().unwrap() }
+    };
+    for id in ["sb_idle", "sb_orphan"] {
+        let r = state(id).await;
+        assert_eq!(
+            (r.state, r.owner, r.last_error),
+            (RuntimeState::Dormant, None, None)
+        );
+    }
+    let r = state("sb_old_fail").await;
+    assert_eq!(
+        (r.state, r.last_error.as_deref()),
+        (RuntimeState::Failed, Some("it \"said\" no\n"))
+    );
+    let r = state("sb_stale_start").await;
+    assert_eq!(
+        (r.state, r.last_error.as_deref()),
+        (RuntimeState::Starting, Some("boom"))
+    );
+    let r = state("sb_fresh").await;
+    assert_eq!((r.state, r.updated_at), (RuntimeState::Ready, now - 10));
+    assert_eq!(state("sb_leased").await.state, RuntimeState::Ready);
+    assert_eq!(state("sb_new_start").await.state, RuntimeState::Starting);
+}
+
+#[tokio::test]
+async fn advisory_locks_are_taken_and_released_in_batches_and_die_with_their_connection() {
+    let s = store("locks").await;
+    let mut a = s.reap_locker().await.unwrap();
+    let mut b = s.reap_locker().await.unwrap();
+    assert_eq!(
+        a.try_lock_many(&ids(&["x", "y"])).await.unwrap(),
+        ids(&["x", "y"])
+    );
+    assert_eq!(
+        b.try_lock_many(&ids(&["z", "y", "x", "w"])).await.unwrap(),
+        ids(&["z", "w"])
+    );
+    a.unlock_many(&ids(&["x", "y"])).await.unwrap();
+    assert_eq!(
+        b.try_lock_many(&ids(&["x", "y"])).await.unwrap(),
+        ids(&["x", "y"])
+    );
+    b.unlock_many(&ids(&["x", "y", "z", "w"])).await.unwrap();
+    // A session's advisory locks stack: one taken twice (two ids of one
+    // key) is released by releasing it twice.
+    assert_eq!(
+        b.try_lock_many(&ids(&["q", "q"])).await.unwrap(),
+        ids(&["q", "q"])
+    );
+    b.unlock_many(&ids(&["q"])).await.unwrap();
+    assert!(!a.try_lock("q").await.unwrap());
+    b.unlock_many(&ids(&["q"])).await.unwrap();
+    assert!(a.try_lock("q").await.unwrap());
+    a.unlock("q").await.unwrap();
+    assert_eq!(
+        a.try_lock_many(&ids(&["x", "y", "z", "w"])).await.unwrap(),
+        ids(&["x", "y", "z", "w"])
+    );
+    // A reaper that dies takes its locks with it.
+    drop(a);
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = b.try_lock_many(&ids(&["x", "w"])).await.unwrap();
+        if got.len() == 2 {
+            break;
+        }
+        b.unlock_many(&got).await.unwrap();
+        assert!(
+            std::time::Instant::now() < end,
+            "locks outlived their connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
