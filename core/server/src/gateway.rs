@@ -4,8 +4,11 @@
 //!
 //! Each call holds a request lease, heartbeated while the call runs
 //! (including a streamed response), closed at the end with `last_used_at`
-//! stamped. The warm path is one `UPDATE ... WHERE state = 'ready'` plus the
-//! lease; it never answers 503. A target that is not ready is started by the
+//! stamped. The warm path is two statements: one opens the lease, stamps
+//! `last_used_at` if the target is ready and reads the target's version
+//! (the target itself comes from a per-replica cache, read again only when
+//! that version moved: changed through any replica); one closes the lease
+//! and stamps `last_used_at`. It never answers 503. A target that is not ready is started by the
 //! one call that wins the start claim (one statement); calls arriving while
 //! that start runs get `503` with `Retry-After` and `burrow-sandbox-state:
 //! starting` — they never reached the workload, so retrying is safe. The
@@ -34,7 +37,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::routes::parse_id;
-use crate::store::{ms, now_ms, RuntimeState, TargetKind};
+use crate::store::{ms, now_ms, RuntimeState, Target, TargetKind};
 use crate::targets::not_found;
 
 /// A `starting` row older than `startup_timeout` plus this is stranded (its
@@ -43,10 +46,12 @@ const STALE_MARGIN: Duration = Duration::from_secs(5);
 /// How often a start probes the target port.
 const PORT_POLL: Duration = Duration::from_millis(50);
 
-/// Per-target cache: the live handle of the current generation and idle
-/// HTTP connections over tunnels into it.
+/// Per-target cache: the target as last read (with its version), the live
+/// handle of the current generation and idle HTTP connections over tunnels
+/// into it.
 #[derive(Default)]
 pub struct Gateway {
+    targets: Mutex<HashMap<String, (i64, Arc<Target>)>>,
     entries: Mutex<HashMap<String, Entry>>,
     client: OnceLock<Client<HttpConnector, Body>>,
 }
@@ -64,11 +69,35 @@ struct Entry {
 }
 
 impl Gateway {
-    /// Drops what is cached for a target (changed, removed).
+    /// Drops everything cached for a target (changed, removed).
     pub fn forget(&self, id: &str) {
+        if let Ok(mut t) = self.targets.lock() {
+            t.remove(id);
+        }
+        self.forget_runtime(id);
+    }
+
+    /// Drops the handle and the connections of a target's run (reclaimed).
+    pub fn forget_runtime(&self, id: &str) {
         if let Ok(mut e) = self.entries.lock() {
             e.remove(id);
         }
+    }
+
+    /// The cached target, if it is at `version`.
+    fn target(&self, id: &str, version: i64) -> Option<Arc<Target>> {
+        let t = self.targets.lock().ok()?;
+        t.get(id)
+            .filter(|(v, _)| *v == version)
+            .map(|(_, t)| t.clone())
+    }
+
+    fn remember_target(&self, version: i64, target: Target) -> Arc<Target> {
+        let target = Arc::new(target);
+        if let Ok(mut t) = self.targets.lock() {
+            t.insert(target.id.clone(), (version, target.clone()));
+        }
+        target
     }
 
     fn put_back(&self, id: &str, generation: i64, conn: SendRequest<Body>) {
@@ -128,12 +157,9 @@ struct LeaseGuard {
 }
 
 impl LeaseGuard {
-    async fn open(state: &Arc<AppState>, target: &str) -> ApiResult<LeaseGuard> {
+    /// Holds `lease` (already opened) until dropped.
+    fn hold(state: &Arc<AppState>, lease: String, target: &str) -> LeaseGuard {
         let ttl = ms(state.config.gateway.lease_ttl);
-        let lease = state
-            .store
-            .open_lease(target, state.replica(), now_ms() + ttl)
-            .await?;
         let every = state.config.gateway.heartbeat_interval;
         let (st, l) = (state.clone(), lease.clone());
         let heartbeat = tokio::spawn(async move {
@@ -144,13 +170,47 @@ impl LeaseGuard {
                 }
             }
         });
-        Ok(LeaseGuard {
+        LeaseGuard {
             state: state.clone(),
             lease,
             target: target.to_owned(),
             heartbeat,
-        })
+        }
     }
+}
+
+/// Opens the call's lease, stamping a ready target, in one statement (the
+/// lease comes with the stamp: a reclaim claim re-checks both), and finds
+/// the target: from the cache if its version is the one the statement
+/// read, else from the database. Returns the target, the lease, and the
+/// generation if the target is ready.
+async fn open_call(
+    state: &Arc<AppState>,
+    id: &str,
+) -> ApiResult<(Arc<Target>, LeaseGuard, Option<i64>)> {
+    let now = now_ms();
+    let expires = now + ms(state.config.gateway.lease_ttl);
+    let Some(open) = state
+        .store
+        .open_call(id, state.replica(), expires, now)
+        .await?
+    else {
+        state.gateway.forget(id);
+        return Err(not_found(id).into());
+    };
+    let lease = LeaseGuard::hold(state, open.lease, id);
+    let target = match state.gateway.target(id, open.target_version) {
+        Some(t) => t,
+        None => match state.store.get_target_versioned(id).await? {
+            Some((t, version)) => state.gateway.remember_target(version, t),
+            // Deleted since (the lease is closed as it drops).
+            None => {
+                state.gateway.forget(id);
+                return Err(not_found(id).into());
+            }
+        },
+    };
+    Ok((target, lease, open.ready))
 }
 
 impl Drop for LeaseGuard {
@@ -240,13 +300,7 @@ async fn serve(
     rest: &str,
     mut req: Request,
 ) -> ApiResult<Response> {
-    let target = state
-        .store
-        .get_target(id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    // The lease comes first: a reclaim claim re-checks for live leases.
-    let lease = LeaseGuard::open(state, id).await?;
+    let (target, lease, ready) = open_call(state, id).await?;
     let path_and_query = match req.uri().query() {
         Some(q) => format!("/{rest}?{q}"),
         None => format!("/{rest}"),
@@ -280,7 +334,7 @@ async fn serve(
         TargetKind::Sandbox { port, command } => {
             let sid = parse_id(id)?;
             let port = *port;
-            let (mut generation, mut cold) = match state.store.touch_if_ready(id, now_ms()).await? {
+            let (mut generation, mut cold) = match ready {
                 Some(g) => (g, false),
                 None => (start(state, id, &sid, port, command, None).await?, true),
             };
@@ -318,9 +372,9 @@ async fn serve(
             } else {
                 &state.metrics.gw_warm
             });
-            // An upgraded connection is never reused.
-            let back = upgrade
-                .is_none()
+            // An upgraded connection is never reused, nor one the target
+            // said it closes.
+            let back = (upgrade.is_none() && keeps_alive(&res))
                 .then(|| (state.clone(), id.to_owned(), generation, conn));
             Ok(respond(res, lease, back, upgrade))
         }
@@ -340,6 +394,22 @@ fn upstream_error(state: &AppState, id: &str, detail: &str) -> ApiError {
     ApiError::bad_gateway(Error::Protocol {
         reason: format!("gateway target {id} did not answer: {detail}"),
     })
+}
+
+/// Whether the target keeps the connection open after this response.
+fn keeps_alive<B>(res: &hyper::Response<B>) -> bool {
+    let says = |token: &str| {
+        res.headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    match res.version() {
+        axum::http::Version::HTTP_10 => says("keep-alive"),
+        _ => !says("close"),
+    }
 }
 
 /// Errors that mean "the sandbox is not running (any more)".
@@ -650,5 +720,28 @@ async fn finish(state: &AppState, id: &str, generation: i64, now: i64, r: Result
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_connections_the_target_keeps_open_go_back_to_the_pool() {
+        let res = |version, connection: Option<&str>| {
+            let mut b = hyper::Response::builder().version(version);
+            if let Some(c) = connection {
+                b = b.header(header::CONNECTION, c);
+            }
+            b.body(()).unwrap()
+        };
+        use axum::http::Version;
+        assert!(keeps_alive(&res(Version::HTTP_11, None)));
+        assert!(keeps_alive(&res(Version::HTTP_11, Some("keep-alive"))));
+        assert!(!keeps_alive(&res(Version::HTTP_11, Some("close"))));
+        assert!(!keeps_alive(&res(Version::HTTP_11, Some("x-foo, Close"))));
+        assert!(!keeps_alive(&res(Version::HTTP_10, None)));
+        assert!(keeps_alive(&res(Version::HTTP_10, Some("Keep-Alive"))));
     }
 }

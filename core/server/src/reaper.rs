@@ -61,7 +61,7 @@ pub struct EngineReclaim(pub Arc<AppState>);
 impl Reclaim for EngineReclaim {
     async fn reclaim(&self, target_id: &str) -> Result<(), String> {
         let state = &self.0;
-        state.gateway.forget(target_id);
+        state.gateway.forget_runtime(target_id);
         let id: SandboxId = target_id
             .parse()
             .map_err(|_| "not a sandbox id".to_string())?;

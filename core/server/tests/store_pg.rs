@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used)]
-//! The store's Postgres forms of the reaper's batched statements (the
-//! SQLite forms are tested in the crate): the same answers.
+//! The store's Postgres forms of the gateway's warm path and the reaper's
+//! batched statements (the SQLite forms are tested in the crate): the same
+//! answers, and a warm call and a reclaim claim racing for one row never
+//! both win.
 
 mod common;
 
@@ -66,8 +68,85 @@ async fn row(s: &Store, id: &str, state: &str, last_used_at: i64, updated_at: i6
     .unwrap();
 }
 
+async fn leases(s: &Store, target: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE target_id = $1")
+        .bind(target)
+        .fetch_one(s.pool())
+        .await
+        .unwrap()
+}
+
 fn ids(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_call_opens_its_lease_with_the_stamp_and_closes_it_with_the_stamp() {
+    let s = store("warm_path").await;
+    assert_eq!(s.open_call("sb_none", "r1", 100, 10).await.unwrap(), None);
+    assert_eq!(leases(&s, "sb_none").await, 0);
+
+    s.put_target(&target("sb_w")).await.unwrap();
+    let (_, version) = s.get_target_versioned("sb_w").await.unwrap().unwrap();
+    let o = s.open_call("sb_w", "r1", 100, 10).await.unwrap().unwrap();
+    assert_eq!((o.target_version, o.ready), (version, None));
+    assert_eq!(leases(&s, "sb_w").await, 1);
+    s.close_lease(&o.lease, "sb_w", 11).await.unwrap();
+    assert_eq!(leases(&s, "sb_w").await, 0);
+    assert_eq!(s.runtime("sb_w").await.unwrap(), None);
+
+    let t0 = 1_000_000;
+    assert_eq!(
+        s.claim_start("sb_w", "r1", t0, t0 - 5000, None)
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert!(s.finish_start("sb_w", 1, t0, Ok(())).await.unwrap());
+    let o = s
+        .open_call("sb_w", "r1", t0 + 30_000, t0 + 20)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.ready, Some(1));
+    assert_eq!(
+        s.runtime("sb_w").await.unwrap().unwrap().last_used_at,
+        t0 + 20
+    );
+    s.close_lease(&o.lease, "sb_w", t0 + 50).await.unwrap();
+    assert_eq!(leases(&s, "sb_w").await, 0);
+    assert_eq!(
+        s.runtime("sb_w").await.unwrap().unwrap().last_used_at,
+        t0 + 50
+    );
+
+    // Changes move the version, even within a millisecond.
+    let mut t = target("sb_w");
+    for port in [81, 82] {
+        t.kind = TargetKind::Sandbox {
+            port,
+            command: None,
+        };
+        s.put_target(&t).await.unwrap();
+    }
+    let o = s
+        .open_call("sb_w", "r1", t0 + 30_000, t0 + 60)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(o.target_version >= version + 2);
+    assert_eq!(
+        s.get_target_versioned("sb_w").await.unwrap().unwrap().1,
+        o.target_version
+    );
+    s.close_lease(&o.lease, "sb_w", t0 + 61).await.unwrap();
+    assert!(s.delete_target("sb_w").await.unwrap());
+    assert_eq!(
+        s.open_call("sb_w", "r1", t0 + 30_000, t0 + 70)
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 #[tokio::test]
@@ -203,4 +282,29 @@ async fn advisory_locks_are_taken_and_released_in_batches_and_die_with_their_con
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_warm_call_and_a_reclaim_claim_never_both_win_a_row() {
+    let s = store("race").await;
+    let (mut used, mut claimed) = (0, 0);
+    for i in 0..100 {
+        let now = 10_000_000 + i;
+        // Ready, idle: a claim may take it, a call may stamp it; not both.
+        row(&s, "sb_r", "ready", now - 5000, now - 5000).await;
+        let (a, b) = (s.clone(), s.clone());
+        let call = tokio::spawn(async move { a.open_call("sb_r", "r1", now + 30_000, now).await });
+        let claim =
+            tokio::spawn(async move { b.claim_reaps(&ids(&["sb_r"]), "r2", cut(now)).await });
+        let open = call.await.unwrap().unwrap().unwrap();
+        let taken = claim.await.unwrap().unwrap();
+        assert!(
+            open.ready.is_none() || taken.is_empty(),
+            "round {i}: used and claimed"
+        );
+        used += usize::from(open.ready.is_some());
+        claimed += taken.len();
+        s.close_lease(&open.lease, "sb_r", now).await.unwrap();
+    }
+    assert_eq!(used + claimed, 100, "each round, one of them wins");
 }

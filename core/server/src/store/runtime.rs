@@ -1,8 +1,22 @@
 //! Runtime state and request leases: the gateway's side of a target.
+//!
+//! The warm path of a call is two statements: [`Store::open_call`] (lease,
+//! stamp, target version) and [`Store::close_lease`] (lease gone, stamp).
 
 use sqlx::Row;
 
-use super::{random_id, Result, RuntimeRow, RuntimeState, Store};
+use super::{random_id, DbKind, Result, RuntimeRow, RuntimeState, Store};
+
+/// What [`Store::open_call`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOpen {
+    /// The lease opened for the call.
+    pub lease: String,
+    /// The target's version (its `updated_at`, see [`Store::put_target`]).
+    pub target_version: i64,
+    /// The generation stamped, if the target is `ready`.
+    pub ready: Option<i64>,
+}
 
 impl Store {
     /// The runtime row of a target, if it was ever called.
@@ -121,6 +135,90 @@ impl Store {
 
     // ---- leases ----
 
+    /// The start of a gateway call, in one statement on Postgres (one
+    /// transaction on SQLite): opens a lease on `target` expiring at
+    /// `expires_at`, stamps `last_used_at = now` if the target is ready
+    /// (as [`Store::touch_if_ready`]), and reads the target's version.
+    /// `None` if there is no such target (and then no lease is opened).
+    ///
+    /// The lease and the stamp commit together; a reclaim claim on the same
+    /// row is serialised against the stamp (row lock) and re-checks both,
+    /// so a row cannot be both used and claimed as idle.
+    pub async fn open_call(
+        &self,
+        target: &str,
+        replica: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<Option<LeaseOpen>> {
+        let lease = random_id("ls_");
+        let found = match self.kind {
+            DbKind::Postgres => {
+                let row = sqlx::query(
+                    "WITH t AS (SELECT id, updated_at FROM targets WHERE id = $2), \
+                     opened AS (INSERT INTO leases (id, target_id, replica, expires_at) \
+                                SELECT $1, t.id, $3, $4 FROM t), \
+                     touched AS (UPDATE runtime_state SET last_used_at = $5 \
+                                 WHERE target_id = $2 AND state = 'ready' \
+                                 RETURNING generation) \
+                     SELECT t.updated_at AS version, \
+                            (SELECT generation FROM touched) AS generation \
+                     FROM t",
+                )
+                .bind(&lease)
+                .bind(target)
+                .bind(replica)
+                .bind(expires_at)
+                .bind(now)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map(|r| -> Result<(i64, Option<i64>)> {
+                    Ok((r.try_get("version")?, r.try_get("generation")?))
+                })
+                .transpose()?
+            }
+            DbKind::Sqlite => {
+                // Writes first: the transaction takes the write lock at its
+                // first statement (waiting for it rather than failing).
+                let mut tx = self.pool.begin().await?;
+                let version = sqlx::query(
+                    "INSERT INTO leases (id, target_id, replica, expires_at) \
+                     SELECT $1, id, $3, $4 FROM targets WHERE id = $2 \
+                     RETURNING (SELECT updated_at FROM targets WHERE id = $2) AS version",
+                )
+                .bind(&lease)
+                .bind(target)
+                .bind(replica)
+                .bind(expires_at)
+                .fetch_optional(&mut *tx)
+                .await?;
+                match version {
+                    None => None,
+                    Some(v) => {
+                        let generation = sqlx::query(
+                            "UPDATE runtime_state SET last_used_at = $2 \
+                             WHERE target_id = $1 AND state = 'ready' RETURNING generation",
+                        )
+                        .bind(target)
+                        .bind(now)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        tx.commit().await?;
+                        Some((
+                            v.try_get("version")?,
+                            generation.map(|r| r.try_get("generation")).transpose()?,
+                        ))
+                    }
+                }
+            }
+        };
+        Ok(found.map(|(target_version, ready)| LeaseOpen {
+            lease,
+            target_version,
+            ready,
+        }))
+    }
+
     /// Opens a lease on a target; returns its id.
     pub async fn open_lease(&self, target: &str, replica: &str, expires_at: i64) -> Result<String> {
         let id = random_id("ls_");
@@ -146,20 +244,40 @@ impl Store {
         Ok(())
     }
 
-    /// Closes a lease and stamps the target's `last_used_at`.
+    /// Closes a lease and stamps the target's `last_used_at`, atomically:
+    /// one statement on Postgres, one transaction on SQLite (so a reclaim
+    /// never sees the lease gone and the stamp not yet there).
     pub async fn close_lease(&self, lease: &str, target: &str, now: i64) -> Result<()> {
-        sqlx::query("DELETE FROM leases WHERE id = $1")
-            .bind(lease)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query(
-            "UPDATE runtime_state SET last_used_at = $2 \
-             WHERE target_id = $1 AND last_used_at < $2",
-        )
-        .bind(target)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
+        match self.kind {
+            DbKind::Postgres => {
+                sqlx::query(
+                    "WITH closed AS (DELETE FROM leases WHERE id = $1) \
+                     UPDATE runtime_state SET last_used_at = $3 \
+                     WHERE target_id = $2 AND last_used_at < $3",
+                )
+                .bind(lease)
+                .bind(target)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+            }
+            DbKind::Sqlite => {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query("DELETE FROM leases WHERE id = $1")
+                    .bind(lease)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "UPDATE runtime_state SET last_used_at = $2 \
+                     WHERE target_id = $1 AND last_used_at < $2",
+                )
+                .bind(target)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+            }
+        }
         Ok(())
     }
 
@@ -179,5 +297,108 @@ impl Store {
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get("n")?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::testutil::{sqlite, target};
+    use crate::store::RuntimeState;
+
+    async fn leases(s: &crate::store::Store, target: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE target_id = $1")
+            .bind(target)
+            .fetch_one(s.pool())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_call_opens_its_lease_stamps_a_ready_target_and_reads_its_version() {
+        let (_d, s) = sqlite().await;
+        // No target: nothing opened.
+        assert_eq!(s.open_call("sb_none", "r1", 100, 10).await.unwrap(), None);
+        assert_eq!(leases(&s, "sb_none").await, 0);
+
+        s.put_target(&target("sb_c")).await.unwrap();
+        let (_, version) = s.get_target_versioned("sb_c").await.unwrap().unwrap();
+        // Never called: a lease, no stamp, not ready.
+        let o = s.open_call("sb_c", "r1", 100, 10).await.unwrap().unwrap();
+        assert_eq!((o.target_version, o.ready), (version, None));
+        assert_eq!(leases(&s, "sb_c").await, 1);
+        assert_eq!(s.runtime("sb_c").await.unwrap(), None);
+        s.close_lease(&o.lease, "sb_c", 20).await.unwrap();
+        assert_eq!(leases(&s, "sb_c").await, 0);
+
+        // Starting: a lease, no stamp.
+        let t0 = 1_000_000;
+        assert_eq!(
+            s.claim_start("sb_c", "r1", t0, t0 - 5000, None)
+                .await
+                .unwrap(),
+            Some(1)
+        );
+        let o = s
+            .open_call("sb_c", "r1", t0 + 30_000, t0 + 5)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.ready, None);
+        assert_eq!(s.runtime("sb_c").await.unwrap().unwrap().last_used_at, t0);
+        s.close_lease(&o.lease, "sb_c", t0 + 6).await.unwrap();
+        assert!(s.finish_start("sb_c", 1, t0 + 10, Ok(())).await.unwrap());
+
+        // Ready: the stamp and the generation come with the lease.
+        let o = s
+            .open_call("sb_c", "r1", t0 + 30_000, t0 + 20)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.ready, Some(1));
+        assert_eq!(leases(&s, "sb_c").await, 1);
+        let row = s.runtime("sb_c").await.unwrap().unwrap();
+        assert_eq!(
+            (row.state, row.last_used_at),
+            (RuntimeState::Ready, t0 + 20)
+        );
+        // Closing stamps the end, never backwards.
+        s.close_lease(&o.lease, "sb_c", t0 + 50).await.unwrap();
+        assert_eq!(leases(&s, "sb_c").await, 0);
+        assert_eq!(
+            s.runtime("sb_c").await.unwrap().unwrap().last_used_at,
+            t0 + 50
+        );
+        let o = s
+            .open_call("sb_c", "r1", t0 + 30_000, t0 + 60)
+            .await
+            .unwrap()
+            .unwrap();
+        s.close_lease(&o.lease, "sb_c", t0 + 40).await.unwrap();
+        assert_eq!(
+            s.runtime("sb_c").await.unwrap().unwrap().last_used_at,
+            t0 + 60
+        );
+
+        // A change of the target shows in the version.
+        let mut t = target("sb_c");
+        t.metadata = serde_json::json!({"tools": 4});
+        s.put_target(&t).await.unwrap();
+        let o = s
+            .open_call("sb_c", "r1", t0 + 30_000, t0 + 70)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(o.target_version > version);
+        s.close_lease(&o.lease, "sb_c", t0 + 71).await.unwrap();
+
+        // Deleted: nothing opened, as for a target that never was.
+        assert!(s.delete_target("sb_c").await.unwrap());
+        assert_eq!(
+            s.open_call("sb_c", "r1", t0 + 30_000, t0 + 80)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(leases(&s, "sb_c").await, 0);
     }
 }

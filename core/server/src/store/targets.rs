@@ -8,7 +8,9 @@ use super::{now_ms, Result, Store, StoreError, Target, TargetKind};
 const SANDBOX: &str = "sandbox";
 
 impl Store {
-    /// Creates or replaces a target (its runtime state is kept).
+    /// Creates or replaces a target (its runtime state is kept). Its
+    /// `updated_at` is its version: it moves forward on every change, even
+    /// two changes within a millisecond.
     pub async fn put_target(&self, t: &Target) -> Result<()> {
         let (kind, port, url, command) = match &t.kind {
             TargetKind::Sandbox { port, command } => (
@@ -27,7 +29,9 @@ impl Store {
                (id, kind, port, url, metadata, credentials, command, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $8, $7, $7) \
              ON CONFLICT (id) DO UPDATE SET kind = $2, port = $3, url = $4, metadata = $5, \
-             credentials = $6, command = $8, updated_at = $7",
+             credentials = $6, command = $8, \
+             updated_at = CASE WHEN targets.updated_at < $7 THEN $7 \
+                               ELSE targets.updated_at + 1 END",
         )
         .bind(&t.id)
         .bind(kind)
@@ -44,14 +48,21 @@ impl Store {
 
     /// One target.
     pub async fn get_target(&self, id: &str) -> Result<Option<Target>> {
+        Ok(self.get_target_versioned(id).await?.map(|(t, _)| t))
+    }
+
+    /// One target and its version (see [`Store::put_target`]), as the
+    /// gateway caches it.
+    pub async fn get_target_versioned(&self, id: &str) -> Result<Option<(Target, i64)>> {
         let row = sqlx::query(
-            "SELECT id, kind, port, url, metadata, credentials, command, created_at \
+            "SELECT id, kind, port, url, metadata, credentials, command, created_at, updated_at \
              FROM targets WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| target_from_row(&r)).transpose()
+        row.map(|r| Ok((target_from_row(&r)?, r.try_get("updated_at")?)))
+            .transpose()
     }
 
     /// Every target.
@@ -112,4 +123,35 @@ fn target_from_row(r: &sqlx::any::AnyRow) -> Result<Target> {
         },
         created_at: r.try_get("created_at")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::testutil::{sqlite, target};
+    use crate::store::TargetKind;
+
+    #[tokio::test]
+    async fn a_target_version_moves_forward_on_every_change() {
+        let (_d, s) = sqlite().await;
+        assert_eq!(s.get_target_versioned("sb_v").await.unwrap(), None);
+        let mut t = target("sb_v");
+        s.put_target(&t).await.unwrap();
+        let (got, v1) = s.get_target_versioned("sb_v").await.unwrap().unwrap();
+        assert_eq!(got.kind, t.kind);
+        // Changes within one millisecond still get new versions.
+        let mut seen = vec![v1];
+        for port in [81, 82, 83] {
+            t.kind = TargetKind::Sandbox {
+                port,
+                command: None,
+            };
+            s.put_target(&t).await.unwrap();
+            let (got, v) = s.get_target_versioned("sb_v").await.unwrap().unwrap();
+            assert_eq!(got.kind, t.kind);
+            assert!(v > *seen.last().unwrap(), "{v} after {seen:?}");
+            seen.push(v);
+        }
+        assert!(s.delete_target("sb_v").await.unwrap());
+        assert_eq!(s.get_target("sb_v").await.unwrap(), None);
+    }
 }
