@@ -76,6 +76,19 @@ pub fn burrow_bin() -> Option<PathBuf> {
     find_on_path("burrow")
 }
 
+/// The supervisor program: `$BURROW_SUPERVISOR_BIN`, else the lean
+/// `burrow-supervisor` next to the `burrow` binary, else `burrow` itself
+/// (its `__supervise` entry runs the same code, with more linked in).
+/// Either way it is started with `__supervise` as its first argument.
+pub fn supervisor_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("BURROW_SUPERVISOR_BIN").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let burrow = burrow_bin()?;
+    let lean = burrow.with_file_name("burrow-supervisor");
+    Some(if lean.is_file() { lean } else { burrow })
+}
+
 /// Locates the static guest agent: `$BURROW_AGENT_BIN`, else
 /// `burrow-agent` next to the `burrow` binary, else the musl build in the
 /// cargo target directory next to it, else on PATH.

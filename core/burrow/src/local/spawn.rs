@@ -22,7 +22,7 @@ impl LocalBackend {
         generation: u64,
         detached: bool,
     ) -> Result<(), String> {
-        let bin = crate::procs::burrow_bin().ok_or_else(|| {
+        let bin = crate::procs::supervisor_bin().ok_or_else(|| {
             "the burrow binary (which hosts the sandbox supervisor) was not found: set BURROW_BIN or put burrow on PATH".to_string()
         })?;
         let logs = crate::logs::log_dir(&self.home.sandbox_dir(&info.id));

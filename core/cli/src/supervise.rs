@@ -1,0 +1,103 @@
+//! The supervisor's entry: argument parsing and logging set-up, shared by
+//! the lean `burrow-supervisor` binary and `burrow __supervise`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+/// `burrow __supervise --home H --id ID --generation N --runtime R --driver D
+/// [--owner-pid P] [--ready-fd FD] [--spawned-at UNIX_MICROS]`: internal,
+/// spawned by the library.
+/// Parsed by hand so nothing (no async runtime, no threads) starts before
+/// the supervisor's single-threaded setup.
+pub(crate) fn supervise(args: &[String]) -> ExitCode {
+    match parse_supervise(args) {
+        Ok(a) => {
+            init_supervisor_logging(&a);
+            ExitCode::from(burrow::runtime::supervisor::main(a) as u8)
+        }
+        // Stderr is `logs/supervisor.stderr` (see the library's spawn).
+        Err(e) => {
+            eprintln!("burrow __supervise: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::SuperviseArgs, String> {
+    let mut home = None;
+    let mut id = None;
+    let mut generation = None;
+    let mut runtime = burrow::OciRuntime::default();
+    let mut driver = burrow::DriverKind::default();
+    let mut owner_pid = None;
+    let mut ready_fd = None;
+    let mut spawned_at_us = None;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--home" => home = Some(PathBuf::from(value)),
+            "--id" => {
+                id = Some(
+                    value
+                        .parse::<burrow::SandboxId>()
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+            "--generation" => generation = Some(value.parse::<u64>().map_err(|e| e.to_string())?),
+            "--runtime" => runtime = value.parse().map_err(|e: burrow::Error| e.to_string())?,
+            "--driver" => driver = value.parse().map_err(|e: burrow::Error| e.to_string())?,
+            "--owner-pid" => owner_pid = Some(value.parse::<u32>().map_err(|e| e.to_string())?),
+            "--ready-fd" => ready_fd = Some(value.parse::<i32>().map_err(|e| e.to_string())?),
+            "--spawned-at" => {
+                spawned_at_us = Some(value.parse::<u64>().map_err(|e| e.to_string())?)
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(burrow::runtime::supervisor::SuperviseArgs {
+        home: home.ok_or("--home is required")?,
+        id: id.ok_or("--id is required")?,
+        generation: generation.ok_or("--generation is required")?,
+        runtime,
+        driver,
+        owner_pid,
+        ready_fd,
+        spawned_at_us,
+    })
+}
+
+/// The supervisor logs into `sandboxes/<id>/logs/supervisor.log` (size
+/// bound and rotation: `burrow::logs::RotatingFile`); if that cannot be
+/// opened, into its stderr (`supervisor.stderr`).
+fn init_supervisor_logging(args: &burrow::runtime::supervisor::SuperviseArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BURROW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    match supervisor_log(args) {
+        // `Arc<W>` is a `MakeWriter` whenever `&W` is `io::Write`.
+        Ok(log) => {
+            let _ = builder.with_writer(Arc::new(log)).try_init();
+        }
+        Err(e) => {
+            eprintln!("burrow __supervise: {e:#}; logging to stderr instead");
+            let _ = builder.with_writer(std::io::stderr).try_init();
+        }
+    }
+}
+
+fn supervisor_log(
+    args: &burrow::runtime::supervisor::SuperviseArgs,
+) -> anyhow::Result<burrow::logs::RotatingFile> {
+    let home = burrow::paths::Home::at(&args.home)?;
+    let dir = burrow::logs::log_dir(&home.sandbox_dir(&args.id));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(burrow::logs::RotatingFile::open(
+        dir.join(burrow::LogSource::Supervisor.file_name()),
+    )?)
+}
