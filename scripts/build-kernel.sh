@@ -5,7 +5,11 @@
 # Config: `make tinyconfig` + vm/kernel/burrow.config, then `make olddefconfig`;
 # every option the fragment sets must survive, or the build fails. Rebuilds
 # only when the fragment, the linux-source-6.1 package version or this script
-# change (key in target/kernel/vmlinux.key). Needs the packages that
+# change (key in target/kernel/vmlinux.key). A kernel built for a key is also
+# kept in the user's cache (${XDG_CACHE_HOME:-~/.cache}/burrow/kernel/KEY/,
+# BURROW_KERNEL_CACHE overrides, empty disables), so a fresh clone on a
+# machine that built the same kernel before copies it instead of building it
+# again (about 7 minutes on 2 cores). Needs the packages that
 # scripts/install-deps.sh installs; installs nothing itself.
 # Last line of stdout: the absolute path of the vmlinux.
 set -euo pipefail
@@ -24,6 +28,17 @@ if [ -z "$version" ] || [ ! -f "$tarball" ]; then
 fi
 key="$( { cat "$fragment"; echo "linux-source-6.1=$version"; cat "$self"; } | sha256sum | cut -d' ' -f1)"
 if [ -f "$vmlinux" ] && [ "$(cat "$out/vmlinux.key" 2>/dev/null)" = "$key" ]; then
+  echo "$vmlinux"
+  exit 0
+fi
+cache_root="${BURROW_KERNEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/burrow/kernel}"
+cached="${cache_root:+$cache_root/$key/vmlinux}"
+if [ -n "$cached" ] && [ -f "$cached" ]; then
+  mkdir -p "$out"
+  cp "$cached" "$vmlinux.tmp"
+  mv "$vmlinux.tmp" "$vmlinux"
+  echo "$key" >"$out/vmlinux.key"
+  echo "==> guest kernel for this configuration taken from $cached" >&2
   echo "$vmlinux"
   exit 0
 fi
@@ -113,4 +128,9 @@ kmake -j"$(nproc)" vmlinux >>"$log" 2>&1 || fail "kernel build failed"
 cp "$build/vmlinux" "$vmlinux.tmp"
 mv "$vmlinux.tmp" "$vmlinux"
 echo "$key" >"$out/vmlinux.key"
+if [ -n "$cached" ]; then
+  # Best effort: a cache that cannot be written only costs the next build.
+  mkdir -p "${cached%/*}" 2>/dev/null && cp "$vmlinux" "$cached.tmp" 2>/dev/null &&
+    mv "$cached.tmp" "$cached" 2>/dev/null || true
+fi
 echo "$vmlinux"
