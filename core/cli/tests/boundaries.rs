@@ -23,12 +23,19 @@ use common::{busybox_rootfs, TestHome};
 /// A supervisor's end-of-run window, held open by its fault point.
 struct Window {
     marker: PathBuf,
+    point: &'static str,
 }
 
 impl Window {
+    /// After the socket is gone, before the end is recorded.
     fn new(home: &TestHome) -> Window {
+        Window::at(home, "supervisor.ending")
+    }
+
+    fn at(home: &TestHome, point: &'static str) -> Window {
         Window {
             marker: home.path().join("ending.marker"),
+            point,
         }
     }
 
@@ -40,7 +47,7 @@ impl Window {
             .cli()
             .args(["up", name, "--image", &image])
             .args(args)
-            .env("BURROW_FAULT", "supervisor.ending")
+            .env("BURROW_FAULT", self.point)
             .env("BURROW_FAULT_MARKER", &self.marker)
             .output()
             .unwrap();
@@ -348,6 +355,42 @@ async fn calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
         info.config.labels.get("touched").map(String::as_str),
         Some("yes")
     );
+    handle.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_cut_off_by_the_end_of_the_run_waits_and_wakes() {
+    // The supervisor stopped accepting but still listens: a new connection
+    // waits in the backlog and is reset when the listener closes, in the
+    // middle of its hello.
+    let home = TestHome::new().await;
+    let w = Window::at(&home, "supervisor.stopped_accepting");
+    let handle = w.up(&home, "cut", &["--idle-timeout", "1s"]).await;
+    let gen0 = handle.info().await.unwrap().generation;
+    w.opened().await;
+    let fresh = handle.sandbox().await.unwrap();
+    let exec = tokio::spawn(async move { fresh.exec(["echo", "after"]).await });
+    let sb = handle.sandbox().await.unwrap();
+    let write = tokio::spawn(async move { sb.fs().write("/tmp/cut", b"x").await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !exec.is_finished() && !write.is_finished(),
+        "they wait in the backlog"
+    );
+    w.release();
+    let out = tokio::time::timeout(Duration::from_secs(60), exec)
+        .await
+        .expect("the exec finished")
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.stdout_str(), "after\n");
+    tokio::time::timeout(Duration::from_secs(60), write)
+        .await
+        .expect("the write finished")
+        .unwrap()
+        .unwrap();
+    let info = handle.info().await.unwrap();
+    assert_eq!((info.status, info.generation), (Status::Running, gen0 + 1));
     handle.destroy().await.unwrap();
 }
 

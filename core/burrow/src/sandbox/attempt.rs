@@ -214,6 +214,7 @@ impl Attempt {
 
     async fn cut(&mut self, cut: Cut) -> Error {
         self.finished = true;
+        self.sandbox.forget_generation(self.generation).await;
         match self
             .sandbox
             .boundary(self.operation, self.generation, cut, self.wake)
@@ -245,6 +246,7 @@ impl Attempt {
                 after: Duration::ZERO,
             });
         }
+        self.sandbox.forget_generation(self.generation).await;
         if let Err(e) = self
             .sandbox
             .boundary(self.operation, self.generation, Cut::Unrun, self.wake)
@@ -279,8 +281,9 @@ impl Attempt {
 }
 
 impl Sandbox {
-    /// After a request met the end of its run (generation `generation`):
-    /// waits until the run has settled, then `Ok(())` if the request should
+    /// After a request met the end of its run (generation `generation`; the
+    /// caller has dropped its connection to that run): waits until the run
+    /// has settled, then `Ok(())` if the request should
     /// be sent again (it was not run, and the sandbox runs again, or wakes
     /// on demand), else the typed error of the status it settled in.
     pub(crate) async fn boundary(
@@ -290,7 +293,8 @@ impl Sandbox {
         cut: Cut,
         wake: bool,
     ) -> Result<()> {
-        self.forget_generation(generation).await;
+        // No connection lock is taken here: `client` calls this while it
+        // holds the connection slot (which is empty then).
         let begun = Instant::now();
         // A refusal that did not end the run (a pause that failed, say):
         // look again at the run itself after a while.

@@ -235,6 +235,9 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
         }
     };
     shared.closing.store(true, Ordering::SeqCst);
+    // Connections made from here on wait in the listener's backlog, and are
+    // reset when it closes: their hello is cut off.
+    crate::fault::hold("supervisor.stopped_accepting").await;
     drop(listener);
     let _ = std::fs::remove_file(&socket);
     // The window a caller can land in: no new connections, requests on open
