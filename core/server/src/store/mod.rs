@@ -208,6 +208,7 @@ pub struct Store {
     kind: DbKind,
     url: String,
     local_locks: Arc<Mutex<HashSet<String>>>,
+    sqlite_writer: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Milliseconds since the epoch.
@@ -323,7 +324,19 @@ impl Store {
             kind,
             url,
             local_locks: Arc::default(),
+            sqlite_writer: Arc::default(),
         })
+    }
+
+    /// SQLite takes one writer at a time and makes the others wait by
+    /// sleeping (a millisecond, then longer); the writes of this process
+    /// (one replica) take turns here instead, each starting as soon as the
+    /// one before has committed. Postgres: no turn to take.
+    async fn write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.kind {
+            DbKind::Sqlite => Some(self.sqlite_writer.lock().await),
+            DbKind::Postgres => None,
+        }
     }
 
     /// Which database this is.

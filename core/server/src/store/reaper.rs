@@ -78,6 +78,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let _turn = self.write_turn().await;
         let among = match self.kind {
             DbKind::Postgres => "target_id = ANY(ARRAY(SELECT json_array_elements_text($1::json)))",
             DbKind::Sqlite => "target_id IN (SELECT value FROM json_each($1))",
@@ -131,6 +132,7 @@ impl Store {
         if outcomes.is_empty() {
             return Ok(());
         }
+        let _turn = self.write_turn().await;
         // [[id, error or null], ...]
         let list = serde_json::Value::from(
             outcomes

@@ -46,6 +46,7 @@ impl Store {
     /// serialised against this statement (row lock), so a row cannot be
     /// both stamped now and claimed as idle.
     pub async fn touch_if_ready(&self, id: &str, now: i64) -> Result<Option<i64>> {
+        let _turn = self.write_turn().await;
         let row = sqlx::query(
             "UPDATE runtime_state SET last_used_at = $2 \
              WHERE target_id = $1 AND state = 'ready' RETURNING generation",
@@ -70,6 +71,7 @@ impl Store {
         stale_before: i64,
         stale_ready: Option<i64>,
     ) -> Result<Option<i64>> {
+        let _turn = self.write_turn().await;
         let row = sqlx::query(
             "INSERT INTO runtime_state (target_id, state, generation, last_used_at, updated_at, owner) \
              VALUES ($1, 'starting', 1, $2, $2, $3) \
@@ -100,6 +102,7 @@ impl Store {
         now: i64,
         outcome: Result<(), String>,
     ) -> Result<bool> {
+        let _turn = self.write_turn().await;
         let (state, error) = match outcome {
             Ok(()) => ("ready", None),
             Err(e) => ("failed", Some(e)),
@@ -121,6 +124,7 @@ impl Store {
 
     /// A `ready` row whose sandbox turned out not to run: `dormant`.
     pub async fn mark_gone(&self, id: &str, generation: i64, now: i64) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "UPDATE runtime_state SET state = 'dormant', updated_at = $3 \
              WHERE target_id = $1 AND generation = $2 AND state = 'ready'",
@@ -138,7 +142,8 @@ impl Store {
     /// The start of a gateway call, in one statement on Postgres (one
     /// transaction on SQLite): opens a lease on `target` expiring at
     /// `expires_at`, stamps `last_used_at = now` if the target is ready
-    /// (as [`Store::touch_if_ready`]), and reads the target's version.
+    /// (as [`Store::touch_if_ready`], never moving it back), and reads the
+    /// target's version.
     /// `None` if there is no such target (and then no lease is opened).
     ///
     /// The lease and the stamp commit together; a reclaim claim on the same
@@ -151,6 +156,7 @@ impl Store {
         expires_at: i64,
         now: i64,
     ) -> Result<Option<LeaseOpen>> {
+        let _turn = self.write_turn().await;
         let lease = random_id("ls_");
         let found = match self.kind {
             DbKind::Postgres => {
@@ -158,7 +164,8 @@ impl Store {
                     "WITH t AS (SELECT id, updated_at FROM targets WHERE id = $2), \
                      opened AS (INSERT INTO leases (id, target_id, replica, expires_at) \
                                 SELECT $1, t.id, $3, $4 FROM t), \
-                     touched AS (UPDATE runtime_state SET last_used_at = $5 \
+                     touched AS (UPDATE runtime_state \
+                                 SET last_used_at = GREATEST(last_used_at, $5) \
                                  WHERE target_id = $2 AND state = 'ready' \
                                  RETURNING generation) \
                      SELECT t.updated_at AS version, \
@@ -196,7 +203,7 @@ impl Store {
                     None => None,
                     Some(v) => {
                         let generation = sqlx::query(
-                            "UPDATE runtime_state SET last_used_at = $2 \
+                            "UPDATE runtime_state SET last_used_at = MAX(last_used_at, $2) \
                              WHERE target_id = $1 AND state = 'ready' RETURNING generation",
                         )
                         .bind(target)
@@ -221,6 +228,7 @@ impl Store {
 
     /// Opens a lease on a target; returns its id.
     pub async fn open_lease(&self, target: &str, replica: &str, expires_at: i64) -> Result<String> {
+        let _turn = self.write_turn().await;
         let id = random_id("ls_");
         sqlx::query(
             "INSERT INTO leases (id, target_id, replica, expires_at) VALUES ($1, $2, $3, $4)",
@@ -236,6 +244,7 @@ impl Store {
 
     /// Extends a lease.
     pub async fn heartbeat_lease(&self, lease: &str, expires_at: i64) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query("UPDATE leases SET expires_at = $2 WHERE id = $1")
             .bind(lease)
             .bind(expires_at)
@@ -248,6 +257,7 @@ impl Store {
     /// one statement on Postgres, one transaction on SQLite (so a reclaim
     /// never sees the lease gone and the stamp not yet there).
     pub async fn close_lease(&self, lease: &str, target: &str, now: i64) -> Result<()> {
+        let _turn = self.write_turn().await;
         match self.kind {
             DbKind::Postgres => {
                 sqlx::query(
@@ -283,6 +293,7 @@ impl Store {
 
     /// Deletes expired leases; returns how many.
     pub async fn sweep_leases(&self, now: i64) -> Result<u64> {
+        let _turn = self.write_turn().await;
         let r = sqlx::query("DELETE FROM leases WHERE expires_at < $1")
             .bind(now)
             .execute(&self.pool)
@@ -400,5 +411,40 @@ mod tests {
             None
         );
         assert_eq!(leases(&s, "sb_c").await, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_calls_take_turns_to_write_and_all_land() {
+        let (_d, s) = sqlite().await;
+        s.put_target(&target("sb_busy")).await.unwrap();
+        let t0 = 1_000_000;
+        s.claim_start("sb_busy", "r1", t0, t0 - 5000, None)
+            .await
+            .unwrap();
+        s.finish_start("sb_busy", 1, t0, Ok(())).await.unwrap();
+        let calls: Vec<_> = (0..64)
+            .map(|i| {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let o = s
+                        .open_call("sb_busy", "r1", t0 + 30_000, t0 + i)
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(o.ready, Some(1));
+                    s.close_lease(&o.lease, "sb_busy", t0 + 100 + i)
+                        .await
+                        .unwrap();
+                })
+            })
+            .collect();
+        for c in calls {
+            c.await.unwrap();
+        }
+        assert_eq!(leases(&s, "sb_busy").await, 0);
+        assert_eq!(
+            s.runtime("sb_busy").await.unwrap().unwrap().last_used_at,
+            t0 + 163
+        );
     }
 }

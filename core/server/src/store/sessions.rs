@@ -8,6 +8,7 @@ use super::{random_id, Result, Store};
 impl Store {
     /// Registers a session held by `replica`.
     pub async fn open_session(&self, replica: &str, expires_at: i64) -> Result<String> {
+        let _turn = self.write_turn().await;
         let id = random_id("ses_");
         sqlx::query("INSERT INTO sessions (id, replica, expires_at) VALUES ($1, $2, $3)")
             .bind(&id)
@@ -20,6 +21,7 @@ impl Store {
 
     /// Extends a session; false if it is gone.
     pub async fn heartbeat_session(&self, id: &str, expires_at: i64) -> Result<bool> {
+        let _turn = self.write_turn().await;
         let r = sqlx::query("UPDATE sessions SET expires_at = $2 WHERE id = $1")
             .bind(id)
             .bind(expires_at)
@@ -40,6 +42,7 @@ impl Store {
 
     /// Attaches a sandbox to a session (replacing an earlier attachment).
     pub async fn attach(&self, sandbox_id: &str, name: &str, session: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO attachments (sandbox_id, name, session_id) VALUES ($1, $2, $3) \
              ON CONFLICT (sandbox_id) DO UPDATE SET name = $2, session_id = $3",
@@ -54,6 +57,7 @@ impl Store {
 
     /// Forgets a sandbox's attachment (detached, removed).
     pub async fn detach(&self, sandbox_id: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query("DELETE FROM attachments WHERE sandbox_id = $1")
             .bind(sandbox_id)
             .execute(&self.pool)
@@ -64,6 +68,7 @@ impl Store {
     /// Ends a session: deletes it and returns the (id, name) of the
     /// sandboxes attached through it, whose attachments are deleted too.
     pub async fn end_session(&self, id: &str) -> Result<Vec<(String, String)>> {
+        let _turn = self.write_turn().await;
         sqlx::query("DELETE FROM sessions WHERE id = $1")
             .bind(id)
             .execute(&self.pool)

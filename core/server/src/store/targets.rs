@@ -12,6 +12,7 @@ impl Store {
     /// `updated_at` is its version: it moves forward on every change, even
     /// two changes within a millisecond.
     pub async fn put_target(&self, t: &Target) -> Result<()> {
+        let _turn = self.write_turn().await;
         let (kind, port, url, command) = match &t.kind {
             TargetKind::Sandbox { port, command } => (
                 SANDBOX,
@@ -77,6 +78,7 @@ impl Store {
 
     /// Deletes a target and its runtime state; false if there was none.
     pub async fn delete_target(&self, id: &str) -> Result<bool> {
+        let _turn = self.write_turn().await;
         sqlx::query("DELETE FROM runtime_state WHERE target_id = $1")
             .bind(id)
             .execute(&self.pool)

@@ -8,6 +8,7 @@ use super::{hash_token, now_ms, random_id, Result, Store, TokenInfo};
 impl Store {
     /// Creates a token named `name` and returns its secret (shown once).
     pub async fn create_token(&self, name: &str) -> Result<String> {
+        let _turn = self.write_turn().await;
         let mut b = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut b);
         let secret = format!("bw_{}", hex::encode(b));
@@ -41,6 +42,7 @@ impl Store {
 
     /// Deletes the token named `name`; false if there was none.
     pub async fn revoke_token(&self, name: &str) -> Result<bool> {
+        let _turn = self.write_turn().await;
         let r = sqlx::query("DELETE FROM api_tokens WHERE name = $1")
             .bind(name)
             .execute(&self.pool)
