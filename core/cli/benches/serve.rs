@@ -3,14 +3,16 @@
 //! 1. Gateway overhead per warm proxied call: the same busybox httpd inside
 //!    one sandbox, called (a) directly through a port the test publishes
 //!    with `Sandbox::publish` (the agent-channel tunnel, no server) and
-//!    (b) through `burrow serve`'s `/gw/{id}/` (token check, lease open and
-//!    close, `last_used_at` stamp, proxy over a pooled tunnel), with the same
+//!    (b) through `burrow serve`'s `/gw/{id}/` (token check, cached target,
+//!    one statement opening the lease with the `last_used_at` stamp, one
+//!    closing it with the stamp, proxy over a tunnel), with the same
 //!    keep-alive client, in the same run; for each database (Postgres, then
 //!    SQLite). Reported: p50 and p99 of each, and the difference.
 //! 2. Reaper sweep over 100,000 runtime rows on Postgres with 1% idle: one
-//!    sweep (find, try-lock, claim, finish, unlock each idle row) with a
-//!    no-op reclaim — the database work of a sweep, not the stops — and a
-//!    second sweep that finds nothing.
+//!    sweep (find the candidates, then per chunk of 64: try-lock, claim,
+//!    finish, unlock, one statement each) with a no-op reclaim — the
+//!    database work of a sweep, not the stops — and a second sweep that
+//!    finds nothing.
 //!
 //! Run: `cargo bench -p burrow-cli --bench serve` (starts its own Postgres
 //! server; needs Debian's postgresql package). Calls: BENCH_ITERS (default
