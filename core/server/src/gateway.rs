@@ -8,14 +8,15 @@
 //! `last_used_at` if the target is ready and reads the target's version
 //! (the target itself comes from a per-replica cache, read again only when
 //! that version moved: changed through any replica); one closes the lease
-//! and stamps `last_used_at`. It never answers 503. A target that is not ready is started by the
-//! one call that wins the start claim (one statement); calls arriving while
-//! that start runs get `503` with `Retry-After` and `burrow-sandbox-state:
-//! starting` — they never reached the workload, so retrying is safe. The
-//! start runs in its own task (a caller that disconnects does not cancel
-//! it), is bounded by `startup_timeout`, and holds no database connection
-//! while it waits. A failed start kills the workload, records the error
-//! (state `failed`) and answers `502`; the next call starts again.
+//! and stamps `last_used_at`. It never answers 503. A target that is not
+//! ready is started by the one call that wins the start claim (one
+//! statement); calls arriving while that start runs get `503` with
+//! `Retry-After` and `burrow-sandbox-state: starting` — they never reached
+//! the workload, so retrying is safe. The start runs in its own task (a
+//! caller that disconnects does not cancel it), is bounded by
+//! `startup_timeout`, and holds no database connection while it waits. A
+//! failed start kills the workload, records the error (state `failed`) and
+//! answers `502`; the next call starts again.
 
 use std::collections::HashMap;
 use std::pin::Pin;
