@@ -13,7 +13,10 @@ async fn a_database_from_a_newer_burrow_is_refused_untouched() {
     store.close().await;
     // Pretend a newer burrow migrated this database.
     let db = home.db_path();
+    // A busy timeout: the pool's last connection may still be finishing its
+    // checkpoint on close.
     let status = std::process::Command::new("sqlite3")
+        .args(["-cmd", ".timeout 5000"])
         .arg(&db)
         .arg("INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101000000, 'future', 1, x'00', 0);")
         .status()
@@ -23,6 +26,7 @@ async fn a_database_from_a_newer_burrow_is_refused_untouched() {
     assert_eq!(err.code(), ErrorCode::Store);
     // Nothing was migrated or dropped.
     let out = std::process::Command::new("sqlite3")
+        .args(["-cmd", ".timeout 5000"])
         .arg(&db)
         .arg("SELECT COUNT(*) FROM _sqlx_migrations; SELECT COUNT(*) FROM sqlite_master WHERE name = 'sandboxes';")
         .output()
