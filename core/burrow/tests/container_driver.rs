@@ -679,35 +679,20 @@ fn walk_cgroups() -> Vec<String> {
     found
 }
 
-/// A static x86-64 program that makes one syscall through the 32-bit ABI
-/// (`int 0x80`, i386 `getpid`) and exits 0 if it worked, 1 if it was
-/// refused (a SIGSYS kill shows as the signal).
+#[path = "../../cli/tests/common/probe.rs"]
+mod probe;
+
+/// The i386 `getpid` probe (`int 0x80`), as an executable in `dir`; checked
+/// to work on the host, where no filter applies.
 fn i386_abi_probe(dir: &Path) -> PathBuf {
-    let src = dir.join("i386abi.c");
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("i386abi");
     std::fs::write(
-        &src,
-        "void _start(void) {\n\
-         long r;\n\
-         __asm__ volatile(\"int $0x80\" : \"=a\"(r) : \"a\"(20L) : \"memory\");\n\
-         long code = r > 0 ? 0 : 1;\n\
-         __asm__ volatile(\"syscall\" :: \"a\"(60L), \"D\"(code));\n\
-         for (;;) {}\n\
-         }\n",
+        &bin,
+        probe::syscall_probe(dir, "i386abi-src", 20, [0, 0, 0], None, true),
     )
     .unwrap();
-    let bin = dir.join("i386abi");
-    let out = std::process::Command::new("gcc")
-        .args(["-nostdlib", "-static", "-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("gcc (installed by scripts/install-deps.sh)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Sanity: on the host (no filter) the 32-bit call works.
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let host = std::process::Command::new(&bin).status().unwrap();
     assert!(
         host.success(),

@@ -326,15 +326,16 @@ async fn assert_in_window(home: &TestHome, handle: &SandboxHandle, generation: u
     assert_eq!(sockets, 0, "the supervisor socket is gone in the window");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
-    let home = TestHome::new().await;
-    let w = Window::new(&home);
-    let (handle, cached, fresh) = held(&home, &w, "reclaim", &["--idle-timeout", "1s"]).await;
+/// Lands every call in a held idle reclaim with demand start, through
+/// `handle` (local or remote), and checks they all end on one new run.
+async fn reclaim_window_wakes_it(home: &TestHome, w: &Window, handle: SandboxHandle) {
+    let cached = handle.sandbox().await.unwrap();
+    cached.exec(["true"]).await.unwrap();
+    let fresh = handle.sandbox().await.unwrap();
     let gen0 = handle.info().await.unwrap().generation;
     w.opened().await;
-    assert_in_window(&home, &handle, gen0).await;
-    let calls = every_call(&home, "reclaim", &cached, &fresh, false);
+    assert_in_window(home, &handle, gen0).await;
+    let calls = every_call(home, handle.name(), &cached, &fresh, false);
     all_waiting(&calls).await;
     w.release();
     for (name, kind, o, text) in results(calls).await {
@@ -356,6 +357,14 @@ async fn calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
         Some("yes")
     );
     handle.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
+    let home = TestHome::new().await;
+    let w = Window::new(&home);
+    let handle = w.up(&home, "reclaim", &["--idle-timeout", "1s"]).await;
+    reclaim_window_wakes_it(&home, &w, handle).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,28 +422,7 @@ async fn remote_calls_during_an_idle_reclaim_wait_and_wake_the_sandbox() {
     let handle = SandboxHandle::get_by_id_in(remote, local.id())
         .await
         .unwrap();
-    let cached = handle.sandbox().await.unwrap();
-    cached.exec(["true"]).await.unwrap();
-    let fresh = handle.sandbox().await.unwrap();
-    let gen0 = handle.info().await.unwrap().generation;
-    w.opened().await;
-    assert_in_window(&home, &handle, gen0).await;
-    let calls = every_call(&home, "remote", &cached, &fresh, false);
-    all_waiting(&calls).await;
-    w.release();
-    for (name, kind, o, text) in results(calls).await {
-        match kind {
-            Kind::Work | Kind::Any => assert_eq!(o, Outcome::Ok, "{name}: {text}"),
-            Kind::Live => assert!(
-                o == Outcome::Ok || invalid(o, Status::Stopped),
-                "{name}: {o:?} {text}"
-            ),
-        }
-    }
-    let info = handle.info().await.unwrap();
-    assert_eq!(info.status, Status::Running);
-    assert_eq!(info.generation, gen0 + 1, "one demand start for every call");
-    handle.destroy().await.unwrap();
+    reclaim_window_wakes_it(&home, &w, handle).await;
     drop(server);
 }
 

@@ -411,53 +411,6 @@ async fn lock_descriptors_do_not_leak() {
     sb.destroy().await.unwrap();
 }
 
-/// A static x86-64 program (no libc) that makes one syscall and exits 0 if
-/// the result is `want` (`None`: any non-negative result), else 1. With
-/// `i386`, the call goes through the 32-bit `int 0x80` ABI instead.
-fn syscall_probe(
-    dir: &std::path::Path,
-    name: &str,
-    nr: i64,
-    args: [i64; 3],
-    want: Option<i64>,
-    i386: bool,
-) -> Vec<u8> {
-    let src = dir.join(format!("{name}.c"));
-    let call = if i386 {
-        "__asm__ volatile(\"int $0x80\" : \"=a\"(r) : \"a\"(NR), \"b\"(A0), \"c\"(A1), \"d\"(A2) : \"memory\");"
-    } else {
-        "register long r10 __asm__(\"r10\") = 0;\n\
-         __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(NR), \"D\"(A0), \"S\"(A1), \"d\"(A2), \"r\"(r10) : \"rcx\", \"r11\", \"memory\");"
-    };
-    let check = match want {
-        Some(w) => format!("r == {w}L"),
-        None => "r >= 0".into(),
-    };
-    std::fs::write(
-        &src,
-        format!(
-            "#define NR {nr}L\n#define A0 {}L\n#define A1 {}L\n#define A2 {}L\n\
-             void _start(void) {{\n long r;\n {call}\n long code = ({check}) ? 0 : 1;\n\
-             __asm__ volatile(\"syscall\" :: \"a\"(60L), \"D\"(code));\n for (;;) {{}}\n}}\n",
-            args[0], args[1], args[2]
-        ),
-    )
-    .unwrap();
-    let bin = dir.join(name);
-    let out = std::process::Command::new("gcc")
-        .args(["-nostdlib", "-static", "-O1", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("gcc (installed by scripts/install-deps.sh)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read(bin).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_container_seccomp_filter_is_in_force() {
     // The container driver's filter, installed by the guest agent (a VM is
@@ -510,7 +463,7 @@ async fn the_container_seccomp_filter_is_in_force() {
         ("keyctl", libc::SYS_keyctl, [0, 0, 0], Some(eperm)),
     ];
     for (name, nr, args, want) in probes {
-        let bin = syscall_probe(&dir, name, *nr, *args, *want, false);
+        let bin = common::probe::syscall_probe(&dir, name, *nr, *args, *want, false);
         let path = format!("/tmp/{name}");
         sb.fs()
             .write_with(&path, &bin, Some(0o755), false)
@@ -520,7 +473,7 @@ async fn the_container_seccomp_filter_is_in_force() {
         assert_eq!(out.status.code, Some(0), "{name}: {:?}", out.status);
     }
     // The 32-bit ABI: the process is killed with SIGSYS.
-    let bin = syscall_probe(&dir, "i386_getpid", 20, [0, 0, 0], None, true);
+    let bin = common::probe::syscall_probe(&dir, "i386_getpid", 20, [0, 0, 0], None, true);
     sb.fs()
         .write_with("/tmp/i386", &bin, Some(0o755), false)
         .await
