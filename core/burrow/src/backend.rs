@@ -22,6 +22,11 @@ use crate::model::{Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, St
 
 pub use burrow_protocol::Metrics;
 
+/// How long a caller waits for a run that stopped taking work to record its
+/// end (a stop's grace period, the guest's sync and shutdown and the
+/// runtime's cleanup fit in it many times over); past it, a `timeout`.
+pub(crate) const RUN_END_BOUND: Duration = Duration::from_secs(120);
+
 /// A request to create a sandbox.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

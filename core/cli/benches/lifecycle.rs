@@ -60,28 +60,6 @@ fn runc_bundle(dir: &Path, rootfs: &Path, args: &[&str]) {
     .unwrap();
 }
 
-/// crun refuses this host's hybrid cgroup layout unless it runs in a mount
-/// namespace of its own without the cgroup2 mount: the same view the driver
-/// gives it (raw syscalls only, between fork and exec).
-fn crun_private_cgroup_view() -> std::io::Result<()> {
-    // SAFETY: plain syscalls on constant, NUL-terminated strings.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0
-            || libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        libc::umount2(c"/sys/fs/cgroup/unified".as_ptr(), libc::MNT_DETACH);
-    }
-    Ok(())
-}
-
 fn runtime_run(
     runtime: &'static str,
     name: &'static str,
@@ -95,9 +73,9 @@ fn runtime_run(
         let id = format!("bench-run-{i}");
         let mut cmd = Command::new(runtime);
         if runtime == "crun" {
-            // SAFETY: the hook only makes raw syscalls.
+            // SAFETY: the driver's own hook for crun: raw syscalls only.
             unsafe {
-                cmd.pre_exec(crun_private_cgroup_view);
+                cmd.pre_exec(burrow::driver::container::crun_private_cgroup_view);
             }
         }
         let t = Instant::now();

@@ -6,18 +6,13 @@ use burrow_protocol::{Control, GuestErrorCode, Identity, Response};
 use tokio::net::UnixStream;
 
 use super::LocalBackend;
-use crate::backend::{RuntimeStream, StartOptions, StopOptions};
+use crate::backend::{RuntimeStream, StartOptions, StopOptions, RUN_END_BOUND};
 use crate::error::{Error, Result};
 use crate::model::{DriverKind, ExitReason, SandboxId, SandboxInfo, Status};
 use crate::procs::ProcIdentity;
 use crate::runtime::client::{AgentClient, ConnectError};
 
 const CONTROL_HELLO: Duration = Duration::from_secs(10);
-
-/// How long a caller waits for a run that stopped accepting connections to
-/// record its end. A stop's grace period, the guest's sync and shutdown and
-/// the runtime's cleanup all fit in it many times over.
-pub(crate) const RUN_END_BOUND: Duration = Duration::from_secs(120);
 
 impl LocalBackend {
     /// `converge`: connect_or_start semantics (wait through Starting, accept
@@ -205,68 +200,86 @@ impl LocalBackend {
     }
 
     pub(super) async fn do_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        loop {
-            let info = self.lookup(name, id).await?.info;
-            match info.status {
-                Status::Draining | Status::Created | Status::Stopped | Status::Crashed => {
-                    return Ok(info)
-                }
-                Status::Starting => {
-                    self.wait_until(name, id, |i| i.status != Status::Starting)
-                        .await?;
-                }
-                Status::Paused => {
-                    return Err(Error::InvalidState {
-                        operation: "drain".into(),
-                        name: info.name,
-                        id: info.id,
-                        status: info.status,
-                    })
-                }
-                Status::Running => match self.control_answer(&info, Control::Drain).await {
-                    Ok(_) => return self.lookup(name, id).await.map(|r| r.info),
-                    // Ended (or paused) meanwhile: decide again on what it is now.
-                    Err(ControlError::Ended) => {}
-                    Err(ControlError::Refused(g)) => {
-                        let now = self.lookup(name, id).await?.info;
-                        if now.status == Status::Running && now.generation == info.generation {
-                            return Err(Error::Guest {
-                                operation: "drain".into(),
-                                source: crate::error::GuestFailure(g),
-                            });
-                        }
-                    }
-                    Err(ControlError::Failed(e)) => return Err(e),
-                },
+        let decide = |s| match s {
+            Status::Draining | Status::Created | Status::Stopped | Status::Crashed => {
+                Decision::Done
             }
+            Status::Paused => Decision::Refuse,
+            _ => Decision::Send,
+        };
+        match self
+            .control_live(name, id, "drain", decide, Control::Drain)
+            .await?
+        {
+            (info, None) => Ok(info),
+            (_, Some(_)) => self.lookup(name, id).await.map(|r| r.info),
         }
     }
 
     pub(super) async fn do_detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         // A start in progress has a supervisor that may still be watching
-        // the owner: let it finish, then tell it.
+        // the owner: control_live lets it finish, then tells it. Without a
+        // run (or once the run ended before it heard), the stored flag.
+        let decide = |s: Status| {
+            if s.has_runtime() {
+                Decision::Send
+            } else {
+                Decision::Done
+            }
+        };
+        if let (_, None) = self
+            .control_live(name, id, "detach", decide, Control::Detach)
+            .await?
+        {
+            self.store.set_detached(id, true).await?;
+        }
+        self.lookup(name, id).await.map(|r| r.info)
+    }
+
+    /// Sends `body` to the run of the sandbox once `decide` says its status
+    /// takes it (Starting is waited through first). A run that ends before
+    /// answering, or that refuses because its status changed meanwhile (a
+    /// pause, a drain), is not an error of its own: the operation is decided
+    /// again on the status it is in then. `None`: nothing was sent.
+    pub(super) async fn control_live(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        operation: &'static str,
+        decide: impl Fn(Status) -> Decision,
+        body: Control,
+    ) -> Result<(SandboxInfo, Option<Response>)> {
         loop {
             let info = self
                 .wait_until(name, id, |i| i.status != Status::Starting)
                 .await?;
-            if !info.status.has_runtime() {
-                self.store.set_detached(id, true).await?;
-                break;
+            match decide(info.status) {
+                Decision::Done => return Ok((info, None)),
+                Decision::Refuse => {
+                    return Err(Error::InvalidState {
+                        operation: operation.into(),
+                        name: info.name,
+                        id: info.id,
+                        status: info.status,
+                    })
+                }
+                Decision::Send => {}
             }
-            match self.control_answer(&info, Control::Detach).await {
-                Ok(_) => break,
-                // The run ended before it heard: set the stored flag instead.
+            match self.control_answer(&info, body.clone()).await {
+                Ok(r) => return Ok((info, Some(r))),
                 Err(ControlError::Ended) => continue,
                 Err(ControlError::Refused(g)) => {
-                    return Err(Error::Guest {
-                        operation: "detach".into(),
-                        source: crate::error::GuestFailure(g),
-                    })
+                    let now = self.lookup(name, id).await?.info;
+                    if (now.status, now.generation) == (info.status, info.generation) {
+                        return Err(Error::Guest {
+                            operation: operation.into(),
+                            source: crate::error::GuestFailure(g),
+                        });
+                    }
                 }
                 Err(ControlError::Failed(e)) => return Err(e),
             }
         }
-        self.lookup(name, id).await.map(|r| r.info)
     }
 
     pub(super) async fn do_remove(&self, name: &str, id: &SandboxId) -> Result<()> {
@@ -411,7 +424,7 @@ impl LocalBackend {
     /// supervisor, or the supervisor found dead (reconciled to Crashed), or
     /// a newer run begun. Bounded by [`RUN_END_BOUND`]: a supervisor that
     /// neither finishes nor dies in that time is reported as a `timeout`.
-    pub(super) async fn settle_run(&self, info: &SandboxInfo) -> Result<SandboxInfo> {
+    pub(super) async fn settle_run(&self, info: &SandboxInfo) -> Result<()> {
         let generation = info.generation;
         tokio::time::timeout(
             RUN_END_BOUND,
@@ -426,7 +439,8 @@ impl LocalBackend {
                 info.name, info.id
             ),
             after: RUN_END_BOUND,
-        })?
+        })??;
+        Ok(())
     }
 
     /// Sends a control request to the supervisor of `info`'s generation and
@@ -441,7 +455,8 @@ impl LocalBackend {
     }
 
     /// Like [`LocalBackend::control`], returning the supervisor's answer, or
-    /// the record the run settled in if it ended before answering.
+    /// [`ControlError::Ended`] once a run that ended before answering has
+    /// recorded its end.
     pub(super) async fn control_answer(
         &self,
         info: &SandboxInfo,
@@ -485,6 +500,16 @@ impl LocalBackend {
             Err(_) => Err(ended().await),
         }
     }
+}
+
+/// What an operation does in a status (see `LocalBackend::control_live`).
+pub(super) enum Decision {
+    /// Nothing to send: already there, or nothing runs.
+    Done,
+    /// `invalid_state`.
+    Refuse,
+    /// Ask the supervisor.
+    Send,
 }
 
 /// Why a control request did not get an answer.

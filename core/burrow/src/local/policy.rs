@@ -2,58 +2,13 @@
 
 use burrow_protocol::{Control, Response};
 
-use super::lifecycle::ControlError;
+use super::lifecycle::{ControlError, Decision};
 use super::LocalBackend;
 use crate::backend::Metrics;
 use crate::error::{Error, Result};
 use crate::model::{Applies, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 
 impl LocalBackend {
-    fn not_running(info: SandboxInfo, operation: &'static str) -> Error {
-        Error::InvalidState {
-            operation: operation.into(),
-            name: info.name,
-            id: info.id,
-            status: info.status,
-        }
-    }
-
-    fn refused(operation: &'static str, g: burrow_protocol::GuestError) -> Error {
-        Error::Guest {
-            operation: operation.into(),
-            source: crate::error::GuestFailure(g),
-        }
-    }
-
-    /// Sends `body` to the run of the sandbox once `allowed` says its status
-    /// takes it. A run that ends before answering is not an error of its
-    /// own: the operation is decided again on what the run settled to.
-    async fn control_live(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        operation: &'static str,
-        allowed: impl Fn(Status) -> Decision,
-        body: Control,
-    ) -> Result<(SandboxInfo, Option<Response>)> {
-        loop {
-            let info = self
-                .wait_until(name, id, |i| i.status != Status::Starting)
-                .await?;
-            match allowed(info.status) {
-                Decision::Done => return Ok((info, None)),
-                Decision::Refuse => return Err(Self::not_running(info, operation)),
-                Decision::Send => {}
-            }
-            match self.control_answer(&info, body.clone()).await {
-                Ok(r) => return Ok((info, Some(r))),
-                Err(ControlError::Ended) => continue,
-                Err(ControlError::Refused(g)) => return Err(Self::refused(operation, g)),
-                Err(ControlError::Failed(e)) => return Err(e),
-            }
-        }
-    }
-
     pub(super) async fn do_touch(&self, name: &str, id: &SandboxId) -> Result<()> {
         let live = |s| match s {
             Status::Running | Status::Draining | Status::Paused => Decision::Send,
@@ -151,14 +106,4 @@ impl LocalBackend {
             ))),
         }
     }
-}
-
-/// What an operation does in a status (see `LocalBackend::control_live`).
-enum Decision {
-    /// Nothing to do: already there.
-    Done,
-    /// `invalid_state`.
-    Refuse,
-    /// Ask the supervisor.
-    Send,
 }

@@ -13,12 +13,10 @@ use std::time::{Duration, Instant};
 use burrow_protocol::{GuestErrorCode, GuestMsg, Request, TtySize};
 
 use super::Sandbox;
+use crate::backend::RUN_END_BOUND;
 use crate::error::{Error, GuestFailure, Result};
 use crate::model::{ExitReason, SandboxInfo, Status};
 use crate::runtime::client::RequestHandle;
-
-/// How long a call waits for a run that is ending to record its end.
-pub(crate) const RUN_END_BOUND: Duration = Duration::from_secs(120);
 
 /// How many times one request is sent again after meeting the end of a run.
 const MAX_RESENDS: u32 = 8;

@@ -45,6 +45,8 @@ mod seccomp;
 mod shift;
 pub(crate) mod spec;
 mod syscalls_x86_64;
+
+pub use runtime::crun_private_cgroup_view;
 pub(crate) mod users;
 
 pub(crate) use runtime::{bind_to_parent, find_on_path, spawn_long_lived};

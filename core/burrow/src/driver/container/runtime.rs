@@ -233,9 +233,9 @@ pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
 }
 
 /// crun refuses a hybrid cgroup layout, so it runs in a private mount
-/// namespace of its own without the cgroup2 mount. Runs between fork and
-/// exec: raw syscalls only.
-fn crun_private_cgroup_view() -> io::Result<()> {
+/// namespace of its own without the cgroup2 mount. A `pre_exec` hook (raw
+/// syscalls only); public for benchmarks that run crun beside burrow.
+pub fn crun_private_cgroup_view() -> io::Result<()> {
     // SAFETY: plain syscalls on constant, NUL-terminated strings.
     unsafe {
         if libc::unshare(libc::CLONE_NEWNS) != 0 {
