@@ -233,6 +233,9 @@ async fn supervisor_killed_at_each_start_step() {
             ErrorCode::StartFailed.as_str(),
             "{point}"
         );
+        // The start fails as soon as the pipe closes, which is a moment
+        // before the supervisor has finished exiting.
+        assert!(eventually(Duration::from_secs(10), || common::has_exited(pid)).await);
         let info = home.backend.get(&name).await.unwrap();
         assert_eq!(info.status, Status::Crashed, "{point}");
         assert_recovers(&home, &name).await;
@@ -251,9 +254,11 @@ async fn creator_and_supervisor_both_killed_mid_start() {
         sigkill(child.id());
         let _ = child.wait();
         sigkill(pid);
-        // Status reads reconcile the dead owner to Crashed.
+        // Status reads reconcile the dead owner to Crashed (once it has
+        // really exited, not merely lost its cmdline while exiting).
         let ok = eventually(Duration::from_secs(10), || {
-            common::supervisors_of(&home.path().to_string_lossy()).is_empty()
+            common::has_exited(pid)
+                && common::supervisors_of(&home.path().to_string_lossy()).is_empty()
         })
         .await;
         assert!(ok);

@@ -277,6 +277,20 @@ pub fn processes_with(pred: impl Fn(&[String]) -> bool) -> Vec<u32> {
     out
 }
 
+/// Whether `pid` has finished exiting (reaped, or a zombie). A killed
+/// process's cmdline empties while it is still exiting, before its state
+/// changes, so [`processes_with`] stops listing it a moment too early.
+pub fn has_exited(pid: u32) -> bool {
+    let Ok(raw) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = raw
+        .rfind(')')
+        .and_then(|i| raw[i + 1..].split_whitespace().next())
+        .unwrap_or("");
+    matches!(state, "Z" | "X")
+}
+
 /// Polls `f` until it returns true or `limit` passes.
 pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
