@@ -48,6 +48,7 @@ CODE_CLASSES = {
     "store": "StoreError",
     "io": "BurrowIOError",
     "unauthorized": "UnauthorizedError",
+    "unsupported": "UnsupportedError",
 }
 
 NAME_OPS = {"create", "connect_or_create", "define", "get", "get_by_id", "list"}

@@ -33,10 +33,11 @@ TABLE = {
     "store": "StoreError",
     "io": "BurrowIOError",
     "unauthorized": "UnauthorizedError",
+    "unsupported": "UnsupportedError",
 }
 # core/burrow/src/error.rs, ErrorCode::ALL, in its order.
 CORE_ALL = list(TABLE)
-NOT_PROVOKABLE_LOCALLY = ["protocol", "store", "io", "runtime_unavailable", "starting", "unauthorized"]
+NOT_PROVOKABLE_LOCALLY = ["protocol", "store", "io", "runtime_unavailable", "starting", "unauthorized", "unsupported"]
 SANDBOX_ID = "sb_01hzzzzzzzzzzzzzzzzzzzzzzz"
 PYTHON_ONLY = {"CommandFailedError"}
 

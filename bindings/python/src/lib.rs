@@ -185,10 +185,9 @@ fn list(
     let ctx = Ctx::new()?;
     let c = ctx.clone();
     ctx.run(py, blocking, async move {
-        let filter = ListFilter {
-            statuses: parse_statuses(statuses.unwrap_or_default())?,
-            labels: labels.unwrap_or_default(),
-        };
+        let mut filter =
+            ListFilter::default().statuses(parse_statuses(statuses.unwrap_or_default())?);
+        filter.labels = labels.unwrap_or_default();
         Ok(c.backend().await?.list(&filter).await?)
     })
 }
@@ -200,7 +199,7 @@ fn remove(py: Python<'_>, name: String, blocking: bool) -> PyResult<Py<PyAny>> {
     let ctx = Ctx::new()?;
     let c = ctx.clone();
     ctx.run(py, blocking, async move {
-        c.backend().await?.remove(&name).await?;
+        burrow::BackendExt::remove_by_name(&*c.backend().await?, &name).await?;
         Ok(())
     })
 }

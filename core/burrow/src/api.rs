@@ -5,7 +5,7 @@
 //! Every sandbox operation is addressed by id (`/v1/sandboxes/{id}/...`).
 //! Operations of a handle also pass the name the handle captured
 //! (`?name=...`): the server then acts only if that name still belongs to
-//! that id, exactly like the local backend's `*_identified` methods, and
+//! that id, exactly like the local backend's id-addressed methods, and
 //! answers `sandbox_replaced` otherwise. Name lookups are explicit
 //! (`/v1/sandboxes/by-name/{name}`).
 //!
@@ -242,6 +242,7 @@ pub fn http_status(code: ErrorCode) -> u16 {
         ErrorCode::StartFailed | ErrorCode::Protocol => 502,
         ErrorCode::Timeout => 504,
         ErrorCode::Unauthorized => 401,
+        ErrorCode::Unsupported => 501,
         ErrorCode::RuntimeUnavailable | ErrorCode::Guest | ErrorCode::Store | ErrorCode::Io => 500,
     }
 }
@@ -354,6 +355,7 @@ impl From<&Error> for ErrorBody {
                 b.path = path.clone();
                 b.reason = Some(source.to_string());
             }
+            Error::Unsupported { operation } => b.operation = Some(operation.clone()),
             _ => {}
         }
         b
@@ -460,6 +462,9 @@ impl ErrorBody {
                 source: std::io::Error::other(reason),
             },
             ErrorCode::Unauthorized => Error::Unauthorized { reason },
+            ErrorCode::Unsupported => Error::Unsupported {
+                operation: self.operation.unwrap_or_default(),
+            },
         }
     }
 }
@@ -536,6 +541,7 @@ mod tests {
                 source: std::io::Error::other("boom"),
             },
             Error::Unauthorized { reason: "r".into() },
+            Error::unsupported("pause"),
         ]
     }
 

@@ -1,13 +1,16 @@
 //! The `Backend` trait: where sandboxes live.
 //!
-//! Handles hold an `Arc<dyn Backend>` plus their captured id. Name-addressed
-//! methods exist for convenience; every mutating and status method also has
-//! an `*_identified` form taking the id the caller is bound to. Built-in
-//! backends implement those atomically (check and act under the same lock or
-//! in the same statement). The default `*_identified` implementations below
-//! are for custom backends and are **racy**: they look the name up, compare
-//! the id, then act by name, so a replacement between the two steps is not
-//! detected.
+//! Every lifecycle method is **id-addressed**: it acts on exactly the sandbox
+//! `id`, and carries the `name` the caller knows it by, so that a sandbox
+//! replaced under that name is reported as [`Error::SandboxReplaced`] and a
+//! vanished one as [`Error::NotFound`] — never acted on. Implementations
+//! check the id and act atomically (under one lock, or in one statement).
+//! Handles hold an `Arc<dyn Backend>` plus the id they are bound to.
+//!
+//! Name-addressed conveniences ("whatever sandbox has this name now") live
+//! in [`BackendExt`], implemented for every backend on top of the
+//! id-addressed methods. The implementer guide is `docs/backends.md`; the
+//! `burrow-conformance` crate checks an implementation against it.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -30,6 +33,7 @@ pub(crate) const RUN_END_BOUND: Duration = Duration::from_secs(120);
 /// A request to create a sandbox.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct CreateRequest {
     /// Name (validated by the backend).
     pub name: String,
@@ -39,8 +43,27 @@ pub struct CreateRequest {
     pub detached: bool,
 }
 
+impl CreateRequest {
+    /// A request for `name` with `config`, attached to the creating process.
+    pub fn new(name: impl Into<String>, config: SandboxConfig) -> Self {
+        CreateRequest {
+            name: name.into(),
+            config,
+            detached: false,
+        }
+    }
+
+    /// Survive the creating process (or not).
+    #[must_use]
+    pub fn detached(mut self, detached: bool) -> Self {
+        self.detached = detached;
+        self
+    }
+}
+
 /// Filter for [`Backend::list`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListFilter {
     /// Only these statuses (empty: all).
     pub statuses: Vec<Status>,
@@ -49,6 +72,20 @@ pub struct ListFilter {
 }
 
 impl ListFilter {
+    /// Only sandboxes in one of `statuses`.
+    #[must_use]
+    pub fn statuses(mut self, statuses: impl IntoIterator<Item = Status>) -> Self {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// Only sandboxes carrying label `key` = `value` (and any others set).
+    #[must_use]
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
     /// Whether `info` passes the filter.
     pub fn matches(&self, info: &SandboxInfo) -> bool {
         (self.statuses.is_empty() || self.statuses.contains(&info.status))
@@ -61,6 +98,7 @@ impl ListFilter {
 
 /// Options of a graceful stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StopOptions {
     /// Time between SIGTERM and SIGKILL for guest processes.
     pub grace: Duration,
@@ -86,17 +124,89 @@ impl StopOptions {
             ..StopOptions::default()
         }
     }
+
+    /// Record the stop as `owner_exited` (see the field).
+    #[must_use]
+    pub fn owner_exited(mut self, owner_exited: bool) -> Self {
+        self.owner_exited = owner_exited;
+        self
+    }
 }
 
 /// Options of a start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct StartOptions {
     /// Start attached to (`Some(false)`) or detached from (`Some(true)`) the
     /// calling process; `None` keeps the persisted choice.
     pub detached: Option<bool>,
 }
 
-/// A byte stream to a runtime speaking the burrow protocol.
+impl StartOptions {
+    /// Start detached from (`true`) or attached to (`false`) the caller.
+    #[must_use]
+    pub fn detached(mut self, detached: bool) -> Self {
+        self.detached = Some(detached);
+        self
+    }
+}
+
+/// What a backend can do beyond the lifecycle every backend has (create,
+/// start, stop, kill, drain, restart, remove, status, runtime streams).
+/// An operation a backend lacks answers [`Error::Unsupported`]; callers and
+/// the conformance kit read this to know beforehand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// [`Backend::pause`] and [`Backend::resume`].
+    pub pause: bool,
+    /// Changes of a running sandbox's limits and environment through
+    /// [`Backend::modify`] (stored-only changes are always possible).
+    pub modify_live: bool,
+    /// [`Backend::metrics`].
+    pub metrics: bool,
+    /// [`Backend::logs`], including following.
+    pub logs: bool,
+    /// Idle timeouts and demand start (a stopped sandbox woken by the next
+    /// call).
+    pub idle_reclaim: bool,
+    /// Sandboxes attached to (and stopped with) their creating process.
+    pub attached: bool,
+}
+
+impl Capabilities {
+    /// Everything (the local and remote backends).
+    pub const ALL: Capabilities = Capabilities {
+        pause: true,
+        modify_live: true,
+        metrics: true,
+        logs: true,
+        idle_reclaim: true,
+        attached: true,
+    };
+
+    /// Only the lifecycle every backend has.
+    pub const NONE: Capabilities = Capabilities {
+        pause: false,
+        modify_live: false,
+        metrics: false,
+        logs: false,
+        idle_reclaim: false,
+        attached: false,
+    };
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities::NONE
+    }
+}
+
+/// A byte stream to a runtime speaking the burrow protocol (see
+/// `docs/backends.md`, "The runtime stream"): the handle's first frame is a
+/// hello carrying the sandbox id and this generation, which the runtime
+/// checks before anything else.
+#[non_exhaustive]
 pub struct RuntimeStream {
     /// Read half.
     pub reader: Box<dyn AsyncRead + Send + Unpin>,
@@ -104,6 +214,22 @@ pub struct RuntimeStream {
     pub writer: Box<dyn AsyncWrite + Send + Unpin>,
     /// The runtime generation the stream reaches (checked at hello).
     pub generation: u64,
+}
+
+impl RuntimeStream {
+    /// A stream over any pair of byte halves: a Unix or TCP socket, a vsock,
+    /// a pod's exec or port-forward stream.
+    pub fn new(
+        reader: impl AsyncRead + Send + Unpin + 'static,
+        writer: impl AsyncWrite + Send + Unpin + 'static,
+        generation: u64,
+    ) -> Self {
+        RuntimeStream {
+            reader: Box::new(reader),
+            writer: Box::new(writer),
+            generation,
+        }
+    }
 }
 
 impl Debug for RuntimeStream {
@@ -114,7 +240,8 @@ impl Debug for RuntimeStream {
     }
 }
 
-/// Checks that `info` (looked up by name) is the sandbox `id`.
+/// Checks that `info` (looked up by name) is the sandbox `id`: the check
+/// every id-addressed method makes before it acts.
 pub fn ensure_identity(name: &str, id: &SandboxId, info: &SandboxInfo) -> Result<()> {
     if &info.id == id {
         Ok(())
@@ -128,10 +255,22 @@ pub fn ensure_identity(name: &str, id: &SandboxId, info: &SandboxInfo) -> Result
 }
 
 /// Where sandboxes live. Object-safe: handles hold `Arc<dyn Backend>`.
+///
+/// Every method taking `(name, id)` acts on exactly `id` and answers
+/// [`Error::SandboxReplaced`] when `name` now belongs to another sandbox,
+/// [`Error::NotFound`] when `id` is gone and nothing holds the name; the
+/// check and the action are one atomic step. What each method must do in
+/// each status is [`crate::lifecycle::Operation::step`]; `docs/backends.md`
+/// is the whole contract.
 #[async_trait]
 pub trait Backend: Send + Sync + Debug {
-    /// Creates a sandbox in status Created. Strict: a taken name is
-    /// [`Error::AlreadyExists`], reported once the winner's create finished.
+    /// What this backend supports beyond the common lifecycle.
+    async fn capabilities(&self) -> Result<Capabilities>;
+
+    /// Creates a sandbox in status Created. Strict and atomic: of concurrent
+    /// creates of one name exactly one succeeds; the others get
+    /// [`Error::AlreadyExists`] carrying the winner's id, once the winner's
+    /// create finished (so the winner is usable right away).
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo>;
     /// Looks a sandbox up by name.
     async fn get(&self, name: &str) -> Result<SandboxInfo>;
@@ -140,175 +279,134 @@ pub trait Backend: Send + Sync + Debug {
     /// Lists sandboxes.
     async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>>;
 
-    /// Starts a startable sandbox (Created, Stopped, Crashed) and waits until
-    /// it is Running.
-    async fn start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo>;
-    /// Converges on a running sandbox: waits through Starting, starts
-    /// Created/Stopped/Crashed, returns Running; rejects Draining/Paused.
-    async fn connect_or_start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo>;
-    /// Graceful stop; a no-op for a sandbox that is not running.
-    async fn stop(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo>;
-    /// Immediate stop.
-    async fn kill(&self, name: &str) -> Result<SandboxInfo>;
-    /// Stop accepting work; stop when in-flight work is done.
-    async fn request_drain(&self, name: &str) -> Result<SandboxInfo>;
-    /// Stop then start (same id, same configuration).
-    async fn restart(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo>;
-    /// Removes a sandbox that is not running. Keeps images, named volumes
-    /// and host mounts.
-    async fn remove(&self, name: &str) -> Result<()>;
-    /// Kills (if running) and removes.
-    async fn destroy(&self, name: &str) -> Result<()>;
-    /// Waits until the status is one of `statuses` (no implicit deadline).
-    async fn wait_for_status(&self, name: &str, statuses: &[Status]) -> Result<SandboxInfo>;
-    /// Opens a protocol stream to the running sandbox. With `wake`, a
-    /// sandbox reclaimed for idleness is started again first (demand start,
-    /// when enabled for it); health checks pass `false`.
-    async fn open_runtime(&self, name: &str, wake: bool) -> Result<RuntimeStream>;
-    /// Lets a running attached sandbox survive its owner from now on.
-    async fn detach(&self, name: &str) -> Result<SandboxInfo>;
-    /// Explicit keepalive (counts as activity for the idle timeout).
-    async fn touch(&self, name: &str) -> Result<()>;
-    /// Suspends every guest process (status Paused).
-    async fn pause(&self, name: &str) -> Result<SandboxInfo>;
-    /// Continues after a pause (status Running).
-    async fn resume(&self, name: &str) -> Result<SandboxInfo>;
-    /// Changes the configuration; the plan says where each change lands.
-    async fn modify(&self, name: &str, changes: &Modify) -> Result<ModifyPlan>;
-    /// Resource usage of the running sandbox.
-    async fn metrics(&self, name: &str) -> Result<Metrics>;
-    /// The sandbox's logs.
-    async fn logs(&self, name: &str, opts: &LogOptions) -> Result<LogStream>;
-
     /// Status of exactly `id`.
-    async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        let info = self.get(name).await?;
-        ensure_identity(name, id, &info)?;
-        Ok(info)
-    }
-    /// [`Backend::start`] bound to `id`.
-    async fn start_identified(
+    async fn status(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo>;
+    /// Starts a startable sandbox (Created, Stopped, Crashed) and waits until
+    /// it is Running. Strict: Starting is [`Error::Starting`], a live status
+    /// [`Error::InvalidState`].
+    async fn start(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo>;
+    /// Converges on a running sandbox: waits through Starting, starts
+    /// Created/Stopped/Crashed (one start however many callers), returns
+    /// Running; rejects Draining/Paused with [`Error::InvalidState`].
+    async fn connect_or_start(
         &self,
         name: &str,
         id: &SandboxId,
         opts: StartOptions,
-    ) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.start(name, opts).await
-    }
-    /// [`Backend::connect_or_start`] bound to `id`.
-    async fn connect_or_start_identified(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StartOptions,
-    ) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.connect_or_start(name, opts).await
-    }
-    /// [`Backend::stop`] bound to `id`.
-    async fn stop_identified(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.stop(name, opts).await
-    }
-    /// [`Backend::kill`] bound to `id`.
-    async fn kill_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.kill(name).await
-    }
-    /// [`Backend::request_drain`] bound to `id`.
-    async fn request_drain_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.request_drain(name).await
-    }
-    /// [`Backend::restart`] bound to `id`.
-    async fn restart_identified(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.restart(name, opts).await
-    }
-    /// [`Backend::remove`] bound to `id`.
-    async fn remove_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
-        self.status_identified(name, id).await?;
-        self.remove(name).await
-    }
-    /// [`Backend::destroy`] bound to `id`.
-    async fn destroy_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
-        self.status_identified(name, id).await?;
-        self.destroy(name).await
-    }
-    /// [`Backend::wait_for_status`] bound to `id`.
-    async fn wait_for_status_identified(
+    ) -> Result<SandboxInfo>;
+    /// Graceful stop. Idempotent: a sandbox that is not running is answered
+    /// as it is; Starting is waited through first.
+    async fn stop(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo>;
+    /// Immediate stop; idempotent like [`Backend::stop`].
+    async fn kill(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo>;
+    /// Stop accepting work; stop when in-flight work is done.
+    async fn request_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo>;
+    /// Stop then start (same id, same configuration, next generation).
+    async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions)
+        -> Result<SandboxInfo>;
+    /// Removes a sandbox that is not running ([`Error::InvalidState`]
+    /// otherwise). Keeps images, named volumes and host mounts.
+    async fn remove(&self, name: &str, id: &SandboxId) -> Result<()>;
+    /// Kills (if running) and removes, even against concurrent starts.
+    async fn destroy(&self, name: &str, id: &SandboxId) -> Result<()>;
+    /// Waits until the status is one of `statuses` (no implicit deadline).
+    async fn wait_for_status(
         &self,
         name: &str,
         id: &SandboxId,
         statuses: &[Status],
-    ) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.wait_for_status(name, statuses).await
+    ) -> Result<SandboxInfo>;
+    /// Opens a protocol stream to the running sandbox. With `wake`, a
+    /// sandbox reclaimed for idleness is started again first (demand start,
+    /// when enabled for it); health checks pass `false`.
+    async fn open_runtime(&self, name: &str, id: &SandboxId, wake: bool) -> Result<RuntimeStream>;
+    /// Lets a running attached sandbox survive its owner from now on.
+    async fn detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo>;
+    /// Explicit keepalive (counts as activity for the idle timeout).
+    async fn touch(&self, name: &str, id: &SandboxId) -> Result<()>;
+
+    /// Suspends every guest process (status Paused).
+    async fn pause(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        let _ = (name, id);
+        Err(Error::unsupported("pause"))
     }
-    /// [`Backend::detach`] bound to `id`.
-    async fn detach_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.detach(name).await
+    /// Continues after a pause (status Running).
+    async fn resume(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+        let _ = (name, id);
+        Err(Error::unsupported("resume"))
     }
-    /// [`Backend::touch`] bound to `id`.
-    async fn touch_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
-        self.status_identified(name, id).await?;
-        self.touch(name).await
+    /// Changes the configuration; the plan says where each change lands.
+    /// The default stores nothing and answers [`Error::Unsupported`].
+    async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
+        let _ = (name, id, changes);
+        Err(Error::unsupported("modify"))
     }
-    /// [`Backend::pause`] bound to `id`.
-    async fn pause_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.pause(name).await
+    /// Resource usage of the running sandbox.
+    async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
+        let _ = (name, id);
+        Err(Error::unsupported("metrics"))
     }
-    /// [`Backend::resume`] bound to `id`.
-    async fn resume_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        self.status_identified(name, id).await?;
-        self.resume(name).await
+    /// The sandbox's logs.
+    async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
+        let _ = (name, id, opts);
+        Err(Error::unsupported("logs"))
     }
-    /// [`Backend::modify`] bound to `id`.
-    async fn modify_identified(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        changes: &Modify,
-    ) -> Result<ModifyPlan> {
-        self.status_identified(name, id).await?;
-        self.modify(name, changes).await
+}
+
+/// Name-addressed forms of the [`Backend`] methods: each acts on whatever
+/// sandbox holds `name` when it is called. The name is resolved to an id
+/// first and the id-addressed method does the work, so a replacement in
+/// between is never acted on by mistake: it is resolved again (a few
+/// times), and a sandbox removed in between is [`Error::NotFound`].
+#[async_trait]
+pub trait BackendExt: Backend {
+    /// [`Backend::start`] of the sandbox named `name`.
+    async fn start_by_name(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
+        by_name(self, name, |id| async move { self.start(name, &id, opts).await }).await
     }
-    /// [`Backend::metrics`] bound to `id`.
-    async fn metrics_identified(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
-        self.status_identified(name, id).await?;
-        self.metrics(name).await
+    /// [`Backend::connect_or_start`] of the sandbox named `name`.
+    async fn connect_or_start_by_name(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
+        by_name(self, name, |id| async move { self.connect_or_start(name, &id, opts).await }).await
     }
-    /// [`Backend::logs`] bound to `id`.
-    async fn logs_identified(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: &LogOptions,
-    ) -> Result<LogStream> {
-        self.status_identified(name, id).await?;
-        self.logs(name, opts).await
+    /// [`Backend::stop`] of the sandbox named `name`.
+    async fn stop_by_name(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
+        by_name(self, name, |id| async move { self.stop(name, &id, opts).await }).await
     }
-    /// [`Backend::open_runtime`] bound to `id`.
-    async fn open_runtime_identified(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        wake: bool,
-    ) -> Result<RuntimeStream> {
-        self.status_identified(name, id).await?;
-        self.open_runtime(name, wake).await
+    /// [`Backend::kill`] of the sandbox named `name`.
+    async fn kill_by_name(&self, name: &str) -> Result<SandboxInfo> {
+        by_name(self, name, |id| async move { self.kill(name, &id).await }).await
+    }
+    /// [`Backend::restart`] of the sandbox named `name`.
+    async fn restart_by_name(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
+        by_name(self, name, |id| async move { self.restart(name, &id, opts).await }).await
+    }
+    /// [`Backend::remove`] of the sandbox named `name`.
+    async fn remove_by_name(&self, name: &str) -> Result<()> {
+        by_name(self, name, |id| async move { self.remove(name, &id).await }).await
+    }
+    /// [`Backend::destroy`] of the sandbox named `name`.
+    async fn destroy_by_name(&self, name: &str) -> Result<()> {
+        by_name(self, name, |id| async move { self.destroy(name, &id).await }).await
+    }
+}
+
+impl<B: Backend + ?Sized> BackendExt for B {}
+
+/// Resolves `name` and runs `act` on its id; a replacement between the two
+/// is resolved again.
+async fn by_name<B, T, F, Fut>(backend: &B, name: &str, act: F) -> Result<T>
+where
+    B: Backend + ?Sized,
+    F: Fn(SandboxId) -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = Result<T>> + Send,
+    T: Send,
+{
+    let mut attempts = 0;
+    loop {
+        let id = backend.get(name).await?.id;
+        match act(id).await {
+            Err(Error::SandboxReplaced { .. }) if attempts < 4 => attempts += 1,
+            other => return other,
+        }
     }
 }

@@ -48,6 +48,8 @@ pub enum ErrorCode {
     Io,
     /// See [`Error::Unauthorized`].
     Unauthorized,
+    /// See [`Error::Unsupported`].
+    Unsupported,
 }
 
 impl ErrorCode {
@@ -70,6 +72,7 @@ impl ErrorCode {
         ErrorCode::Store,
         ErrorCode::Io,
         ErrorCode::Unauthorized,
+        ErrorCode::Unsupported,
     ];
 
     /// The code as a string (`"sandbox_replaced"`, ...).
@@ -92,6 +95,7 @@ impl ErrorCode {
             ErrorCode::Store => "store",
             ErrorCode::Io => "io",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Unsupported => "unsupported",
         }
     }
 }
@@ -252,6 +256,13 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The backend does not support this operation at all (see
+    /// [`crate::Backend::capabilities`]). Nothing was changed.
+    #[error("{operation} is not supported by this backend")]
+    Unsupported {
+        /// The operation (`pause`, `modify`, ...).
+        operation: String,
+    },
 }
 
 /// The agent's error as carried inside [`Error::Guest`].
@@ -304,6 +315,7 @@ impl Error {
             Error::Store { .. } => ErrorCode::Store,
             Error::Io { .. } => ErrorCode::Io,
             Error::Unauthorized { .. } => ErrorCode::Unauthorized,
+            Error::Unsupported { .. } => ErrorCode::Unsupported,
         }
     }
 
@@ -368,6 +380,13 @@ impl Error {
             what: format!("sandbox {id}"),
             name: None,
             id: Some(id.clone()),
+        }
+    }
+
+    /// [`Error::Unsupported`] for `operation`.
+    pub fn unsupported(operation: impl Into<String>) -> Self {
+        Error::Unsupported {
+            operation: operation.into(),
         }
     }
 

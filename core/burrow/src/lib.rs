@@ -15,6 +15,7 @@ pub mod driver;
 pub mod error;
 mod fault;
 pub mod image;
+pub mod lifecycle;
 pub mod local;
 pub mod locks;
 pub mod logs;
@@ -26,7 +27,10 @@ pub mod runtime;
 mod sandbox;
 pub mod store;
 
-pub use backend::{Backend, CreateRequest, ListFilter, Metrics, StartOptions, StopOptions};
+pub use backend::{
+    Backend, BackendExt, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream,
+    StartOptions, StopOptions,
+};
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use error::{Error, ErrorCode, Result};
 pub use local::LocalBackend;

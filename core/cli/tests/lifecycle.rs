@@ -297,17 +297,11 @@ async fn list_filters_by_status_and_label() {
     let home = TestHome::new().await;
     let a = home.builder("a").label("team", "x").define().await.unwrap();
     let _b = home.builder("b").label("team", "y").define().await.unwrap();
-    let filter = burrow::ListFilter {
-        labels: [("team".to_string(), "x".to_string())].into(),
-        ..Default::default()
-    };
+    let filter = burrow::ListFilter::default().label("team", "x");
     let found = home.backend.list(&filter).await.unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(&found[0].id, a.id());
-    let filter = burrow::ListFilter {
-        statuses: vec![Status::Running],
-        ..Default::default()
-    };
+    let filter = burrow::ListFilter::default().statuses([Status::Running]);
     assert!(home.backend.list(&filter).await.unwrap().is_empty());
     let _ = SandboxHandle::get_in(home.dyn_backend(), "a")
         .await

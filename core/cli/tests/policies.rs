@@ -398,10 +398,7 @@ async fn modify_lands_where_the_plan_says() {
         "bar\n"
     );
     // Labels at once.
-    let filter = burrow::ListFilter {
-        labels: [("tier".to_string(), "gold".to_string())].into(),
-        ..Default::default()
-    };
+    let filter = burrow::ListFilter::default().label("tier", "gold");
     assert_eq!(home.backend.list(&filter).await.unwrap().len(), 1);
     assert_eq!(plan.info.config.cpus, Some(0.5));
 

@@ -232,6 +232,7 @@ async fn authenticate(
 /// and `ANY` for the gateway (every method). A unit test checks this list
 /// against the real router; `tests/openapi.rs` checks the document against it.
 pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/capabilities"),
     ("POST", "/v1/sandboxes"),
     ("GET", "/v1/sandboxes"),
     ("GET", "/v1/sandboxes/by-name/{name}"),

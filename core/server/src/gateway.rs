@@ -630,11 +630,9 @@ async fn run_start(
     let work = async {
         let info = engine.get_by_id(&sid).await?;
         name = info.name.clone();
-        let opts = StartOptions {
-            detached: Some(true),
-        };
+        let opts = StartOptions::default().detached(true);
         let info = engine
-            .connect_or_start_identified(&info.name, &sid, opts)
+            .connect_or_start(&info.name, &sid, opts)
             .await?;
         let sandbox = Sandbox::from_info(engine.clone(), &info);
         if let Some(argv) = &command {
@@ -693,7 +691,7 @@ async fn run_start(
             tracing::warn!(target = %id, error = %e, "gateway start failed");
             // A failed start leaves nothing running.
             if !name.is_empty() {
-                if let Err(k) = engine.kill_identified(&name, &sid).await {
+                if let Err(k) = engine.kill(&name, &sid).await {
                     tracing::warn!(target = %id, error = %k, "removing the workload of a failed start failed");
                 }
             }

@@ -22,4 +22,4 @@ pub mod store;
 pub mod targets;
 
 pub use config::ServeConfig;
-pub use serve::{run, StartupError};
+pub use serve::{run, run_with, StartupError};

@@ -80,7 +80,7 @@ impl Reclaim for EngineReclaim {
 
 async fn stop(engine: &dyn Backend, name: &str, id: &SandboxId) -> Result<(), String> {
     match engine
-        .stop_identified(name, id, StopOptions::default())
+        .stop(name, id, StopOptions::default())
         .await
     {
         Ok(_) => Ok(()),

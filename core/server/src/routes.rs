@@ -1,6 +1,6 @@
 //! The lifecycle API (`/v1/sandboxes...`): one handler per operation, each a
 //! thin call into the engine. Operations by id act through the engine's
-//! `*_identified` methods, so `?name=` is checked atomically and a replaced
+//! id-addressed methods, so `?name=` is checked atomically and a replaced
 //! name answers `sandbox_replaced`, as with the local backend.
 
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use crate::app::{ApiError, ApiResult, AppState};
 /// The `/v1` routes.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
+        .route("/v1/capabilities", get(capabilities))
         .route("/v1/sandboxes", post(create).get(list))
         .route("/v1/sandboxes/by-name/{name}", get(get_by_name))
         .route(
@@ -109,7 +110,7 @@ async fn get_one(
     count(&state);
     let id = parse_id(&id)?;
     Ok(Json(match &q.name {
-        Some(n) => state.engine.status_identified(n, &id).await?,
+        Some(n) => state.engine.status(n, &id).await?,
         None => state.engine.get_by_id(&id).await?,
     }))
 }
@@ -124,7 +125,7 @@ async fn modify(
     let id = parse_id(&id)?;
     let changes: Modify = json_body(&body)?;
     let name = name_of(&state, &id, &q).await?;
-    Ok(Json(state.engine.modify_identified(&name, &id, &changes).await?).into_response())
+    Ok(Json(state.engine.modify(&name, &id, &changes).await?).into_response())
 }
 
 async fn remove(
@@ -135,7 +136,7 @@ async fn remove(
     count(&state);
     let id = parse_id(&id)?;
     let name = name_of(&state, &id, &q).await?;
-    state.engine.remove_identified(&name, &id).await?;
+    state.engine.remove(&name, &id).await?;
     forget(&state, &id).await;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -169,13 +170,12 @@ async fn operation(
                     .into());
                 }
             }
-            let opts = StartOptions {
-                detached: b.detached,
-            };
+            let mut opts = StartOptions::default();
+            opts.detached = b.detached;
             let info = if op == "start" {
-                e.start_identified(&name, &id, opts).await?
+                e.start(&name, &id, opts).await?
             } else {
-                e.connect_or_start_identified(&name, &id, opts).await?
+                e.connect_or_start(&name, &id, opts).await?
             };
             crate::sessions::note_start(&state, &info, b.session.as_deref()).await?;
             info
@@ -185,47 +185,47 @@ async fn operation(
             let name = name_of(&state, &id, &q).await?;
             let opts = StopOptions::with_grace(Duration::from_millis(b.grace_ms));
             if op == "stop" {
-                e.stop_identified(&name, &id, opts).await?
+                e.stop(&name, &id, opts).await?
             } else {
-                e.restart_identified(&name, &id, opts).await?
+                e.restart(&name, &id, opts).await?
             }
         }
         "kill" => {
-            e.kill_identified(&name_of(&state, &id, &q).await?, &id)
+            e.kill(&name_of(&state, &id, &q).await?, &id)
                 .await?
         }
         "drain" => {
             let name = name_of(&state, &id, &q).await?;
-            e.request_drain_identified(&name, &id).await?
+            e.request_drain(&name, &id).await?
         }
         "detach" => {
             let info = e
-                .detach_identified(&name_of(&state, &id, &q).await?, &id)
+                .detach(&name_of(&state, &id, &q).await?, &id)
                 .await?;
             state.store.detach(id.as_str()).await?;
             info
         }
         "pause" => {
-            e.pause_identified(&name_of(&state, &id, &q).await?, &id)
+            e.pause(&name_of(&state, &id, &q).await?, &id)
                 .await?
         }
         "resume" => {
-            e.resume_identified(&name_of(&state, &id, &q).await?, &id)
+            e.resume(&name_of(&state, &id, &q).await?, &id)
                 .await?
         }
         "wait" => {
             let b: WaitBody = json_body(&body)?;
             let name = name_of(&state, &id, &q).await?;
-            e.wait_for_status_identified(&name, &id, &b.statuses)
+            e.wait_for_status(&name, &id, &b.statuses)
                 .await?
         }
         "touch" => {
-            e.touch_identified(&name_of(&state, &id, &q).await?, &id)
+            e.touch(&name_of(&state, &id, &q).await?, &id)
                 .await?;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
         "destroy" => {
-            e.destroy_identified(&name_of(&state, &id, &q).await?, &id)
+            e.destroy(&name_of(&state, &id, &q).await?, &id)
                 .await?;
             forget(&state, &id).await;
             return Ok(StatusCode::NO_CONTENT.into_response());
@@ -241,6 +241,13 @@ async fn operation(
     Ok(Json(info).into_response())
 }
 
+async fn capabilities(
+    State(state): State<Arc<AppState>>,
+) -> ApiResult<Json<burrow::Capabilities>> {
+    count(&state);
+    Ok(Json(state.engine.capabilities().await?))
+}
+
 async fn metrics(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -249,7 +256,7 @@ async fn metrics(
     count(&state);
     let id = parse_id(&id)?;
     let name = name_of(&state, &id, &q).await?;
-    Ok(Json(state.engine.metrics_identified(&name, &id).await?))
+    Ok(Json(state.engine.metrics(&name, &id).await?))
 }
 
 async fn logs(
@@ -262,7 +269,7 @@ async fn logs(
     let (name, rest) = split_name(raw.as_deref().unwrap_or(""));
     let opts = api::parse_logs_query(&rest)?;
     let name = name_of(&state, &id, &IdentityQuery { name }).await?;
-    let mut stream = state.engine.logs_identified(&name, &id, &opts).await?;
+    let mut stream = state.engine.logs(&name, &id, &opts).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     tokio::spawn(async move {
         while let Some(item) = stream.next().await {
@@ -341,7 +348,7 @@ async fn runtime(
     .await?;
     let stream = state
         .engine
-        .open_runtime_identified(&name, &id, q.wake)
+        .open_runtime(&name, &id, q.wake)
         .await?;
     let generation = stream.generation;
     let on_upgrade = hyper::upgrade::on(&mut req);

@@ -96,11 +96,9 @@ async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
     }
 }
 
-/// Runs the server until SIGINT/SIGTERM. Prints one `listening on <url>`
-/// line per listener on stdout once every listener is bound.
+/// Runs the server over the local backend of the configured home until
+/// SIGINT/SIGTERM. See [`run_with`].
 pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
-    tracing::info!("{}", config.describe());
-    let store = open_store(&config).await?;
     let home = Home::at(config.home.clone()).map_err(|source| StartupError::Engine {
         home: config.home.display().to_string(),
         source,
@@ -111,7 +109,18 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
             home: config.home.display().to_string(),
             source,
         })?;
-    let engine: Arc<dyn Backend> = Arc::new(engine);
+    run_with(config, Arc::new(engine)).await
+}
+
+/// Runs the server over any backend until SIGINT/SIGTERM: the API, the
+/// gateway, sessions and the reaper all act through `engine`, and an
+/// operation it does not support answers `501 unsupported`. The server's
+/// own tables live in the configured database (and `home` holds the
+/// default SQLite one). Prints one `listening on <url>` line per listener
+/// on stdout once every listener is bound.
+pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(), StartupError> {
+    tracing::info!("{}", config.describe());
+    let store = open_store(&config).await?;
     let mut bound = Vec::new();
     for l in &config.listen {
         bound.push(bind(l).await?);

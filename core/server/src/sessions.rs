@@ -119,15 +119,12 @@ pub async fn end(state: &AppState, session: &str) {
         let Ok(id) = id.parse::<SandboxId>() else {
             continue;
         };
-        match state.engine.status_identified(&name, &id).await {
+        match state.engine.status(&name, &id).await {
             Ok(info) if !info.detached && info.status.has_runtime() => {}
             _ => continue,
         }
-        let opts = StopOptions {
-            owner_exited: true,
-            ..StopOptions::default()
-        };
-        if let Err(e) = state.engine.stop_identified(&name, &id, opts).await {
+        let opts = StopOptions::default().owner_exited(true);
+        if let Err(e) = state.engine.stop(&name, &id, opts).await {
             tracing::warn!(sandbox = %id, error = %e, "stopping a sandbox of an ended session failed");
         }
     }

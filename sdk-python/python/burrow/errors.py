@@ -34,6 +34,7 @@ __all__ = [
     "StoreError",
     "BurrowIOError",
     "UnauthorizedError",
+    "UnsupportedError",
     "CommandFailedError",
     "CODES",
 ]
@@ -198,6 +199,13 @@ class UnauthorizedError(BurrowError):
     CODE = "unauthorized"
 
 
+class UnsupportedError(BurrowError):
+    """The backend does not support this operation at all (for instance a
+    backend that cannot pause). Nothing was changed."""
+
+    CODE = "unsupported"
+
+
 #: Core error code -> class, exactly one class per code of
 #: ``burrow._native.error_codes()``.
 CODES: Dict[str, Type[BurrowError]] = {
@@ -220,6 +228,7 @@ CODES: Dict[str, Type[BurrowError]] = {
         StoreError,
         BurrowIOError,
         UnauthorizedError,
+        UnsupportedError,
     )
 }
 

@@ -8,6 +8,7 @@ use tokio::net::UnixStream;
 use super::LocalBackend;
 use crate::backend::{RuntimeStream, StartOptions, StopOptions, RUN_END_BOUND};
 use crate::error::{Error, Result};
+use crate::lifecycle::{Operation, Step};
 use crate::model::{DriverKind, ExitReason, SandboxId, SandboxInfo, Status};
 use crate::procs::ProcIdentity;
 use crate::runtime::client::{AgentClient, ConnectError};
@@ -27,33 +28,21 @@ impl LocalBackend {
         loop {
             let rec = self.lookup(name, id).await?;
             let info = rec.info;
-            match info.status {
-                Status::Running if converge => return Ok(info),
-                Status::Starting if converge => {
+            let op = if converge {
+                Operation::ConnectOrStart
+            } else {
+                Operation::Start
+            };
+            match op.step(info.status) {
+                Step::Done => return Ok(info),
+                Step::Wait => {
                     // Observe, do not hold any lock while someone else boots.
                     self.wait_until(name, id, |i| i.status != Status::Starting)
                         .await?;
                     continue;
                 }
-                Status::Starting => {
-                    return Err(Error::Starting {
-                        name: info.name,
-                        id: info.id,
-                    })
-                }
-                Status::Running | Status::Draining | Status::Paused => {
-                    return Err(Error::InvalidState {
-                        operation: if converge {
-                            "connect_or_start".into()
-                        } else {
-                            "start".into()
-                        },
-                        name: info.name,
-                        id: info.id,
-                        status: info.status,
-                    })
-                }
-                Status::Created | Status::Stopped | Status::Crashed => {}
+                Step::Refuse => return Err(op.refusal(&info)),
+                Step::Act => {}
             }
             // The claim is the only step under the per-name transition lock;
             // the boot itself happens outside it.
@@ -128,14 +117,20 @@ impl LocalBackend {
         loop {
             let rec = self.lookup(name, id).await?;
             let info = rec.info;
-            match info.status {
-                Status::Created | Status::Stopped | Status::Crashed => return Ok(info),
-                Status::Starting => {
+            let op = if opts.is_some() {
+                Operation::Stop
+            } else {
+                Operation::Kill
+            };
+            match op.step(info.status) {
+                Step::Done => return Ok(info),
+                Step::Wait => {
                     self.wait_until(name, id, |i| i.status != Status::Starting)
                         .await?;
                     continue;
                 }
-                Status::Running | Status::Draining | Status::Paused => {}
+                Step::Refuse => return Err(op.refusal(&info)),
+                Step::Act => {}
             }
             let body = match opts {
                 Some(o) => Control::Stop {
@@ -200,15 +195,8 @@ impl LocalBackend {
     }
 
     pub(super) async fn do_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
-        let decide = |s| match s {
-            Status::Draining | Status::Created | Status::Stopped | Status::Crashed => {
-                Decision::Done
-            }
-            Status::Paused => Decision::Refuse,
-            _ => Decision::Send,
-        };
         match self
-            .control_live(name, id, "drain", decide, Control::Drain)
+            .control_live(name, id, Operation::Drain, Control::Drain)
             .await?
         {
             (info, None) => Ok(info),
@@ -220,15 +208,8 @@ impl LocalBackend {
         // A start in progress has a supervisor that may still be watching
         // the owner: control_live lets it finish, then tells it. Without a
         // run (or once the run ended before it heard), the stored flag.
-        let decide = |s: Status| {
-            if s.has_runtime() {
-                Decision::Send
-            } else {
-                Decision::Done
-            }
-        };
         if let (_, None) = self
-            .control_live(name, id, "detach", decide, Control::Detach)
+            .control_live(name, id, Operation::Detach, Control::Detach)
             .await?
         {
             self.store.set_detached(id, true).await?;
@@ -236,8 +217,8 @@ impl LocalBackend {
         self.lookup(name, id).await.map(|r| r.info)
     }
 
-    /// Sends `body` to the run of the sandbox once `decide` says its status
-    /// takes it (Starting is waited through first). A run that ends before
+    /// Sends `body` to the run of the sandbox once `operation` acts in its
+    /// status (Starting is waited through first). A run that ends before
     /// answering, or that refuses because its status changed meanwhile (a
     /// pause, a drain), is not an error of its own: the operation is decided
     /// again on the status it is in then. `None`: nothing was sent.
@@ -245,25 +226,20 @@ impl LocalBackend {
         &self,
         name: &str,
         id: &SandboxId,
-        operation: &'static str,
-        decide: impl Fn(Status) -> Decision,
+        operation: Operation,
         body: Control,
     ) -> Result<(SandboxInfo, Option<Response>)> {
         loop {
-            let info = self
-                .wait_until(name, id, |i| i.status != Status::Starting)
-                .await?;
-            match decide(info.status) {
-                Decision::Done => return Ok((info, None)),
-                Decision::Refuse => {
-                    return Err(Error::InvalidState {
-                        operation: operation.into(),
-                        name: info.name,
-                        id: info.id,
-                        status: info.status,
-                    })
+            let info = self.lookup(name, id).await?.info;
+            match operation.step(info.status) {
+                Step::Done => return Ok((info, None)),
+                Step::Refuse => return Err(operation.refusal(&info)),
+                Step::Wait => {
+                    self.wait_until(name, id, |i| i.status != Status::Starting)
+                        .await?;
+                    continue;
                 }
-                Decision::Send => {}
+                Step::Act => {}
             }
             match self.control_answer(&info, body.clone()).await {
                 Ok(r) => return Ok((info, Some(r))),
@@ -272,7 +248,7 @@ impl LocalBackend {
                     let now = self.lookup(name, id).await?.info;
                     if (now.status, now.generation) == (info.status, info.generation) {
                         return Err(Error::Guest {
-                            operation: operation.into(),
+                            operation: operation.as_str().into(),
                             source: crate::error::GuestFailure(g),
                         });
                     }
@@ -284,13 +260,8 @@ impl LocalBackend {
 
     pub(super) async fn do_remove(&self, name: &str, id: &SandboxId) -> Result<()> {
         let info = self.lookup(name, id).await?.info;
-        if !info.status.can_remove() {
-            return Err(Error::InvalidState {
-                operation: "remove".into(),
-                name: info.name,
-                id: info.id,
-                status: info.status,
-            });
+        if Operation::Remove.step(info.status) != Step::Act {
+            return Err(Operation::Remove.refusal(&info));
         }
         let deleted = {
             let _lock = self.name_lock(name).await?;
@@ -345,7 +316,7 @@ impl LocalBackend {
                 && info.last_run.as_ref().and_then(|r| r.exit_reason)
                     == Some(ExitReason::IdleTimeout);
             match info.status {
-                Status::Running => {}
+                _ if Operation::Exec.step(info.status) == Step::Act => {}
                 // Someone else's (demand) start is in progress: converge on it.
                 Status::Starting if demand || settled => {
                     self.wait_until(name, id, |i| i.status != Status::Starting)
@@ -368,14 +339,7 @@ impl LocalBackend {
                     .map_err(|e| Error::protocol(format!("demand start task failed: {e}")))??;
                     continue;
                 }
-                _ => {
-                    return Err(Error::InvalidState {
-                        operation: "exec".into(),
-                        name: info.name,
-                        id: info.id,
-                        status: info.status,
-                    })
-                }
+                _ => return Err(Operation::Exec.refusal(&info)),
             }
             match self.connect_supervisor(&info).await? {
                 Some(stream) => {
@@ -500,16 +464,6 @@ impl LocalBackend {
             Err(_) => Err(ended().await),
         }
     }
-}
-
-/// What an operation does in a status (see `LocalBackend::control_live`).
-pub(super) enum Decision {
-    /// Nothing to send: already there, or nothing runs.
-    Done,
-    /// `invalid_state`.
-    Refuse,
-    /// Ask the supervisor.
-    Send,
 }
 
 /// Why a control request did not get an answer.

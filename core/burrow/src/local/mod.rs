@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 use crate::backend::{
-    Backend, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions, StopOptions,
+    Backend, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions,
+    StopOptions,
 };
 use crate::error::{Error, Result};
 use crate::image::{parse_reference, ImageSource};
@@ -134,12 +135,6 @@ impl LocalBackend {
         }
     }
 
-    /// The id currently holding `name` (for the name-addressed methods,
-    /// which act through their `*_identified` forms).
-    async fn id_of(&self, name: &str) -> Result<SandboxId> {
-        Ok(self.lookup_name(name).await?.info.id)
-    }
-
     async fn lookup_name(&self, name: &str) -> Result<Record> {
         validate_name(name)?;
         let rec = self
@@ -189,6 +184,10 @@ impl LocalBackend {
 
 #[async_trait]
 impl Backend for LocalBackend {
+    async fn capabilities(&self) -> Result<Capabilities> {
+        Ok(Capabilities::ALL)
+    }
+
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         validate_name(&req.name)?;
         req.config.validate()?;
@@ -244,78 +243,16 @@ impl Backend for LocalBackend {
         Ok(out)
     }
 
-    async fn start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        self.start_identified(name, &self.id_of(name).await?, opts)
-            .await
-    }
-    async fn connect_or_start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        self.connect_or_start_identified(name, &self.id_of(name).await?, opts)
-            .await
-    }
-    async fn stop(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        self.stop_identified(name, &self.id_of(name).await?, opts)
-            .await
-    }
-    async fn kill(&self, name: &str) -> Result<SandboxInfo> {
-        self.kill_identified(name, &self.id_of(name).await?).await
-    }
-    async fn request_drain(&self, name: &str) -> Result<SandboxInfo> {
-        self.request_drain_identified(name, &self.id_of(name).await?)
-            .await
-    }
-    async fn restart(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        self.restart_identified(name, &self.id_of(name).await?, opts)
-            .await
-    }
-    async fn remove(&self, name: &str) -> Result<()> {
-        self.remove_identified(name, &self.id_of(name).await?).await
-    }
-    async fn destroy(&self, name: &str) -> Result<()> {
-        self.destroy_identified(name, &self.id_of(name).await?)
-            .await
-    }
-    async fn wait_for_status(&self, name: &str, statuses: &[Status]) -> Result<SandboxInfo> {
-        self.wait_for_status_identified(name, &self.id_of(name).await?, statuses)
-            .await
-    }
-    async fn open_runtime(&self, name: &str, wake: bool) -> Result<RuntimeStream> {
-        self.open_runtime_identified(name, &self.id_of(name).await?, wake)
-            .await
-    }
-    async fn detach(&self, name: &str) -> Result<SandboxInfo> {
-        self.detach_identified(name, &self.id_of(name).await?).await
-    }
-    async fn touch(&self, name: &str) -> Result<()> {
-        self.touch_identified(name, &self.id_of(name).await?).await
-    }
-    async fn pause(&self, name: &str) -> Result<SandboxInfo> {
-        self.pause_identified(name, &self.id_of(name).await?).await
-    }
-    async fn resume(&self, name: &str) -> Result<SandboxInfo> {
-        self.resume_identified(name, &self.id_of(name).await?).await
-    }
-    async fn modify(&self, name: &str, changes: &Modify) -> Result<ModifyPlan> {
-        self.modify_identified(name, &self.id_of(name).await?, changes)
-            .await
-    }
-    async fn metrics(&self, name: &str) -> Result<Metrics> {
-        self.metrics_identified(name, &self.id_of(name).await?)
-            .await
-    }
-    async fn logs(&self, name: &str, opts: &LogOptions) -> Result<LogStream> {
-        self.logs_identified(name, &self.id_of(name).await?, opts)
-            .await
-    }
-    async fn touch_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+    async fn touch(&self, name: &str, id: &SandboxId) -> Result<()> {
         self.do_touch(name, id).await
     }
-    async fn pause_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn pause(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_pause(name, id, true).await
     }
-    async fn resume_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn resume(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_pause(name, id, false).await
     }
-    async fn modify_identified(
+    async fn modify(
         &self,
         name: &str,
         id: &SandboxId,
@@ -323,10 +260,10 @@ impl Backend for LocalBackend {
     ) -> Result<ModifyPlan> {
         self.do_modify(name, id, changes).await
     }
-    async fn metrics_identified(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
+    async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
         self.do_metrics(name, id).await
     }
-    async fn logs_identified(
+    async fn logs(
         &self,
         name: &str,
         id: &SandboxId,
@@ -335,14 +272,14 @@ impl Backend for LocalBackend {
         self.lookup(name, id).await?;
         crate::logs::open_local(&self.home.sandbox_dir(id), opts)
     }
-    async fn detach_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_detach(name, id).await
     }
 
-    async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn status(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.lookup(name, id).await.map(|r| r.info)
     }
-    async fn start_identified(
+    async fn start(
         &self,
         name: &str,
         id: &SandboxId,
@@ -350,7 +287,7 @@ impl Backend for LocalBackend {
     ) -> Result<SandboxInfo> {
         self.do_start(name, id, opts, false).await
     }
-    async fn connect_or_start_identified(
+    async fn connect_or_start(
         &self,
         name: &str,
         id: &SandboxId,
@@ -358,7 +295,7 @@ impl Backend for LocalBackend {
     ) -> Result<SandboxInfo> {
         self.do_start(name, id, opts, true).await
     }
-    async fn stop_identified(
+    async fn stop(
         &self,
         name: &str,
         id: &SandboxId,
@@ -366,13 +303,13 @@ impl Backend for LocalBackend {
     ) -> Result<SandboxInfo> {
         self.do_stop(name, id, Some(opts)).await
     }
-    async fn kill_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn kill(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_stop(name, id, None).await
     }
-    async fn request_drain_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn request_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_drain(name, id).await
     }
-    async fn restart_identified(
+    async fn restart(
         &self,
         name: &str,
         id: &SandboxId,
@@ -381,10 +318,10 @@ impl Backend for LocalBackend {
         self.do_stop(name, id, Some(opts)).await?;
         self.do_start(name, id, StartOptions::default(), true).await
     }
-    async fn remove_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+    async fn remove(&self, name: &str, id: &SandboxId) -> Result<()> {
         self.do_remove(name, id).await
     }
-    async fn destroy_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+    async fn destroy(&self, name: &str, id: &SandboxId) -> Result<()> {
         // Someone may start it again between the kill and the remove; the
         // remove then refuses, and we kill again.
         for _ in 0..5 {
@@ -397,7 +334,7 @@ impl Backend for LocalBackend {
         self.do_stop(name, id, None).await?;
         self.do_remove(name, id).await
     }
-    async fn wait_for_status_identified(
+    async fn wait_for_status(
         &self,
         name: &str,
         id: &SandboxId,
@@ -406,7 +343,7 @@ impl Backend for LocalBackend {
         self.wait_until(name, id, |i| statuses.contains(&i.status))
             .await
     }
-    async fn open_runtime_identified(
+    async fn open_runtime(
         &self,
         name: &str,
         id: &SandboxId,

@@ -2,7 +2,8 @@
 
 use burrow_protocol::{Control, Response};
 
-use super::lifecycle::{ControlError, Decision};
+use super::lifecycle::ControlError;
+use crate::lifecycle::Operation;
 use super::LocalBackend;
 use crate::backend::Metrics;
 use crate::error::{Error, Result};
@@ -10,11 +11,7 @@ use crate::model::{Applies, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 
 impl LocalBackend {
     pub(super) async fn do_touch(&self, name: &str, id: &SandboxId) -> Result<()> {
-        let live = |s| match s {
-            Status::Running | Status::Draining | Status::Paused => Decision::Send,
-            _ => Decision::Refuse,
-        };
-        self.control_live(name, id, "touch", live, Control::Touch)
+        self.control_live(name, id, Operation::Touch, Control::Touch)
             .await?;
         Ok(())
     }
@@ -26,18 +23,17 @@ impl LocalBackend {
         id: &SandboxId,
         pause: bool,
     ) -> Result<SandboxInfo> {
-        let operation = if pause { "pause" } else { "resume" };
-        let decide = |s| match (pause, s) {
-            (true, Status::Paused) | (false, Status::Running) => Decision::Done,
-            (true, Status::Running) | (false, Status::Paused) => Decision::Send,
-            _ => Decision::Refuse,
+        let operation = if pause {
+            Operation::Pause
+        } else {
+            Operation::Resume
         };
         let body = if pause {
             Control::Pause
         } else {
             Control::Resume
         };
-        match self.control_live(name, id, operation, decide, body).await? {
+        match self.control_live(name, id, operation, body).await? {
             (info, None) => Ok(info),
             (_, Some(_)) => self.lookup(name, id).await.map(|r| r.info),
         }
@@ -92,12 +88,8 @@ impl LocalBackend {
     }
 
     pub(super) async fn do_metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
-        let live = |s| match s {
-            Status::Running | Status::Draining | Status::Paused => Decision::Send,
-            _ => Decision::Refuse,
-        };
         match self
-            .control_live(name, id, "metrics", live, Control::Metrics)
+            .control_live(name, id, Operation::Metrics, Control::Metrics)
             .await?
         {
             (_, Some(Response::Metrics { metrics })) => Ok(metrics),

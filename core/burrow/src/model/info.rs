@@ -64,6 +64,7 @@ impl ExitReason {
 
 /// One run (runtime generation) of a sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RunInfo {
     /// Runtime generation of this run.
     pub generation: u64,
@@ -83,8 +84,25 @@ pub struct RunInfo {
     pub timings: Option<serde_json::Value>,
 }
 
+impl RunInfo {
+    /// Run `generation`, claimed at `started_at_ms`, not yet running.
+    pub fn new(generation: u64, started_at_ms: i64) -> Self {
+        RunInfo {
+            generation,
+            supervisor_pid: None,
+            started_at_ms,
+            running_at_ms: None,
+            ended_at_ms: None,
+            exit_reason: None,
+            detail: None,
+            timings: None,
+        }
+    }
+}
+
 /// A snapshot of one sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SandboxInfo {
     /// Identity.
     pub id: SandboxId,
@@ -105,4 +123,26 @@ pub struct SandboxInfo {
     pub updated_at_ms: i64,
     /// The latest run, if any.
     pub last_run: Option<RunInfo>,
+}
+
+impl SandboxInfo {
+    /// A sandbox just created: status Created, generation 0, attached,
+    /// created and updated now, never run. Backends set the other fields.
+    pub fn new(id: SandboxId, name: impl Into<String>, config: SandboxConfig) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or_default();
+        SandboxInfo {
+            id,
+            name: name.into(),
+            status: Status::Created,
+            config,
+            generation: 0,
+            detached: false,
+            created_at_ms: now,
+            updated_at_ms: now,
+            last_run: None,
+        }
+    }
 }

@@ -4,7 +4,7 @@
 //! The wire contract is [`crate::api`]. Every operation of a handle goes to
 //! the id path with the name the handle captured (`?name=`), so the server
 //! checks identity and acts atomically, exactly like the local backend's
-//! `*_identified` methods. Errors travel as [`crate::api::ErrorBody`] and
+//! id-addressed methods. Errors travel as [`crate::api::ErrorBody`] and
 //! come back as the same [`Error`] the server saw.
 //!
 //! ```no_run
@@ -44,7 +44,8 @@ use self::session::Session;
 use self::url::{encode_segment, Endpoint};
 use crate::api::{self, LogFrame, SandboxList, StartBody, StopBody, WaitBody, PREFIX};
 use crate::backend::{
-    Backend, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions, StopOptions,
+    Backend, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions,
+    StopOptions,
 };
 use crate::error::{Error, Result};
 use crate::logs::{LogLine, LogOptions, LogStream};
@@ -214,24 +215,6 @@ impl RemoteBackend {
             session,
         })
     }
-
-    /// Looks `name` up, then runs `op` on the id it has; if the name moved
-    /// to another sandbox in between (`sandbox_replaced`), looks up again
-    /// and runs `op` once more.
-    async fn by_name<'a, T, F, Fut>(&'a self, name: &'a str, op: F) -> Result<T>
-    where
-        F: Fn(SandboxId) -> Fut,
-        Fut: std::future::Future<Output = Result<T>> + 'a,
-    {
-        let id = self.get(name).await?.id;
-        match op(id).await {
-            Err(Error::SandboxReplaced { .. }) => {
-                let id = self.get(name).await?.id;
-                op(id).await
-            }
-            other => other,
-        }
-    }
 }
 
 /// `/v1/sandboxes/{id}[/action][?name=]`.
@@ -266,6 +249,11 @@ fn stop_body(opts: StopOptions) -> StopBody {
 
 #[async_trait]
 impl Backend for RemoteBackend {
+    async fn capabilities(&self) -> Result<Capabilities> {
+        self.call(Req::new(Method::GET, format!("{PREFIX}/capabilities")))
+            .await
+    }
+
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
         self.call(Req::new(Method::POST, format!("{PREFIX}/sandboxes")).json(&req)?)
             .await
@@ -296,120 +284,11 @@ impl Backend for RemoteBackend {
         Ok(list.sandboxes)
     }
 
-    async fn start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        self.by_name(name, |id| async move {
-            self.start_identified(name, &id, opts).await
-        })
-        .await
-    }
-    async fn connect_or_start(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        self.by_name(name, |id| async move {
-            self.connect_or_start_identified(name, &id, opts).await
-        })
-        .await
-    }
-    async fn stop(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        self.by_name(name, |id| async move {
-            self.stop_identified(name, &id, opts).await
-        })
-        .await
-    }
-    async fn kill(&self, name: &str) -> Result<SandboxInfo> {
-        self.by_name(
-            name,
-            |id| async move { self.kill_identified(name, &id).await },
-        )
-        .await
-    }
-    async fn request_drain(&self, name: &str) -> Result<SandboxInfo> {
-        self.by_name(name, |id| async move {
-            self.request_drain_identified(name, &id).await
-        })
-        .await
-    }
-    async fn restart(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        self.by_name(name, |id| async move {
-            self.restart_identified(name, &id, opts).await
-        })
-        .await
-    }
-    async fn remove(&self, name: &str) -> Result<()> {
-        self.by_name(
-            name,
-            |id| async move { self.remove_identified(name, &id).await },
-        )
-        .await
-    }
-    async fn destroy(&self, name: &str) -> Result<()> {
-        self.by_name(name, |id| async move {
-            self.destroy_identified(name, &id).await
-        })
-        .await
-    }
-    async fn wait_for_status(&self, name: &str, statuses: &[Status]) -> Result<SandboxInfo> {
-        self.by_name(name, |id| async move {
-            self.wait_for_status_identified(name, &id, statuses).await
-        })
-        .await
-    }
-    async fn open_runtime(&self, name: &str, wake: bool) -> Result<RuntimeStream> {
-        self.by_name(name, |id| async move {
-            self.open_runtime_identified(name, &id, wake).await
-        })
-        .await
-    }
-    async fn detach(&self, name: &str) -> Result<SandboxInfo> {
-        self.by_name(
-            name,
-            |id| async move { self.detach_identified(name, &id).await },
-        )
-        .await
-    }
-    async fn touch(&self, name: &str) -> Result<()> {
-        self.by_name(
-            name,
-            |id| async move { self.touch_identified(name, &id).await },
-        )
-        .await
-    }
-    async fn pause(&self, name: &str) -> Result<SandboxInfo> {
-        self.by_name(
-            name,
-            |id| async move { self.pause_identified(name, &id).await },
-        )
-        .await
-    }
-    async fn resume(&self, name: &str) -> Result<SandboxInfo> {
-        self.by_name(
-            name,
-            |id| async move { self.resume_identified(name, &id).await },
-        )
-        .await
-    }
-    async fn modify(&self, name: &str, changes: &Modify) -> Result<ModifyPlan> {
-        self.by_name(name, |id| async move {
-            self.modify_identified(name, &id, changes).await
-        })
-        .await
-    }
-    async fn metrics(&self, name: &str) -> Result<Metrics> {
-        self.by_name(name, |id| async move {
-            self.metrics_identified(name, &id).await
-        })
-        .await
-    }
-    async fn logs(&self, name: &str, opts: &LogOptions) -> Result<LogStream> {
-        self.by_name(name, |id| async move {
-            self.logs_identified(name, &id, opts).await
-        })
-        .await
-    }
-
-    async fn status_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn status(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(Req::new(Method::GET, id_path(id, None, Some(name))))
             .await
     }
-    async fn start_identified(
+    async fn start(
         &self,
         name: &str,
         id: &SandboxId,
@@ -418,7 +297,7 @@ impl Backend for RemoteBackend {
         let body = self.start_body(opts).await?;
         self.call(post(id, "start", name).json(&body)?).await
     }
-    async fn connect_or_start_identified(
+    async fn connect_or_start(
         &self,
         name: &str,
         id: &SandboxId,
@@ -428,7 +307,7 @@ impl Backend for RemoteBackend {
         self.call(post(id, "connect-or-start", name).json(&body)?)
             .await
     }
-    async fn stop_identified(
+    async fn stop(
         &self,
         name: &str,
         id: &SandboxId,
@@ -437,34 +316,34 @@ impl Backend for RemoteBackend {
         self.call(post(id, "stop", name).json(&stop_body(opts))?)
             .await
     }
-    async fn kill_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn kill(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(post(id, "kill", name)).await
     }
-    async fn request_drain_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn request_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(post(id, "drain", name)).await
     }
     /// A stop, then a `connect-or-start` carrying this process's session
     /// (exactly the local backend's restart: two steps, each bound to
     /// `id`). `POST /restart` has no session field, so an attached sandbox
     /// restarted through it would lose its owner.
-    async fn restart_identified(
+    async fn restart(
         &self,
         name: &str,
         id: &SandboxId,
         opts: StopOptions,
     ) -> Result<SandboxInfo> {
-        self.stop_identified(name, id, opts).await?;
-        self.connect_or_start_identified(name, id, StartOptions::default())
+        self.stop(name, id, opts).await?;
+        self.connect_or_start(name, id, StartOptions::default())
             .await
     }
-    async fn remove_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+    async fn remove(&self, name: &str, id: &SandboxId) -> Result<()> {
         self.call_empty(Req::new(Method::DELETE, id_path(id, None, Some(name))))
             .await
     }
-    async fn destroy_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+    async fn destroy(&self, name: &str, id: &SandboxId) -> Result<()> {
         self.call_empty(post(id, "destroy", name)).await
     }
-    async fn wait_for_status_identified(
+    async fn wait_for_status(
         &self,
         name: &str,
         id: &SandboxId,
@@ -476,19 +355,19 @@ impl Backend for RemoteBackend {
         };
         self.call(post(id, "wait", name).json(&body)?).await
     }
-    async fn detach_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(post(id, "detach", name)).await
     }
-    async fn touch_identified(&self, name: &str, id: &SandboxId) -> Result<()> {
+    async fn touch(&self, name: &str, id: &SandboxId) -> Result<()> {
         self.call_empty(post(id, "touch", name)).await
     }
-    async fn pause_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn pause(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(post(id, "pause", name)).await
     }
-    async fn resume_identified(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
+    async fn resume(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(post(id, "resume", name)).await
     }
-    async fn modify_identified(
+    async fn modify(
         &self,
         name: &str,
         id: &SandboxId,
@@ -497,7 +376,7 @@ impl Backend for RemoteBackend {
         self.call(Req::new(Method::PATCH, id_path(id, None, Some(name))).json(changes)?)
             .await
     }
-    async fn metrics_identified(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
+    async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
         self.call(Req::new(
             Method::GET,
             id_path(id, Some("metrics"), Some(name)),
@@ -505,7 +384,7 @@ impl Backend for RemoteBackend {
         .await
     }
 
-    async fn logs_identified(
+    async fn logs(
         &self,
         name: &str,
         id: &SandboxId,
@@ -542,7 +421,7 @@ impl Backend for RemoteBackend {
         Ok(LogStream::from_channel(rx))
     }
 
-    async fn open_runtime_identified(
+    async fn open_runtime(
         &self,
         name: &str,
         id: &SandboxId,

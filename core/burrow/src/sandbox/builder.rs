@@ -186,7 +186,7 @@ impl SandboxBuilder {
         let backend = self.resolve_backend().await?;
         let info = backend.create(self.request()?).await?;
         let info = backend
-            .start_identified(&info.name, &info.id, StartOptions::default())
+            .start(&info.name, &info.id, StartOptions::default())
             .await?;
         Ok(Sandbox::bind(backend, &info))
     }
@@ -200,7 +200,7 @@ impl SandboxBuilder {
             match backend.get(&self.name).await {
                 Ok(info) => {
                     match backend
-                        .connect_or_start_identified(&info.name, &info.id, StartOptions::default())
+                        .connect_or_start(&info.name, &info.id, StartOptions::default())
                         .await
                     {
                         Ok(info) => return Ok(Sandbox::bind(backend, &info)),
@@ -213,7 +213,7 @@ impl SandboxBuilder {
                 Err(Error::NotFound { .. }) => match backend.create(self.request()?).await {
                     Ok(info) => {
                         let info = backend
-                            .connect_or_start_identified(
+                            .connect_or_start(
                                 &info.name,
                                 &info.id,
                                 StartOptions::default(),
@@ -237,7 +237,7 @@ impl ReplaceBuilder {
         let backend = self.inner.resolve_backend().await?;
         loop {
             match backend.get(&self.inner.name).await {
-                Ok(info) => match backend.destroy_identified(&info.name, &info.id).await {
+                Ok(info) => match backend.destroy(&info.name, &info.id).await {
                     Ok(()) | Err(Error::NotFound { .. }) | Err(Error::SandboxReplaced { .. }) => {}
                     Err(e) => return Err(e),
                 },

@@ -44,7 +44,7 @@ impl SandboxHandle {
 
     /// A fresh snapshot.
     pub async fn info(&self) -> Result<SandboxInfo> {
-        self.backend.status_identified(&self.name, &self.id).await
+        self.backend.status(&self.name, &self.id).await
     }
 
     /// The current status.
@@ -61,7 +61,7 @@ impl SandboxHandle {
     pub async fn start(&self) -> Result<Sandbox> {
         let info = self
             .backend
-            .start_identified(&self.name, &self.id, StartOptions::default())
+            .start(&self.name, &self.id, StartOptions::default())
             .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
@@ -70,7 +70,7 @@ impl SandboxHandle {
     pub async fn start_with(&self, opts: StartOptions) -> Result<Sandbox> {
         let info = self
             .backend
-            .start_identified(&self.name, &self.id, opts)
+            .start(&self.name, &self.id, opts)
             .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
@@ -80,7 +80,7 @@ impl SandboxHandle {
     pub async fn connect_or_start(&self) -> Result<Sandbox> {
         let info = self
             .backend
-            .connect_or_start_identified(&self.name, &self.id, StartOptions::default())
+            .connect_or_start(&self.name, &self.id, StartOptions::default())
             .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
@@ -88,26 +88,26 @@ impl SandboxHandle {
     /// Graceful stop.
     pub async fn stop(&self) -> Result<SandboxInfo> {
         self.backend
-            .stop_identified(&self.name, &self.id, StopOptions::default())
+            .stop(&self.name, &self.id, StopOptions::default())
             .await
     }
 
     /// Graceful stop with options.
     pub async fn stop_with(&self, opts: StopOptions) -> Result<SandboxInfo> {
         self.backend
-            .stop_identified(&self.name, &self.id, opts)
+            .stop(&self.name, &self.id, opts)
             .await
     }
 
     /// Immediate stop.
     pub async fn kill(&self) -> Result<SandboxInfo> {
-        self.backend.kill_identified(&self.name, &self.id).await
+        self.backend.kill(&self.name, &self.id).await
     }
 
     /// Drains: no new work; stops when in-flight work ends.
     pub async fn request_drain(&self) -> Result<SandboxInfo> {
         self.backend
-            .request_drain_identified(&self.name, &self.id)
+            .request_drain(&self.name, &self.id)
             .await
     }
 
@@ -115,59 +115,59 @@ impl SandboxHandle {
     pub async fn restart(&self) -> Result<Sandbox> {
         let info = self
             .backend
-            .restart_identified(&self.name, &self.id, StopOptions::default())
+            .restart(&self.name, &self.id, StopOptions::default())
             .await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
 
     /// Kills (if running) and removes exactly this sandbox.
     pub async fn destroy(&self) -> Result<()> {
-        self.backend.destroy_identified(&self.name, &self.id).await
+        self.backend.destroy(&self.name, &self.id).await
     }
 
     /// Removes this sandbox (it must not be running).
     pub async fn remove(&self) -> Result<()> {
-        self.backend.remove_identified(&self.name, &self.id).await
+        self.backend.remove(&self.name, &self.id).await
     }
 
     /// Waits, without a deadline, until the status is one of `statuses`.
     pub async fn wait_for_status(&self, statuses: &[Status]) -> Result<SandboxInfo> {
         self.backend
-            .wait_for_status_identified(&self.name, &self.id, statuses)
+            .wait_for_status(&self.name, &self.id, statuses)
             .await
     }
 
     /// Explicit keepalive (counts as activity for the idle timeout).
     pub async fn touch(&self) -> Result<()> {
-        self.backend.touch_identified(&self.name, &self.id).await
+        self.backend.touch(&self.name, &self.id).await
     }
 
     /// Suspends every process of the sandbox.
     pub async fn pause(&self) -> Result<SandboxInfo> {
-        self.backend.pause_identified(&self.name, &self.id).await
+        self.backend.pause(&self.name, &self.id).await
     }
 
     /// Continues after a pause.
     pub async fn resume(&self) -> Result<SandboxInfo> {
-        self.backend.resume_identified(&self.name, &self.id).await
+        self.backend.resume(&self.name, &self.id).await
     }
 
     /// Changes the configuration; see [`crate::model::ModifyPlan`].
     pub async fn modify(&self, changes: &crate::model::Modify) -> Result<crate::model::ModifyPlan> {
         self.backend
-            .modify_identified(&self.name, &self.id, changes)
+            .modify(&self.name, &self.id, changes)
             .await
     }
 
     /// Resource usage of the running sandbox.
     pub async fn metrics(&self) -> Result<crate::backend::Metrics> {
-        self.backend.metrics_identified(&self.name, &self.id).await
+        self.backend.metrics(&self.name, &self.id).await
     }
 
     /// The sandbox's logs (running, stopped or crashed).
     pub async fn logs(&self, opts: &crate::logs::LogOptions) -> Result<crate::logs::LogStream> {
         self.backend
-            .logs_identified(&self.name, &self.id, opts)
+            .logs(&self.name, &self.id, opts)
             .await
     }
 

@@ -76,7 +76,8 @@ impl Sandbox {
 
     /// Removes the stopped sandbox named `name` (default backend).
     pub async fn remove(name: &str) -> Result<()> {
-        default_backend().await?.remove(name).await
+        use crate::backend::BackendExt;
+        default_backend().await?.remove_by_name(name).await
     }
 
     pub(crate) fn bind(backend: Arc<dyn Backend>, info: &SandboxInfo) -> Sandbox {
@@ -119,7 +120,7 @@ impl Sandbox {
     pub async fn info(&self) -> Result<SandboxInfo> {
         self.inner
             .backend
-            .status_identified(&self.inner.name, &self.inner.id)
+            .status(&self.inner.name, &self.inner.id)
             .await
     }
 
@@ -143,7 +144,7 @@ impl Sandbox {
             let stream = self
                 .inner
                 .backend
-                .open_runtime_identified(&self.inner.name, &self.inner.id, wake)
+                .open_runtime(&self.inner.name, &self.inner.id, wake)
                 .await?;
             let generation = stream.generation;
             let expect = Identity {
@@ -246,7 +247,7 @@ impl Sandbox {
         let r = self
             .inner
             .backend
-            .stop_identified(&self.inner.name, &self.inner.id, opts)
+            .stop(&self.inner.name, &self.inner.id, opts)
             .await;
         self.forget_connection().await;
         r
@@ -257,7 +258,7 @@ impl Sandbox {
         let r = self
             .inner
             .backend
-            .kill_identified(&self.inner.name, &self.inner.id)
+            .kill(&self.inner.name, &self.inner.id)
             .await;
         self.forget_connection().await;
         r
@@ -267,7 +268,7 @@ impl Sandbox {
     pub async fn request_drain(&self) -> Result<SandboxInfo> {
         self.inner
             .backend
-            .request_drain_identified(&self.inner.name, &self.inner.id)
+            .request_drain(&self.inner.name, &self.inner.id)
             .await
     }
 
@@ -292,7 +293,7 @@ impl Sandbox {
         let info = self
             .inner
             .backend
-            .restart_identified(&self.inner.name, &self.inner.id, StopOptions::default())
+            .restart(&self.inner.name, &self.inner.id, StopOptions::default())
             .await?;
         self.inner
             .generation
@@ -305,7 +306,7 @@ impl Sandbox {
     pub async fn touch(&self) -> Result<()> {
         self.inner
             .backend
-            .touch_identified(&self.inner.name, &self.inner.id)
+            .touch(&self.inner.name, &self.inner.id)
             .await
     }
 
@@ -314,7 +315,7 @@ impl Sandbox {
     pub async fn pause(&self) -> Result<SandboxInfo> {
         self.inner
             .backend
-            .pause_identified(&self.inner.name, &self.inner.id)
+            .pause(&self.inner.name, &self.inner.id)
             .await
     }
 
@@ -322,7 +323,7 @@ impl Sandbox {
     pub async fn resume(&self) -> Result<SandboxInfo> {
         self.inner
             .backend
-            .resume_identified(&self.inner.name, &self.inner.id)
+            .resume(&self.inner.name, &self.inner.id)
             .await
     }
 
@@ -331,7 +332,7 @@ impl Sandbox {
     pub async fn modify(&self, changes: &crate::model::Modify) -> Result<crate::model::ModifyPlan> {
         self.inner
             .backend
-            .modify_identified(&self.inner.name, &self.inner.id, changes)
+            .modify(&self.inner.name, &self.inner.id, changes)
             .await
     }
 
@@ -339,7 +340,7 @@ impl Sandbox {
     pub async fn metrics(&self) -> Result<crate::backend::Metrics> {
         self.inner
             .backend
-            .metrics_identified(&self.inner.name, &self.inner.id)
+            .metrics(&self.inner.name, &self.inner.id)
             .await
     }
 
@@ -369,7 +370,7 @@ impl Sandbox {
     pub async fn logs(&self, opts: &crate::logs::LogOptions) -> Result<crate::logs::LogStream> {
         self.inner
             .backend
-            .logs_identified(&self.inner.name, &self.inner.id, opts)
+            .logs(&self.inner.name, &self.inner.id, opts)
             .await
     }
 
@@ -378,7 +379,7 @@ impl Sandbox {
     pub async fn detach(&self) -> Result<SandboxInfo> {
         self.inner
             .backend
-            .detach_identified(&self.inner.name, &self.inner.id)
+            .detach(&self.inner.name, &self.inner.id)
             .await
     }
 
@@ -387,7 +388,7 @@ impl Sandbox {
         self.forget_connection().await;
         self.inner
             .backend
-            .destroy_identified(&self.inner.name, &self.inner.id)
+            .destroy(&self.inner.name, &self.inner.id)
             .await
     }
 }

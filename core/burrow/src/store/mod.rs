@@ -9,11 +9,13 @@
 
 use std::str::FromStr;
 use std::time::Duration;
+use std::sync::LazyLock;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
 use crate::error::{Error, Result};
+use crate::lifecycle::Operation;
 use crate::locks::FileLock;
 use crate::model::{ExitReason, RunInfo, SandboxConfig, SandboxId, SandboxInfo, Status};
 use crate::paths::Home;
@@ -220,12 +222,16 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         // First statement is the write: the transaction takes the write lock
         // before reading anything, so there is no read->write upgrade race.
-        let generation: Option<i64> = sqlx::query_scalar(
-            "UPDATE sandboxes SET status = 'starting', generation = generation + 1, owner_pid = ?,
-               owner_start = ?, updated_at = ?, detached = COALESCE(?, detached)
-             WHERE id = ? AND status IN ('created', 'stopped', 'crashed')
-             RETURNING generation",
-        )
+        static CLAIM: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "UPDATE sandboxes SET status = 'starting', generation = generation + 1, owner_pid = ?,
+                   owner_start = ?, updated_at = ?, detached = COALESCE(?, detached)
+                 WHERE id = ? AND status IN ({})
+                 RETURNING generation",
+                sql_list(Operation::Start.acts_in())
+            )
+        });
+        let generation: Option<i64> = sqlx::query_scalar(CLAIM.as_str())
         .bind(owner.pid)
         .bind(owner.start as i64)
         .bind(now)
@@ -321,11 +327,7 @@ impl Store {
         from: &[Status],
         to: Status,
     ) -> Result<bool> {
-        let from_list = from
-            .iter()
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect::<Vec<_>>()
-            .join(",");
+        let from_list = sql_list(from.iter().copied());
         let n = sqlx::query(&format!(
             "UPDATE sandboxes SET status = ?, updated_at = ? WHERE id = ? AND generation = ? AND status IN ({from_list})"
         ))
@@ -352,10 +354,14 @@ impl Store {
     ) -> Result<bool> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
-        let n = sqlx::query(
-            "UPDATE sandboxes SET status = ?, owner_pid = NULL, owner_start = NULL, updated_at = ?
-             WHERE id = ? AND generation = ? AND status IN ('starting', 'running', 'draining', 'paused')",
-        )
+        static FINISH: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "UPDATE sandboxes SET status = ?, owner_pid = NULL, owner_start = NULL, updated_at = ?
+                 WHERE id = ? AND generation = ? AND status IN ({})",
+                sql_list(Status::ALL.into_iter().filter(|s| s.has_runtime()))
+            )
+        });
+        let n = sqlx::query(FINISH.as_str())
         .bind(status.as_str())
         .bind(now)
         .bind(id.as_str())
@@ -424,9 +430,13 @@ impl Store {
     /// Deletes a sandbox whose status allows removal. Returns false when the
     /// row is gone or its status changed meanwhile.
     pub async fn delete(&self, id: &SandboxId) -> Result<bool> {
-        let n = sqlx::query(
-            "DELETE FROM sandboxes WHERE id = ? AND status IN ('created', 'stopped', 'crashed')",
-        )
+        static DELETE: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "DELETE FROM sandboxes WHERE id = ? AND status IN ({})",
+                sql_list(Operation::Remove.acts_in())
+            )
+        });
+        let n = sqlx::query(DELETE.as_str())
         .bind(id.as_str())
         .execute(&self.pool)
         .await?
@@ -492,4 +502,13 @@ fn decode(row: &sqlx::sqlite::SqliteRow) -> Result<Record> {
         },
         owner,
     })
+}
+
+/// `'created','stopped'` for a SQL `IN (...)`: the statuses come from the
+/// lifecycle table, never from literals repeated here.
+fn sql_list(statuses: impl Iterator<Item = Status>) -> String {
+    statuses
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(",")
 }

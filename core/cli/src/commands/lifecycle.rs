@@ -38,14 +38,14 @@ fn done(ctx: Ctx, info: &SandboxInfo) -> anyhow::Result<u8> {
 }
 
 /// The CLI exits right away, so a sandbox it starts must be detached.
-const DETACHED: StartOptions = StartOptions {
-    detached: Some(true),
-};
+fn detached() -> StartOptions {
+    StartOptions::default().detached(true)
+}
 
 pub(crate) async fn start(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
     let h = handle(ctx, &args.sandbox).await?;
     ctx.progress(format_args!("starting sandbox {}...", h.name()));
-    let info = h.start_with(DETACHED).await?.info().await?;
+    let info = h.start_with(detached()).await?.info().await?;
     done(ctx, &info)
 }
 
@@ -71,7 +71,7 @@ pub(crate) async fn restart(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
     let h = handle(ctx, &args.sandbox).await?;
     ctx.progress(format_args!("restarting sandbox {}...", h.name()));
     h.stop().await?;
-    let info = h.start_with(DETACHED).await?.info().await?;
+    let info = h.start_with(detached()).await?.info().await?;
     done(ctx, &info)
 }
 

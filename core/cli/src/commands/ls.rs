@@ -23,14 +23,13 @@ pub(crate) struct LsArgs {
 }
 
 pub(crate) async fn ls(ctx: Ctx, args: LsArgs) -> anyhow::Result<u8> {
-    let filter = ListFilter {
-        statuses: args
-            .status
+    let mut filter = ListFilter::default().statuses(
+        args.status
             .iter()
             .map(|s| s.parse::<Status>())
-            .collect::<burrow::Result<_>>()?,
-        labels: parse_pairs("--label", &args.labels)?,
-    };
+            .collect::<burrow::Result<Vec<_>>>()?,
+    );
+    filter.labels = parse_pairs("--label", &args.labels)?;
     let mut list = ctx.backend().await?.list(&filter).await?;
     list.sort_by(|a, b| (a.created_at_ms, &a.name).cmp(&(b.created_at_ms, &b.name)));
     if ctx.json {

@@ -1,0 +1,234 @@
+//! The lifecycle table of `docs/lifecycle.md` as code: what each operation
+//! does to a sandbox in each status. Every backend decides with these
+//! functions, so "stop is idempotent", "a strict start refuses Starting" or
+//! "remove needs a stopped sandbox" mean the same everywhere.
+//!
+//! ```
+//! use burrow::lifecycle::{Operation, Step};
+//! use burrow::Status;
+//!
+//! assert_eq!(Operation::Stop.step(Status::Stopped), Step::Done);
+//! assert_eq!(Operation::Stop.step(Status::Starting), Step::Wait);
+//! assert_eq!(Operation::ConnectOrStart.step(Status::Crashed), Step::Act);
+//! assert_eq!(Operation::Remove.step(Status::Running), Step::Refuse);
+//! ```
+
+use crate::error::Error;
+use crate::model::{SandboxInfo, Status};
+
+/// A lifecycle operation, as far as the status it meets decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Strict start.
+    Start,
+    /// Converge on a running sandbox.
+    ConnectOrStart,
+    /// Graceful stop.
+    Stop,
+    /// Immediate stop.
+    Kill,
+    /// Stop once in-flight work is done.
+    Drain,
+    /// Survive the owner from now on.
+    Detach,
+    /// Delete the record.
+    Remove,
+    /// Suspend.
+    Pause,
+    /// Continue after a pause.
+    Resume,
+    /// Count as activity.
+    Touch,
+    /// Read resource usage.
+    Metrics,
+    /// Change the configuration.
+    Modify,
+    /// Run commands, file operations or tunnels (a runtime stream).
+    Exec,
+}
+
+/// What an operation does in a status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Step {
+    /// Already where the operation leads (or nothing runs that it could
+    /// reach): answer with the sandbox as it is.
+    Done,
+    /// A start is in progress: wait until it settles, then decide again.
+    Wait,
+    /// Do it.
+    Act,
+    /// Not in this status: [`Operation::refusal`].
+    Refuse,
+}
+
+impl Operation {
+    /// Every operation.
+    pub const ALL: [Operation; 13] = [
+        Operation::Start,
+        Operation::ConnectOrStart,
+        Operation::Stop,
+        Operation::Kill,
+        Operation::Drain,
+        Operation::Detach,
+        Operation::Remove,
+        Operation::Pause,
+        Operation::Resume,
+        Operation::Touch,
+        Operation::Metrics,
+        Operation::Modify,
+        Operation::Exec,
+    ];
+
+    /// The operation's name in errors (`"stop"`, `"connect_or_start"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Start => "start",
+            Operation::ConnectOrStart => "connect_or_start",
+            Operation::Stop => "stop",
+            Operation::Kill => "kill",
+            Operation::Drain => "drain",
+            Operation::Detach => "detach",
+            Operation::Remove => "remove",
+            Operation::Pause => "pause",
+            Operation::Resume => "resume",
+            Operation::Touch => "touch",
+            Operation::Metrics => "metrics",
+            Operation::Modify => "modify",
+            Operation::Exec => "exec",
+        }
+    }
+
+    /// What this operation does to a sandbox in `status`.
+    pub fn step(self, status: Status) -> Step {
+        use Status::*;
+        use Step::*;
+        match (self, status) {
+            (Operation::Start, Created | Stopped | Crashed) => Act,
+            (Operation::Start, _) => Refuse,
+
+            (Operation::ConnectOrStart, Running) => Done,
+            (Operation::ConnectOrStart, Starting) => Wait,
+            (Operation::ConnectOrStart, Created | Stopped | Crashed) => Act,
+            (Operation::ConnectOrStart, Draining | Paused) => Refuse,
+
+            (Operation::Stop | Operation::Kill, Created | Stopped | Crashed) => Done,
+            (Operation::Stop | Operation::Kill, Starting) => Wait,
+            (Operation::Stop | Operation::Kill, Running | Draining | Paused) => Act,
+
+            (Operation::Drain, Draining | Created | Stopped | Crashed) => Done,
+            (Operation::Drain, Starting) => Wait,
+            (Operation::Drain, Running) => Act,
+            (Operation::Drain, Paused) => Refuse,
+
+            (Operation::Detach, Starting) => Wait,
+            (Operation::Detach, Running | Draining | Paused) => Act,
+            (Operation::Detach, Created | Stopped | Crashed) => Done,
+
+            (Operation::Remove, Created | Stopped | Crashed) => Act,
+            (Operation::Remove, _) => Refuse,
+
+            (Operation::Pause, Paused) | (Operation::Resume, Running) => Done,
+            (Operation::Pause, Running) | (Operation::Resume, Paused) => Act,
+            (Operation::Pause | Operation::Resume, Starting) => Wait,
+            (Operation::Pause | Operation::Resume, _) => Refuse,
+
+            (Operation::Touch | Operation::Metrics, Running | Draining | Paused) => Act,
+            (Operation::Touch | Operation::Metrics, Starting) => Wait,
+            (Operation::Touch | Operation::Metrics, _) => Refuse,
+
+            (Operation::Modify, Starting) => Wait,
+            (Operation::Modify, _) => Act,
+
+            (Operation::Exec, Running) => Act,
+            (Operation::Exec, _) => Refuse,
+        }
+    }
+
+    /// The statuses in which this operation acts (for a backend that claims
+    /// a transition in one statement, e.g. `WHERE status IN (...)`).
+    pub fn acts_in(self) -> impl Iterator<Item = Status> {
+        Status::ALL
+            .into_iter()
+            .filter(move |s| self.step(*s) == Step::Act)
+    }
+
+    /// The error of a [`Step::Refuse`] for `info`: [`Error::Starting`] for a
+    /// strict start that met a start in progress, else
+    /// [`Error::InvalidState`] with the status it met.
+    pub fn refusal(self, info: &SandboxInfo) -> Error {
+        if self == Operation::Start && info.status == Status::Starting {
+            return Error::Starting {
+                name: info.name.clone(),
+                id: info.id.clone(),
+            };
+        }
+        Error::InvalidState {
+            operation: self.as_str().into(),
+            name: info.name.clone(),
+            id: info.id.clone(),
+            status: info.status,
+        }
+    }
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_kill_and_drain_are_idempotent_where_nothing_runs() {
+        for op in [Operation::Stop, Operation::Kill, Operation::Drain] {
+            for s in [Status::Created, Status::Stopped, Status::Crashed] {
+                assert_eq!(op.step(s), Step::Done, "{op} in {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn starting_is_waited_through_except_by_a_strict_start_remove_and_exec() {
+        for op in Operation::ALL {
+            let expected = match op {
+                Operation::Start | Operation::Remove | Operation::Exec => Step::Refuse,
+                _ => Step::Wait,
+            };
+            assert_eq!(op.step(Status::Starting), expected, "{op}");
+        }
+    }
+
+    #[test]
+    fn only_settled_statuses_without_a_runtime_can_be_removed_or_started() {
+        let removable: Vec<Status> = Operation::Remove.acts_in().collect();
+        let startable: Vec<Status> = Operation::Start.acts_in().collect();
+        assert_eq!(removable, startable);
+        for s in Status::ALL {
+            assert_eq!(removable.contains(&s), !s.has_runtime(), "{s}");
+            assert_eq!(startable.contains(&s), s.can_start(), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_strict_start_meeting_a_start_is_starting_other_refusals_invalid_state() {
+        let mut info = SandboxInfo::new(
+            crate::model::SandboxId::new(),
+            "w",
+            crate::model::SandboxConfig::new("img"),
+        );
+        info.status = Status::Starting;
+        assert_eq!(
+            Operation::Start.refusal(&info).code(),
+            crate::ErrorCode::Starting
+        );
+        info.status = Status::Running;
+        let e = Operation::Start.refusal(&info);
+        assert_eq!(e.code(), crate::ErrorCode::InvalidState);
+        assert_eq!(e.status(), Some(Status::Running));
+    }
+}
