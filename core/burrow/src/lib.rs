@@ -12,6 +12,7 @@
 pub mod api;
 pub mod backend;
 pub mod driver;
+mod duration;
 pub mod error;
 mod fault;
 pub mod image;
@@ -28,6 +29,7 @@ pub mod store;
 
 pub use backend::{Backend, CreateRequest, ListFilter, Metrics, StartOptions, StopOptions};
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
+pub use duration::{parse_duration, ParseDurationError};
 pub use error::{Error, ErrorCode, Result};
 pub use local::LocalBackend;
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};

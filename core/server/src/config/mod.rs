@@ -31,9 +31,11 @@
 //! `BURROW_SERVE_CONFIG`; without either only the environment and the
 //! defaults apply.
 //!
-//! Durations are written `250ms`, `30s`, `10m`, `1h`, `1h30m`, or as a bare
-//! integer number of seconds (a TOML integer or string; a string in the
-//! environment). Booleans in the environment are `true`, `false`, `1` or `0`.
+//! Durations are read by [`burrow::parse_duration`], as the CLI's flags
+//! are: `500ms`, `1.5s`, `30s`, `10m`, `1h30m`, `2d`, or a bare number of
+//! seconds (`90`, `1.5`); a TOML string or integer (seconds), a string in the
+//! environment; at most 365 days. Booleans in the environment are `true`,
+//! `false`, `1` or `0`.
 //!
 //! ```toml
 //! listen = ["127.0.0.1:7878", "unix:/run/burrow/serve.sock"]
@@ -64,7 +66,7 @@ pub use sections::{
     AuthConfig, BackendKind, DatabaseUrl, GatewayConfig, Listen, LogConfig, LogFormat, PoolConfig,
     ReaperConfig,
 };
-pub use values::{format_duration, parse_duration};
+pub use values::format_duration;
 
 use file::{check_env_names, read_file};
 use resolve::Layers;

@@ -478,6 +478,7 @@ fn value_validation() {
             "gateway.startup_timeout",
         ),
         ("BURROW_SERVE_RETRY_AFTER", "1500ms", "gateway.retry_after"),
+        ("BURROW_SERVE_RETRY_AFTER", "1.5s", "gateway.retry_after"),
         ("BURROW_SERVE_RETRY_AFTER", "0", "gateway.retry_after"),
         ("BURROW_SERVE_LEASE_TTL", "999ms", "gateway.lease_ttl"),
         (

@@ -22,55 +22,11 @@ const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Longest replica id.
 const MAX_REPLICA_ID: usize = 64;
 
-/// Parses a duration: `250ms`, `30s`, `10m`, `1h`, `1h30m` (units `ms`, `s`,
-/// `m`, `h`, combinable), or a bare integer number of seconds. At most 365
-/// days.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    const HINT: &str = "use e.g. 250ms, 30s, 10m, 1h30m or a number of seconds";
-    let s = text.trim();
-    if s.is_empty() {
-        return Err(format!("empty duration; {HINT}"));
-    }
-    if s.bytes().all(|b| b.is_ascii_digit()) {
-        let secs = s
-            .parse::<u64>()
-            .map_err(|_| format!("`{text}` is too large; at most 365 days"))?;
-        return bounded(Duration::from_secs(secs), text);
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(format!("`{text}` is not a duration; {HINT}"));
-        }
-        let (number, after) = rest.split_at(digits);
-        let letters = after
-            .bytes()
-            .take_while(|b| b.is_ascii_alphabetic())
-            .count();
-        let (unit, after) = after.split_at(letters);
-        let n = number
-            .parse::<u64>()
-            .map_err(|_| format!("`{text}` is too large; at most 365 days"))?;
-        let part = match unit {
-            "ms" => Some(Duration::from_millis(n)),
-            "s" => Some(Duration::from_secs(n)),
-            "m" => n.checked_mul(60).map(Duration::from_secs),
-            "h" => n.checked_mul(3600).map(Duration::from_secs),
-            "" => return Err(format!("`{text}` has a number without a unit; {HINT}")),
-            other => {
-                return Err(format!(
-                    "unknown unit `{other}` in `{text}`; units are ms, s, m and h"
-                ))
-            }
-        };
-        total = part
-            .and_then(|p| total.checked_add(p))
-            .ok_or_else(|| format!("`{text}` is too large; at most 365 days"))?;
-        rest = after;
-    }
-    bounded(total, text)
+/// Parses a duration written as text (a TOML string or an environment
+/// variable) with [`burrow::parse_duration`], at most 365 days.
+fn parse_duration_text(text: &str) -> Result<Duration, String> {
+    let d = burrow::parse_duration(text).map_err(|e| e.to_string())?;
+    bounded(d, text)
 }
 
 fn bounded(d: Duration, text: &str) -> Result<Duration, String> {
@@ -81,8 +37,8 @@ fn bounded(d: Duration, text: &str) -> Result<Duration, String> {
     }
 }
 
-/// Formats a duration the way [`parse_duration`] reads it (`1h30m`, `250ms`,
-/// `0s`); sub-millisecond durations use `Debug` notation.
+/// Formats a duration the way [`burrow::parse_duration`] reads it (`1h30m`,
+/// `250ms`, `0s`); sub-millisecond durations use `Debug` notation.
 pub fn format_duration(d: Duration) -> String {
     if d.is_zero() {
         return "0s".into();
@@ -149,12 +105,12 @@ pub(super) fn parse_duration_raw(raw: &Raw<'_>) -> Result<Duration, String> {
             Ok(secs) => bounded(Duration::from_secs(secs), &n.to_string()),
             Err(_) => Err(format!("{n} is negative")),
         },
-        Raw::Toml(toml::Value::String(s)) => parse_duration(s),
+        Raw::Toml(toml::Value::String(s)) => parse_duration_text(s),
         Raw::Toml(v) => Err(format!(
             "expected a duration (a string like \"30s\" or an integer number of seconds), found {}",
             found_desc(v)
         )),
-        Raw::Env(s) => parse_duration(s),
+        Raw::Env(s) => parse_duration_text(s),
     }
 }
 
@@ -377,53 +333,75 @@ mod tests {
 
     #[test]
     fn durations() {
+        // Text is read by burrow::parse_duration (its own tests have the
+        // whole grammar), bounded to 365 days, from the file or the
+        // environment alike.
         let ok: &[(&str, Duration)] = &[
             ("0", Duration::ZERO),
             ("30", Duration::from_secs(30)),
+            ("1.5", Duration::from_millis(1500)),
             ("250ms", Duration::from_millis(250)),
-            ("30s", Duration::from_secs(30)),
+            ("1.5s", Duration::from_millis(1500)),
             ("10m", Duration::from_secs(600)),
-            ("1h", Duration::from_secs(3600)),
             ("1h30m", Duration::from_secs(5400)),
-            ("1m30s500ms", Duration::from_millis(90_500)),
             (" 5s ", Duration::from_secs(5)),
+            ("1d", Duration::from_secs(24 * 3600)),
+            ("365d", Duration::from_secs(365 * 24 * 3600)),
             ("8760h", Duration::from_secs(365 * 24 * 3600)),
         ];
-        for (text, want) in ok {
-            assert_eq!(parse_duration(text), Ok(*want), "{text}");
+        for (s, want) in ok {
+            let v = toml::Value::String((*s).into());
+            for raw in [Raw::Env(s), Raw::Toml(&v)] {
+                assert_eq!(parse_duration_raw(&raw), Ok(*want), "{raw:?}");
+            }
         }
         for bad in [
             "",
             "s",
-            "1.5s",
             "-1s",
             "5 s",
+            "1h 30m",
             "5sec",
-            "1d",
             "10x",
             "1h30",
+            "nan",
             "8761h",
+            "365d1ms",
+            "366d",
             "99999999999999999999",
             "18446744073709551615h",
         ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
+            let v = toml::Value::String(bad.into());
+            for raw in [Raw::Env(bad), Raw::Toml(&v)] {
+                assert!(parse_duration_raw(&raw).is_err(), "{raw:?} parsed");
+            }
         }
+        let too_long = parse_duration_raw(&Raw::Env("366d")).unwrap_err();
+        assert_eq!(too_long, "`366d` is too large; at most 365 days");
+        let unit = parse_duration_raw(&Raw::Env("5x")).unwrap_err();
+        assert!(unit.contains("unknown unit `x`"), "{unit}");
+
         for d in [
             Duration::ZERO,
             Duration::from_millis(250),
             Duration::from_secs(5400),
             Duration::from_millis(90_500),
         ] {
-            assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+            assert_eq!(burrow::parse_duration(&format_duration(d)), Ok(d));
         }
         assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
-        // TOML integers are seconds; negative ones are rejected.
+        // TOML integers are seconds; negative ones, and floats, are rejected.
         let v = toml::Value::Integer(90);
         assert_eq!(
             parse_duration_raw(&Raw::Toml(&v)),
             Ok(Duration::from_secs(90))
         );
-        let v = toml::Value::Integer(-1);
-        assert!(parse_duration_raw(&Raw::Toml(&v)).is_err());
+        for v in [
+            toml::Value::Integer(-1),
+            toml::Value::Integer(366 * 24 * 3600),
+            toml::Value::Float(1.5),
+        ] {
+            assert!(parse_duration_raw(&Raw::Toml(&v)).is_err(), "{v:?}");
+        }
     }
 }
