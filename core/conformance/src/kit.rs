@@ -10,7 +10,7 @@ use burrow::{Backend, ListFilter, SandboxHandle};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 
-use crate::cases::{Case, Cases};
+use crate::cases::{Case, Cases, CasesError};
 use crate::interp::{CaseRun, Ctx, Stop};
 use crate::report::{CaseOutcome, CaseReport, Failure, ProcessRaces, Report};
 
@@ -178,7 +178,9 @@ pub(crate) struct RaceEnv {
 #[must_use]
 pub struct Kit {
     factory: Arc<FactoryFn>,
-    cases: Cases,
+    /// The document, or why `$BURROW_CONFORMANCE_CASES` could not be used
+    /// (reported by [`Kit::run`]).
+    cases: Result<Cases, CasesError>,
     image: Option<String>,
     only_ids: Vec<String>,
     only_tags: Vec<String>,
@@ -193,7 +195,7 @@ pub struct Kit {
 impl std::fmt::Debug for Kit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kit")
-            .field("cases", &self.cases.all().len())
+            .field("cases", &self.cases.as_ref().map(|c| c.all().len()))
             .field("image", &self.image)
             .field("only_ids", &self.only_ids)
             .field("only_tags", &self.only_tags)
@@ -226,7 +228,7 @@ impl Kit {
             .unwrap_or(1.0);
         Kit {
             factory: Arc::new(move || factory().boxed()),
-            cases: Cases::from_env().unwrap_or_else(|e| panic!("{e}")),
+            cases: Cases::from_env(),
             image: None,
             only_ids: Vec::new(),
             only_tags: Vec::new(),
@@ -241,7 +243,7 @@ impl Kit {
 
     /// Runs these cases instead.
     pub fn with_cases(mut self, cases: Cases) -> Kit {
-        self.cases = cases;
+        self.cases = Ok(cases);
         self
     }
 
@@ -332,14 +334,18 @@ impl Kit {
         self
     }
 
-    /// The cases the kit will run, in document order.
+    /// The cases the kit will run, in document order (none if the cases
+    /// document is unusable).
     pub fn selected(&self) -> Vec<&Case> {
+        let Ok(cases) = &self.cases else {
+            return Vec::new();
+        };
         let picked = |c: &Case| {
             (self.only_ids.is_empty() && self.only_tags.is_empty())
                 || self.only_ids.contains(&c.id)
                 || self.only_tags.iter().any(|t| c.has_tag(t))
         };
-        self.cases
+        cases
             .all()
             .iter()
             .filter(|c| picked(c))
@@ -355,13 +361,25 @@ impl Kit {
             spawner: self.spawner.clone(),
         };
         let selected = self.selected();
-        let mut cases: Vec<CaseReport> = futures_util::stream::iter(selected)
-            .map(|case| self.run_case(case, &env))
+        // Boxed before they enter the stream: a closure mapping the cases
+        // would make this future not Send (a higher-ranked lifetime).
+        let runs: Vec<BoxFuture<'_, CaseReport>> = selected
+            .into_iter()
+            .map(|case| self.run_case(case, &env).boxed())
+            .collect();
+        let mut cases: Vec<CaseReport> = futures_util::stream::iter(runs)
             .buffered(self.concurrency)
             .collect()
             .await;
+        if let Err(e) = &self.cases {
+            cases.push(CaseReport::new(
+                "cases".into(),
+                String::new(),
+                CaseOutcome::Failed(Failure::new(None, None, e.to_string())),
+            ));
+        }
         for id in &self.only_ids {
-            if self.cases.get(id).is_none() {
+            if self.cases.as_ref().is_ok_and(|c| c.get(id).is_none()) {
                 cases.push(CaseReport::new(
                     id.clone(),
                     String::new(),
@@ -488,5 +506,45 @@ async fn cleanup(backend: &Arc<dyn Backend>) -> Result<(), String> {
         Ok(())
     } else {
         Err(problems.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_can_be_spawned_and_selection_follows_ids_and_tags() {
+        fn is_send<T: Send>(_: &T) {}
+        let kit = Kit::new(|| async { Err::<Store, BoxError>("no store".into()) });
+        is_send(&kit.run());
+        let all = kit.selected().len();
+        assert_eq!(all, Cases::embedded().all().len());
+        let kit = kit
+            .tags(["idle"])
+            .cases(["create.strict_on_existing_name_is_already_exists"])
+            .skip_cases(["idle.ping_is_not_activity"]);
+        let picked: Vec<_> = kit.selected().iter().map(|c| c.id.clone()).collect();
+        assert!(picked.contains(&"create.strict_on_existing_name_is_already_exists".to_owned()));
+        assert!(picked.contains(&"idle.reclaim_then_demand_start".to_owned()));
+        assert!(!picked.contains(&"idle.ping_is_not_activity".to_owned()));
+        assert!(!picked.contains(&"lifecycle.exec_fs_stop".to_owned()));
+        let kit = kit.skip_tags(["idle"]);
+        assert_eq!(kit.selected().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_be_made_fails_each_case() {
+        let report = Kit::new(|| async { Err::<Store, BoxError>("no store".into()) })
+            .cases(["lifecycle.exec_fs_stop", "no.such_case"])
+            .run()
+            .await;
+        assert_eq!(
+            report.failure_messages(),
+            [
+                "lifecycle.exec_fs_stop: making its store failed: no store",
+                "no.such_case: no case with this id"
+            ]
+        );
     }
 }

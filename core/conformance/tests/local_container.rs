@@ -26,7 +26,7 @@ async fn every_case_passes_on_the_local_backend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_spawner_races_in_processes_run_as_tasks() {
-    let report = kit().tags(["processes"]).run().await;
+    let report = kit().tags(["processes"]).concurrency(2).run().await;
     println!("{report}");
     assert_eq!(report.process_races, ProcessRaces::InProcess);
     report.assert_all_passed();
