@@ -263,7 +263,12 @@ impl<'a> CaseRun<'a> {
             .get("expect")
             .and_then(Value::as_object)
             .unwrap_or(&empty);
+        let failed = outcome.is_err();
         let result = self.check(expect, outcome, at).await?;
+        if failed {
+            // An expected error binds and saves nothing.
+            return Ok(());
+        }
         let result = match step.get("as").and_then(Value::as_str) {
             None => result,
             Some(var) => match result {
