@@ -33,6 +33,8 @@ cargo test -q --workspace --no-fail-fast
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
 BURROW_DRIVER=vm cargo test -q -p burrow-cli --no-fail-fast \
   --test lifecycle --test policies --test processes --test logs --test registry_sandbox
+step "the conformance kit (tests/conformance/cases.json) against the local backend with the vm driver"
+BURROW_DRIVER=vm BURROW_CONFORMANCE_TIME_SCALE=3 cargo test -q -p burrow-conformance --test local_container --no-fail-fast
 step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list"
 bash scripts/python-sdk.sh
 step "examples build"

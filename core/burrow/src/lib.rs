@@ -12,6 +12,7 @@
 pub mod api;
 pub mod backend;
 pub mod driver;
+mod duration;
 pub mod error;
 mod fault;
 pub mod image;
@@ -32,6 +33,7 @@ pub use backend::{
     StartOptions, StopOptions,
 };
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
+pub use duration::{parse_duration, ParseDurationError};
 pub use error::{Error, ErrorCode, Result};
 pub use local::LocalBackend;
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};

@@ -119,6 +119,7 @@ fn invalid_durations_are_usage_errors() {
     for args in [
         &["--json", "modify", "nope", "--idle-timeout", "5x"][..],
         &["--json", "modify", "nope", "--max-duration", "-1s"][..],
+        &["--json", "modify", "nope", "--max-duration", "1h 30m"][..],
         &[
             "--json",
             "create",
@@ -136,13 +137,20 @@ fn invalid_durations_are_usage_errors() {
             "--image",
             "/nonexistent",
             "--idle-timeout",
-            "1d",
+            "1y",
         ][..],
         &["--json", "metrics", "nope", "--watch", "--interval", "fast"][..],
     ] {
         let out = burrow(&h, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert_eq!(json_error_code(&out), "usage", "{args:?}");
+    }
+    // The forms the server's configuration accepts pass too (the sandbox is
+    // then not found).
+    for dur in ["1.5s", "1h30m", "2d", "90"] {
+        let out = burrow(&h, &["--json", "modify", "nope", "--idle-timeout", dur]);
+        assert_eq!(out.status.code(), Some(3), "{dur}");
+        assert_eq!(json_error_code(&out), "not_found", "{dur}");
     }
     // Nothing was created along the way.
     let out = burrow(&h, &["ls", "--json"]);

@@ -44,30 +44,6 @@ pub(crate) fn seconds(flag: &str, secs: f64) -> burrow::Result<Duration> {
     })
 }
 
-/// A duration flag: `500ms`, `30s`, `5m`, `1h`, or plain (possibly
-/// fractional) seconds; `0` is an explicit zero. Used as a clap value
-/// parser, so a bad value is a usage error (exit 2).
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let scale = match unit {
-        "" | "s" => 1.0,
-        "ms" => 0.001,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("{text:?}: the unit must be ms, s, m or h")),
-    };
-    let value = number
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .ok_or_else(|| format!("{text:?} is not a duration (e.g. 500ms, 30s, 5m, 1h, 10)"))?;
-    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("{text:?} is too long"))
-}
-
 /// `512 B`, `1.5 KiB`, `12.3 MiB`, `2.0 GiB`.
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -122,21 +98,6 @@ pub(crate) fn describe(info: &SandboxInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_with_and_without_units() {
-        let ok = |s: &str| parse_duration(s).ok();
-        assert_eq!(ok("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(ok("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(ok("5m"), Some(Duration::from_secs(300)));
-        assert_eq!(ok("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(ok("10"), Some(Duration::from_secs(10)));
-        assert_eq!(ok("1.5"), Some(Duration::from_millis(1500)));
-        assert_eq!(ok("0"), Some(Duration::ZERO));
-        for bad in ["", "s", "5x", "-1", "1e3", "ms5", "1.2.3s", "inf"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn sizes_print_for_people() {

@@ -9,7 +9,7 @@ use burrow::{Backend, DriverKind, Error, Mount, MountSource, OciRuntime, Sandbox
 use clap::builder::PossibleValuesParser;
 use clap::Args;
 
-use super::common::{parse_duration, parse_pairs};
+use super::common::parse_pairs;
 use super::Ctx;
 
 /// Configuration flags of a new sandbox.
@@ -51,14 +51,14 @@ pub(crate) struct SandboxOpts {
     #[arg(long, value_name = "RUNTIME", value_parser = PossibleValuesParser::new(["runc", "crun", "runsc"]))]
     pub runtime: Option<String>,
     /// Reclaim the sandbox after it has been idle this long (500ms, 30s,
-    /// 5m, 1h or seconds; 0 disables reclaim explicitly).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// 1.5m, 1h30m, 2d or seconds; 0 disables reclaim explicitly).
+    #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration)]
     pub idle_timeout: Option<Duration>,
     /// Stop each run after this long.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration)]
     pub max_duration: Option<Duration>,
     /// Bound on each start (default 60s).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration)]
     pub startup_timeout: Option<Duration>,
     /// Start the sandbox again on the next exec/shell/cp after it was
     /// reclaimed for idleness (the default when an idle timeout is set).

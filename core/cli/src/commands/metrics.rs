@@ -7,7 +7,7 @@ use burrow::backend::Metrics;
 use clap::Args;
 use serde_json::json;
 
-use super::common::{human_bytes, parse_duration, resolve};
+use super::common::{human_bytes, resolve};
 use super::output::say;
 use super::Ctx;
 
@@ -19,7 +19,7 @@ pub(crate) struct MetricsArgs {
     #[arg(short = 'w', long)]
     watch: bool,
     /// Time between samples with --watch (500ms, 2s, ... or seconds).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "2", requires = "watch")]
+    #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration, default_value = "2", requires = "watch")]
     interval: Duration,
 }
 

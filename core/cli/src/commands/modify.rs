@@ -7,7 +7,7 @@ use std::time::Duration;
 use burrow::model::{Applies, Modify, ModifyPlan};
 use clap::Args;
 
-use super::common::{parse_duration, parse_pairs, print_table, resolve};
+use super::common::{parse_pairs, print_table, resolve};
 use super::{Ctx, Usage};
 
 #[derive(Debug, Args)]
@@ -38,14 +38,15 @@ pub(crate) struct ModifyArgs {
     /// Remove a label (repeatable).
     #[arg(long = "unset-label", value_name = "K")]
     unset_labels: Vec<String>,
-    /// Idle timeout (500ms, 30s, 5m, 1h or seconds; 0 disables reclaim).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "no_idle_timeout")]
+    /// Idle timeout (500ms, 30s, 1.5m, 1h30m, 2d or seconds; 0 disables
+    /// reclaim).
+    #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration, conflicts_with = "no_idle_timeout")]
     idle_timeout: Option<Duration>,
     /// Remove the idle timeout.
     #[arg(long)]
     no_idle_timeout: bool,
     /// Maximum duration of each run.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "no_max_duration")]
+    #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration, conflicts_with = "no_max_duration")]
     max_duration: Option<Duration>,
     /// Remove the maximum duration.
     #[arg(long)]

@@ -1,0 +1,255 @@
+//! VM mode: the agent as the `/init` of a QEMU microVM.
+//!
+//! The contract is [`burrow_protocol::vm`]. [`setup`] runs first thing in
+//! `main`, on the only thread, before the signal mask and the channel: it
+//! turns the initramfs the kernel started us in into the sandbox's root
+//! filesystem and says where the channel is and what processes start from.
+//!
+//! Steps, in order:
+//! 1. `devtmpfs` on `/dev`, then `/dev/console` onto fds 0..=2 (so every
+//!    later log line reaches the host's serial console), `proc`, `sysfs`;
+//! 2. `/burrow/boot.json` is read and checked;
+//! 3. the two disks are found by serial (waiting for them to probe), the
+//!    image mounted read-only, the data disk read-write (`upper/` and
+//!    `work/` created on first use), the overlay of both at `/burrow/root`;
+//! 4. `/dev`, `/proc` and `/sys` are moved into the new root, which then
+//!    becomes `/` (move mount + chroot: `pivot_root` does not work on the
+//!    initramfs);
+//! 5. inside it: `/dev/pts` (with `/dev/ptmx` pointing at it), the usual
+//!    `/dev` links, `/dev/shm`, `/tmp`, the 9p shares, `/etc/hostname`,
+//!    `/etc/hosts`, `/etc/resolv.conf`; the hostname; `lo` up; the working
+//!    directory;
+//! 6. the channel port is found by name.
+//!
+//! Everything after the switch works with real guest paths, so symlinks in
+//! the image (an absolute `/etc/resolv.conf` link, say) resolve inside the
+//! guest, never in the initramfs.
+//!
+//! Every failure is a [`SetupError`]; its [`Stage`] code is what the host
+//! gets through the exit port (`main` logs the message to the console
+//! first). The pure parts (sysfs lookups under a given root, mount specs,
+//! the environment, the working directory, files under a given root) take
+//! their inputs as parameters and are unit-tested.
+
+mod boot;
+mod devices;
+mod mounts;
+mod system;
+
+use std::fmt;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use burrow_protocol::vm::VM_BOOT_PATH;
+
+use crate::agent::ProcessBase;
+use crate::log::{info, warning};
+use crate::spawn::Credentials;
+use crate::sys;
+
+use boot::{environment, read_boot, working_dir};
+use devices::{wait_for_disks, wait_for_port};
+use mounts::{
+    early_mounts, enter_root, mount_all, mount_guest_dev, mount_root, scratch_mounts, share_mounts,
+};
+use system::{loopback_up, set_hostname, write_etc};
+
+/// How long to wait for devices, which probe asynchronously, to show up
+/// (and for the host end of the channel to be connected).
+const DEVICE_WAIT: Duration = Duration::from_secs(5);
+
+/// The part of the setup that failed. Its code is the agent's exit code
+/// (QEMU's exit status is `2 * code + 1`), distinct from the agent's
+/// ordinary exit codes (0, 1, 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Mounting `devtmpfs`, `proc` or `sysfs` in the initramfs.
+    Early = 10,
+    /// Reading or checking `/burrow/boot.json`.
+    Boot = 11,
+    /// The disks did not show up.
+    Disks = 12,
+    /// Mounting the image, the data disk or the overlay.
+    Root = 13,
+    /// Moving `/dev`, `/proc`, `/sys` into the new root, or switching to it.
+    SwitchRoot = 14,
+    /// `/dev/pts`, `/dev/shm`, `/tmp` or a 9p share.
+    Mounts = 15,
+    /// The `/etc` files, the hostname or the loopback interface.
+    System = 16,
+    /// The channel port did not show up.
+    Channel = 17,
+}
+
+/// Why the VM setup failed.
+#[derive(Debug)]
+pub struct SetupError {
+    /// Where it failed.
+    pub stage: Stage,
+    /// What failed, for the console.
+    pub message: String,
+}
+
+impl SetupError {
+    fn new(stage: Stage, message: impl Into<String>) -> SetupError {
+        SetupError {
+            stage,
+            message: message.into(),
+        }
+    }
+
+    /// The exit code that tells the host where the setup failed.
+    pub fn code(&self) -> i32 {
+        self.stage as i32
+    }
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (exit code {})", self.message, self.code())
+    }
+}
+
+/// Attaches a stage and a description to an error.
+trait At<T> {
+    fn at(self, stage: Stage, what: impl fmt::Display) -> Result<T, SetupError>;
+}
+
+impl<T, E: fmt::Display> At<T> for Result<T, E> {
+    fn at(self, stage: Stage, what: impl fmt::Display) -> Result<T, SetupError> {
+        self.map_err(|e| SetupError::new(stage, format!("{what}: {e}")))
+    }
+}
+
+/// What `main` needs once the guest is set up.
+#[derive(Debug)]
+pub struct Guest {
+    /// The channel's device (`/dev/vportNpM`).
+    pub channel: PathBuf,
+    /// Environment and identity of the processes the agent starts.
+    pub base: ProcessBase,
+}
+
+/// Sets the microVM up (see the module documentation). Call on the only
+/// thread, as PID 1 of a VM.
+pub fn setup() -> Result<Guest, SetupError> {
+    let started = Instant::now();
+    early_mounts()?;
+    let boot = read_boot(Path::new(VM_BOOT_PATH))?;
+
+    let (image, data) = wait_for_disks(Path::new("/sys"), &boot)?;
+    info!(
+        "vm: image {} (serial {:?}), data {} (serial {:?})",
+        image.display(),
+        boot.root_serial,
+        data.display(),
+        boot.data_serial
+    );
+    mount_root(&image, &data)?;
+    enter_root()?;
+
+    mount_guest_dev(Path::new("/dev")).at(Stage::Mounts, "setting up /dev")?;
+    mount_all(&scratch_mounts(), Stage::Mounts)?;
+    mount_all(&share_mounts(&boot.mounts), Stage::Mounts)?;
+
+    write_etc(Path::new("/"), &boot).at(Stage::System, "writing /etc")?;
+    set_hostname(&boot.hostname).at(Stage::System, "setting the hostname")?;
+    loopback_up().at(Stage::System, "bringing lo up")?;
+    let cwd = working_dir(Path::new("/"), &boot.cwd);
+    if let Err(e) = std::env::set_current_dir(&cwd) {
+        warning!("vm: cannot enter {}: {e}; using /", cwd.display());
+        std::env::set_current_dir("/").at(Stage::System, "entering /")?;
+    }
+
+    let channel = wait_for_port(Path::new("/sys"), Path::new("/dev"), &boot.channel)?;
+    info!(
+        "vm: set up in {} ms; channel {} ({:?})",
+        started.elapsed().as_millis(),
+        channel.display(),
+        boot.channel
+    );
+    Ok(Guest {
+        channel,
+        base: ProcessBase {
+            env: environment(&boot.env),
+            user: Credentials::new(boot.uid, boot.gid),
+        },
+    })
+}
+
+/// Waits (a while) until the host end of the virtio console port is
+/// connected. Until then reads on the port return 0, which the agent would
+/// take for the host hanging up; the port reports that state as `POLLHUP`.
+pub fn wait_for_host(port: &File) {
+    let connected = sys::wait_until(DEVICE_WAIT, || {
+        let mut fds = [sys::pollfd(
+            Some(port.as_raw_fd()),
+            libc::POLLIN | libc::POLLOUT,
+        )];
+        // A zero timeout and a sleep between tries (wait_until): while
+        // POLLHUP is reported, poll would return at once anyway.
+        sys::poll(&mut fds, Some(Instant::now())).is_ok() && fds[0].revents & libc::POLLHUP == 0
+    });
+    if !connected {
+        warning!("vm: the host end of the channel is not connected; going on anyway");
+    }
+}
+
+/// Fixtures shared by the tests of the submodules.
+#[cfg(test)]
+mod fixtures {
+    use std::collections::BTreeMap;
+    use std::fs;
+    use std::path::Path;
+
+    use burrow_protocol::vm::VmBoot;
+
+    /// A valid boot configuration.
+    pub(super) fn boot() -> VmBoot {
+        VmBoot {
+            root_serial: "burrow-root".into(),
+            data_serial: "burrow-data".into(),
+            channel: "burrow.agent".into(),
+            hostname: "box".into(),
+            env: BTreeMap::from([("PATH".into(), "/usr/bin:/bin".into())]),
+            cwd: "/work".into(),
+            uid: 1000,
+            gid: 1000,
+            hosts: "127.0.0.1 localhost box\n".into(),
+            resolv_conf: None,
+            mounts: vec![],
+        }
+    }
+
+    /// Writes `content` to `path`, creating its parents.
+    pub(super) fn write(path: &Path, content: &str) {
+        fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
+        fs::write(path, content).expect("write");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_codes_are_distinct() {
+        let stages = [
+            Stage::Early,
+            Stage::Boot,
+            Stage::Disks,
+            Stage::Root,
+            Stage::SwitchRoot,
+            Stage::Mounts,
+            Stage::System,
+            Stage::Channel,
+        ];
+        let mut codes: Vec<i32> = stages.iter().map(|s| *s as i32).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), stages.len());
+        assert!(codes.iter().all(|&c| c > 2 && c < 128));
+    }
+}

@@ -1,0 +1,128 @@
+//! The guest system (step 5 of the setup): the `/etc` files, the hostname
+//! and the loopback interface.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use burrow_protocol::vm::VmBoot;
+
+use super::mounts::mkdir_p;
+use crate::sys;
+
+/// The `/etc` files of the guest: name and content.
+fn etc_files(boot: &VmBoot) -> Vec<(&'static str, String)> {
+    let mut files = vec![
+        ("hostname", format!("{}\n", boot.hostname)),
+        ("hosts", boot.hosts.clone()),
+    ];
+    if let Some(resolv) = &boot.resolv_conf {
+        files.push(("resolv.conf", resolv.clone()));
+    }
+    files
+}
+
+/// Writes the `/etc` files under `root`, replacing what the image had
+/// there (a symlink is replaced, not followed).
+pub(super) fn write_etc(root: &Path, boot: &VmBoot) -> io::Result<()> {
+    let etc = root.join("etc");
+    mkdir_p(&etc)?;
+    for (name, content) in etc_files(boot) {
+        let path = etc.join(name);
+        let described = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(described(e)),
+            _ => {}
+        }
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+            .map_err(described)?;
+        io::Write::write_all(&mut file, content.as_bytes()).map_err(described)?;
+    }
+    Ok(())
+}
+
+pub(super) fn set_hostname(name: &str) -> io::Result<()> {
+    // SAFETY: the pointer and length describe `name`'s bytes.
+    sys::cvt(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+/// Brings the loopback interface up (`ip link set lo up`).
+pub(super) fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket takes plain integers.
+    let fd =
+        sys::cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: socket just returned this fd; nobody else owns it.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: an all-zero ifreq is a valid value (empty name, zero flags).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into the
+    // valid, exclusively borrowed ifreq.
+    sys::cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut req) })?;
+    // SAFETY: SIOCGIFFLAGS filled in the flags member of the union.
+    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads the valid ifreq.
+    sys::cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &req) })?;
+    Ok(())
+}
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::vm::fixtures::{boot, write};
+
+    #[test]
+    fn etc_files_replace_the_images() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        let mut b = boot();
+
+        // No /etc at all.
+        write_etc(r, &b).expect("written");
+        assert_eq!(
+            fs::read_to_string(r.join("etc/hostname")).expect("read"),
+            "box\n"
+        );
+        assert_eq!(
+            fs::read_to_string(r.join("etc/hosts")).expect("read"),
+            b.hosts
+        );
+        assert!(
+            !r.join("etc/resolv.conf").exists(),
+            "left alone without a network"
+        );
+        let mode = fs::metadata(r.join("etc/hosts")).expect("hosts").mode();
+        assert_eq!(mode & 0o777, 0o644);
+
+        // The image's resolv.conf is a symlink: replaced, its target untouched.
+        write(&r.join("run/stub.conf"), "nameserver 127.0.0.53\n");
+        std::os::unix::fs::symlink(r.join("run/stub.conf"), r.join("etc/resolv.conf"))
+            .expect("symlink");
+        b.resolv_conf = Some("nameserver 10.0.2.3\n".into());
+        b.hostname = "other".into();
+        write_etc(r, &b).expect("written again");
+        let resolv = r.join("etc/resolv.conf");
+        assert!(!fs::symlink_metadata(&resolv).expect("meta").is_symlink());
+        assert_eq!(
+            fs::read_to_string(resolv).expect("read"),
+            "nameserver 10.0.2.3\n"
+        );
+        assert_eq!(
+            fs::read_to_string(r.join("run/stub.conf")).expect("read"),
+            "nameserver 127.0.0.53\n"
+        );
+        assert_eq!(
+            fs::read_to_string(r.join("etc/hostname")).expect("read"),
+            "other\n"
+        );
+    }
+}

@@ -1,0 +1,457 @@
+//! The cases document (`tests/conformance/cases.json`): loading, selecting
+//! and a structural check of the step vocabulary this interpreter knows.
+//!
+//! The vocabulary is the one of `tests/conformance/README.md`, shared with
+//! the Python interpreter (`sdk-python/tests/conformance_runner.py`); the
+//! tables below are kept equal to that runner's, so a case using an op only
+//! one interpreter knows fails the structural test of both.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+/// The cases file of the repository, embedded at build time. It is the one
+/// source of truth; the crate keeps no copy of it.
+pub(crate) const EMBEDDED: &str = include_str!("../../../tests/conformance/cases.json");
+
+/// The format tag of the cases document.
+pub const FORMAT: &str = "burrow-conformance/1";
+
+/// Default bound of a case, in seconds, before scaling.
+const DEFAULT_CASE_TIMEOUT: f64 = 180.0;
+
+pub(crate) const NAME_OPS: &[&str] = &[
+    "create",
+    "connect_or_create",
+    "define",
+    "get",
+    "get_by_id",
+    "list",
+];
+pub(crate) const TARGET_OPS: &[&str] = &[
+    "handle",
+    "info",
+    "status",
+    "config",
+    "start",
+    "connect_or_start",
+    "connect",
+    "restart",
+    "stop",
+    "kill",
+    "request_drain",
+    "pause",
+    "resume",
+    "touch",
+    "wait_for_status",
+    "wait_until_stopped",
+    "destroy",
+    "detach",
+    "ping",
+    "exec",
+    "spawn",
+    "fs_write",
+    "fs_read",
+    "fs_exists",
+    "fs_mkdir",
+    "fs_list",
+];
+pub(crate) const CONTROL_OPS: &[&str] = &["wait", "await", "sleep", "repeat", "race", "remove"];
+/// Operations allowed as the `do` of a race run in several processes.
+pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
+
+const COMMON_KEYS: &[&str] = &[
+    "op",
+    "as",
+    "save",
+    "expect",
+    "tolerate",
+    "within",
+    "background",
+];
+const CREATE_OPTIONS: &[&str] = &[
+    "image",
+    "cpus",
+    "memory_mb",
+    "pids_limit",
+    "env",
+    "workdir",
+    "labels",
+    "network",
+    "idle_timeout",
+    "max_duration",
+    "startup_timeout",
+    "demand_start",
+    "detached",
+    "replace",
+];
+const RACE_EXPECT_KEYS: &[&str] = &["outcomes", "same_id", "starts", "each"];
+const CASE_KEYS: &[&str] = &[
+    "id",
+    "title",
+    "reference",
+    "steps",
+    "tags",
+    "timeout",
+    "notes",
+];
+
+/// The keys an op takes besides the common ones.
+fn op_keys(op: &str) -> &'static [&'static str] {
+    match op {
+        "create" | "connect_or_create" | "define" => &["name", "options"],
+        "get" => &["name"],
+        "get_by_id" => &["id"],
+        "list" => &["status", "labels"],
+        "remove" => &["name", "sandbox"],
+        "stop" => &["sandbox", "grace"],
+        "wait_for_status" => &["sandbox", "statuses", "timeout"],
+        "exec" => &["sandbox", "argv", "stdin", "env", "cwd", "timeout"],
+        "spawn" => &["sandbox", "argv", "env", "cwd", "timeout"],
+        "fs_write" => &["sandbox", "path", "data"],
+        "fs_read" | "fs_exists" | "fs_list" => &["sandbox", "path"],
+        "fs_mkdir" => &["sandbox", "path", "parents"],
+        "wait" => &["process"],
+        "await" => &["job"],
+        "sleep" => &["seconds"],
+        "repeat" => &["seconds", "interval", "do"],
+        "race" => &["callers", "processes", "do"],
+        "connect_or_start" => &["sandbox", "name"],
+        _ => &["sandbox"],
+    }
+}
+
+/// Whether `op` is part of the vocabulary.
+pub(crate) fn is_known_op(op: &str) -> bool {
+    NAME_OPS.contains(&op) || TARGET_OPS.contains(&op) || CONTROL_OPS.contains(&op)
+}
+
+/// One case of the document.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Case {
+    /// Stable identifier, `area.what_it_checks`.
+    pub id: String,
+    /// One line.
+    pub title: String,
+    /// The Rust reference test, `path/to/file.rs::function`.
+    pub reference: String,
+    /// Tags (`processes`, `idle`).
+    pub tags: Vec<String>,
+    /// The case's own bound in seconds (before scaling), if it sets one.
+    pub timeout: Option<f64>,
+    /// The steps, as written in the document.
+    pub steps: Vec<Value>,
+}
+
+impl Case {
+    /// The bound of the whole case: its `timeout` (default 180 s) scaled.
+    pub(crate) fn bound(&self, scale: f64) -> Duration {
+        Duration::from_secs_f64(self.timeout.unwrap_or(DEFAULT_CASE_TIMEOUT) * scale)
+    }
+
+    /// Whether the case carries `tag`.
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+}
+
+/// A parsed cases document.
+#[derive(Debug, Clone)]
+pub struct Cases {
+    cases: Vec<Case>,
+}
+
+/// Why a cases document could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CasesError(pub String);
+
+impl std::fmt::Display for CasesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "bad conformance cases document: {}", self.0)
+    }
+}
+
+impl std::error::Error for CasesError {}
+
+impl Cases {
+    /// The repository's `tests/conformance/cases.json`, embedded in the crate.
+    pub fn embedded() -> Cases {
+        match Cases::from_json(EMBEDDED) {
+            Ok(c) => c,
+            // The embedded file is checked by this crate's own tests.
+            Err(e) => panic!("the embedded cases.json is unusable: {e}"),
+        }
+    }
+
+    /// The cases at `$BURROW_CONFORMANCE_CASES` when that is set (a copy with
+    /// deliberately wrong expectations, say), else [`Cases::embedded`].
+    pub fn from_env() -> Result<Cases, CasesError> {
+        match std::env::var_os("BURROW_CONFORMANCE_CASES").filter(|p| !p.is_empty()) {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    CasesError(format!(
+                        "reading {}: {e}",
+                        std::path::Path::new(&path).display()
+                    ))
+                })?;
+                Cases::from_json(&text)
+            }
+            None => Ok(Cases::embedded()),
+        }
+    }
+
+    /// Parses a cases document (format `burrow-conformance/1`).
+    pub fn from_json(text: &str) -> Result<Cases, CasesError> {
+        let doc: Value =
+            serde_json::from_str(text).map_err(|e| CasesError(format!("not JSON: {e}")))?;
+        if doc.get("format").and_then(Value::as_str) != Some(FORMAT) {
+            return Err(CasesError(format!(
+                "unknown format {}",
+                doc.get("format").unwrap_or(&Value::Null)
+            )));
+        }
+        let list = doc
+            .get("cases")
+            .and_then(Value::as_array)
+            .ok_or_else(|| CasesError("no \"cases\" list".into()))?;
+        let mut cases = Vec::with_capacity(list.len());
+        for (i, c) in list.iter().enumerate() {
+            let str_of = |k: &str| {
+                c.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| CasesError(format!("case #{}: no string {k:?}", i + 1)))
+            };
+            let steps = c
+                .get("steps")
+                .and_then(Value::as_array)
+                .cloned()
+                .ok_or_else(|| CasesError(format!("case #{}: no steps", i + 1)))?;
+            cases.push(Case {
+                id: str_of("id")?,
+                title: str_of("title")?,
+                reference: str_of("reference")?,
+                tags: c
+                    .get("tags")
+                    .and_then(Value::as_array)
+                    .map(|t| {
+                        t.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                timeout: c.get("timeout").and_then(Value::as_f64),
+                steps,
+            });
+        }
+        Ok(Cases { cases })
+    }
+
+    /// Every case, in document order.
+    pub fn all(&self) -> &[Case] {
+        &self.cases
+    }
+
+    /// The case with this id.
+    pub fn get(&self, id: &str) -> Option<&Case> {
+        self.cases.iter().find(|c| c.id == id)
+    }
+
+    /// Structural problems (empty when the document is well formed): unknown
+    /// ops, keys or options, unbound variables, duplicate ids, races in
+    /// processes doing what only a name-addressed op can. The same checks
+    /// as the Python runner's `validate_cases`, except for the references
+    /// (those name files of the repository).
+    pub fn problems(text: &str) -> Vec<String> {
+        let doc: Value = match serde_json::from_str(text) {
+            Ok(d) => d,
+            Err(e) => return vec![format!("not JSON: {e}")],
+        };
+        let mut problems = Vec::new();
+        if doc.get("format").and_then(Value::as_str) != Some(FORMAT) {
+            problems.push(format!("unknown format {:?}", doc.get("format")));
+        }
+        let mut seen = BTreeSet::new();
+        let empty = Vec::new();
+        let cases = doc.get("cases").and_then(Value::as_array).unwrap_or(&empty);
+        for (i, case) in cases.iter().enumerate() {
+            let fallback = format!("case #{}", i + 1);
+            let id = case.get("id").and_then(Value::as_str).unwrap_or(&fallback);
+            let Some(obj) = case.as_object() else {
+                problems.push(format!("{id}: not an object"));
+                continue;
+            };
+            for key in ["id", "title", "reference", "steps"] {
+                if !obj.contains_key(key) {
+                    problems.push(format!("{id}: missing {key:?}"));
+                }
+            }
+            let extra: Vec<_> = obj
+                .keys()
+                .filter(|k| !CASE_KEYS.contains(&k.as_str()))
+                .collect();
+            if !extra.is_empty() {
+                problems.push(format!("{id}: unknown keys {extra:?}"));
+            }
+            if !seen.insert(id.to_owned()) {
+                problems.push(format!("{id}: duplicate id"));
+            }
+            let mut bound = BTreeSet::new();
+            let steps = obj.get("steps").and_then(Value::as_array).unwrap_or(&empty);
+            for (j, step) in steps.iter().enumerate() {
+                validate_step(
+                    step,
+                    &format!("{id} step {}", j + 1),
+                    &mut bound,
+                    true,
+                    &mut problems,
+                );
+            }
+        }
+        problems
+    }
+}
+
+fn validate_step(
+    step: &Value,
+    at: &str,
+    bound: &mut BTreeSet<String>,
+    top: bool,
+    problems: &mut Vec<String>,
+) {
+    let Some(step) = step.as_object() else {
+        problems.push(format!("{at}: a step is an object"));
+        return;
+    };
+    let op = step.get("op").and_then(Value::as_str).unwrap_or("");
+    if !is_known_op(op) {
+        problems.push(format!("{at}: unknown op {op:?}"));
+        return;
+    }
+    let allowed = |k: &str| COMMON_KEYS.contains(&k) || op_keys(op).contains(&k);
+    let extra: Vec<_> = step.keys().filter(|k| !allowed(k)).collect();
+    if !extra.is_empty() {
+        problems.push(format!("{at}: {op}: unknown keys {extra:?}"));
+    }
+    if TARGET_OPS.contains(&op) && op != "connect_or_start" && !step.contains_key("sandbox") {
+        problems.push(format!("{at}: {op} needs 'sandbox'"));
+    }
+    if op == "connect_or_start" && step.contains_key("sandbox") == step.contains_key("name") {
+        problems.push(format!(
+            "{at}: connect_or_start needs exactly one of 'sandbox', 'name'"
+        ));
+    }
+    if let Some(var) = step.get("sandbox").and_then(Value::as_str) {
+        if top && !bound.contains(var) {
+            problems.push(format!(
+                "{at}: variable {var:?} is not bound by an earlier step"
+            ));
+        }
+    }
+    if let Some(opts) = step.get("options").and_then(Value::as_object) {
+        let bad: Vec<_> = opts
+            .keys()
+            .filter(|k| !CREATE_OPTIONS.contains(&k.as_str()))
+            .collect();
+        if !bad.is_empty() {
+            problems.push(format!("{at}: unknown options {bad:?}"));
+        }
+    }
+    if step.contains_key("within") && step.contains_key("background") {
+        problems.push(format!("{at}: 'within' and 'background' do not combine"));
+    }
+    if op == "repeat" || op == "race" {
+        match step.get("do") {
+            Some(d @ Value::Object(inner)) => {
+                validate_step(d, &format!("{at} do"), bound, false, problems);
+                if inner.contains_key("as") {
+                    problems.push(format!("{at}: the 'do' of a {op} cannot bind with 'as'"));
+                }
+            }
+            _ => problems.push(format!("{at}: {op} needs a 'do' step")),
+        }
+    }
+    if op == "race" {
+        let empty = Map::new();
+        let expect = step
+            .get("expect")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let bad: Vec<_> = expect
+            .keys()
+            .filter(|k| !RACE_EXPECT_KEYS.contains(&k.as_str()))
+            .collect();
+        if !bad.is_empty() {
+            problems.push(format!("{at}: race: unknown expect keys {bad:?}"));
+        }
+        if step.get("processes").and_then(Value::as_bool) == Some(true) {
+            let d = step.get("do").unwrap_or(&Value::Null);
+            let dop = d.get("op").and_then(Value::as_str).unwrap_or("");
+            if !PROCESS_RACE_OPS.contains(&dop) || d.get("name").is_none() {
+                problems.push(format!(
+                    "{at}: a race in processes runs only {PROCESS_RACE_OPS:?} by name"
+                ));
+            }
+        }
+    }
+    if let Some(var) = step.get("as").and_then(Value::as_str) {
+        bound.insert(var.to_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_document_is_well_formed() {
+        let problems = Cases::problems(EMBEDDED);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        let cases = Cases::embedded();
+        assert!(!cases.all().is_empty());
+        let ids: BTreeSet<_> = cases.all().iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids.len(), cases.all().len());
+    }
+
+    #[test]
+    fn unknown_ops_and_unbound_variables_are_reported() {
+        let doc = r#"{"format": "burrow-conformance/1", "cases": [
+            {"id": "a.b", "title": "t", "reference": "r::f", "steps": [
+                {"op": "teleport", "sandbox": "x"},
+                {"op": "info", "sandbox": "nobody"},
+                {"op": "race", "callers": 2, "processes": true, "do": {"op": "exec", "sandbox": "s"}}
+            ]}]}"#;
+        let problems = Cases::problems(doc);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("unknown op \"teleport\"")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("\"nobody\" is not bound")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("a race in processes")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_case_bound_is_scaled() {
+        let cases = Cases::from_json(
+            r#"{"format": "burrow-conformance/1", "cases": [
+                {"id": "a", "title": "t", "reference": "r", "steps": []},
+                {"id": "b", "title": "t", "reference": "r", "timeout": 10, "steps": []}]}"#,
+        )
+        .expect("parses");
+        assert_eq!(cases.all()[0].bound(1.0), Duration::from_secs(180));
+        assert_eq!(cases.all()[1].bound(3.0), Duration::from_secs(30));
+    }
+}

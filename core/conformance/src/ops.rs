@@ -1,0 +1,484 @@
+//! Each op of the vocabulary, on the public API of `burrow`: the builder,
+//! [`SandboxHandle`] and [`Sandbox`] (bound to the case's backend through
+//! their `*_in` constructors), and `Backend::list`. Nothing here calls a
+//! lifecycle method of the `Backend` trait directly: the kit checks what a
+//! user of the library gets.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use burrow::{
+    DriverKind, ExecOptions, ListFilter, Sandbox, SandboxBuilder, SandboxConfig, SandboxHandle,
+    SandboxId, Status, StopOptions,
+};
+use serde_json::{json, Map, Value};
+
+use crate::interp::{op_of, Ctx, Obj};
+use crate::outcome::{Outcome, StepError, R};
+
+/// Why an op did not produce an outcome: an error of the backend (an
+/// outcome to check), or a step the kit cannot run (a bad case).
+pub(crate) enum E {
+    Step(Box<StepError>),
+    Kit(String),
+}
+
+impl From<burrow::Error> for E {
+    fn from(e: burrow::Error) -> Self {
+        E::Step(Box::new(e.into()))
+    }
+}
+
+impl From<StepError> for E {
+    fn from(e: StepError) -> Self {
+        E::Step(Box::new(e))
+    }
+}
+
+impl E {
+    pub(crate) fn text(self) -> String {
+        match self {
+            E::Step(e) => e.describe(),
+            E::Kit(m) => m,
+        }
+    }
+}
+
+fn kit<T>(message: impl Into<String>) -> Result<T, E> {
+    Err(E::Kit(message.into()))
+}
+
+/// The statuses in which a sandbox has no runtime (a handle's
+/// `wait_until_stopped`).
+const STOPPED: [Status; 3] = [Status::Created, Status::Stopped, Status::Crashed];
+
+impl Ctx {
+    /// Runs one step's op; `Err` is a step the kit cannot run.
+    pub(crate) async fn invoke(&self, step: &Map<String, Value>) -> Result<Outcome, String> {
+        match self.dispatch(step).await {
+            Ok(r) => Ok(Ok(r)),
+            Err(E::Step(e)) => Ok(Err(*e)),
+            Err(E::Kit(m)) => Err(m),
+        }
+    }
+
+    /// The resolved argument `key` of `step`.
+    fn arg(&self, step: &Map<String, Value>, key: &str) -> Result<Value, E> {
+        match step.get(key) {
+            Some(v) => self.resolve(v).map_err(E::Kit),
+            None => kit(format!("{} needs {key:?}", op_of(step))),
+        }
+    }
+
+    fn str_arg(&self, step: &Map<String, Value>, key: &str) -> Result<String, E> {
+        match self.arg(step, key)? {
+            Value::String(s) => Ok(s),
+            other => kit(format!("{key:?} must be a string, not {other}")),
+        }
+    }
+
+    /// The create options of `step`, resolved, with the kit's image unless
+    /// the step names one.
+    pub(crate) fn options(&self, step: &Map<String, Value>) -> Result<Map<String, Value>, E> {
+        let mut opts = match step.get("options") {
+            None => Map::new(),
+            Some(v) => match self.resolve(v).map_err(E::Kit)? {
+                Value::Object(o) => o,
+                other => return kit(format!("options must be an object, not {other}")),
+            },
+        };
+        if !opts.contains_key("image") {
+            if let Some(image) = &self.image {
+                opts.insert("image".into(), json!(image));
+            }
+        }
+        Ok(opts)
+    }
+
+    /// A builder on the case's backend with the step's options; and whether
+    /// the step asks to replace.
+    fn builder(
+        &self,
+        name: String,
+        step: &Map<String, Value>,
+    ) -> Result<(SandboxBuilder, bool), E> {
+        let opts = self.options(step)?;
+        let mut config = SandboxConfig::new(opt_str(&opts, "image")?.unwrap_or_default());
+        config.cpus = opts.get("cpus").map(|v| as_f64("cpus", v)).transpose()?;
+        config.memory_mb = opts
+            .get("memory_mb")
+            .map(|v| as_u64("memory_mb", v))
+            .transpose()?;
+        config.pids_limit = opts
+            .get("pids_limit")
+            .map(|v| as_u64("pids_limit", v))
+            .transpose()?;
+        config.env = opt_map(&opts, "env")?;
+        config.workdir = opt_str(&opts, "workdir")?;
+        config.labels = opt_map(&opts, "labels")?;
+        config.network = opt_bool(&opts, "network")?.unwrap_or(false);
+        config.idle_timeout = opts
+            .get("idle_timeout")
+            .map(|v| seconds("idle_timeout", v))
+            .transpose()?;
+        config.max_duration = opts
+            .get("max_duration")
+            .map(|v| seconds("max_duration", v))
+            .transpose()?;
+        if let Some(v) = opts.get("startup_timeout") {
+            config.startup_timeout = seconds("startup_timeout", v)?;
+        }
+        config.demand_start = opt_bool(&opts, "demand_start")?;
+        // Cases never name a driver: the host default, as every interpreter does.
+        config.driver = DriverKind::host_default()?;
+        let detached = opt_bool(&opts, "detached")?.unwrap_or(false);
+        let replace = opt_bool(&opts, "replace")?.unwrap_or(false);
+        let builder = Sandbox::builder(name)
+            .backend(self.backend.clone())
+            .config(config)
+            .detached(detached);
+        Ok((builder, replace))
+    }
+
+    fn target(&self, step: &Map<String, Value>) -> Result<Obj, E> {
+        let var = self.str_arg(step, "sandbox")?;
+        self.object(&var).map_err(E::Kit)
+    }
+
+    fn handle_of(obj: &Obj) -> Result<SandboxHandle, E> {
+        match obj {
+            Obj::Sandbox(s) => Ok(s.handle()),
+            Obj::Handle(h) => Ok(h.clone()),
+            Obj::Process(_) => kit("a process is not a sandbox"),
+        }
+    }
+
+    async fn dispatch(&self, step: &Map<String, Value>) -> Result<R, E> {
+        let op = op_of(step);
+        match op {
+            "create" | "connect_or_create" | "define" => {
+                let name = self.str_arg(step, "name")?;
+                let (builder, replace) = self.builder(name, step)?;
+                return Ok(match op {
+                    "define" => R::Handle(builder.define().await?),
+                    "connect_or_create" => R::Sandbox(builder.connect_or_create().await?),
+                    _ if replace => R::Sandbox(builder.replace().create().await?),
+                    _ => R::Sandbox(builder.create().await?),
+                });
+            }
+            "get" => {
+                let name = self.str_arg(step, "name")?;
+                return Ok(R::Handle(
+                    SandboxHandle::get_in(self.backend.clone(), &name).await?,
+                ));
+            }
+            "get_by_id" => {
+                let id: SandboxId = self.str_arg(step, "id")?.parse()?;
+                return Ok(R::Handle(
+                    SandboxHandle::get_by_id_in(self.backend.clone(), &id).await?,
+                ));
+            }
+            "list" => {
+                let mut filter = ListFilter::default();
+                if step.contains_key("status") {
+                    filter.statuses = statuses(&self.arg(step, "status")?)?;
+                }
+                if step.contains_key("labels") {
+                    filter.labels = str_map("labels", &self.arg(step, "labels")?)?;
+                }
+                let infos = self.backend.list(&filter).await?;
+                return Ok(R::List(infos.into_iter().map(|i| i.name).collect()));
+            }
+            "remove" if step.contains_key("name") => {
+                let name = self.str_arg(step, "name")?;
+                SandboxHandle::get_in(self.backend.clone(), &name)
+                    .await?
+                    .remove()
+                    .await?;
+                return Ok(R::None);
+            }
+            "connect_or_start" if step.contains_key("name") => {
+                let name = self.str_arg(step, "name")?;
+                let handle = SandboxHandle::get_in(self.backend.clone(), &name).await?;
+                return Ok(R::Sandbox(handle.connect_or_start().await?));
+            }
+            "wait" => {
+                let var = self.str_arg(step, "process")?;
+                let Obj::Process(slot) = self.object(&var).map_err(E::Kit)? else {
+                    return kit(format!("{var:?} is not a process"));
+                };
+                let Some(process) = slot.lock().await.take() else {
+                    return kit(format!("the process {var:?} was already waited for"));
+                };
+                return Ok(R::Exec(process.wait().await?.into()));
+            }
+            _ => {}
+        }
+
+        let target = self.target(step)?;
+        match (op, &target) {
+            ("handle", _) => return Ok(R::Handle(Self::handle_of(&target)?)),
+            ("info", Obj::Sandbox(s)) => return Ok(R::Info(Box::new(s.info().await?))),
+            ("info", _) => return Ok(R::Info(Box::new(Self::handle_of(&target)?.info().await?))),
+            ("status", Obj::Sandbox(s)) => return Ok(R::Value(json!(s.status().await?.as_str()))),
+            ("status", _) => {
+                return Ok(R::Value(json!(Self::handle_of(&target)?
+                    .status()
+                    .await?
+                    .as_str())))
+            }
+            ("config", _) => {
+                let config = Self::handle_of(&target)?.config().await?;
+                return Ok(R::Value(
+                    serde_json::to_value(config).unwrap_or(Value::Null),
+                ));
+            }
+            ("start", _) => return Ok(R::Sandbox(Self::handle_of(&target)?.start().await?)),
+            ("connect_or_start", _) => {
+                return Ok(R::Sandbox(
+                    Self::handle_of(&target)?.connect_or_start().await?,
+                ))
+            }
+            ("connect", _) => return Ok(R::Sandbox(Self::handle_of(&target)?.connect().await?)),
+            ("restart", Obj::Sandbox(s)) => return Ok(R::Info(Box::new(s.restart().await?))),
+            ("restart", _) => return Ok(R::Sandbox(Self::handle_of(&target)?.restart().await?)),
+            ("stop", _) => {
+                let opts = match step.get("grace") {
+                    Some(g) => StopOptions::with_grace(seconds(
+                        "grace",
+                        &self.resolve(g).map_err(E::Kit)?,
+                    )?),
+                    None => StopOptions::default(),
+                };
+                let info = match &target {
+                    Obj::Sandbox(s) => s.stop_with(opts).await?,
+                    _ => Self::handle_of(&target)?.stop_with(opts).await?,
+                };
+                return Ok(R::Info(Box::new(info)));
+            }
+            ("kill" | "request_drain" | "pause" | "resume", Obj::Sandbox(s)) => {
+                let info = match op {
+                    "kill" => s.kill().await?,
+                    "request_drain" => s.request_drain().await?,
+                    "pause" => s.pause().await?,
+                    _ => s.resume().await?,
+                };
+                return Ok(R::Info(Box::new(info)));
+            }
+            ("kill" | "request_drain" | "pause" | "resume", _) => {
+                let h = Self::handle_of(&target)?;
+                let info = match op {
+                    "kill" => h.kill().await?,
+                    "request_drain" => h.request_drain().await?,
+                    "pause" => h.pause().await?,
+                    _ => h.resume().await?,
+                };
+                return Ok(R::Info(Box::new(info)));
+            }
+            ("touch", Obj::Sandbox(s)) => {
+                s.touch().await?;
+                return Ok(R::None);
+            }
+            ("touch", _) => {
+                Self::handle_of(&target)?.touch().await?;
+                return Ok(R::None);
+            }
+            ("wait_for_status", _) => {
+                let wanted = statuses(&self.arg(step, "statuses")?)?;
+                let h = Self::handle_of(&target)?;
+                let info = match step.get("timeout") {
+                    None => h.wait_for_status(&wanted).await?,
+                    Some(t) => {
+                        let after = Duration::from_secs_f64(
+                            t.as_f64().unwrap_or_default().max(0.0) * self.scale,
+                        );
+                        match tokio::time::timeout(after, h.wait_for_status(&wanted)).await {
+                            Ok(r) => r?,
+                            Err(_) => {
+                                return Err(StepError::timeout("wait_for_status", after).into())
+                            }
+                        }
+                    }
+                };
+                return Ok(R::Info(Box::new(info)));
+            }
+            ("wait_until_stopped", Obj::Sandbox(s)) => {
+                return Ok(R::Info(Box::new(s.wait_until_stopped().await?)))
+            }
+            ("wait_until_stopped", _) => {
+                let info = Self::handle_of(&target)?.wait_for_status(&STOPPED).await?;
+                return Ok(R::Info(Box::new(info)));
+            }
+            ("remove", _) => {
+                Self::handle_of(&target)?.remove().await?;
+                return Ok(R::None);
+            }
+            ("destroy", Obj::Sandbox(s)) => {
+                s.destroy().await?;
+                return Ok(R::None);
+            }
+            ("destroy", _) => {
+                Self::handle_of(&target)?.destroy().await?;
+                return Ok(R::None);
+            }
+            _ => {}
+        }
+
+        let Obj::Sandbox(sb) = target else {
+            return kit(format!(
+                "{op} needs a live sandbox, {:?} is a handle",
+                step.get("sandbox")
+            ));
+        };
+        match op {
+            "detach" => Ok(R::Info(Box::new(sb.detach().await?))),
+            "ping" => Ok(R::Value(json!(sb.ping().await?.as_secs_f64()))),
+            "exec" | "spawn" => {
+                let mut opts = ExecOptions::new(argv(&self.arg(step, "argv")?)?);
+                if step.contains_key("env") {
+                    opts.env = str_map("env", &self.arg(step, "env")?)?;
+                }
+                if step.contains_key("cwd") {
+                    opts.cwd = Some(self.str_arg(step, "cwd")?);
+                }
+                if step.contains_key("timeout") {
+                    opts.timeout = Some(seconds("timeout", &self.arg(step, "timeout")?)?);
+                }
+                if op == "exec" {
+                    if step.contains_key("stdin") {
+                        opts.stdin = Some(self.str_arg(step, "stdin")?.into_bytes());
+                    }
+                    return Ok(R::Exec(sb.exec_with(opts).await?.into()));
+                }
+                // Spawned with an empty stdin, as every interpreter does.
+                let process = sb.spawn(opts).await?;
+                process.close_stdin()?;
+                Ok(R::Process(process))
+            }
+            "fs_write" => {
+                let (path, data) = (self.str_arg(step, "path")?, self.str_arg(step, "data")?);
+                sb.fs().write(&path, data.as_bytes()).await?;
+                Ok(R::None)
+            }
+            "fs_read" => {
+                let data = sb.fs().read(&self.str_arg(step, "path")?).await?;
+                Ok(R::Value(json!(String::from_utf8_lossy(&data))))
+            }
+            "fs_exists" => Ok(R::Value(json!(
+                sb.fs().exists(&self.str_arg(step, "path")?).await?
+            ))),
+            "fs_mkdir" => {
+                let parents = match step.get("parents") {
+                    None => false,
+                    Some(v) => v
+                        .as_bool()
+                        .ok_or(E::Kit("\"parents\" must be a boolean".into()))?,
+                };
+                sb.fs().mkdir(&self.str_arg(step, "path")?, parents).await?;
+                Ok(R::None)
+            }
+            "fs_list" => {
+                let entries = sb.fs().list(&self.str_arg(step, "path")?).await?;
+                Ok(R::List(entries.into_iter().map(|e| e.name).collect()))
+            }
+            other => kit(format!("unknown op {other:?}")),
+        }
+    }
+}
+
+/// The program and arguments: a list, or a string run through `sh -c`.
+fn argv(v: &Value) -> Result<Vec<String>, E> {
+    match v {
+        Value::String(s) => Ok(vec!["sh".into(), "-c".into(), s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .map(|a| match a {
+                Value::String(s) => Ok(s.clone()),
+                other => kit(format!("argv items must be strings, not {other}")),
+            })
+            .collect(),
+        other => kit(format!("argv must be a list or a string, not {other}")),
+    }
+}
+
+fn statuses(v: &Value) -> Result<Vec<Status>, E> {
+    let Value::Array(items) = v else {
+        return kit(format!("statuses must be a list, not {v}"));
+    };
+    items
+        .iter()
+        .map(|s| match s.as_str().map(str::parse::<Status>) {
+            Some(Ok(st)) => Ok(st),
+            _ => kit(format!("unknown status {s}")),
+        })
+        .collect()
+}
+
+fn str_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, E> {
+    let Value::Object(obj) = v else {
+        return kit(format!("{key} must be an object, not {v}"));
+    };
+    obj.iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k.clone(), s.clone())),
+            other => kit(format!("{key}.{k} must be a string, not {other}")),
+        })
+        .collect()
+}
+
+fn opt_map(opts: &Map<String, Value>, key: &str) -> Result<BTreeMap<String, String>, E> {
+    opts.get(key)
+        .map(|v| str_map(key, v))
+        .transpose()
+        .map(Option::unwrap_or_default)
+}
+
+fn opt_str(opts: &Map<String, Value>, key: &str) -> Result<Option<String>, E> {
+    match opts.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => kit(format!("{key} must be a string, not {other}")),
+    }
+}
+
+fn opt_bool(opts: &Map<String, Value>, key: &str) -> Result<Option<bool>, E> {
+    match opts.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => kit(format!("{key} must be a boolean, not {other}")),
+    }
+}
+
+fn as_f64(key: &str, v: &Value) -> Result<f64, E> {
+    v.as_f64()
+        .map_or_else(|| kit(format!("{key} must be a number, not {v}")), Ok)
+}
+
+fn as_u64(key: &str, v: &Value) -> Result<u64, E> {
+    v.as_u64().map_or_else(
+        || kit(format!("{key} must be a non-negative integer, not {v}")),
+        Ok,
+    )
+}
+
+/// A duration in seconds (fractions allowed).
+fn seconds(key: &str, v: &Value) -> Result<Duration, E> {
+    match v.as_f64() {
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Duration::from_secs_f64(s)),
+        _ => kit(format!(
+            "{key} must be a non-negative number of seconds, not {v}"
+        )),
+    }
+}
+
+/// Whether a caller of a race in processes would own the sandbox it starts
+/// (a create or connect_or_create that is not detached): its exit then
+/// stops the sandbox, which no task in this process can stand in for.
+pub(crate) fn owns_what_it_starts(step: &Map<String, Value>) -> bool {
+    let detached = step
+        .get("options")
+        .and_then(|o| o.get("detached"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    matches!(op_of(step), "create" | "connect_or_create") && !detached
+}

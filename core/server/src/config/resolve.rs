@@ -1,0 +1,290 @@
+//! Layering and validation: every value given for a setting (file, then
+//! environment) is parsed, the one with the highest precedence wins, and the
+//! settings that depend on each other are checked together.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::error::{invalid, ConfigError, Origin};
+use super::sections::{
+    AuthConfig, BackendKind, GatewayConfig, Listen, LogConfig, LogFormat, PoolConfig, ReaperConfig,
+};
+use super::settings::{
+    Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUTH_REQUIRED, BACKEND, DATABASE, HEARTBEAT_INTERVAL,
+    HOME, IDLE_TIMEOUT, LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, REPLICA_ID, RETRY_AFTER,
+    STARTUP_TIMEOUT, SWEEP_INTERVAL,
+};
+use super::values::{
+    absolute, as_str, default_database, default_home, default_replica_id, format_duration,
+    parse_bool, parse_database, parse_duration_raw, parse_file_home, parse_int, parse_listen,
+    parse_replica_id, positive_duration,
+};
+use super::ServeConfig;
+
+/// A raw value before it is parsed.
+#[derive(Debug)]
+pub(super) enum Raw<'a> {
+    Toml(&'a toml::Value),
+    Env(&'a str),
+}
+
+/// A raw value and where it came from.
+#[derive(Debug)]
+struct Found<'a> {
+    origin: Origin,
+    raw: Raw<'a>,
+}
+
+/// A parsed value and where it came from.
+#[derive(Debug)]
+struct Val<T> {
+    value: T,
+    origin: Origin,
+}
+
+/// The file's values and the environment, in order of precedence.
+#[derive(Debug)]
+pub(super) struct Layers<'a> {
+    pub(super) file: Option<&'a Path>,
+    pub(super) values: &'a BTreeMap<String, toml::Value>,
+    pub(super) env: &'a BTreeMap<String, String>,
+}
+
+impl<'a> Layers<'a> {
+    /// The values given for a setting, lowest precedence first.
+    fn found(&self, s: Setting) -> Vec<Found<'a>> {
+        let mut out = Vec::new();
+        if let (Some(path), Some(v)) = (self.file, self.values.get(s.key)) {
+            out.push(Found {
+                origin: Origin::File(path.to_path_buf()),
+                raw: Raw::Toml(v),
+            });
+        }
+        if let Some(v) = self.env.get(s.env) {
+            out.push(Found {
+                origin: Origin::Env(s.env.to_owned()),
+                raw: Raw::Env(v),
+            });
+        }
+        out
+    }
+
+    /// Parses every given value of a setting (so a bad file value is an
+    /// error even when the environment overrides it) and keeps the one with
+    /// the highest precedence.
+    fn layered<T>(
+        &self,
+        s: Setting,
+        parse: impl Fn(&Found<'a>) -> Result<T, ConfigError>,
+    ) -> Result<Option<Val<T>>, ConfigError> {
+        let mut out = None;
+        for found in self.found(s) {
+            out = Some(Val {
+                value: parse(&found)?,
+                origin: found.origin,
+            });
+        }
+        Ok(out)
+    }
+
+    /// [`Layers::layered`] with a parser whose error is the reason of an
+    /// [`ConfigError::Invalid`].
+    fn get<T>(
+        &self,
+        s: Setting,
+        parse: impl Fn(&Raw<'a>) -> Result<T, String>,
+    ) -> Result<Option<Val<T>>, ConfigError> {
+        self.layered(s, |found| {
+            parse(&found.raw).map_err(|reason| invalid(&found.origin, s, reason))
+        })
+    }
+
+    pub(super) fn resolve(&self, file: Option<PathBuf>) -> Result<ServeConfig, ConfigError> {
+        let allow_public = self.get(ALLOW_PUBLIC, parse_bool)?;
+        let allow_public_value = allow_public.as_ref().is_some_and(|v| v.value);
+        let listen = match self.get(LISTEN, parse_listen)? {
+            Some(v) => {
+                if let (Some(public), false) =
+                    (v.value.iter().find(|l| l.is_public()), allow_public_value)
+                {
+                    return Err(invalid(
+                        &v.origin,
+                        LISTEN,
+                        format!(
+                            "{public} is not a loopback address; set `allow_public = true` \
+                             (or {}=true) to listen on a public address",
+                            ALLOW_PUBLIC.env
+                        ),
+                    ));
+                }
+                v.value
+            }
+            None => vec![Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 7878)))],
+        };
+
+        let home = match self.env.get(HOME.env).filter(|h| !h.is_empty()) {
+            // The file's value must still be valid.
+            Some(h) => {
+                self.file_only(HOME, parse_file_home)?;
+                absolute(PathBuf::from(h), &Origin::Env(HOME.env.into()))?
+            }
+            None => match self.file_only(HOME, parse_file_home)? {
+                Some(h) => h,
+                None => default_home(self.env)?,
+            },
+        };
+
+        let database = match self.get(DATABASE, parse_database)? {
+            Some(v) => v.value,
+            None => default_database(&home)?,
+        };
+
+        let backend = self
+            .layered(BACKEND, |found| {
+                let value = as_str(&found.raw).map_err(|r| invalid(&found.origin, BACKEND, r))?;
+                match value {
+                    "local" => Ok(BackendKind::Local),
+                    other => Err(ConfigError::UnknownBackend {
+                        origin: found.origin.clone(),
+                        value: other.to_owned(),
+                    }),
+                }
+            })?
+            .map_or(BackendKind::Local, |v| v.value);
+
+        let replica_id = match self.get(REPLICA_ID, parse_replica_id)? {
+            Some(v) => v.value,
+            None => default_replica_id(),
+        };
+
+        let max_connections = self
+            .get(MAX_CONNECTIONS, |raw| {
+                let n = parse_int(raw)?;
+                if (1..=1000).contains(&n) {
+                    u32::try_from(n).map_err(|e| e.to_string())
+                } else {
+                    Err(format!("{n} is out of range; must be 1..=1000"))
+                }
+            })?
+            .map_or(10, |v| v.value);
+        let acquire_timeout = self
+            .get(ACQUIRE_TIMEOUT, positive_duration)?
+            .map_or(Duration::from_secs(5), |v| v.value);
+
+        let auth_required = self.get(AUTH_REQUIRED, parse_bool)?.is_none_or(|v| v.value);
+
+        let startup_timeout = self
+            .get(STARTUP_TIMEOUT, positive_duration)?
+            .map_or(Duration::from_secs(60), |v| v.value);
+        let retry_after = self
+            .get(RETRY_AFTER, |raw| {
+                let d = parse_duration_raw(raw)?;
+                if d < Duration::from_secs(1) || d.subsec_nanos() != 0 {
+                    Err(format!(
+                        "{} is not a whole number of seconds >= 1s (Retry-After is in seconds)",
+                        format_duration(d)
+                    ))
+                } else {
+                    Ok(d)
+                }
+            })?
+            .map_or(Duration::from_secs(1), |v| v.value);
+        let lease_ttl = self.get(LEASE_TTL, |raw| {
+            let d = parse_duration_raw(raw)?;
+            if d < Duration::from_secs(1) {
+                Err(format!(
+                    "{} is too short; must be at least 1s",
+                    format_duration(d)
+                ))
+            } else {
+                Ok(d)
+            }
+        })?;
+        let lease_ttl_origin = lease_ttl
+            .as_ref()
+            .map_or(Origin::Default, |v| v.origin.clone());
+        let lease_ttl = lease_ttl.map_or(Duration::from_secs(30), |v| v.value);
+        let heartbeat_interval = match self.get(HEARTBEAT_INTERVAL, positive_duration)? {
+            Some(v) if v.value >= lease_ttl => {
+                return Err(invalid(
+                    &v.origin,
+                    HEARTBEAT_INTERVAL,
+                    format!(
+                        "{} must be shorter than gateway.lease_ttl ({}) so leases are renewed \
+                         before they expire",
+                        format_duration(v.value),
+                        match &lease_ttl_origin {
+                            Origin::Default => format!("{} by default", format_duration(lease_ttl)),
+                            origin => format!("{} {origin}", format_duration(lease_ttl)),
+                        },
+                    ),
+                ))
+            }
+            Some(v) => v.value,
+            None => lease_ttl / 3,
+        };
+
+        let idle_timeout = match self.get(IDLE_TIMEOUT, parse_duration_raw)? {
+            Some(v) if v.value.is_zero() => None,
+            Some(v) => Some(v.value),
+            None => Some(Duration::from_secs(15 * 60)),
+        };
+        let sweep_interval = self
+            .get(SWEEP_INTERVAL, positive_duration)?
+            .map_or(Duration::from_secs(30), |v| v.value);
+
+        let format = self
+            .get(LOG_FORMAT, |raw| match as_str(raw)? {
+                "text" => Ok(LogFormat::Text),
+                "json" => Ok(LogFormat::Json),
+                other => Err(format!(
+                    "`{other}` is not a log format; use \"text\" or \"json\""
+                )),
+            })?
+            .map_or(LogFormat::Text, |v| v.value);
+
+        Ok(ServeConfig {
+            file,
+            listen,
+            allow_public: allow_public_value,
+            database,
+            home,
+            backend,
+            replica_id,
+            database_pool: PoolConfig {
+                max_connections,
+                acquire_timeout,
+            },
+            auth: AuthConfig {
+                required: auth_required,
+            },
+            gateway: GatewayConfig {
+                startup_timeout,
+                retry_after,
+                lease_ttl,
+                heartbeat_interval,
+            },
+            reaper: ReaperConfig {
+                idle_timeout,
+                sweep_interval,
+            },
+            log: LogConfig { format },
+        })
+    }
+
+    /// The file's value of a setting, ignoring the environment.
+    fn file_only<T>(
+        &self,
+        s: Setting,
+        parse: impl Fn(&Raw<'a>) -> Result<T, String>,
+    ) -> Result<Option<T>, ConfigError> {
+        let (Some(path), Some(v)) = (self.file, self.values.get(s.key)) else {
+            return Ok(None);
+        };
+        parse(&Raw::Toml(v))
+            .map(Some)
+            .map_err(|reason| invalid(&Origin::File(path.to_path_buf()), s, reason))
+    }
+}

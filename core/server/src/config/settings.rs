@@ -1,0 +1,96 @@
+//! The settings: each one's key in the file and its environment variable.
+
+/// One setting: its key path in the file and its environment variable.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Setting {
+    pub(super) key: &'static str,
+    pub(super) env: &'static str,
+}
+
+pub(super) const LISTEN: Setting = Setting {
+    key: "listen",
+    env: "BURROW_SERVE_LISTEN",
+};
+pub(super) const ALLOW_PUBLIC: Setting = Setting {
+    key: "allow_public",
+    env: "BURROW_SERVE_ALLOW_PUBLIC",
+};
+pub(super) const DATABASE: Setting = Setting {
+    key: "database",
+    env: "BURROW_SERVE_DATABASE",
+};
+pub(super) const HOME: Setting = Setting {
+    key: "home",
+    env: "BURROW_HOME",
+};
+pub(super) const BACKEND: Setting = Setting {
+    key: "backend",
+    env: "BURROW_SERVE_BACKEND",
+};
+pub(super) const REPLICA_ID: Setting = Setting {
+    key: "replica_id",
+    env: "BURROW_SERVE_REPLICA_ID",
+};
+pub(super) const MAX_CONNECTIONS: Setting = Setting {
+    key: "database_pool.max_connections",
+    env: "BURROW_SERVE_MAX_CONNECTIONS",
+};
+pub(super) const ACQUIRE_TIMEOUT: Setting = Setting {
+    key: "database_pool.acquire_timeout",
+    env: "BURROW_SERVE_ACQUIRE_TIMEOUT",
+};
+pub(super) const AUTH_REQUIRED: Setting = Setting {
+    key: "auth.required",
+    env: "BURROW_SERVE_AUTH_REQUIRED",
+};
+pub(super) const STARTUP_TIMEOUT: Setting = Setting {
+    key: "gateway.startup_timeout",
+    env: "BURROW_SERVE_STARTUP_TIMEOUT",
+};
+pub(super) const RETRY_AFTER: Setting = Setting {
+    key: "gateway.retry_after",
+    env: "BURROW_SERVE_RETRY_AFTER",
+};
+pub(super) const LEASE_TTL: Setting = Setting {
+    key: "gateway.lease_ttl",
+    env: "BURROW_SERVE_LEASE_TTL",
+};
+pub(super) const HEARTBEAT_INTERVAL: Setting = Setting {
+    key: "gateway.heartbeat_interval",
+    env: "BURROW_SERVE_HEARTBEAT_INTERVAL",
+};
+pub(super) const IDLE_TIMEOUT: Setting = Setting {
+    key: "reaper.idle_timeout",
+    env: "BURROW_SERVE_IDLE_TIMEOUT",
+};
+pub(super) const SWEEP_INTERVAL: Setting = Setting {
+    key: "reaper.sweep_interval",
+    env: "BURROW_SERVE_SWEEP_INTERVAL",
+};
+pub(super) const LOG_FORMAT: Setting = Setting {
+    key: "log.format",
+    env: "BURROW_SERVE_LOG_FORMAT",
+};
+
+/// Every setting, in the order `describe` and the docs use.
+pub(super) const SETTINGS: &[Setting] = &[
+    LISTEN,
+    ALLOW_PUBLIC,
+    DATABASE,
+    HOME,
+    BACKEND,
+    REPLICA_ID,
+    MAX_CONNECTIONS,
+    ACQUIRE_TIMEOUT,
+    AUTH_REQUIRED,
+    STARTUP_TIMEOUT,
+    RETRY_AFTER,
+    LEASE_TTL,
+    HEARTBEAT_INTERVAL,
+    IDLE_TIMEOUT,
+    SWEEP_INTERVAL,
+    LOG_FORMAT,
+];
+
+/// Tables of the file (`[name]`); every other top-level key is a value.
+pub(super) const TABLES: &[&str] = &["database_pool", "auth", "gateway", "reaper", "log"];
