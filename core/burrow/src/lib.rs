@@ -29,7 +29,7 @@ mod sandbox;
 pub mod store;
 
 pub use backend::{
-    Backend, BackendExt, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream,
+    ensure_identity, Backend, BackendExt, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream,
     StartOptions, StopOptions,
 };
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
