@@ -107,16 +107,15 @@ fn build(
     config.mounts = volumes
         .unwrap_or_default()
         .into_iter()
-        .map(|(source, target, read_only)| Mount {
+        .map(|(source, target, read_only)| {
             // A volume name never contains '/'; anything else is a host path
             // (the core checks it is absolute and exists).
-            source: if source.contains('/') {
+            let source = if source.contains('/') {
                 MountSource::Host(PathBuf::from(source))
             } else {
                 MountSource::Volume(source)
-            },
-            target,
-            read_only,
+            };
+            Mount::new(source, target).read_only(read_only)
         })
         .collect();
     config.network = network;

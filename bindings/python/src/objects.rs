@@ -88,11 +88,10 @@ fn log_options(tail: Option<i128>, follow: bool) -> PyResult<LogOptions> {
         None => None,
         Some(t) => Some(usize::try_from(unsigned("tail", t)?).unwrap_or(usize::MAX)),
     };
-    Ok(LogOptions {
-        sources: Vec::new(),
-        follow,
-        tail,
-    })
+    let mut opts = LogOptions::default();
+    opts.follow = follow;
+    opts.tail = tail;
+    Ok(opts)
 }
 
 /// Parses the log source inside the call, so an unknown name is the core's
@@ -139,16 +138,16 @@ fn modify_from(changes: &Bound<'_, PyDict>) -> PyResult<Modify> {
                 .transpose()
         })
         .transpose()?;
-    Ok(Modify {
-        cpus,
-        memory_mb,
-        env_set: map("env_set")?,
-        env_unset: names("env_unset")?,
-        labels_set: map("labels_set")?,
-        labels_unset: names("labels_unset")?,
-        idle_timeout: secs("idle_timeout")?,
-        max_duration: secs("max_duration")?,
-    })
+    let mut m = Modify::default();
+    m.cpus = cpus;
+    m.memory_mb = memory_mb;
+    m.env_set = map("env_set")?;
+    m.env_unset = names("env_unset")?;
+    m.labels_set = map("labels_set")?;
+    m.labels_unset = names("labels_unset")?;
+    m.idle_timeout = secs("idle_timeout")?;
+    m.max_duration = secs("max_duration")?;
+    Ok(m)
 }
 
 // ---------------------------------------------------------------------------
@@ -268,13 +267,11 @@ impl NativeSandbox {
         timeout: Option<f64>,
         blocking: bool,
     ) -> PyResult<Py<PyAny>> {
-        let opts = ExecOptions {
-            argv,
-            env: env.unwrap_or_default(),
-            cwd,
-            stdin: stdin.map(|b| b.to_vec()),
-            timeout: opt_seconds("timeout", timeout)?,
-        };
+        let mut opts = ExecOptions::new(argv);
+        opts.env = env.unwrap_or_default();
+        opts.cwd = cwd;
+        opts.stdin = stdin.map(|b| b.to_vec());
+        opts.timeout = opt_seconds("timeout", timeout)?;
         self.call(
             py,
             blocking,
@@ -303,13 +300,11 @@ impl NativeSandbox {
             None if keep_stdin => None,
             None => Some(Vec::new()),
         };
-        let opts = ExecOptions {
-            argv,
-            env: env.unwrap_or_default(),
-            cwd,
-            stdin,
-            timeout: opt_seconds("timeout", timeout)?,
-        };
+        let mut opts = ExecOptions::new(argv);
+        opts.env = env.unwrap_or_default();
+        opts.cwd = cwd;
+        opts.stdin = stdin;
+        opts.timeout = opt_seconds("timeout", timeout)?;
         self.call(py, blocking, |sb| async move {
             let process = sb.spawn(opts).await?;
             Ok(NativeProcess::start(process))

@@ -29,8 +29,8 @@ mod sandbox;
 pub mod store;
 
 pub use backend::{
-    ensure_identity, Backend, BackendExt, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream,
-    StartOptions, StopOptions,
+    ensure_identity, Backend, BackendExt, Capabilities, CreateRequest, ListFilter, Metrics,
+    RuntimeStream, StartOptions, StopOptions,
 };
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use duration::{parse_duration, ParseDurationError};

@@ -40,10 +40,7 @@ async fn guest_log_line(sb: &Sandbox, line: &str) {
 }
 
 fn only(source: LogSource) -> LogOptions {
-    LogOptions {
-        sources: vec![source],
-        ..LogOptions::default()
-    }
+    LogOptions::default().sources([source])
 }
 
 async fn read(handle: &SandboxHandle, opts: &LogOptions) -> Vec<LogLine> {
@@ -146,10 +143,7 @@ async fn logs_are_readable_while_running_and_after_a_stop() {
     );
 
     // tail: the last N lines of each source (the logs no longer change).
-    let opts = LogOptions {
-        tail: Some(1),
-        ..LogOptions::default()
-    };
+    let opts = LogOptions::default().tail(1);
     let tail = read(&handle, &opts).await;
     assert_eq!(tail.len(), 2, "{tail:#?}");
     assert!(tail
@@ -197,11 +191,7 @@ async fn logs_are_readable_while_running_and_after_a_stop() {
 async fn follow_yields_lines_written_later() {
     let home = TestHome::new().await;
     let sb = home.builder("follow").create().await.unwrap();
-    let opts = LogOptions {
-        follow: true,
-        tail: Some(0),
-        ..LogOptions::default()
-    };
+    let opts = LogOptions::default().follow(true).tail(0);
     let mut stream = sb.logs(&opts).await.unwrap();
 
     // The CLI follows too, as a separate process.

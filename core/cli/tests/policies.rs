@@ -356,14 +356,15 @@ async fn pause_and_resume() {
 async fn modify_lands_where_the_plan_says() {
     let home = TestHome::new().await;
     let sb = home.builder("mod").memory_mb(256).create().await.unwrap();
-    let changes = Modify {
-        cpus: Some(Some(0.5)),
-        memory_mb: Some(Some(128)),
-        env_set: [("FOO".to_string(), "bar".to_string())].into(),
-        labels_set: [("tier".to_string(), "gold".to_string())].into(),
-        idle_timeout: Some(Some(Duration::from_secs(3600))),
-        max_duration: Some(Some(Duration::from_secs(7200))),
-        ..Default::default()
+    let changes = {
+        let mut m = Modify::default();
+        m.cpus = Some(Some(0.5));
+        m.memory_mb = Some(Some(128));
+        m.env_set = [("FOO".to_string(), "bar".to_string())].into();
+        m.labels_set = [("tier".to_string(), "gold".to_string())].into();
+        m.idle_timeout = Some(Some(Duration::from_secs(3600)));
+        m.max_duration = Some(Some(Duration::from_secs(7200)));
+        m
     };
     let plan = sb.modify(&changes).await.unwrap();
     let applies = |f: &str| {
@@ -404,10 +405,11 @@ async fn modify_lands_where_the_plan_says() {
 
     // On a stopped sandbox everything but labels waits for the next start.
     sb.stop().await.unwrap();
-    let later = Modify {
-        env_set: [("LATER".to_string(), "yes".to_string())].into(),
-        memory_mb: Some(Some(96)),
-        ..Default::default()
+    let later = {
+        let mut m = Modify::default();
+        m.env_set = [("LATER".to_string(), "yes".to_string())].into();
+        m.memory_mb = Some(Some(96));
+        m
     };
     let plan = sb.modify(&later).await.unwrap();
     assert!(
@@ -444,9 +446,10 @@ async fn modify_lands_where_the_plan_says() {
 
     // Bad values are refused and change nothing.
     let err = sb
-        .modify(&Modify {
-            cpus: Some(Some(-1.0)),
-            ..Default::default()
+        .modify(&{
+            let mut m = Modify::default();
+            m.cpus = Some(Some(-1.0));
+            m
         })
         .await
         .unwrap_err();

@@ -256,15 +256,17 @@ fn bodies_use_the_wire_names() {
     for k in config.as_object().expect("object").keys() {
         assert!(keys("SandboxConfig").contains(k), "SandboxConfig.{k}");
     }
-    let modify = burrow::Modify {
-        cpus: Some(Some(1.0)),
-        memory_mb: Some(None),
-        env_set: [("A".to_string(), "1".to_string())].into(),
-        env_unset: vec!["B".into()],
-        labels_set: [("l".to_string(), "v".to_string())].into(),
-        labels_unset: vec!["m".into()],
-        idle_timeout: Some(None),
-        max_duration: Some(Some(std::time::Duration::from_secs(1))),
+    let modify = {
+        let mut m = burrow::Modify::default();
+        m.cpus = Some(Some(1.0));
+        m.memory_mb = Some(None);
+        m.env_set = [("A".to_string(), "1".to_string())].into();
+        m.env_unset = vec!["B".into()];
+        m.labels_set = [("l".to_string(), "v".to_string())].into();
+        m.labels_unset = vec!["m".into()];
+        m.idle_timeout = Some(None);
+        m.max_duration = Some(Some(std::time::Duration::from_secs(1)));
+        m
     };
     let modify = serde_json::to_value(modify).expect("modify");
     let modify: BTreeSet<String> = modify

@@ -252,23 +252,13 @@ impl Backend for LocalBackend {
     async fn resume(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_pause(name, id, false).await
     }
-    async fn modify(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        changes: &Modify,
-    ) -> Result<ModifyPlan> {
+    async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
         self.do_modify(name, id, changes).await
     }
     async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
         self.do_metrics(name, id).await
     }
-    async fn logs(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: &LogOptions,
-    ) -> Result<LogStream> {
+    async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
         self.lookup(name, id).await?;
         crate::logs::open_local(&self.home.sandbox_dir(id), opts)
     }
@@ -279,12 +269,7 @@ impl Backend for LocalBackend {
     async fn status(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.lookup(name, id).await.map(|r| r.info)
     }
-    async fn start(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StartOptions,
-    ) -> Result<SandboxInfo> {
+    async fn start(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
         self.do_start(name, id, opts, false).await
     }
     async fn connect_or_start(
@@ -295,12 +280,7 @@ impl Backend for LocalBackend {
     ) -> Result<SandboxInfo> {
         self.do_start(name, id, opts, true).await
     }
-    async fn stop(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
+    async fn stop(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
         self.do_stop(name, id, Some(opts)).await
     }
     async fn kill(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
@@ -309,12 +289,7 @@ impl Backend for LocalBackend {
     async fn request_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_drain(name, id).await
     }
-    async fn restart(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
+    async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
         self.do_stop(name, id, Some(opts)).await?;
         self.do_start(name, id, StartOptions::default(), true).await
     }
@@ -343,12 +318,7 @@ impl Backend for LocalBackend {
         self.wait_until(name, id, |i| statuses.contains(&i.status))
             .await
     }
-    async fn open_runtime(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        wake: bool,
-    ) -> Result<RuntimeStream> {
+    async fn open_runtime(&self, name: &str, id: &SandboxId, wake: bool) -> Result<RuntimeStream> {
         self.do_open_runtime(name, id, wake).await
     }
 }

@@ -3,10 +3,10 @@
 use burrow_protocol::{Control, Response};
 
 use super::lifecycle::ControlError;
-use crate::lifecycle::Operation;
 use super::LocalBackend;
 use crate::backend::Metrics;
 use crate::error::{Error, Result};
+use crate::lifecycle::Operation;
 use crate::model::{Applies, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 
 impl LocalBackend {

@@ -86,6 +86,7 @@ impl std::str::FromStr for LogSource {
 
 /// What to read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LogOptions {
     /// Sources to read (empty: all).
     pub sources: Vec<LogSource>,
@@ -93,6 +94,29 @@ pub struct LogOptions {
     pub follow: bool,
     /// Only the last N lines of each source (before following).
     pub tail: Option<usize>,
+}
+
+impl LogOptions {
+    /// Only these sources (empty: all).
+    #[must_use]
+    pub fn sources(mut self, sources: impl IntoIterator<Item = LogSource>) -> Self {
+        self.sources = sources.into_iter().collect();
+        self
+    }
+
+    /// Keep reading as the logs grow.
+    #[must_use]
+    pub fn follow(mut self, follow: bool) -> Self {
+        self.follow = follow;
+        self
+    }
+
+    /// Only the last `lines` lines of each source (before following).
+    #[must_use]
+    pub fn tail(mut self, lines: usize) -> Self {
+        self.tail = Some(lines);
+        self
+    }
 }
 
 /// One log line.

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 /// How the sandbox is isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DriverKind {
     /// Namespace container under an OCI runtime binary.
     #[default]
@@ -74,6 +75,7 @@ impl std::str::FromStr for DriverKind {
 /// OCI runtime binary used by the container driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OciRuntime {
     /// runc (the default).
     #[default]
@@ -124,6 +126,7 @@ pub enum MountSource {
 /// A directory made visible inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Mount {
     /// Content source.
     pub source: MountSource,
@@ -134,10 +137,29 @@ pub struct Mount {
     pub read_only: bool,
 }
 
+impl Mount {
+    /// `source` at `target` inside the sandbox, writable.
+    pub fn new(source: MountSource, target: impl Into<String>) -> Self {
+        Mount {
+            source,
+            target: target.into(),
+            read_only: false,
+        }
+    }
+
+    /// Mount read-only (or not).
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+}
+
 /// Persisted configuration of a sandbox. Applied only on create; existing
 /// configuration always wins on reuse.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SandboxConfig {
     /// Image reference: a rootfs directory, an OCI layout directory
     /// (`oci:PATH[:TAG]` or a directory holding `oci-layout`), or a name

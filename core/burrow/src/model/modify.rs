@@ -17,6 +17,7 @@ use crate::error::Result;
 /// (`{"memory_mb": 512, "idle_timeout_ms": null}`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "ModifyWire", into = "ModifyWire")]
+#[non_exhaustive]
 pub struct Modify {
     /// CPU limit in cores.
     pub cpus: Option<Option<f64>>,

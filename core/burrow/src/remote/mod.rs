@@ -288,12 +288,7 @@ impl Backend for RemoteBackend {
         self.call(Req::new(Method::GET, id_path(id, None, Some(name))))
             .await
     }
-    async fn start(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StartOptions,
-    ) -> Result<SandboxInfo> {
+    async fn start(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
         let body = self.start_body(opts).await?;
         self.call(post(id, "start", name).json(&body)?).await
     }
@@ -307,12 +302,7 @@ impl Backend for RemoteBackend {
         self.call(post(id, "connect-or-start", name).json(&body)?)
             .await
     }
-    async fn stop(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
+    async fn stop(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
         self.call(post(id, "stop", name).json(&stop_body(opts))?)
             .await
     }
@@ -326,12 +316,7 @@ impl Backend for RemoteBackend {
     /// (exactly the local backend's restart: two steps, each bound to
     /// `id`). `POST /restart` has no session field, so an attached sandbox
     /// restarted through it would lose its owner.
-    async fn restart(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
+    async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
         self.stop(name, id, opts).await?;
         self.connect_or_start(name, id, StartOptions::default())
             .await
@@ -367,12 +352,7 @@ impl Backend for RemoteBackend {
     async fn resume(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(post(id, "resume", name)).await
     }
-    async fn modify(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        changes: &Modify,
-    ) -> Result<ModifyPlan> {
+    async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
         self.call(Req::new(Method::PATCH, id_path(id, None, Some(name))).json(changes)?)
             .await
     }
@@ -384,12 +364,7 @@ impl Backend for RemoteBackend {
         .await
     }
 
-    async fn logs(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: &LogOptions,
-    ) -> Result<LogStream> {
+    async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
         let mut path = id_path(id, Some("logs"), Some(name));
         let q = api::logs_query(opts);
         if !q.is_empty() {
@@ -421,12 +396,7 @@ impl Backend for RemoteBackend {
         Ok(LogStream::from_channel(rx))
     }
 
-    async fn open_runtime(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        wake: bool,
-    ) -> Result<RuntimeStream> {
+    async fn open_runtime(&self, name: &str, id: &SandboxId, wake: bool) -> Result<RuntimeStream> {
         let query = form_urlencoded::Serializer::new(String::new())
             .append_pair("name", name)
             .append_pair("wake", if wake { "true" } else { "false" })

@@ -12,6 +12,7 @@ use crate::model::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
 /// Collects options for a new sandbox. Options apply only when the sandbox is
 /// created; an existing sandbox's configuration always wins.
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until create(), connect_or_create() or replace() is called"]
 pub struct SandboxBuilder {
     name: String,
     config: SandboxConfig,
@@ -25,6 +26,7 @@ pub struct SandboxBuilder {
 /// [`ReplaceBuilder::create`] is offered: replacing is not combinable with
 /// `connect_or_create`.
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until create() is called"]
 pub struct ReplaceBuilder {
     inner: SandboxBuilder,
 }
@@ -213,11 +215,7 @@ impl SandboxBuilder {
                 Err(Error::NotFound { .. }) => match backend.create(self.request()?).await {
                     Ok(info) => {
                         let info = backend
-                            .connect_or_start(
-                                &info.name,
-                                &info.id,
-                                StartOptions::default(),
-                            )
+                            .connect_or_start(&info.name, &info.id, StartOptions::default())
                             .await?;
                         return Ok(Sandbox::bind(backend, &info));
                     }

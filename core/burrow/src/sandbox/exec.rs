@@ -14,6 +14,7 @@ pub type ExitStatus = burrow_protocol::ExitStatus;
 
 /// What to run.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct ExecOptions {
     /// Program and arguments.
     pub argv: Vec<String>,

@@ -133,11 +133,7 @@ fn parse_mount(spec: &str) -> burrow::Result<Mount> {
     } else {
         MountSource::Volume(host.to_owned())
     };
-    Ok(Mount {
-        source,
-        target: target.to_owned(),
-        read_only,
-    })
+    Ok(Mount::new(source, target).read_only(read_only))
 }
 
 #[derive(Debug, Args)]

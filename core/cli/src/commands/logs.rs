@@ -35,11 +35,10 @@ pub(crate) async fn logs(ctx: Ctx, args: LogsArgs) -> anyhow::Result<u8> {
             sources.push(s);
         }
     }
-    let opts = LogOptions {
-        sources: sources.clone(),
-        follow: args.follow,
-        tail: args.tail,
-    };
+    let mut opts = LogOptions::default();
+    opts.sources = sources.clone();
+    opts.follow = args.follow;
+    opts.tail = args.tail;
     let handle = resolve(&ctx.backend().await?, &args.sandbox).await?;
     let mut stream = handle.logs(&opts).await?;
     // With a single source the lines are printed as they are.

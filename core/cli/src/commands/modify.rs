@@ -64,16 +64,16 @@ impl ModifyArgs {
                 value.map(Some)
             }
         }
-        Ok(Modify {
-            cpus: setting(self.cpus, self.no_cpus),
-            memory_mb: setting(self.memory, self.no_memory),
-            env_set: parse_pairs("--env", &self.env)?,
-            env_unset: self.unset_env.clone(),
-            labels_set: parse_pairs("--label", &self.labels)?,
-            labels_unset: self.unset_labels.clone(),
-            idle_timeout: setting(self.idle_timeout, self.no_idle_timeout),
-            max_duration: setting(self.max_duration, self.no_max_duration),
-        })
+        let mut m = Modify::default();
+        m.cpus = setting(self.cpus, self.no_cpus);
+        m.memory_mb = setting(self.memory, self.no_memory);
+        m.env_set = parse_pairs("--env", &self.env)?;
+        m.env_unset = self.unset_env.clone();
+        m.labels_set = parse_pairs("--label", &self.labels)?;
+        m.labels_unset = self.unset_labels.clone();
+        m.idle_timeout = setting(self.idle_timeout, self.no_idle_timeout);
+        m.max_duration = setting(self.max_duration, self.no_max_duration);
+        Ok(m)
     }
 }
 
