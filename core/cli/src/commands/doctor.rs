@@ -16,7 +16,7 @@ pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
     let default_ok = match &default {
         Ok(DriverKind::Container) => container.is_ok(),
         Ok(DriverKind::Vm) => vm.is_ok(),
-        Err(_) => false,
+        Ok(_) | Err(_) => false,
     };
     if ctx.json {
         let entry = |r: Result<serde_json::Value, &burrow::Error>| match r {
