@@ -94,6 +94,10 @@ CREATE_OPTIONS = {
     "detached", "replace",
 }
 RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
+# Tags naming a backend capability (burrow::Capabilities): a case carries the
+# tag of every capability its steps use (see step_capability), and a runner
+# reports it unsupported on a backend without that capability.
+CAPABILITY_TAGS = {"pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached"}
 VALUE_OPERATORS = {"var", "str_repeat"}
 MATCH_OPERATORS = {"ne", "one_of", "present"}
 OPERATOR_MODIFIERS = {"add", "times"}
@@ -145,6 +149,36 @@ def validate_cases(doc: dict, repo_root: Path = REPO_ROOT) -> list[str]:
         bound: set[str] = set()
         for j, step in enumerate(case.get("steps", [])):
             problems += _validate_step(step, f"{where} step {j + 1}", bound, top=True)
+            problems += _check_capability_tags(step, f"{where} step {j + 1}", case.get("tags", []))
+    return problems
+
+
+def step_capability(step: dict) -> str | None:
+    """The capability a step needs by itself (as the Rust kit's step_capability)."""
+    op = step.get("op")
+    options = step.get("options") or {}
+    if op in ("pause", "resume"):
+        return "pause"
+    if op == "detach":
+        return "attached"
+    if op == "race" and step.get("processes"):
+        do = step.get("do") or {}
+        owns = do.get("op") in ("create", "connect_or_create") and not (
+            do.get("options") or {}
+        ).get("detached", False)
+        return "attached" if owns else None
+    if "idle_timeout" in options or "demand_start" in options:
+        return "idle_reclaim"
+    return None
+
+
+def _check_capability_tags(step: dict, where: str, tags: list[str]) -> list[str]:
+    problems: list[str] = []
+    cap = step_capability(step)
+    if cap is not None and "unsupported" not in (step.get("tolerate") or []) and cap not in tags:
+        problems.append(f"{where}: {step.get('op')} needs the capability tag {cap!r} on its case")
+    if isinstance(step.get("do"), dict):
+        problems += _check_capability_tags(step["do"], f"{where} do", tags)
     return problems
 
 

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::outcome::UNSUPPORTED;
+
 /// The cases file of the repository, embedded at build time. It is the one
 /// source of truth; the crate keeps no copy of it.
 pub(crate) const EMBEDDED: &str = include_str!("../../../tests/conformance/cases.json");
@@ -58,6 +60,19 @@ pub(crate) const TARGET_OPS: &[&str] = &[
     "fs_list",
 ];
 pub(crate) const CONTROL_OPS: &[&str] = &["wait", "await", "sleep", "repeat", "race", "remove"];
+/// The capability tags: a case carrying one needs that capability of the
+/// backend (the field of the same name of [`burrow::Capabilities`]); on a
+/// backend that does not report it the kit reports the case unsupported
+/// without running it. A case must carry the tag of every capability its
+/// steps use (see [`step_capability`]).
+pub const CAPABILITY_TAGS: &[&str] = &[
+    "pause",
+    "modify_live",
+    "metrics",
+    "logs",
+    "idle_reclaim",
+    "attached",
+];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
 
@@ -122,6 +137,30 @@ fn op_keys(op: &str) -> &'static [&'static str] {
     }
 }
 
+/// The capability (one of [`CAPABILITY_TAGS`]) a step needs by itself, if
+/// any: `pause`/`resume` need `pause`; `detach`, and a race in processes
+/// whose callers own the attached sandbox they start, need `attached`; an
+/// `idle_timeout` or `demand_start` option needs `idle_reclaim`.
+pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str> {
+    let op = step.get("op").and_then(Value::as_str).unwrap_or_default();
+    let opts = step.get("options").and_then(Value::as_object);
+    match op {
+        "pause" | "resume" => Some("pause"),
+        "detach" => Some("attached"),
+        "race" if step.get("processes").and_then(Value::as_bool) == Some(true) => step
+            .get("do")
+            .and_then(Value::as_object)
+            .filter(|d| crate::ops::owns_what_it_starts(d))
+            .map(|_| "attached"),
+        _ if opts
+            .is_some_and(|o| o.contains_key("idle_timeout") || o.contains_key("demand_start")) =>
+        {
+            Some("idle_reclaim")
+        }
+        _ => None,
+    }
+}
+
 /// Whether `op` is part of the vocabulary.
 pub(crate) fn is_known_op(op: &str) -> bool {
     NAME_OPS.contains(&op) || TARGET_OPS.contains(&op) || CONTROL_OPS.contains(&op)
@@ -137,7 +176,8 @@ pub struct Case {
     pub title: String,
     /// The Rust reference test, `path/to/file.rs::function`.
     pub reference: String,
-    /// Tags (`processes`, `idle`).
+    /// Tags (`processes`, `idle`, and the capability tags of
+    /// [`CAPABILITY_TAGS`]).
     pub tags: Vec<String>,
     /// The case's own bound in seconds (before scaling), if it sets one.
     pub timeout: Option<f64>,
@@ -154,6 +194,16 @@ impl Case {
     /// Whether the case carries `tag`.
     pub fn has_tag(&self, tag: &str) -> bool {
         self.tags.iter().any(|t| t == tag)
+    }
+
+    /// The backend capabilities the case needs (its tags among
+    /// [`CAPABILITY_TAGS`]).
+    pub fn capabilities(&self) -> Vec<&str> {
+        self.tags
+            .iter()
+            .map(String::as_str)
+            .filter(|t| CAPABILITY_TAGS.contains(t))
+            .collect()
     }
 }
 
@@ -299,19 +349,44 @@ impl Cases {
             if !seen.insert(id.to_owned()) {
                 problems.push(format!("{id}: duplicate id"));
             }
+            let tags: Vec<&str> = obj
+                .get("tags")
+                .and_then(Value::as_array)
+                .map(|t| t.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
             let mut bound = BTreeSet::new();
             let steps = obj.get("steps").and_then(Value::as_array).unwrap_or(&empty);
             for (j, step) in steps.iter().enumerate() {
-                validate_step(
-                    step,
-                    &format!("{id} step {}", j + 1),
-                    &mut bound,
-                    true,
-                    &mut problems,
-                );
+                let at = format!("{id} step {}", j + 1);
+                validate_step(step, &at, &mut bound, true, &mut problems);
+                check_capability_tags(step, &at, &tags, &mut problems);
             }
         }
         problems
+    }
+}
+
+/// A step (or the `do` of a `repeat` or `race`) that needs a capability
+/// its case is not tagged with. A step that tolerates `unsupported` needs
+/// no tag: its case runs on a backend without the capability too.
+fn check_capability_tags(step: &Value, at: &str, tags: &[&str], problems: &mut Vec<String>) {
+    let Some(obj) = step.as_object() else {
+        return;
+    };
+    let tolerates_unsupported = obj
+        .get("tolerate")
+        .and_then(Value::as_array)
+        .is_some_and(|t| t.iter().any(|c| c.as_str() == Some(UNSUPPORTED)));
+    if let Some(cap) = step_capability(obj).filter(|_| !tolerates_unsupported) {
+        if !tags.contains(&cap) {
+            problems.push(format!(
+                "{at}: {} needs the capability tag {cap:?} on its case",
+                obj.get("op").and_then(Value::as_str).unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(inner) = obj.get("do") {
+        check_capability_tags(inner, &format!("{at} do"), tags, problems);
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use burrow::{Backend, Process, Sandbox, SandboxHandle};
+use burrow::{Backend, Capabilities, Process, Sandbox, SandboxHandle};
 use serde_json::{Map, Value};
 use tokio::task::JoinHandle;
 
@@ -31,6 +31,8 @@ pub(crate) struct Ctx {
     pub(crate) image: Option<String>,
     /// Factor of the bounds (`within`, `wait_for_status` timeouts, races).
     pub(crate) scale: f64,
+    /// What the backend says it can do (unknown in a caller process).
+    caps: Option<Capabilities>,
     values: Mutex<Values>,
     objects: Mutex<HashMap<String, Obj>>,
 }
@@ -41,9 +43,16 @@ impl Ctx {
             backend,
             image,
             scale,
+            caps: None,
             values: Mutex::new(Values::new()),
             objects: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The backend's capabilities, as read before the case ran.
+    pub(crate) fn with_capabilities(mut self, caps: Capabilities) -> Ctx {
+        self.caps = Some(caps);
+        self
     }
 
     /// Resolves the value forms in `spec` with the saved values.
@@ -264,7 +273,15 @@ impl<'a> CaseRun<'a> {
             .and_then(Value::as_object)
             .unwrap_or(&empty);
         let failed = outcome.is_err();
-        let result = self.check(expect, outcome, at).await?;
+        // The capability the step needs, when the backend claims it: then an
+        // `unsupported` answer contradicts its own capabilities.
+        let claimed = crate::cases::step_capability(step).filter(|cap| {
+            self.ctx
+                .caps
+                .as_ref()
+                .is_some_and(|caps| crate::kit::claims(caps, cap))
+        });
+        let result = self.check(expect, outcome, at, claimed).await?;
         if failed {
             // An expected error binds and saves nothing.
             return Ok(());
@@ -330,6 +347,7 @@ impl<'a> CaseRun<'a> {
         expect: &Map<String, Value>,
         outcome: Outcome,
         at: &str,
+        claimed: Option<&str>,
     ) -> Result<R, Stop> {
         if let Some(want) = expect.get("error") {
             let want = want.as_str().unwrap_or_default();
@@ -347,6 +365,7 @@ impl<'a> CaseRun<'a> {
                     at,
                     &e,
                     &format!("expected error code {want}, got error code {}", e.code),
+                    claimed,
                 ));
             }
             for (key, expected) in expect.iter().filter(|(k, _)| *k != "error") {
@@ -370,6 +389,7 @@ impl<'a> CaseRun<'a> {
                     at,
                     &e,
                     &format!("expected ok, got error code {}", e.code),
+                    claimed,
                 ))
             }
         };
@@ -391,14 +411,21 @@ impl<'a> CaseRun<'a> {
 }
 
 /// A failure for an error the step did not expect; `unsupported` makes the
-/// case unsupported instead.
-fn unexpected(at: &str, e: &StepError, message: &str) -> Stop {
-    if e.code == UNSUPPORTED {
+/// case unsupported instead, unless the backend claims the capability the
+/// step needs (`claimed`): then it contradicts itself, a failure.
+fn unexpected(at: &str, e: &StepError, message: &str, claimed: Option<&str>) -> Stop {
+    if e.code == UNSUPPORTED && claimed.is_none() {
         return Stop::Unsupported(format!(
             "{at}: the backend answered unsupported: {}",
             e.message
         ));
     }
+    let message = match claimed {
+        Some(cap) if e.code == UNSUPPORTED => {
+            format!("{message}, though Backend::capabilities reports the capability {cap}")
+        }
+        _ => message.to_owned(),
+    };
     Stop::Fail {
         message: format!("{at}: {message}"),
         detail: vec![format!("the error: {}", e.describe())],

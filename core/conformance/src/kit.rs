@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow::{Backend, ListFilter, SandboxHandle};
+use burrow::{Backend, Capabilities, ListFilter, SandboxHandle};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 
@@ -424,11 +424,41 @@ impl Kit {
             Ok(b) => b,
             Err(e) => return failed(format!("{}: opening a backend failed: {e}", case.id)),
         };
-        let ctx = Arc::new(Ctx::new(
-            backend.clone(),
-            self.image.clone(),
-            self.time_scale,
-        ));
+        // A case that needs a capability the backend does not report is
+        // not run: unsupported, never passed.
+        let caps = match backend.capabilities().await {
+            Ok(caps) => caps,
+            Err(e) => {
+                return failed(format!(
+                    "{}: reading the backend's capabilities failed: {e}",
+                    case.id
+                ))
+            }
+        };
+        let lacking: Vec<&str> = case
+            .capabilities()
+            .into_iter()
+            .filter(|c| !claims(&caps, c))
+            .collect();
+        if !lacking.is_empty() {
+            let mut report = CaseReport::new(
+                case.id.clone(),
+                case.title.clone(),
+                CaseOutcome::Unsupported {
+                    reason: format!(
+                        "{}: needs the capabilities {lacking:?}, which Backend::capabilities does not report; not run",
+                        case.id
+                    ),
+                },
+            );
+            if let Err(e) = cleanup(&backend).await {
+                report.notes.push(format!("cleanup: {e}"));
+            }
+            return report;
+        }
+        let ctx = Arc::new(
+            Ctx::new(backend.clone(), self.image.clone(), self.time_scale).with_capabilities(caps),
+        );
         let mut run = CaseRun::new(ctx, &case.id, env, &store);
         let bound = self
             .case_timeout
@@ -476,6 +506,20 @@ impl Kit {
         let mut report = CaseReport::new(case.id.clone(), case.title.clone(), outcome);
         report.notes = notes;
         report
+    }
+}
+
+/// Whether `caps` has the capability named by the tag `tag` (one of
+/// [`crate::CAPABILITY_TAGS`]; an unknown name is never claimed).
+pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
+    match tag {
+        "pause" => caps.pause,
+        "modify_live" => caps.modify_live,
+        "metrics" => caps.metrics,
+        "logs" => caps.logs,
+        "idle_reclaim" => caps.idle_reclaim,
+        "attached" => caps.attached,
+        _ => false,
     }
 }
 

@@ -47,8 +47,12 @@
 //! destroyed. Expectations compare error codes ([`burrow::ErrorCode`]),
 //! statuses, ids, generations and counts, never message text. A failure
 //! names the case, the step, the op, and what was expected against what
-//! happened. A backend that answers `unsupported` makes the case
-//! unsupported, never passed.
+//! happened. A case that needs a capability the backend does not report
+//! ([`burrow::Backend::capabilities`]; the case's capability tags,
+//! [`CAPABILITY_TAGS`]) is reported unsupported without being run, and so
+//! is one where the backend answers `unsupported` for an operation no
+//! capability covers; neither is ever counted as passed. A backend that
+//! claims a capability and then answers `unsupported` for it fails.
 //!
 //! Races "in processes" (several OS processes converging on one name, an
 //! attached sandbox whose owner exits) need a program that serves one
@@ -65,6 +69,6 @@ mod race;
 mod report;
 mod value;
 
-pub use cases::{Case, Cases, CasesError, FORMAT};
+pub use cases::{Case, Cases, CasesError, CAPABILITY_TAGS, FORMAT};
 pub use kit::{BoxError, Caller, Kit, Store};
 pub use report::{CaseOutcome, CaseReport, Failure, ProcessRaces, Report};

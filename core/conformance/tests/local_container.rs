@@ -8,13 +8,22 @@ mod support;
 
 use burrow_conformance::{CaseOutcome, Kit, ProcessRaces};
 
+/// The caller program of races in processes: this crate's
+/// `burrow-conformance-caller` on the case's home.
+fn caller_command(caller: &burrow_conformance::Caller<'_>) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_burrow-conformance-caller"));
+    c.arg("--home")
+        .arg(caller.location().expect("the local store has a location"));
+    c
+}
+
 fn kit() -> Kit {
     Kit::new(support::local_store).image(support::busybox_rootfs().to_string_lossy())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_case_passes_on_the_local_backend() {
-    let report = kit().process_spawner(support::caller_command).run().await;
+    let report = kit().process_spawner(caller_command).run().await;
     println!("{report}");
     assert_eq!(report.process_races, ProcessRaces::Spawned);
     report.assert_all_passed();
@@ -88,7 +97,7 @@ async fn wrong_expectations_fail_with_precise_messages() {
     let report = kit()
         .with_cases(cases)
         .time_scale(1.0)
-        .process_spawner(support::caller_command)
+        .process_spawner(caller_command)
         .cases([
             "wrong.stale_exec_succeeds",
             "wrong.define_is_not_taken",

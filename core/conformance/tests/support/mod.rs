@@ -202,16 +202,25 @@ fn logs_of(home: &Path) -> String {
 /// A fresh store for one case: a new burrow home (short path: unix socket
 /// paths live under it); each `open` is a new `LocalBackend` on it.
 pub async fn local_store() -> Result<Store, BoxError> {
+    local_store_with(|b| Arc::new(b) as Arc<dyn Backend>).await
+}
+
+/// Like [`local_store`], with every `LocalBackend` opened passed through
+/// `wrap` (a backend of the tests' own over the local one).
+pub async fn local_store_with<W>(wrap: W) -> Result<Store, BoxError>
+where
+    W: Fn(LocalBackend) -> Arc<dyn Backend> + Clone + Send + Sync + 'static,
+{
     init_env();
-    let dir = tempfile::Builder::new().prefix("bc").tempdir_in("/tmp")?;
+    let dir = new_home_dir()?;
     let path = dir.path().to_owned();
     let open_path = path.clone();
     let logs_path = path.clone();
     Ok(Store::new(move || {
-        let path = open_path.clone();
+        let (path, wrap) = (open_path.clone(), wrap.clone());
         async move {
             let home = burrow::paths::Home::at(path)?;
-            Ok(Arc::new(LocalBackend::open(home).await?) as Arc<dyn Backend>)
+            Ok(wrap(LocalBackend::open(home).await?))
         }
     })
     .location(path.to_string_lossy())
@@ -219,11 +228,27 @@ pub async fn local_store() -> Result<Store, BoxError> {
     .keep(Home { dir }))
 }
 
-/// The caller program of races in processes: this crate's
-/// `burrow-conformance-caller` on the case's home.
-pub fn caller_command(caller: &burrow_conformance::Caller<'_>) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_burrow-conformance-caller"));
-    c.arg("--home")
-        .arg(caller.location().expect("the local store has a location"));
-    c
+/// A new, empty directory for a burrow home (short path: unix socket paths
+/// live under it). Dropping the [`Home`] made of it kills what still runs
+/// there.
+pub fn new_home_dir() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("bc").tempdir_in("/tmp")
+}
+
+impl Home {
+    /// Guards `dir` (see [`Home`]).
+    pub fn new(dir: tempfile::TempDir) -> Home {
+        Home { dir }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The store's diagnostics: the logs of every sandbox of the home at `path`.
+pub fn diagnostics_of(path: &Path) -> impl Fn() -> String + Send + Sync + 'static {
+    let path = path.to_owned();
+    move || logs_of(&path)
 }
