@@ -1,7 +1,15 @@
-//! Process identity: a pid plus its kernel start time, so a recycled pid is
-//! never mistaken for the process that was recorded.
+//! Process identity (a pid plus its kernel start time, so a recycled pid is
+//! never mistaken for the process that was recorded), and where burrow's
+//! own programs are: the `burrow` binary, the supervisor and the guest agent
+//! ([`locate_agent`] has the agent's lookup order).
 
 use std::path::PathBuf;
+
+mod agent;
+
+pub use agent::{
+    embedded_agent, locate_agent, set_embedded_agent, AgentLocation, AgentSource, EmbeddedAgent,
+};
 
 /// A process recorded as the owner of some state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,33 +97,10 @@ pub fn supervisor_bin() -> Option<PathBuf> {
     Some(if lean.is_file() { lean } else { burrow })
 }
 
-/// Locates the static guest agent: `$BURROW_AGENT_BIN`, else
-/// `burrow-agent` next to the `burrow` binary, else the musl build in the
-/// cargo target directory next to it, else on PATH.
+/// The static guest agent's path, if [`locate_agent`] finds one (its error
+/// says where it looked).
 pub fn agent_bin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("BURROW_AGENT_BIN").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(bin) = burrow_bin() {
-        if let Some(dir) = bin.parent() {
-            let profile = dir.file_name().map(|n| n.to_owned()).unwrap_or_default();
-            let mut cands = vec![dir.join("burrow-agent")];
-            if let Some(target) = dir.parent() {
-                for p in [std::ffi::OsStr::new("release"), profile.as_os_str()] {
-                    cands.push(
-                        target
-                            .join("x86_64-unknown-linux-musl")
-                            .join(p)
-                            .join("burrow-agent"),
-                    );
-                }
-            }
-            if let Some(found) = cands.into_iter().find(|c| c.is_file()) {
-                return Some(found);
-            }
-        }
-    }
-    find_on_path("burrow-agent")
+    locate_agent().ok().map(|a| a.path)
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {

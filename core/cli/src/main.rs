@@ -4,10 +4,12 @@
 
 use std::process::ExitCode;
 
+mod agent;
 mod commands;
 mod supervise;
 
 fn main() -> ExitCode {
+    agent::register();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__supervise") {
         return supervise::supervise(&args[2..]);

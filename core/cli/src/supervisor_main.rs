@@ -5,9 +5,11 @@
 
 use std::process::ExitCode;
 
+mod agent;
 mod supervise;
 
 fn main() -> ExitCode {
+    agent::register();
     let args: Vec<String> = std::env::args().collect();
     // `__supervise` first, as with `burrow`, so both read alike in `ps`.
     let rest = match args.get(1).map(String::as_str) {

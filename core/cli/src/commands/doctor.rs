@@ -1,4 +1,7 @@
-//! `burrow doctor`: which drivers work on this host, and why not.
+//! `burrow doctor`: which drivers work on this host, and why not; where the
+//! guest agent comes from; how to get the vm driver's guest kernel.
+
+mod kernel;
 
 use burrow::{DriverKind, OciRuntime};
 use serde_json::json;
@@ -8,27 +11,37 @@ use super::Ctx;
 
 pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
     let default = DriverKind::host_default();
+    let agent = burrow::procs::locate_agent();
     let container = burrow::driver::container::check_support(OciRuntime::Runc).await;
     if !ctx.json {
         say("checking the vm driver (the first run boots a probe guest under KVM)...");
     }
     let vm = burrow::driver::vm::check_support().await;
-    let default_ok = match &default {
-        Ok(DriverKind::Container) => container.is_ok(),
-        Ok(DriverKind::Vm) => vm.is_ok(),
-        Ok(_) | Err(_) => false,
-    };
+    let kernel = kernel::KernelHelp::probe();
+    // Every driver runs the same agent: without it nothing starts.
+    let default_ok = agent.is_ok()
+        && match &default {
+            Ok(DriverKind::Container) => container.is_ok(),
+            Ok(DriverKind::Vm) => vm.is_ok(),
+            Ok(_) | Err(_) => false,
+        };
     if ctx.json {
         let entry = |r: Result<serde_json::Value, &burrow::Error>| match r {
             Ok(v) => json!({"ok": true, "details": v}),
             Err(e) => json!({"ok": false, "code": e.code(), "reason": e.to_string()}),
         };
+        let agent = match &agent {
+            Ok(a) => json!({"ok": true, "path": a.path, "source": a.source}),
+            Err(e) => json!({"ok": false, "code": e.code(), "reason": e.to_string()}),
+        };
         let report = json!({
             "default_driver": default.as_ref().map(|d| d.as_str()).map_err(|e| e.to_string()),
+            "agent": agent,
             "drivers": {
                 "container": entry(container.as_ref().map(|c| json!(c))),
                 "vm": entry(vm.as_ref().map(|v| json!(v))),
-            }
+            },
+            "vm_kernel": kernel,
         });
         say(serde_json::to_string_pretty(&report)?);
     } else {
@@ -55,6 +68,17 @@ pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
                 ));
             }
             Err(e) => say(format!("vm         unavailable  {e}")),
+        }
+        if kernel.found.is_none() {
+            say(format!("           guest kernel: {}", kernel.hint));
+        }
+        match &agent {
+            Ok(a) => say(format!(
+                "agent      ok           {} ({})",
+                a.source.as_str(),
+                a.path.display()
+            )),
+            Err(e) => say(format!("agent      missing      {e}")),
         }
         match &default {
             Ok(d) => say(format!(

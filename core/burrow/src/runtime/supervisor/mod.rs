@@ -364,10 +364,7 @@ async fn boot(
         .map_err(|e| Error::io("creating the sandbox directory", Some(&logs), e))?;
     let agent_log = logs.join(LogSource::Guest.file_name());
     let guest_log_file = RotatingFile::open(&agent_log)?;
-    let agent_bin = crate::procs::agent_bin().ok_or_else(|| Error::Runtime {
-        runtime: "burrow-agent".into(),
-        reason: "the guest agent binary was not found (set BURROW_AGENT_BIN, or build it with `cargo build -p burrow-agent --release --target x86_64-unknown-linux-musl`)".into(),
-    })?;
+    let agent_bin = crate::procs::locate_agent()?.path;
     let spec = LaunchSpec {
         sandbox_id: args.id.clone(),
         name: name.clone(),
