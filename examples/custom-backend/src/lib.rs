@@ -44,6 +44,12 @@
 
 mod quota;
 
+/// The implementer guide, `docs/backends.md`: its Rust examples are compiled
+/// as doctests of this crate, so they keep matching the real API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/backends.md")]
+pub struct BackendsGuide;
+
 use std::future::Future;
 use std::path::PathBuf;
 
