@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use burrow::{
-    Backend, ErrorCode, ListFilter, Sandbox, SandboxConfig, SandboxHandle, StartOptions, Status,
+    Backend, ErrorCode, ListFilter, Modify, Sandbox, SandboxConfig, SandboxHandle, StartOptions,
+    Status,
 };
 use custom_backend::{Quota, QuotaBackend, NAMESPACE_LABEL};
 
@@ -69,6 +70,21 @@ async fn starts_past_the_quota_are_refused_and_change_nothing() {
     // In total: two run.
     let e = free.connect_or_start().await.expect_err("third in total");
     assert_eq!(e.code(), ErrorCode::RuntimeUnavailable, "{e}");
+    // Relabelling a running sandbox into a full group is a start there.
+    let mut relabel = Modify::default();
+    relabel.labels_set.insert("team".into(), "a".into());
+    let e = b1.modify(&relabel).await.expect_err("team a is full");
+    assert_eq!(e.code(), ErrorCode::RuntimeUnavailable, "{e}");
+    assert_eq!(
+        b1.info()
+            .await
+            .unwrap()
+            .config
+            .labels
+            .get("team")
+            .map(String::as_str),
+        Some("b")
+    );
     // A running sandbox needs no new slot: converging on it, restarting it.
     a1.connect_or_start().await.expect("already running");
     a1.restart().await.expect("restart keeps its slot");
