@@ -95,8 +95,9 @@ CREATE_OPTIONS = {
 }
 RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # Tags naming a backend capability (burrow::Capabilities): a case carries the
-# tag of every capability its steps use (see step_capability), and a runner
-# reports it unsupported on a backend without that capability.
+# tag of every capability its steps use (see step_capability). The Rust kit
+# reports such a case unsupported on a backend without that capability; this
+# runner's backends (local, remote) have every capability.
 CAPABILITY_TAGS = {"pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached"}
 VALUE_OPERATORS = {"var", "str_repeat"}
 MATCH_OPERATORS = {"ne", "one_of", "present"}
