@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Fresh machine -> running sandbox: installs the dependencies, builds burrow,
-# the static guest agent and the busybox demo image, then runs the Rust
-# quickstart example (examples/quickstart.rs of the burrow crate).
+# Fresh machine -> running sandbox: installs the dependencies, builds burrow
+# (its build compiles the static guest agent and embeds it in the burrow and
+# burrow-supervisor binaries) and the busybox demo image, runs the Rust
+# quickstart example (examples/quickstart.rs of the burrow crate), then one
+# command through the CLI. Neither needs an environment variable: the example
+# finds target/debug/burrow beside itself, and the binaries carry the agent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-echo "==> building burrow and the guest agent"
+echo "==> building burrow with its guest agent (the first build takes a few minutes)"
 cargo build -q -p burrow-cli
-agent=$(bash scripts/build-agent.sh)
 [ -f demo/busybox/bin/busybox ] || bash scripts/make-demo-rootfs.sh demo/busybox
-export BURROW_BIN="$PWD/target/debug/burrow"
-export BURROW_AGENT_BIN="$agent"
-export BURROW_HOME="${BURROW_HOME:-$HOME/.local/share/burrow}"
-echo "==> running the quickstart example (home: $BURROW_HOME)"
+echo "==> running the quickstart example"
 cargo run -q -p burrow --example quickstart -- "$PWD/demo/busybox"
+echo "==> the CLI: target/debug/burrow run quickstart-cli --image ./demo/busybox -- echo ..."
+target/debug/burrow rm -f quickstart-cli >/dev/null 2>&1 || true # left by an interrupted run
+target/debug/burrow run quickstart-cli --image "$PWD/demo/busybox" -- echo "hello from the burrow CLI"
+cat <<MSG
+==> done. Try: target/debug/burrow run -d web --image $PWD/demo/busybox; target/debug/burrow exec web -- uname -a
+    cargo install --path core/cli puts burrow on your PATH; burrow doctor checks the drivers
+MSG

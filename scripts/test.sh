@@ -9,6 +9,13 @@ start=$(date +%s)
 step() { echo; echo "==> $* ($(( $(date +%s) - start ))s)"; }
 step "format"
 cargo fmt --all -- --check
+step "static guest agent"
+# Built once: the tests run it (BURROW_AGENT_BIN), and the burrow and
+# burrow-supervisor binaries embed this same file (BURROW_EMBED_AGENT)
+# instead of compiling the agent again in core/cli/build.rs.
+BURROW_AGENT_BIN=$(bash scripts/build-agent.sh)
+BURROW_EMBED_AGENT=$BURROW_AGENT_BIN
+export BURROW_AGENT_BIN BURROW_EMBED_AGENT
 step "clippy, and the build of every test, bench and example (one compilation)"
 # clippy-driver wraps rustc for the workspace's own crates (what `cargo
 # clippy` does), so one build both lints them with -D warnings and compiles
@@ -19,16 +26,13 @@ RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v 
 CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 cargo test -q --workspace --all-targets --no-run
-step "static guest agent"
-BURROW_AGENT_BIN=$(bash scripts/build-agent.sh)
-export BURROW_AGENT_BIN
 step "demo image"
 [ -f target/test-images/busybox/.complete ] || {
   bash scripts/make-demo-rootfs.sh target/test-images/busybox && touch target/test-images/busybox/.complete; }
 step "guest kernel (first build about 7 minutes on 2 cores)"
 BURROW_VM_KERNEL=$(bash scripts/build-kernel.sh | tail -n 1)
 export BURROW_VM_KERNEL
-step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs)"
+step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox)"
 cargo test -q --workspace --no-fail-fast
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
 BURROW_DRIVER=vm cargo test -q -p burrow-cli --no-fail-fast \

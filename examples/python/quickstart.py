@@ -6,7 +6,8 @@ commands, writes and reads a file, stops it and destroys it.
     python examples/python/quickstart.py [IMAGE]
 
 IMAGE: the first argument, else $BURROW_DEMO_IMAGE, else ./demo/busybox.
-Needs the `burrow` binary and the guest agent (BURROW_BIN, BURROW_AGENT_BIN).
+Needs the `burrow` binary (BURROW_BIN, else `burrow` on PATH, as after
+`cargo install --path core/cli`); its supervisor carries the guest agent.
 """
 
 from __future__ import annotations

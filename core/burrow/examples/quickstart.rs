@@ -3,9 +3,8 @@
 //!
 //! ```text
 //! # as root; scripts/quickstart.sh does all of this for you
-//! export BURROW_BIN=$PWD/target/debug/burrow            # cargo build -p burrow-cli
-//! export BURROW_AGENT_BIN=$(bash scripts/build-agent.sh) # static guest agent
-//! bash scripts/make-demo-rootfs.sh demo/busybox          # busybox rootfs
+//! cargo build -p burrow-cli                     # target/debug/burrow (+ the guest agent)
+//! bash scripts/make-demo-rootfs.sh demo/busybox # busybox rootfs
 //! cargo run -p burrow --example quickstart -- demo/busybox
 //! ```
 //!
@@ -178,9 +177,9 @@ impl Failure {
             }
             ErrorCode::StartFailed | ErrorCode::Timeout | ErrorCode::RuntimeUnavailable => {
                 "the reason above names the step that failed. Common causes: not running as root, \
-                 runc missing (apt-get install runc), BURROW_BIN not pointing at the burrow binary \
-                 (cargo build -p burrow-cli), BURROW_AGENT_BIN not pointing at the static guest \
-                 agent (bash scripts/build-agent.sh prints its path). The failed sandbox is \
+                 runc missing (apt-get install runc), the burrow binary not built (cargo build \
+                 -p burrow-cli; or set BURROW_BIN), a wrong BURROW_AGENT_BIN (unset it: the \
+                 burrow binaries carry the agent; docs/install.md). The failed sandbox is \
                  kept (status crashed) so its logs can be read: `burrow logs quickstart \
                  --supervisor`; rerunning the example replaces it."
             }
