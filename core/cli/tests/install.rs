@@ -37,10 +37,11 @@ fn install_args() -> (PathBuf, Vec<String>) {
         "release" => Vec::new(),
         other => vec!["--profile".to_owned(), other.to_owned()],
     };
-    // target/<triple>/<profile>/burrow under `--target`.
-    if !target_dir.join("CACHEDIR.TAG").exists() {
-        let triple = target_dir.file_name().unwrap().to_str().unwrap().to_owned();
-        args.extend(["--target".to_owned(), triple]);
+    // target/<triple>/<profile>/burrow under `--target` (a target triple
+    // names its OS; the target directory, whatever it is called, does not).
+    let dir_name = target_dir.file_name().unwrap().to_str().unwrap().to_owned();
+    if dir_name.contains(&format!("-{}", std::env::consts::OS)) {
+        args.extend(["--target".to_owned(), dir_name]);
         target_dir = target_dir.parent().unwrap().to_path_buf();
     }
     (target_dir, args)
