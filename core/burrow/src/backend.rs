@@ -302,8 +302,7 @@ pub trait Backend: Send + Sync + Debug {
     /// Stop accepting work; stop when in-flight work is done.
     async fn request_drain(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo>;
     /// Stop then start (same id, same configuration, next generation).
-    async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions)
-        -> Result<SandboxInfo>;
+    async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo>;
     /// Removes a sandbox that is not running ([`Error::InvalidState`]
     /// otherwise). Keeps images, named volumes and host mounts.
     async fn remove(&self, name: &str, id: &SandboxId) -> Result<()>;
@@ -362,15 +361,32 @@ pub trait Backend: Send + Sync + Debug {
 pub trait BackendExt: Backend {
     /// [`Backend::start`] of the sandbox named `name`.
     async fn start_by_name(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        by_name(self, name, |id| async move { self.start(name, &id, opts).await }).await
+        by_name(
+            self,
+            name,
+            |id| async move { self.start(name, &id, opts).await },
+        )
+        .await
     }
     /// [`Backend::connect_or_start`] of the sandbox named `name`.
-    async fn connect_or_start_by_name(&self, name: &str, opts: StartOptions) -> Result<SandboxInfo> {
-        by_name(self, name, |id| async move { self.connect_or_start(name, &id, opts).await }).await
+    async fn connect_or_start_by_name(
+        &self,
+        name: &str,
+        opts: StartOptions,
+    ) -> Result<SandboxInfo> {
+        by_name(self, name, |id| async move {
+            self.connect_or_start(name, &id, opts).await
+        })
+        .await
     }
     /// [`Backend::stop`] of the sandbox named `name`.
     async fn stop_by_name(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        by_name(self, name, |id| async move { self.stop(name, &id, opts).await }).await
+        by_name(
+            self,
+            name,
+            |id| async move { self.stop(name, &id, opts).await },
+        )
+        .await
     }
     /// [`Backend::kill`] of the sandbox named `name`.
     async fn kill_by_name(&self, name: &str) -> Result<SandboxInfo> {
@@ -378,7 +394,10 @@ pub trait BackendExt: Backend {
     }
     /// [`Backend::restart`] of the sandbox named `name`.
     async fn restart_by_name(&self, name: &str, opts: StopOptions) -> Result<SandboxInfo> {
-        by_name(self, name, |id| async move { self.restart(name, &id, opts).await }).await
+        by_name(self, name, |id| async move {
+            self.restart(name, &id, opts).await
+        })
+        .await
     }
     /// [`Backend::remove`] of the sandbox named `name`.
     async fn remove_by_name(&self, name: &str) -> Result<()> {
@@ -386,7 +405,12 @@ pub trait BackendExt: Backend {
     }
     /// [`Backend::destroy`] of the sandbox named `name`.
     async fn destroy_by_name(&self, name: &str) -> Result<()> {
-        by_name(self, name, |id| async move { self.destroy(name, &id).await }).await
+        by_name(
+            self,
+            name,
+            |id| async move { self.destroy(name, &id).await },
+        )
+        .await
     }
 }
 

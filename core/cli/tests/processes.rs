@@ -66,7 +66,9 @@ async fn eight_processes_converge_on_one_sandbox_per_round() {
         assert_eq!(info.generation, 1, "round {round}: exactly one start");
         let all = home.backend.list(&Default::default()).await.unwrap();
         assert_eq!(all.len(), 1, "round {round}: exactly one sandbox created");
-        burrow::BackendExt::destroy_by_name(&*home.backend, &name).await.unwrap();
+        burrow::BackendExt::destroy_by_name(&*home.backend, &name)
+            .await
+            .unwrap();
     }
 }
 

@@ -631,9 +631,7 @@ async fn run_start(
         let info = engine.get_by_id(&sid).await?;
         name = info.name.clone();
         let opts = StartOptions::default().detached(true);
-        let info = engine
-            .connect_or_start(&info.name, &sid, opts)
-            .await?;
+        let info = engine.connect_or_start(&info.name, &sid, opts).await?;
         let sandbox = Sandbox::from_info(engine.clone(), &info);
         if let Some(argv) = &command {
             let out = sandbox.exec(argv.iter().cloned()).await?;

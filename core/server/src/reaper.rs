@@ -79,10 +79,7 @@ impl Reclaim for EngineReclaim {
 }
 
 async fn stop(engine: &dyn Backend, name: &str, id: &SandboxId) -> Result<(), String> {
-    match engine
-        .stop(name, id, StopOptions::default())
-        .await
-    {
+    match engine.stop(name, id, StopOptions::default()).await {
         Ok(_) => Ok(()),
         Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
         Err(e) => Err(e.to_string()),

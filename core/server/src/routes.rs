@@ -190,43 +190,29 @@ async fn operation(
                 e.restart(&name, &id, opts).await?
             }
         }
-        "kill" => {
-            e.kill(&name_of(&state, &id, &q).await?, &id)
-                .await?
-        }
+        "kill" => e.kill(&name_of(&state, &id, &q).await?, &id).await?,
         "drain" => {
             let name = name_of(&state, &id, &q).await?;
             e.request_drain(&name, &id).await?
         }
         "detach" => {
-            let info = e
-                .detach(&name_of(&state, &id, &q).await?, &id)
-                .await?;
+            let info = e.detach(&name_of(&state, &id, &q).await?, &id).await?;
             state.store.detach(id.as_str()).await?;
             info
         }
-        "pause" => {
-            e.pause(&name_of(&state, &id, &q).await?, &id)
-                .await?
-        }
-        "resume" => {
-            e.resume(&name_of(&state, &id, &q).await?, &id)
-                .await?
-        }
+        "pause" => e.pause(&name_of(&state, &id, &q).await?, &id).await?,
+        "resume" => e.resume(&name_of(&state, &id, &q).await?, &id).await?,
         "wait" => {
             let b: WaitBody = json_body(&body)?;
             let name = name_of(&state, &id, &q).await?;
-            e.wait_for_status(&name, &id, &b.statuses)
-                .await?
+            e.wait_for_status(&name, &id, &b.statuses).await?
         }
         "touch" => {
-            e.touch(&name_of(&state, &id, &q).await?, &id)
-                .await?;
+            e.touch(&name_of(&state, &id, &q).await?, &id).await?;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
         "destroy" => {
-            e.destroy(&name_of(&state, &id, &q).await?, &id)
-                .await?;
+            e.destroy(&name_of(&state, &id, &q).await?, &id).await?;
             forget(&state, &id).await;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
@@ -241,9 +227,7 @@ async fn operation(
     Ok(Json(info).into_response())
 }
 
-async fn capabilities(
-    State(state): State<Arc<AppState>>,
-) -> ApiResult<Json<burrow::Capabilities>> {
+async fn capabilities(State(state): State<Arc<AppState>>) -> ApiResult<Json<burrow::Capabilities>> {
     count(&state);
     Ok(Json(state.engine.capabilities().await?))
 }
@@ -346,10 +330,7 @@ async fn runtime(
         },
     )
     .await?;
-    let stream = state
-        .engine
-        .open_runtime(&name, &id, q.wake)
-        .await?;
+    let stream = state.engine.open_runtime(&name, &id, q.wake).await?;
     let generation = stream.generation;
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {

@@ -3,10 +3,10 @@
 use burrow_protocol::{Control, Response};
 
 use super::lifecycle::ControlError;
-use crate::lifecycle::Operation;
 use super::LocalBackend;
 use crate::backend::Metrics;
 use crate::error::{Error, Result};
+use crate::lifecycle::Operation;
 use crate::model::{Applies, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 
 impl LocalBackend {
@@ -49,7 +49,7 @@ impl LocalBackend {
             .wait_until(name, id, |i| i.status != Status::Starting)
             .await?;
         let config = changes.apply_to(&info.config)?;
-        let mut plan = changes.plan(info.status, info.config.driver);
+        let mut plan = changes.plan(info.status, info.config.driver.unwrap_or_default());
         {
             // The per-name transition lock orders this write against starts:
             // a start claimed after it reads the new configuration.

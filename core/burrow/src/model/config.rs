@@ -28,21 +28,11 @@ impl DriverKind {
         }
     }
 
-    /// The host default for new sandboxes: `$BURROW_DRIVER` (`container` or
-    /// `vm`), else `container`. An unknown value is an error, never a silent
-    /// fallback.
-    pub fn host_default() -> Result<DriverKind> {
-        match std::env::var("BURROW_DRIVER") {
-            Ok(v) if !v.is_empty() => v.parse().map_err(|e| match e {
-                Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
-                    field: "BURROW_DRIVER".into(),
-                    reason,
-                },
-                other => other,
-            }),
-            _ => Ok(DriverKind::Container),
-        }
-    }
+    /// The smallest memory a VM can boot the agent in, in MiB.
+    pub const VM_MIN_MEMORY_MB: u64 = 64;
+    /// The most vCPUs a VM can have (CONFIG_NR_CPUS of burrow's guest
+    /// kernel, `vm/kernel/burrow.config`).
+    pub const VM_MAX_CPUS: u32 = 8;
 }
 
 impl AsRef<str> for DriverKind {
@@ -143,9 +133,14 @@ pub struct SandboxConfig {
     /// (`oci:PATH[:TAG]` or a directory holding `oci-layout`), or a name
     /// imported under the burrow home.
     pub image: String,
-    /// Isolation driver.
-    #[serde(default)]
-    pub driver: DriverKind,
+    /// Isolation driver. `None` asks for the default of the backend that
+    /// creates the sandbox (for the local backend, [`LocalConfig`]'s
+    /// `default_driver`, `$BURROW_DRIVER` on its host); the backend records
+    /// its choice, so every configuration a backend returns names one.
+    ///
+    /// [`LocalConfig`]: crate::LocalConfig
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<DriverKind>,
     /// OCI runtime for the container driver.
     #[serde(default)]
     pub runtime: OciRuntime,
@@ -188,8 +183,12 @@ pub struct SandboxConfig {
     )]
     pub max_duration: Option<Duration>,
     /// Start the sandbox again on the next exec/shell/fs call after it was
-    /// reclaimed for idleness. Default: on when an idle timeout is set
-    /// (`BURROW_DEMAND_START=0` turns the default off for the host).
+    /// reclaimed for idleness. `None`: on when an idle timeout is set. A
+    /// backend whose host turns that default off (the local backend with
+    /// `$BURROW_DEMAND_START=0`, see [`LocalConfig`]) records `Some(false)`
+    /// at create, so the configuration it returns says what happens.
+    ///
+    /// [`LocalConfig`]: crate::LocalConfig
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub demand_start: Option<bool>,
     /// Bound on one start (runtime creation to agent handshake).
@@ -206,7 +205,7 @@ impl SandboxConfig {
     pub fn new(image: impl Into<String>) -> Self {
         SandboxConfig {
             image: image.into(),
-            driver: DriverKind::default(),
+            driver: None,
             runtime: OciRuntime::default(),
             cpus: None,
             memory_mb: None,
@@ -224,13 +223,26 @@ impl SandboxConfig {
     }
 
     /// Whether an exec/shell/fs call starts this sandbox again after an idle
-    /// reclaim.
+    /// reclaim: `demand_start` if set, else whether an idle timeout is set.
     pub fn demand_start_enabled(&self) -> bool {
         let reclaims = self.idle_timeout.is_some_and(|t| !t.is_zero());
-        let host_default = std::env::var("BURROW_DEMAND_START")
-            .map(|v| v != "0" && v != "false")
-            .unwrap_or(true);
-        self.demand_start.unwrap_or(reclaims && host_default)
+        self.demand_start.unwrap_or(reclaims)
+    }
+
+    /// The driver, falling back to `default` when none is named.
+    pub fn driver_or(&self, default: DriverKind) -> DriverKind {
+        self.driver.unwrap_or(default)
+    }
+
+    /// Fills what the configuration leaves to the backend: the driver
+    /// (`default_driver`), and demand start when the backend's default is
+    /// off (`Some(false)`, so a later idle timeout does not turn it on).
+    /// What the configuration says itself always wins.
+    pub fn resolve_defaults(&mut self, default_driver: DriverKind, demand_start_default: bool) {
+        self.driver.get_or_insert(default_driver);
+        if !demand_start_default {
+            self.demand_start.get_or_insert(false);
+        }
     }
 
     /// Validates every field; returns the first problem as
@@ -261,20 +273,20 @@ impl SandboxConfig {
                 return bad("memory_mb", format!("{m} MiB is outside 16 MiB..4 TiB"));
             }
         }
-        if self.driver == DriverKind::Vm {
+        if self.driver == Some(DriverKind::Vm) {
             if let Some(m) = self.memory_mb {
-                if m < crate::driver::vm::MIN_MEMORY_MB {
+                if m < DriverKind::VM_MIN_MEMORY_MB {
                     return bad(
                         "memory_mb",
                         format!(
                             "{m} MiB is too little for a VM (at least {} MiB)",
-                            crate::driver::vm::MIN_MEMORY_MB
+                            DriverKind::VM_MIN_MEMORY_MB
                         ),
                     );
                 }
             }
             if let Some(c) = self.cpus {
-                let max = crate::driver::vm::MAX_CPUS;
+                let max = DriverKind::VM_MAX_CPUS;
                 if c > f64::from(max) {
                     return bad(
                         "cpus",
@@ -451,7 +463,7 @@ mod tests {
             }),
             Box::new(|c| c.startup_timeout = Duration::ZERO),
             Box::new(|c| {
-                c.driver = DriverKind::Vm;
+                c.driver = Some(DriverKind::Vm);
                 c.memory_mb = Some(32);
             }),
         ];

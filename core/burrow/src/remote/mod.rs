@@ -29,7 +29,7 @@ mod ndjson;
 mod session;
 mod url;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::http::header::HeaderValue;
@@ -51,10 +51,7 @@ use crate::error::{Error, Result};
 use crate::logs::{LogLine, LogOptions, LogStream};
 use crate::model::{validate_name, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 
-/// Environment variable with the server URL.
-pub const ENV_URL: &str = "BURROW_URL";
-/// Environment variable with the API token.
-pub const ENV_TOKEN: &str = "BURROW_TOKEN";
+pub use crate::select::{ENV_TOKEN, ENV_URL};
 /// Default of [`RemoteBackend::with_retry_budget`].
 pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(120);
 
@@ -85,8 +82,6 @@ impl std::fmt::Debug for RemoteBackend {
     }
 }
 
-static SHARED: Mutex<Option<Arc<RemoteBackend>>> = Mutex::new(None);
-
 impl RemoteBackend {
     /// A backend for the server at `url`: `http://host:port` (optionally
     /// with a path prefix, `http://host:port/burrow`) or
@@ -115,24 +110,7 @@ impl RemoteBackend {
         Self::build(&url, token, ENV_URL, ENV_TOKEN)
     }
 
-    /// The process-wide backend for `$BURROW_URL` (built once), or `None`
-    /// when `BURROW_URL` is unset or empty. The default backend of
-    /// [`crate::Sandbox`] is this one when it exists, else
-    /// [`crate::LocalBackend::shared`].
-    pub fn shared() -> Result<Option<Arc<RemoteBackend>>> {
-        if std::env::var_os(ENV_URL).is_none_or(|v| v.is_empty()) {
-            return Ok(None);
-        }
-        let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(b) = slot.as_ref() {
-            return Ok(Some(b.clone()));
-        }
-        let b = Arc::new(RemoteBackend::from_env()?);
-        *slot = Some(b.clone());
-        Ok(Some(b))
-    }
-
-    fn build(
+    pub(crate) fn build(
         url: &str,
         token: Option<String>,
         url_field: &str,
@@ -288,12 +266,7 @@ impl Backend for RemoteBackend {
         self.call(Req::new(Method::GET, id_path(id, None, Some(name))))
             .await
     }
-    async fn start(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StartOptions,
-    ) -> Result<SandboxInfo> {
+    async fn start(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
         let body = self.start_body(opts).await?;
         self.call(post(id, "start", name).json(&body)?).await
     }
@@ -307,12 +280,7 @@ impl Backend for RemoteBackend {
         self.call(post(id, "connect-or-start", name).json(&body)?)
             .await
     }
-    async fn stop(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
+    async fn stop(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
         self.call(post(id, "stop", name).json(&stop_body(opts))?)
             .await
     }
@@ -326,12 +294,7 @@ impl Backend for RemoteBackend {
     /// (exactly the local backend's restart: two steps, each bound to
     /// `id`). `POST /restart` has no session field, so an attached sandbox
     /// restarted through it would lose its owner.
-    async fn restart(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: StopOptions,
-    ) -> Result<SandboxInfo> {
+    async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
         self.stop(name, id, opts).await?;
         self.connect_or_start(name, id, StartOptions::default())
             .await
@@ -367,12 +330,7 @@ impl Backend for RemoteBackend {
     async fn resume(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.call(post(id, "resume", name)).await
     }
-    async fn modify(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        changes: &Modify,
-    ) -> Result<ModifyPlan> {
+    async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
         self.call(Req::new(Method::PATCH, id_path(id, None, Some(name))).json(changes)?)
             .await
     }
@@ -384,12 +342,7 @@ impl Backend for RemoteBackend {
         .await
     }
 
-    async fn logs(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        opts: &LogOptions,
-    ) -> Result<LogStream> {
+    async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
         let mut path = id_path(id, Some("logs"), Some(name));
         let q = api::logs_query(opts);
         if !q.is_empty() {
@@ -421,12 +374,7 @@ impl Backend for RemoteBackend {
         Ok(LogStream::from_channel(rx))
     }
 
-    async fn open_runtime(
-        &self,
-        name: &str,
-        id: &SandboxId,
-        wake: bool,
-    ) -> Result<RuntimeStream> {
+    async fn open_runtime(&self, name: &str, id: &SandboxId, wake: bool) -> Result<RuntimeStream> {
         let query = form_urlencoded::Serializer::new(String::new())
             .append_pair("name", name)
             .append_pair("wake", if wake { "true" } else { "false" })

@@ -68,10 +68,7 @@ impl SandboxHandle {
 
     /// Starts it with options.
     pub async fn start_with(&self, opts: StartOptions) -> Result<Sandbox> {
-        let info = self
-            .backend
-            .start(&self.name, &self.id, opts)
-            .await?;
+        let info = self.backend.start(&self.name, &self.id, opts).await?;
         Ok(Sandbox::bind(self.backend.clone(), &info))
     }
 
@@ -94,9 +91,7 @@ impl SandboxHandle {
 
     /// Graceful stop with options.
     pub async fn stop_with(&self, opts: StopOptions) -> Result<SandboxInfo> {
-        self.backend
-            .stop(&self.name, &self.id, opts)
-            .await
+        self.backend.stop(&self.name, &self.id, opts).await
     }
 
     /// Immediate stop.
@@ -106,9 +101,7 @@ impl SandboxHandle {
 
     /// Drains: no new work; stops when in-flight work ends.
     pub async fn request_drain(&self) -> Result<SandboxInfo> {
-        self.backend
-            .request_drain(&self.name, &self.id)
-            .await
+        self.backend.request_drain(&self.name, &self.id).await
     }
 
     /// Stop then start; same id and configuration.
@@ -154,9 +147,7 @@ impl SandboxHandle {
 
     /// Changes the configuration; see [`crate::model::ModifyPlan`].
     pub async fn modify(&self, changes: &crate::model::Modify) -> Result<crate::model::ModifyPlan> {
-        self.backend
-            .modify(&self.name, &self.id, changes)
-            .await
+        self.backend.modify(&self.name, &self.id, changes).await
     }
 
     /// Resource usage of the running sandbox.
@@ -166,9 +157,7 @@ impl SandboxHandle {
 
     /// The sandbox's logs (running, stopped or crashed).
     pub async fn logs(&self, opts: &crate::logs::LogOptions) -> Result<crate::logs::LogStream> {
-        self.backend
-            .logs(&self.name, &self.id, opts)
-            .await
+        self.backend.logs(&self.name, &self.id, opts).await
     }
 
     /// A live handle bound to this id without checking its status: calls

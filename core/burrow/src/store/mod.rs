@@ -8,8 +8,8 @@
 //! database is waited on (busy_timeout), not reported.
 
 use std::str::FromStr;
-use std::time::Duration;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
@@ -232,13 +232,13 @@ impl Store {
             )
         });
         let generation: Option<i64> = sqlx::query_scalar(CLAIM.as_str())
-        .bind(owner.pid)
-        .bind(owner.start as i64)
-        .bind(now)
-        .bind(detached)
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
+            .bind(owner.pid)
+            .bind(owner.start as i64)
+            .bind(now)
+            .bind(detached)
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
         let Some(generation) = generation else {
             return Ok(None);
         };
@@ -362,13 +362,13 @@ impl Store {
             )
         });
         let n = sqlx::query(FINISH.as_str())
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id.as_str())
-        .bind(generation as i64)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+            .bind(status.as_str())
+            .bind(now)
+            .bind(id.as_str())
+            .bind(generation as i64)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
         if n == 1 {
             sqlx::query(
                 "UPDATE runs SET ended_at = ?, exit_reason = ?, detail = ? WHERE sandbox_id = ? AND generation = ?",
@@ -437,10 +437,10 @@ impl Store {
             )
         });
         let n = sqlx::query(DELETE.as_str())
-        .bind(id.as_str())
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(n == 1)
     }
 
@@ -512,3 +512,6 @@ fn sql_list(statuses: impl Iterator<Item = Status>) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,18 +1,19 @@
 //! `burrow doctor`: which drivers work on this host, and why not.
 
-use burrow::{DriverKind, OciRuntime};
+use burrow::internal::driver::{container, vm};
+use burrow::{DriverKind, LocalConfig, OciRuntime};
 use serde_json::json;
 
 use super::output::say;
 use super::Ctx;
 
 pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
-    let default = DriverKind::host_default();
-    let container = burrow::driver::container::check_support(OciRuntime::Runc).await;
+    let default = LocalConfig::from_env().map(|c| c.default_driver);
+    let container = container::check_support(OciRuntime::Runc).await;
     if !ctx.json {
         say("checking the vm driver (the first run boots a probe guest under KVM)...");
     }
-    let vm = burrow::driver::vm::check_support().await;
+    let vm = vm::check_support().await;
     let default_ok = match &default {
         Ok(DriverKind::Container) => container.is_ok(),
         Ok(DriverKind::Vm) => vm.is_ok(),

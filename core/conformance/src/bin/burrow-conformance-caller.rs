@@ -18,7 +18,6 @@ fn main() -> ExitCode {
         }
     };
     burrow_conformance::caller::main(move || async move {
-        let home = burrow::paths::Home::at(home)?;
-        Ok(Arc::new(burrow::LocalBackend::open(home).await?) as Arc<dyn burrow::Backend>)
+        Ok(Arc::new(burrow::LocalBackend::open_at(home).await?) as Arc<dyn burrow::Backend>)
     })
 }

@@ -209,10 +209,7 @@ pub async fn local_store() -> Result<Store, BoxError> {
     let logs_path = path.clone();
     Ok(Store::new(move || {
         let path = open_path.clone();
-        async move {
-            let home = burrow::paths::Home::at(path)?;
-            Ok(Arc::new(LocalBackend::open(home).await?) as Arc<dyn Backend>)
-        }
+        async move { Ok(Arc::new(LocalBackend::open_at(path).await?) as Arc<dyn Backend>) }
     })
     .location(path.to_string_lossy())
     .diagnostics(move || logs_of(&logs_path))
