@@ -489,6 +489,56 @@ mod tests {
     }
 
     #[test]
+    fn a_driver_left_to_the_backend_stays_off_the_wire() {
+        let c = SandboxConfig::new("img");
+        assert_eq!(c.driver, None);
+        let json = serde_json::to_value(&c).unwrap();
+        assert!(json.get("driver").is_none(), "{json}");
+        // Configurations from older clients and records name one.
+        let old: SandboxConfig = serde_json::from_str(r#"{"image":"img","driver":"vm"}"#).unwrap();
+        assert_eq!(old.driver, Some(DriverKind::Vm));
+        let none: SandboxConfig = serde_json::from_str(r#"{"image":"img"}"#).unwrap();
+        assert_eq!(none.driver, None);
+    }
+
+    #[test]
+    fn the_backend_fills_only_what_the_configuration_leaves_open() {
+        let mut c = SandboxConfig::new("img");
+        c.resolve_defaults(DriverKind::Vm, true);
+        assert_eq!(c.driver, Some(DriverKind::Vm));
+        assert_eq!(c.demand_start, None);
+        // A later idle timeout turns demand start on...
+        assert!(!c.demand_start_enabled());
+        c.idle_timeout = Some(Duration::from_secs(5));
+        assert!(c.demand_start_enabled());
+        // ...unless the backend's default was off at create.
+        let mut c = SandboxConfig::new("img");
+        c.resolve_defaults(DriverKind::Container, false);
+        c.idle_timeout = Some(Duration::from_secs(5));
+        assert_eq!(c.demand_start, Some(false));
+        assert!(!c.demand_start_enabled());
+        // What the configuration says wins.
+        let mut c = SandboxConfig::new("img");
+        c.driver = Some(DriverKind::Container);
+        c.demand_start = Some(true);
+        c.resolve_defaults(DriverKind::Vm, false);
+        assert_eq!(c.driver, Some(DriverKind::Container));
+        assert_eq!(c.demand_start, Some(true));
+    }
+
+    #[test]
+    fn vm_limits_apply_once_the_driver_is_known() {
+        let mut c = SandboxConfig::new("img");
+        c.memory_mb = Some(32);
+        c.validate().unwrap();
+        c.resolve_defaults(DriverKind::Vm, true);
+        assert_eq!(
+            c.validate().unwrap_err().code(),
+            crate::ErrorCode::InvalidConfig
+        );
+    }
+
+    #[test]
     fn unknown_fields_are_rejected() {
         let err = serde_json::from_str::<SandboxConfig>(r#"{"image":"x","colour":"red"}"#);
         assert!(err.is_err());
