@@ -11,10 +11,10 @@
 //!
 //! # Features
 //!
-//! - `local` (default): [`LocalBackend`], the embedded engine (SQLite state,
+//! - `local` (default): `LocalBackend`, the embedded engine (SQLite state,
 //!   supervisor, container and vm drivers, image store).
 //! - `remote` (default): `RemoteBackend`, the HTTP client of `burrow serve`.
-//! - `copy` (default): [`Fs::copy_in`] and [`Fs::copy_out`], host files and
+//! - `copy` (default): `Fs::copy_in` and `Fs::copy_out`, host files and
 //!   trees to and from a sandbox over any backend (tar streams).
 //!
 //! Without either, the crate is the model, the errors, the [`Backend`]

@@ -3,11 +3,11 @@
 //! `sandboxes/<id>/logs/` with a size bound and rotation, readable whether
 //! the sandbox is running, stopped or crashed, with a follow mode.
 //!
-//! Writing: every log is a [`RotatingFile`]: append-only, at most
+//! Writing: every log is a `RotatingFile`: append-only, at most
 //! `BURROW_LOG_MAX_BYTES` (default 8 MiB) per file, with one rotated
 //! generation `<name>.1` kept beside it. The supervisor writes its `tracing`
 //! output to `supervisor.log` and copies the guest's stderr into `guest.log`
-//! line by line ([`capture`]).
+//! line by line (`capture`).
 //!
 //! Reading: `open_local` reads the rotated generation, then the current
 //! file, of each source; in follow mode it keeps polling and survives

@@ -134,11 +134,9 @@ pub struct SandboxConfig {
     /// imported under the burrow home.
     pub image: String,
     /// Isolation driver. `None` asks for the default of the backend that
-    /// creates the sandbox (for the local backend, [`LocalConfig`]'s
+    /// creates the sandbox (for the local backend, `LocalConfig`'s
     /// `default_driver`, `$BURROW_DRIVER` on its host); the backend records
     /// its choice, so every configuration a backend returns names one.
-    ///
-    /// [`LocalConfig`]: crate::LocalConfig
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<DriverKind>,
     /// OCI runtime for the container driver.
@@ -185,10 +183,8 @@ pub struct SandboxConfig {
     /// Start the sandbox again on the next exec/shell/fs call after it was
     /// reclaimed for idleness. `None`: on when an idle timeout is set. A
     /// backend whose host turns that default off (the local backend with
-    /// `$BURROW_DEMAND_START=0`, see [`LocalConfig`]) records `Some(false)`
+    /// `$BURROW_DEMAND_START=0`, see `LocalConfig`) records `Some(false)`
     /// at create, so the configuration it returns says what happens.
-    ///
-    /// [`LocalConfig`]: crate::LocalConfig
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub demand_start: Option<bool>,
     /// Bound on one start (runtime creation to agent handshake).
