@@ -107,7 +107,7 @@ impl Ctx {
     /// `burrow::default_backend`) with the configured home, if any, as the
     /// local home.
     pub(crate) async fn backend(&self) -> burrow::Result<Arc<dyn Backend>> {
-        let selection = BackendSelection::from_env_or_home(self.home.clone());
+        let selection = BackendSelection::from_env_or_home(self.home.clone())?;
         let mut slot = self.st.backend.lock().await;
         if let Some((s, b)) = slot.as_ref() {
             if *s == selection {

@@ -10,9 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::Backend;
-#[cfg(not(all(feature = "local", feature = "remote")))]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Environment variable with the URL of a `burrow serve`.
 pub const ENV_URL: &str = "BURROW_URL";
@@ -59,22 +57,24 @@ impl std::fmt::Debug for BackendSelection {
 impl BackendSelection {
     /// The selection of the environment: [`BackendSelection::Remote`] when
     /// `$BURROW_URL` is set and not empty, else the local backend of the
-    /// default home.
-    pub fn from_env() -> BackendSelection {
+    /// default home. A variable that is not UTF-8 is
+    /// [`Error::InvalidConfig`] for it, never a silent fallback to
+    /// the local backend.
+    pub fn from_env() -> Result<BackendSelection> {
         Self::from_env_or_home(None)
     }
 
     /// As [`BackendSelection::from_env`], with `home` (when given) as the
     /// local home instead of the default one. `$BURROW_URL` still wins: a
     /// remote server has its own home.
-    pub fn from_env_or_home(home: Option<PathBuf>) -> BackendSelection {
-        match std::env::var(ENV_URL).ok().filter(|v| !v.is_empty()) {
+    pub fn from_env_or_home(home: Option<PathBuf>) -> Result<BackendSelection> {
+        Ok(match var(ENV_URL)? {
             Some(url) => BackendSelection::Remote {
                 url,
-                token: std::env::var(ENV_TOKEN).ok().filter(|t| !t.is_empty()),
+                token: var(ENV_TOKEN)?,
             },
             None => BackendSelection::Local { home },
-        }
+        })
     }
 
     /// Whether this selects a `burrow serve`.
@@ -85,12 +85,25 @@ impl BackendSelection {
     /// Opens a new backend for this selection (the local one with the host
     /// defaults of the environment). A selection this build cannot serve
     /// (without the `remote` or `local` feature) is
-    /// [`crate::Error::InvalidConfig`].
+    /// [`Error::InvalidConfig`].
     pub async fn open(&self) -> Result<Arc<dyn Backend>> {
         match self {
             BackendSelection::Remote { url, token } => open_remote(url, token.clone()),
             BackendSelection::Local { home } => open_local(home.as_ref()).await,
         }
+    }
+}
+
+/// `name`'s value; unset and empty are both `None`.
+fn var(name: &str) -> Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::InvalidConfig {
+            field: name.into(),
+            reason: "not valid UTF-8".into(),
+        }),
     }
 }
 
@@ -103,7 +116,7 @@ impl BackendSelection {
 pub async fn default_backend() -> Result<Arc<dyn Backend>> {
     static SHARED: tokio::sync::Mutex<Option<(BackendSelection, Arc<dyn Backend>)>> =
         tokio::sync::Mutex::const_new(None);
-    let selection = BackendSelection::from_env();
+    let selection = BackendSelection::from_env()?;
     let mut slot = SHARED.lock().await;
     if let Some((s, b)) = slot.as_ref() {
         if *s == selection {
@@ -159,4 +172,50 @@ async fn open_local(_home: Option<&PathBuf>) -> Result<Arc<dyn Backend>> {
 #[cfg(not(feature = "local"))]
 async fn shared_local() -> Result<Arc<dyn Backend>> {
     open_local(None).await
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_never_printed() {
+        let s = BackendSelection::Remote {
+            url: "http://127.0.0.1:7878".into(),
+            token: Some("s3cret".into()),
+        };
+        let shown = format!("{s:?}");
+        assert!(
+            shown.contains("127.0.0.1:7878") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        assert!(s.is_remote());
+        assert!(!BackendSelection::Local { home: None }.is_remote());
+    }
+
+    #[cfg(feature = "local")]
+    #[tokio::test]
+    async fn a_local_selection_opens_that_home() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = BackendSelection::Local {
+            home: Some(dir.path().to_owned()),
+        };
+        let backend = s.open().await.unwrap();
+        assert!(backend.list(&Default::default()).await.unwrap().is_empty());
+        assert!(dir.path().join("state.db").exists());
+    }
+
+    #[cfg(feature = "remote")]
+    #[tokio::test]
+    async fn a_remote_selection_is_checked_when_opened() {
+        let bad = BackendSelection::Remote {
+            url: "https://example.com".into(),
+            token: None,
+        };
+        match bad.open().await.unwrap_err() {
+            Error::InvalidConfig { field, .. } => assert_eq!(field, ENV_URL),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
 }

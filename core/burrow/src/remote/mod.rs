@@ -96,18 +96,19 @@ impl RemoteBackend {
     }
 
     /// A backend for `$BURROW_URL`, with the token `$BURROW_TOKEN` (if set
-    /// and not empty). A missing or unusable `BURROW_URL` is
+    /// and not empty), as [`crate::BackendSelection::from_env`] reads them.
+    /// A missing, empty or unusable `BURROW_URL` is
     /// [`Error::InvalidConfig`] for the field `BURROW_URL`.
     pub fn from_env() -> Result<RemoteBackend> {
-        let url = std::env::var(ENV_URL).map_err(|e| Error::InvalidConfig {
-            field: ENV_URL.into(),
-            reason: match e {
-                std::env::VarError::NotPresent => "not set".into(),
-                std::env::VarError::NotUnicode(_) => "not valid UTF-8".into(),
-            },
-        })?;
-        let token = std::env::var(ENV_TOKEN).ok();
-        Self::build(&url, token, ENV_URL, ENV_TOKEN)
+        match crate::BackendSelection::from_env()? {
+            crate::BackendSelection::Remote { url, token } => {
+                Self::build(&url, token, ENV_URL, ENV_TOKEN)
+            }
+            crate::BackendSelection::Local { .. } => Err(Error::InvalidConfig {
+                field: ENV_URL.into(),
+                reason: "not set".into(),
+            }),
+        }
     }
 
     pub(crate) fn build(

@@ -107,8 +107,8 @@ impl Ctx {
     }
 
     /// Whether sandbox commands go to a `burrow serve` (`BURROW_URL`).
-    pub fn is_remote(&self) -> bool {
-        BackendSelection::from_env().is_remote()
+    pub fn is_remote(&self) -> anyhow::Result<bool> {
+        Ok(BackendSelection::from_env()?.is_remote())
     }
 
     /// A progress note on stderr, for humans only.
