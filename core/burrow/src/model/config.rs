@@ -136,7 +136,9 @@ pub struct SandboxConfig {
     /// Isolation driver. `None` asks for the default of the backend that
     /// creates the sandbox (for the local backend, `LocalConfig`'s
     /// `default_driver`, `$BURROW_DRIVER` on its host); the backend records
-    /// its choice, so every configuration a backend returns names one.
+    /// its choice, so every configuration a backend returns names one (the
+    /// engine reads a configuration without one as the built-in default,
+    /// container, the only driver older records could leave out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<DriverKind>,
     /// OCI runtime for the container driver.
@@ -223,11 +225,6 @@ impl SandboxConfig {
     pub fn demand_start_enabled(&self) -> bool {
         let reclaims = self.idle_timeout.is_some_and(|t| !t.is_zero());
         self.demand_start.unwrap_or(reclaims)
-    }
-
-    /// The driver, falling back to `default` when none is named.
-    pub fn driver_or(&self, default: DriverKind) -> DriverKind {
-        self.driver.unwrap_or(default)
     }
 
     /// Fills what the configuration leaves to the backend: the driver
