@@ -2,7 +2,7 @@
 //! `burrow-supervisor` binaries, so that an installed `burrow` starts
 //! sandboxes with no environment variables (at run time the library writes
 //! it once to `<cache>/agent/<sha256>/burrow-agent`; see
-//! `burrow::procs::locate_agent`).
+//! `burrow::internal::agent::locate_agent`).
 //!
 //! `BURROW_EMBED_AGENT` chooses the agent:
 //! - unset or empty: build `core/agent` here with a nested cargo, for

@@ -9,7 +9,7 @@ SIGKILLed, as ``core/cli/tests/common/mod.rs`` does. On failure the sandbox
 logs are attached to the report. Tests marked ``no_sandbox`` get no home.
 
 Environment: ``BURROW_BIN``, ``BURROW_AGENT_BIN``, ``BURROW_TEST_IMAGE`` (else the
-repository's target/ defaults), ``BURROW_DRIVER`` (read by the core),
+repository's target/ defaults), ``BURROW_DRIVER`` (read by the local backend, or the server),
 ``BURROW_TEST_KEEP_HOME=1`` keeps the homes for inspection.
 
 ``BURROW_TEST_REMOTE=1`` runs every test against the remote backend: each

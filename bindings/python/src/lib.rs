@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use burrow::{
-    DriverKind, ErrorCode, ListFilter, Mount, MountSource, Sandbox, SandboxConfig, SandboxHandle,
-    SandboxId, Status,
+    ErrorCode, ListFilter, Mount, MountSource, Sandbox, SandboxConfig, SandboxHandle, SandboxId,
+    Status,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -130,12 +130,10 @@ fn build(
     ctx.run(py, blocking, async move {
         let backend = c.backend().await?;
         let mut builder = Sandbox::builder(name).backend(backend).detached(detached);
+        // No driver: the backend's default (the server's with BURROW_URL).
         builder = match driver {
             Some(d) => builder.config(config).driver(d),
-            None => {
-                config.driver = DriverKind::host_default()?;
-                builder.config(config)
-            }
+            None => builder.config(config),
         };
         let out: CallResult<Created> = Ok(match mode {
             Mode::Create => Created::Sandbox(builder.create().await?),

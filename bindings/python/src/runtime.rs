@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use burrow::paths::Home;
-use burrow::{Backend, LocalBackend, RemoteBackend};
+use burrow::{Backend, BackendSelection};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -27,23 +26,13 @@ use crate::convert::ToPy;
 pub(crate) struct ProcState {
     pid: u32,
     rt: tokio::runtime::Runtime,
-    /// The backend, keyed by what it was opened for.
+    /// The backend, keyed by the selection it was opened for (a change of
+    /// `$BURROW_URL`, `$BURROW_TOKEN` or the configured home opens a new one).
     backend: tokio::sync::Mutex<Option<OpenBackend>>,
 }
 
-/// What a backend was opened for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum BackendKey {
-    /// The local backend of this configured home (`None`: from the
-    /// environment).
-    Local(Option<PathBuf>),
-    /// The `burrow serve` at `$BURROW_URL` with `$BURROW_TOKEN` (the home
-    /// does not matter); a change of either opens a new backend.
-    Remote(String, Option<String>),
-}
-
-/// A backend and what it was opened for.
-type OpenBackend = (BackendKey, Arc<dyn Backend>);
+/// A backend and the selection it was opened for.
+type OpenBackend = (BackendSelection, Arc<dyn Backend>);
 
 static STATE: Mutex<Option<Arc<ProcState>>> = Mutex::new(None);
 /// The home set by `configure(home=...)`.
@@ -113,35 +102,20 @@ impl Ctx {
         })
     }
 
-    /// This process's backend (opened once): the `burrow serve` at
-    /// `$BURROW_URL` when that is set and not empty (token
-    /// `$BURROW_TOKEN`), else the local backend of the configured home.
+    /// This process's backend (opened once per selection, and again in a
+    /// fork child): the core's selection ([`BackendSelection`], as
+    /// `burrow::default_backend`) with the configured home, if any, as the
+    /// local home.
     pub(crate) async fn backend(&self) -> burrow::Result<Arc<dyn Backend>> {
-        let url = std::env::var(burrow::remote::ENV_URL)
-            .ok()
-            .filter(|v| !v.is_empty());
-        let key = if let Some(url) = url {
-            BackendKey::Remote(url, std::env::var(burrow::remote::ENV_TOKEN).ok())
-        } else {
-            BackendKey::Local(self.home.clone())
-        };
+        let selection = BackendSelection::from_env_or_home(self.home.clone())?;
         let mut slot = self.st.backend.lock().await;
-        if let Some((k, b)) = slot.as_ref() {
-            if *k == key {
+        if let Some((s, b)) = slot.as_ref() {
+            if *s == selection {
                 return Ok(b.clone());
             }
         }
-        let b: Arc<dyn Backend> = match &key {
-            BackendKey::Remote(..) => Arc::new(RemoteBackend::from_env()?),
-            BackendKey::Local(home) => {
-                let home = match home {
-                    Some(p) => Home::at(p)?,
-                    None => Home::from_env()?,
-                };
-                Arc::new(LocalBackend::open(home).await?)
-            }
-        };
-        *slot = Some((key, b.clone()));
+        let b = selection.open().await?;
+        *slot = Some((selection, b.clone()));
         Ok(b)
     }
 

@@ -365,6 +365,7 @@ impl Error {
         }
     }
 
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub(crate) fn store(
         reason: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
@@ -375,6 +376,7 @@ impl Error {
         }
     }
 
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub(crate) fn not_found_id(id: &SandboxId) -> Self {
         Error::NotFound {
             what: format!("sandbox {id}"),
@@ -397,6 +399,7 @@ impl Error {
     }
 }
 
+#[cfg(feature = "local")]
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
         Error::store("query failed", e)

@@ -6,27 +6,54 @@
 //! its configuration and state persist in an embedded SQLite database under
 //! the burrow home, so it can be found again by name or id.
 //!
-//! The same API drives a `burrow serve` manager through [`RemoteBackend`],
-//! the default backend when `BURROW_URL` is set.
+//! The same API drives a `burrow serve` manager through `RemoteBackend`,
+//! the default backend when `BURROW_URL` is set (see [`default_backend`]).
+//!
+//! # Features
+//!
+//! - `local` (default): `LocalBackend`, the embedded engine (SQLite state,
+//!   supervisor, container and vm drivers, image store).
+//! - `remote` (default): `RemoteBackend`, the HTTP client of `burrow serve`.
+//! - `copy` (default): `Fs::copy_in` and `Fs::copy_out`, host files and
+//!   trees to and from a sandbox over any backend (tar streams).
+//!
+//! Without either, the crate is the model, the errors, the [`Backend`]
+//! contract, the handles and the wire contract ([`api`]): what a custom
+//! backend or a remote-only client needs, without SQLite, an OCI client or
+//! an HTTP stack.
 
 pub mod api;
 pub mod backend;
-pub mod driver;
 mod duration;
 pub mod error;
-mod fault;
-pub mod image;
 pub mod lifecycle;
-pub mod local;
-pub mod locks;
 pub mod logs;
 pub mod model;
-pub mod paths;
-pub mod procs;
-pub mod remote;
-pub mod runtime;
+mod runtime;
 mod sandbox;
-pub mod store;
+mod select;
+
+#[cfg(feature = "local")]
+mod driver;
+#[cfg(feature = "local")]
+mod fault;
+#[cfg(feature = "local")]
+pub mod image;
+#[cfg(feature = "local")]
+pub mod internal;
+#[cfg(feature = "local")]
+pub mod local;
+#[cfg(feature = "local")]
+mod locks;
+#[cfg(feature = "local")]
+mod paths;
+#[cfg(feature = "local")]
+mod procs;
+#[cfg(feature = "local")]
+mod store;
+
+#[cfg(feature = "remote")]
+pub mod remote;
 
 pub use backend::{
     ensure_identity, Backend, BackendExt, Capabilities, CreateRequest, ListFilter, Metrics,
@@ -35,14 +62,17 @@ pub use backend::{
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use duration::{parse_duration, ParseDurationError};
 pub use error::{Error, ErrorCode, Result};
-pub use local::LocalBackend;
+#[cfg(feature = "local")]
+pub use local::{LocalBackend, LocalConfig};
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, Modify, ModifyPlan, Mount, MountSource,
     OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status,
 };
+#[cfg(feature = "remote")]
 pub use remote::RemoteBackend;
 pub use sandbox::{
     ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, Process, PublishedPort, ReplaceBuilder,
     Sandbox, SandboxBuilder, SandboxHandle, Tunnel,
 };
+pub use select::{default_backend, BackendSelection};

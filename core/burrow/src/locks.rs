@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub struct FileLock {
     file: File,
-    path: PathBuf,
 }
 
 fn open(path: &Path) -> Result<File> {
@@ -35,7 +34,7 @@ impl FileLock {
             let file = open(&path)?;
             file.lock()
                 .map_err(|e| Error::io("locking", Some(&path), e))?;
-            Ok(FileLock { file, path })
+            Ok(FileLock { file })
         })
         .await
         .map_err(|e| {
@@ -51,10 +50,7 @@ impl FileLock {
     pub fn try_acquire(path: &Path) -> Result<Option<FileLock>> {
         let file = open(path)?;
         match file.try_lock() {
-            Ok(()) => Ok(Some(FileLock {
-                file,
-                path: path.to_path_buf(),
-            })),
+            Ok(()) => Ok(Some(FileLock { file })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(Error::io("locking", Some(path), e)),
         }
@@ -80,10 +76,5 @@ impl FileLock {
     /// The raw descriptor (to hand to the runtime process).
     pub fn raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }

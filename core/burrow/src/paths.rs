@@ -28,13 +28,18 @@ pub struct Home {
 const MAX_SOCKET_PATH: usize = 107;
 
 impl Home {
-    /// `$BURROW_HOME`, else `$XDG_DATA_HOME/burrow`, else `~/.local/share/burrow`.
+    /// The home at [`Home::default_root`].
     pub fn from_env() -> Result<Home> {
+        Home::at(Home::default_root()?)
+    }
+
+    /// `$BURROW_HOME`, else `$XDG_DATA_HOME/burrow`, else `~/.local/share/burrow`.
+    pub fn default_root() -> Result<PathBuf> {
         if let Some(h) = std::env::var_os("BURROW_HOME").filter(|h| !h.is_empty()) {
-            return Home::at(PathBuf::from(h));
+            return Ok(PathBuf::from(h));
         }
         if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|h| !h.is_empty()) {
-            return Home::at(PathBuf::from(x).join("burrow"));
+            return Ok(PathBuf::from(x).join("burrow"));
         }
         let home = std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
@@ -42,7 +47,7 @@ impl Home {
                 field: "home".into(),
                 reason: "neither BURROW_HOME nor HOME is set".into(),
             })?;
-        Home::at(PathBuf::from(home).join(".local/share/burrow"))
+        Ok(PathBuf::from(home).join(".local/share/burrow"))
     }
 
     /// A home at an explicit path (created 0700 if missing).

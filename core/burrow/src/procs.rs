@@ -7,9 +7,7 @@ use std::path::PathBuf;
 
 mod agent;
 
-pub use agent::{
-    embedded_agent, locate_agent, set_embedded_agent, AgentLocation, AgentSource, EmbeddedAgent,
-};
+pub use agent::{locate_agent, set_embedded_agent, AgentLocation, AgentSource, EmbeddedAgent};
 
 /// A process recorded as the owner of some state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,9 +10,9 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use burrow::driver::container::ContainerDriver;
-use burrow::driver::{Driver, LaunchSpec, Launched, ResolvedMount};
 use burrow::image::{ImageConfig, PreparedImage};
+use burrow::internal::driver::container::ContainerDriver;
+use burrow::internal::driver::{Driver, LaunchSpec, Launched, ResolvedMount};
 use burrow::model::{OciRuntime, SandboxConfig, SandboxId};
 use burrow::ErrorCode;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -150,7 +150,13 @@ struct Channel {
 }
 
 impl Channel {
-    fn new(l: Launched) -> (Channel, Box<dyn burrow::driver::GuestProcess>, Vec<String>) {
+    fn new(
+        l: Launched,
+    ) -> (
+        Channel,
+        Box<dyn burrow::internal::driver::GuestProcess>,
+        Vec<String>,
+    ) {
         let log = l.log.map(|mut r| {
             tokio::spawn(async move {
                 let mut all = Vec::new();
@@ -520,7 +526,7 @@ fn child_supervisor_role() {
     };
     let (root, id): (PathBuf, String) = serde_json::from_str(&arg).unwrap();
     let id: SandboxId = id.parse().unwrap();
-    burrow::driver::container::prepare_supervisor_process().unwrap();
+    burrow::internal::driver::container::prepare_supervisor_process().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

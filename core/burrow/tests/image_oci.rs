@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 //! OCI image layouts: selection, verification, safe unpacking and the
-//! rootfs cache, through the public `burrow::image::prepare`.
+//! rootfs cache, through `burrow::internal::image::prepare`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Barrier};
 
-use burrow::image::oci::{
+use burrow::image::{ImageConfig, ImageSource, PreparedImage};
+use burrow::internal::image::oci::{
     write_layout, LayerCompression, LayerEntry, LayerSpec, LayoutWriter, Platform, WrittenImage,
 };
-use burrow::image::{parse_reference, prepare, ImageConfig, ImageSource, PreparedImage};
-use burrow::paths::Home;
+use burrow::internal::image::{parse_reference, prepare};
+use burrow::internal::Home;
 use burrow::ErrorCode;
 
 struct TestEnv {
@@ -1131,8 +1132,8 @@ fn ext4_disk_image_is_built_once_without_mounting() {
     let prepared = rt
         .block_on(prepare(&t.home, &oci_ref(&layout, None)))
         .unwrap();
-    let disk = burrow::image::ext4::disk_image(&t.home, &prepared).unwrap();
-    assert!(burrow::image::ext4::is_ext4(&disk));
+    let disk = burrow::internal::image::ext4::disk_image(&t.home, &prepared).unwrap();
+    assert!(burrow::internal::image::ext4::is_ext4(&disk));
     // The content is inside: debugfs reads it without mounting.
     let listing = std::process::Command::new("debugfs")
         .args(["-R", "ls -p /"])
@@ -1149,7 +1150,7 @@ fn ext4_disk_image_is_built_once_without_mounting() {
     }
     // Cached: the same file, not rebuilt.
     let mtime = std::fs::metadata(&disk).unwrap().modified().unwrap();
-    let again = burrow::image::ext4::disk_image(&t.home, &prepared).unwrap();
+    let again = burrow::internal::image::ext4::disk_image(&t.home, &prepared).unwrap();
     assert_eq!(again, disk);
     assert_eq!(
         std::fs::metadata(&again).unwrap().modified().unwrap(),

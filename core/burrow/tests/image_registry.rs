@@ -17,14 +17,16 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use burrow::image::oci::{
-    write_layout, LayerCompression, LayerEntry, LayerSpec, LayoutWriter, Platform, WrittenImage,
-};
 use burrow::image::{
-    list_images, normalize_reference, parse_reference, prepare, prune, pull, remove_image,
     ImageConfig, ImageReference, ImageSource, PreparedImage, PullEvent, PullOptions, PullPolicy,
 };
-use burrow::paths::Home;
+use burrow::internal::image::oci::{
+    write_layout, LayerCompression, LayerEntry, LayerSpec, LayoutWriter, Platform, WrittenImage,
+};
+use burrow::internal::image::{
+    list_images, normalize_reference, parse_reference, prepare, prune, pull, remove_image,
+};
+use burrow::internal::Home;
 use burrow::{Error, ErrorCode};
 use registry::TestRegistry;
 

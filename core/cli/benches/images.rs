@@ -14,8 +14,8 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use burrow::image::oci::{write_layout, LayerEntry, LayerSpec};
 use burrow::image::{ImageConfig, PullOptions, PullPolicy};
+use burrow::internal::image::oci::{write_layout, LayerEntry, LayerSpec};
 use common::registry::TestRegistry;
 use common::{busybox_rootfs, TestHome};
 
@@ -103,9 +103,7 @@ fn main() {
                 ..Default::default()
             };
             let t = Instant::now();
-            burrow::image::pull(home.backend.home(), &reference, &opts)
-                .await
-                .unwrap();
+            home.backend.pull_image(&reference, &opts).await.unwrap();
             pulls.push(t.elapsed());
         }
         let home = TestHome::new().await;
@@ -113,9 +111,7 @@ fn main() {
             insecure: true,
             ..Default::default()
         };
-        burrow::image::pull(home.backend.home(), &reference, &opts)
-            .await
-            .unwrap();
+        home.backend.pull_image(&reference, &opts).await.unwrap();
         let mut starts = Vec::new();
         for i in 0..iters * 3 {
             let b = burrow::Sandbox::builder(format!("s{i}"))

@@ -75,7 +75,7 @@ fn runtime_run(
         if runtime == "crun" {
             // SAFETY: the driver's own hook for crun: raw syscalls only.
             unsafe {
-                cmd.pre_exec(burrow::driver::container::crun_private_cgroup_view);
+                cmd.pre_exec(burrow::internal::driver::container::crun_private_cgroup_view);
             }
         }
         let t = Instant::now();

@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use burrow::driver::vm::{Accel, DEFAULT_MEMORY_MB};
+use burrow::internal::driver::vm::{Accel, DEFAULT_MEMORY_MB};
 use common::TestHome;
 
 const MARKER: &str = "BURROW-INIT-MARKER";
@@ -102,11 +102,11 @@ fn floor_initramfs(dir: &Path) -> PathBuf {
     cpio
 }
 
-/// The driver's own machine (`burrow::driver::vm::bare_boot_args`: the
+/// The driver's own machine (`burrow::internal::driver::vm::bare_boot_args`: the
 /// same flags and kernel command line as a sandbox's VM, one vCPU, no
 /// devices), so the floor moves with the driver.
 fn floor_args(accel: Accel, kernel: &Path, initrd: &Path) -> Vec<String> {
-    burrow::driver::vm::bare_boot_args(kernel, initrd, accel, DEFAULT_MEMORY_MB)
+    burrow::internal::driver::vm::bare_boot_args(kernel, initrd, accel, DEFAULT_MEMORY_MB)
         .into_iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect()
@@ -246,7 +246,7 @@ fn main() {
     common::init_env();
     // What the driver itself would use: QEMU, kernel and accelerator.
     let support = rt
-        .block_on(burrow::driver::vm::check_support())
+        .block_on(burrow::internal::driver::vm::check_support())
         .expect("VM support (QEMU, kernel, agent)");
     let scratch = tempfile::Builder::new()
         .prefix("bv")

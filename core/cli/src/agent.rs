@@ -7,7 +7,7 @@ static AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/burrow-agent"));
 
 /// Registers the embedded agent with the library; call first in `main`.
 pub(crate) fn register() {
-    burrow::procs::set_embedded_agent(burrow::procs::EmbeddedAgent::new(
+    burrow::internal::agent::set_embedded_agent(burrow::internal::agent::EmbeddedAgent::new(
         AGENT,
         env!("BURROW_EMBEDDED_AGENT_SHA256"),
     ));

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
+use burrow::internal::supervisor;
 
 /// `burrow __supervise --home H --id ID --generation N --runtime R --driver D
 /// [--owner-pid P] [--ready-fd FD] [--spawned-at UNIX_MICROS]`: internal,
@@ -16,7 +16,7 @@ pub(crate) fn supervise(args: &[String]) -> ExitCode {
     match parse_supervise(args) {
         Ok(a) => {
             init_supervisor_logging(&a);
-            ExitCode::from(burrow::runtime::supervisor::main(a) as u8)
+            ExitCode::from(supervisor::main(a) as u8)
         }
         // Stderr is `logs/supervisor.stderr` (see the library's spawn).
         Err(e) => {
@@ -26,7 +26,7 @@ pub(crate) fn supervise(args: &[String]) -> ExitCode {
     }
 }
 
-fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::SuperviseArgs, String> {
+fn parse_supervise(args: &[String]) -> Result<supervisor::SuperviseArgs, String> {
     let mut home = None;
     let mut id = None;
     let mut generation = None;
@@ -58,7 +58,7 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    Ok(burrow::runtime::supervisor::SuperviseArgs {
+    Ok(supervisor::SuperviseArgs {
         home: home.ok_or("--home is required")?,
         id: id.ok_or("--id is required")?,
         generation: generation.ok_or("--generation is required")?,
@@ -71,9 +71,9 @@ fn parse_supervise(args: &[String]) -> Result<burrow::runtime::supervisor::Super
 }
 
 /// The supervisor logs into `sandboxes/<id>/logs/supervisor.log` (size
-/// bound and rotation: `burrow::logs::RotatingFile`); if that cannot be
+/// bound and rotation: `burrow::internal::supervisor::RotatingFile`); if that cannot be
 /// opened, into its stderr (`supervisor.stderr`).
-fn init_supervisor_logging(args: &burrow::runtime::supervisor::SuperviseArgs) {
+fn init_supervisor_logging(args: &supervisor::SuperviseArgs) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BURROW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -91,13 +91,6 @@ fn init_supervisor_logging(args: &burrow::runtime::supervisor::SuperviseArgs) {
     }
 }
 
-fn supervisor_log(
-    args: &burrow::runtime::supervisor::SuperviseArgs,
-) -> anyhow::Result<burrow::logs::RotatingFile> {
-    let home = burrow::paths::Home::at(&args.home)?;
-    let dir = burrow::logs::log_dir(&home.sandbox_dir(&args.id));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(burrow::logs::RotatingFile::open(
-        dir.join(burrow::LogSource::Supervisor.file_name()),
-    )?)
+fn supervisor_log(args: &supervisor::SuperviseArgs) -> anyhow::Result<supervisor::RotatingFile> {
+    Ok(supervisor::open_log(&args.home, &args.id)?)
 }

@@ -661,11 +661,7 @@ async fn reclaim_race_child() {
     let epoch: u64 = std::env::var("RACE_CHILD_EPOCH").unwrap().parse().unwrap();
     let seed: u64 = std::env::var("RACE_CHILD_SEED").unwrap().parse().unwrap();
     common::init_env();
-    let backend = std::sync::Arc::new(
-        burrow::LocalBackend::open(burrow::paths::Home::at(&home).unwrap())
-            .await
-            .unwrap(),
-    );
+    let backend = std::sync::Arc::new(burrow::LocalBackend::open_at(&home).await.unwrap());
     let handle = SandboxHandle::get_in(backend, &name).await.unwrap();
     // One long-lived handle (its connection meets every reclaim) and a
     // fresh one per call.

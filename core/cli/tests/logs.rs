@@ -14,8 +14,8 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use burrow::image::oci::{write_layout, LayerSpec};
 use burrow::image::ImageConfig;
+use burrow::internal::image::oci::{write_layout, LayerSpec};
 use burrow::{
     ErrorCode, ExitReason, LogLine, LogOptions, LogSource, Sandbox, SandboxHandle, Status,
 };

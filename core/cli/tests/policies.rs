@@ -8,8 +8,8 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use burrow::image::oci::{write_layout, LayerSpec};
 use burrow::image::ImageConfig;
+use burrow::internal::image::oci::{write_layout, LayerSpec};
 use burrow::{
     Applies, Backend, ErrorCode, ExecOptions, ExitReason, Modify, Sandbox, SandboxHandle, Status,
 };
@@ -144,11 +144,7 @@ async fn demand_child() {
         .expect("run only as a child of demand_start_converges_across_processes");
     let name = std::env::var("DEMAND_CHILD_NAME").unwrap();
     common::init_env();
-    let backend = std::sync::Arc::new(
-        burrow::LocalBackend::open(burrow::paths::Home::at(&home).unwrap())
-            .await
-            .unwrap(),
-    );
+    let backend = std::sync::Arc::new(burrow::LocalBackend::open_at(&home).await.unwrap());
     let handle = SandboxHandle::get_in(backend, &name).await.unwrap();
     let sb = handle.sandbox().await.unwrap();
     let calls = (0..4).map(|i| {

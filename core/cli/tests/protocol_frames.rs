@@ -31,7 +31,7 @@ async fn bad_frames_are_refused_and_change_nothing() {
     let home = TestHome::new().await;
     let sb = home.builder("frames").create().await.unwrap();
     let generation = sb.generation();
-    let socket = burrow::paths::Home::at(home.path())
+    let socket = burrow::internal::Home::at(home.path())
         .unwrap()
         .socket_path(sb.id());
     let connect = || {

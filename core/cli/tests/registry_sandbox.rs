@@ -7,8 +7,8 @@ mod common;
 
 use std::path::Path;
 
-use burrow::image::oci::{write_layout, LayerEntry, LayerSpec};
-use burrow::image::{list_images, ImageConfig};
+use burrow::image::ImageConfig;
+use burrow::internal::image::oci::{write_layout, LayerEntry, LayerSpec};
 use burrow::Sandbox;
 use common::registry::TestRegistry;
 use common::TestHome;
@@ -96,8 +96,7 @@ async fn registry_image_defaults_apply_and_explicit_options_win() {
     // The stored reference is the canonical one, and the image is listed.
     let info = sb.info().await.unwrap();
     assert_eq!(info.config.image, reference);
-    let images = burrow::paths::Home::at(home.path()).unwrap();
-    let listed = list_images(&images).unwrap();
+    let listed = home.backend.list_images().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].reference, reference);
 

@@ -57,7 +57,7 @@ async fn the_guest_sees_only_its_own_filesystem_memory_and_cpus() {
         .unwrap();
     assert_eq!(
         sb.info().await.unwrap().config.driver,
-        burrow::DriverKind::Vm
+        Some(burrow::DriverKind::Vm)
     );
     let sh = |script: String| {
         let sb = sb.clone();

@@ -61,8 +61,7 @@ pub async fn serve(backend: Arc<dyn Backend>) -> Result<(), BoxError> {
 /// fn main() -> std::process::ExitCode {
 ///     let home = std::env::args().nth(1).unwrap_or_default();
 ///     burrow_conformance::caller::main(|| async move {
-///         let home = burrow::paths::Home::at(home)?;
-///         Ok(Arc::new(burrow::LocalBackend::open(home).await?) as Arc<dyn burrow::Backend>)
+///         Ok(Arc::new(burrow::LocalBackend::open_at(home).await?) as Arc<dyn burrow::Backend>)
 ///     })
 /// }
 /// ```

@@ -162,8 +162,7 @@ pub(crate) struct RaceEnv {
 ///     Ok(Store::new(move || {
 ///         let home = home.clone();
 ///         async move {
-///             let home = burrow::paths::Home::at(home)?;
-///             Ok(Arc::new(burrow::LocalBackend::open(home).await?) as Arc<dyn burrow::Backend>)
+///             Ok(Arc::new(burrow::LocalBackend::open_at(home).await?) as Arc<dyn burrow::Backend>)
 ///         }
 ///     })
 ///     .keep(dir))

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use burrow::{
-    DriverKind, ExecOptions, ListFilter, Sandbox, SandboxBuilder, SandboxConfig, SandboxHandle,
-    SandboxId, Status, StopOptions,
+    ExecOptions, ListFilter, Sandbox, SandboxBuilder, SandboxConfig, SandboxHandle, SandboxId,
+    Status, StopOptions,
 };
 use serde_json::{json, Map, Value};
 
@@ -129,8 +129,9 @@ impl Ctx {
             config.startup_timeout = seconds("startup_timeout", v)?;
         }
         config.demand_start = opt_bool(&opts, "demand_start")?;
-        // Cases never name a driver: the host default, as every interpreter does.
-        config.driver = DriverKind::host_default()?;
+        // Cases never name a driver: the backend's default, as every
+        // interpreter does.
+        config.driver = None;
         let detached = opt_bool(&opts, "detached")?.unwrap_or(false);
         let replace = opt_bool(&opts, "replace")?.unwrap_or(false);
         let builder = Sandbox::builder(name)

@@ -343,8 +343,7 @@ mod tests {
         .collect();
         let config = ServeConfig::load(None, &env).unwrap();
         let store = crate::serve::open_store(&config).await.unwrap();
-        let home = burrow::paths::Home::at(config.home.clone()).unwrap();
-        let engine = burrow::LocalBackend::open(home).await.unwrap();
+        let engine = burrow::LocalBackend::open_at(&config.home).await.unwrap();
         let state = AppState::new(Arc::new(engine), store, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

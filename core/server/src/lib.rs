@@ -12,6 +12,8 @@
 
 pub mod app;
 pub mod config;
+#[cfg(test)]
+mod defaults_tests;
 pub mod gateway;
 pub mod metrics;
 pub mod reaper;

@@ -4,7 +4,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use axum::serve::ListenerExt;
-use burrow::paths::Home;
 use burrow::{Backend, LocalBackend};
 
 use crate::app::{router, AppState, Transport};
@@ -25,6 +24,14 @@ pub enum StartupError {
         /// Why.
         source: burrow::Error,
     },
+    /// The home directory could not be created.
+    #[error("cannot create the burrow home {home}: {source}")]
+    Home {
+        /// The home.
+        home: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A listener could not be bound.
     #[error("cannot listen on {what}: {source}")]
     Listen {
@@ -36,9 +43,10 @@ pub enum StartupError {
 }
 
 /// Opens the database named by the configuration (and migrates it). The
-/// home is created first: the default SQLite database lives in it.
+/// home is created first (0700, as the engine's): the default SQLite
+/// database lives in it.
 pub async fn open_store(config: &ServeConfig) -> Result<Store, StartupError> {
-    Home::at(config.home.clone()).map_err(|source| StartupError::Engine {
+    create_home(&config.home).map_err(|source| StartupError::Home {
         home: config.home.display().to_string(),
         source,
     })?;
@@ -49,6 +57,17 @@ pub async fn open_store(config: &ServeConfig) -> Result<Store, StartupError> {
         config.database_pool.acquire_timeout,
     )
     .await?)
+}
+
+/// Creates `home` (and its parents) if missing, and restricts it to its
+/// owner, as the local engine does with its homes.
+fn create_home(home: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)?;
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
 }
 
 enum Bound {
@@ -99,11 +118,7 @@ async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
 /// Runs the server over the local backend of the configured home until
 /// SIGINT/SIGTERM. See [`run_with`].
 pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
-    let home = Home::at(config.home.clone()).map_err(|source| StartupError::Engine {
-        home: config.home.display().to_string(),
-        source,
-    })?;
-    let engine = LocalBackend::open(home)
+    let engine = LocalBackend::open_at(&config.home)
         .await
         .map_err(|source| StartupError::Engine {
             home: config.home.display().to_string(),

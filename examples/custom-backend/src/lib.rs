@@ -90,10 +90,12 @@ impl QuotaBackend {
                 reason: "1..=128 bytes without control characters".into(),
             });
         }
-        let home = burrow::paths::Home::at(home.into())?;
-        let lock = home.root().join("quota.lock");
+        let home: PathBuf = home.into();
+        // The home exists once the backend is open: the lock file lives in it.
+        let inner = LocalBackend::open_at(&home).await?;
+        let lock = home.join("quota.lock");
         Ok(QuotaBackend {
-            inner: LocalBackend::open(home).await?,
+            inner,
             namespace: namespace.to_owned(),
             quota,
             starts: StartLock::new(lock),

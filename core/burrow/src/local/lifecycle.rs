@@ -281,7 +281,7 @@ impl LocalBackend {
         // A run that crashed may have left runtime state (container state,
         // cgroups, mount points) behind; release it before deleting.
         let runtime_dir = dir.join("runtime");
-        let reclaimed = match info.config.driver {
+        let reclaimed = match info.config.driver.unwrap_or_default() {
             DriverKind::Container => {
                 crate::driver::container::reclaim_stale(info.config.runtime, id, &runtime_dir).await
             }

@@ -1,22 +1,28 @@
 //! The local backend: SQLite state, per-name flock transitions, one
 //! supervisor process per running sandbox.
 
+mod config;
 mod lifecycle;
 mod policy;
 mod spawn;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
+pub use config::{LocalConfig, ENV_DEMAND_START, ENV_DRIVER};
+
 use crate::backend::{
     Backend, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions,
     StopOptions,
 };
 use crate::error::{Error, Result};
-use crate::image::{parse_reference, ImageSource};
+use crate::image::{
+    parse_reference, ImageSource, ImageSummary, PreparedImage, PruneReport, PullOptions,
+};
 use crate::locks::FileLock;
 use crate::logs::{LogOptions, LogStream};
 use crate::model::{validate_name, ExitReason, SandboxId, SandboxInfo, Status};
@@ -24,37 +30,99 @@ use crate::model::{Modify, ModifyPlan};
 use crate::paths::Home;
 use crate::store::{Record, Store};
 
-/// The embedded backend.
+/// The embedded backend: sandboxes of one burrow home on this host.
 #[derive(Debug, Clone)]
 pub struct LocalBackend {
     home: Home,
     store: Store,
+    config: LocalConfig,
 }
 
 static DEFAULT: OnceCell<Arc<LocalBackend>> = OnceCell::const_new();
 
 impl LocalBackend {
-    /// Opens the backend at `home`.
-    pub async fn open(home: Home) -> Result<LocalBackend> {
+    /// Opens the backend whose home is `home` (created, mode 0700, if
+    /// missing; a relative path is taken from the current directory), with
+    /// the host defaults of the environment ([`LocalConfig::from_env`]).
+    pub async fn open_at(home: impl AsRef<Path>) -> Result<LocalBackend> {
+        Self::open_with(home, LocalConfig::from_env()?).await
+    }
+
+    /// Opens the backend whose home is `home` with the host defaults
+    /// `config`.
+    pub async fn open_with(home: impl AsRef<Path>, config: LocalConfig) -> Result<LocalBackend> {
+        Self::open(Home::at(home.as_ref())?, config).await
+    }
+
+    pub(crate) async fn open(home: Home, config: LocalConfig) -> Result<LocalBackend> {
         let store = Store::open(&home).await?;
-        let backend = LocalBackend { home, store };
+        let backend = LocalBackend {
+            home,
+            store,
+            config,
+        };
         backend.sweep_orphans().await;
         Ok(backend)
     }
 
-    /// The process-wide backend for `$BURROW_HOME` (opened once).
+    /// The process-wide backend for the default home
+    /// ([`LocalBackend::default_home`]) with the host defaults of the
+    /// environment (opened once).
     pub async fn shared() -> Result<Arc<LocalBackend>> {
         DEFAULT
             .get_or_try_init(|| async {
-                Ok(Arc::new(LocalBackend::open(Home::from_env()?).await?))
+                Ok(Arc::new(
+                    LocalBackend::open(Home::from_env()?, LocalConfig::from_env()?).await?,
+                ))
             })
             .await
             .cloned()
     }
 
+    /// The home a backend opened without a path uses: `$BURROW_HOME`, else
+    /// `$XDG_DATA_HOME/burrow`, else `~/.local/share/burrow`.
+    pub fn default_home() -> Result<PathBuf> {
+        Home::default_root()
+    }
+
     /// The home directory.
-    pub fn home(&self) -> &Home {
-        &self.home
+    pub fn home_dir(&self) -> &Path {
+        self.home.root()
+    }
+
+    /// The host defaults this backend applies at create.
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    /// The directory holding the logs of sandbox `id` (`guest.log`,
+    /// `supervisor.log`, see [`crate::LogSource::file_name`]), whether or
+    /// not it exists yet.
+    pub fn log_dir(&self, id: &SandboxId) -> PathBuf {
+        crate::logs::log_dir(&self.home.sandbox_dir(id))
+    }
+
+    /// Pulls a registry image into this home's image store (as `opts`
+    /// says: if missing, always, never) and unpacks it.
+    pub async fn pull_image(&self, reference: &str, opts: &PullOptions) -> Result<PreparedImage> {
+        crate::image::pull(&self.home, reference, opts).await
+    }
+
+    /// The registry images in this home's image store.
+    pub fn list_images(&self) -> Result<Vec<ImageSummary>> {
+        crate::image::list_images(&self.home)
+    }
+
+    /// Forgets the registry image `reference` (its blobs go at the next
+    /// [`LocalBackend::prune_images`]).
+    pub fn remove_image(&self, reference: &str) -> Result<()> {
+        crate::image::remove_image(&self.home, reference)
+    }
+
+    /// Deletes blobs and unpacked trees no image refers to, keeping those of
+    /// the references in `in_use`.
+    pub fn prune_images(&self, in_use: &[String]) -> Result<PruneReport> {
+        crate::image::prune(&self.home, in_use)
     }
 
     /// Removes per-sandbox directories whose record is gone (a remove that
@@ -190,6 +258,10 @@ impl Backend for LocalBackend {
 
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         validate_name(&req.name)?;
+        // This host's defaults, recorded with the sandbox: whoever created
+        // it (a remote client included), this backend runs it.
+        req.config
+            .resolve_defaults(self.config.default_driver, self.config.demand_start_default);
         req.config.validate()?;
         self.check_image(&req.config.image)?;
         // Persist local image paths absolute: later starts may come from

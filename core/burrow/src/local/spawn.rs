@@ -59,7 +59,7 @@ impl LocalBackend {
             .arg("--runtime")
             .arg(info.config.runtime.binary())
             .arg("--driver")
-            .arg(info.config.driver.as_str())
+            .arg(info.config.driver.unwrap_or_default().as_str())
             .arg("--ready-fd")
             .arg("3")
             .arg("--spawned-at")

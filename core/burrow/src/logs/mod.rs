@@ -3,20 +3,27 @@
 //! `sandboxes/<id>/logs/` with a size bound and rotation, readable whether
 //! the sandbox is running, stopped or crashed, with a follow mode.
 //!
-//! Writing: every log is a [`RotatingFile`]: append-only, at most
+//! Writing: every log is a `RotatingFile`: append-only, at most
 //! `BURROW_LOG_MAX_BYTES` (default 8 MiB) per file, with one rotated
 //! generation `<name>.1` kept beside it. The supervisor writes its `tracing`
 //! output to `supervisor.log` and copies the guest's stderr into `guest.log`
-//! line by line ([`capture`]).
+//! line by line (`capture`).
 //!
-//! Reading: [`open_local`] reads the rotated generation, then the current
+//! Reading: `open_local` reads the rotated generation, then the current
 //! file, of each source; in follow mode it keeps polling and survives
 //! rotations (a new inode, or a file that shrank, is read from its start).
+//!
+//! Public: the types every backend's [`LogStream`] carries. The files
+//! themselves belong to the local engine (feature `local`).
 
+#[cfg(feature = "local")]
 mod capture;
+#[cfg(feature = "local")]
 mod read;
-mod rotating;
+#[cfg(feature = "local")]
+pub(crate) mod rotating;
 
+#[cfg(feature = "local")]
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -24,9 +31,12 @@ use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
 
-pub use capture::capture;
-pub use read::{open_local, read_tail};
-pub use rotating::RotatingFile;
+#[cfg(feature = "local")]
+pub(crate) use capture::capture;
+#[cfg(feature = "local")]
+pub(crate) use read::{open_local, read_tail};
+#[cfg(feature = "local")]
+pub(crate) use rotating::RotatingFile;
 
 /// Default size bound of one log file (the rotated generation doubles it).
 pub const DEFAULT_MAX_BYTES: u64 = 8 * 1024 * 1024;
@@ -158,16 +168,19 @@ impl LogStream {
 }
 
 /// The log directory of a sandbox directory.
-pub fn log_dir(sandbox_dir: &Path) -> PathBuf {
+#[cfg(feature = "local")]
+pub(crate) fn log_dir(sandbox_dir: &Path) -> PathBuf {
     sandbox_dir.join("logs")
 }
 
 /// The size bound of log files: `BURROW_LOG_MAX_BYTES`, else
 /// [`DEFAULT_MAX_BYTES`].
-pub fn max_bytes_from_env() -> u64 {
+#[cfg(feature = "local")]
+pub(crate) fn max_bytes_from_env() -> u64 {
     parse_max_bytes(std::env::var(MAX_BYTES_ENV).ok().as_deref())
 }
 
+#[cfg(feature = "local")]
 fn parse_max_bytes(value: Option<&str>) -> u64 {
     value
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -176,14 +189,15 @@ fn parse_max_bytes(value: Option<&str>) -> u64 {
 }
 
 /// The rotated generation of a log file: `<name>.1` beside it.
-pub fn rotated_path(path: &Path) -> PathBuf {
+#[cfg(feature = "local")]
+pub(crate) fn rotated_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".1");
     path.with_file_name(name)
 }
 
 /// Helpers shared by the tests of the submodules.
-#[cfg(test)]
+#[cfg(all(test, feature = "local"))]
 mod fixtures {
     use std::path::Path;
 
@@ -203,6 +217,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "local")]
     fn the_bound_from_the_environment_must_be_a_positive_number() {
         assert_eq!(parse_max_bytes(Some("12345")), 12345);
         assert_eq!(parse_max_bytes(Some(" 4096 ")), 4096);

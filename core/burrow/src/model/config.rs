@@ -29,21 +29,11 @@ impl DriverKind {
         }
     }
 
-    /// The host default for new sandboxes: `$BURROW_DRIVER` (`container` or
-    /// `vm`), else `container`. An unknown value is an error, never a silent
-    /// fallback.
-    pub fn host_default() -> Result<DriverKind> {
-        match std::env::var("BURROW_DRIVER") {
-            Ok(v) if !v.is_empty() => v.parse().map_err(|e| match e {
-                Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
-                    field: "BURROW_DRIVER".into(),
-                    reason,
-                },
-                other => other,
-            }),
-            _ => Ok(DriverKind::Container),
-        }
-    }
+    /// The smallest memory a VM can boot the agent in, in MiB.
+    pub const VM_MIN_MEMORY_MB: u64 = 64;
+    /// The most vCPUs a VM can have (CONFIG_NR_CPUS of burrow's guest
+    /// kernel, `vm/kernel/burrow.config`).
+    pub const VM_MAX_CPUS: u32 = 8;
 }
 
 impl AsRef<str> for DriverKind {
@@ -165,9 +155,14 @@ pub struct SandboxConfig {
     /// (`oci:PATH[:TAG]` or a directory holding `oci-layout`), or a name
     /// imported under the burrow home.
     pub image: String,
-    /// Isolation driver.
-    #[serde(default)]
-    pub driver: DriverKind,
+    /// Isolation driver. `None` asks for the default of the backend that
+    /// creates the sandbox (for the local backend, `LocalConfig`'s
+    /// `default_driver`, `$BURROW_DRIVER` on its host); the backend records
+    /// its choice, so every configuration a backend returns names one (the
+    /// engine reads a configuration without one as the built-in default,
+    /// container, the only driver older records could leave out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<DriverKind>,
     /// OCI runtime for the container driver.
     #[serde(default)]
     pub runtime: OciRuntime,
@@ -210,8 +205,10 @@ pub struct SandboxConfig {
     )]
     pub max_duration: Option<Duration>,
     /// Start the sandbox again on the next exec/shell/fs call after it was
-    /// reclaimed for idleness. Default: on when an idle timeout is set
-    /// (`BURROW_DEMAND_START=0` turns the default off for the host).
+    /// reclaimed for idleness. `None`: on when an idle timeout is set. A
+    /// backend whose host turns that default off (the local backend with
+    /// `$BURROW_DEMAND_START=0`, see `LocalConfig`) records `Some(false)`
+    /// at create, so the configuration it returns says what happens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub demand_start: Option<bool>,
     /// Bound on one start (runtime creation to agent handshake).
@@ -228,7 +225,7 @@ impl SandboxConfig {
     pub fn new(image: impl Into<String>) -> Self {
         SandboxConfig {
             image: image.into(),
-            driver: DriverKind::default(),
+            driver: None,
             runtime: OciRuntime::default(),
             cpus: None,
             memory_mb: None,
@@ -246,13 +243,21 @@ impl SandboxConfig {
     }
 
     /// Whether an exec/shell/fs call starts this sandbox again after an idle
-    /// reclaim.
+    /// reclaim: `demand_start` if set, else whether an idle timeout is set.
     pub fn demand_start_enabled(&self) -> bool {
         let reclaims = self.idle_timeout.is_some_and(|t| !t.is_zero());
-        let host_default = std::env::var("BURROW_DEMAND_START")
-            .map(|v| v != "0" && v != "false")
-            .unwrap_or(true);
-        self.demand_start.unwrap_or(reclaims && host_default)
+        self.demand_start.unwrap_or(reclaims)
+    }
+
+    /// Fills what the configuration leaves to the backend: the driver
+    /// (`default_driver`), and demand start when the backend's default is
+    /// off (`Some(false)`, so a later idle timeout does not turn it on).
+    /// What the configuration says itself always wins.
+    pub fn resolve_defaults(&mut self, default_driver: DriverKind, demand_start_default: bool) {
+        self.driver.get_or_insert(default_driver);
+        if !demand_start_default {
+            self.demand_start.get_or_insert(false);
+        }
     }
 
     /// Validates every field; returns the first problem as
@@ -283,20 +288,20 @@ impl SandboxConfig {
                 return bad("memory_mb", format!("{m} MiB is outside 16 MiB..4 TiB"));
             }
         }
-        if self.driver == DriverKind::Vm {
+        if self.driver == Some(DriverKind::Vm) {
             if let Some(m) = self.memory_mb {
-                if m < crate::driver::vm::MIN_MEMORY_MB {
+                if m < DriverKind::VM_MIN_MEMORY_MB {
                     return bad(
                         "memory_mb",
                         format!(
                             "{m} MiB is too little for a VM (at least {} MiB)",
-                            crate::driver::vm::MIN_MEMORY_MB
+                            DriverKind::VM_MIN_MEMORY_MB
                         ),
                     );
                 }
             }
             if let Some(c) = self.cpus {
-                let max = crate::driver::vm::MAX_CPUS;
+                let max = DriverKind::VM_MAX_CPUS;
                 if c > f64::from(max) {
                     return bad(
                         "cpus",
@@ -473,7 +478,7 @@ mod tests {
             }),
             Box::new(|c| c.startup_timeout = Duration::ZERO),
             Box::new(|c| {
-                c.driver = DriverKind::Vm;
+                c.driver = Some(DriverKind::Vm);
                 c.memory_mb = Some(32);
             }),
         ];
@@ -496,6 +501,56 @@ mod tests {
         assert_eq!(err.code(), crate::ErrorCode::InvalidConfig);
         let json = serde_json::to_string(&DriverKind::Vm).unwrap();
         assert_eq!(json, "\"vm\"");
+    }
+
+    #[test]
+    fn a_driver_left_to_the_backend_stays_off_the_wire() {
+        let c = SandboxConfig::new("img");
+        assert_eq!(c.driver, None);
+        let json = serde_json::to_value(&c).unwrap();
+        assert!(json.get("driver").is_none(), "{json}");
+        // Configurations from older clients and records name one.
+        let old: SandboxConfig = serde_json::from_str(r#"{"image":"img","driver":"vm"}"#).unwrap();
+        assert_eq!(old.driver, Some(DriverKind::Vm));
+        let none: SandboxConfig = serde_json::from_str(r#"{"image":"img"}"#).unwrap();
+        assert_eq!(none.driver, None);
+    }
+
+    #[test]
+    fn the_backend_fills_only_what_the_configuration_leaves_open() {
+        let mut c = SandboxConfig::new("img");
+        c.resolve_defaults(DriverKind::Vm, true);
+        assert_eq!(c.driver, Some(DriverKind::Vm));
+        assert_eq!(c.demand_start, None);
+        // A later idle timeout turns demand start on...
+        assert!(!c.demand_start_enabled());
+        c.idle_timeout = Some(Duration::from_secs(5));
+        assert!(c.demand_start_enabled());
+        // ...unless the backend's default was off at create.
+        let mut c = SandboxConfig::new("img");
+        c.resolve_defaults(DriverKind::Container, false);
+        c.idle_timeout = Some(Duration::from_secs(5));
+        assert_eq!(c.demand_start, Some(false));
+        assert!(!c.demand_start_enabled());
+        // What the configuration says wins.
+        let mut c = SandboxConfig::new("img");
+        c.driver = Some(DriverKind::Container);
+        c.demand_start = Some(true);
+        c.resolve_defaults(DriverKind::Vm, false);
+        assert_eq!(c.driver, Some(DriverKind::Container));
+        assert_eq!(c.demand_start, Some(true));
+    }
+
+    #[test]
+    fn vm_limits_apply_once_the_driver_is_known() {
+        let mut c = SandboxConfig::new("img");
+        c.memory_mb = Some(32);
+        c.validate().unwrap();
+        c.resolve_defaults(DriverKind::Vm, true);
+        assert_eq!(
+            c.validate().unwrap_err().code(),
+            crate::ErrorCode::InvalidConfig
+        );
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub fn set_embedded_agent(agent: EmbeddedAgent) {
 }
 
 /// The agent registered with [`set_embedded_agent`], if any.
-pub fn embedded_agent() -> Option<EmbeddedAgent> {
+pub(crate) fn embedded_agent() -> Option<EmbeddedAgent> {
     EMBEDDED.get().copied()
 }
 

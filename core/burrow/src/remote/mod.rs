@@ -29,7 +29,7 @@ mod ndjson;
 mod session;
 mod url;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::http::header::HeaderValue;
@@ -51,10 +51,7 @@ use crate::error::{Error, Result};
 use crate::logs::{LogLine, LogOptions, LogStream};
 use crate::model::{validate_name, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 
-/// Environment variable with the server URL.
-pub const ENV_URL: &str = "BURROW_URL";
-/// Environment variable with the API token.
-pub const ENV_TOKEN: &str = "BURROW_TOKEN";
+pub use crate::select::{ENV_TOKEN, ENV_URL};
 /// Default of [`RemoteBackend::with_retry_budget`].
 pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(120);
 
@@ -85,8 +82,6 @@ impl std::fmt::Debug for RemoteBackend {
     }
 }
 
-static SHARED: Mutex<Option<Arc<RemoteBackend>>> = Mutex::new(None);
-
 impl RemoteBackend {
     /// A backend for the server at `url`: `http://host:port` (optionally
     /// with a path prefix, `http://host:port/burrow`) or
@@ -101,38 +96,22 @@ impl RemoteBackend {
     }
 
     /// A backend for `$BURROW_URL`, with the token `$BURROW_TOKEN` (if set
-    /// and not empty). A missing or unusable `BURROW_URL` is
+    /// and not empty), as [`crate::BackendSelection::from_env`] reads them.
+    /// A missing, empty or unusable `BURROW_URL` is
     /// [`Error::InvalidConfig`] for the field `BURROW_URL`.
     pub fn from_env() -> Result<RemoteBackend> {
-        let url = std::env::var(ENV_URL).map_err(|e| Error::InvalidConfig {
-            field: ENV_URL.into(),
-            reason: match e {
-                std::env::VarError::NotPresent => "not set".into(),
-                std::env::VarError::NotUnicode(_) => "not valid UTF-8".into(),
-            },
-        })?;
-        let token = std::env::var(ENV_TOKEN).ok();
-        Self::build(&url, token, ENV_URL, ENV_TOKEN)
+        match crate::BackendSelection::from_env()? {
+            crate::BackendSelection::Remote { url, token } => {
+                Self::build(&url, token, ENV_URL, ENV_TOKEN)
+            }
+            crate::BackendSelection::Local { .. } => Err(Error::InvalidConfig {
+                field: ENV_URL.into(),
+                reason: "not set".into(),
+            }),
+        }
     }
 
-    /// The process-wide backend for `$BURROW_URL` (built once), or `None`
-    /// when `BURROW_URL` is unset or empty. The default backend of
-    /// [`crate::Sandbox`] is this one when it exists, else
-    /// [`crate::LocalBackend::shared`].
-    pub fn shared() -> Result<Option<Arc<RemoteBackend>>> {
-        if std::env::var_os(ENV_URL).is_none_or(|v| v.is_empty()) {
-            return Ok(None);
-        }
-        let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(b) = slot.as_ref() {
-            return Ok(Some(b.clone()));
-        }
-        let b = Arc::new(RemoteBackend::from_env()?);
-        *slot = Some(b.clone());
-        Ok(Some(b))
-    }
-
-    fn build(
+    pub(crate) fn build(
         url: &str,
         token: Option<String>,
         url_field: &str,

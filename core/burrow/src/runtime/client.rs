@@ -39,6 +39,8 @@ struct Inner {
     pending: Pending,
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
+    // Read by the supervisor (feature `local`), which checks the agent's hello.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     hello: PeerHello,
 }
 
@@ -189,6 +191,8 @@ impl AgentClient {
     }
 
     /// The peer's hello.
+    // Used by the supervisor (feature `local`).
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub fn hello(&self) -> &PeerHello {
         &self.inner.hello
     }
@@ -225,6 +229,8 @@ impl AgentClient {
     }
 
     /// Starts a supervisor control request.
+    // Used by the supervisor (feature `local`).
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub fn control(&self, body: Control) -> Result<RequestHandle> {
         self.open(|id| HostMsg::Control { id, body })
     }
@@ -235,6 +241,8 @@ impl AgentClient {
     }
 
     /// Runs a request that streams nothing and returns its response.
+    // Used by the supervisor (feature `local`).
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub async fn call(&self, body: Request) -> Result<std::result::Result<Response, GuestError>> {
         self.request(body)?.response().await
     }
@@ -255,6 +263,8 @@ pub struct RequestHandle {
 
 impl RequestHandle {
     /// The request id on the channel.
+    // Used by the supervisor (feature `local`).
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -288,11 +298,6 @@ impl RequestHandle {
         self.client.send(HostMsg::Resize { id: self.id, size })
     }
 
-    /// Asks the peer to abandon the request.
-    pub fn cancel(&self) -> Result<()> {
-        self.client.send(HostMsg::Cancel { id: self.id })
-    }
-
     /// The next frame of this request; `None` when the channel was lost
     /// before the response (after the response, also `None`).
     pub async fn next(&mut self) -> Option<GuestMsg> {
@@ -307,6 +312,8 @@ impl RequestHandle {
     }
 
     /// Waits for the response, discarding streamed data.
+    // Used by the supervisor (feature `local`).
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub async fn response(mut self) -> Result<std::result::Result<Response, GuestError>> {
         while let Some(msg) = self.next().await {
             if let GuestMsg::Response { result, .. } = msg {

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{default_backend, Sandbox, SandboxHandle};
+use super::{Sandbox, SandboxHandle};
 use crate::backend::{Backend, CreateRequest, StartOptions};
 use crate::error::{Error, Result};
 use crate::model::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
+use crate::select::default_backend;
 
 /// Collects options for a new sandbox. Options apply only when the sandbox is
 /// created; an existing sandbox's configuration always wins.
@@ -16,7 +17,8 @@ use crate::model::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
 pub struct SandboxBuilder {
     name: String,
     config: SandboxConfig,
-    /// The driver asked for (None: the host default, `$BURROW_DRIVER`).
+    /// The driver asked for (None: the default of the backend that creates
+    /// the sandbox).
     driver: Option<String>,
     detached: bool,
     backend: Option<Arc<dyn Backend>>,
@@ -127,15 +129,17 @@ impl SandboxBuilder {
         self
     }
     /// Isolation driver: `"container"` / [`DriverKind::Container`] or
-    /// `"vm"` / [`DriverKind::Vm`]. Default: `$BURROW_DRIVER`, else
-    /// container. An unknown name fails the create with `invalid_config`.
+    /// `"vm"` / [`DriverKind::Vm`]. Default: the backend's (for the local
+    /// backend, `$BURROW_DRIVER` on its host, else container). An unknown
+    /// name fails the create with `invalid_config`.
     pub fn driver(mut self, driver: impl AsRef<str>) -> Self {
         self.driver = Some(driver.as_ref().to_owned());
         self
     }
-    /// Replaces the whole configuration (its driver included).
+    /// Replaces the whole configuration (its driver included: `None` leaves
+    /// the choice to the backend).
     pub fn config(mut self, config: SandboxConfig) -> Self {
-        self.driver = Some(config.driver.as_str().to_owned());
+        self.driver = config.driver.map(|d| d.as_str().to_owned());
         self.config = config;
         self
     }
@@ -144,7 +148,7 @@ impl SandboxBuilder {
         self.detached = detached;
         self
     }
-    /// Uses `backend` instead of the default local backend.
+    /// Uses `backend` instead of the default one ([`crate::default_backend`]).
     pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
         self.backend = Some(backend);
         self
@@ -164,10 +168,11 @@ impl SandboxBuilder {
 
     fn request(&self) -> Result<CreateRequest> {
         let mut config = self.config.clone();
-        config.driver = match &self.driver {
-            Some(d) => d.parse()?,
-            None => DriverKind::host_default()?,
-        };
+        config.driver = self
+            .driver
+            .as_deref()
+            .map(str::parse::<DriverKind>)
+            .transpose()?;
         Ok(CreateRequest {
             name: self.name.clone(),
             config,

@@ -1,5 +1,6 @@
 //! File operations inside a sandbox.
 
+#[cfg(feature = "copy")]
 use std::path::Path;
 
 use burrow_protocol::{DirEntry, FileStat, GuestMsg, Request, Response};
@@ -185,7 +186,8 @@ impl<'a> Fs<'a> {
     }
 
     /// Copies a host file or directory into the guest directory `guest_dir`
-    /// (created if missing); the entry keeps its name.
+    /// (created if missing); the entry keeps its name. (Feature `copy`.)
+    #[cfg(feature = "copy")]
     pub async fn copy_in(&self, host_path: &Path, guest_dir: &str) -> Result<()> {
         guest_path("guest_dir", guest_dir)?;
         let src = host_path.to_path_buf();
@@ -222,7 +224,8 @@ impl<'a> Fs<'a> {
 
     /// Copies a guest file or directory into the host directory `host_dir`;
     /// the entry keeps its name. Entries that would land outside `host_dir`
-    /// are refused.
+    /// are refused. (Feature `copy`.)
+    #[cfg(feature = "copy")]
     pub async fn copy_out(&self, guest: &str, host_dir: &Path) -> Result<()> {
         guest_path("path", guest)?;
         let (tarball, _) = self

@@ -29,10 +29,9 @@ pub use tunnel::{PublishedPort, Tunnel};
 
 use crate::backend::{Backend, ListFilter, StopOptions};
 use crate::error::{Error, Result};
-use crate::local::LocalBackend;
 use crate::model::{SandboxId, SandboxInfo, Status};
-use crate::remote::RemoteBackend;
 use crate::runtime::client::{AgentClient, ConnectError, RequestHandle};
+use crate::select::default_backend;
 
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -391,13 +390,4 @@ impl Sandbox {
             .destroy(&self.inner.name, &self.inner.id)
             .await
     }
-}
-
-/// The process-wide backend: the `burrow serve` at `$BURROW_URL` when that
-/// is set (and not empty), else the local backend of `$BURROW_HOME`.
-pub(crate) async fn default_backend() -> Result<Arc<dyn Backend>> {
-    if let Some(remote) = RemoteBackend::shared()? {
-        return Ok(remote as Arc<dyn Backend>);
-    }
-    Ok(LocalBackend::shared().await? as Arc<dyn Backend>)
 }

@@ -512,3 +512,6 @@ fn sql_list(statuses: impl Iterator<Item = Status>) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+#[cfg(test)]
+mod tests;

@@ -44,7 +44,8 @@ pub(crate) struct SandboxOpts {
     #[arg(long)]
     pub network: bool,
     /// Isolation driver: container (namespaces under an OCI runtime) or vm
-    /// (a QEMU microVM). Default: $BURROW_DRIVER, else container.
+    /// (a QEMU microVM). Default: the backend's ($BURROW_DRIVER where the
+    /// sandbox runs: here, or on the server with BURROW_URL), else container.
     #[arg(long, value_name = "DRIVER", value_parser = PossibleValuesParser::new(["container", "vm"]))]
     pub driver: Option<String>,
     /// OCI runtime of the container driver.
@@ -86,10 +87,13 @@ impl SandboxOpts {
             .map(|v| parse_mount(v))
             .collect::<burrow::Result<_>>()?;
         c.network = self.network;
-        c.driver = match &self.driver {
-            Some(d) => d.parse::<DriverKind>()?,
-            None => DriverKind::host_default()?,
-        };
+        // None: the backend's default (this host's $BURROW_DRIVER, or the
+        // server's with BURROW_URL).
+        c.driver = self
+            .driver
+            .as_deref()
+            .map(str::parse::<DriverKind>)
+            .transpose()?;
         if let Some(r) = &self.runtime {
             c.runtime = r.parse::<OciRuntime>()?;
         }

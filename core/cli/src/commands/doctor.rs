@@ -3,20 +3,22 @@
 
 mod kernel;
 
-use burrow::{DriverKind, OciRuntime};
+use burrow::internal::agent;
+use burrow::internal::driver::{container, vm};
+use burrow::{DriverKind, LocalConfig, OciRuntime};
 use serde_json::json;
 
 use super::output::say;
 use super::Ctx;
 
 pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
-    let default = DriverKind::host_default();
-    let agent = burrow::procs::locate_agent();
-    let container = burrow::driver::container::check_support(OciRuntime::Runc).await;
+    let default = LocalConfig::from_env().map(|c| c.default_driver);
+    let agent = agent::locate_agent();
+    let container = container::check_support(OciRuntime::Runc).await;
     if !ctx.json {
         say("checking the vm driver (the first run boots a probe guest under KVM)...");
     }
-    let vm = burrow::driver::vm::check_support().await;
+    let vm = vm::check_support().await;
     let kernel = kernel::KernelHelp::probe();
     // Every driver runs the same agent: without it nothing starts.
     let default_ok = agent.is_ok()

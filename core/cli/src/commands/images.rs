@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
-use burrow::image::{self, PullEvent, PullOptions, PullPolicy};
+use burrow::image::{PullEvent, PullOptions, PullPolicy};
 use burrow::Backend;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
@@ -168,7 +168,7 @@ pub(crate) async fn pull(ctx: Ctx, args: PullArgs) -> anyhow::Result<u8> {
         });
         opts.progress = Some(Arc::new(move |ev| progress.event(ev)));
     }
-    let prepared = image::pull(backend.home(), &args.reference, &opts).await?;
+    let prepared = backend.pull_image(&args.reference, &opts).await?;
     let digest = prepared.digest.clone().unwrap_or_default();
     ctx.print(
         &json!({ "reference": prepared.reference, "digest": digest, "rootfs": prepared.rootfs }),
@@ -179,7 +179,7 @@ pub(crate) async fn pull(ctx: Ctx, args: PullArgs) -> anyhow::Result<u8> {
 
 pub(crate) async fn images(ctx: Ctx) -> anyhow::Result<u8> {
     let backend = ctx.local_backend().await?;
-    let list = image::list_images(backend.home())?;
+    let list = backend.list_images()?;
     if ctx.json {
         let rows: Vec<_> = list
             .iter()
@@ -209,7 +209,7 @@ pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
         ImageCommand::Ls => images(ctx).await,
         ImageCommand::Rm { references } => {
             for r in &references {
-                image::remove_image(backend.home(), r)?;
+                backend.remove_image(r)?;
             }
             ctx.print(
                 &json!({ "removed": references }),
@@ -225,7 +225,7 @@ pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
                 .into_iter()
                 .map(|i| i.config.image)
                 .collect();
-            let report = image::prune(backend.home(), &in_use)?;
+            let report = backend.prune_images(&in_use)?;
             ctx.print(
                 &json!({ "blobs_removed": report.blobs_removed, "rootfs_removed": report.rootfs_removed, "bytes_freed": report.bytes_freed }),
                 format_args!(

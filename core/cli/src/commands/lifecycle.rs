@@ -118,8 +118,7 @@ pub(crate) async fn inspect(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
     // Log files are where the sandbox runs: on this host only without
     // BURROW_URL (`burrow logs` reads them either way).
     if !ctx.is_remote()? {
-        let home = ctx.local_backend().await?;
-        let logs = burrow::logs::log_dir(&home.home().sandbox_dir(&info.id));
+        let logs = ctx.local_backend().await?.log_dir(&info.id);
         body["logs"] = serde_json::json!({
             "guest": logs.join(burrow::LogSource::Guest.file_name()),
             "supervisor": logs.join(burrow::LogSource::Supervisor.file_name()),

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use burrow::{Backend, ErrorCode, LocalBackend, RemoteBackend};
+use burrow::{Backend, BackendSelection, ErrorCode, LocalBackend};
 use serde::Serialize;
 use serde_json::json;
 
@@ -93,14 +93,11 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// The backend of sandbox commands: the `burrow serve` at `BURROW_URL`
-    /// when that is set (and not empty), else the local backend (home from
-    /// `BURROW_HOME`, set by `--home`).
+    /// The backend of sandbox commands: [`burrow::default_backend`] (the
+    /// `burrow serve` at `BURROW_URL` when that is set and not empty, else
+    /// the local backend of `BURROW_HOME`, which `--home` sets).
     pub async fn backend(&self) -> anyhow::Result<Arc<dyn Backend>> {
-        if let Some(remote) = RemoteBackend::shared()? {
-            return Ok(remote);
-        }
-        Ok(self.local_backend().await?)
+        Ok(burrow::default_backend().await?)
     }
 
     /// The local backend, whatever `BURROW_URL` says: images and files
@@ -111,7 +108,7 @@ impl Ctx {
 
     /// Whether sandbox commands go to a `burrow serve` (`BURROW_URL`).
     pub fn is_remote(&self) -> anyhow::Result<bool> {
-        Ok(RemoteBackend::shared()?.is_some())
+        Ok(BackendSelection::from_env()?.is_remote())
     }
 
     /// A progress note on stderr, for humans only.

@@ -121,8 +121,11 @@ impl TestHome {
             .prefix("bt")
             .tempdir_in("/tmp")
             .expect("temp home");
-        let home = burrow::paths::Home::at(dir.path()).expect("home");
-        let backend = Arc::new(LocalBackend::open(home).await.expect("open backend"));
+        let backend = Arc::new(
+            LocalBackend::open_at(dir.path())
+                .await
+                .expect("open backend"),
+        );
         TestHome { dir, backend }
     }
 
@@ -220,10 +223,12 @@ pub fn kill_vms_of(home: &Path) {
     }
 }
 
-/// The driver the suites run against: the library's host default
+/// The driver the suites run against: the local backend's host default
 /// (`$BURROW_DRIVER`: `container` or `vm`), so the same tests cover both.
 pub fn driver() -> burrow::DriverKind {
-    burrow::DriverKind::host_default().expect("BURROW_DRIVER must be container or vm")
+    burrow::LocalConfig::from_env()
+        .expect("BURROW_DRIVER must be container or vm")
+        .default_driver
 }
 
 /// Whether the suites run against the VM driver.

@@ -15,8 +15,7 @@ fn main() -> ExitCode {
         [flag, home] if flag == "--home" => {
             let home = home.clone();
             burrow_conformance::caller::main(move || async move {
-                let home = burrow::paths::Home::at(home)?;
-                Ok(Arc::new(burrow::LocalBackend::open(home).await?) as Arc<dyn Backend>)
+                Ok(Arc::new(burrow::LocalBackend::open_at(home).await?) as Arc<dyn Backend>)
             })
         }
         [flag, url] if flag == "--url" => {

@@ -220,10 +220,7 @@ where
     let logs_path = path.clone();
     Ok(Store::new(move || {
         let (path, wrap) = (open_path.clone(), wrap.clone());
-        async move {
-            let home = burrow::paths::Home::at(path)?;
-            Ok(wrap(LocalBackend::open(home).await?))
-        }
+        async move { Ok(wrap(LocalBackend::open_at(path).await?)) }
     })
     .location(path.to_string_lossy())
     .diagnostics(move || logs_of(&logs_path))

@@ -13,7 +13,7 @@
 //! | `listen`                          | `BURROW_SERVE_LISTEN` (commas)     | `["127.0.0.1:7878"]`         |
 //! | `allow_public`                    | `BURROW_SERVE_ALLOW_PUBLIC`        | `false`                      |
 //! | `database`                        | `BURROW_SERVE_DATABASE`            | `sqlite://<home>/serve.db?mode=rwc` |
-//! | `home`                            | `BURROW_HOME`                      | as [`burrow::paths::Home::from_env`] |
+//! | `home`                            | `BURROW_HOME`                      | as [`burrow::LocalBackend::default_home`] |
 //! | `backend`                         | `BURROW_SERVE_BACKEND`             | `"local"`                    |
 //! | `replica_id`                      | `BURROW_SERVE_REPLICA_ID`          | `<hostname>-<pid>`           |
 //! | `database_pool.max_connections`   | `BURROW_SERVE_MAX_CONNECTIONS`     | `10`                         |

@@ -261,7 +261,7 @@ pub(super) fn parse_file_home(raw: &Raw<'_>) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// Like `burrow::paths::Home::at`: a relative path is taken from the current
+/// Like `burrow::LocalBackend::open_at`: a relative path is taken from the current
 /// directory.
 pub(super) fn absolute(path: PathBuf, origin: &Origin) -> Result<PathBuf, ConfigError> {
     if path.is_absolute() {
@@ -281,7 +281,7 @@ pub(super) fn absolute(path: PathBuf, origin: &Origin) -> Result<PathBuf, Config
         })
 }
 
-/// What `burrow::paths::Home::from_env` picks without `BURROW_HOME`:
+/// What `burrow::LocalBackend::default_home` picks without `BURROW_HOME`:
 /// `$XDG_DATA_HOME/burrow`, else `$HOME/.local/share/burrow`.
 pub(super) fn default_home(env: &BTreeMap<String, String>) -> Result<PathBuf, ConfigError> {
     let nonempty = |name: &str| env.get(name).filter(|v| !v.is_empty());

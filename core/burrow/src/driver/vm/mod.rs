@@ -39,17 +39,15 @@ mod qemu;
 mod qmp;
 
 pub use accel::AccelChoice;
-pub use qemu::{bare_boot_args, host_tsc_khz, locate_kernel, locate_qemu, Accel};
+pub use qemu::{bare_boot_args, locate_kernel, locate_qemu, Accel};
 
 use guest::VmGuest;
 use qemu::{Machine, Share};
 
 /// Memory of a VM without a configured limit, in MiB.
 pub const DEFAULT_MEMORY_MB: u64 = 512;
-/// The smallest memory a VM can boot the agent in, in MiB.
-pub const MIN_MEMORY_MB: u64 = 64;
-/// The most vCPUs a VM can have (CONFIG_NR_CPUS of vm/kernel/burrow.config).
-pub const MAX_CPUS: u32 = 8;
+/// The most vCPUs a VM can have (the model's limit, checked at create).
+const MAX_CPUS: u32 = crate::model::DriverKind::VM_MAX_CPUS;
 /// Size of a sandbox's writable disk (sparse: only what is written counts).
 const DATA_DISK_BYTES: u64 = 8 << 30;
 

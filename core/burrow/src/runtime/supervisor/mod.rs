@@ -379,7 +379,7 @@ async fn boot(
         agent_log,
         inherit_fds: vec![runtime_lock.raw_fd()],
     };
-    let driver: Box<dyn Driver> = match config.driver {
+    let driver: Box<dyn Driver> = match config.driver.unwrap_or_default() {
         DriverKind::Container => Box::new(ContainerDriver::new(config.runtime)),
         DriverKind::Vm => Box::new(VmDriver),
     };

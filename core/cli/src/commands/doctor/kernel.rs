@@ -41,14 +41,16 @@ impl KernelHelp {
     /// Looks for the kernel as the vm driver does, and for the ones the
     /// build script left in its cache.
     pub(super) fn probe() -> KernelHelp {
-        let (found, error) = match burrow::driver::vm::locate_kernel() {
+        let (found, error) = match burrow::internal::driver::vm::locate_kernel() {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e.to_string())),
         };
         let cache_dir = script_cache_dir();
         let cached = cache_dir.as_ref().map(cached_kernels).unwrap_or_default();
         let mut install_paths = Vec::new();
-        if let Some(dir) = burrow::procs::burrow_bin().and_then(|b| b.parent().map(PathBuf::from)) {
+        if let Some(dir) =
+            burrow::internal::burrow_bin().and_then(|b| b.parent().map(PathBuf::from))
+        {
             install_paths.push(dir.join("burrow-vmlinux"));
         }
         install_paths.push(PathBuf::from(SYSTEM_KERNEL));

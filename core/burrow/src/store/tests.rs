@@ -1,9 +1,9 @@
-#![allow(clippy::unwrap_used)]
 //! The state database: migrations and refusing a newer schema.
+#![allow(clippy::unwrap_used)]
 
-use burrow::paths::Home;
-use burrow::store::Store;
-use burrow::ErrorCode;
+use super::Store;
+use crate::paths::Home;
+use crate::ErrorCode;
 
 #[tokio::test]
 async fn a_database_from_a_newer_burrow_is_refused_untouched() {
