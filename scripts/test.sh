@@ -26,17 +26,20 @@ RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v 
 CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 cargo test -q --workspace --all-targets --no-run
-step "the burrow crate without its default features: the bare contract, remote only, local only"
+step "burrow without its default features (the bare contract, remote only, local only), and the conformance kit over the bare contract"
 # Checked (and linted: the clippy wrapper above is still exported); the
 # bare crate must not pull in the engine's or the client's dependencies.
 for features in "" remote local; do
   cargo check -q -p burrow --lib --no-default-features --features "$features"
 done
-if cargo tree -q -p burrow --no-default-features -e normal --prefix none \
-    | grep -E '^(sqlx|oci-client|hyper|tar|flate2|zstd) '; then
-  echo "burrow --no-default-features depends on the engine's or the client's crates" >&2
-  exit 1
-fi
+cargo check -q -p burrow-conformance --lib --no-default-features
+for crate in burrow burrow-conformance; do
+  if cargo tree -q -p "$crate" --no-default-features -e normal --prefix none \
+      | grep -E '^(sqlx|oci-client|hyper|tar|flate2|zstd) '; then
+    echo "$crate --no-default-features depends on the engine's or the client's crates" >&2
+    exit 1
+  fi
+done
 step "demo image"
 [ -f target/test-images/busybox/.complete ] || {
   bash scripts/make-demo-rootfs.sh target/test-images/busybox && touch target/test-images/busybox/.complete; }

@@ -29,6 +29,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod logs;
 pub mod model;
+pub mod relay;
 mod runtime;
 mod sandbox;
 mod select;
@@ -59,6 +60,10 @@ pub use backend::{
     ensure_identity, Backend, BackendExt, Capabilities, CreateRequest, ListFilter, Metrics,
     RuntimeStream, StartOptions, StopOptions,
 };
+/// The wire protocol between hosts, relays and the guest agent (frames,
+/// requests, control requests, responses): what a [`relay::RelayControl`]
+/// answers.
+pub use burrow_protocol as protocol;
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use duration::{parse_duration, ParseDurationError};
 pub use error::{Error, ErrorCode, Result};

@@ -9,7 +9,6 @@
 //! the agent, watches the owner of an attached sandbox, and records why the
 //! run ended.
 
-mod relay;
 mod serve;
 
 use serve::serve;
@@ -17,12 +16,11 @@ use serve::serve;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{GuestError, Identity, Response};
+use burrow_protocol::{Control, GuestError, Identity, Response};
 use tokio::net::UnixListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use super::client::AgentClient;
 use crate::driver::container::{prepare_supervisor_process, ContainerDriver};
@@ -161,34 +159,45 @@ pub(crate) enum Command {
     },
 }
 
-/// State shared with connection handlers.
+/// The relay's control: each control request becomes a [`Command`] of the
+/// main loop, answered when the loop has acted on it.
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub identity: Identity,
-    pub agent: AgentClient,
-    pub in_flight: AtomicU32,
-    /// No new requests (draining or stopping).
-    pub closing: AtomicBool,
-    /// No new requests while frozen.
-    pub paused: AtomicBool,
-    pub commands: mpsc::UnboundedSender<Command>,
-    /// Signalled whenever in_flight drops to zero.
-    pub idle: watch::Sender<u32>,
-    /// Last activity (exec/shell/fs start or end, touch). Ping is not activity.
-    pub activity: std::sync::Mutex<Instant>,
-    /// Environment added to every exec (the persisted env, re-read on reload).
-    pub env: std::sync::RwLock<std::collections::BTreeMap<String, String>>,
+struct Controls {
+    commands: mpsc::UnboundedSender<Command>,
 }
 
-impl Shared {
-    pub(crate) fn touch(&self) {
-        *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-    }
-    pub(crate) fn idle_for(&self) -> Duration {
-        self.activity
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .elapsed()
+#[async_trait::async_trait]
+impl crate::relay::RelayControl for Controls {
+    async fn control(&self, body: Control) -> std::result::Result<Response, GuestError> {
+        let (tx, rx) = oneshot::channel();
+        let cmd = match body {
+            // Answered by the relay itself.
+            Control::Status => return Ok(Response::Done),
+            Control::Stop {
+                grace_ms,
+                owner_exited,
+            } => Command::Stop {
+                grace: Duration::from_millis(grace_ms),
+                reason: if owner_exited {
+                    ExitReason::OwnerExited
+                } else {
+                    ExitReason::Stopped
+                },
+                reply: Some(tx),
+            },
+            Control::Kill => Command::Kill { reply: Some(tx) },
+            Control::Drain => Command::Drain { reply: tx },
+            Control::Detach => Command::Detach { reply: tx },
+            Control::Touch => Command::Touch { reply: tx },
+            Control::Pause => Command::Pause { reply: tx },
+            Control::Resume => Command::Resume { reply: tx },
+            Control::Reload => Command::Reload { reply: tx },
+            Control::Metrics => Command::Metrics { reply: tx },
+        };
+        let _ = self.commands.send(cmd);
+        // A dropped reply means the run ended meanwhile: for a stop or kill
+        // that is success, for anything else the sandbox is gone.
+        rx.await.unwrap_or(Ok(Response::Done))
     }
 }
 

@@ -2,21 +2,20 @@
 //! control commands, the idle reaper, the max-duration timer, the owner
 //! watch, and the orderly end of the run.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{GuestError, GuestErrorCode, Identity, Request, Response};
-use tokio::sync::{mpsc, watch};
+use burrow_protocol::{GuestError, GuestErrorCode, Request, Response};
+use tokio::sync::mpsc;
 
 use super::{
-    describe_exit, owner_watch, recv_signal, relay, wait_owner, Booted, Command, Reply, Shared,
+    describe_exit, owner_watch, recv_signal, wait_owner, Booted, Command, Controls, Reply,
     SuperviseArgs, DEFAULT_GRACE,
 };
 use crate::driver::{GuestExit, GuestProcess};
 use crate::error::Result;
 use crate::model::{ExitReason, SandboxConfig, Status};
 use crate::paths::Home;
+use crate::relay::Relay;
 use crate::store::Store;
 
 /// Why the serve loop ended.
@@ -73,21 +72,11 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
     } = booted;
     let run_started = Instant::now();
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
-    let (idle_tx, mut idle_rx) = watch::channel(0u32);
-    let shared = Arc::new(Shared {
-        identity: Identity {
-            sandbox_id: args.id.to_string(),
-            generation: args.generation,
-        },
-        agent: agent.clone(),
-        in_flight: AtomicU32::new(0),
-        closing: AtomicBool::new(false),
-        paused: AtomicBool::new(false),
-        commands: cmd_tx.clone(),
-        idle: idle_tx,
-        activity: std::sync::Mutex::new(Instant::now()),
-        env: std::sync::RwLock::new(config.env.clone()),
-    });
+    let relay = Relay::builder(&args.id, args.generation)
+        .control(Controls { commands: cmd_tx })
+        .env(config.env.clone())
+        .with_agent(agent.clone());
+    let mut idle_rx = relay.in_flight_changes();
     let mut policy = Policy {
         idle_timeout: None,
         max_deadline: None,
@@ -108,7 +97,11 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
-                    tokio::spawn(relay::serve_connection(stream, shared.clone()));
+                    let relay = relay.clone();
+                    tokio::spawn(async move {
+                        let (rd, wr) = stream.into_split();
+                        relay.serve(rd, wr).await;
+                    });
                 }
             }
             exit = guest.wait() => break End::GuestExited(exit),
@@ -128,11 +121,11 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                     }
                     if !draining {
                         draining = true;
-                        shared.closing.store(true, Ordering::SeqCst);
+                        relay.set_closing(true);
                         let _ = store.transition(&args.id, args.generation, &[Status::Running], Status::Draining).await;
                     }
                     reply(r, Ok(Response::Done));
-                    if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                    if relay.in_flight() == 0 {
                         break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
                     }
                 }
@@ -144,7 +137,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                     reply(r, Ok(Response::Done));
                 }
                 Command::Touch { reply: r } => {
-                    shared.touch();
+                    relay.touch();
                     reply(r, Ok(Response::Done));
                 }
                 Command::Pause { reply: r } => {
@@ -155,7 +148,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                     } else {
                         // Refuse new work first, then freeze, then publish:
                         // nobody is handed a frozen sandbox as Running.
-                        shared.paused.store(true, Ordering::SeqCst);
+                        relay.set_paused(true);
                         match guest.pause().await {
                             Ok(()) => {
                                 paused = true;
@@ -163,7 +156,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                                 reply(r, Ok(Response::Done));
                             }
                             Err(e) => {
-                                shared.paused.store(false, Ordering::SeqCst);
+                                relay.set_paused(false);
                                 reply(r, Err(GuestError::new(GuestErrorCode::Io, format!("pausing failed: {e}"))));
                             }
                         }
@@ -179,15 +172,15 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                             paused = false;
                             let _ = store.transition(&args.id, args.generation, &[Status::Paused], Status::Running).await;
                             // A resume is use: the idle clock restarts.
-                            shared.touch();
-                            shared.paused.store(false, Ordering::SeqCst);
+                            relay.touch();
+                            relay.set_paused(false);
                             reply(r, Ok(Response::Done));
                         }
                         Err(e) => reply(r, Err(GuestError::new(GuestErrorCode::Io, format!("resuming failed: {e}")))),
                     }
                 }
                 Command::Reload { reply: r } => {
-                    let result = reload(&store, &args, &shared, &mut policy, run_started, guest.as_mut()).await;
+                    let result = reload(&store, &args, &relay, &mut policy, run_started, guest.as_mut()).await;
                     tick = tokio::time::interval(policy.tick());
                     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                     reply(r, result);
@@ -202,7 +195,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                 }
             },
             _ = idle_rx.changed(), if draining => {
-                if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                if relay.in_flight() == 0 {
                     break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
                 }
             }
@@ -214,15 +207,15 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                 // Never reclaimed under a running command, while paused, or
                 // while draining (drain ends the run by itself).
                 if let Some(t) = policy.idle_timeout.filter(|t| !t.is_zero()) {
-                    if !paused && !draining && shared.in_flight.load(Ordering::SeqCst) == 0 && shared.idle_for() >= t {
+                    if !paused && !draining && relay.in_flight() == 0 && relay.idle_for() >= t {
                         // Close first, then look again: a request that slipped
                         // in meanwhile has announced itself (see relay).
-                        shared.closing.store(true, Ordering::SeqCst);
-                        if shared.in_flight.load(Ordering::SeqCst) == 0 {
+                        relay.set_closing(true);
+                        if relay.in_flight() == 0 {
                             tracing::info!(sandbox = %args.id, idle_timeout = ?t, "idle: reclaiming");
                             break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::IdleTimeout };
                         }
-                        shared.closing.store(false, Ordering::SeqCst);
+                        relay.set_closing(false);
                     }
                 }
             }
@@ -234,7 +227,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
             _ = recv_signal(&mut sigint) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
         }
     };
-    shared.closing.store(true, Ordering::SeqCst);
+    relay.set_closing(true);
     // Connections made from here on wait in the listener's backlog, and are
     // reset when it closes: their hello is cut off.
     crate::fault::hold("supervisor.stopped_accepting").await;
@@ -299,7 +292,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
     // that loses its connection without any answer knows its request was
     // never run. The relays see the agent channel close with the guest.
     let deadline = Instant::now() + Duration::from_secs(2);
-    while shared.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+    while relay.in_flight() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     // Let the connection writers flush those answers.
@@ -312,7 +305,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
 async fn reload(
     store: &Store,
     args: &SuperviseArgs,
-    shared: &Shared,
+    relay: &Relay,
     policy: &mut Policy,
     run_started: Instant,
     guest: &mut dyn GuestProcess,
@@ -325,7 +318,7 @@ async fn reload(
         .ok_or_else(|| GuestError::new(GuestErrorCode::NotFound, "the sandbox record is gone"))?;
     let config = rec.info.config;
     policy.apply(&config, run_started);
-    *shared.env.write().unwrap_or_else(|p| p.into_inner()) = config.env.clone();
+    relay.set_env(config.env.clone());
     let notes = guest
         .update(config.cpus, config.memory_mb)
         .await
