@@ -11,9 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,33 +27,10 @@ use burrow::{
     RuntimeStream, Sandbox, SandboxConfig, SandboxId, SandboxInfo, StartOptions, Status,
     StopOptions,
 };
+use burrow_test_support::agent_bin;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
-
-/// The static guest agent: `$BURROW_AGENT_BIN` (what scripts/test.sh
-/// builds), else built once into `target/agent`.
-fn agent_bin() -> PathBuf {
-    static AGENT: OnceLock<PathBuf> = OnceLock::new();
-    AGENT
-        .get_or_init(|| {
-            if let Some(p) = std::env::var_os("BURROW_AGENT_BIN").filter(|p| !p.is_empty()) {
-                return PathBuf::from(p);
-            }
-            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let target = root.join("target/agent");
-            let status = std::process::Command::new(env!("CARGO"))
-                .current_dir(&root)
-                .args(["build", "-q", "-p", "burrow-agent", "--release"])
-                .args(["--target", "x86_64-unknown-linux-musl", "--target-dir"])
-                .arg(&target)
-                .status()
-                .expect("running cargo to build the guest agent");
-            assert!(status.success(), "building the static guest agent failed");
-            target.join("x86_64-unknown-linux-musl/release/burrow-agent")
-        })
-        .clone()
-}
 
 /// One run: the agent process, its relay, and the TCP server of the relay.
 struct Run {

@@ -1,0 +1,323 @@
+//! The inputs of calls, as serde types: every language hands them over as
+//! JSON (an object of its own, serialized), and every check of their
+//! values is the core's.
+//!
+//! Durations are seconds (`1.5`) or the core's duration text (`"1h30m"`,
+//! `"250ms"`; see `burrow::parse_duration`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use burrow::{
+    ExecOptions, ListFilter, LogOptions, LogSource, Modify, Mount, MountSource, SandboxConfig,
+    Status, StopOptions,
+};
+use serde::{Deserialize, Deserializer};
+
+/// A duration: seconds (a non-negative finite number) or duration text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seconds(pub Duration);
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(s) => Duration::try_from_secs_f64(s).map(Seconds).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "a duration must be a non-negative number of seconds, not {s}"
+                ))
+            }),
+            Raw::Text(t) => burrow::parse_duration(&t)
+                .map(Seconds)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+fn opt_duration(s: Option<Seconds>) -> Option<Duration> {
+    s.map(|s| s.0)
+}
+
+/// Present-or-absent for `modify`: an absent key is `None` (unchanged), a
+/// present `null` is `Some(None)` (cleared), a value is `Some(Some(v))`.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// How a build call treats an existing sandbox of the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuildMode {
+    /// Create and start; an existing name is `already_exists`.
+    #[default]
+    Create,
+    /// Destroy any sandbox of the name, then create and start.
+    Replace,
+    /// Converge: connect to (starting if needed) or create.
+    ConnectOrCreate,
+    /// Persist without starting (returns a handle).
+    Define,
+}
+
+/// A volume or host directory mounted into the sandbox.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeInput {
+    /// A volume name (no `/`) or an absolute host path.
+    pub source: String,
+    /// Where in the sandbox.
+    pub target: String,
+    /// Mounted read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// A sandbox to create, replace, converge on or define.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildInput {
+    /// The sandbox name.
+    pub name: String,
+    /// What to do with an existing sandbox of the name.
+    #[serde(default)]
+    pub mode: BuildMode,
+    /// Image reference (see the README's Images).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// `container` or `vm` (absent: the backend's default).
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// OCI runtime of the container driver (`runc`, `crun`, `runsc`).
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// CPU limit.
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    /// Memory limit in MiB.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// Process limit.
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
+    /// Environment of every exec.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Default working directory.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Volumes and host directories.
+    #[serde(default)]
+    pub volumes: Vec<VolumeInput>,
+    /// Network access.
+    #[serde(default)]
+    pub network: bool,
+    /// Idle timeout (reclaim after no activity).
+    #[serde(default)]
+    pub idle_timeout: Option<Seconds>,
+    /// Maximum duration of a run.
+    #[serde(default)]
+    pub max_duration: Option<Seconds>,
+    /// Bound of a start.
+    #[serde(default)]
+    pub startup_timeout: Option<Seconds>,
+    /// Demand start (absent: the default for its idle timeout).
+    #[serde(default)]
+    pub demand_start: Option<bool>,
+    /// Survives the process that created it.
+    #[serde(default)]
+    pub detached: bool,
+}
+
+impl BuildInput {
+    /// The core configuration; the driver and runtime are applied by the
+    /// builder (the core parses them).
+    pub(crate) fn config(&self) -> SandboxConfig {
+        let mut config = SandboxConfig::new(self.image.clone().unwrap_or_default());
+        config.cpus = self.cpus;
+        config.memory_mb = self.memory_mb;
+        config.pids_limit = self.pids_limit;
+        config.env = self.env.clone();
+        config.workdir = self.workdir.clone();
+        config.labels = self.labels.clone();
+        config.mounts = self
+            .volumes
+            .iter()
+            .map(|v| {
+                // A volume name never contains '/'; anything else is a host
+                // path (the core checks it is absolute and exists).
+                let source = if v.source.contains('/') {
+                    MountSource::Host(PathBuf::from(&v.source))
+                } else {
+                    MountSource::Volume(v.source.clone())
+                };
+                Mount::new(source, v.target.clone()).read_only(v.read_only)
+            })
+            .collect();
+        config.network = self.network;
+        config.idle_timeout = opt_duration(self.idle_timeout);
+        config.max_duration = opt_duration(self.max_duration);
+        if let Some(t) = self.startup_timeout {
+            config.startup_timeout = t.0;
+        }
+        config.demand_start = self.demand_start;
+        config
+    }
+}
+
+/// A command to run (`exec`, `spawn`). Its stdin data, if any, is the
+/// call's byte argument.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecInput {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Environment on top of the sandbox's.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// `spawn` only: keep stdin open for `write` (when no data is given).
+    #[serde(default)]
+    pub keep_stdin: bool,
+    /// Kill the process after this long.
+    #[serde(default)]
+    pub timeout: Option<Seconds>,
+}
+
+impl ExecInput {
+    /// The core options; `stdin` is the call's data. For a spawn without
+    /// data, stdin stays open with `keep_stdin`, else it is empty.
+    pub(crate) fn options(&self, stdin: Option<Vec<u8>>, spawn: bool) -> ExecOptions {
+        let stdin = match stdin {
+            Some(data) => Some(data),
+            None if spawn && self.keep_stdin => None,
+            None => Some(Vec::new()),
+        };
+        let mut opts = ExecOptions::new(self.argv.clone());
+        opts.env = self.env.clone();
+        opts.cwd = self.cwd.clone();
+        opts.stdin = stdin;
+        opts.timeout = opt_duration(self.timeout);
+        opts
+    }
+}
+
+/// The changes of a `modify`: only the keys present change; a present
+/// `null` clears a limit or timeout.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModifyInput {
+    /// CPU limit.
+    #[serde(default, deserialize_with = "present")]
+    pub cpus: Option<Option<f64>>,
+    /// Memory limit in MiB.
+    #[serde(default, deserialize_with = "present")]
+    pub memory_mb: Option<Option<u64>>,
+    /// Environment entries to set.
+    #[serde(default)]
+    pub env_set: BTreeMap<String, String>,
+    /// Environment names to remove.
+    #[serde(default)]
+    pub env_unset: Vec<String>,
+    /// Labels to set.
+    #[serde(default)]
+    pub labels_set: BTreeMap<String, String>,
+    /// Label names to remove.
+    #[serde(default)]
+    pub labels_unset: Vec<String>,
+    /// Idle timeout.
+    #[serde(default, deserialize_with = "present")]
+    pub idle_timeout: Option<Option<Seconds>>,
+    /// Maximum duration.
+    #[serde(default, deserialize_with = "present")]
+    pub max_duration: Option<Option<Seconds>>,
+}
+
+impl ModifyInput {
+    pub(crate) fn modify(&self) -> Modify {
+        let mut m = Modify::default();
+        m.cpus = self.cpus;
+        m.memory_mb = self.memory_mb;
+        m.env_set = self.env_set.clone();
+        m.env_unset = self.env_unset.clone();
+        m.labels_set = self.labels_set.clone();
+        m.labels_unset = self.labels_unset.clone();
+        m.idle_timeout = self.idle_timeout.map(opt_duration);
+        m.max_duration = self.max_duration.map(opt_duration);
+        m
+    }
+}
+
+/// Which log lines (`logs`, `follow_logs`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogInput {
+    /// Only the last lines.
+    #[serde(default)]
+    pub tail: Option<usize>,
+    /// One source (`guest`, `supervisor`); absent: all.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+impl LogInput {
+    /// The core options; an unknown source is the core's
+    /// `invalid_argument`.
+    pub(crate) fn options(&self, follow: bool) -> burrow::Result<LogOptions> {
+        let mut opts = LogOptions::default();
+        opts.follow = follow;
+        opts.tail = self.tail;
+        if let Some(s) = &self.source {
+            opts.sources = vec![s.parse::<LogSource>()?];
+        }
+        Ok(opts)
+    }
+}
+
+/// A list filter.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListInput {
+    /// Any of these statuses (empty: all).
+    #[serde(default)]
+    pub statuses: Vec<String>,
+    /// All of these labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Statuses by name; an unknown one is the core's `invalid_argument`.
+pub(crate) fn statuses(names: &[String]) -> burrow::Result<Vec<Status>> {
+    names.iter().map(|s| s.parse()).collect()
+}
+
+impl ListInput {
+    pub(crate) fn filter(&self) -> burrow::Result<ListFilter> {
+        let mut filter = ListFilter::default().statuses(statuses(&self.statuses)?);
+        filter.labels = self.labels.clone();
+        Ok(filter)
+    }
+}
+
+/// Stop options.
+pub(crate) fn stop_options(grace: Option<Seconds>) -> StopOptions {
+    let mut opts = StopOptions::default();
+    if let Some(g) = grace {
+        opts.grace = g.0;
+    }
+    opts
+}

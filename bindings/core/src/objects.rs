@@ -1,0 +1,257 @@
+//! The opaque objects a language holds: a sandbox (live, or a metadata
+//! handle), a streaming process and a followed log, each a pull cursor
+//! where it streams.
+//!
+//! Each holds its core object tagged with the pid that made it. In a fork
+//! child a sandbox is re-bound to the same id on the child's own backend
+//! on first use; a process or log stream (a live stream of the parent's
+//! connection) cannot move and says so (`invalid_argument`).
+
+use std::sync::Arc;
+
+use burrow::{ExecEvent, LogLine, LogStream, Sandbox, SandboxHandle, SandboxId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::failure::Failure;
+use crate::process::{backend, Owned, Slot};
+
+/// What a sandbox object is bound to in the process that made it.
+#[derive(Debug, Clone)]
+pub(crate) enum Bound {
+    /// A live sandbox (exec, files, processes; bound to a run).
+    Live(Sandbox),
+    /// A metadata handle (lifecycle only; the sandbox may be stopped).
+    Handle(SandboxHandle),
+}
+
+/// A sandbox: live (from a create, a start, a connect) or a metadata
+/// handle (from a lookup or a define). One object type for both: what a
+/// handle cannot do itself, it does through the sandbox's current run.
+#[derive(Debug)]
+pub struct SandboxObj {
+    id: SandboxId,
+    name: String,
+    live: bool,
+    generation: u64,
+    bound: Slot<Bound>,
+}
+
+impl SandboxObj {
+    pub(crate) fn live(sb: Sandbox) -> SandboxObj {
+        SandboxObj {
+            id: sb.id().clone(),
+            name: sb.name().to_owned(),
+            live: true,
+            generation: sb.generation(),
+            bound: Slot::new(Bound::Live(sb)),
+        }
+    }
+
+    pub(crate) fn handle(h: SandboxHandle) -> SandboxObj {
+        SandboxObj {
+            id: h.id().clone(),
+            name: h.name().to_owned(),
+            live: false,
+            generation: 0,
+            bound: Slot::new(Bound::Handle(h)),
+        }
+    }
+
+    /// The sandbox id (`sb_...`).
+    pub fn id(&self) -> &SandboxId {
+        &self.id
+    }
+
+    /// The name it was bound by.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this is a live sandbox (else a metadata handle).
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    /// The run generation a live sandbox is bound to (0 for a handle).
+    pub fn generation(&self) -> u64 {
+        match self.bound.current() {
+            Some(Bound::Live(sb)) => sb.generation(),
+            Some(Bound::Handle(_)) => 0,
+            None => self.generation,
+        }
+    }
+
+    /// What this object is bound to in this process: the inherited
+    /// binding of a fork child is replaced by one to the same id on this
+    /// process's backend.
+    pub(crate) async fn bound(&self) -> burrow::Result<Bound> {
+        if let Some(b) = self.bound.current() {
+            return Ok(b);
+        }
+        let h = SandboxHandle::get_by_id_in(backend().await?, &self.id).await?;
+        let b = if self.live {
+            Bound::Live(h.sandbox().await?)
+        } else {
+            Bound::Handle(h)
+        };
+        self.bound.refill(b.clone());
+        Ok(b)
+    }
+}
+
+const MOVED: &str = "this object belongs to the process that made it (before a fork)";
+
+fn moved() -> Failure {
+    Failure::argument("object", MOVED)
+}
+
+fn gone() -> Failure {
+    Failure::argument("process", "the process's task is gone")
+}
+
+/// A command to the task that owns a process.
+enum Cmd {
+    Write(Vec<u8>, oneshot::Sender<burrow::Result<()>>),
+    CloseStdin(oneshot::Sender<burrow::Result<()>>),
+    Signal(i32, oneshot::Sender<burrow::Result<()>>),
+}
+
+type Events = Arc<tokio::sync::Mutex<mpsc::Receiver<burrow::Result<ExecEvent>>>>;
+
+/// A process with streamed output: a pull cursor of events (`next`), and
+/// stdin and signals as commands. A task owns the core process; dropping
+/// the object ends the task and cancels the process in the guest.
+#[derive(Debug)]
+pub struct ProcessObj {
+    cmds: Owned<mpsc::UnboundedSender<Cmd>>,
+    events: Owned<Events>,
+}
+
+impl std::fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Cmd::Write(..) => "Write",
+            Cmd::CloseStdin(_) => "CloseStdin",
+            Cmd::Signal(..) => "Signal",
+        })
+    }
+}
+
+impl ProcessObj {
+    /// Starts the task that owns `process` (on the current runtime).
+    pub(crate) fn start(process: burrow::Process) -> Self {
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (ev_tx, ev_rx) = mpsc::channel(64);
+        tokio::spawn(pump(process, cmd_rx, ev_tx));
+        ProcessObj {
+            cmds: Owned::new(cmd_tx),
+            events: Owned::new(Arc::new(tokio::sync::Mutex::new(ev_rx))),
+        }
+    }
+
+    /// The next event; `None` after the exit.
+    pub(crate) async fn next(&self) -> Result<Option<ExecEvent>, Failure> {
+        let events = self.events.get().cloned().ok_or_else(moved)?;
+        let ev = events.lock().await.recv().await;
+        Ok(ev.transpose()?)
+    }
+
+    async fn command(
+        &self,
+        make: impl FnOnce(oneshot::Sender<burrow::Result<()>>) -> Cmd,
+    ) -> Result<(), Failure> {
+        let tx = self.cmds.get().ok_or_else(moved)?;
+        let (reply_tx, reply_rx) = oneshot::channel();
+        tx.send(make(reply_tx)).map_err(|_| gone())?;
+        Ok(reply_rx.await.map_err(|_| gone())??)
+    }
+
+    pub(crate) async fn write(&self, data: Vec<u8>) -> Result<(), Failure> {
+        self.command(|r| Cmd::Write(data, r)).await
+    }
+
+    pub(crate) async fn close_stdin(&self) -> Result<(), Failure> {
+        self.command(Cmd::CloseStdin).await
+    }
+
+    pub(crate) async fn signal(&self, signal: i32) -> Result<(), Failure> {
+        self.command(|r| Cmd::Signal(signal, r)).await
+    }
+}
+
+/// Owns the core process: output events out, commands in. After the exit
+/// event it keeps answering commands (with the core's errors) until the
+/// object is gone; dropping the process then cancels the request.
+async fn pump(
+    mut process: burrow::Process,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    events: mpsc::Sender<burrow::Result<ExecEvent>>,
+) {
+    let apply = |process: &burrow::Process, cmd: Cmd| match cmd {
+        Cmd::Write(data, reply) => {
+            let _ = reply.send(process.write_stdin(&data));
+        }
+        Cmd::CloseStdin(reply) => {
+            let _ = reply.send(process.close_stdin());
+        }
+        Cmd::Signal(n, reply) => {
+            let _ = reply.send(process.signal(n));
+        }
+    };
+    let mut streaming = true;
+    while streaming {
+        tokio::select! {
+            cmd = cmds.recv() => match cmd {
+                Some(cmd) => apply(&process, cmd),
+                None => return,
+            },
+            ev = process.next_event() => {
+                let last = !matches!(ev, Ok(Some(ExecEvent::Stdout(_) | ExecEvent::Stderr(_))));
+                if let Some(ev) = ev.transpose() {
+                    if events.send(ev).await.is_err() {
+                        return;
+                    }
+                }
+                streaming = !last;
+            }
+        }
+    }
+    drop(events);
+    while let Some(cmd) = cmds.recv().await {
+        apply(&process, cmd);
+    }
+}
+
+/// A followed log: a pull cursor of lines as they are written, until the
+/// object is dropped.
+#[derive(Debug)]
+pub struct LogCursor {
+    stream: Owned<Arc<tokio::sync::Mutex<LogStream>>>,
+}
+
+impl LogCursor {
+    pub(crate) fn new(stream: LogStream) -> Self {
+        LogCursor {
+            stream: Owned::new(Arc::new(tokio::sync::Mutex::new(stream))),
+        }
+    }
+
+    /// The next line, or `None` at the end. Cancelling this (a timeout)
+    /// loses no line.
+    pub(crate) async fn next(&self) -> Result<Option<LogLine>, Failure> {
+        let stream = self.stream.get().cloned().ok_or_else(moved)?;
+        let mut stream = stream.lock().await;
+        Ok(stream.next().await.transpose()?)
+    }
+}
+
+/// Any object a language holds: what a call acts on.
+#[derive(Debug, Clone)]
+pub enum Object {
+    /// A sandbox or handle.
+    Sandbox(Arc<SandboxObj>),
+    /// A streaming process.
+    Process(Arc<ProcessObj>),
+    /// A followed log.
+    Logs(Arc<LogCursor>),
+}

@@ -1,0 +1,124 @@
+//! Running a call: as a task of this process's runtime whose result is
+//! handed to a callback (an adapter resolves its promise or future there),
+//! or to completion on the caller's thread. Either way it can be cancelled
+//! (aborting the task drops the core future at its next await point, which
+//! cancels a guest request in flight) and bounded by a timeout.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::failure::Failure;
+use crate::process::state;
+
+/// Calls of this process not yet finished (or aborted).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Calls of this process still running on the runtime: a cancelled or
+/// timed-out call must not linger (the SDKs' tests check this).
+pub fn in_flight() -> usize {
+    IN_FLIGHT.load(Ordering::SeqCst)
+}
+
+/// A fork child starts with none of its parent's calls.
+pub(crate) fn forget_inherited_calls() {
+    IN_FLIGHT.store(0, Ordering::SeqCst);
+}
+
+/// Counts a call while it exists (decremented when it ends or is aborted).
+struct Counted;
+
+impl Counted {
+    fn new() -> Self {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        Counted
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A running call; [`Cancel::cancel`] aborts it (its callback is then never
+/// called).
+#[derive(Debug, Clone)]
+pub struct Cancel(tokio::task::AbortHandle);
+
+impl Cancel {
+    /// Aborts the call: the core future is dropped at its next await
+    /// point, a guest request in flight is cancelled in the guest.
+    pub fn cancel(&self) {
+        self.0.abort();
+    }
+
+    /// Whether the call has ended (finished or aborted).
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+/// Runs `fut` on this process's runtime and hands its result to `done`
+/// (on a runtime thread).
+pub fn spawn<F, T, D>(fut: F, done: D) -> Result<Cancel, Failure>
+where
+    F: Future<Output = Result<T, Failure>> + Send + 'static,
+    T: Send + 'static,
+    D: FnOnce(Result<T, Failure>) + Send + 'static,
+{
+    let st = state()?;
+    let counted = Counted::new();
+    let task = st.runtime().spawn(async move {
+        let _counted = counted;
+        done(fut.await);
+    });
+    Ok(Cancel(task.abort_handle()))
+}
+
+/// Runs `fut` to completion on the calling thread, asking `interrupted`
+/// every 100 ms whether to give up (a pending signal such as Ctrl-C): its
+/// error drops (cancels) the future and is returned.
+pub fn block_on<F, T, E>(
+    fut: F,
+    mut interrupted: impl FnMut() -> Result<(), E>,
+) -> Result<Result<T, Failure>, E>
+where
+    F: Future<Output = Result<T, Failure>> + Send + 'static,
+    T: Send + 'static,
+{
+    let st = match state() {
+        Ok(st) => st,
+        Err(f) => return Ok(Err(f)),
+    };
+    let _counted = Counted::new();
+    let rt = st.runtime();
+    let _enter = rt.enter();
+    let mut fut = Box::pin(fut);
+    loop {
+        let step =
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await });
+        match step {
+            Ok(res) => return Ok(res),
+            Err(_) => interrupted()?,
+        }
+    }
+}
+
+/// `fut` bounded by `timeout`: past it, the core's `timeout` error naming
+/// `operation`.
+pub async fn bounded<T>(
+    operation: &str,
+    timeout: Option<Duration>,
+    fut: impl Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    match timeout {
+        None => fut.await,
+        Some(after) => tokio::time::timeout(after, fut).await.unwrap_or_else(|_| {
+            Err(Failure::from(burrow::Error::Timeout {
+                operation: operation.to_owned(),
+                after,
+            }))
+        }),
+    }
+}
