@@ -326,6 +326,7 @@ async def test_sandbox_replaced(image):
         assert_typed(info.value, "sandbox_replaced")
         assert info.value.sandbox_id == old.id
         assert info.value.name == "ident"
+        assert info.value.actual_id == new.id
     assert (await new.info()).generation == new.generation
     await new.destroy()
 
@@ -355,9 +356,28 @@ async def test_timeout(image):
         await sb.wait_for_status(Status.STOPPED, timeout=0.5)
     assert_typed(info.value, "timeout")
     assert isinstance(info.value, TimeoutError)
+    assert info.value.after_ms == 500
+    assert info.value.operation == "wait_for_status"
     with pytest.raises(TimeoutError):
         await sb.handle().wait_for_status([Status.STOPPED, Status.CRASHED], timeout=0.5)
     assert await sb.status() == Status.RUNNING
+    await sb.destroy()
+
+
+async def test_bad_durations_are_the_cores_invalid_argument(image):
+    from burrow import Sandbox, errors
+
+    sb = await Sandbox.create("durations", image=image)
+    for call in (
+        lambda: sb.stop(grace=-1),
+        lambda: sb.exec(["true"], timeout=-0.5),
+        lambda: sb.wait_for_status("stopped", timeout=float("nan")),
+    ):
+        with pytest.raises(errors.InvalidArgumentError) as info:
+            await call()
+        assert_typed(info.value, "invalid_argument")
+        assert info.value.subject
+    assert (await sb.status()).value == "running"
     await sb.destroy()
 
 

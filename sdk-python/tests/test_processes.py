@@ -74,7 +74,7 @@ async def test_processes_start_a_stopped_sandbox_once(burrow_home, image):
 
 def _fork_child_main(name: str, report_path: str, inherited_sb, inherited_proc) -> int:
     """Runs in the forked child: uses the API, writes a report, returns the exit code."""
-    from burrow import Sandbox
+    from burrow import Sandbox, errors
 
     async def body() -> None:
         # fresh lookups on the child's own runtime and backend
@@ -92,10 +92,10 @@ def _fork_child_main(name: str, report_path: str, inherited_sb, inherited_proc) 
         # a live stream of the parent's connection is a misuse here
         try:
             await asyncio.wait_for(inherited_proc.wait(), 10)
-        except RuntimeError:
+        except errors.InvalidArgumentError:
             pass
         else:
-            raise AssertionError("a Process inherited over fork must raise RuntimeError")
+            raise AssertionError("a Process inherited over fork must raise InvalidArgumentError")
 
     try:
         asyncio.run(asyncio.wait_for(body(), 60))

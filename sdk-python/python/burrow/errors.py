@@ -8,6 +8,7 @@ and pickle like any exception (they survive ``multiprocessing``).
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Dict, Optional, Type
 
 from .types import Status
@@ -56,6 +57,16 @@ class BurrowError(Exception):
     sandbox_id: Optional[str]
     name: Optional[str]
     status: Optional[Status]
+    #: For ``sandbox_replaced``: the id that now owns the name.
+    actual_id: Optional[str] = None
+    #: The refused operation (``invalid_state``) or what timed out.
+    operation: Optional[str] = None
+    #: The field, argument, image or runtime concerned.
+    subject: Optional[str] = None
+    #: The reason, where the error has one.
+    reason: Optional[str] = None
+    #: For ``timeout``: the deadline in milliseconds.
+    after_ms: Optional[int] = None
 
     def __init__(
         self,
@@ -252,6 +263,28 @@ class CommandFailedError(Exception):
 
     def __reduce__(self) -> "tuple[type[CommandFailedError], tuple[ExecResult]]":
         return (type(self), (self.result,))
+
+
+def _from_body(text: str) -> BurrowError:
+    """Builds the exception for a core error body (JSON, the ``ErrorBody``
+    of the binding core and of ``burrow serve``; called by the native
+    module)."""
+    body = json.loads(text)
+    guest = body.get("guest") or {}
+    exc = _from_core(
+        body.get("code", ""),
+        body.get("message", ""),
+        body.get("id"),
+        body.get("name"),
+        body.get("status"),
+        guest.get("code"),
+    )
+    exc.actual_id = body.get("actual_id")
+    exc.operation = body.get("operation")
+    exc.subject = body.get("subject")
+    exc.reason = body.get("reason")
+    exc.after_ms = body.get("after_ms")
+    return exc
 
 
 def _from_core(
