@@ -24,6 +24,9 @@ if [ ! -x "$tools/bin/maturin" ]; then
   "$tools/bin/pip" install -q "maturin>=1.5,<2"
 fi
 
+echo "==> burrow.sync is generated from the async API (scripts/gen-python-sync.py)"
+python3 scripts/gen-python-sync.py --check
+
 # The tests build with the dev profile: it reuses what `cargo test` already
 # compiled (a release build of the whole core would add minutes to CI).
 # BURROW_WHEEL_PROFILE=release builds the wheel you would ship.

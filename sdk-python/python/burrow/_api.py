@@ -198,7 +198,7 @@ class Sandbox:
             idle_timeout=idle_timeout, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
-        native = await _native.build(name, "replace" if replace else "create", **kw)
+        native = await _native.ASYNC.build(name, "replace" if replace else "create", **kw)
         return cls(native, destroy_on_exit=destroy)
 
     @classmethod
@@ -232,7 +232,7 @@ class Sandbox:
             idle_timeout=idle_timeout, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
-        native = await _native.build(name, "connect_or_create", **kw)
+        native = await _native.ASYNC.build(name, "connect_or_create", **kw)
         return cls(native, destroy_on_exit=destroy)
 
     @classmethod
@@ -263,17 +263,17 @@ class Sandbox:
             idle_timeout=idle_timeout, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
-        return SandboxHandle(await _native.build(name, "define", **kw))
+        return SandboxHandle(await _native.ASYNC.build(name, "define", **kw))
 
     @staticmethod
     async def get(name: str) -> SandboxHandle:
         """A handle bound to the sandbox currently named ``name``."""
-        return SandboxHandle(await _native.get(name))
+        return SandboxHandle(await _native.ASYNC.get(name))
 
     @staticmethod
     async def get_by_id(id: str) -> SandboxHandle:
         """A handle bound to exactly ``id``."""
-        return SandboxHandle(await _native.get_by_id(id))
+        return SandboxHandle(await _native.ASYNC.get_by_id(id))
 
     @staticmethod
     async def list(
@@ -282,12 +282,12 @@ class Sandbox:
         """Snapshots of the sandboxes with one of ``status`` (all if None)
         carrying all of ``labels``."""
         lbl = None if labels is None else dict(labels)
-        return c.infos(await _native.list(c.status_list(status), lbl))
+        return c.infos(await _native.ASYNC.list(c.status_list(status), lbl))
 
     @staticmethod
     async def remove(name: str) -> None:
         """Removes the sandbox ``name`` (created, stopped or crashed only)."""
-        await _native.remove(name)
+        await _native.ASYNC.remove(name)
 
     # -- identity ------------------------------------------------------------
 

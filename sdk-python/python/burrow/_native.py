@@ -3,16 +3,19 @@ binding core (``burrow._core.call``, JSON tagged by ``op``) and wraps the
 objects it returns. No validation and no lifecycle logic: every check and
 every error is the core's.
 
-Methods take ``blocking``: ``False`` (default) returns an awaitable bound to
-the running loop; ``True`` blocks (GIL released) and returns the value.
-Structured values are the core's serde form as plain dicts (see
-``burrow.types``).
+Every object has a mode, given by the entry point that made it: ``ASYNC``
+(its calls return awaitables bound to the running loop) or ``SYNC`` (they
+block, GIL released, and return the value; refused inside a running event
+loop). ``burrow._api`` uses ``ASYNC``; ``burrow.sync`` is generated from it
+(``scripts/gen-python-sync.py``) and uses ``SYNC``. Structured values are
+the core's serde form as plain dicts (see ``burrow.types``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from . import _core
 
@@ -24,14 +27,27 @@ _at_exit = _core._at_exit
 T = TypeVar("T")
 
 
+def _no_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "burrow.sync blocks: it cannot be used inside a running event loop "
+        "(use the async API, `burrow.Sandbox`)"
+    )
+
+
 def _call(
     target: Optional[_core.NativeObject],
     op: str,
-    data: Optional[bytes] = None,
-    blocking: bool = False,
-    **args: Any,
+    data: Optional[bytes],
+    blocking: bool,
+    args: Dict[str, Any],
 ) -> Any:
     """Runs ``op`` with the arguments that are not ``None``."""
+    if blocking:
+        _no_loop()
     body = {k: v for k, v in args.items() if v is not None}
     body["op"] = op
     return _core.call(target, json.dumps(body), data, blocking=blocking)
@@ -48,85 +64,84 @@ def _wrap(res: Any, blocking: bool, make: Callable[[Any], T]) -> Any:
     return later()
 
 
-def _sandbox(obj: Any) -> NativeSandbox:
-    return NativeSandbox(obj)
+class Calls:
+    """The calls on the module, in one mode."""
+
+    def __init__(self, blocking: bool) -> None:
+        self._b = blocking
+
+    def _sandbox(self, res: Any) -> Any:
+        return _wrap(res, self._b, lambda o: NativeSandbox(o, self._b))
+
+    def build(
+        self,
+        name: str,
+        mode: str,
+        *,
+        image: Optional[str] = None,
+        driver: Optional[str] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids_limit: Optional[int] = None,
+        env: Optional[Dict[str, str]] = None,
+        workdir: Optional[str] = None,
+        labels: Optional[Dict[str, str]] = None,
+        volumes: Optional[Sequence[Tuple[str, str, bool]]] = None,
+        network: bool = False,
+        idle_timeout: Optional[float] = None,
+        max_duration: Optional[float] = None,
+        startup_timeout: Optional[float] = None,
+        demand_start: Optional[bool] = None,
+        detached: bool = False,
+    ) -> Any:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        vols = None
+        if volumes is not None:
+            vols = [{"source": s, "target": t, "read_only": ro} for (s, t, ro) in volumes]
+        args = dict(
+            name=name, mode=mode, image=image, driver=driver, cpus=cpus, memory_mb=memory_mb,
+            pids_limit=pids_limit, env=env, workdir=workdir, labels=labels, volumes=vols,
+            network=network, idle_timeout=idle_timeout, max_duration=max_duration,
+            startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
+        )  # fmt: skip
+        return self._sandbox(_call(None, "build", None, self._b, args))
+
+    def get(self, name: str) -> Any:
+        return self._sandbox(_call(None, "get", None, self._b, {"name": name}))
+
+    def get_by_id(self, id: str) -> Any:
+        return self._sandbox(_call(None, "get_by_id", None, self._b, {"id": id}))
+
+    def list(
+        self, statuses: Optional[Sequence[str]] = None, labels: Optional[Dict[str, str]] = None
+    ) -> Any:
+        return _call(None, "list", None, self._b, {"statuses": statuses, "labels": labels})
+
+    def remove(self, name: str) -> Any:
+        return _call(None, "remove", None, self._b, {"name": name})
 
 
-def _process(obj: Any) -> NativeProcess:
-    return NativeProcess(obj)
-
-
-def _logs(obj: Any) -> NativeLogStream:
-    return NativeLogStream(obj)
-
-
-def build(
-    name: str,
-    mode: str,
-    *,
-    image: Optional[str] = None,
-    driver: Optional[str] = None,
-    cpus: Optional[float] = None,
-    memory_mb: Optional[int] = None,
-    pids_limit: Optional[int] = None,
-    env: Optional[Dict[str, str]] = None,
-    workdir: Optional[str] = None,
-    labels: Optional[Dict[str, str]] = None,
-    volumes: Optional[Sequence[Tuple[str, str, bool]]] = None,
-    network: bool = False,
-    idle_timeout: Optional[float] = None,
-    max_duration: Optional[float] = None,
-    startup_timeout: Optional[float] = None,
-    demand_start: Optional[bool] = None,
-    detached: bool = False,
-    blocking: bool = False,
-) -> Any:
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, not {type(name).__name__}")
-    vols = None
-    if volumes is not None:
-        vols = [{"source": s, "target": t, "read_only": ro} for (s, t, ro) in volumes]
-    res = _call(
-        None, "build", None, blocking, name=name, mode=mode, image=image, driver=driver,
-        cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit, env=env, workdir=workdir,
-        labels=labels, volumes=vols, network=network, idle_timeout=idle_timeout,
-        max_duration=max_duration, startup_timeout=startup_timeout, demand_start=demand_start,
-        detached=detached,
-    )  # fmt: skip
-    return _wrap(res, blocking, _sandbox)
-
-
-def get(name: str, *, blocking: bool = False) -> Any:
-    return _wrap(_call(None, "get", None, blocking, name=name), blocking, _sandbox)
-
-
-def get_by_id(id: str, *, blocking: bool = False) -> Any:
-    return _wrap(_call(None, "get_by_id", None, blocking, id=id), blocking, _sandbox)
-
-
-def list(
-    statuses: Optional[Sequence[str]] = None,
-    labels: Optional[Dict[str, str]] = None,
-    *,
-    blocking: bool = False,
-) -> Any:
-    return _call(None, "list", None, blocking, statuses=statuses, labels=labels)
-
-
-def remove(name: str, *, blocking: bool = False) -> Any:
-    return _call(None, "remove", None, blocking, name=name)
+#: The calls of the async API.
+ASYNC = Calls(False)
+#: The calls of the synchronous facade.
+SYNC = Calls(True)
 
 
 class NativeSandbox:
     """A sandbox of the core: live, or a metadata handle (one type)."""
 
-    __slots__ = ("_o",)
+    __slots__ = ("_o", "_b")
 
-    def __init__(self, obj: _core.NativeObject) -> None:
+    def __init__(self, obj: _core.NativeObject, blocking: bool) -> None:
         self._o = obj
+        self._b = blocking
 
-    def _c(self, op: str, data: Optional[bytes] = None, blocking: bool = False, **args: Any) -> Any:
-        return _call(self._o, op, data, blocking, **args)
+    def _c(self, op: str, data: Optional[bytes] = None, **args: Any) -> Any:
+        return _call(self._o, op, data, self._b, args)
+
+    def _obj(self, res: Any, make: Callable[[Any, bool], T]) -> Any:
+        return _wrap(res, self._b, lambda o: make(o, self._b))
 
     @property
     def id(self) -> str:
@@ -143,28 +158,29 @@ class NativeSandbox:
     def handle(self) -> NativeSandbox:
         # Immediate: a live sandbox knows its handle (no I/O but in a fork
         # child, which re-binds by id).
-        return NativeSandbox(self._c("handle", blocking=True))
+        handle = _core.call(self._o, '{"op": "handle"}', None, blocking=True)
+        return NativeSandbox(handle, self._b)
 
-    def info(self, *, blocking: bool = False) -> Any:
-        return self._c("info", blocking=blocking)
+    def info(self) -> Any:
+        return self._c("info")
 
-    def status(self, *, blocking: bool = False) -> Any:
-        return self._c("status", blocking=blocking)
+    def status(self) -> Any:
+        return self._c("status")
 
-    def ping(self, *, blocking: bool = False) -> Any:
-        return self._c("ping", blocking=blocking)
+    def ping(self) -> Any:
+        return self._c("ping")
 
-    def touch(self, *, blocking: bool = False) -> Any:
-        return self._c("touch", blocking=blocking)
+    def touch(self) -> Any:
+        return self._c("touch")
 
-    def start(self, *, blocking: bool = False) -> Any:
-        return _wrap(self._c("start", blocking=blocking), blocking, _sandbox)
+    def start(self) -> Any:
+        return self._obj(self._c("start"), NativeSandbox)
 
-    def connect(self, *, blocking: bool = False) -> Any:
-        return _wrap(self._c("connect", blocking=blocking), blocking, _sandbox)
+    def connect(self) -> Any:
+        return self._obj(self._c("connect"), NativeSandbox)
 
-    def connect_or_start(self, *, blocking: bool = False) -> Any:
-        return _wrap(self._c("connect_or_start", blocking=blocking), blocking, _sandbox)
+    def connect_or_start(self) -> Any:
+        return self._obj(self._c("connect_or_start"), NativeSandbox)
 
     def exec(
         self,
@@ -173,12 +189,8 @@ class NativeSandbox:
         cwd: Optional[str] = None,
         stdin: Optional[bytes] = None,
         timeout: Optional[float] = None,
-        *,
-        blocking: bool = False,
     ) -> Any:
-        return self._c(
-            "exec", stdin, blocking, argv=argv, env=env, cwd=cwd, timeout=timeout
-        )
+        return self._c("exec", stdin, argv=argv, env=env, cwd=cwd, timeout=timeout)
 
     def spawn(
         self,
@@ -188,101 +200,88 @@ class NativeSandbox:
         stdin: Optional[bytes] = None,
         keep_stdin: bool = False,
         timeout: Optional[float] = None,
-        *,
-        blocking: bool = False,
     ) -> Any:
         res = self._c(
-            "spawn", stdin, blocking, argv=argv, env=env, cwd=cwd, keep_stdin=keep_stdin,
-            timeout=timeout,
-        )  # fmt: skip
-        return _wrap(res, blocking, _process)
-
-    def fs_read(self, path: str, *, blocking: bool = False) -> Any:
-        return self._c("fs_read", blocking=blocking, path=path)
-
-    def fs_write(
-        self, path: str, data: bytes, mode: Optional[int] = None, *, blocking: bool = False
-    ) -> Any:
-        return self._c("fs_write", data, blocking, path=path, mode=mode)
-
-    def fs_list(self, path: str, *, blocking: bool = False) -> Any:
-        return self._c("fs_list", blocking=blocking, path=path)
-
-    def fs_stat(self, path: str, *, blocking: bool = False) -> Any:
-        return self._c("fs_stat", blocking=blocking, path=path)
-
-    def fs_exists(self, path: str, *, blocking: bool = False) -> Any:
-        return self._c("fs_exists", blocking=blocking, path=path)
-
-    def fs_mkdir(self, path: str, parents: bool = False, *, blocking: bool = False) -> Any:
-        return self._c("fs_mkdir", blocking=blocking, path=path, parents=parents)
-
-    def fs_remove(self, path: str, recursive: bool = False, *, blocking: bool = False) -> Any:
-        return self._c("fs_remove", blocking=blocking, path=path, recursive=recursive)
-
-    def fs_rename(self, src: str, dst: str, *, blocking: bool = False) -> Any:
-        names: Dict[str, Any] = {"from": src, "to": dst}
-        return self._c("fs_rename", blocking=blocking, **names)
-
-    def stop(self, grace: Optional[float] = None, *, blocking: bool = False) -> Any:
-        return self._c("stop", blocking=blocking, grace=grace)
-
-    def kill(self, *, blocking: bool = False) -> Any:
-        return self._c("kill", blocking=blocking)
-
-    def request_drain(self, *, blocking: bool = False) -> Any:
-        return self._c("request_drain", blocking=blocking)
-
-    def wait_until_stopped(self, *, blocking: bool = False) -> Any:
-        return self._c("wait_until_stopped", blocking=blocking)
-
-    def wait_for_status(
-        self, statuses: Sequence[str], timeout: Optional[float] = None, *, blocking: bool = False
-    ) -> Any:
-        return self._c(
-            "wait_for_status", blocking=blocking, statuses=statuses, call_timeout=timeout
+            "spawn", stdin, argv=argv, env=env, cwd=cwd, keep_stdin=keep_stdin, timeout=timeout
         )
+        return self._obj(res, NativeProcess)
 
-    def restart(self, *, blocking: bool = False) -> Any:
-        res = self._c("restart", blocking=blocking)
-        if self._o.live:
-            return res
-        return _wrap(res, blocking, _sandbox)
+    def fs_read(self, path: str) -> Any:
+        return self._c("fs_read", path=path)
 
-    def pause(self, *, blocking: bool = False) -> Any:
-        return self._c("pause", blocking=blocking)
+    def fs_write(self, path: str, data: bytes, mode: Optional[int] = None) -> Any:
+        return self._c("fs_write", data, path=path, mode=mode)
 
-    def resume(self, *, blocking: bool = False) -> Any:
-        return self._c("resume", blocking=blocking)
+    def fs_list(self, path: str) -> Any:
+        return self._c("fs_list", path=path)
 
-    def modify(self, changes: Dict[str, Any], *, blocking: bool = False) -> Any:
+    def fs_stat(self, path: str) -> Any:
+        return self._c("fs_stat", path=path)
+
+    def fs_exists(self, path: str) -> Any:
+        return self._c("fs_exists", path=path)
+
+    def fs_mkdir(self, path: str, parents: bool = False) -> Any:
+        return self._c("fs_mkdir", path=path, parents=parents)
+
+    def fs_remove(self, path: str, recursive: bool = False) -> Any:
+        return self._c("fs_remove", path=path, recursive=recursive)
+
+    def fs_rename(self, src: str, dst: str) -> Any:
+        return _call(self._o, "fs_rename", None, self._b, {"from": src, "to": dst})
+
+    def stop(self, grace: Optional[float] = None) -> Any:
+        return self._c("stop", grace=grace)
+
+    def kill(self) -> Any:
+        return self._c("kill")
+
+    def request_drain(self) -> Any:
+        return self._c("request_drain")
+
+    def wait_until_stopped(self) -> Any:
+        return self._c("wait_until_stopped")
+
+    def wait_for_status(self, statuses: Sequence[str], timeout: Optional[float] = None) -> Any:
+        return self._c("wait_for_status", statuses=statuses, call_timeout=timeout)
+
+    def restart(self) -> Any:
+        # A live sandbox follows its id (the new record); a handle's
+        # restart gives the live sandbox of the new run.
+        res = self._c("restart")
+        return res if self._o.live else self._obj(res, NativeSandbox)
+
+    def pause(self) -> Any:
+        return self._c("pause")
+
+    def resume(self) -> Any:
+        return self._c("resume")
+
+    def modify(self, changes: Dict[str, Any]) -> Any:
         # Passed as given: a present None clears a limit or timeout.
+        if self._b:
+            _no_loop()
         body = dict(changes)
         body["op"] = "modify"
-        return _core.call(self._o, json.dumps(body), None, blocking=blocking)
+        return _core.call(self._o, json.dumps(body), None, blocking=self._b)
 
-    def metrics(self, *, blocking: bool = False) -> Any:
-        return self._c("metrics", blocking=blocking)
+    def metrics(self) -> Any:
+        return self._c("metrics")
 
-    def logs(
-        self, tail: Optional[int] = None, source: Optional[str] = None, *, blocking: bool = False
-    ) -> Any:
-        return self._c("logs", blocking=blocking, tail=tail, source=source)
+    def logs(self, tail: Optional[int] = None, source: Optional[str] = None) -> Any:
+        return self._c("logs", tail=tail, source=source)
 
-    def follow_logs(
-        self, tail: Optional[int] = None, source: Optional[str] = None, *, blocking: bool = False
-    ) -> Any:
-        res = self._c("follow_logs", blocking=blocking, tail=tail, source=source)
-        return _wrap(res, blocking, _logs)
+    def follow_logs(self, tail: Optional[int] = None, source: Optional[str] = None) -> Any:
+        return self._obj(self._c("follow_logs", tail=tail, source=source), NativeLogStream)
 
-    def detach(self, *, blocking: bool = False) -> Any:
-        return self._c("detach", blocking=blocking)
+    def detach(self) -> Any:
+        return self._c("detach")
 
-    def remove(self, *, blocking: bool = False) -> Any:
-        return self._c("remove", blocking=blocking)
+    def remove(self) -> Any:
+        return self._c("remove")
 
-    def destroy(self, *, blocking: bool = False) -> Any:
-        return self._c("destroy", blocking=blocking)
+    def destroy(self) -> Any:
+        return self._c("destroy")
 
     def __repr__(self) -> str:
         return f"NativeSandbox(id={self.id!r}, name={self.name!r})"
@@ -295,34 +294,36 @@ NativeHandle = NativeSandbox
 class NativeProcess:
     """A process with streamed output: a pull cursor of events."""
 
-    __slots__ = ("_o",)
+    __slots__ = ("_o", "_b")
 
-    def __init__(self, obj: _core.NativeObject) -> None:
+    def __init__(self, obj: _core.NativeObject, blocking: bool) -> None:
         self._o = obj
+        self._b = blocking
 
-    def next_event(self, *, blocking: bool = False) -> Any:
-        return _call(self._o, "next", None, blocking)
+    def next_event(self) -> Any:
+        return _call(self._o, "next", None, self._b, {})
 
-    def write(self, data: bytes, *, blocking: bool = False) -> Any:
-        return _call(self._o, "write", data, blocking)
+    def write(self, data: bytes) -> Any:
+        return _call(self._o, "write", data, self._b, {})
 
-    def close_stdin(self, *, blocking: bool = False) -> Any:
-        return _call(self._o, "close_stdin", None, blocking)
+    def close_stdin(self) -> Any:
+        return _call(self._o, "close_stdin", None, self._b, {})
 
-    def signal(self, signal: int, *, blocking: bool = False) -> Any:
-        return _call(self._o, "signal", None, blocking, signal=signal)
+    def signal(self, signal: int) -> Any:
+        return _call(self._o, "signal", None, self._b, {"signal": signal})
 
 
 class NativeLogStream:
     """A followed log: a pull cursor of lines."""
 
-    __slots__ = ("_o",)
+    __slots__ = ("_o", "_b")
 
-    def __init__(self, obj: _core.NativeObject) -> None:
+    def __init__(self, obj: _core.NativeObject, blocking: bool) -> None:
         self._o = obj
+        self._b = blocking
 
-    def next(self, timeout: Optional[float] = None, *, blocking: bool = False) -> Any:
-        return _call(self._o, "next", None, blocking, call_timeout=timeout)
+    def next(self, timeout: Optional[float] = None) -> Any:
+        return _call(self._o, "next", None, self._b, {"call_timeout": timeout})
 
 
 __all__: List[str] = []

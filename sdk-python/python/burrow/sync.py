@@ -1,19 +1,22 @@
 """The synchronous facade: the async API with blocking methods.
 
+GENERATED from ``burrow/_api.py`` by ``scripts/gen-python-sync.py``: do not
+edit by hand (CI checks it is up to date).
+
 Each call runs on the binding's runtime with the GIL released (other Python
 threads keep running; Ctrl-C cancels the call). Not for use inside a running
 event loop: there every call raises ``RuntimeError`` (use the async API).
 """
 
+
 from __future__ import annotations
 
-import asyncio
 from types import TracebackType
 from typing import (
     Any,
+    Iterator,
     Callable,
     Dict,
-    Iterator,
     List,
     Mapping,
     Optional,
@@ -44,27 +47,20 @@ from .types import (
 __all__ = ["Sandbox", "SandboxHandle", "Fs", "Process", "configure"]
 
 
-def _no_loop() -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise RuntimeError(
-        "burrow.sync blocks: it cannot be used inside a running event loop "
-        "(use the async API, `burrow.Sandbox`)"
-    )
-
-
-def _follow(stream: _native.NativeLogStream, stopped: Callable[[], bool]) -> Iterator[LogLine]:
+def _follow(
+    stream: _native.NativeLogStream, stopped: Callable[[], bool]
+) -> Iterator[LogLine]:
+    """Lines of a followed log until ``stopped()`` says the sandbox stopped
+    (then what is still being written is drained)."""
     while True:
         try:
-            d = stream.next(c.FOLLOW_CHECK, blocking=True)
+            d = stream.next(c.FOLLOW_CHECK)
         except BurrowTimeoutError:
             if not stopped():
                 continue
             while True:
                 try:
-                    d = stream.next(c.FOLLOW_DRAIN, blocking=True)
+                    d = stream.next(c.FOLLOW_DRAIN)
                 except BurrowTimeoutError:
                     return
                 if d is None:
@@ -76,8 +72,11 @@ def _follow(stream: _native.NativeLogStream, stopped: Callable[[], bool]) -> Ite
 
 
 class Process:
-    """A process with streamed output; ``for kind, data in proc`` yields
-    ``("stdout" | "stderr", bytes)`` until it exits."""
+    """A process with streamed output (from :meth:`Sandbox.spawn`).
+
+    ``for kind, data in proc`` yields ``("stdout" | "stderr", bytes)``
+    until the process exits; then :attr:`exit_status` is set.
+    """
 
     def __init__(self, native: _native.NativeProcess) -> None:
         self._n = native
@@ -85,15 +84,15 @@ class Process:
 
     @property
     def exit_status(self) -> Optional[ExitStatus]:
+        """How the process ended, once its exit was seen."""
         return self._exit
 
     def __iter__(self) -> Iterator[Tuple[str, bytes]]:
         return self
 
     def __next__(self) -> Tuple[str, bytes]:
-        _no_loop()
         while True:
-            ev = self._n.next_event(blocking=True)
+            ev = self._n.next_event()
             if ev is None:
                 raise StopIteration
             kind, payload = ev
@@ -103,21 +102,21 @@ class Process:
             return (str(kind), bytes(payload))
 
     def write(self, data: c.Data) -> None:
-        _no_loop()
-        self._n.write(c.to_bytes(data), blocking=True)
+        """Writes to the process's stdin (spawned with ``stdin=True``)."""
+        self._n.write(c.to_bytes(data))
 
     def close_stdin(self) -> None:
-        _no_loop()
-        self._n.close_stdin(blocking=True)
+        """Closes the process's stdin."""
+        self._n.close_stdin()
 
     def signal(self, signal: int) -> None:
-        _no_loop()
-        self._n.signal(int(signal), blocking=True)
+        """Sends a signal to the process group."""
+        self._n.signal(int(signal))
 
     def wait(self) -> ExitStatus:
-        _no_loop()
+        """Waits for the exit (output not yet read is discarded)."""
         while self._exit is None:
-            ev = self._n.next_event(blocking=True)
+            ev = self._n.next_event()
             if ev is None:
                 break
             if ev[0] == "exit":
@@ -128,54 +127,51 @@ class Process:
 
 
 class Fs:
-    """Blocking file operations in a running sandbox (``sb.fs``)."""
+    """File operations in a running sandbox (``sb.fs``); paths are absolute
+    guest paths."""
 
     def __init__(self, native: _native.NativeSandbox) -> None:
         self._n = native
 
     def read(self, path: str) -> bytes:
-        _no_loop()
-        return bytes(self._n.fs_read(path, blocking=True))
+        return bytes(self._n.fs_read(path))
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        return self.read(path).decode(encoding)
+        return (self.read(path)).decode(encoding)
 
     def write(self, path: str, data: c.Data, *, mode: Optional[int] = None) -> None:
-        _no_loop()
-        self._n.fs_write(path, c.to_bytes(data), mode, blocking=True)
+        self._n.fs_write(path, c.to_bytes(data), mode)
 
     def list(self, path: str) -> List[DirEntry]:
-        _no_loop()
-        return c.dir_entries(self._n.fs_list(path, blocking=True))
+        return c.dir_entries(self._n.fs_list(path))
 
     def stat(self, path: str) -> FileStat:
-        _no_loop()
-        return c.file_stat(self._n.fs_stat(path, blocking=True))
+        return c.file_stat(self._n.fs_stat(path))
 
     def exists(self, path: str) -> bool:
-        _no_loop()
-        return bool(self._n.fs_exists(path, blocking=True))
+        return bool(self._n.fs_exists(path))
 
     def mkdir(self, path: str, *, parents: bool = False) -> None:
-        _no_loop()
-        self._n.fs_mkdir(path, parents, blocking=True)
+        self._n.fs_mkdir(path, parents)
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
-        _no_loop()
-        self._n.fs_remove(path, recursive, blocking=True)
+        self._n.fs_remove(path, recursive)
 
     def rename(self, src: str, dst: str) -> None:
-        _no_loop()
-        self._n.fs_rename(src, dst, blocking=True)
+        self._n.fs_rename(src, dst)
 
 
 class Sandbox:
-    """A running sandbox bound to one id (blocking methods)."""
+    """A running sandbox, bound to one id (every operation acts on exactly
+    that id; if its name now belongs to another sandbox, operations fail
+    with :class:`burrow.errors.SandboxReplacedError`)."""
 
     def __init__(self, native: _native.NativeSandbox, *, destroy_on_exit: bool = False) -> None:
         self._n = native
         self._destroy_on_exit = destroy_on_exit
         self.fs = Fs(native)
+
+    # -- creating and converging ------------------------------------------
 
     @classmethod
     def create(
@@ -200,14 +196,17 @@ class Sandbox:
         replace: bool = False,
         destroy: bool = False,
     ) -> Sandbox:
-        _no_loop()
+        """Creates and starts a sandbox. Strict: a taken name is
+        :class:`~burrow.errors.SandboxAlreadyExistsError` (``replace=True``
+        destroys the holder first). ``destroy=True``: ``with`` destroys
+        it on exit instead of stopping it."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
-        native = _native.build(name, "replace" if replace else "create", blocking=True, **kw)
+        native = _native.SYNC.build(name, "replace" if replace else "create", **kw)
         return cls(native, destroy_on_exit=destroy)
 
     @classmethod
@@ -232,14 +231,16 @@ class Sandbox:
         detached: bool = False,
         destroy: bool = False,
     ) -> Sandbox:
-        _no_loop()
+        """Converges on the sandbox ``name``: connects to it if it runs,
+        starts it if it is stopped, creates it if it is missing. Options
+        apply only if this call creates it."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
-        native = _native.build(name, "connect_or_create", blocking=True, **kw)
+        native = _native.SYNC.build(name, "connect_or_create", **kw)
         return cls(native, destroy_on_exit=destroy)
 
     @classmethod
@@ -263,37 +264,40 @@ class Sandbox:
         demand_start: Optional[bool] = None,
         detached: bool = False,
     ) -> SandboxHandle:
-        _no_loop()
+        """Persists the sandbox without starting it (status created)."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
-        return SandboxHandle(_native.build(name, "define", blocking=True, **kw))
+        return SandboxHandle(_native.SYNC.build(name, "define", **kw))
 
     @staticmethod
     def get(name: str) -> SandboxHandle:
-        _no_loop()
-        return SandboxHandle(_native.get(name, blocking=True))
+        """A handle bound to the sandbox currently named ``name``."""
+        return SandboxHandle(_native.SYNC.get(name))
 
     @staticmethod
     def get_by_id(id: str) -> SandboxHandle:
-        _no_loop()
-        return SandboxHandle(_native.get_by_id(id, blocking=True))
+        """A handle bound to exactly ``id``."""
+        return SandboxHandle(_native.SYNC.get_by_id(id))
 
     @staticmethod
     def list(
         status: Optional[c.Statuses] = None, labels: Optional[Mapping[str, str]] = None
     ) -> List[SandboxInfo]:
-        _no_loop()
+        """Snapshots of the sandboxes with one of ``status`` (all if None)
+        carrying all of ``labels``."""
         lbl = None if labels is None else dict(labels)
-        return c.infos(_native.list(c.status_list(status), lbl, blocking=True))
+        return c.infos(_native.SYNC.list(c.status_list(status), lbl))
 
     @staticmethod
     def remove(name: str) -> None:
-        _no_loop()
-        _native.remove(name, blocking=True)
+        """Removes the sandbox ``name`` (created, stopped or crashed only)."""
+        _native.SYNC.remove(name)
+
+    # -- identity ------------------------------------------------------------
 
     @property
     def id(self) -> str:
@@ -305,29 +309,33 @@ class Sandbox:
 
     @property
     def generation(self) -> int:
+        """The runtime generation (run) this object is connected to."""
         return self._n.generation
 
     def handle(self) -> SandboxHandle:
+        """The metadata handle of the same sandbox."""
         return SandboxHandle(self._n.handle())
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r}, name={self.name!r})"
 
+    # -- status and activity -------------------------------------------------
+
     def info(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.info(blocking=True))
+        return c.info(self._n.info())
 
     def status(self) -> Status:
-        _no_loop()
-        return Status(self._n.status(blocking=True))
+        return Status(self._n.status())
 
     def ping(self) -> float:
-        _no_loop()
-        return float(self._n.ping(blocking=True))
+        """Round trip to the guest agent, in seconds (never activity)."""
+        return float(self._n.ping())
 
     def touch(self) -> None:
-        _no_loop()
-        self._n.touch(blocking=True)
+        """Explicit keepalive (activity for the idle timeout)."""
+        self._n.touch()
+
+    # -- processes -----------------------------------------------------------
 
     def exec(
         self,
@@ -338,14 +346,14 @@ class Sandbox:
         stdin: Optional[c.Data] = None,
         timeout: Optional[float] = None,
     ) -> ExecResult:
-        _no_loop()
+        """Runs ``argv`` (a string runs through ``sh -c``) and collects its
+        output. A non-zero exit is not an exception."""
         t = self._n.exec(
             c.argv_list(argv),
             None if env is None else dict(env),
             cwd,
             None if stdin is None else c.to_bytes(stdin),
             None if timeout is None else float(timeout),
-            blocking=True,
         )
         return c.exec_result(t)
 
@@ -358,7 +366,9 @@ class Sandbox:
         stdin: Union[bool, c.Data] = False,
         timeout: Optional[float] = None,
     ) -> Process:
-        _no_loop()
+        """Starts ``argv`` with streamed output. ``stdin``: ``False`` (empty
+        stdin), ``True`` (open: :meth:`Process.write`, then
+        :meth:`Process.close_stdin`), or data written and then closed."""
         data: Optional[bytes] = None
         keep = False
         if stdin is True:
@@ -372,49 +382,45 @@ class Sandbox:
             data,
             keep,
             None if timeout is None else float(timeout),
-            blocking=True,
         )
         return Process(native)
 
+    # -- lifecycle -------------------------------------------------------------
+
     def stop(self, *, grace: Optional[float] = None) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.stop(None if grace is None else float(grace), blocking=True))
+        """Graceful stop (``grace`` seconds between SIGTERM and SIGKILL)."""
+        return c.info(self._n.stop(None if grace is None else float(grace)))
 
     def kill(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.kill(blocking=True))
+        return c.info(self._n.kill())
 
     def request_drain(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.request_drain(blocking=True))
+        return c.info(self._n.request_drain())
 
     def wait_until_stopped(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.wait_until_stopped(blocking=True))
+        """Waits until the run this object is connected to has ended."""
+        return c.info(self._n.wait_until_stopped())
 
     def wait_for_status(
         self, statuses: c.Statuses, *, timeout: Optional[float] = None
     ) -> SandboxInfo:
-        _no_loop()
+        """Waits until the status is one of ``statuses``
+        (:class:`~burrow.errors.BurrowTimeoutError` after ``timeout``)."""
         return c.info(
             self._n.wait_for_status(
-                c.status_list(statuses) or [],
-                None if timeout is None else float(timeout),
-                blocking=True,
+                c.status_list(statuses) or [], None if timeout is None else float(timeout)
             )
         )
 
     def restart(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.restart(blocking=True))
+        """Stop then start: same id, next generation; this object follows."""
+        return c.info(self._n.restart())
 
     def pause(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.pause(blocking=True))
+        return c.info(self._n.pause())
 
     def resume(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.resume(blocking=True))
+        return c.info(self._n.resume())
 
     def modify(
         self,
@@ -428,30 +434,30 @@ class Sandbox:
         idle_timeout: Optional[float] = c.UNSET,
         max_duration: Optional[float] = c.UNSET,
     ) -> ModifyPlan:
-        _no_loop()
+        """Changes the configuration. A field left out is unchanged; ``None``
+        for cpus/memory_mb/idle_timeout/max_duration clears it."""
         changes = c.modify_changes(
             cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
             max_duration=max_duration,
         )  # fmt: skip
-        return c.plan(self._n.modify(changes, blocking=True))
+        return c.plan(self._n.modify(changes))
 
     def metrics(self) -> Metrics:
-        _no_loop()
-        return c.metrics(self._n.metrics(blocking=True))
+        return c.metrics(self._n.metrics())
 
     def logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> List[LogLine]:
-        _no_loop()
-        return c.log_lines(self._n.logs(tail, c.source_name(source), blocking=True))
+        """The captured logs (both sources unless ``source``)."""
+        return c.log_lines(self._n.logs(tail, c.source_name(source)))
 
     def follow_logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> Iterator[LogLine]:
-        """Log lines as they are written, until this run stops."""
-        _no_loop()
-        stream = self._n.follow_logs(tail, c.source_name(source), blocking=True)
+        """Log lines as they are written, until this run of the sandbox
+        stops."""
+        stream = self._n.follow_logs(tail, c.source_name(source))
         generation = self.generation
 
         def stopped() -> bool:
@@ -461,15 +467,18 @@ class Sandbox:
                 return True
             return i.generation != generation or i.status not in c.RUNTIME_STATUSES
 
-        return _follow(stream, stopped)
+        for line in _follow(stream, stopped):
+            yield line
 
     def detach(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.detach(blocking=True))
+        """Lets the sandbox survive this process from now on."""
+        return c.info(self._n.detach())
 
     def destroy(self) -> None:
-        _no_loop()
-        self._n.destroy(blocking=True)
+        """Stops the sandbox if needed, then removes exactly this sandbox."""
+        self._n.destroy()
+
+    # -- with --------------------------------------------------------------
 
     def __enter__(self) -> Sandbox:
         return self
@@ -486,11 +495,12 @@ class Sandbox:
             else:
                 self.stop()
         except SandboxNotFoundError:
-            pass
+            pass  # already gone: nothing left to stop
 
 
 class SandboxHandle:
-    """A metadata handle bound to one sandbox id (blocking methods)."""
+    """A metadata handle bound to one sandbox id (the sandbox may be
+    stopped)."""
 
     def __init__(self, native: _native.NativeHandle) -> None:
         self._n = native
@@ -507,72 +517,62 @@ class SandboxHandle:
         return f"SandboxHandle(id={self.id!r}, name={self.name!r})"
 
     def info(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.info(blocking=True))
+        return c.info(self._n.info())
 
     def status(self) -> Status:
-        _no_loop()
-        return Status(self._n.status(blocking=True))
+        return Status(self._n.status())
 
     def config(self) -> Dict[str, Any]:
-        return self.info().config
+        """The persisted configuration (the core's form)."""
+        return (self.info()).config
 
     def start(self) -> Sandbox:
-        _no_loop()
-        return Sandbox(self._n.start(blocking=True))
+        """Starts it (strict: created, stopped or crashed only)."""
+        return Sandbox(self._n.start())
 
     def connect_or_start(self) -> Sandbox:
-        _no_loop()
-        return Sandbox(self._n.connect_or_start(blocking=True))
+        """Converges on the running sandbox (many callers, one start)."""
+        return Sandbox(self._n.connect_or_start())
 
     def connect(self) -> Sandbox:
-        _no_loop()
-        return Sandbox(self._n.connect(blocking=True))
+        """A live object for the running sandbox (no start)."""
+        return Sandbox(self._n.connect())
 
     def stop(self, *, grace: Optional[float] = None) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.stop(None if grace is None else float(grace), blocking=True))
+        return c.info(self._n.stop(None if grace is None else float(grace)))
 
     def kill(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.kill(blocking=True))
+        return c.info(self._n.kill())
 
     def request_drain(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.request_drain(blocking=True))
+        return c.info(self._n.request_drain())
 
     def pause(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.pause(blocking=True))
+        return c.info(self._n.pause())
 
     def resume(self) -> SandboxInfo:
-        _no_loop()
-        return c.info(self._n.resume(blocking=True))
+        return c.info(self._n.resume())
 
     def touch(self) -> None:
-        _no_loop()
-        self._n.touch(blocking=True)
+        self._n.touch()
 
     def restart(self) -> Sandbox:
-        _no_loop()
-        return Sandbox(self._n.restart(blocking=True))
+        return Sandbox(self._n.restart())
 
     def wait_for_status(
         self, statuses: c.Statuses, *, timeout: Optional[float] = None
     ) -> SandboxInfo:
-        _no_loop()
         return c.info(
             self._n.wait_for_status(
-                c.status_list(statuses) or [],
-                None if timeout is None else float(timeout),
-                blocking=True,
+                c.status_list(statuses) or [], None if timeout is None else float(timeout)
             )
         )
 
     def wait_until_stopped(self) -> SandboxInfo:
-        _no_loop()
+        """Waits until the sandbox has no runtime (created, stopped or
+        crashed)."""
         return c.info(
-            self._n.wait_for_status(["created", "stopped", "crashed"], None, blocking=True)
+            self._n.wait_for_status(["created", "stopped", "crashed"], None)
         )
 
     def modify(
@@ -587,42 +587,40 @@ class SandboxHandle:
         idle_timeout: Optional[float] = c.UNSET,
         max_duration: Optional[float] = c.UNSET,
     ) -> ModifyPlan:
-        _no_loop()
         changes = c.modify_changes(
             cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
             max_duration=max_duration,
         )  # fmt: skip
-        return c.plan(self._n.modify(changes, blocking=True))
+        return c.plan(self._n.modify(changes))
 
     def metrics(self) -> Metrics:
-        _no_loop()
-        return c.metrics(self._n.metrics(blocking=True))
+        return c.metrics(self._n.metrics())
 
     def logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> List[LogLine]:
-        _no_loop()
-        return c.log_lines(self._n.logs(tail, c.source_name(source), blocking=True))
+        return c.log_lines(self._n.logs(tail, c.source_name(source)))
 
     def follow_logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> Iterator[LogLine]:
-        _no_loop()
-        stream = self._n.follow_logs(tail, c.source_name(source), blocking=True)
+        """Log lines as they are written, until the sandbox has no runtime."""
+        stream = self._n.follow_logs(tail, c.source_name(source))
 
         def stopped() -> bool:
             try:
-                return self.status() not in c.RUNTIME_STATUSES
+                return (self.status()) not in c.RUNTIME_STATUSES
             except BurrowError:
                 return True
 
-        return _follow(stream, stopped)
+        for line in _follow(stream, stopped):
+            yield line
 
     def remove(self) -> None:
-        _no_loop()
-        self._n.remove(blocking=True)
+        """Removes exactly this sandbox (created, stopped or crashed only)."""
+        self._n.remove()
 
     def destroy(self) -> None:
-        _no_loop()
-        self._n.destroy(blocking=True)
+        """Kills (if running) and removes exactly this sandbox."""
+        self._n.destroy()
