@@ -36,6 +36,7 @@ mod ops;
 pub mod process;
 pub mod run;
 
+pub use burrow::{ExecEvent, ExecOutput};
 pub use failure::Failure;
 pub use objects::{LogCursor, Object, ProcessObj, SandboxObj};
 pub use ops::{call, CallFuture, LogOp, ModuleOp, Output, ProcessOp, SandboxOp};
