@@ -1,0 +1,21 @@
+import { createRequire } from 'node:module';
+const require = createRequire(import.meta.url);
+const native = require('./burrow.node');
+const [home, image] = process.argv.slice(2);
+native.configure(home);
+let id = 0;
+const call = (target, op, data) => native.call(++id, target ?? null, JSON.stringify(op), data ?? null);
+const sb = await call(null, { op: 'build', name: 'node-smoke', image });
+console.log('built', sb.kind, sb.id, sb.live, sb.generation);
+const out = await call(sb, { op: 'exec', argv: ['cat'] }, Buffer.from('hi from node\n'));
+console.log('exec', out.stdout.toString().trim(), out.exitCode);
+try { await call(null, { op: 'get', name: 'node-nobody' }); } catch (e) { console.log('error', JSON.parse(e.message).code); }
+const t0 = process.hrtime.bigint(); const N = 200;
+for (let i = 0; i < N; i++) await call(sb, { op: 'ping' });
+console.log('ping mean us', Number(process.hrtime.bigint() - t0) / N / 1000);
+const cid = id + 1;
+const p = call(sb, { op: 'exec', argv: ['sleep', '30'] }); p.catch((e) => console.log('cancelled with', JSON.parse(e.message).code));
+await new Promise(r => setTimeout(r, 300));
+console.log('cancel', native.cancel(cid), 'in flight', native.inFlight());
+await call(sb, { op: 'destroy' });
+console.log('codes', native.errorCodes().length);
