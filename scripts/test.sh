@@ -57,6 +57,8 @@ step "the conformance kit (tests/conformance/cases.json) against the local backe
 BURROW_DRIVER=vm BURROW_CONFORMANCE_TIME_SCALE=3 cargo test -q --workspace --test local_container --no-fail-fast
 step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list"
 bash scripts/python-sdk.sh
+step "TypeScript SDK: native module (napi-rs), npm pack, installed into a fresh directory, node --test"
+bash scripts/node-sdk.sh
 step "examples build"
 cargo build -q --workspace --examples
 step "done"
