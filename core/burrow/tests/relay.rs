@@ -32,6 +32,23 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
+/// The real agent as a host process on a pipe pair: (the child, its
+/// stdout, its stdin); killed when the child is dropped.
+fn spawn_agent() -> (
+    tokio::process::Child,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+) {
+    let mut agent = tokio::process::Command::new(agent_bin())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (rd, wr) = (agent.stdout.take().unwrap(), agent.stdin.take().unwrap());
+    (agent, rd, wr)
+}
+
 /// One run: the agent process, its relay, and the TCP server of the relay.
 struct Run {
     relay: Relay,
@@ -107,13 +124,7 @@ impl HostAgents {
 
     /// Launches the agent and serves its relay on a loopback port.
     async fn launch(id: &SandboxId, generation: u64, config: &SandboxConfig) -> Run {
-        let mut agent = tokio::process::Command::new(agent_bin())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let (rd, wr) = (agent.stdout.take().unwrap(), agent.stdin.take().unwrap());
+        let (agent, rd, wr) = spawn_agent();
         let relay = Relay::builder(id, generation)
             .env(config.env.clone())
             .connect(rd, wr)
@@ -608,13 +619,7 @@ impl RelayControl for Counting {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_requests_reach_the_relay_control_and_the_relay_answers_status() {
     let id = SandboxId::new();
-    let mut agent = tokio::process::Command::new(agent_bin())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let (rd, wr) = (agent.stdout.take().unwrap(), agent.stdin.take().unwrap());
+    let (_agent, rd, wr) = spawn_agent();
     let counting = Counting::default();
     let relay = Relay::builder(&id, 3)
         .control(counting.clone())
@@ -678,13 +683,7 @@ async fn control_requests_reach_the_relay_control_and_the_relay_answers_status()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_control_the_relay_answers_unsupported() {
     let id = SandboxId::new();
-    let mut agent = tokio::process::Command::new(agent_bin())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let (rd, wr) = (agent.stdout.take().unwrap(), agent.stdin.take().unwrap());
+    let (_agent, rd, wr) = spawn_agent();
     let relay = Relay::builder(&id, 1).connect(rd, wr).await.unwrap();
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let served = relay.clone();

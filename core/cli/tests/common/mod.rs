@@ -11,82 +11,17 @@ pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Once, OnceLock};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use burrow::{Backend, LocalBackend, SandboxBuilder};
-
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("workspace root")
-}
+/// The environment shared with the other end-to-end suites.
+// Each test crate that includes this module uses a part of it.
+#[allow(unused_imports)]
+pub use burrow_test_support::{agent_bin, busybox_rootfs, processes_with, workspace_root};
 
 pub fn burrow_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_burrow"))
-}
-
-fn lock_file(path: &Path) -> std::fs::File {
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("lock dir");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .expect("lock file");
-    f.lock().expect("lock");
-    f
-}
-
-/// The static guest agent, built (once, under a lock shared by every test
-/// binary) into its own target directory so it never contends with the
-/// cargo invocation running the tests.
-pub fn agent_bin() -> PathBuf {
-    static AGENT: OnceLock<PathBuf> = OnceLock::new();
-    AGENT
-        .get_or_init(|| {
-            if let Some(p) = std::env::var_os("BURROW_AGENT_BIN").filter(|p| !p.is_empty()) {
-                return PathBuf::from(p);
-            }
-            let root = workspace_root();
-            let target = root.join("target/agent");
-            let _guard = lock_file(&target.join(".build.lock"));
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .current_dir(&root)
-                .args(["build", "-q", "-p", "burrow-agent", "--release", "--target", "x86_64-unknown-linux-musl", "--target-dir"])
-                .arg(&target)
-                .status()
-                .expect("running cargo to build the guest agent");
-            assert!(status.success(), "building the static guest agent failed (is the x86_64-unknown-linux-musl target installed?)");
-            target.join("x86_64-unknown-linux-musl/release/burrow-agent")
-        })
-        .clone()
-}
-
-/// A busybox root filesystem (built once per workspace).
-pub fn busybox_rootfs() -> PathBuf {
-    static ROOTFS: OnceLock<PathBuf> = OnceLock::new();
-    ROOTFS
-        .get_or_init(|| {
-            let dir = workspace_root().join("target/test-images/busybox");
-            let _guard = lock_file(&workspace_root().join("target/test-images/.lock"));
-            if dir.join(".complete").exists() {
-                return dir;
-            }
-            let status = Command::new("bash")
-                .arg(workspace_root().join("scripts/make-demo-rootfs.sh"))
-                .arg(&dir)
-                .status()
-                .expect("running scripts/make-demo-rootfs.sh");
-            assert!(
-                status.success(),
-                "building the busybox rootfs failed (is busybox-static installed?)"
-            );
-            std::fs::write(dir.join(".complete"), b"").expect("marker");
-            dir
-        })
-        .clone()
 }
 
 static ENV: Once = Once::new();
@@ -256,30 +191,6 @@ pub fn guest_pid(home: &Path, id: &burrow::SandboxId) -> i32 {
 /// Pids of live supervisor processes for `home`.
 pub fn supervisors_of(home: &str) -> Vec<u32> {
     processes_with(|args| args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == home))
-}
-
-/// Pids of processes whose argument vector satisfies `pred`.
-pub fn processes_with(pred: impl Fn(&[String]) -> bool) -> Vec<u32> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmd
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if pred(&args) {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 /// Whether `pid` has finished exiting (reaped, or a zombie). A killed
