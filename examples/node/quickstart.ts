@@ -12,7 +12,7 @@ async function main(image: string): Promise<void> {
     console.log(`read back: ${await sb.fs.readText("/tmp/note.txt")}`);
   } finally {
     const info = await sb.stop();
-    console.log(`stopped: ${info.status} (${info.last_run?.exit_reason})`);
+    console.log(`stopped: ${info.status} (${info.lastRun?.exitReason})`);
     await sb.destroy();
   }
   try {

@@ -50,15 +50,55 @@ export type ExitReason =
   | "crashed"
   | "start_failed";
 
+/** An isolation driver. */
+export type Driver = "container" | "vm";
+
+/** An OCI runtime of the container driver. */
+export type Runtime = "runc" | "crun" | "runsc";
+
+/** A directory made visible inside the sandbox. */
+export interface Mount {
+  /** A host directory, or a named volume under the burrow home. */
+  source: { host: string } | { volume: string };
+  target: string;
+  readOnly: boolean;
+}
+
+/**
+ * A sandbox's persisted configuration (the creator's: an existing
+ * configuration always wins on reuse). Durations are milliseconds; `null`
+ * is unset.
+ */
+export interface SandboxConfig {
+  image: string;
+  /** The driver the backend recorded (null only in records older than drivers). */
+  driver: Driver | null;
+  runtime: Runtime;
+  cpus: number | null;
+  /** MiB. */
+  memory: number | null;
+  pidsLimit: number | null;
+  env: Record<string, string>;
+  workdir: string | null;
+  labels: Record<string, string>;
+  mounts: Mount[];
+  network: boolean;
+  idleTimeout: number | null;
+  maxDuration: number | null;
+  /** Null: on when an idle timeout is set. */
+  demandStart: boolean | null;
+  startupTimeout: number;
+}
+
 /** A run of a sandbox. */
 export interface RunInfo {
   generation: number;
-  supervisor_pid?: number | null;
-  started_at_ms: number;
-  running_at_ms?: number | null;
-  ended_at_ms?: number | null;
-  exit_reason?: ExitReason | null;
-  detail?: string | null;
+  supervisorPid: number | null;
+  startedAt: Date;
+  runningAt: Date | null;
+  endedAt: Date | null;
+  exitReason: ExitReason | null;
+  detail: string | null;
 }
 
 /** A sandbox's record. */
@@ -66,12 +106,71 @@ export interface SandboxInfo {
   id: string;
   name: string;
   status: Status;
-  config: Record<string, unknown>;
+  config: SandboxConfig;
   generation: number;
   detached: boolean;
-  created_at_ms: number;
-  updated_at_ms: number;
-  last_run?: RunInfo | null;
+  createdAt: Date;
+  updatedAt: Date;
+  /** The last (or current) run; null before the first start. */
+  lastRun: RunInfo | null;
+}
+
+/** Where a changed field lands. */
+export type Applies = "live" | "future_execs" | "next_start" | "immediately";
+
+/** The outcome of `modify`: where each change lands, and the new record. */
+export interface ModifyPlan {
+  changes: Array<{ field: string; applies: Applies; note: string | null }>;
+  info: SandboxInfo;
+}
+
+/** Changes of `modify`: a field left out is unchanged, `null` clears it. */
+export interface ModifyOptions extends CallOptions {
+  cpus?: number | null;
+  /** MiB. */
+  memory?: number | null;
+  /** Environment entries to set. */
+  env?: Record<string, string>;
+  /** Environment names to remove. */
+  unsetEnv?: string[];
+  /** Labels to set. */
+  labels?: Record<string, string>;
+  /** Label names to remove. */
+  unsetLabels?: string[];
+  idleTimeout?: Duration | null;
+  maxDuration?: Duration | null;
+}
+
+/** Resource usage of a running sandbox (null where the host does not expose it). */
+export interface Metrics {
+  cpuUsageNs: number | null;
+  memoryBytes: number | null;
+  memoryLimitBytes: number | null;
+  ioReadBytes: number | null;
+  ioWriteBytes: number | null;
+  pids: number | null;
+}
+
+/** The kind of a path in the sandbox. */
+export type FileKind = "file" | "dir" | "symlink" | "other";
+
+/** One directory entry. */
+export interface DirEntry {
+  name: string;
+  kind: FileKind;
+  size: number;
+}
+
+/** Metadata of a path in the sandbox (symlinks not followed). */
+export interface FileStat {
+  kind: FileKind;
+  size: number;
+  /** Permission bits. */
+  mode: number;
+  uid: number;
+  gid: number;
+  mtime: Date;
+  linkTarget: string | null;
 }
 
 /** How an exec ended, with its output. */
@@ -293,6 +392,83 @@ export function inFlight(): number {
   return native.inFlight();
 }
 
+// The core's records (snake_case JSON) in the SDK's types.
+const date = (ms: number): Date => new Date(ms);
+const optDate = (ms: number | null | undefined): Date | null => (ms == null ? null : new Date(ms));
+const opt = <T>(v: T | null | undefined): T | null => (v === undefined ? null : v);
+
+function toConfig(c: any): SandboxConfig {
+  return {
+    image: c.image,
+    driver: opt(c.driver),
+    runtime: c.runtime,
+    cpus: opt(c.cpus),
+    memory: opt(c.memory_mb),
+    pidsLimit: opt(c.pids_limit),
+    env: c.env ?? {},
+    workdir: opt(c.workdir),
+    labels: c.labels ?? {},
+    mounts: (c.mounts ?? []).map((m: any) => ({ source: m.source, target: m.target, readOnly: !!m.read_only })),
+    network: !!c.network,
+    idleTimeout: opt(c.idle_timeout),
+    maxDuration: opt(c.max_duration),
+    demandStart: opt(c.demand_start),
+    startupTimeout: c.startup_timeout,
+  };
+}
+
+function toInfo(i: any): SandboxInfo {
+  const r = i.last_run;
+  return {
+    id: i.id,
+    name: i.name,
+    status: i.status,
+    config: toConfig(i.config),
+    generation: i.generation,
+    detached: i.detached,
+    createdAt: date(i.created_at_ms),
+    updatedAt: date(i.updated_at_ms),
+    lastRun: r
+      ? {
+          generation: r.generation,
+          supervisorPid: opt(r.supervisor_pid),
+          startedAt: date(r.started_at_ms),
+          runningAt: optDate(r.running_at_ms),
+          endedAt: optDate(r.ended_at_ms),
+          exitReason: opt(r.exit_reason),
+          detail: opt(r.detail),
+        }
+      : null,
+  };
+}
+
+function toMetrics(m: any): Metrics {
+  return {
+    cpuUsageNs: opt(m.cpu_usage_ns),
+    memoryBytes: opt(m.memory_bytes),
+    memoryLimitBytes: opt(m.memory_limit_bytes),
+    ioReadBytes: opt(m.io_read_bytes),
+    ioWriteBytes: opt(m.io_write_bytes),
+    pids: opt(m.pids),
+  };
+}
+
+function toStat(s: any): FileStat {
+  return {
+    kind: s.kind,
+    size: s.size,
+    mode: s.mode,
+    uid: s.uid,
+    gid: s.gid,
+    mtime: new Date(s.mtime * 1000),
+    linkTarget: opt(s.link_target),
+  };
+}
+
+async function info(p: Promise<any>): Promise<SandboxInfo> {
+  return toInfo(await p);
+}
+
 function exec(r: any): ExecResult {
   return {
     stdout: r.stdout,
@@ -332,11 +508,12 @@ export class Fs {
   write(path: string, data: Buffer | string, opts: CallOptions & { mode?: number } = {}): Promise<void> {
     return call(this.#o, { op: "fs_write", path, mode: opts.mode }, opts, toBuffer(data));
   }
-  list(path: string, opts?: CallOptions): Promise<Array<Record<string, unknown>>> {
+  /** Entries sorted by name. */
+  list(path: string, opts?: CallOptions): Promise<DirEntry[]> {
     return call(this.#o, { op: "fs_list", path }, opts);
   }
-  stat(path: string, opts?: CallOptions): Promise<Record<string, unknown>> {
-    return call(this.#o, { op: "fs_stat", path }, opts);
+  async stat(path: string, opts?: CallOptions): Promise<FileStat> {
+    return toStat(await call(this.#o, { op: "fs_stat", path }, opts));
   }
   exists(path: string, opts?: CallOptions): Promise<boolean> {
     return call(this.#o, { op: "fs_exists", path }, opts);
@@ -356,9 +533,19 @@ export class Fs {
 export class Process implements AsyncIterable<ProcessEvent> {
   readonly #o: NativeObject;
   #exit: Extract<ProcessEvent, { kind: "exit" }> | null = null;
+  #unlink: (() => void) | null = null;
   /** @internal */
-  constructor(o: NativeObject) {
+  constructor(o: NativeObject, signal?: AbortSignal) {
     this.#o = o;
+    if (signal) {
+      // As child_process.spawn({ signal }): aborting kills the process.
+      const kill = () => void this.kill().catch(() => {});
+      if (signal.aborted) kill();
+      else {
+        signal.addEventListener("abort", kill, { once: true });
+        this.#unlink = () => signal.removeEventListener("abort", kill);
+      }
+    }
   }
   /** How it ended, once the exit was seen. */
   get exitStatus(): { exitCode: number | null; signal: number | null; timedOut: boolean } | null {
@@ -370,6 +557,8 @@ export class Process implements AsyncIterable<ProcessEvent> {
       if (ev === null) return;
       if (ev.kind === "exit") {
         this.#exit = { kind: "exit", exitCode: ev.exitCode ?? null, signal: ev.signal ?? null, timedOut: !!ev.timedOut };
+        this.#unlink?.();
+        this.#unlink = null;
       }
       yield ev.kind === "exit" ? this.#exit! : { kind: ev.kind, data: ev.data };
     }
@@ -380,8 +569,13 @@ export class Process implements AsyncIterable<ProcessEvent> {
   closeStdin(opts?: CallOptions): Promise<void> {
     return call(this.#o, { op: "close_stdin" }, opts);
   }
+  /** Sends a signal (a number: 15 is SIGTERM). */
   signal(signal: number, opts?: CallOptions): Promise<void> {
     return call(this.#o, { op: "signal", signal }, opts);
+  }
+  /** Kills it (SIGKILL); its exit still arrives through the iterator. */
+  kill(opts?: CallOptions): Promise<void> {
+    return this.signal(9, opts);
   }
   /** Waits for the exit (output not yet read is discarded). */
   async wait(): Promise<{ exitCode: number | null; signal: number | null; timedOut: boolean }> {
@@ -408,41 +602,62 @@ abstract class Lifecycle {
     return this.o.name!;
   }
   info(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "info" }, opts);
+    return info(call(this.o, { op: "info" }, opts));
   }
   status(opts?: CallOptions): Promise<Status> {
     return call(this.o, { op: "status" }, opts);
   }
   stop(opts: CallOptions & { grace?: Duration } = {}): Promise<SandboxInfo> {
-    return call(this.o, { op: "stop", grace: seconds(opts.grace) }, opts);
+    return info(call(this.o, { op: "stop", grace: seconds(opts.grace) }, opts));
   }
   kill(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "kill" }, opts);
+    return info(call(this.o, { op: "kill" }, opts));
   }
   requestDrain(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "request_drain" }, opts);
+    return info(call(this.o, { op: "request_drain" }, opts));
   }
   waitForStatus(statuses: Status | Status[], opts?: CallOptions): Promise<SandboxInfo> {
     const list = Array.isArray(statuses) ? statuses : [statuses];
-    return call(this.o, { op: "wait_for_status", statuses: list }, opts);
+    return info(call(this.o, { op: "wait_for_status", statuses: list }, opts));
   }
   waitUntilStopped(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "wait_until_stopped" }, opts);
+    return info(call(this.o, { op: "wait_until_stopped" }, opts));
   }
   pause(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "pause" }, opts);
+    return info(call(this.o, { op: "pause" }, opts));
   }
   resume(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "resume" }, opts);
+    return info(call(this.o, { op: "resume" }, opts));
   }
   touch(opts?: CallOptions): Promise<void> {
     return call(this.o, { op: "touch" }, opts);
   }
-  modify(changes: Record<string, unknown>, opts?: CallOptions): Promise<Record<string, unknown>> {
-    return call(this.o, { op: "modify", ...changes }, opts);
+  /** Changes the configuration; the plan says where each change lands. */
+  async modify(changes: ModifyOptions): Promise<ModifyPlan> {
+    const set = (v: Duration | null | undefined) => (v === null ? null : seconds(v));
+    const plan = await call(
+      this.o,
+      {
+        op: "modify",
+        cpus: changes.cpus,
+        memory_mb: changes.memory,
+        env_set: changes.env,
+        env_unset: changes.unsetEnv,
+        labels_set: changes.labels,
+        labels_unset: changes.unsetLabels,
+        idle_timeout: set(changes.idleTimeout),
+        max_duration: set(changes.maxDuration),
+      },
+      changes,
+    );
+    return {
+      changes: plan.changes.map((c: any) => ({ field: c.field, applies: c.applies, note: opt(c.note) })),
+      info: toInfo(plan.info),
+    };
   }
-  metrics(opts?: CallOptions): Promise<Record<string, unknown>> {
-    return call(this.o, { op: "metrics" }, opts);
+  /** Resource usage of the running sandbox. */
+  async metrics(opts?: CallOptions): Promise<Metrics> {
+    return toMetrics(await call(this.o, { op: "metrics" }, opts));
   }
   logs(opts: CallOptions & { tail?: number; source?: "guest" | "supervisor" } = {}): Promise<LogLine[]> {
     return call(this.o, { op: "logs", tail: opts.tail, source: opts.source }, opts);
@@ -527,7 +742,7 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
     opts?: CallOptions,
   ): Promise<SandboxInfo[]> {
     const statuses = filter.status === undefined ? [] : Array.isArray(filter.status) ? filter.status : [filter.status];
-    return call(null, { op: "list", statuses, labels: filter.labels }, opts);
+    return call(null, { op: "list", statuses, labels: filter.labels }, opts).then((l: any[]) => l.map(toInfo));
   }
   /** Removes the sandbox `name` (created, stopped or crashed only). */
   static remove(name: string, opts?: CallOptions): Promise<void> {
@@ -556,7 +771,11 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
     );
     return exec(r);
   }
-  /** Starts `argv` with streamed output; stdin stays open without `stdin`. */
+  /**
+   * Starts `argv` with streamed output; stdin stays open without `stdin`.
+   * As with `child_process.spawn`, aborting `signal` kills the process
+   * (before it started: the call is cancelled).
+   */
   async spawn(argv: string[], opts: ExecOptions = {}): Promise<Process> {
     const stdin = opts.stdin === undefined ? null : toBuffer(opts.stdin);
     const o = await call(
@@ -572,13 +791,15 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
       opts,
       stdin,
     );
-    return new Process(o);
+    return new Process(o, opts.signal);
   }
+  /** Stops and starts it again; this object follows the new run. */
   restart(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "restart" }, opts);
+    return info(call(this.o, { op: "restart" }, opts));
   }
+  /** Lets it outlive this process. */
   detach(opts?: CallOptions): Promise<SandboxInfo> {
-    return call(this.o, { op: "detach" }, opts);
+    return info(call(this.o, { op: "detach" }, opts));
   }
   async [Symbol.asyncDispose](): Promise<void> {
     try {

@@ -1,0 +1,111 @@
+// The language-neutral lifecycle cases (tests/conformance/cases.json), one
+// test per case id, run by the TypeScript interpreter against real
+// sandboxes through the installed package.
+//
+//   BURROW_DRIVER=vm BURROW_CONFORMANCE_TIME_SCALE=3   the vm driver
+//   BURROW_TEST_REMOTE=1                                a `burrow serve` per case
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, openSync, rmSync } from "node:fs";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { configure, errorCodes } from "burrow";
+import { CODE_CLASSES, ConformanceFailure, Runner, loadDocument, validateCases, type Case } from "./conformance-runner.mjs";
+
+const image = process.env.BURROW_TEST_IMAGE;
+assert.ok(image, "BURROW_TEST_IMAGE names the busybox image");
+const doc = loadDocument();
+const repoRoot = process.env.BURROW_REPO_ROOT || fileURLToPath(new URL("../../..", import.meta.url));
+const remote = process.env.BURROW_TEST_REMOTE === "1";
+
+test("the cases file is well formed", () => {
+  assert.deepEqual(validateCases(doc, repoRoot), []);
+  const areas = new Set(doc.cases.map((c) => c.id.split(".")[0]));
+  for (const a of ["convergence", "identity", "restart", "destroy", "config", "create", "input", "wait", "drain", "idle"]) {
+    assert.ok(areas.has(a), `a case of ${a}`);
+  }
+  assert.ok(doc.cases.some((c) => c.steps.some((s) => s.op === "race" && s.processes)), "a race across processes");
+});
+
+test("the runner knows the class of every core code", () => {
+  assert.deepEqual(Object.keys(CODE_CLASSES).sort(), [...errorCodes()].sort());
+});
+
+/** Runs `c` on a fresh home (and, remote, a fresh server). */
+async function runOnFreshHome(c: Case): Promise<void> {
+  const home = mkdtempSync("/tmp/bnc");
+  let stopServer: (() => Promise<void>) | null = null;
+  try {
+    if (remote) stopServer = await serve(home);
+    else configure({ home });
+    await new Runner({ image: image!, home: remote ? null : home }).runCase(c);
+  } finally {
+    if (stopServer) await stopServer();
+    configure({});
+    try {
+      rmSync(home, { recursive: true, force: true });
+    } catch {
+      // a leftover the next run's mkdtemp does not collide with
+    }
+  }
+}
+
+test("the runner fails a case whose expectation is wrong", async () => {
+  const find = (id: string): Case => structuredClone(doc.cases.find((c) => c.id === id)!);
+  const wrong: Array<[string, Case]> = [];
+  // A race across processes expecting one start too many.
+  const race = find("convergence.many_callers_one_sandbox");
+  race.steps[0]!.expect.starts = 2;
+  wrong.push(["race starts", race]);
+  // An expected error code that is not the one the core gives.
+  const strict = find("create.strict_on_existing_name_is_already_exists");
+  const errStep = strict.steps.find((s) => s.expect?.error === "already_exists")!;
+  errStep.expect.error = "not_found";
+  wrong.push(["error code", strict]);
+  // A field of a result.
+  const life = find("lifecycle.exec_fs_stop");
+  const outStep = life.steps.find((s) => typeof s.expect?.stdout === "string")!;
+  outStep.expect.stdout += "?";
+  wrong.push(["stdout", life]);
+  for (const [what, c] of wrong) {
+    await assert.rejects(runOnFreshHome(c), ConformanceFailure, what);
+  }
+});
+
+/** A `burrow serve` on a fresh home; this process and its children use it. */
+async function serve(home: string): Promise<() => Promise<void>> {
+  const bin = process.env.BURROW_BIN!;
+  const env: NodeJS.ProcessEnv = { ...process.env, BURROW_HOME: home, BURROW_SERVE_LISTEN: "127.0.0.1:0", BURROW_SERVE_IDLE_TIMEOUT: "0" };
+  delete env.BURROW_URL;
+  delete env.BURROW_TOKEN;
+  const token = execFileSync(bin, ["serve", "token", "create", "tests"], { env }).toString().trim();
+  const log = openSync(`${home}/serve.log`, "w");
+  const proc = spawn(bin, ["serve"], { env, stdio: ["ignore", "pipe", log] });
+  const first: string = await new Promise((resolve) => {
+    createInterface({ input: proc.stdout! }).once("line", resolve);
+    proc.once("exit", () => resolve(""));
+  });
+  assert.match(first, /^listening on /, "burrow serve started");
+  const url = first.slice("listening on ".length);
+  process.env.BURROW_URL = url;
+  process.env.BURROW_TOKEN = token;
+  return async () => {
+    try {
+      // The case really went through the server.
+      const res = await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${token}` } });
+      const served = Number(/^burrow_api_requests_total (\d+)/m.exec(await res.text())?.[1] ?? 0);
+      assert.ok(served > 0, "the server answered the case's requests");
+    } finally {
+      delete process.env.BURROW_URL;
+      delete process.env.BURROW_TOKEN;
+      const gone = new Promise((r) => proc.once("exit", r));
+      proc.kill("SIGTERM");
+      await gone;
+    }
+  };
+}
+
+for (const c of doc.cases) {
+  test(c.id, () => runOnFreshHome(c));
+}
