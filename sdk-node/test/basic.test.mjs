@@ -89,3 +89,60 @@ test("a handle converges on the sandbox", async () => {
   assert.equal(live.generation, 2);
   await live.destroy();
 });
+
+test("records, modify, metrics, logs, files, pause", async () => {
+  const sb = await Sandbox.builder("node-records").image(image).labels({ team: "a" }).idleTimeout("10m").create();
+  try {
+    const info = await sb.info();
+    assert.equal(info.status, "running");
+    assert.ok(info.createdAt instanceof Date && info.lastRun.startedAt instanceof Date);
+    assert.equal(info.lastRun.generation, 1);
+    assert.equal(info.config.idleTimeout, 600_000);
+    assert.deepEqual(info.config.labels, { team: "a" });
+    assert.equal(info.config.cpus, null);
+
+    const plan = await sb.modify({ memory: 192, env: { MODE: "x" }, unsetLabels: ["team"], idleTimeout: null });
+    const fields = Object.fromEntries(plan.changes.map((c) => [c.field, c.applies]));
+    assert.equal(fields.memory_mb, "live");
+    assert.equal(fields.env, "future_execs");
+    assert.equal(fields.labels, "immediately");
+    assert.equal(plan.info.config.memory, 192);
+    assert.equal(plan.info.config.idleTimeout, null);
+    assert.deepEqual(plan.info.config.labels, {});
+    assert.equal((await sb.exec(["sh", "-c", "echo $MODE"])).stdout.toString(), "x\n");
+
+    const m = await sb.metrics();
+    assert.equal(m.memoryLimitBytes, 192 * 1024 * 1024);
+    assert.ok(m.pids >= 1);
+
+    await sb.fs.mkdir("/tmp/d/e", { parents: true });
+    await sb.fs.write("/tmp/d/f", "12345", { mode: 0o600 });
+    assert.deepEqual(await sb.fs.list("/tmp/d"), [
+      { name: "e", kind: "dir", size: (await sb.fs.stat("/tmp/d/e")).size },
+      { name: "f", kind: "file", size: 5 },
+    ]);
+    const st = await sb.fs.stat("/tmp/d/f");
+    assert.equal(st.kind, "file");
+    assert.equal(st.mode, 0o600);
+    assert.ok(st.mtime instanceof Date && st.linkTarget === null);
+
+    await sb.exec(["sh", "-c", "echo to-the-log > /proc/1/fd/2"]);
+    const ac = new AbortController();
+    const guard = setTimeout(() => ac.abort(), 20_000); // fails the test instead of hanging it
+    const seen = [];
+    for await (const line of sb.followLogs({ source: "guest", signal: ac.signal })) {
+      seen.push(line);
+      if (line.text.includes("to-the-log")) break;
+    }
+    clearTimeout(guard);
+    assert.ok(seen.some((l) => l.source === "guest"));
+    assert.ok((await sb.logs({ source: "guest" })).some((l) => l.text.includes("to-the-log")));
+
+    assert.equal((await sb.pause()).status, "paused");
+    await assert.rejects(sb.exec(["true"]), (e) => e instanceof InvalidStateError && e.status === "paused");
+    assert.equal((await sb.resume()).status, "running");
+    assert.deepEqual((await Sandbox.list({ status: "running" })).map((i) => i.name), ["node-records"]);
+  } finally {
+    await sb.destroy();
+  }
+});
