@@ -59,6 +59,8 @@ step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the confo
 bash scripts/python-sdk.sh
 step "TypeScript SDK: native module (napi-rs), npm pack, installed into a fresh directory, node --test"
 bash scripts/node-sdk.sh
+step "Go SDK: libburrow.a, the module from a file-based proxy, go vet + staticcheck, go test -race"
+bash scripts/go-sdk.sh
 step "examples build"
 cargo build -q --workspace --examples
 step "done"

@@ -79,6 +79,11 @@ void burrow_string_free(char *s);
 // `object` came from this library and was not freed before.
 void burrow_object_free(struct BurrowObject *object);
 
+// Objects this library handed out and that are not freed yet (a leak
+// check for bindings: it returns to its earlier value once a binding has
+// freed what it dropped).
+size_t burrow_objects_live(void);
+
 // The object as JSON (`{"kind", "id", "name", "live", "generation"}`).
 //
 // # Safety

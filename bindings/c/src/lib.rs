@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use burrow_binding::{run, ExecEvent, Failure, Object, Output};
@@ -100,6 +100,7 @@ fn result(outcome: Result<Output, Failure>) -> BurrowResult {
                 }),
                 Output::Object(o) => {
                     let described = describe(&o);
+                    LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
                     object = Box::into_raw(Box::new(BurrowObject(o)));
                     json!({ "object": described })
                 }
@@ -180,6 +181,7 @@ pub unsafe extern "C" fn burrow_call(
 }
 
 static CALLS: Mutex<Option<HashMap<u64, run::Cancel>>> = Mutex::new(None);
+static LIVE_OBJECTS: AtomicUsize = AtomicUsize::new(0);
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 fn calls<T>(f: impl FnOnce(&mut HashMap<u64, run::Cancel>) -> T) -> T {
@@ -297,7 +299,16 @@ pub unsafe extern "C" fn burrow_object_free(object: *mut BurrowObject) {
     if !object.is_null() {
         // SAFETY: made by `Box::into_raw` here, freed once.
         drop(unsafe { Box::from_raw(object) });
+        LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Objects this library handed out and that are not freed yet (a leak
+/// check for bindings: it returns to its earlier value once a binding has
+/// freed what it dropped).
+#[no_mangle]
+pub extern "C" fn burrow_objects_live() -> usize {
+    LIVE_OBJECTS.load(Ordering::SeqCst)
 }
 
 /// The object as JSON (`{"kind", "id", "name", "live", "generation"}`).

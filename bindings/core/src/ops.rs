@@ -224,6 +224,13 @@ pub fn call(target: Option<&Object>, op: &str, data: Option<Vec<u8>>) -> CallFut
     let target = target.cloned();
     let op = op.to_owned();
     Box::pin(async move {
+        // Fault point of the SDKs' tests: a panic of the core must reach the
+        // caller as an error (debug builds only).
+        if cfg!(debug_assertions)
+            && std::env::var("BURROW_FAULT").is_ok_and(|v| v == "binding.panic")
+        {
+            panic!("fault point binding.panic");
+        }
         let (name, timeout, value) = envelope(&op)?;
         let run = async {
             match target {

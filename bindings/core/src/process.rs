@@ -56,6 +56,7 @@ pub fn state() -> Result<Arc<ProcState>, Failure> {
         .thread_name("burrow-binding")
         .build()
         .map_err(|e| Failure::internal(format!("cannot start the burrow runtime: {e}")))?;
+    install_child_handler(&rt);
     let st = Arc::new(ProcState {
         pid,
         rt,
@@ -63,6 +64,39 @@ pub fn state() -> Result<Arc<ProcState>, Failure> {
     });
     *slot = Some(st.clone());
     Ok(st)
+}
+
+/// Installs the runtime's SIGCHLD handler now, with `SA_ONSTACK`.
+///
+/// tokio reaps the child processes the engine starts through a SIGCHLD
+/// handler (signal-hook-registry) that it installs on first use, at any
+/// moment, without `SA_ONSTACK`. A Go program aborts when a signal lands on
+/// a goroutine's small stack through such a handler ("non-Go code set up
+/// signal handler without SA_ONSTACK flag"). Installing it here, once, and
+/// adding the flag makes it safe in every host language (the registry never
+/// installs it again); elsewhere the flag changes nothing, since no
+/// alternate signal stack is set.
+fn install_child_handler(rt: &tokio::runtime::Runtime) {
+    let _guard = rt.enter();
+    // Registration installs the process-wide handler; the stream itself is
+    // not needed (tokio's process driver registers its own).
+    drop(tokio::signal::unix::signal(
+        tokio::signal::unix::SignalKind::child(),
+    ));
+    // SAFETY: sigaction with a zeroed struct to read, then the same
+    // handler written back with one more flag; both calls get valid
+    // pointers to a live local.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut sa) == 0
+            && sa.sa_sigaction != libc::SIG_DFL
+            && sa.sa_sigaction != libc::SIG_IGN
+            && sa.sa_flags & libc::SA_ONSTACK == 0
+        {
+            sa.sa_flags |= libc::SA_ONSTACK;
+            libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
+        }
+    }
 }
 
 impl ProcState {

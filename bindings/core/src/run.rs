@@ -59,8 +59,28 @@ impl Cancel {
     }
 }
 
+/// Aborts a task when dropped (a join handle alone would detach it).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The failure a panic of the core becomes: never an unwind across a
+/// language boundary, never a call that does not answer.
+fn panicked(payload: &(dyn std::any::Any + Send)) -> Failure {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned());
+    Failure::internal(format!("the burrow core panicked: {what}"))
+}
+
 /// Runs `fut` on this process's runtime and hands its result to `done`
-/// (on a runtime thread).
+/// (on a runtime thread). A panic of `fut` reaches `done` as a failure.
 pub fn spawn<F, T, D>(fut: F, done: D) -> Result<Cancel, Failure>
 where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
@@ -69,9 +89,17 @@ where
 {
     let st = state()?;
     let counted = Counted::new();
+    let rt = st.runtime().handle().clone();
     let task = st.runtime().spawn(async move {
         let _counted = counted;
-        done(fut.await);
+        // The call runs as a task of its own, so that a panic ends that
+        // task and is seen here; aborting this task aborts it too.
+        let mut inner = AbortOnDrop(rt.spawn(fut));
+        match (&mut inner.0).await {
+            Ok(outcome) => done(outcome),
+            Err(e) if e.is_panic() => done(Err(panicked(e.into_panic().as_ref()))),
+            Err(_) => {} // aborted: no answer, as documented
+        }
     });
     Ok(Cancel(task.abort_handle()))
 }
@@ -96,11 +124,15 @@ where
     let _enter = rt.enter();
     let mut fut = Box::pin(fut);
     loop {
-        let step =
-            rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await });
+        // A panic of the core future is a failure, not an unwind into the
+        // caller (which may be C, Go or Python).
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await })
+        }));
         match step {
-            Ok(res) => return Ok(res),
-            Err(_) => interrupted()?,
+            Ok(Ok(res)) => return Ok(res),
+            Ok(Err(_)) => interrupted()?,
+            Err(payload) => return Ok(Err(panicked(payload.as_ref()))),
         }
     }
 }

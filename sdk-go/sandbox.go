@@ -1,0 +1,360 @@
+package burrow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Option configures a sandbox being created (CreateSandbox,
+// ConnectOrCreateSandbox, ReplaceSandbox, DefineSandbox).
+type Option func(op)
+
+func set(key string, v any) Option { return func(o op) { o[key] = v } }
+
+// WithImage is the image: a rootfs directory, an OCI layout, or an imported name.
+func WithImage(image string) Option { return set("image", image) }
+
+// WithDriver picks the isolation driver (default: the backend's).
+func WithDriver(d Driver) Option { return set("driver", d) }
+
+// WithRuntime picks the OCI runtime of the container driver.
+func WithRuntime(r Runtime) Option { return set("runtime", r) }
+
+// WithCPUs limits the CPUs (fractions allowed).
+func WithCPUs(cpus float64) Option { return set("cpus", cpus) }
+
+// WithMemory limits the memory, in MiB.
+func WithMemory(mib uint64) Option { return set("memory_mb", mib) }
+
+// WithPidsLimit limits the number of processes.
+func WithPidsLimit(n uint64) Option { return set("pids_limit", n) }
+
+// merge adds kv to the string map under key.
+func merge(o op, key string, kv map[string]string) {
+	m, _ := o[key].(map[string]string)
+	if m == nil {
+		m = map[string]string{}
+	}
+	for k, v := range kv {
+		m[k] = v
+	}
+	o[key] = m
+}
+
+// extend appends items to the string list under key.
+func extend(o op, key string, items []string) {
+	l, _ := o[key].([]string)
+	o[key] = append(l, items...)
+}
+
+// WithEnv adds environment variables of every process in the sandbox.
+func WithEnv(env map[string]string) Option { return func(o op) { merge(o, "env", env) } }
+
+// WithWorkdir is the default working directory (absolute).
+func WithWorkdir(dir string) Option { return set("workdir", dir) }
+
+// WithLabels adds labels, for listing and filtering.
+func WithLabels(labels map[string]string) Option { return func(o op) { merge(o, "labels", labels) } }
+
+// WithVolume mounts a named volume (no '/') or an absolute host directory
+// at target.
+func WithVolume(source, target string, readOnly bool) Option {
+	return func(o op) {
+		v, _ := o["volumes"].([]map[string]any)
+		o["volumes"] = append(v, map[string]any{"source": source, "target": target, "read_only": readOnly})
+	}
+}
+
+// WithNetwork turns outbound network access on.
+func WithNetwork() Option { return set("network", true) }
+
+// WithIdleTimeout reclaims the sandbox after this long without activity.
+func WithIdleTimeout(d time.Duration) Option { return set("idle_timeout", d.Seconds()) }
+
+// WithMaxDuration stops each run after this long.
+func WithMaxDuration(d time.Duration) Option { return set("max_duration", d.Seconds()) }
+
+// WithStartupTimeout bounds one start.
+func WithStartupTimeout(d time.Duration) Option { return set("startup_timeout", d.Seconds()) }
+
+// WithDemandStart starts the sandbox again on the next command after an
+// idle reclaim (default: on when an idle timeout is set).
+func WithDemandStart(on bool) Option { return set("demand_start", on) }
+
+// WithDetached lets the sandbox outlive this process (by default it stops
+// when the process exits, however it exits).
+func WithDetached() Option { return set("detached", true) }
+
+func build(ctx context.Context, mode, name string, opts []Option) (*object, error) {
+	o := op{"op": "build", "mode": mode, "name": name}
+	for _, f := range opts {
+		f(o)
+	}
+	_, obj, err := call(ctx, nil, o, nil)
+	if err == nil && obj == nil {
+		err = malformed(fmt.Errorf("no object"))
+	}
+	return obj, err
+}
+
+// CreateSandbox creates the sandbox name and starts it. It is strict: a
+// taken name is ErrAlreadyExists.
+func CreateSandbox(ctx context.Context, name string, opts ...Option) (*Sandbox, error) {
+	return liveSandbox(build(ctx, "create", name, opts))
+}
+
+// ConnectOrCreateSandbox converges: every caller, in any process, gets the
+// one sandbox of that name, started once. An existing sandbox keeps its
+// own configuration.
+func ConnectOrCreateSandbox(ctx context.Context, name string, opts ...Option) (*Sandbox, error) {
+	return liveSandbox(build(ctx, "connect_or_create", name, opts))
+}
+
+// ReplaceSandbox destroys any sandbox of that name, then creates and
+// starts a new one.
+func ReplaceSandbox(ctx context.Context, name string, opts ...Option) (*Sandbox, error) {
+	return liveSandbox(build(ctx, "replace", name, opts))
+}
+
+// DefineSandbox persists the sandbox without starting it.
+func DefineSandbox(ctx context.Context, name string, opts ...Option) (*Handle, error) {
+	return handleOf(build(ctx, "define", name, opts))
+}
+
+// GetSandbox is a handle of the sandbox now named name.
+func GetSandbox(ctx context.Context, name string) (*Handle, error) {
+	_, obj, err := call(ctx, nil, op{"op": "get", "name": name}, nil)
+	return handleOf(obj, err)
+}
+
+// GetSandboxByID is a handle of exactly that sandbox.
+func GetSandboxByID(ctx context.Context, id string) (*Handle, error) {
+	_, obj, err := call(ctx, nil, op{"op": "get_by_id", "id": id}, nil)
+	return handleOf(obj, err)
+}
+
+// ListOption filters ListSandboxes.
+type ListOption func(op)
+
+// WithStatus keeps the sandboxes in one of these statuses.
+func WithStatus(statuses ...Status) ListOption {
+	return func(o op) { o["statuses"] = statuses }
+}
+
+// WithLabel keeps the sandboxes carrying this label.
+func WithLabel(key, value string) ListOption {
+	return func(o op) { merge(o, "labels", map[string]string{key: value}) }
+}
+
+// ListSandboxes lists the records of the sandboxes that match.
+func ListSandboxes(ctx context.Context, filters ...ListOption) ([]SandboxInfo, error) {
+	o := op{"op": "list"}
+	for _, f := range filters {
+		f(o)
+	}
+	raw, _, err := call(ctx, nil, o, nil)
+	if err != nil {
+		return nil, err
+	}
+	var ws []wireInfo
+	if err := json.Unmarshal(raw, &ws); err != nil {
+		return nil, malformed(err)
+	}
+	infos := make([]SandboxInfo, len(ws))
+	for i := range ws {
+		infos[i] = ws[i].info()
+	}
+	return infos, nil
+}
+
+// RemoveSandbox removes the sandbox name; it must be created, stopped or
+// crashed (Destroy removes a running one).
+func RemoveSandbox(ctx context.Context, name string) error {
+	_, _, err := call(ctx, nil, op{"op": "remove", "name": name}, nil)
+	return err
+}
+
+// A described object of the core.
+type described struct {
+	Kind       string `json:"kind"`
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Live       bool   `json:"live"`
+	Generation uint64 `json:"generation"`
+}
+
+func describe(obj *object) described {
+	s := cDescribe(obj)
+	var d described
+	_ = json.Unmarshal([]byte(s), &d)
+	return d
+}
+
+func liveSandbox(obj *object, err error) (*Sandbox, error) {
+	if err != nil {
+		return nil, err
+	}
+	d := describe(obj)
+	return &Sandbox{target: target{obj: obj, id: d.ID, name: d.Name}, generation: d.Generation}, nil
+}
+
+func handleOf(obj *object, err error) (*Handle, error) {
+	if err != nil {
+		return nil, err
+	}
+	d := describe(obj)
+	return &Handle{target: target{obj: obj, id: d.ID, name: d.Name}}, nil
+}
+
+func malformed(err error) error {
+	return &Error{Code: ErrProtocol, Message: "a malformed answer of the core: " + err.Error()}
+}
+
+// target holds what a Sandbox and a Handle share: an object of the core
+// bound to one sandbox id.
+type target struct {
+	obj      *object
+	id, name string
+}
+
+func (t *target) do(ctx context.Context, o op, data []byte) (json.RawMessage, *object, error) {
+	return call(ctx, t.obj, o, data)
+}
+
+func (t *target) info(ctx context.Context, o op) (SandboxInfo, error) {
+	raw, _, err := t.do(ctx, o, nil)
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	return decodeInfo(raw)
+}
+
+// get runs o and decodes its value as a T.
+func get[T any](ctx context.Context, t *target, o op) (T, error) {
+	var v T
+	raw, _, err := t.do(ctx, o, nil)
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return v, malformed(err)
+	}
+	return v, nil
+}
+
+func (t *target) unit(ctx context.Context, o op) error {
+	_, _, err := t.do(ctx, o, nil)
+	return err
+}
+
+func (t *target) status(ctx context.Context) (Status, error) {
+	return get[Status](ctx, t, op{"op": "status"})
+}
+
+func (t *target) stop(ctx context.Context, opts []StopOption) (SandboxInfo, error) {
+	o := op{"op": "stop"}
+	for _, f := range opts {
+		f(o)
+	}
+	return t.info(ctx, o)
+}
+
+func (t *target) waitForStatus(ctx context.Context, statuses []Status) (SandboxInfo, error) {
+	return t.info(ctx, op{"op": "wait_for_status", "statuses": statuses})
+}
+
+func (t *target) modify(ctx context.Context, changes []Change) (ModifyPlan, error) {
+	o := op{"op": "modify"}
+	for _, f := range changes {
+		f(o)
+	}
+	raw, _, err := t.do(ctx, o, nil)
+	if err != nil {
+		return ModifyPlan{}, err
+	}
+	var w struct {
+		Changes []FieldChange `json:"changes"`
+		Info    wireInfo      `json:"info"`
+	}
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return ModifyPlan{}, malformed(err)
+	}
+	return ModifyPlan{Changes: w.Changes, Info: w.Info.info()}, nil
+}
+
+func (t *target) metrics(ctx context.Context) (Metrics, error) {
+	return get[Metrics](ctx, t, op{"op": "metrics"})
+}
+
+func (t *target) logs(ctx context.Context, opts []LogOption) ([]LogLine, error) {
+	o := op{"op": "logs"}
+	for _, f := range opts {
+		f(o)
+	}
+	return get[[]LogLine](ctx, t, o)
+}
+
+func (t *target) sandbox(ctx context.Context, name string) (*Sandbox, error) {
+	_, obj, err := t.do(ctx, op{"op": name}, nil)
+	return liveSandbox(obj, err)
+}
+
+// StopOption configures Stop.
+type StopOption func(op)
+
+// WithGrace is how long the guest gets between SIGTERM and SIGKILL.
+func WithGrace(d time.Duration) StopOption { return func(o op) { o["grace"] = d.Seconds() } }
+
+// Change is one change of Modify. A field not changed stays as it is.
+type Change func(op)
+
+// SetCPUs changes the CPU limit (0: unset).
+func SetCPUs(cpus float64) Change { return func(o op) { o["cpus"] = nullIfZero(cpus) } }
+
+// SetMemory changes the memory limit in MiB (0: unset).
+func SetMemory(mib uint64) Change { return func(o op) { o["memory_mb"] = nullIfZero(mib) } }
+
+// SetEnv sets an environment variable of the commands started from now on.
+func SetEnv(key, value string) Change {
+	return func(o op) { merge(o, "env_set", map[string]string{key: value}) }
+}
+
+// UnsetEnv removes environment variables.
+func UnsetEnv(keys ...string) Change { return func(o op) { extend(o, "env_unset", keys) } }
+
+// SetLabel sets a label.
+func SetLabel(key, value string) Change {
+	return func(o op) { merge(o, "labels_set", map[string]string{key: value}) }
+}
+
+// UnsetLabels removes labels.
+func UnsetLabels(keys ...string) Change { return func(o op) { extend(o, "labels_unset", keys) } }
+
+// SetIdleTimeout changes the idle timeout (0: none).
+func SetIdleTimeout(d time.Duration) Change {
+	return func(o op) { o["idle_timeout"] = nullIfZero(d.Seconds()) }
+}
+
+// SetMaxDuration changes the maximum duration of a run (0: none).
+func SetMaxDuration(d time.Duration) Change {
+	return func(o op) { o["max_duration"] = nullIfZero(d.Seconds()) }
+}
+
+func nullIfZero[T comparable](v T) any {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return v
+}
+
+// LogOption configures Logs and FollowLogs.
+type LogOption func(op)
+
+// WithTail starts from the last n lines.
+func WithTail(n int) LogOption { return func(o op) { o["tail"] = n } }
+
+// WithSource keeps the lines of one source.
+func WithSource(s LogSource) LogOption { return func(o op) { o["source"] = s } }
