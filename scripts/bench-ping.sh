@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The per-call overhead of the TypeScript binding: `await sb.ping()` from
-# Node against the same call from Rust (and through the binding core's JSON
-# call from Rust), in one run, on the local backend with the container
-# driver. Needs what scripts/node-sdk.sh leaves (the packed package) and
+# The per-call overhead of the bindings: `await sb.ping()` from Node and
+# `sb.Ping(ctx)` from Go against the same call from Rust (and through the
+# binding core's JSON call from Rust), in one run, on the local backend
+# with the container driver. Needs what scripts/node-sdk.sh and
+# scripts/go-sdk.sh leave (the packed package, the downloaded module) and
 # the busybox image; run as root.
 # Usage: bash scripts/bench-ping.sh [N]
 set -euo pipefail
@@ -23,4 +24,12 @@ app="$root/target/node-sdk/app"
 [ -d "$app/node_modules/burrow" ] || { echo "run scripts/node-sdk.sh first" >&2; exit 1; }
 cp sdk-node/bench/ping.mjs "$app/bench-ping.mjs"
 (cd "$app" && node bench-ping.mjs "$image" "$n")
+goapp="$root/target/go-sdk/app"
+[ -f "$goapp/go.mod" ] || { echo "run scripts/go-sdk.sh first" >&2; exit 1; }
+(cd "$goapp" &&
+  GOPROXY="file://$root/target/go-sdk/proxy" GOFLAGS=-mod=mod GOSUMDB=off \
+  GOMODCACHE="$root/target/go-sdk/modcache" CGO_LDFLAGS="-L$root/target/go-sdk/lib" \
+  BURROW_TEST_IMAGE="$image" go test -run '^$' -bench BenchmarkPing -benchtime "${n}x" \
+    github.com/burrow-dev/burrow/sdk-go | grep -E '^BenchmarkPing' |
+  awk '{for (i = 1; i <= NF; i++) if ($i == "median-us/op") printf "ping from Go (sb.Ping(ctx))                 median %s us\n", $(i-1)}')
 rm -rf "$BURROW_HOME"

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -326,4 +327,20 @@ func TestAPanicOfTheCoreIsAnError(t *testing.T) {
 	}
 	os.Unsetenv("BURROW_FAULT")
 	must[time.Duration](t)(sb.Ping(ctx))
+}
+
+func TestEverySentinelMatchesOnlyItsCode(t *testing.T) {
+	for _, code := range burrow.CoreErrorCodes() {
+		err := error(&burrow.Error{Code: burrow.ErrorCode(code), Message: "m"})
+		wrapped := fmt.Errorf("context: %w", err)
+		for _, sentinel := range burrow.ErrorCodes() {
+			if got, want := errors.Is(wrapped, sentinel), string(sentinel) == code; got != want {
+				t.Errorf("errors.Is(%s error, %s) = %v", code, sentinel, got)
+			}
+		}
+		var e *burrow.Error
+		if !errors.As(wrapped, &e) || string(e.Code) != code {
+			t.Errorf("errors.As of a %s error", code)
+		}
+	}
 }
