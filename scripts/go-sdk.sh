@@ -15,7 +15,9 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 out="$root/target/go-sdk"
 module=github.com/burrow-dev/burrow/sdk-go
-version=v0.1.0
+# A version per content: go caches what a module version holds (its module
+# index, in GOCACHE) by version, so one version must never change content.
+version="v0.1.0-dev.$(cd sdk-go && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)"
 staticcheck_version=v0.8.2
 
 echo "==> libburrow.a (bindings/c, dev profile: reuses the tests' build)"
@@ -54,7 +56,7 @@ with zipfile.ZipFile(os.path.join(d, version + ".zip"), "w", zipfile.ZIP_DEFLATE
 PY
 
 export GOPROXY="file://$out/proxy" GONOSUMDB="$module" GONOSUMCHECK=1 GOFLAGS=-mod=mod GOSUMDB=off
-export GOMODCACHE="$out/modcache"   # never a stale copy of the same version
+export GOMODCACHE="$out/modcache"
 export CGO_ENABLED=1
 export CGO_LDFLAGS="-L$out/lib"
 cd "$out/app"
