@@ -19,10 +19,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -1371,10 +1373,25 @@ func serve(t *testing.T, home string) func() {
 	os.Setenv("BURROW_URL", url)
 	os.Setenv("BURROW_TOKEN", token)
 	return func() {
-		os.Unsetenv("BURROW_URL")
-		os.Unsetenv("BURROW_TOKEN")
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		defer func() {
+			os.Unsetenv("BURROW_URL")
+			os.Unsetenv("BURROW_TOKEN")
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+		}()
+		// The case really went through the server.
+		req, _ := http.NewRequest("GET", url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		m := regexp.MustCompile(`(?m)^burrow_api_requests_total (\d+)`).FindSubmatch(body)
+		if m == nil || string(m[1]) == "0" {
+			t.Fatalf("the server answered none of the case's requests")
+		}
 	}
 }
 
