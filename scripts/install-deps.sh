@@ -8,11 +8,15 @@
 # (scripts/build-kernel.sh), and PostgreSQL for `burrow serve`'s tests (they
 # run their own throwaway servers on free ports, see
 # core/server/tests/common/pg.rs, so the package's default cluster is not
-# created).
+# created), and Ruby with its headers and libclang for the Ruby binding.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3 docker-registry skopeo apache2-utils umoci; do
+# ruby, ruby-dev and libclang-dev: the Ruby binding (bindings/ruby, magnus
+# and rb-sys, whose build script generates Ruby's bindings with libclang);
+# ruby-minitest: its tests (the gem registry is not reachable).
+for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3 docker-registry skopeo apache2-utils umoci \
+  ruby ruby-dev libclang-dev ruby-minitest; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,0 +1,189 @@
+//! The Ruby adapter of the binding core (`burrow-binding`): the native
+//! extension `burrow_native` of the gem `burrow`. It converts values and
+//! nothing else: `Burrow::Native.call(target, op_json, data)` runs one
+//! operation of the core with the GVL released (other Ruby threads run),
+//! and answers `[json, object]` where `json` is `{"ok": VALUE}` or
+//! `{"error": BODY}` (bytes as base64, as in the C ABI) and `object` the
+//! new `Burrow::NativeObject`, if any. An interrupt of the calling thread
+//! (Ctrl-C, `Thread#raise`, `Timeout.timeout`) cancels the call in the
+//! core, then Ruby raises it.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burrow_binding::{run, ExecEvent, Failure, Object, Output};
+use magnus::{function, method, prelude::*, Error, RString, Ruby};
+use serde_json::{json, Value};
+
+/// An object of the core: a sandbox (live or a handle), a process, a log.
+#[magnus::wrap(class = "Burrow::NativeObject", free_immediately, size)]
+struct NativeObject(Object);
+
+impl NativeObject {
+    /// `{"kind", "id", "name", "live", "generation"}` as JSON.
+    fn describe(&self) -> String {
+        describe(&self.0).to_string()
+    }
+}
+
+fn b64(data: Vec<u8>) -> Value {
+    serde_json::to_value(burrow_protocol::Bytes(data)).unwrap_or(Value::Null)
+}
+
+fn describe(o: &Object) -> Value {
+    match o {
+        Object::Sandbox(sb) => json!({
+            "kind": "sandbox",
+            "id": sb.id().to_string(),
+            "name": sb.name(),
+            "live": sb.is_live(),
+            "generation": sb.generation(),
+        }),
+        Object::Process(_) => json!({"kind": "process"}),
+        Object::Logs(_) => json!({"kind": "logs"}),
+    }
+}
+
+/// A call's outcome as JSON text and the new object, if any.
+fn encode(outcome: Result<Output, Failure>) -> (String, Option<Object>) {
+    let mut object = None;
+    let body = match outcome {
+        Err(f) => json!({ "error": serde_json::to_value(f.body()).unwrap_or(Value::Null) }),
+        Ok(out) => {
+            let value = match out {
+                Output::Unit | Output::Event(None) => Value::Null,
+                Output::Bool(b) => Value::Bool(b),
+                Output::Seconds(s) => json!(s),
+                Output::Bytes(b) => b64(b),
+                Output::Status(s) => json!(s),
+                Output::Json(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
+                Output::Exec(e) => json!({
+                    "stdout": b64(e.stdout),
+                    "stderr": b64(e.stderr),
+                    "exit_code": e.status.code,
+                    "signal": e.status.signal,
+                    "timed_out": e.status.timed_out,
+                }),
+                Output::Event(Some(ExecEvent::Stdout(d))) => {
+                    json!({"kind": "stdout", "data": b64(d)})
+                }
+                Output::Event(Some(ExecEvent::Stderr(d))) => {
+                    json!({"kind": "stderr", "data": b64(d)})
+                }
+                Output::Event(Some(ExecEvent::Exit(s))) => json!({
+                    "kind": "exit",
+                    "exit_code": s.code,
+                    "signal": s.signal,
+                    "timed_out": s.timed_out,
+                }),
+                Output::Object(o) => {
+                    let described = describe(&o);
+                    object = Some(o);
+                    json!({ "object": described })
+                }
+            };
+            json!({ "ok": value })
+        }
+    };
+    (body.to_string(), object)
+}
+
+/// What the call without the GVL works on.
+struct Blocking {
+    target: Option<Object>,
+    op: String,
+    data: Option<Vec<u8>>,
+    interrupted: AtomicBool,
+    result: Option<(String, Option<Object>)>,
+}
+
+extern "C" fn run_blocking(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the `Blocking` that `call` owns and keeps alive
+    // until rb_thread_call_without_gvl2 returns; only this function and
+    // the unblocking function (an atomic store) touch it meanwhile.
+    let b = unsafe { &mut *arg.cast::<Blocking>() };
+    let fut = burrow_binding::call(b.target.as_ref(), &b.op, b.data.take());
+    let interrupted = &b.interrupted;
+    let outcome = run::block_on(fut, || {
+        if interrupted.load(Ordering::SeqCst) {
+            Err(())
+        } else {
+            Ok(())
+        }
+    });
+    b.result = outcome.ok().map(encode);
+    std::ptr::null_mut()
+}
+
+extern "C" fn unblock(arg: *mut c_void) {
+    // SAFETY: as in `run_blocking`; an atomic store only.
+    let b = unsafe { &*arg.cast::<Blocking>() };
+    b.interrupted.store(true, Ordering::SeqCst);
+}
+
+/// `Burrow::Native.call(target, op_json, data) -> [json, object]`.
+fn call(
+    ruby: &Ruby,
+    target: Option<&NativeObject>,
+    op: String,
+    data: Option<RString>,
+) -> Result<(String, Option<NativeObject>), Error> {
+    let mut b = Blocking {
+        target: target.map(|t| t.0.clone()),
+        op,
+        // SAFETY: the bytes are copied before any Ruby code can run.
+        data: data.map(|d| unsafe { d.as_slice() }.to_vec()),
+        interrupted: AtomicBool::new(false),
+        result: None,
+    };
+    let arg = (&mut b as *mut Blocking).cast::<c_void>();
+    // SAFETY: `b` outlives the call; `run_blocking` takes no Ruby object
+    // and calls no Ruby API; `unblock` only stores an atomic flag.
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl2(Some(run_blocking), arg, Some(unblock), arg);
+    }
+    match b.result {
+        Some((json, obj)) => Ok((json, obj.map(NativeObject))),
+        None => {
+            // Interrupted: the call was dropped (cancelled) in the core;
+            // raise what interrupted the thread.
+            // SAFETY: called with the GVL held; a raise is caught by
+            // magnus's protect and returned as an error.
+            magnus::rb_sys::protect(|| {
+                // SAFETY: the GVL is held here.
+                unsafe { rb_sys::rb_thread_check_ints() };
+                rb_sys::Qnil as rb_sys::VALUE
+            })?;
+            Err(Error::new(
+                ruby.exception_interrupt(),
+                "the burrow call was interrupted",
+            ))
+        }
+    }
+}
+
+/// Sets the burrow home of the calls that follow (nil: `$BURROW_HOME`).
+fn configure(home: Option<String>) {
+    burrow_binding::process::configure(home.map(Into::into));
+}
+
+fn error_codes() -> Vec<&'static str> {
+    burrow_binding::error_codes()
+}
+
+fn in_flight() -> usize {
+    run::in_flight()
+}
+
+#[magnus::init(name = "burrow_native")]
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    let burrow = ruby.define_module("Burrow")?;
+    let class = burrow.define_class("NativeObject", ruby.class_object())?;
+    class.define_method("describe", method!(NativeObject::describe, 0))?;
+    let native = burrow.define_module("Native")?;
+    native.define_module_function("call", function!(call, 3))?;
+    native.define_module_function("configure", function!(configure, 1))?;
+    native.define_module_function("error_codes", function!(error_codes, 0))?;
+    native.define_module_function("in_flight", function!(in_flight, 0))?;
+    Ok(())
+}
