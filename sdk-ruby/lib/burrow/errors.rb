@@ -1,0 +1,58 @@
+# frozen_string_literal: true
+
+module Burrow
+  # An error of the burrow core; one subclass per core code (CODE).
+  class Error < StandardError
+    attr_reader :code, :sandbox_id, :name, :status, :actual_id, :operation,
+                :subject, :reason, :after_ms, :guest, :body
+
+    def initialize(body)
+      @body = body
+      @code = body["code"]
+      @sandbox_id = body["id"]
+      @name = body["name"]
+      @status = body["status"]&.to_sym
+      @actual_id = body["actual_id"]
+      @operation = body["operation"]
+      @subject = body["subject"]
+      @reason = body["reason"]
+      @after_ms = body["after_ms"]
+      @guest = body["guest"]
+      super(body["message"])
+    end
+  end
+
+  CODES = {
+    "sandbox_replaced" => :SandboxReplacedError,
+    "already_exists" => :AlreadyExistsError,
+    "not_found" => :NotFoundError,
+    "invalid_state" => :InvalidStateError,
+    "invalid_name" => :InvalidNameError,
+    "invalid_config" => :InvalidConfigError,
+    "invalid_image" => :InvalidImageError,
+    "invalid_argument" => :InvalidArgumentError,
+    "starting" => :StartingError,
+    "start_failed" => :StartFailedError,
+    "timeout" => :TimeoutError,
+    "runtime_unavailable" => :RuntimeUnavailableError,
+    "guest" => :GuestError,
+    "protocol" => :ProtocolError,
+    "store" => :StoreError,
+    "io" => :IOError,
+    "unauthorized" => :UnauthorizedError,
+    "unsupported" => :UnsupportedError
+  }.freeze
+
+  # Every error class by its code.
+  ERROR_CLASSES = CODES.to_h do |code, name|
+    cls = Class.new(Error)
+    cls.const_set(:CODE, code)
+    const_set(name, cls)
+    [code, cls]
+  end.freeze
+
+  # The error of a core error body.
+  def self.error_from(body)
+    (ERROR_CLASSES[body["code"]] || Error).new(body)
+  end
+end
