@@ -10,6 +10,8 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use burrow_binding::{run, ExecEvent, Failure, Object, Output};
 use magnus::{function, method, prelude::*, Error, RString, Ruby};
@@ -88,78 +90,98 @@ fn encode(outcome: Result<Output, Failure>) -> (String, Option<Object>) {
     (body.to_string(), object)
 }
 
-/// What the call without the GVL works on.
-struct Blocking {
-    target: Option<Object>,
-    op: String,
-    data: Option<Vec<u8>>,
+/// What the wait without the GVL works on.
+struct Waiting {
+    rx: mpsc::Receiver<Result<Output, Failure>>,
     interrupted: AtomicBool,
-    result: Option<(String, Option<Object>)>,
+    result: Option<Result<Output, Failure>>,
 }
 
-extern "C" fn run_blocking(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: `arg` is the `Blocking` that `call` owns and keeps alive
-    // until rb_thread_call_without_gvl2 returns; only this function and
-    // the unblocking function (an atomic store) touch it meanwhile.
-    let b = unsafe { &mut *arg.cast::<Blocking>() };
-    let fut = burrow_binding::call(b.target.as_ref(), &b.op, b.data.take());
-    let interrupted = &b.interrupted;
-    let outcome = run::block_on(fut, || {
-        if interrupted.load(Ordering::SeqCst) {
-            Err(())
-        } else {
-            Ok(())
+extern "C" fn wait_blocking(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the `Waiting` that `call` owns and keeps alive
+    // until rb_thread_call_without_gvl2 returns; the unblocking function
+    // only stores an atomic flag in it meanwhile.
+    let w = unsafe { &mut *arg.cast::<Waiting>() };
+    loop {
+        match w.rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(outcome) => {
+                w.result = Some(outcome);
+                break;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if w.interrupted.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                w.result = Some(Err(Failure::internal("the call ended without an answer")));
+                break;
+            }
         }
-    });
-    b.result = outcome.ok().map(encode);
+    }
     std::ptr::null_mut()
 }
 
 extern "C" fn unblock(arg: *mut c_void) {
-    // SAFETY: as in `run_blocking`; an atomic store only.
-    let b = unsafe { &*arg.cast::<Blocking>() };
-    b.interrupted.store(true, Ordering::SeqCst);
+    // SAFETY: as in `wait_blocking`; an atomic store only.
+    let w = unsafe { &*arg.cast::<Waiting>() };
+    w.interrupted.store(true, Ordering::SeqCst);
 }
 
 /// `Burrow::Native.call(target, op_json, data) -> [json, object]`.
+///
+/// The call runs as a task of the core's runtime while this thread waits
+/// for it without the GVL. Ruby wakes the wait for any interrupt of the
+/// thread; then, with the GVL, pending interrupts are handled: one that
+/// raises (Ctrl-C, `Thread#raise`, `Timeout.timeout`) cancels the call in
+/// the core and propagates; one that does not (a signal Ruby handles
+/// itself, such as SIGCHLD) goes back to waiting for the same call.
 fn call(
-    ruby: &Ruby,
     target: Option<&NativeObject>,
     op: String,
     data: Option<RString>,
 ) -> Result<(String, Option<NativeObject>), Error> {
-    let mut b = Blocking {
-        target: target.map(|t| t.0.clone()),
-        op,
-        // SAFETY: the bytes are copied before any Ruby code can run.
-        data: data.map(|d| unsafe { d.as_slice() }.to_vec()),
+    // SAFETY: the bytes are copied before any Ruby code can run.
+    let data = data.map(|d| unsafe { d.as_slice() }.to_vec());
+    let (tx, rx) = mpsc::channel();
+    let fut = burrow_binding::call(target.map(|t| &t.0), &op, data);
+    let cancel = match run::spawn(fut, move |outcome| {
+        let _ = tx.send(outcome);
+    }) {
+        Ok(cancel) => cancel,
+        Err(f) => return Ok(answer(Err(f))),
+    };
+    let mut w = Waiting {
+        rx,
         interrupted: AtomicBool::new(false),
         result: None,
     };
-    let arg = (&mut b as *mut Blocking).cast::<c_void>();
-    // SAFETY: `b` outlives the call; `run_blocking` takes no Ruby object
-    // and calls no Ruby API; `unblock` only stores an atomic flag.
-    unsafe {
-        rb_sys::rb_thread_call_without_gvl2(Some(run_blocking), arg, Some(unblock), arg);
-    }
-    match b.result {
-        Some((json, obj)) => Ok((json, obj.map(NativeObject))),
-        None => {
-            // Interrupted: the call was dropped (cancelled) in the core;
-            // raise what interrupted the thread.
-            // SAFETY: called with the GVL held; a raise is caught by
-            // magnus's protect and returned as an error.
-            magnus::rb_sys::protect(|| {
-                // SAFETY: the GVL is held here.
-                unsafe { rb_sys::rb_thread_check_ints() };
-                rb_sys::Qnil as rb_sys::VALUE
-            })?;
-            Err(Error::new(
-                ruby.exception_interrupt(),
-                "the burrow call was interrupted",
-            ))
+    loop {
+        w.interrupted.store(false, Ordering::SeqCst);
+        let arg = (&mut w as *mut Waiting).cast::<c_void>();
+        // SAFETY: `w` outlives the call; `wait_blocking` takes no Ruby
+        // object and calls no Ruby API; `unblock` stores an atomic flag.
+        unsafe {
+            rb_sys::rb_thread_call_without_gvl2(Some(wait_blocking), arg, Some(unblock), arg);
+        }
+        if let Some(outcome) = w.result.take() {
+            return Ok(answer(outcome));
+        }
+        let handled = magnus::rb_sys::protect(|| {
+            // SAFETY: the GVL is held here; a raise is caught by protect.
+            unsafe { rb_sys::rb_thread_check_ints() };
+            rb_sys::Qnil as rb_sys::VALUE
+        });
+        if let Err(e) = handled {
+            cancel.cancel();
+            return Err(e);
         }
     }
+}
+
+fn answer(outcome: Result<Output, Failure>) -> (String, Option<NativeObject>) {
+    let (json, obj) = encode(outcome);
+    (json, obj.map(NativeObject))
 }
 
 /// Sets the burrow home of the calls that follow (nil: `$BURROW_HOME`).

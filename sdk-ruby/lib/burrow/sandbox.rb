@@ -25,6 +25,35 @@ module Burrow
     def metrics = Burrow.call(@native, { op: "metrics" })
     def destroy = Burrow.call(@native, { op: "destroy" }) && nil
 
+    def logs(tail: nil, source: nil) = Burrow.call(@native, { op: "logs", tail: tail, source: source&.to_s })
+
+    # Changes the configuration; nil clears cpus, memory, idle_timeout and
+    # max_duration. The plan says where each change lands.
+    def modify(**changes)
+      changes[:memory_mb] = changes.delete(:memory) if changes.key?(:memory)
+      Burrow.call(@native, { op: "modify", **changes })
+    end
+
+    # Log lines as they are written, until the run stops: an Enumerator
+    # without a block.
+    def follow_logs(tail: nil, source: nil)
+      return enum_for(:follow_logs, tail: tail, source: source) unless block_given?
+
+      cursor = Burrow.call(@native, { op: "follow_logs", tail: tail, source: source&.to_s })
+      loop do
+        line = begin
+          Burrow.call(cursor, { op: "next", call_timeout: 1 })
+        rescue Burrow::TimeoutError
+          break unless %i[running draining paused starting].include?(status)
+
+          next
+        end
+        break if line.nil?
+
+        yield line
+      end
+    end
+
     def wait_for_status(*statuses, timeout: nil)
       Burrow.call(@native, { op: "wait_for_status", statuses: statuses.flatten.map(&:to_s), call_timeout: timeout })
     end
@@ -85,10 +114,88 @@ module Burrow
     def detach = Burrow.call(@native, { op: "detach" })
     def restart = Burrow.call(@native, { op: "restart" })
 
+    # File operations (absolute guest paths).
+    def fs = Fs.new(@native)
+
+    # Starts argv with streamed output. With a block, yields each chunk as
+    # (stream, data) with stream :stdout or :stderr, and returns the exit
+    # status; without one, returns the Process.
+    def spawn(argv, stdin: nil, env: nil, cwd: nil, timeout: nil, &block)
+      native = Burrow.call(@native, { op: "spawn", argv: Array(argv), env: env, cwd: cwd, timeout: timeout,
+                                      keep_stdin: stdin.nil? && !block }, stdin)
+      process = Process.new(native)
+      return process unless block
+
+      begin
+        process.each(&block)
+        process.exit_status
+      ensure
+        process.kill unless process.exit_status
+      end
+    end
+
     def exec(argv, stdin: nil, env: nil, cwd: nil, timeout: nil)
       r = Burrow.call(@native, { op: "exec", argv: Array(argv), env: env, cwd: cwd, timeout: timeout }, stdin)
       ExecResult.new(stdout: Base64.decode64(r["stdout"]), stderr: Base64.decode64(r["stderr"]),
                      exit_code: r["exit_code"], signal: r["signal"], timed_out: r["timed_out"])
     end
+  end
+end
+
+module Burrow
+  ExitStatus = Struct.new(:exit_code, :signal, :timed_out, keyword_init: true)
+
+  # A command started by Sandbox#spawn.
+  class Process
+    include Enumerable
+    attr_reader :exit_status
+
+    def initialize(native)
+      @native = native
+      @exit_status = nil
+    end
+
+    # Yields (stream, data) for each chunk of output until the exit.
+    def each
+      return enum_for(:each) unless block_given?
+
+      until @exit_status
+        ev = Burrow.call(@native, { op: "next" })
+        break if ev.nil?
+
+        if ev["kind"] == "exit"
+          @exit_status = ExitStatus.new(exit_code: ev["exit_code"], signal: ev["signal"], timed_out: ev["timed_out"])
+        else
+          yield ev["kind"].to_sym, Base64.decode64(ev["data"])
+        end
+      end
+    end
+
+    def write(data) = Burrow.call(@native, { op: "write" }, data) && nil
+    def close_stdin = Burrow.call(@native, { op: "close_stdin" }) && nil
+    def signal(sig) = Burrow.call(@native, { op: "signal", signal: sig }) && nil
+    def kill = signal(9)
+
+    # Waits for the exit (output not yet read is discarded).
+    def wait
+      each { |_stream, _data| nil }
+      @exit_status
+    end
+  end
+
+  # File operations in a running sandbox.
+  class Fs
+    def initialize(native)
+      @native = native
+    end
+
+    def read(path) = Base64.decode64(Burrow.call(@native, { op: "fs_read", path: path }))
+    def write(path, data, mode: nil) = Burrow.call(@native, { op: "fs_write", path: path, mode: mode }, data) && nil
+    def list(path) = Burrow.call(@native, { op: "fs_list", path: path })
+    def stat(path) = Burrow.call(@native, { op: "fs_stat", path: path })
+    def exist?(path) = Burrow.call(@native, { op: "fs_exists", path: path })
+    def mkdir(path, parents: false) = Burrow.call(@native, { op: "fs_mkdir", path: path, parents: parents }) && nil
+    def remove(path, recursive: false) = Burrow.call(@native, { op: "fs_remove", path: path, recursive: recursive }) && nil
+    def rename(from, to) = Burrow.call(@native, { op: "fs_rename", from: from, to: to }) && nil
   end
 end
