@@ -1,0 +1,85 @@
+# frozen_string_literal: true
+
+# Against the installed gem (scripts/ruby-sdk.sh): never the source tree.
+require "minitest/autorun"
+require "tmpdir"
+require "timeout"
+require "burrow"
+
+IMAGE = ENV.fetch("BURROW_TEST_IMAGE")
+
+class TestBasic < Minitest::Test
+  def setup
+    @home = Dir.mktmpdir("brt", "/tmp")
+    Burrow.configure(home: @home)
+  end
+
+  def teardown
+    Burrow::Sandbox.list.each { |i| Burrow::Sandbox.get(i["name"]).destroy }
+    Burrow.configure
+    FileUtils.rm_rf(@home)
+  end
+
+  def test_loaded_from_the_installed_gem
+    refute_includes $LOADED_FEATURES.grep(/burrow\.rb\z/).first, "sdk-ruby/lib"
+  end
+
+  def test_every_core_code_has_its_class
+    assert_equal Burrow.error_codes.sort, Burrow::ERROR_CLASSES.keys.sort
+    Burrow::ERROR_CLASSES.each do |code, cls|
+      assert_equal code, cls::CODE
+      assert_operator cls, :<, Burrow::Error
+    end
+  end
+
+  def test_create_exec_files_spawn
+    Burrow::Sandbox.create("rb-basic", image: IMAGE, memory: 256, env: { "WHO" => "ruby" }) do |sb|
+      assert_match(/\Asb_/, sb.id)
+      assert_equal :running, sb.status
+      out = sb.exec(["sh", "-c", "echo $WHO; cat"], stdin: "in")
+      assert_equal "ruby\nin", out.stdout
+      assert_predicate out, :success?
+      sb.fs.write("/tmp/f", "data")
+      assert_equal "data", sb.fs.read("/tmp/f")
+      refute sb.fs.exist?("/tmp/nope")
+      chunks = []
+      status = sb.spawn(["sh", "-c", "echo out; echo err >&2"]) { |stream, data| chunks << [stream, data] }
+      assert_equal 0, status.exit_code
+      assert_includes chunks, [:stdout, "out\n"]
+      assert_includes chunks, [:stderr, "err\n"]
+    end
+    assert_raises(Burrow::NotFoundError) { Burrow::Sandbox.get("rb-basic") }
+  end
+
+  def test_typed_errors
+    e = assert_raises(Burrow::NotFoundError) { Burrow::Sandbox.get("rb-nobody") }
+    assert_equal "not_found", e.code
+    assert_equal "rb-nobody", e.name
+    assert_raises(Burrow::InvalidNameError) { Burrow::Sandbox.create("no/slash", image: IMAGE) }
+    sb = Burrow::Sandbox.create("rb-dup", image: IMAGE)
+    e = assert_raises(Burrow::AlreadyExistsError) { Burrow::Sandbox.create("rb-dup", image: IMAGE) }
+    assert_equal sb.id, e.sandbox_id
+    sb.stop
+    e = assert_raises(Burrow::InvalidStateError) { sb.exec(["true"]) }
+    assert_equal :stopped, e.status
+  end
+
+  def test_blocking_calls_release_the_gvl
+    Burrow::Sandbox.create("rb-gvl", image: IMAGE) do |sb|
+      ticks = 0
+      ticker = Thread.new { loop { sleep 0.01; ticks += 1 } }
+      sb.exec(%w[sleep 1])
+      ticker.kill
+      assert_operator ticks, :>, 50, "another thread ran during the exec"
+    end
+  end
+
+  def test_timeout_cancels_and_leaves_no_orphan
+    Burrow::Sandbox.create("rb-timeout", image: IMAGE) do |sb|
+      assert_raises(Timeout::Error) { Timeout.timeout(0.5) { sb.exec(%w[sleep 30]) } }
+      gone = 100.times.any? { sb.exec(%w[pidof sleep]).exit_code != 0 || (sleep(0.05) && false) }
+      assert gone, "the interrupted sleep ended in the guest"
+      assert_equal 0, Burrow::Native.in_flight
+    end
+  end
+end
