@@ -12,6 +12,10 @@ out="$root/target/ruby-sdk"
 echo "==> the workspace's libraries (dev profile)"
 cargo build -q --workspace --lib
 
+echo "==> rbs validate of the signatures (sig/burrow.rbs; rbs ships with Debian's Ruby)"
+rbs_exe=$(ruby -e 'print Gem::Specification.find_by_name("rbs").bin_file("rbs")')
+(cd sdk-ruby && ruby "$rbs_exe" -I sig validate >/dev/null)
+
 echo "==> gem build"
 rm -rf "$out" && mkdir -p "$out"
 (cd sdk-ruby && gem build -q burrow.gemspec -o "$out/burrow.gem" >/dev/null)
