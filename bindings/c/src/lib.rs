@@ -25,8 +25,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use burrow_binding::{run, ExecEvent, Failure, Object, Output};
-use serde_json::{json, Value};
+use burrow_binding::{run, Failure, Object, Output};
+use serde_json::json;
 
 /// An object of the core: a sandbox (live or a handle), a process, a
 /// followed log. Opaque; freed with [`burrow_object_free`].
@@ -48,68 +48,18 @@ pub struct BurrowResult {
 /// library's runtime), unless the call was cancelled.
 pub type BurrowCallback = Option<extern "C" fn(context: *mut c_void, result: BurrowResult)>;
 
-fn b64(data: Vec<u8>) -> Value {
-    serde_json::to_value(burrow_protocol::Bytes(data)).unwrap_or(Value::Null)
-}
-
-fn describe(o: &Object) -> Value {
-    match o {
-        Object::Sandbox(sb) => json!({
-            "kind": "sandbox",
-            "id": sb.id().to_string(),
-            "name": sb.name(),
-            "live": sb.is_live(),
-            "generation": sb.generation(),
-        }),
-        Object::Process(_) => json!({"kind": "process"}),
-        Object::Logs(_) => json!({"kind": "logs"}),
-    }
-}
-
 /// A call's outcome as the result the caller owns.
 fn result(outcome: Result<Output, Failure>) -> BurrowResult {
-    let mut object = std::ptr::null_mut();
-    let body = match outcome {
-        Err(f) => json!({ "error": serde_json::to_value(f.body()).unwrap_or(Value::Null) }),
-        Ok(out) => {
-            let value = match out {
-                Output::Unit | Output::Event(None) => Value::Null,
-                Output::Bool(b) => Value::Bool(b),
-                Output::Seconds(s) => json!(s),
-                Output::Bytes(b) => b64(b),
-                Output::Status(s) => json!(s),
-                Output::Json(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
-                Output::Exec(e) => json!({
-                    "stdout": b64(e.stdout),
-                    "stderr": b64(e.stderr),
-                    "exit_code": e.status.code,
-                    "signal": e.status.signal,
-                    "timed_out": e.status.timed_out,
-                }),
-                Output::Event(Some(ExecEvent::Stdout(d))) => {
-                    json!({"kind": "stdout", "data": b64(d)})
-                }
-                Output::Event(Some(ExecEvent::Stderr(d))) => {
-                    json!({"kind": "stderr", "data": b64(d)})
-                }
-                Output::Event(Some(ExecEvent::Exit(s))) => json!({
-                    "kind": "exit",
-                    "exit_code": s.code,
-                    "signal": s.signal,
-                    "timed_out": s.timed_out,
-                }),
-                Output::Object(o) => {
-                    let described = describe(&o);
-                    LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
-                    object = Box::into_raw(Box::new(BurrowObject(o)));
-                    json!({ "object": described })
-                }
-            };
-            json!({ "ok": value })
+    let (json, object) = burrow_binding::answer_json(outcome);
+    let object = match object {
+        Some(o) => {
+            LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
+            Box::into_raw(Box::new(BurrowObject(o)))
         }
+        None => std::ptr::null_mut(),
     };
     BurrowResult {
-        json: string(body.to_string()),
+        json: string(json),
         object,
     }
 }
@@ -319,7 +269,7 @@ pub extern "C" fn burrow_objects_live() -> usize {
 pub unsafe extern "C" fn burrow_object_describe(object: *const BurrowObject) -> *mut c_char {
     // SAFETY: as documented.
     match unsafe { object.as_ref() } {
-        Some(o) => string(describe(&o.0).to_string()),
+        Some(o) => string(o.0.describe().to_string()),
         None => string("null".into()),
     }
 }

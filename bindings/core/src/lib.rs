@@ -39,7 +39,7 @@ pub mod run;
 pub use burrow::{ExecEvent, ExecOutput};
 pub use failure::Failure;
 pub use objects::{LogCursor, Object, ProcessObj, SandboxObj};
-pub use ops::{call, CallFuture, LogOp, ModuleOp, Output, ProcessOp, SandboxOp};
+pub use ops::{answer_json, call, CallFuture, LogOp, ModuleOp, Output, ProcessOp, SandboxOp};
 
 /// The core's error codes, in order (`burrow::ErrorCode::ALL`): every SDK
 /// checks its error classes against this list both ways.

@@ -255,3 +255,21 @@ pub enum Object {
     /// A followed log.
     Logs(Arc<LogCursor>),
 }
+
+impl Object {
+    /// The object as the adapters describe it: `{"kind", "id", "name",
+    /// "live", "generation"}` (the last four for sandboxes only).
+    pub fn describe(&self) -> serde_json::Value {
+        match self {
+            Object::Sandbox(sb) => serde_json::json!({
+                "kind": "sandbox",
+                "id": sb.id().to_string(),
+                "name": sb.name(),
+                "live": sb.is_live(),
+                "generation": sb.generation(),
+            }),
+            Object::Process(_) => serde_json::json!({"kind": "process"}),
+            Object::Logs(_) => serde_json::json!({"kind": "logs"}),
+        }
+    }
+}

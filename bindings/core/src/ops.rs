@@ -15,6 +15,7 @@ use burrow::{
     SandboxHandle, SandboxId, Status,
 };
 use serde::Deserialize;
+use serde_json::{json, Value};
 
 use crate::failure::Failure;
 use crate::input::{
@@ -476,4 +477,52 @@ async fn logs(l: &LogCursor, op: LogOp) -> Result<Output, Failure> {
             None => Ok(Output::Unit),
         },
     }
+}
+
+/// A call's outcome as the JSON answer of the byte-oriented adapters (the
+/// C ABI, Ruby): `{"ok": VALUE}` or `{"error": BODY}`, bytes as base64, a
+/// new object as `{"object": {...}}` and returned beside the text.
+pub fn answer_json(outcome: Result<Output, Failure>) -> (String, Option<Object>) {
+    let b64 =
+        |data: Vec<u8>| serde_json::to_value(burrow::protocol::Bytes(data)).unwrap_or(Value::Null);
+    let mut object = None;
+    let body = match outcome {
+        Err(f) => json!({ "error": serde_json::to_value(f.body()).unwrap_or(Value::Null) }),
+        Ok(out) => {
+            let value = match out {
+                Output::Unit | Output::Event(None) => Value::Null,
+                Output::Bool(b) => Value::Bool(b),
+                Output::Seconds(s) => json!(s),
+                Output::Bytes(b) => b64(b),
+                Output::Status(s) => json!(s),
+                Output::Json(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
+                Output::Exec(e) => json!({
+                    "stdout": b64(e.stdout),
+                    "stderr": b64(e.stderr),
+                    "exit_code": e.status.code,
+                    "signal": e.status.signal,
+                    "timed_out": e.status.timed_out,
+                }),
+                Output::Event(Some(ExecEvent::Stdout(d))) => {
+                    json!({"kind": "stdout", "data": b64(d)})
+                }
+                Output::Event(Some(ExecEvent::Stderr(d))) => {
+                    json!({"kind": "stderr", "data": b64(d)})
+                }
+                Output::Event(Some(ExecEvent::Exit(s))) => json!({
+                    "kind": "exit",
+                    "exit_code": s.code,
+                    "signal": s.signal,
+                    "timed_out": s.timed_out,
+                }),
+                Output::Object(o) => {
+                    let described = o.describe();
+                    object = Some(o);
+                    json!({ "object": described })
+                }
+            };
+            json!({ "ok": value })
+        }
+    };
+    (body.to_string(), object)
 }

@@ -3,7 +3,7 @@
 //! nothing else: `Burrow::Native.call(target, op_json, data)` runs one
 //! operation of the core with the GVL released (other Ruby threads run),
 //! and answers `[json, object]` where `json` is `{"ok": VALUE}` or
-//! `{"error": BODY}` (bytes as base64, as in the C ABI) and `object` the
+//! `{"error": BODY}` (`burrow_binding::answer_json`, as in the C ABI) and `object` the
 //! new `Burrow::NativeObject`, if any. An interrupt of the calling thread
 //! (Ctrl-C, `Thread#raise`, `Timeout.timeout`) cancels the call in the
 //! core, then Ruby raises it.
@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use burrow_binding::{run, ExecEvent, Failure, Object, Output};
+use burrow_binding::{run, Failure, Object, Output};
 use magnus::{function, method, prelude::*, Error, RString, Ruby};
-use serde_json::{json, Value};
 
 /// An object of the core: a sandbox (live or a handle), a process, a log.
 #[magnus::wrap(class = "Burrow::NativeObject", free_immediately, size)]
@@ -24,70 +23,8 @@ struct NativeObject(Object);
 impl NativeObject {
     /// `{"kind", "id", "name", "live", "generation"}` as JSON.
     fn describe(&self) -> String {
-        describe(&self.0).to_string()
+        self.0.describe().to_string()
     }
-}
-
-fn b64(data: Vec<u8>) -> Value {
-    serde_json::to_value(burrow_protocol::Bytes(data)).unwrap_or(Value::Null)
-}
-
-fn describe(o: &Object) -> Value {
-    match o {
-        Object::Sandbox(sb) => json!({
-            "kind": "sandbox",
-            "id": sb.id().to_string(),
-            "name": sb.name(),
-            "live": sb.is_live(),
-            "generation": sb.generation(),
-        }),
-        Object::Process(_) => json!({"kind": "process"}),
-        Object::Logs(_) => json!({"kind": "logs"}),
-    }
-}
-
-/// A call's outcome as JSON text and the new object, if any.
-fn encode(outcome: Result<Output, Failure>) -> (String, Option<Object>) {
-    let mut object = None;
-    let body = match outcome {
-        Err(f) => json!({ "error": serde_json::to_value(f.body()).unwrap_or(Value::Null) }),
-        Ok(out) => {
-            let value = match out {
-                Output::Unit | Output::Event(None) => Value::Null,
-                Output::Bool(b) => Value::Bool(b),
-                Output::Seconds(s) => json!(s),
-                Output::Bytes(b) => b64(b),
-                Output::Status(s) => json!(s),
-                Output::Json(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
-                Output::Exec(e) => json!({
-                    "stdout": b64(e.stdout),
-                    "stderr": b64(e.stderr),
-                    "exit_code": e.status.code,
-                    "signal": e.status.signal,
-                    "timed_out": e.status.timed_out,
-                }),
-                Output::Event(Some(ExecEvent::Stdout(d))) => {
-                    json!({"kind": "stdout", "data": b64(d)})
-                }
-                Output::Event(Some(ExecEvent::Stderr(d))) => {
-                    json!({"kind": "stderr", "data": b64(d)})
-                }
-                Output::Event(Some(ExecEvent::Exit(s))) => json!({
-                    "kind": "exit",
-                    "exit_code": s.code,
-                    "signal": s.signal,
-                    "timed_out": s.timed_out,
-                }),
-                Output::Object(o) => {
-                    let described = describe(&o);
-                    object = Some(o);
-                    json!({ "object": described })
-                }
-            };
-            json!({ "ok": value })
-        }
-    };
-    (body.to_string(), object)
 }
 
 /// What the wait without the GVL works on.
@@ -180,7 +117,7 @@ fn call(
 }
 
 fn answer(outcome: Result<Output, Failure>) -> (String, Option<NativeObject>) {
-    let (json, obj) = encode(outcome);
+    let (json, obj) = burrow_binding::answer_json(outcome);
     (json, obj.map(NativeObject))
 }
 
