@@ -15,7 +15,7 @@ class TestBasic < Minitest::Test
   end
 
   def teardown
-    Burrow::Sandbox.list.each { |i| Burrow::Sandbox.get(i["name"]).destroy }
+    Burrow::Sandbox.list.each { |i| Burrow::Sandbox.get_by_id(i.id).destroy }
     Burrow.configure
     FileUtils.rm_rf(@home)
   end

@@ -159,6 +159,14 @@ pub enum SandboxOp {
     FollowLogs(LogInput),
     /// Survive the owner process from now on.
     Detach,
+    /// An owner lets go of the run it started: stops it (default grace)
+    /// if run `generation` is still the current one and still attached,
+    /// else does nothing. What an SDK does when its owning object is
+    /// garbage collected.
+    Release {
+        /// The run the owner started.
+        generation: u64,
+    },
     /// Removes it (must be stopped).
     Remove,
     /// Stops it if needed and removes it.
@@ -369,6 +377,13 @@ async fn sandbox(
             )))))
         }
         Op::Handle => Ok(object_handle(handle_of(bound))),
+        Op::Release { generation } => {
+            let info = either!(&bound, x => x.info().await?);
+            if info.generation == generation && !info.detached && info.status.has_runtime() {
+                either!(bound, x => x.stop().await?);
+            }
+            Ok(Output::Unit)
+        }
         Op::WaitForStatus { statuses: names } => {
             let wanted = statuses(&names)?;
             json(&handle_of(bound).wait_for_status(&wanted).await?)

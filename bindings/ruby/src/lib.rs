@@ -121,6 +121,15 @@ fn answer(outcome: Result<Output, Failure>) -> (String, Option<NativeObject>) {
     (json, obj.map(NativeObject))
 }
 
+/// `Burrow::Native.spawn_call(target, op_json)`: starts the call and
+/// returns at once; its outcome is dropped. For finalizers, which must
+/// not block (the release of a garbage-collected owner).
+fn spawn_call(target: &NativeObject, op: String) {
+    let fut = burrow_binding::call(Some(&target.0), &op, None);
+    // Dropping the Cancel leaves the task running to its end.
+    let _ = run::spawn(fut, |_| {});
+}
+
 /// Sets the burrow home of the calls that follow (nil: `$BURROW_HOME`).
 fn configure(home: Option<String>) {
     burrow_binding::process::configure(home.map(Into::into));
@@ -141,6 +150,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_method("describe", method!(NativeObject::describe, 0))?;
     let native = burrow.define_module("Native")?;
     native.define_module_function("call", function!(call, 3))?;
+    native.define_module_function("spawn_call", function!(spawn_call, 2))?;
     native.define_module_function("configure", function!(configure, 1))?;
     native.define_module_function("error_codes", function!(error_codes, 0))?;
     native.define_module_function("in_flight", function!(in_flight, 0))?;

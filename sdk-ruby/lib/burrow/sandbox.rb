@@ -1,10 +1,15 @@
 # frozen_string_literal: true
 
 module Burrow
-  # The lifecycle calls a Sandbox and a Handle share.
+  # The lifecycle calls a {Sandbox} and a {Handle} share. Every call goes to
+  # the core with the GVL released.
   class Target
-    attr_reader :id, :name
+    # @return [String] the sandbox id (+sb_...+), fixed for its life
+    attr_reader :id
+    # @return [String] the name it was created with
+    attr_reader :name
 
+    # @api private
     def initialize(native)
       @native = native
       d = JSON.parse(native.describe)
@@ -13,33 +18,77 @@ module Burrow
       @generation = d["generation"]
     end
 
-    def info = Burrow.call(@native, { op: "info" })
-    def status = Burrow.call(@native, { op: "status" }).to_sym
-    def stop(grace: nil) = Burrow.call(@native, { op: "stop", grace: grace })
-    def kill = Burrow.call(@native, { op: "kill" })
-    def request_drain = Burrow.call(@native, { op: "request_drain" })
-    def wait_until_stopped = Burrow.call(@native, { op: "wait_until_stopped" })
-    def pause = Burrow.call(@native, { op: "pause" })
-    def resume = Burrow.call(@native, { op: "resume" })
-    def touch = Burrow.call(@native, { op: "touch" }) && nil
-    def metrics = Burrow.call(@native, { op: "metrics" })
-    def destroy = Burrow.call(@native, { op: "destroy" }) && nil
+    # @return [SandboxInfo] the record as it is now
+    def info = SandboxInfo.from_json(call(op: "info"))
 
-    def logs(tail: nil, source: nil) = Burrow.call(@native, { op: "logs", tail: tail, source: source&.to_s })
+    # @return [Symbol] +:created+, +:starting+, +:running+, +:draining+,
+    #   +:paused+, +:stopped+ or +:crashed+
+    def status = call(op: "status").to_sym
 
-    # Changes the configuration; nil clears cpus, memory, idle_timeout and
-    # max_duration. The plan says where each change lands.
-    def modify(**changes)
-      changes[:memory_mb] = changes.delete(:memory) if changes.key?(:memory)
-      Burrow.call(@native, { op: "modify", **changes })
+    # @return [SandboxConfig] the stored configuration
+    def config = info.config
+
+    # Graceful stop (SIGTERM, then SIGKILL after +grace+ seconds).
+    # Idempotent: a sandbox that is not running is answered as it is.
+    # @param grace [Numeric, nil] seconds (nil: the default)
+    # @return [SandboxInfo]
+    def stop(grace: nil) = record(op: "stop", grace: grace)
+
+    # Immediate stop (idempotent).
+    # @return [SandboxInfo]
+    def kill = record(op: "kill")
+
+    # Refuses new work; the sandbox stops when what runs has finished.
+    # @return [SandboxInfo]
+    def request_drain = record(op: "request_drain")
+
+    # Waits until the current run ends.
+    # @return [SandboxInfo]
+    def wait_until_stopped = record(op: "wait_until_stopped")
+
+    # Waits until the status is one of +statuses+.
+    # @param statuses [Array<Symbol, String>]
+    # @param timeout [Numeric, nil] seconds, then {TimeoutError}
+    # @return [SandboxInfo]
+    def wait_for_status(*statuses, timeout: nil)
+      record(op: "wait_for_status", statuses: statuses.flatten.map(&:to_s), call_timeout: timeout)
     end
 
-    # Log lines as they are written, until the run stops: an Enumerator
-    # without a block.
+    # Freezes every process of the sandbox.
+    # @return [SandboxInfo]
+    def pause = record(op: "pause")
+
+    # Thaws a paused sandbox.
+    # @return [SandboxInfo]
+    def resume = record(op: "resume")
+
+    # Activity now: keeps an idle timeout from stopping it.
+    # @return [nil]
+    def touch = call(op: "touch") && nil
+
+    # @return [Metrics] resource usage of the running sandbox
+    def metrics = Metrics.from_json(call(op: "metrics"))
+
+    # Stops it if it runs and removes it, with everything it wrote.
+    # @return [nil]
+    def destroy = call(op: "destroy") && nil
+
+    # Log lines written so far.
+    # @param tail [Integer, nil] only the last lines
+    # @param source [Symbol, nil] +:supervisor+ or +:guest+ (nil: both)
+    # @return [Array<LogLine>]
+    def logs(tail: nil, source: nil)
+      call(op: "logs", tail: tail, source: source&.to_s).map { |l| LogLine.from_json(l) }
+    end
+
+    # Log lines as they are written, until the run stops. Without a block,
+    # an Enumerator.
+    # @yieldparam line [LogLine]
+    # @return [Enumerator, nil]
     def follow_logs(tail: nil, source: nil)
       return enum_for(:follow_logs, tail: tail, source: source) unless block_given?
 
-      cursor = Burrow.call(@native, { op: "follow_logs", tail: tail, source: source&.to_s })
+      cursor = call(op: "follow_logs", tail: tail, source: source&.to_s)
       loop do
         line = begin
           Burrow.call(cursor, { op: "next", call_timeout: 1 })
@@ -50,79 +99,215 @@ module Burrow
         end
         break if line.nil?
 
-        yield line
+        yield LogLine.from_json(line)
       end
+      nil
     end
 
-    def wait_for_status(*statuses, timeout: nil)
-      Burrow.call(@native, { op: "wait_for_status", statuses: statuses.flatten.map(&:to_s), call_timeout: timeout })
+    # Changes the configuration. Only the keywords given change; +nil+
+    # clears +cpus+, +memory+, +idle_timeout+ and +max_duration+. The plan
+    # says where each change lands (live, or at the next start).
+    # @param env [Hash{String=>String}] entries to set
+    # @param unset_env [Array<String>] entries to remove
+    # @param labels [Hash{String=>String}] labels to set
+    # @param unset_labels [Array<String>] labels to remove
+    # @return [ModifyPlan]
+    def modify(cpus: UNSET, memory: UNSET, idle_timeout: UNSET, max_duration: UNSET,
+               env: nil, unset_env: nil, labels: nil, unset_labels: nil)
+      op = { op: "modify", env_set: env, env_unset: unset_env, labels_set: labels, labels_unset: unset_labels }.compact
+      { cpus: cpus, memory_mb: memory, idle_timeout: idle_timeout, max_duration: max_duration }.each do |k, v|
+        op[k] = v unless v.equal?(UNSET)
+      end
+      ModifyPlan.from_json(Burrow.call(@native, op, compact: false))
     end
+
+    def inspect = "#<#{self.class.name} #{@name} #{@id}>"
+
+    private
+
+    def call(op, data = nil) = Burrow.call(@native, op, data)
+    def record(op) = SandboxInfo.from_json(call(op))
+
+    # A Sandbox of a run this call gave (it owns it if the run was
+    # started by this process and is attached).
+    def live(native) = Sandbox.send(:owning, native)
   end
 
-  # A metadata handle of one sandbox id (it may be stopped).
+  # A metadata handle of one sandbox id: lifecycle calls, whatever the
+  # status (it may be stopped). {#connect_or_start} gives a {Sandbox}.
   class Handle < Target
-    def start = Sandbox.new(Burrow.call(@native, { op: "start" }))
-    def connect = Sandbox.new(Burrow.call(@native, { op: "connect" }))
-    def connect_or_start = Sandbox.new(Burrow.call(@native, { op: "connect_or_start" }))
-    def restart = Sandbox.new(Burrow.call(@native, { op: "restart" }))
-    def remove = Burrow.call(@native, { op: "remove" }) && nil
+    # Starts it (created, stopped or crashed): strict.
+    # @return [Sandbox]
+    def start = live(call(op: "start"))
+
+    # The running sandbox ({InvalidStateError} if it is not running).
+    # @return [Sandbox]
+    def connect = live(call(op: "connect"))
+
+    # Converges on the running sandbox: waits through a start, starts it
+    # if it is stopped; one start however many callers.
+    # @return [Sandbox]
+    def connect_or_start = live(call(op: "connect_or_start"))
+
+    # Stops then starts it (same id and configuration, next generation).
+    # @return [Sandbox]
+    def restart = live(call(op: "restart"))
+
+    # Removes it (created, stopped or crashed only).
+    # @return [nil]
+    def remove = call(op: "remove") && nil
   end
 
-  # How a command ended, with its output.
-  ExecResult = Struct.new(:stdout, :stderr, :exit_code, :signal, :timed_out, keyword_init: true) do
-    def success? = exit_code.zero? && !timed_out
-  end
-
-  # A running sandbox, bound to one id and run.
+  # A running sandbox, bound to one id and run: commands, files, streams.
+  #
+  # == Ownership
+  # An attached sandbox (the default) is owned by the process that started
+  # its run: it stops (+exit_reason+ +:owner_exited+) when that process
+  # exits, however it exits (SIGKILL too). In Ruby the {Sandbox} object
+  # through which this process started the run owns it as well: when that
+  # object is garbage collected, the run is stopped (if it is still the
+  # current, attached run). Keep a reference while you use it, use the
+  # block form, or create it with +detached: true+ (or call {#detach}).
   class Sandbox < Target
+    # @return [Integer] the run this object is connected to
     attr_reader :generation
 
-    # Creates and starts the sandbox name (strict: a taken name is
-    # AlreadyExistsError). With a block, yields it and destroys it after.
-    def self.create(name, **options, &block) = build("create", name, options, &block)
+    class << self
+      # Creates and starts the sandbox +name+ (strict: a taken name is
+      # {AlreadyExistsError}; +replace: true+ destroys the holder first).
+      # With a block, yields it and destroys it after.
+      #
+      # @param options [Hash] +image+, +driver+, +runtime+, +cpus+, +memory+
+      #   (MiB), +pids_limit+, +env+, +workdir+, +labels+, +volumes+
+      #   (+[{source:, target:, read_only:}]+), +network+, +idle_timeout+,
+      #   +max_duration+, +startup_timeout+ (seconds), +demand_start+,
+      #   +detached+, +replace+
+      # @yieldparam sandbox [Sandbox]
+      # @return [Sandbox] (with a block: the block's value)
+      def create(name, **options, &block)
+        mode = options.delete(:replace) ? "replace" : "create"
+        build(mode, name, options, &block)
+      end
 
-    # Converges: every caller gets the one sandbox of that name.
-    def self.connect_or_create(name, **options, &block) = build("connect_or_create", name, options, &block)
+      # Converges: every caller, in any process, gets the one sandbox of
+      # that name (created, or started if stopped, at most once). The
+      # options apply only if this call creates it.
+      # @return [Sandbox] (with a block: the block's value; destroys it after)
+      def connect_or_create(name, **options, &block) = build("connect_or_create", name, options, &block)
 
-    # A handle of the sandbox now named name.
-    def self.get(name) = Handle.new(Burrow.call(nil, { op: "get", name: name }))
+      # Persists the sandbox without starting it.
+      # @return [Handle]
+      def define(name, **options)
+        Handle.new(Burrow.call(nil, { op: "build", mode: "define", name: name, **build_options(options) }))
+      end
 
-    # Records of the sandboxes that match.
-    def self.list(status: nil, labels: nil)
-      Burrow.call(nil, { op: "list", statuses: Array(status).map(&:to_s), labels: labels })
-    end
+      # A handle of the sandbox now named +name+ ({NotFoundError} if none).
+      # @return [Handle]
+      def get(name) = Handle.new(Burrow.call(nil, { op: "get", name: name }))
 
-    # Removes the sandbox name (created, stopped or crashed).
-    def self.remove(name) = Burrow.call(nil, { op: "remove", name: name }) && nil
+      # A handle of exactly this id.
+      # @return [Handle]
+      def get_by_id(id) = Handle.new(Burrow.call(nil, { op: "get_by_id", id: id }))
 
-    def self.build(mode, name, options)
-      options = options.dup
-      options[:memory_mb] = options.delete(:memory) if options.key?(:memory)
-      sandbox = new(Burrow.call(nil, { op: "build", mode: mode, name: name, **options }))
-      return sandbox unless block_given?
+      # Records of the sandboxes that match.
+      # @param status [Symbol, Array<Symbol>, nil]
+      # @param labels [Hash{String=>String}, nil] all of them must match
+      # @return [Array<SandboxInfo>]
+      def list(status: nil, labels: nil)
+        Burrow.call(nil, { op: "list", statuses: Array(status).map(&:to_s), labels: labels })
+              .map { |i| SandboxInfo.from_json(i) }
+      end
 
-      begin
-        yield sandbox
-      ensure
-        sandbox.destroy
+      # Removes the sandbox +name+ (created, stopped or crashed).
+      # @return [nil]
+      def remove(name) = Burrow.call(nil, { op: "remove", name: name }) && nil
+
+      private
+
+      def build(mode, name, options)
+        op = { op: "build", mode: mode, name: name, **build_options(options) }
+        sandbox = owning(Burrow.call(nil, op))
+        return sandbox unless block_given?
+
+        begin
+          yield sandbox
+        ensure
+          sandbox.destroy
+        end
+      end
+
+      def build_options(options)
+        options = options.dup
+        options[:memory_mb] = options.delete(:memory) if options.key?(:memory)
+        options[:driver] = options[:driver]&.to_s
+        options[:runtime] = options[:runtime]&.to_s
+        options
+      end
+
+      # A Sandbox that owns its run if this process started it.
+      def owning(native)
+        sandbox = new(native)
+        sandbox.send(:own) if Burrow.started_here?(sandbox.send(:supervisor_pid))
+        sandbox
       end
     end
-    private_class_method :build
 
-    def handle = Handle.new(Burrow.call(@native, { op: "handle" }))
-    def ping = Burrow.call(@native, { op: "ping" })
-    def detach = Burrow.call(@native, { op: "detach" })
-    def restart = Burrow.call(@native, { op: "restart" })
+    # Whether this object owns the run: garbage collecting it stops the
+    # run (see the class documentation).
+    def owner? = !@owner.nil?
+
+    # A handle of the same sandbox (it never stops the run when collected).
+    # @return [Handle]
+    def handle = Handle.new(call(op: "handle"))
+
+    # A round trip to the guest (not activity).
+    # @return [Float] seconds
+    def ping = call(op: "ping")
+
+    # Lets the sandbox outlive its owner from now on.
+    # @return [SandboxInfo]
+    def detach
+      info = record(op: "detach")
+      disown
+      info
+    end
+
+    # Stops then starts it; this object follows it into the new run.
+    # @return [SandboxInfo]
+    def restart
+      info = record(op: "restart")
+      @generation = info.generation
+      own if @owner || Burrow.started_here?(info.last_run&.supervisor_pid)
+      info
+    end
 
     # File operations (absolute guest paths).
+    # @return [Fs]
     def fs = Fs.new(@native)
 
-    # Starts argv with streamed output. With a block, yields each chunk as
-    # (stream, data) with stream :stdout or :stderr, and returns the exit
-    # status; without one, returns the Process.
+    # Runs +argv+ to its end and collects its output. A String runs through
+    # +sh -c+. A non-zero exit is not an exception.
+    # @param argv [Array<String>, String]
+    # @param stdin [String, nil] bytes written to its stdin
+    # @param env [Hash{String=>String}, nil]
+    # @param cwd [String, nil]
+    # @param timeout [Numeric, nil] seconds, then it is killed (+timed_out+)
+    # @return [ExecResult]
+    def exec(argv, stdin: nil, env: nil, cwd: nil, timeout: nil)
+      r = call({ op: "exec", argv: Burrow.argv(argv), env: env, cwd: cwd, timeout: timeout }, stdin)
+      ExecResult.new(stdout: Base64.decode64(r["stdout"]), stderr: Base64.decode64(r["stderr"]),
+                     exit_code: r["exit_code"], signal: r["signal"], timed_out: r["timed_out"])
+    end
+
+    # Starts +argv+ with streamed output. With a block, yields each chunk
+    # as +(stream, data)+ (+stream+ +:stdout+ or +:stderr+) and returns the
+    # {ExitStatus} (leaving the block early kills the process); without
+    # one, returns the {Process} (its stdin stays open unless +stdin+ is
+    # given).
+    # @return [Process, ExitStatus]
     def spawn(argv, stdin: nil, env: nil, cwd: nil, timeout: nil, &block)
-      native = Burrow.call(@native, { op: "spawn", argv: Array(argv), env: env, cwd: cwd, timeout: timeout,
-                                      keep_stdin: stdin.nil? && !block }, stdin)
+      native = call({ op: "spawn", argv: Burrow.argv(argv), env: env, cwd: cwd, timeout: timeout,
+                      keep_stdin: stdin.nil? && !block }, stdin)
       process = Process.new(native)
       return process unless block
 
@@ -134,28 +319,55 @@ module Burrow
       end
     end
 
-    def exec(argv, stdin: nil, env: nil, cwd: nil, timeout: nil)
-      r = Burrow.call(@native, { op: "exec", argv: Array(argv), env: env, cwd: cwd, timeout: timeout }, stdin)
-      ExecResult.new(stdout: Base64.decode64(r["stdout"]), stderr: Base64.decode64(r["stderr"]),
-                     exit_code: r["exit_code"], signal: r["signal"], timed_out: r["timed_out"])
+    private
+
+    def supervisor_pid = info.last_run&.supervisor_pid
+
+    # From now on, collecting this object stops run @generation.
+    def own
+      disown
+      @owner = [@generation]
+      ObjectSpace.define_finalizer(self, Sandbox.releaser(@native, @owner, ::Process.pid))
+    end
+
+    def disown
+      return unless @owner
+
+      @owner[0] = nil
+      @owner = nil
+      ObjectSpace.undefine_finalizer(self)
+    end
+
+    # The finalizer: it must not refer to the Sandbox, and must not block
+    # (the release runs as a task of the core). Not in a fork child (the
+    # parent owns the run), not at exit (the supervisor sees the exit).
+    def self.releaser(native, owner, pid)
+      lambda do |_id|
+        gen = owner[0]
+        next if gen.nil? || ::Process.pid != pid || Burrow.exiting?
+
+        Native.spawn_call(native, JSON.generate({ op: "release", generation: gen }))
+      end
     end
   end
-end
 
-module Burrow
-  ExitStatus = Struct.new(:exit_code, :signal, :timed_out, keyword_init: true)
-
-  # A command started by Sandbox#spawn.
+  # A command started by {Sandbox#spawn}: enumerate its output, write its
+  # stdin, signal it.
   class Process
     include Enumerable
+
+    # @return [ExitStatus, nil] once it has ended (and its output was read)
     attr_reader :exit_status
 
+    # @api private
     def initialize(native)
       @native = native
       @exit_status = nil
     end
 
-    # Yields (stream, data) for each chunk of output until the exit.
+    # Yields +(stream, data)+ for each chunk of output until the exit.
+    # @yieldparam stream [Symbol] +:stdout+ or +:stderr+
+    # @yieldparam data [String] binary
     def each
       return enum_for(:each) unless block_given?
 
@@ -169,33 +381,65 @@ module Burrow
           yield ev["kind"].to_sym, Base64.decode64(ev["data"])
         end
       end
+      self
     end
 
+    # Writes bytes to its stdin.
     def write(data) = Burrow.call(@native, { op: "write" }, data) && nil
+    alias << write
+
+    # Closes its stdin (end of input).
     def close_stdin = Burrow.call(@native, { op: "close_stdin" }) && nil
-    def signal(sig) = Burrow.call(@native, { op: "signal", signal: sig }) && nil
+
+    # Sends a signal (a number, or a name such as +:TERM+).
+    def signal(sig)
+      sig = Signal.list.fetch(sig.to_s.delete_prefix("SIG")) unless sig.is_a?(Integer)
+      Burrow.call(@native, { op: "signal", signal: sig }) && nil
+    end
+
     def kill = signal(9)
 
-    # Waits for the exit (output not yet read is discarded).
+    # Waits for the exit, collecting its output.
+    # @return [ExecResult]
     def wait
-      each { |_stream, _data| nil }
-      @exit_status
+      out = +"".b
+      err = +"".b
+      each { |stream, data| (stream == :stdout ? out : err) << data }
+      s = @exit_status
+      ExecResult.new(stdout: out, stderr: err, exit_code: s&.exit_code, signal: s&.signal, timed_out: s&.timed_out)
     end
   end
 
-  # File operations in a running sandbox.
+  # File operations in a running sandbox (absolute guest paths; contents
+  # are binary Strings).
   class Fs
+    # @api private
     def initialize(native)
       @native = native
     end
 
-    def read(path) = Base64.decode64(Burrow.call(@native, { op: "fs_read", path: path }))
-    def write(path, data, mode: nil) = Burrow.call(@native, { op: "fs_write", path: path, mode: mode }, data) && nil
-    def list(path) = Burrow.call(@native, { op: "fs_list", path: path })
-    def stat(path) = Burrow.call(@native, { op: "fs_stat", path: path })
-    def exist?(path) = Burrow.call(@native, { op: "fs_exists", path: path })
-    def mkdir(path, parents: false) = Burrow.call(@native, { op: "fs_mkdir", path: path, parents: parents }) && nil
-    def remove(path, recursive: false) = Burrow.call(@native, { op: "fs_remove", path: path, recursive: recursive }) && nil
-    def rename(from, to) = Burrow.call(@native, { op: "fs_rename", from: from, to: to }) && nil
+    # @return [String] the content (binary)
+    def read(path) = Base64.decode64(call(op: "fs_read", path: path))
+
+    # Writes +data+ (creating or truncating the file).
+    # @param mode [Integer, nil] permission bits
+    def write(path, data, mode: nil) = call({ op: "fs_write", path: path, mode: mode }, data) && nil
+
+    # @return [Array<DirEntry>]
+    def list(path) = call(op: "fs_list", path: path).map { |e| DirEntry.from_json(e) }
+
+    # @return [FileStat]
+    def stat(path) = FileStat.from_json(call(op: "fs_stat", path: path))
+
+    # @return [Boolean]
+    def exist?(path) = call(op: "fs_exists", path: path)
+
+    def mkdir(path, parents: false) = call(op: "fs_mkdir", path: path, parents: parents) && nil
+    def remove(path, recursive: false) = call(op: "fs_remove", path: path, recursive: recursive) && nil
+    def rename(from, to) = call(op: "fs_rename", from: from, to: to) && nil
+
+    private
+
+    def call(op, data = nil) = Burrow.call(@native, op, data)
   end
 end

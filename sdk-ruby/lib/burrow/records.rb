@@ -1,0 +1,144 @@
+# frozen_string_literal: true
+
+module Burrow
+  # Conversions of the core's JSON records (milliseconds, status names)
+  # into Ruby values (seconds as Float, Symbols, Time).
+  module Convert
+    module_function
+
+    # @return [Time, nil]
+    def time(ms) = ms && Time.at(Rational(ms, 1000))
+
+    # @return [Float, nil] seconds
+    def seconds(ms) = ms && ms / 1000.0
+
+    # @return [Symbol, nil]
+    def sym(name) = name&.to_sym
+  end
+
+  # The configuration of a sandbox (as stored; durations in seconds).
+  #
+  # @!attribute [r] image
+  #   @return [String]
+  # @!attribute [r] driver
+  #   @return [Symbol, nil] +:container+ or +:vm+ (nil: the backend's default)
+  # @!attribute [r] runtime
+  #   @return [Symbol] the OCI runtime (+:runc+, +:crun+, +:runsc+)
+  # @!attribute [r] cpus
+  #   @return [Float, nil] CPU limit (nil: none)
+  # @!attribute [r] memory
+  #   @return [Integer, nil] memory limit in MiB (nil: none)
+  # @!attribute [r] idle_timeout
+  #   @return [Float, nil] seconds without calls before an idle stop
+  # @!attribute [r] max_duration
+  #   @return [Float, nil] the longest a run may last, in seconds
+  # @!attribute [r] startup_timeout
+  #   @return [Float] seconds a start may take
+  SandboxConfig = Struct.new(:image, :driver, :runtime, :cpus, :memory, :pids_limit, :env, :workdir, :labels,
+                             :mounts, :network, :idle_timeout, :max_duration, :startup_timeout, :demand_start,
+                             keyword_init: true) do
+    # @api private
+    def self.from_json(h)
+      new(image: h["image"], driver: Convert.sym(h["driver"]), runtime: Convert.sym(h["runtime"]),
+          cpus: h["cpus"], memory: h["memory_mb"], pids_limit: h["pids_limit"], env: h["env"] || {},
+          workdir: h["workdir"], labels: h["labels"] || {}, mounts: h["mounts"] || [], network: h["network"],
+          idle_timeout: Convert.seconds(h["idle_timeout"]), max_duration: Convert.seconds(h["max_duration"]),
+          startup_timeout: Convert.seconds(h["startup_timeout"]), demand_start: h["demand_start"])
+    end
+  end
+
+  # One run (start to stop) of a sandbox.
+  #
+  # @!attribute [r] exit_reason
+  #   @return [Symbol, nil] +:completed+, +:stopped+, +:killed+,
+  #     +:idle_timeout+, +:max_duration+, +:crashed+, +:drain+,
+  #     +:owner_exited+ or +:start_failed+ (nil while it runs)
+  # @!attribute [r] timings
+  #   @return [Hash, nil] the start's phases in milliseconds
+  RunInfo = Struct.new(:generation, :supervisor_pid, :started_at, :running_at, :ended_at, :exit_reason, :detail,
+                       :timings, keyword_init: true) do
+    # @api private
+    def self.from_json(h)
+      h && new(generation: h["generation"], supervisor_pid: h["supervisor_pid"],
+               started_at: Convert.time(h["started_at_ms"]), running_at: Convert.time(h["running_at_ms"]),
+               ended_at: Convert.time(h["ended_at_ms"]), exit_reason: Convert.sym(h["exit_reason"]),
+               detail: h["detail"], timings: h["timings"])
+    end
+  end
+
+  # The record of a sandbox, as read at one moment.
+  #
+  # @!attribute [r] status
+  #   @return [Symbol] +:created+, +:starting+, +:running+, +:draining+,
+  #     +:paused+, +:stopped+ or +:crashed+
+  # @!attribute [r] generation
+  #   @return [Integer] how many runs it has started
+  # @!attribute [r] last_run
+  #   @return [RunInfo, nil]
+  SandboxInfo = Struct.new(:id, :name, :status, :config, :generation, :detached, :created_at, :updated_at,
+                           :last_run, keyword_init: true) do
+    # @api private
+    def self.from_json(h)
+      new(id: h["id"], name: h["name"], status: Convert.sym(h["status"]),
+          config: SandboxConfig.from_json(h["config"]), generation: h["generation"], detached: h["detached"],
+          created_at: Convert.time(h["created_at_ms"]), updated_at: Convert.time(h["updated_at_ms"]),
+          last_run: RunInfo.from_json(h["last_run"]))
+    end
+  end
+
+  # What Target#modify did: each change with where it applies
+  # (+:live+, +:future_execs+, +:next_start+ or +:immediately+), and the record after it.
+  ModifyPlan = Struct.new(:changes, :info, keyword_init: true) do
+    # @api private
+    def self.from_json(h)
+      new(changes: h["changes"].map { |c| ModifyChange.new(field: c["field"].to_sym, applies: c["applies"].to_sym) },
+          info: SandboxInfo.from_json(h["info"]))
+    end
+  end
+
+  # One change of a ModifyPlan.
+  ModifyChange = Struct.new(:field, :applies, keyword_init: true)
+
+  # Resource usage of a running sandbox (nil where the driver cannot tell).
+  Metrics = Struct.new(:cpu_usage_ns, :memory_bytes, :memory_limit_bytes, :io_read_bytes, :io_write_bytes, :pids,
+                       keyword_init: true) do
+    # @api private
+    def self.from_json(h) = new(**h.transform_keys(&:to_sym).slice(*members))
+  end
+
+  # An entry of Fs#list.
+  # @!attribute [r] kind
+  #   @return [Symbol] +:file+, +:dir+, +:symlink+ or +:other+
+  DirEntry = Struct.new(:name, :kind, :size, keyword_init: true) do
+    # @api private
+    def self.from_json(h) = new(name: h["name"], kind: h["kind"].to_sym, size: h["size"])
+  end
+
+  # What Fs#stat tells of a path.
+  FileStat = Struct.new(:kind, :size, :mode, :uid, :gid, :mtime, :link_target, keyword_init: true) do
+    # @api private
+    def self.from_json(h)
+      new(kind: h["kind"].to_sym, size: h["size"], mode: h["mode"], uid: h["uid"], gid: h["gid"],
+          mtime: Time.at(h["mtime"]), link_target: h["link_target"])
+    end
+  end
+
+  # A line of a sandbox's log.
+  # @!attribute [r] source
+  #   @return [Symbol] +:supervisor+ or +:guest+
+  LogLine = Struct.new(:source, :text, keyword_init: true) do
+    # @api private
+    def self.from_json(h) = new(source: h["source"].to_sym, text: h["text"])
+  end
+
+  # How a command ended, with its output (binary Strings).
+  ExecResult = Struct.new(:stdout, :stderr, :exit_code, :signal, :timed_out, keyword_init: true) do
+    # Exit code 0 and not timed out.
+    def success? = exit_code == 0 && !timed_out # rubocop:disable Style/NumericPredicate (nil when signalled)
+  end
+
+  # How a spawned command ended.
+  ExitStatus = Struct.new(:exit_code, :signal, :timed_out, keyword_init: true) do
+    def success? = exit_code == 0 && !timed_out # rubocop:disable Style/NumericPredicate
+  end
+end
