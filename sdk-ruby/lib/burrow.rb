@@ -56,11 +56,23 @@ module Burrow
   end
 
   @exiting = false
+  @exit_hook = false
+
   # @api private
   def self.exiting? = @exiting
-  # Finalizers run after at_exit handlers: at exit the supervisors see the
-  # owner go, so no release is started then.
-  at_exit { @exiting = true }
+
+  # Marks the process as exiting once the at_exit handlers run: the
+  # finalizers run after them, and then the supervisors see the owner go,
+  # so no release is started. Registered at the first owning Sandbox, not
+  # at require time, so that it runs after handlers that still work (a
+  # test runner runs its tests in an at_exit handler).
+  # @api private
+  def self.watch_exit
+    return if @exit_hook
+
+    @exit_hook = true
+    at_exit { @exiting = true }
+  end
 end
 
 require "burrow/sandbox"

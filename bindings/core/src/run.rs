@@ -53,6 +53,22 @@ impl Cancel {
         self.0.abort();
     }
 
+    /// Aborts the call and waits (at most `bound`) until its task is gone,
+    /// so that [`in_flight`] no longer counts it when the caller goes on
+    /// (an adapter raising the interrupt that cancelled a call). Whether
+    /// it is gone.
+    pub fn cancel_and_wait(&self, bound: Duration) -> bool {
+        self.cancel();
+        let deadline = std::time::Instant::now() + bound;
+        while !self.is_finished() {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
     /// Whether the call has ended (finished or aborted).
     pub fn is_finished(&self) -> bool {
         self.0.is_finished()

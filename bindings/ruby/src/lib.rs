@@ -96,22 +96,34 @@ fn call(
     loop {
         w.interrupted.store(false, Ordering::SeqCst);
         let arg = (&mut w as *mut Waiting).cast::<c_void>();
-        // SAFETY: `w` outlives the call; `wait_blocking` takes no Ruby
-        // object and calls no Ruby API; `unblock` stores an atomic flag.
-        unsafe {
-            rb_sys::rb_thread_call_without_gvl2(Some(wait_blocking), arg, Some(unblock), arg);
+        // Ruby may raise a pending interrupt (a signal's, such as Ctrl-C's
+        // Interrupt) as the blocking region ends: caught here too, so that
+        // the call is cancelled and this frame unwinds normally.
+        let waited = magnus::rb_sys::protect(|| {
+            // SAFETY: `w` outlives the call; `wait_blocking` takes no Ruby
+            // object and calls no Ruby API; `unblock` stores an atomic flag.
+            unsafe {
+                rb_sys::rb_thread_call_without_gvl2(Some(wait_blocking), arg, Some(unblock), arg);
+            }
+            rb_sys::Qnil as rb_sys::VALUE
+        });
+        let handled = waited.and_then(|_| {
+            if w.result.is_some() {
+                return Ok(rb_sys::Qnil as rb_sys::VALUE);
+            }
+            magnus::rb_sys::protect(|| {
+                // SAFETY: the GVL is held here; a raise is caught by protect.
+                unsafe { rb_sys::rb_thread_check_ints() };
+                rb_sys::Qnil as rb_sys::VALUE
+            })
+        });
+        if let Err(e) = handled {
+            // Gone before Ruby raises: nothing of the call is left running.
+            cancel.cancel_and_wait(Duration::from_secs(2));
+            return Err(e);
         }
         if let Some(outcome) = w.result.take() {
             return Ok(answer(outcome));
-        }
-        let handled = magnus::rb_sys::protect(|| {
-            // SAFETY: the GVL is held here; a raise is caught by protect.
-            unsafe { rb_sys::rb_thread_check_ints() };
-            rb_sys::Qnil as rb_sys::VALUE
-        });
-        if let Err(e) = handled {
-            cancel.cancel();
-            return Err(e);
         }
     }
 }

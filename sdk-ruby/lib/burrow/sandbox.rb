@@ -244,13 +244,19 @@ module Burrow
         options
       end
 
-      # A Sandbox that owns its run if this process started it.
+      # A Sandbox that owns its run if this process started it (attached)
+      # and no other object of this process owns that run already.
       def owning(native)
         sandbox = new(native)
-        sandbox.send(:own) if Burrow.started_here?(sandbox.send(:supervisor_pid))
+        sandbox.send(:claim)
         sandbox
       end
     end
+
+    # Runs owned by a Sandbox of this process ("id:generation").
+    OWNED_RUNS = {}
+    OWNED_LOCK = Mutex.new
+    private_constant :OWNED_RUNS, :OWNED_LOCK
 
     # Whether this object owns the run: garbage collecting it stops the
     # run (see the class documentation).
@@ -275,9 +281,11 @@ module Burrow
     # Stops then starts it; this object follows it into the new run.
     # @return [SandboxInfo]
     def restart
+      owned = owner?
+      disown
       info = record(op: "restart")
       @generation = info.generation
-      own if @owner || Burrow.started_here?(info.last_run&.supervisor_pid)
+      owned ? own : claim(info)
       info
     end
 
@@ -321,19 +329,30 @@ module Burrow
 
     private
 
-    def supervisor_pid = info.last_run&.supervisor_pid
+    # Owns the run if this process started it and it is attached.
+    def claim(info = self.info)
+      return if info.detached || !Burrow.started_here?(info.last_run&.supervisor_pid)
 
-    # From now on, collecting this object stops run @generation.
+      own
+    end
+
+    # From now on, collecting this object stops run @generation (unless
+    # another object of this process owns it already).
     def own
-      disown
-      @owner = [@generation]
+      key = "#{@id}:#{@generation}"
+      claimed = OWNED_LOCK.synchronize { OWNED_RUNS.key?(key) ? false : (OWNED_RUNS[key] = true) }
+      return unless claimed
+
+      @owner = [key, @generation]
+      Burrow.watch_exit
       ObjectSpace.define_finalizer(self, Sandbox.releaser(@native, @owner, ::Process.pid))
     end
 
     def disown
       return unless @owner
 
-      @owner[0] = nil
+      OWNED_RUNS.delete(@owner[0])
+      @owner[1] = nil
       @owner = nil
       ObjectSpace.undefine_finalizer(self)
     end
@@ -343,8 +362,11 @@ module Burrow
     # parent owns the run), not at exit (the supervisor sees the exit).
     def self.releaser(native, owner, pid)
       lambda do |_id|
-        gen = owner[0]
-        next if gen.nil? || ::Process.pid != pid || Burrow.exiting?
+        key, gen = owner
+        next if gen.nil? || ::Process.pid != pid
+
+        OWNED_RUNS.delete(key) # one Hash operation: no lock in a finalizer
+        next if Burrow.exiting?
 
         Native.spawn_call(native, JSON.generate({ op: "release", generation: gen }))
       end

@@ -1,0 +1,760 @@
+# frozen_string_literal: true
+
+# Interpreter of the language-neutral lifecycle cases
+# (tests/conformance/cases.json) on top of the installed gem: the Ruby twin
+# of sdk-python/tests/conformance_runner.py, sdk-node's and sdk-go's
+# runners. The step vocabulary is documented in tests/conformance/README.md.
+#
+# A race with "processes": true runs each caller in its own Ruby process
+# (race_caller.rb, spawned), all released together by a barrier on their
+# stdin; the other races run their callers as threads of this process (the
+# calls release the GVL, so they really run at once).
+
+require "json"
+require "set"
+require "time"
+require "timeout"
+require "rbconfig"
+require "burrow"
+
+module Conformance
+  # The Ruby class name of every core code (sdk-ruby/API.md, "Errors"),
+  # kept here independently of the gem's own table so that the check can
+  # fail.
+  CODE_CLASSES = {
+    "sandbox_replaced" => "Burrow::SandboxReplacedError",
+    "already_exists" => "Burrow::AlreadyExistsError",
+    "not_found" => "Burrow::NotFoundError",
+    "invalid_state" => "Burrow::InvalidStateError",
+    "invalid_name" => "Burrow::InvalidNameError",
+    "invalid_config" => "Burrow::InvalidConfigError",
+    "invalid_image" => "Burrow::InvalidImageError",
+    "invalid_argument" => "Burrow::InvalidArgumentError",
+    "starting" => "Burrow::StartingError",
+    "start_failed" => "Burrow::StartFailedError",
+    "timeout" => "Burrow::TimeoutError",
+    "runtime_unavailable" => "Burrow::RuntimeUnavailableError",
+    "guest" => "Burrow::GuestError",
+    "protocol" => "Burrow::ProtocolError",
+    "store" => "Burrow::StoreError",
+    "io" => "Burrow::IOError",
+    "unauthorized" => "Burrow::UnauthorizedError",
+    "unsupported" => "Burrow::UnsupportedError"
+  }.freeze
+
+  NAME_OPS = %w[create connect_or_create define get get_by_id list].freeze
+  TARGET_OPS = %w[handle info status config start connect_or_start connect restart stop kill request_drain
+                  pause resume touch wait_for_status wait_until_stopped destroy detach ping exec spawn
+                  fs_write fs_read fs_exists fs_mkdir fs_list].freeze
+  CONTROL_OPS = %w[wait await sleep repeat race remove].freeze
+  KNOWN_OPS = (NAME_OPS + TARGET_OPS + CONTROL_OPS).to_set.freeze
+  PROCESS_RACE_OPS = %w[create connect_or_create connect_or_start].freeze
+  COMMON_KEYS = %w[op as save expect tolerate within background].freeze
+  OP_KEYS = {
+    "create" => %w[name options], "connect_or_create" => %w[name options], "define" => %w[name options],
+    "get" => %w[name], "get_by_id" => %w[id], "list" => %w[status labels], "remove" => %w[name sandbox],
+    "stop" => %w[sandbox grace], "wait_for_status" => %w[sandbox statuses timeout],
+    "exec" => %w[sandbox argv stdin env cwd timeout], "spawn" => %w[sandbox argv env cwd timeout],
+    "fs_write" => %w[sandbox path data], "fs_read" => %w[sandbox path], "fs_exists" => %w[sandbox path],
+    "fs_mkdir" => %w[sandbox path parents], "fs_list" => %w[sandbox path], "wait" => %w[process],
+    "await" => %w[job], "sleep" => %w[seconds], "repeat" => %w[seconds interval do],
+    "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name]
+  }.freeze
+  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit env workdir labels network idle_timeout max_duration
+                      startup_timeout demand_start detached replace].freeze
+  RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
+  CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached].freeze
+  VALUE_OPERATORS = %w[var str_repeat].freeze
+  MATCH_OPERATORS = %w[ne one_of present].freeze
+  OPERATOR_MODIFIERS = %w[add times].freeze
+
+  # A field that is not there (unlike nil, a value).
+  MISSING = Object.new.tap { |o| o.define_singleton_method(:inspect) { "<absent>" } }.freeze
+
+  # A step's outcome did not meet its expectation.
+  class Failure < StandardError; end
+
+  # A step's result and what kind of thing it is.
+  Result = Struct.new(:kind, :obj)
+  # A step's result or error (exactly one is set).
+  Outcome = Struct.new(:result, :error)
+
+  module_function
+
+  def cases_path
+    ENV["BURROW_CONFORMANCE_CASES"] || File.expand_path("../../tests/conformance/cases.json", __dir__)
+  end
+
+  def load_document(path = cases_path) = JSON.parse(File.read(path))
+
+  # The capability a step needs by itself (as the Rust kit's step_capability).
+  def step_capability(step)
+    options = step["options"] || {}
+    return "pause" if %w[pause resume].include?(step["op"])
+    return "attached" if step["op"] == "detach"
+    if step["op"] == "race" && step["processes"]
+      d = step["do"] || {}
+      owns = %w[create connect_or_create].include?(d["op"]) && !(d["options"] || {})["detached"]
+      return owns ? "attached" : nil
+    end
+    return "idle_reclaim" if options.key?("idle_timeout") || options.key?("demand_start")
+
+    nil
+  end
+
+  # Structural problems of a cases document (empty when it is well formed).
+  def validate_cases(doc, repo_root)
+    problems = []
+    problems << "unknown format #{doc['format'].inspect}" unless doc["format"] == "burrow-conformance/1"
+    seen = {}
+    doc["cases"].each_with_index do |c, i|
+      where = c["id"] || "case ##{i}"
+      %w[id title reference steps].each { |k| problems << "#{where}: missing #{k}" unless c.key?(k) }
+      extra = c.keys - %w[id title reference steps tags timeout notes]
+      problems << "#{where}: unknown keys #{extra}" unless extra.empty?
+      problems << "#{where}: duplicate id" if seen[where]
+      seen[where] = true
+      file, fn = c["reference"].to_s.split("::")
+      text = begin
+        File.read(File.join(repo_root, file.to_s))
+      rescue SystemCallError
+        problems << "#{where}: reference #{c['reference']} is not path::function"
+        nil
+      end
+      problems << "#{where}: #{file} has no fn #{fn}" if text && !(fn && text.include?("fn #{fn}("))
+      (c["tags"] || []).each do |t|
+        problems << "#{where}: unknown tag #{t}" unless ["processes", "idle", *CAPABILITY_TAGS].include?(t)
+      end
+      bound = Set.new
+      c["steps"].each_with_index do |s, j|
+        problems.concat(validate_step(s, "#{where} step #{j + 1}", bound, top: true))
+        problems.concat(check_capability_tags(s, "#{where} step #{j + 1}", c["tags"] || []))
+      end
+    end
+    problems
+  end
+
+  def check_capability_tags(step, where, tags)
+    out = []
+    cap = step_capability(step)
+    if cap && !(step["tolerate"] || []).include?("unsupported") && !tags.include?(cap)
+      out << "#{where}: #{step['op']} needs the capability tag #{cap} on its case"
+    end
+    out.concat(check_capability_tags(step["do"], "#{where} do", tags)) if step["do"].is_a?(Hash)
+    out
+  end
+
+  def validate_step(step, where, bound, top:)
+    op = step["op"]
+    return ["#{where}: unknown op #{op}"] unless KNOWN_OPS.include?(op)
+
+    out = []
+    allowed = COMMON_KEYS + OP_KEYS.fetch(op, %w[sandbox])
+    extra = step.keys - allowed
+    out << "#{where}: #{op}: unknown keys #{extra}" unless extra.empty?
+    if TARGET_OPS.include?(op) && op != "connect_or_start" && !step.key?("sandbox")
+      out << "#{where}: #{op} needs 'sandbox'"
+    end
+    if op == "connect_or_start" && step.key?("sandbox") == step.key?("name")
+      out << "#{where}: connect_or_start needs exactly one of 'sandbox', 'name'"
+    end
+    if step.key?("sandbox") && top && !bound.include?(step["sandbox"])
+      out << "#{where}: variable #{step['sandbox']} is not bound by an earlier step"
+    end
+    bad = (step["options"] || {}).keys - CREATE_OPTIONS
+    out << "#{where}: unknown options #{bad}" unless bad.empty?
+    out << "#{where}: 'within' and 'background' do not combine" if step.key?("within") && step.key?("background")
+    if %w[repeat race].include?(op)
+      if step["do"].is_a?(Hash)
+        out.concat(validate_step(step["do"], "#{where} do", bound, top: false))
+        out << "#{where}: the 'do' of a #{op} cannot bind with 'as'" if step["do"].key?("as")
+      else
+        out << "#{where}: #{op} needs a 'do' step"
+      end
+    end
+    if op == "race"
+      bad = (step["expect"] || {}).keys - RACE_EXPECT_KEYS
+      out << "#{where}: race: unknown expect keys #{bad}" unless bad.empty?
+      d = step["do"] || {}
+      if step["processes"] && (!PROCESS_RACE_OPS.include?(d["op"]) || !d.key?("name"))
+        out << "#{where}: a race in processes runs only #{PROCESS_RACE_OPS} by name"
+      end
+    end
+    bound << step["as"] if step.key?("as")
+    out
+  end
+
+  # -- values and matching ----------------------------------------------------
+
+  def operator?(obj)
+    return false unless obj.is_a?(Hash) && !obj.empty?
+
+    main = obj.keys.select { |k| VALUE_OPERATORS.include?(k) || MATCH_OPERATORS.include?(k) }
+    main.size == 1 && obj.keys.all? { |k| (VALUE_OPERATORS + MATCH_OPERATORS + OPERATOR_MODIFIERS).include?(k) }
+  end
+
+  # The language-neutral form of an SDK value: Symbols and bytes as text,
+  # times as ISO text, string keys.
+  def norm(v)
+    case v
+    when MISSING, nil, true, false, Numeric then v
+    when Symbol then v.to_s
+    when String then v.dup.force_encoding(Encoding::UTF_8)
+    when Time then v.utc.iso8601(3)
+    when Array then v.map { |x| norm(x) }
+    when Hash then v.to_h { |k, x| [k.to_s, norm(x)] }
+    when Struct then norm(v.to_h)
+    else v
+    end
+  end
+
+  def equal?(expected, actual)
+    return false if actual.equal?(MISSING)
+    return expected == actual if [true, false].include?(expected) || [true, false].include?(actual)
+    return (expected - actual).abs < 1e-9 if expected.is_a?(Numeric) && actual.is_a?(Numeric)
+
+    norm(expected) == norm(actual)
+  end
+
+  def show(v) = v.equal?(MISSING) ? "<absent>" : JSON.generate(norm(v))
+
+  # A configuration in the cases' vocabulary (snake_case, seconds).
+  def neutral_config(c)
+    { "image" => c.image, "driver" => c.driver&.to_s, "runtime" => c.runtime&.to_s, "cpus" => c.cpus,
+      "memory_mb" => c.memory, "pids_limit" => c.pids_limit, "env" => c.env, "workdir" => c.workdir,
+      "labels" => c.labels, "network" => c.network, "idle_timeout" => c.idle_timeout,
+      "max_duration" => c.max_duration, "demand_start" => c.demand_start, "startup_timeout" => c.startup_timeout }
+  end
+
+  def info_field(info, key)
+    case key
+    when "id", "name", "generation", "detached" then info.public_send(key)
+    when "status" then info.status.to_s
+    when "config" then neutral_config(info.config)
+    when "exit_reason" then info.last_run&.exit_reason&.to_s
+    when "detail" then info.last_run&.detail
+    else MISSING
+    end
+  end
+
+  def code_of(e) = e.is_a?(Burrow::Error) ? e.code : nil
+
+  def describe(e) = "#{e.class}(code=#{code_of(e).inspect}): #{e.message}"
+
+  # Whether +e+ is raised as the class of its code (and is a Burrow::Error).
+  def class_ok?(e)
+    code = code_of(e)
+    cls = code && Burrow::ERROR_CLASSES[code]
+    !cls.nil? && e.is_a?(Burrow::Error) && e.instance_of?(cls) && e.class.name == CODE_CLASSES[code]
+  end
+
+  def error_field(e, key)
+    return MISSING unless e.is_a?(Burrow::Error)
+
+    case key
+    when "code" then e.code
+    when "sandbox_id" then e.sandbox_id
+    when "name" then e.name
+    when "status" then e.status&.to_s
+    when "guest_code" then e.guest&.fetch("code", nil)
+    else MISSING
+    end
+  end
+
+  def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # Runs cases against the burrow home the process is configured for.
+  class Runner
+    attr_reader :values, :objects
+
+    # @param home [String, nil] the burrow home of the case (handed to the
+    #   race callers; nil: a server, through $BURROW_URL)
+    def initialize(image:, home:, time_scale: nil, cleanup: true)
+      @image = image
+      @home = home
+      @scale = (time_scale || ENV.fetch("BURROW_CONFORMANCE_TIME_SCALE", "1")).to_f
+      @cleanup = cleanup
+      @values = {}
+      @objects = {}
+      @jobs = {}
+      @trace = []
+    end
+
+    def run_case(c)
+      limit = (c["timeout"] || 180) * @scale
+      begin
+        Timeout.timeout(limit, Failure, "case #{c['id']} did not finish within #{limit} s\n#{trace_text}") do
+          run_steps(c)
+        end
+      ensure
+        clean_up
+      end
+    end
+
+    def run_steps(c)
+      c["steps"].each_with_index do |step, i|
+        where = "#{c['id']} step #{i + 1} (#{step['op']})"
+        @trace << "#{where}: #{JSON.generate(step)}"
+        begin
+          run_step(step, where)
+        rescue Failure => e
+          raise Failure, "#{e.message}\n--- steps so far ---\n#{trace_text}"
+        end
+      end
+    end
+
+    def trace_text = @trace.last(40).join("\n")
+
+    def clean_up
+      @jobs.each_value { |t| t.join(60) }
+      @jobs.clear
+      return unless @cleanup
+
+      Burrow::Sandbox.list.each do |info|
+        Burrow::Sandbox.get_by_id(info.id).destroy
+      rescue Burrow::Error
+        nil # cleanup only
+      end
+    rescue Burrow::Error
+      nil
+    end
+
+    # -- steps ----------------------------------------------------------------
+
+    def run_step(step, where)
+      op = step["op"]
+      if step.key?("background")
+        job = step["background"]
+        raise Failure, "#{where}: job #{job} already running" if @jobs.key?(job)
+
+        @jobs[job] = Thread.new { invoke(step) }
+        return
+      end
+      return sleep(step["seconds"].to_f) if op == "sleep"
+      return repeat(step, where) if op == "repeat"
+      return race(step, where) if op == "race"
+
+      if op == "await"
+        thread = @jobs.delete(step["job"]) or raise Failure, "#{where}: no background job #{step['job']}"
+        return conclude(step, thread.value, where)
+      end
+      deadline = step.key?("within") ? Conformance.monotonic + (step["within"].to_f * @scale) : nil
+      loop do
+        outcome = invoke(step)
+        begin
+          conclude(step, outcome, where)
+          return
+        rescue Failure
+          raise if deadline.nil? || Conformance.monotonic >= deadline
+        end
+        sleep 0.2
+      end
+    end
+
+    def repeat(step, where)
+      finish = Conformance.monotonic + step["seconds"].to_f
+      interval = (step["interval"] || 0.5).to_f
+      n = 1
+      while Conformance.monotonic < finish
+        run_step(step["do"], "#{where} run #{n}")
+        n += 1
+        sleep interval
+      end
+    end
+
+    # Checks the outcome against the step's expectation, then binds and saves.
+    def conclude(step, outcome, where)
+      tolerate = step["tolerate"] || []
+      if outcome.error && tolerate.include?(Conformance.code_of(outcome.error))
+        check_error_class(outcome.error, where)
+        return
+      end
+      check(step["expect"] || {}, outcome, where)
+      return if outcome.error
+
+      @objects[step["as"]] = outcome.result.obj if step.key?("as")
+      (step["save"] || {}).each do |name, field|
+        v = field(outcome.result, field, {})
+        raise Failure, "#{where}: cannot save #{name}: no field #{field}" if v.equal?(MISSING)
+
+        @values[name] = v
+      end
+    end
+
+    def check(expect, outcome, where)
+      if expect.key?("error")
+        want = expect["error"]
+        unless outcome.error
+          raise Failure, "#{where}: expected error #{want}, but the step succeeded (#{summary(outcome.result)})"
+        end
+        if Conformance.code_of(outcome.error) != want
+          raise Failure, "#{where}: expected error #{want}, got #{Conformance.describe(outcome.error)}"
+        end
+
+        check_error_class(outcome.error, where)
+        expect.each do |key, expected|
+          match(expected, Conformance.norm(Conformance.error_field(outcome.error, key)), "#{where}: error field #{key}") unless key == "error"
+        end
+        return
+      end
+      raise Failure, "#{where}: unexpected error #{Conformance.describe(outcome.error)}" if outcome.error
+
+      cache = {}
+      expect.each { |key, expected| match(expected, field(outcome.result, key, cache), "#{where}: field #{key}") }
+    end
+
+    def check_error_class(e, where)
+      code = Conformance.code_of(e)
+      raise Failure, "#{where}: error with unknown code: #{Conformance.describe(e)}" unless CODE_CLASSES.key?(code)
+      return if Conformance.class_ok?(e)
+
+      raise Failure, "#{where}: code #{code} must be raised as #{CODE_CLASSES[code]}, got #{Conformance.describe(e)}"
+    end
+
+    # Resolves value forms ({"var"}, {"str_repeat"}) recursively.
+    def value(spec)
+      if Conformance.operator?(spec) && spec.key?("var")
+        raise Failure, "no saved value #{spec['var']}" unless @values.key?(spec["var"])
+
+        v = @values[spec["var"]]
+        return spec.key?("add") ? v + spec["add"] : v
+      end
+      return spec["str_repeat"].to_s * spec["times"].to_i if Conformance.operator?(spec) && spec.key?("str_repeat")
+      return spec.map { |x| value(x) } if spec.is_a?(Array)
+      return spec.transform_values { |x| value(x) } if spec.is_a?(Hash)
+
+      spec
+    end
+
+    def match(expected, actual, what)
+      fail_with = ->(reason) { raise Failure, "#{what}: #{reason}; actual #{Conformance.show(actual)}" }
+      if Conformance.operator?(expected) && expected.keys.any? { |k| MATCH_OPERATORS.include?(k) }
+        if expected.key?("ne")
+          other = value(expected["ne"])
+          fail_with.("expected anything but #{JSON.generate(other)}") if actual.equal?(MISSING) || Conformance.equal?(other, actual)
+        elsif expected.key?("one_of")
+          options = expected["one_of"].map { |x| value(x) }
+          fail_with.("expected one of #{JSON.generate(options)}") unless options.any? { |o| Conformance.equal?(o, actual) }
+        else
+          present = !actual.equal?(MISSING) && !actual.nil?
+          fail_with.(expected["present"] ? "expected a value" : "expected no value") if present != expected["present"]
+        end
+        return
+      end
+      if Conformance.operator?(expected)
+        want = value(expected)
+        fail_with.("expected #{JSON.generate(want)}") unless Conformance.equal?(want, actual)
+        return
+      end
+      if expected.nil?
+        fail_with.("expected null or absent") unless actual.nil? || actual.equal?(MISSING)
+        return
+      end
+      if expected.is_a?(Hash)
+        fail_with.("expected an object with #{expected.keys}") unless actual.is_a?(Hash)
+        expected.each { |k, v| match(v, actual.key?(k) ? actual[k] : MISSING, "#{what}.#{k}") }
+        return
+      end
+      if expected.is_a?(Array)
+        fail_with.("expected #{JSON.generate(expected)}") unless actual.is_a?(Array) && actual.size == expected.size
+        expected.each_with_index { |e, i| match(e, actual[i], "#{what}[#{i}]") }
+        return
+      end
+      fail_with.("expected #{JSON.generate(expected)}") unless Conformance.equal?(expected, actual)
+    end
+
+    # -- fields ---------------------------------------------------------------
+
+    def field(result, path, cache)
+      head, *rest = path.split(".")
+      v = Conformance.norm(top_field(result, head, cache))
+      rest.each do |part|
+        return MISSING unless v.is_a?(Hash)
+
+        v = v.key?(part) ? v[part] : MISSING
+      end
+      v
+    end
+
+    def info_of(obj, cache) = (cache[obj.object_id] ||= obj.info)
+
+    def top_field(result, key, cache)
+      obj = result.obj
+      case result.kind
+      when :sandbox
+        return obj.public_send(key) if %w[id name generation].include?(key)
+
+        Conformance.info_field(info_of(obj, cache), key)
+      when :handle
+        return obj.public_send(key) if %w[id name].include?(key)
+
+        Conformance.info_field(info_of(obj, cache), key)
+      when :info then Conformance.info_field(obj, key)
+      when :exec
+        case key
+        when "stdout", "stderr", "exit_code", "signal", "timed_out" then obj.public_send(key)
+        when "ok" then obj.exit_code == 0 && !obj.timed_out # rubocop:disable Style/NumericPredicate (nil when signalled)
+        else MISSING
+        end
+      when :value then key == "value" ? obj : MISSING
+      when :list
+        case key
+        when "count" then obj.size
+        when "names" then obj.map(&:name).sort
+        else MISSING
+        end
+      else MISSING
+      end
+    end
+
+    def summary(r)
+      return "no result" unless r
+      return "#{r.kind} #{r.obj.id}" if %i[sandbox handle].include?(r.kind)
+      return "exit #{r.obj.exit_code}, stdout #{r.obj.stdout.inspect}" if r.kind == :exec
+
+      "#{r.kind} #{JSON.generate(Conformance.norm(r.obj))}"[0, 300]
+    end
+
+    # -- operations -----------------------------------------------------------
+
+    def invoke(step)
+      Outcome.new(dispatch(step), nil)
+    rescue Failure
+      raise
+    rescue StandardError => e
+      Outcome.new(nil, e)
+    end
+
+    def build_options(step)
+      o = { "image" => @image }.merge(value(step["options"] || {}))
+      o.to_h do |k, v|
+        case k
+        when "memory_mb" then [:memory, v]
+        else [k.to_sym, v]
+        end
+      end
+    end
+
+    def target(step)
+      raise Failure, "no variable #{step['sandbox']}" unless @objects.key?(step["sandbox"])
+
+      @objects[step["sandbox"]]
+    end
+
+    def as_handle(obj) = obj.is_a?(Burrow::Sandbox) ? obj.handle : obj
+
+    def live(step)
+      obj = target(step)
+      raise Failure, "#{step['op']} needs a live sandbox, #{step['sandbox']} is a handle" unless obj.is_a?(Burrow::Sandbox)
+
+      obj
+    end
+
+    def dispatch(step)
+      op = step["op"]
+      case op
+      when "create" then return Result.new(:sandbox, Burrow::Sandbox.create(value(step["name"]), **build_options(step)))
+      when "connect_or_create"
+        return Result.new(:sandbox, Burrow::Sandbox.connect_or_create(value(step["name"]), **build_options(step)))
+      when "define" then return Result.new(:handle, Burrow::Sandbox.define(value(step["name"]), **build_options(step)))
+      when "get" then return Result.new(:handle, Burrow::Sandbox.get(value(step["name"])))
+      when "get_by_id" then return Result.new(:handle, Burrow::Sandbox.get_by_id(value(step["id"])))
+      when "list"
+        return Result.new(:list, Burrow::Sandbox.list(status: step["status"], labels: value(step["labels"])))
+      when "remove"
+        if step.key?("name")
+          Burrow::Sandbox.remove(value(step["name"]))
+        else
+          as_handle(target(step)).remove
+        end
+        return Result.new(:none, nil)
+      when "wait" then return Result.new(:exec, @objects.fetch(step["process"]).wait)
+      end
+      if op == "connect_or_start" && step.key?("name")
+        return Result.new(:sandbox, Burrow::Sandbox.get(value(step["name"])).connect_or_start)
+      end
+
+      t = target(step)
+      case op
+      when "handle" then return Result.new(:handle, as_handle(t))
+      when "info" then return Result.new(:info, t.info)
+      when "status" then return Result.new(:value, t.status.to_s)
+      when "config" then return Result.new(:value, Conformance.neutral_config(t.config))
+      when "start" then return Result.new(:sandbox, as_handle(t).start)
+      when "connect_or_start" then return Result.new(:sandbox, as_handle(t).connect_or_start)
+      when "connect" then return Result.new(:sandbox, as_handle(t).connect)
+      when "restart" then return Result.new(t.is_a?(Burrow::Sandbox) ? :info : :sandbox, t.restart)
+      when "stop" then return Result.new(:info, t.stop(grace: step["grace"]))
+      when "kill" then return Result.new(:info, t.kill)
+      when "request_drain" then return Result.new(:info, t.request_drain)
+      when "pause" then return Result.new(:info, t.pause)
+      when "resume" then return Result.new(:info, t.resume)
+      when "wait_until_stopped" then return Result.new(:info, t.wait_until_stopped)
+      when "touch" then return Result.new(:none, t.touch)
+      when "wait_for_status"
+        timeout = step.key?("timeout") ? step["timeout"].to_f * @scale : nil
+        return Result.new(:info, t.wait_for_status(*step["statuses"], timeout: timeout))
+      when "destroy" then return Result.new(:none, t.destroy)
+      end
+
+      sb = live(step)
+      case op
+      when "detach" then return Result.new(:info, sb.detach)
+      when "ping" then return Result.new(:value, sb.ping)
+      when "exec", "spawn"
+        argv = value(step["argv"])
+        opts = {}
+        %w[env cwd stdin].each { |k| opts[k.to_sym] = value(step[k]) if step.key?(k) }
+        opts[:timeout] = step["timeout"].to_f if step.key?("timeout")
+        return Result.new(:exec, sb.exec(argv, **opts)) if op == "exec"
+
+        return Result.new(:process, sb.spawn(argv, **opts))
+      end
+      path = value(step["path"])
+      case op
+      when "fs_write" then Result.new(:none, sb.fs.write(path, value(step["data"])))
+      when "fs_read" then Result.new(:value, sb.fs.read(path))
+      when "fs_exists" then Result.new(:value, sb.fs.exist?(path))
+      when "fs_mkdir" then Result.new(:none, sb.fs.mkdir(path, parents: step["parents"] ? true : false))
+      when "fs_list" then Result.new(:list, sb.fs.list(path))
+      else raise Failure, "unknown op #{op}"
+      end
+    end
+
+    # -- race -----------------------------------------------------------------
+
+    def generation(d)
+      info = d.key?("name") ? Burrow::Sandbox.get(value(d["name"])).info : target(d).info
+      info.generation
+    rescue Burrow::NotFoundError
+      0
+    end
+
+    # Runs one caller's step; reports plain data (it crosses a pipe).
+    def race_call(d, keys)
+      outcome = invoke(d)
+      if outcome.error
+        e = outcome.error
+        return { "ok" => false, "code" => Conformance.code_of(e), "error" => Conformance.describe(e),
+                 "class_ok" => Conformance.class_ok?(e) }
+      end
+      cache = {}
+      fields = keys.to_h do |key|
+        v = field(outcome.result, key, cache)
+        [key, v.equal?(MISSING) ? nil : v]
+      end
+      fields["id"] = target(d).id if d.key?("sandbox") && keys.include?("id") && fields["id"].nil?
+      { "ok" => true, "code" => nil, "fields" => fields }
+    end
+
+    def race(step, where)
+      d = step["do"]
+      n = step["callers"].to_i
+      expect = step["expect"] || {}
+      keys = (["id", "generation"] + (expect["each"] || {}).keys + (step["save"] || {}).values).uniq.sort
+      before = generation(d)
+      limit = 120 * @scale
+      reports =
+        if step["processes"]
+          resolved = value(d)
+          if %w[create connect_or_create].include?(resolved["op"])
+            resolved["options"] = { "image" => @image }.merge(resolved["options"] || {})
+          end
+          rs = Conformance.race_in_processes(n, { "do" => resolved, "keys" => keys, "image" => @image,
+                                                  "home" => @home }, limit)
+          pids = rs.map { |r| r["pid"] }.uniq
+          if pids.size != n || pids.include?(::Process.pid)
+            raise Failure, "#{where}: the callers did not run in #{n} other processes: #{pids}"
+          end
+
+          rs
+        else
+          Array.new(n) { Thread.new { race_call(d, keys) } }.map(&:value)
+        end
+      after = generation(d)
+      shown = JSON.generate(reports)[0, 3000]
+
+      counts = Hash.new(0)
+      reports.each do |r|
+        counts[r["ok"] ? "ok" : (r["code"] || "unexpected_exception")] += 1
+        raise Failure, "#{where}: an error of the wrong class: #{r['error']}" if !r["ok"] && r["class_ok"] == false
+      end
+      want = (expect["outcomes"] || { "ok" => n }).reject { |_, v| v.zero? }
+      unless want == counts.reject { |_, v| v.zero? }
+        raise Failure, "#{where}: outcomes #{counts.to_h}, expected #{want}: #{shown}"
+      end
+
+      oks = reports.select { |r| r["ok"] }.map { |r| r["fields"] }
+      if expect["same_id"]
+        ids = oks.map { |f| f["id"] }.uniq
+        raise Failure, "#{where}: callers got different ids #{ids}: #{shown}" unless ids.size == 1
+
+        if d.key?("name")
+          holder = Burrow::Sandbox.get(value(d["name"])).id
+          raise Failure, "#{where}: callers got #{ids}, the name is held by #{holder}" unless ids.include?(holder)
+        end
+      end
+      if expect.key?("starts") && after - before != expect["starts"].to_i
+        raise Failure, "#{where}: #{after - before} starts (generation #{before} -> #{after}), " \
+                       "expected #{expect['starts']}: #{shown}"
+      end
+      oks.each_with_index do |fields, i|
+        (expect["each"] || {}).each do |key, expected|
+          match(expected, fields.key?(key) ? fields[key] : MISSING, "#{where}: caller #{i} field #{key}")
+        end
+      end
+      (step["save"] || {}).each do |name, field|
+        raise Failure, "#{where}: nothing to save #{name} from: no caller succeeded" if oks.empty?
+
+        @values[name] = oks.first[field]
+      end
+    end
+  end
+
+  # Runs the task in +n+ fresh Ruby processes (race_caller.rb), released
+  # together once every one of them has loaded the gem; their reports.
+  def race_in_processes(n, task, limit)
+    script = File.join(__dir__, "race_caller.rb")
+    children = Array.new(n) do
+      r_in, w_in = IO.pipe
+      r_out, w_out = IO.pipe
+      pid = ::Process.spawn(RbConfig.ruby, script, in: r_in, out: w_out)
+      r_in.close
+      w_out.close
+      w_in.sync = true
+      { pid: pid, stdin: w_in, stdout: r_out }
+    end
+    finished = false
+    begin
+      Timeout.timeout(limit, Failure, "the race callers did not finish within #{limit} s") do
+        children.each { |c| c[:stdin].puts(JSON.generate(task)) }
+        children.each do |c|
+          line = c[:stdout].gets
+          raise Failure, "a race caller exited before it was ready" unless line&.strip == "ready"
+        end
+        children.each { |c| c[:stdin].puts("go") } # the barrier
+        reports = children.map do |c|
+          line = c[:stdout].gets or raise Failure, "a race caller exited without a report"
+          JSON.parse(line)
+        end
+        finished = true
+        reports
+      end
+    ensure
+      # Callers that reported exit by themselves (an owner's exit is part of
+      # what a case checks); the others are killed.
+      unless finished
+        children.each do |c|
+          ::Process.kill(:KILL, c[:pid])
+        rescue Errno::ESRCH
+          nil
+        end
+      end
+      children.each do |c|
+        ::Process.wait(c[:pid])
+        c[:stdin].close
+        c[:stdout].close
+      end
+    end
+  end
+end
