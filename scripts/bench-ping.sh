@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The per-call overhead of the bindings: `await sb.ping()` from Node and
-# `sb.Ping(ctx)` from Go against the same call from Rust (and through the
+# The per-call overhead of the bindings: `await sb.ping()` from Node,
+# `sb.Ping(ctx)` from Go and `sb.ping` from Ruby against the same call from Rust (and through the
 # binding core's JSON call from Rust), in one run, on the local backend
 # with the container driver. Needs what scripts/node-sdk.sh and
 # scripts/go-sdk.sh leave (the packed package, the downloaded module) and
@@ -32,4 +32,8 @@ goapp="$root/target/go-sdk/app"
   BURROW_TEST_IMAGE="$image" go test -run '^$' -bench BenchmarkPing -benchtime "${n}x" \
     github.com/burrow-dev/burrow/sdk-go | grep -E '^BenchmarkPing' |
   awk '{for (i = 1; i <= NF; i++) if ($i == "median-us/op") printf "ping from Go (sb.Ping(ctx))                 median %s us\n", $(i-1)}')
+gems="$root/target/ruby-sdk/gems"
+[ -d "$gems/gems" ] || { echo "run scripts/ruby-sdk.sh first" >&2; exit 1; }
+GEM_HOME="$gems" GEM_PATH="$gems:$(env -u GEM_HOME -u GEM_PATH gem env gempath)" \
+  ruby sdk-ruby/bench/ping.rb "$image" "$n"
 rm -rf "$BURROW_HOME"

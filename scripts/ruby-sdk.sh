@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Builds the Ruby SDK (sdk-ruby: the gem burrow over the native extension
-# bindings/ruby), `gem build`s it, installs the gem file into a FRESH
-# GEM_HOME (extconf.rb takes the extension that cargo built with the
-# workspace) and runs its minitest suite against the installed gem, never the
-# source tree. (Issue 16, in progress: not yet run by scripts/test.sh.)
+# bindings/ruby), `gem build`s it with the Rust sources of the extension
+# inside (rust/, by sdk-ruby/vendor_rust.rb), installs the gem file into a
+# FRESH GEM_HOME and runs its minitest suites against the installed gem,
+# never the source tree: the basics, ownership/fork/interrupts, and the
+# shared conformance list (tests/conformance/cases.json), locally and
+# through a `burrow serve` per case. Then the examples (examples/ruby), and
+# a second install that compiles the extension from the gem's own sources
+# (what a user's `gem install burrow-*.gem` does).
+#
+# Run by scripts/test.sh after the workspace's build (it reuses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -16,27 +22,51 @@ echo "==> rbs validate of the signatures (sig/burrow.rbs; rbs ships with Debian'
 rbs_exe=$(ruby -e 'print Gem::Specification.find_by_name("rbs").bin_file("rbs")')
 (cd sdk-ruby && ruby "$rbs_exe" -I sig validate >/dev/null)
 
-echo "==> gem build"
-rm -rf "$out" && mkdir -p "$out"
-(cd sdk-ruby && gem build -q burrow.gemspec -o "$out/burrow.gem" >/dev/null)
+echo "==> gem build (with the extension's Rust sources in rust/)"
+rm -rf "$out" && mkdir -p "$out/src"
+cp -r sdk-ruby/lib sdk-ruby/ext sdk-ruby/sig sdk-ruby/burrow.gemspec sdk-ruby/README.md sdk-ruby/API.md "$out/src/"
+ruby sdk-ruby/vendor_rust.rb "$root" "$out/src/rust"
+(cd "$out/src" && gem build -q burrow.gemspec -o "$out/burrow.gem" >/dev/null)
 
-echo "==> gem install into a fresh GEM_HOME (the extension built by cargo)"
-# The system's gems (minitest, from Debian) stay visible; burrow is only
-# in the fresh GEM_HOME.
+# The system's gems (minitest, from Debian) stay visible; burrow is only in
+# the fresh GEM_HOME.
 system_gems="$(env -u GEM_HOME -u GEM_PATH gem env gempath)"
+
+echo "==> gem install into a fresh GEM_HOME (the extension cargo built above)"
 export GEM_HOME="$out/gems" GEM_PATH="$out/gems:$system_gems"
-# The extension cargo built above (a build from inside `gem install` does
-# not see this script's compiler wrapper and would compile the workspace
-# again); a user's install builds it from the gem's sources (extconf.rb).
 BURROW_NATIVE_LIB="$root/target/debug/libburrow_native.so" \
   gem install -q --local --no-document "$out/burrow.gem" >/dev/null
 
-echo "==> minitest against the installed gem"
 export BURROW_BIN="${BURROW_BIN:-$root/target/debug/burrow}"
 export BURROW_AGENT_BIN="${BURROW_AGENT_BIN:-$(bash scripts/build-agent.sh)}"
 export BURROW_TEST_IMAGE="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
-unset BURROW_URL
+export BURROW_REPO_ROOT="$root"
+unset BURROW_URL BURROW_TOKEN BURROW_HOME
 cd "$out"
+
+echo "==> minitest against the installed gem (basics, lifecycle, the conformance list)"
 for t in "$root"/sdk-ruby/test/test_*.rb; do
   ruby -w "$t"
 done
+
+echo "==> the conformance list again, through a burrow serve per case"
+BURROW_TEST_REMOTE=1 ruby -w "$root/sdk-ruby/test/test_conformance.rb" -n /^test_/
+
+echo "==> the examples (examples/ruby) against the installed gem"
+home=$(mktemp -d /tmp/bre.XXXXXX)
+BURROW_HOME="$home" BURROW_IMAGE="$BURROW_TEST_IMAGE" ruby -w "$root/examples/ruby/quickstart.rb"
+BURROW_HOME="$home" BURROW_IMAGE="$BURROW_TEST_IMAGE" ruby -w "$root/examples/ruby/convergence.rb" 8
+rm -rf "$home"
+
+echo "==> gem install compiling the extension from the gem's rust/ (a user's install)"
+# The dev profile and the workspace's target directory: the registry crates
+# built above with the same features are reused; the gem's own crates are
+# compiled anew from its rust/ (another path, so they live beside the
+# workspace's, which they do not disturb).
+export GEM_HOME="$out/gems-from-source" GEM_PATH="$out/gems-from-source:$system_gems"
+BURROW_CARGO_PROFILE=dev CARGO_TARGET_DIR="$root/target" \
+  gem install --local --no-document "$out/burrow.gem" >"$out/install-from-source.log" 2>&1 || {
+  cat "$out/install-from-source.log" >&2
+  exit 1
+}
+ruby -w "$root/sdk-ruby/test/test_basic.rb"

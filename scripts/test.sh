@@ -61,6 +61,8 @@ step "TypeScript SDK: native module (napi-rs), npm pack, installed into a fresh 
 bash scripts/node-sdk.sh
 step "Go SDK: libburrow.a, the module from a file-based proxy, go vet + staticcheck, go test -race"
 bash scripts/go-sdk.sh
+step "Ruby SDK: the gem (with its Rust sources), installed into a fresh GEM_HOME, minitest + the conformance list, a second install compiling from the gem"
+bash scripts/ruby-sdk.sh
 step "examples build"
 cargo build -q --workspace --examples
 step "done"

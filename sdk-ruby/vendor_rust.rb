@@ -42,7 +42,8 @@ end
 
 # The workspace manifest: these members, and the shared dependencies that
 # are not crates of the repository left behind.
-manifest = File.read(File.join(root, "Cargo.toml"))
+# (and no profile of a crate left behind).
+manifest = without_sections(File.read(File.join(root, "Cargo.toml")), /\A\[profile\.[a-z]+\.package\.burrow-agent\]/)
 manifest = manifest.sub(/^members = \[.*?\]$/m, "members = #{CRATES.inspect.tr("'", '"')}")
 manifest = manifest.lines.reject do |line|
   path = line[/path = "([^"]+)"/, 1]

@@ -20,12 +20,31 @@ module Burrow
   # Runs one operation of the core; raises the {Burrow::Error} of a failure.
   # @api private
   def self.call(target, op, data = nil, compact: true)
-    op = op.compact if compact
-    json, object = Native.call(target, JSON.generate(op), data)
+    op = JSON.generate(compact ? op.compact : op)
+    json, object = if Fiber.scheduler && !Fiber.current.blocking?
+                     in_thread { Native.call(target, op, data) }
+                   else
+                     Native.call(target, op, data)
+                   end
     answer = JSON.parse(json)
     raise error_from(answer["error"]) if answer.key?("error")
 
     object || answer["ok"]
+  end
+
+  # Under a Fiber scheduler (the async gem), a call waits in a thread of
+  # its own: Thread#value hands the fiber back to the scheduler, so the
+  # reactor's other fibers run meanwhile. A fiber stopped while it waits
+  # (an Async task's stop) kills that thread, which cancels the call.
+  # @api private
+  def self.in_thread(&block)
+    thread = Thread.new do
+      Thread.current.report_on_exception = false
+      block.call
+    end
+    thread.value
+  ensure
+    thread&.kill
   end
 
   # @return [Array<String>] the core's error codes

@@ -8,6 +8,7 @@ require "fileutils"
 require "open3"
 require "rbconfig"
 require "burrow"
+require_relative "tiny_scheduler"
 
 IMAGE = ENV.fetch("BURROW_TEST_IMAGE")
 
@@ -186,6 +187,34 @@ class TestLifecycle < Minitest::Test
       assert_raises(RuntimeError) { t.join }
       gone = 100.times.any? { !sb.exec("pidof sleep").success? || (sleep(0.05) && false) }
       assert gone, "the command ended in the guest"
+      assert_equal 0, Burrow.in_flight
+    end
+  end
+
+  # Under a Fiber scheduler a call does not block the reactor: another
+  # fiber of the same thread runs while an exec waits.
+  def test_calls_under_a_fiber_scheduler_let_other_fibers_run
+    Burrow::Sandbox.create("rb-fiber", image: IMAGE) do |sb|
+      ticks_during = nil
+      out = nil
+      Thread.new do
+        Fiber.set_scheduler(TinyScheduler.new)
+        done = false
+        Fiber.schedule do
+          out = sb.exec("sleep 1; echo slept").stdout
+          done = true
+        end
+        Fiber.schedule do
+          ticks = 0
+          until done
+            sleep 0.01
+            ticks += 1
+          end
+          ticks_during = ticks
+        end
+      end.join
+      assert_equal "slept\n", out
+      assert_operator ticks_during, :>, 30, "the other fiber ran during the exec"
       assert_equal 0, Burrow.in_flight
     end
   end

@@ -1,10 +1,28 @@
 # frozen_string_literal: true
 
 module Burrow
-  # An error of the burrow core; one subclass per core code (CODE).
+  # An error of the burrow core; one subclass per core code (CODE), e.g.
+  # {SandboxReplacedError}, {NotFoundError}.
+  #
+  # @!attribute [r] code
+  #   @return [String] the core's code (+"not_found"+, ...)
+  # @!attribute [r] sandbox_id
+  #   @return [String, nil] the sandbox it is about
+  # @!attribute [r] name
+  #   @return [String, nil] the sandbox name it is about
+  # @!attribute [r] status
+  #   @return [Symbol, nil] the status that refused the call (+invalid_state+)
+  # @!attribute [r] actual_id
+  #   @return [String, nil] the id that holds the name now (+sandbox_replaced+)
+  # @!attribute [r] guest
+  #   @return [Hash, nil] the agent's error (+guest+): +{"code", "message"}+
+  # @!attribute [r] after_ms
+  #   @return [Integer, nil] when to retry (+starting+)
+  # @!attribute [r] body
+  #   @return [Hash] the whole error body of the core
   class Error < StandardError
     attr_reader :code, :sandbox_id, :name, :status, :actual_id, :operation,
-                :subject, :reason, :after_ms, :guest, :body
+                :subject, :reason, :after_ms, :guest, :path, :body
 
     def initialize(body)
       @body = body
@@ -18,6 +36,7 @@ module Burrow
       @reason = body["reason"]
       @after_ms = body["after_ms"]
       @guest = body["guest"]
+      @path = body["path"]
       super(body["message"])
     end
   end

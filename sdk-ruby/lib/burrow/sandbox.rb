@@ -15,7 +15,6 @@ module Burrow
       d = JSON.parse(native.describe)
       @id = d["id"]
       @name = d["name"]
-      @generation = d["generation"]
     end
 
     # @return [SandboxInfo] the record as it is now
@@ -74,7 +73,7 @@ module Burrow
     def destroy = call(op: "destroy") && nil
 
     # Log lines written so far.
-    # @param tail [Integer, nil] only the last lines
+    # @param tail [Integer, nil] only the last lines of each source
     # @param source [Symbol, nil] +:supervisor+ or +:guest+ (nil: both)
     # @return [Array<LogLine>]
     def logs(tail: nil, source: nil)
@@ -169,8 +168,9 @@ module Burrow
   # current, attached run). Keep a reference while you use it, use the
   # block form, or create it with +detached: true+ (or call {#detach}).
   class Sandbox < Target
-    # @return [Integer] the run this object is connected to
-    attr_reader :generation
+    # @return [Integer] the run this object is connected to now (a demand
+    #   start or a restart moves it to the next one)
+    def generation = JSON.parse(@native.describe)["generation"]
 
     class << self
       # Creates and starts the sandbox +name+ (strict: a taken name is
@@ -258,9 +258,10 @@ module Burrow
     OWNED_LOCK = Mutex.new
     private_constant :OWNED_RUNS, :OWNED_LOCK
 
-    # Whether this object owns the run: garbage collecting it stops the
-    # run (see the class documentation).
-    def owner? = !@owner.nil?
+    # Whether this object owns the run in this process: garbage collecting
+    # it stops the run (see the class documentation). Never in a fork
+    # child (the parent owns the run).
+    def owner? = !@owner.nil? && @owner_pid == ::Process.pid
 
     # A handle of the same sandbox (it never stops the run when collected).
     # @return [Handle]
@@ -281,10 +282,9 @@ module Burrow
     # Stops then starts it; this object follows it into the new run.
     # @return [SandboxInfo]
     def restart
+      info = record(op: "restart")
       owned = owner?
       disown
-      info = record(op: "restart")
-      @generation = info.generation
       owned ? own : claim(info)
       info
     end
@@ -336,14 +336,16 @@ module Burrow
       own
     end
 
-    # From now on, collecting this object stops run @generation (unless
+    # From now on, collecting this object stops the current run (unless
     # another object of this process owns it already).
     def own
-      key = "#{@id}:#{@generation}"
+      gen = generation
+      key = "#{@id}:#{gen}"
       claimed = OWNED_LOCK.synchronize { OWNED_RUNS.key?(key) ? false : (OWNED_RUNS[key] = true) }
       return unless claimed
 
-      @owner = [key, @generation]
+      @owner = [key, gen]
+      @owner_pid = ::Process.pid
       Burrow.watch_exit
       ObjectSpace.define_finalizer(self, Sandbox.releaser(@native, @owner, ::Process.pid))
     end
@@ -419,6 +421,8 @@ module Burrow
       Burrow.call(@native, { op: "signal", signal: sig }) && nil
     end
 
+    # Sends SIGKILL.
+    # @return [nil]
     def kill = signal(9)
 
     # Waits for the exit, collecting its output.
@@ -456,8 +460,17 @@ module Burrow
     # @return [Boolean]
     def exist?(path) = call(op: "fs_exists", path: path)
 
+    # Makes a directory (+parents: true+: with its parents, and no error
+    # if it exists).
+    # @return [nil]
     def mkdir(path, parents: false) = call(op: "fs_mkdir", path: path, parents: parents) && nil
+
+    # Removes a file, or a directory (+recursive: true+: with its contents).
+    # @return [nil]
     def remove(path, recursive: false) = call(op: "fs_remove", path: path, recursive: recursive) && nil
+
+    # Renames +from+ to +to+ (both in the sandbox).
+    # @return [nil]
     def rename(from, to) = call(op: "fs_rename", from: from, to: to) && nil
 
     private
