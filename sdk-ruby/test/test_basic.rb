@@ -51,6 +51,38 @@ class TestBasic < Minitest::Test
     assert_raises(Burrow::NotFoundError) { Burrow::Sandbox.get("rb-basic") }
   end
 
+  def test_records_modify_metrics_logs
+    sb = Burrow::Sandbox.create("rb-records", image: IMAGE, idle_timeout: 30, labels: { "team" => "a" })
+    info = sb.info
+    assert_instance_of Burrow::SandboxInfo, info
+    assert_equal [:running, 1, false], [info.status, info.generation, info.detached]
+    assert_in_delta 30.0, info.config.idle_timeout
+    assert_equal({ "team" => "a" }, info.config.labels)
+    assert_instance_of Time, info.created_at
+    plan = sb.modify(memory: 300, idle_timeout: nil, labels: { "tier" => "b" }, unset_labels: ["team"])
+    assert_instance_of Burrow::ModifyPlan, plan
+    assert_equal :live, plan.changes.find { |c| c.field == :memory_mb }.applies
+    assert_equal 300, plan.info.config.memory
+    assert_nil plan.info.config.idle_timeout, "nil clears the idle timeout"
+    assert_equal({ "tier" => "b" }, sb.config.labels)
+    assert_operator sb.metrics.memory_bytes, :>, 0
+    assert_includes sb.fs.list("/").map { |e| [e.name, e.kind] }, ["etc", :dir]
+    assert_equal :dir, sb.fs.stat("/etc").kind
+    assert(sb.logs(source: :guest).all? { |l| l.source == :guest })
+    assert_equal [sb.id], Burrow::Sandbox.list(labels: { "tier" => "b" }).map(&:id)
+    assert_empty Burrow::Sandbox.list(status: :stopped)
+    follower = Thread.new { sb.follow_logs(source: :guest).map(&:text) }
+    sb.exec("echo marker-line")
+    sleep 0.5
+    sb.pause
+    assert_equal :paused, sb.status
+    sb.resume
+    stopped = sb.stop
+    assert_equal :stopped, stopped.last_run.exit_reason
+    lines = follower.value
+    assert(lines.any? { |l| l.include?("exec") }, "followed the guest's log until the stop: #{lines}")
+  end
+
   def test_typed_errors
     e = assert_raises(Burrow::NotFoundError) { Burrow::Sandbox.get("rb-nobody") }
     assert_equal "not_found", e.code
