@@ -158,6 +158,10 @@ class TestLifecycle < Minitest::Test
 
   def test_ctrl_c_cancels_a_waiting_call
     _stdin, stdout, wait = child(<<~RUBY)
+      # Ruby's own Ctrl-C handling (raise Interrupt), also where this test
+      # runs in the background of a non-interactive shell, which starts its
+      # children with SIGINT ignored.
+      trap("INT", "DEFAULT")
       sb = Burrow::Sandbox.create("rb-int", image: IMAGE, detached: true)
       puts "ready"
       begin
