@@ -1,24 +1,11 @@
 # frozen_string_literal: true
 
 # Against the installed gem (scripts/ruby-sdk.sh): never the source tree.
-require "minitest/autorun"
-require "tmpdir"
+require_relative "fresh_home"
 require "timeout"
-require "burrow"
-
-IMAGE = ENV.fetch("BURROW_TEST_IMAGE")
 
 class TestBasic < Minitest::Test
-  def setup
-    @home = Dir.mktmpdir("brt", "/tmp")
-    Burrow.configure(home: @home)
-  end
-
-  def teardown
-    Burrow::Sandbox.list.each { |i| Burrow::Sandbox.get_by_id(i.id).destroy }
-    Burrow.configure
-    FileUtils.rm_rf(@home)
-  end
+  include FreshHome
 
   def test_loaded_from_the_installed_gem
     refute_includes $LOADED_FEATURES.grep(/burrow\.rb\z/).first, "sdk-ruby/lib"

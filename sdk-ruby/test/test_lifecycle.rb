@@ -2,27 +2,13 @@
 
 # Ownership, fork, interrupts and errors of the Ruby SDK, against real
 # sandboxes through the installed gem (scripts/ruby-sdk.sh).
-require "minitest/autorun"
-require "tmpdir"
-require "fileutils"
+require_relative "fresh_home"
 require "open3"
 require "rbconfig"
-require "burrow"
 require_relative "tiny_scheduler"
 
-IMAGE = ENV.fetch("BURROW_TEST_IMAGE")
-
 class TestLifecycle < Minitest::Test
-  def setup
-    @home = Dir.mktmpdir("brl", "/tmp")
-    Burrow.configure(home: @home)
-  end
-
-  def teardown
-    Burrow::Sandbox.list.each { |i| Burrow::Sandbox.get_by_id(i.id).destroy }
-    Burrow.configure
-    FileUtils.rm_rf(@home)
-  end
+  include FreshHome
 
   # A Ruby child process running +script+ (with the gem loaded and the
   # home of this test); its stdout, one line at a time.
@@ -117,7 +103,7 @@ class TestLifecycle < Minitest::Test
   end
 
   def test_an_owner_in_another_process_is_not_an_owner_here
-    _stdin, stdout, wait = child(<<~RUBY)
+    stdin, stdout, wait = child(<<~RUBY)
       sb = Burrow::Sandbox.create("rb-theirs", image: IMAGE)
       puts sb.owner?
       $stdin.gets
@@ -125,7 +111,7 @@ class TestLifecycle < Minitest::Test
     assert_equal "true", stdout.gets.to_s.strip
     refute_predicate Burrow::Sandbox.connect_or_create("rb-theirs", image: IMAGE), :owner?
     # The child's exit stops it (owner_exited), not this process.
-    _stdin.close
+    stdin.close
     assert_predicate wait.value, :success?
     assert_equal :owner_exited, stopped_info("rb-theirs").last_run.exit_reason
   end
