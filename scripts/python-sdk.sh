@@ -42,7 +42,7 @@ echo "==> a fresh venv with the wheel installed (target/py-test-venv)"
 rm -rf "$venv"
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip
-"$venv/bin/pip" install -q "$wheel" pytest pytest-asyncio mypy
+"$venv/bin/pip" install -q "$wheel" pytest pytest-asyncio pytest-xdist mypy
 
 echo "==> mypy --strict on the installed package and the examples"
 # From outside the checkout, so mypy checks the installed package.
@@ -62,8 +62,11 @@ rm -rf "$home"
 echo "==> pytest (sdk-python/tests, against the installed wheel)"
 # Run from a directory without the package sources, so `import burrow`
 # can only find the installed wheel.
+# Two workers (pytest-xdist): every test has a home (and, remotely, a
+# server) of its own, and most of a test's time is spent waiting on
+# sandboxes, not on the CPU.
 cd "$root/sdk-python/tests"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider .
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 .
 
 echo "==> the conformance list again, against the remote backend (a burrow serve per test)"
-BURROW_TEST_REMOTE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_conformance.py
+BURROW_TEST_REMOTE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 test_conformance.py

@@ -48,6 +48,19 @@ pub(crate) struct Remote {
     plain_http: bool,
 }
 
+/// Makes ring rustls's process-wide crypto provider (once; a provider the
+/// embedding application installed first is kept). The registry client's
+/// TLS is built without a provider of its own.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Err only if another thread installed one meanwhile: fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
 impl std::fmt::Debug for Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Remote")
@@ -102,6 +115,7 @@ impl Remote {
             user_agent: USER_AGENT,
             ..ClientConfig::default()
         };
+        install_tls_provider();
         let client = Client::try_from(config).map_err(|e| {
             Error::io(
                 format!("setting up a registry client for {registry}"),

@@ -9,6 +9,7 @@
 //! the agent, watches the owner of an attached sandbox, and records why the
 //! run ended.
 
+mod pages;
 mod serve;
 
 use serve::serve;
@@ -239,6 +240,11 @@ async fn run(
     match boot(&args, &home, &store, started, spawn_ms, &mut guest_log).await {
         Ok(booted) => {
             ready.ok();
+            let released = pages::release_start_pages();
+            tracing::debug!(
+                kib = released / 1024,
+                "released the start's read-only mappings"
+            );
             let code = serve(args, home, store, booted).await;
             finish_guest_log(guest_log).await;
             code
