@@ -10,7 +10,8 @@
 //! `--seccomp` (container mode), the agent first installs the seccomp
 //! filter given as the hex of a classic BPF program (built by the host's
 //! container driver): every process of the sandbox inherits it. Logs go to
-//! stderr.
+//! stderr. `--init` and `--install DIR` are the two roles of the agent in a
+//! Kubernetes pod (see `pod`).
 
 mod agent;
 mod archive;
@@ -20,6 +21,7 @@ mod files;
 mod fs;
 mod log;
 mod mailbox;
+mod pod;
 mod pty;
 mod reaper;
 mod shutdown;
@@ -36,7 +38,8 @@ use crate::agent::ProcessBase;
 use crate::log::{error, warning};
 use crate::sys::exit_process;
 
-const USAGE: &str = "usage: burrow-agent [--channel PATH] [--vm] [--seccomp HEX]";
+const USAGE: &str =
+    "usage: burrow-agent [--channel PATH] [--vm] [--seccomp HEX] | --init | --install DIR";
 
 /// Parsed command line.
 #[derive(Debug, Default, PartialEq)]
@@ -45,6 +48,10 @@ struct Args {
     vm: bool,
     /// A seccomp filter to install first (hex of `struct sock_filter`s).
     seccomp: Option<String>,
+    /// A pod's init (see `pod`): no channel, reap and stop.
+    init: bool,
+    /// Copy this binary into the directory and exit (a pod's init container).
+    install: Option<PathBuf>,
     /// Arguments that were ignored.
     unknown: Vec<String>,
 }
@@ -66,6 +73,11 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Args
             parsed.seccomp = Some(hex.to_string_lossy().into_owned());
         } else if text == VM_MODE_ARG {
             parsed.vm = true;
+        } else if text == "--init" {
+            parsed.init = true;
+        } else if text == "--install" {
+            let dir = args.next().ok_or("--install needs a directory")?;
+            parsed.install = Some(dir.into());
         } else if text == "--version" || text == "-V" {
             println!("burrow-agent {}", env!("CARGO_PKG_VERSION"));
             exit_process(0);
@@ -110,6 +122,25 @@ fn agent_main() {
             exit_process(2);
         }
     };
+    if let Some(dir) = &args.install {
+        match pod::install(dir) {
+            Ok(()) => exit_process(0),
+            Err(e) => {
+                error!("installing the agent into {}: {e}", dir.display());
+                exit_process(1);
+            }
+        }
+    }
+    if args.init {
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != 1 {
+            // Stopping signals every process it may (kill -1): only ever as
+            // the init of a container's own PID namespace.
+            error!("--init is only for the init of a container (pid 1)");
+            exit_process(2);
+        }
+        exit_process(pod::init());
+    }
     // Before anything else, on the only thread: nothing of the sandbox may
     // run, or read input, without the filter.
     if let Some(hex) = &args.seccomp {
@@ -190,10 +221,16 @@ mod tests {
             Ok(Args {
                 channel: Some("/dev/x".into()),
                 vm: true,
-                seccomp: None,
                 unknown: vec!["quiet".into()],
+                ..Args::default()
             })
         );
+        assert_eq!(parse(&["--init"]).map(|a| a.init), Ok(true));
+        assert_eq!(
+            parse(&["--install", "/d"]).map(|a| a.install),
+            Ok(Some("/d".into()))
+        );
+        assert!(parse(&["--install"]).is_err());
         assert_eq!(
             parse(&["--seccomp", "0600000000007fff"]).map(|a| a.seccomp),
             Ok(Some("0600000000007fff".into()))

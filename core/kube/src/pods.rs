@@ -1,0 +1,375 @@
+//! The pod of a run, and what its state says.
+//!
+//! One pod per generation (`<id>-g<generation>`), owned by the record (so
+//! removing the record collects it). The user's image runs unchanged: an
+//! init container of the agent image copies the static agent into an
+//! emptyDir mounted at `/.burrow`, and the main container's command is
+//! `/.burrow/agent --init` (an init that only reaps and stops; sessions are
+//! exec'd, see `guest`).
+
+use std::collections::BTreeMap;
+
+use burrow::{OciRuntime, SandboxConfig, SandboxId};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, Pod, PodSpec, ResourceRequirements,
+    SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::names;
+use crate::record::{GENERATION_LABEL, ID_LABEL, MANAGED_LABEL};
+use crate::settings::KubeSettings;
+
+/// Where the agent lives in the main container.
+pub const AGENT_DIR: &str = "/.burrow";
+/// The agent binary in the main container.
+pub const AGENT_PATH: &str = "/.burrow/agent";
+/// The main container's name.
+pub const MAIN: &str = "sandbox";
+
+/// The record that owns a run's pod.
+#[derive(Debug, Clone)]
+pub struct Owner<'a> {
+    /// The record object's name.
+    pub name: String,
+    /// Its uid.
+    pub uid: &'a str,
+}
+
+/// The pod of run `generation` of sandbox `id`.
+pub fn pod(
+    id: &SandboxId,
+    generation: u64,
+    config: &SandboxConfig,
+    settings: &KubeSettings,
+    owner: &Owner<'_>,
+) -> Pod {
+    let labels: BTreeMap<String, String> = [
+        (ID_LABEL.to_string(), names::id_label(id)),
+        (GENERATION_LABEL.to_string(), generation.to_string()),
+        (MANAGED_LABEL.to_string(), "burrow".to_string()),
+    ]
+    .into();
+    let env = config
+        .env
+        .iter()
+        .map(|(k, v)| EnvVar {
+            name: k.clone(),
+            value: Some(v.clone()),
+            ..EnvVar::default()
+        })
+        .collect::<Vec<_>>();
+    let mut limits = BTreeMap::new();
+    if let Some(cpus) = config.cpus {
+        limits.insert(
+            "cpu".to_string(),
+            Quantity(format!("{}m", (cpus * 1000.0).ceil() as u64)),
+        );
+    }
+    if let Some(mb) = config.memory_mb {
+        limits.insert("memory".to_string(), Quantity(format!("{mb}Mi")));
+    }
+    let agent_volume = VolumeMount {
+        name: "burrow-agent".into(),
+        mount_path: AGENT_DIR.into(),
+        ..VolumeMount::default()
+    };
+    let main = Container {
+        name: MAIN.into(),
+        image: Some(config.image.clone()),
+        image_pull_policy: Some(settings.image_pull_policy.clone()),
+        command: Some(vec![AGENT_PATH.into(), "--init".into()]),
+        args: Some(Vec::new()),
+        env: Some(env),
+        working_dir: config.workdir.clone(),
+        volume_mounts: Some(vec![VolumeMount {
+            read_only: Some(true),
+            ..agent_volume.clone()
+        }]),
+        resources: (!limits.is_empty()).then(|| ResourceRequirements {
+            limits: Some(limits.clone()),
+            requests: Some(limits),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["NET_RAW".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let install = Container {
+        name: "burrow-agent".into(),
+        image: Some(settings.agent_image.clone()),
+        image_pull_policy: Some(settings.image_pull_policy.clone()),
+        command: Some(vec![
+            settings.agent_image_path.clone(),
+            "--install".into(),
+            AGENT_DIR.into(),
+        ]),
+        volume_mounts: Some(vec![agent_volume]),
+        ..Container::default()
+    };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(names::pod_name(id, generation)),
+            labels: Some(labels),
+            owner_references: Some(vec![OwnerReference {
+                api_version: format!("{}/{}", crate::record::GROUP, crate::record::VERSION),
+                kind: crate::record::KIND.into(),
+                name: owner.name.clone(),
+                uid: owner.uid.to_string(),
+                controller: Some(true),
+                block_owner_deletion: Some(false),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            init_containers: Some(vec![install]),
+            containers: vec![main],
+            restart_policy: Some("Never".into()),
+            runtime_class_name: runtime_class(config, settings),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(30),
+            volumes: Some(vec![Volume {
+                name: "burrow-agent".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            }]),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The RuntimeClass of a sandbox's pods: gVisor's for `runsc`, else the
+/// backend's default (none: the cluster's default runtime).
+pub fn runtime_class(config: &SandboxConfig, settings: &KubeSettings) -> Option<String> {
+    match config.runtime {
+        OciRuntime::Runsc => Some(settings.gvisor_runtime_class.clone()),
+        _ => settings.runtime_class.clone(),
+    }
+}
+
+/// What a run's pod says about the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    /// Not there (never created, or deleted and gone).
+    Gone,
+    /// Scheduled or pulling or initialising: not yet running.
+    Pending,
+    /// The main container runs.
+    Running,
+    /// Being deleted.
+    Terminating,
+    /// Ended or can never run: why.
+    Failed(String),
+}
+
+/// Interprets a pod (`None`: not found).
+pub fn state(pod: Option<&Pod>) -> PodState {
+    let Some(pod) = pod else {
+        return PodState::Gone;
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return PodState::Terminating;
+    }
+    let Some(status) = pod.status.as_ref() else {
+        return PodState::Pending;
+    };
+    // A container that cannot start says so in its waiting reason, long
+    // before the pod's phase changes.
+    for cs in status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+    {
+        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            if let Some(reason) = w.reason.as_deref() {
+                if matches!(
+                    reason,
+                    "ErrImagePull"
+                        | "ImagePullBackOff"
+                        | "ErrImageNeverPull"
+                        | "InvalidImageName"
+                        | "CreateContainerConfigError"
+                        | "CreateContainerError"
+                        | "RunContainerError"
+                ) {
+                    return PodState::Failed(format!(
+                        "container {}: {reason}{}",
+                        cs.name,
+                        w.message
+                            .as_deref()
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref()) {
+            let init = status
+                .init_container_statuses
+                .iter()
+                .flatten()
+                .any(|i| i.name == cs.name);
+            if !(init && t.exit_code == 0) {
+                return PodState::Failed(format!(
+                    "container {} ended: {} (exit code {}){}",
+                    cs.name,
+                    t.reason.as_deref().unwrap_or("terminated"),
+                    t.exit_code,
+                    t.message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
+    match status.phase.as_deref() {
+        Some("Running") => {
+            let main_running =
+                status.container_statuses.iter().flatten().any(|c| {
+                    c.name == MAIN && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                });
+            if main_running {
+                PodState::Running
+            } else {
+                PodState::Pending
+            }
+        }
+        Some("Failed") | Some("Succeeded") => PodState::Failed(format!(
+            "pod {}{}",
+            status.reason.as_deref().unwrap_or("ended"),
+            status
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        )),
+        _ => PodState::Pending,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        ContainerStatus, PodStatus,
+    };
+
+    fn settings() -> KubeSettings {
+        KubeSettings::default()
+    }
+
+    fn with_status(status: PodStatus) -> Pod {
+        Pod {
+            status: Some(status),
+            ..Pod::default()
+        }
+    }
+
+    fn container(name: &str, state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            state: Some(state),
+            ..ContainerStatus::default()
+        }
+    }
+
+    #[test]
+    fn the_pod_carries_the_agent_and_the_config() {
+        let id = SandboxId::new();
+        let mut config = SandboxConfig::new("busybox:1");
+        config.env.insert("A".into(), "b".into());
+        config.cpus = Some(0.5);
+        config.memory_mb = Some(64);
+        config.runtime = OciRuntime::Runsc;
+        let owner = Owner {
+            name: "n-x".into(),
+            uid: "u",
+        };
+        let pod = pod(&id, 3, &config, &settings(), &owner);
+        assert_eq!(
+            pod.metadata.name.as_deref(),
+            Some(names::pod_name(&id, 3).as_str())
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("gvisor"));
+        let main = &spec.containers[0];
+        assert_eq!(main.command.as_ref().unwrap()[0], AGENT_PATH);
+        let limits = main.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["cpu"].0, "500m");
+        assert_eq!(limits["memory"].0, "64Mi");
+        assert_eq!(main.env.as_ref().unwrap()[0].name, "A");
+        let init = &spec.init_containers.unwrap()[0];
+        assert!(init
+            .command
+            .as_ref()
+            .unwrap()
+            .contains(&"--install".to_string()));
+        assert_eq!(pod.metadata.owner_references.unwrap()[0].uid, "u");
+    }
+
+    #[test]
+    fn pod_states() {
+        assert_eq!(state(None), PodState::Gone);
+        assert_eq!(state(Some(&Pod::default())), PodState::Pending);
+        let running = with_status(PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![container(
+                MAIN,
+                ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..ContainerState::default()
+                },
+            )]),
+            ..PodStatus::default()
+        });
+        assert_eq!(state(Some(&running)), PodState::Running);
+        let never = with_status(PodStatus {
+            phase: Some("Pending".into()),
+            container_statuses: Some(vec![container(
+                MAIN,
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ErrImageNeverPull".into()),
+                        message: None,
+                    }),
+                    ..ContainerState::default()
+                },
+            )]),
+            ..PodStatus::default()
+        });
+        assert!(matches!(state(Some(&never)), PodState::Failed(_)));
+        let init_done = with_status(PodStatus {
+            phase: Some("Pending".into()),
+            init_container_statuses: Some(vec![container(
+                "burrow-agent",
+                ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 0,
+                        ..ContainerStateTerminated::default()
+                    }),
+                    ..ContainerState::default()
+                },
+            )]),
+            ..PodStatus::default()
+        });
+        assert_eq!(state(Some(&init_done)), PodState::Pending);
+        let evicted = with_status(PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("Evicted".into()),
+            ..PodStatus::default()
+        });
+        assert!(matches!(state(Some(&evicted)), PodState::Failed(m) if m.contains("Evicted")));
+    }
+}
