@@ -8,7 +8,10 @@
 # (scripts/build-kernel.sh), and PostgreSQL for `burrow serve`'s tests (they
 # run their own throwaway servers on free ports, see
 # core/server/tests/common/pg.rs, so the package's default cluster is not
-# created), and Ruby with its headers and libclang for the Ruby binding.
+# created), and Ruby with its headers and libclang for the Ruby binding,
+# and the host tools of the Kubernetes test cluster (CNI plugins, openssl,
+# iptables/nftables, curl; gcc and libc6-dev build its static pause binary;
+# the cluster itself is built from the Go module proxy by scripts/k8s/build.sh).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
@@ -16,7 +19,8 @@ need=()
 # and rb-sys, whose build script generates Ruby's bindings with libclang);
 # ruby-minitest: its tests (the gem registry is not reachable).
 for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3 docker-registry skopeo apache2-utils umoci \
-  ruby ruby-dev libclang-dev ruby-minitest; do
+  ruby ruby-dev libclang-dev ruby-minitest \
+  containernetworking-plugins openssl iptables nftables curl gcc libc6-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -49,7 +49,21 @@ step "demo image"
 step "guest kernel (first build about 7 minutes on 2 cores)"
 BURROW_VM_KERNEL=$(bash scripts/build-kernel.sh | tail -n 1)
 export BURROW_VM_KERNEL
-step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox)"
+step "Kubernetes test cluster: etcd, kube-apiserver, controller-manager, scheduler, kubelet, containerd with runc and gVisor (built once per version under target/k8s, first build about 15 minutes on 2 cores; state in target/k8s/run, host restored at the end)"
+bash scripts/k8s/build.sh >/dev/null
+eval "$(bash scripts/k8s/cluster.sh start)"
+trap 'bash scripts/k8s/cluster.sh stop || true' EXIT
+# The agent image of the pods' init containers: the static agent alone.
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+agentroot=$(mktemp -d)
+cp "$BURROW_AGENT_BIN" "$agentroot/burrow-agent"
+python3 scripts/k8s/oci-image.py "$agentroot" "burrow.dev/agent:$version" target/k8s/agent.tar \
+  '{"Entrypoint":["/burrow-agent"],"WorkingDir":"/"}'
+rm -rf "$agentroot"
+"$BURROW_K8S_BIN/ctr" images import target/k8s/agent.tar >/dev/null
+BURROW_TEST_KUBECONFIG=$KUBECONFIG
+export BURROW_TEST_KUBECONFIG
+step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster)"
 cargo test -q --workspace --no-fail-fast
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
 BURROW_DRIVER=vm cargo test -q -p burrow-cli --no-fail-fast \

@@ -100,7 +100,9 @@ const CREATE_OPTIONS = new Set([
   "idle_timeout", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
 ]);
 const RACE_EXPECT_KEYS = new Set(["outcomes", "same_id", "starts", "each"]);
-const CAPABILITY_TAGS = new Set(["pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached"]);
+const CAPABILITY_TAGS = new Set([
+  "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
+]);
 const VALUE_OPERATORS = new Set(["var", "str_repeat"]);
 const MATCH_OPERATORS = new Set(["ne", "one_of", "present"]);
 const OPERATOR_MODIFIERS = new Set(["add", "times"]);

@@ -98,7 +98,9 @@ RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # tag of every capability its steps use (see step_capability). The Rust kit
 # reports such a case unsupported on a backend without that capability; this
 # runner's backends (local, remote) have every capability.
-CAPABILITY_TAGS = {"pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached"}
+CAPABILITY_TAGS = {
+    "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
+}
 VALUE_OPERATORS = {"var", "str_repeat"}
 MATCH_OPERATORS = {"ne", "one_of", "present"}
 OPERATOR_MODIFIERS = {"add", "times"}

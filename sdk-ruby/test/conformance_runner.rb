@@ -63,7 +63,7 @@ module Conformance
   CREATE_OPTIONS = %w[image cpus memory_mb pids_limit env workdir labels network idle_timeout max_duration
                       startup_timeout demand_start detached replace].freeze
   RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
-  CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached].freeze
+  CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer].freeze
   VALUE_OPERATORS = %w[var str_repeat].freeze
   MATCH_OPERATORS = %w[ne one_of present].freeze
   OPERATOR_MODIFIERS = %w[add times].freeze

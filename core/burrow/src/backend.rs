@@ -172,6 +172,17 @@ pub struct Capabilities {
     pub idle_reclaim: bool,
     /// Sandboxes attached to (and stopped with) their creating process.
     pub attached: bool,
+    /// Files written outside volumes survive a stop (an idle reclaim
+    /// included) and are there at the next start: the writable layer is
+    /// kept with the sandbox. Without it every start begins from the image
+    /// (a Kubernetes pod's filesystem ends with the pod). Absent from an
+    /// older server's answer, where it was always so: `true`.
+    #[serde(default = "yes")]
+    pub persistent_layer: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Capabilities {
@@ -183,6 +194,7 @@ impl Capabilities {
         logs: true,
         idle_reclaim: true,
         attached: true,
+        persistent_layer: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -193,6 +205,7 @@ impl Capabilities {
         logs: false,
         idle_reclaim: false,
         attached: false,
+        persistent_layer: false,
     };
 }
 

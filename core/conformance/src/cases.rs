@@ -72,6 +72,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "logs",
     "idle_reclaim",
     "attached",
+    "persistent_layer",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];

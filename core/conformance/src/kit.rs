@@ -518,6 +518,7 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "logs" => caps.logs,
         "idle_reclaim" => caps.idle_reclaim,
         "attached" => caps.attached,
+        "persistent_layer" => caps.persistent_layer,
         _ => false,
     }
 }

@@ -731,6 +731,7 @@ impl Backend for KubeBackend {
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
         validate_name(&req.name)?;
         req.config.validate()?;
+        pods::validate_image(&req.config.image)?;
         let mut info = SandboxInfo::new(SandboxId::new(), &req.name, req.config);
         info.detached = true;
         let spec = Spec {
@@ -876,8 +877,9 @@ impl Backend for KubeBackend {
                     let me = self.me.clone();
                     tokio::spawn(async move {
                         for r in relays {
+                            // Subscribed before looking: no change is missed.
                             let mut changes = r.in_flight_changes();
-                            while *changes.borrow() > 0 {
+                            while r.in_flight() > 0 && !r.is_agent_gone() {
                                 if changes.changed().await.is_err() {
                                     break;
                                 }

@@ -147,6 +147,87 @@ pub fn pod(
     }
 }
 
+/// Checks that `image` is an image reference a cluster can pull
+/// (`[registry[:port]/]path[:tag][@algorithm:hex]`, the path lowercase):
+/// a host path or a typo is refused at create, not at every start.
+pub fn validate_image(image: &str) -> burrow::Result<()> {
+    let bad = |why: &str| burrow::Error::InvalidImage {
+        image: image.to_owned(),
+        reason: format!("not an image reference a cluster can pull: {why}"),
+    };
+    let (rest, digest) = match image.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (image, None),
+    };
+    if let Some(d) = digest {
+        let ok = d.split_once(':').is_some_and(|(alg, hex)| {
+            !alg.is_empty()
+                && alg
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b))
+                && hex.len() >= 32
+                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+        if !ok {
+            return Err(bad("the digest is not algorithm:hex"));
+        }
+    }
+    // A tag follows the last ':' after the last '/'.
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(t) = tag {
+        let ok = !t.is_empty()
+            && t.len() <= 128
+            && !t.starts_with(['.', '-'])
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !ok {
+            return Err(bad("the tag is not [A-Za-z0-9_][A-Za-z0-9_.-]*"));
+        }
+    }
+    if name.is_empty() || name.starts_with('/') || name.ends_with('/') || name.contains("//") {
+        return Err(bad("empty path component"));
+    }
+    let mut parts = name.split('/').peekable();
+    let first = parts.next().unwrap_or_default();
+    let registry = parts.peek().is_some()
+        && (first.contains('.') || first.contains(':') || first == "localhost");
+    let path: Vec<&str> = if registry {
+        let (host, port) = match first.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (first, None),
+        };
+        let ok = host.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '[')
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-[]:".contains(&b))
+            && port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if !ok {
+            return Err(bad("the registry is not host[:port]"));
+        }
+        parts.collect()
+    } else {
+        std::iter::once(first).chain(parts).collect()
+    };
+    for component in path {
+        let ok = !component.is_empty()
+            && component
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+            && component.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && component.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !ok {
+            return Err(bad(&format!(
+                "path component {component:?} is not lowercase [a-z0-9._-]"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The RuntimeClass of a sandbox's pods: gVisor's for `runsc`, else the
 /// backend's default (none: the cluster's default runtime).
 pub fn runtime_class(config: &SandboxConfig, settings: &KubeSettings) -> Option<String> {
@@ -317,6 +398,36 @@ mod tests {
             .unwrap()
             .contains(&"--install".to_string()));
         assert_eq!(pod.metadata.owner_references.unwrap()[0].uid, "u");
+    }
+
+    #[test]
+    fn image_references() {
+        for ok in [
+            "busybox",
+            "busybox:1.36",
+            "library/busybox",
+            "docker.io/library/busybox:latest",
+            "localhost:5000/a/b-c_d.e:v1",
+            "burrow.test/busybox:1",
+            "ghcr.io/x/y@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(validate_image(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/definitely/not/a/dir",
+            "./rootfs",
+            "Busybox",
+            "busybox:",
+            "busybox:-x",
+            "a//b",
+            "busybox@sha256:xyz",
+            "oci:/tmp/layout",
+            "has space",
+        ] {
+            let err = validate_image(bad).expect_err(bad);
+            assert_eq!(err.code(), burrow::ErrorCode::InvalidImage, "{bad}");
+        }
     }
 
     #[test]
