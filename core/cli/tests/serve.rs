@@ -575,13 +575,51 @@ async fn bad_configuration_stops_the_server_at_startup() {
     let sqlite = format!("sqlite://{}/serve.db", th.path().display());
     let file = th.path().join("serve.toml");
     std::fs::write(&file, "[reaper]\nidle_timout = \"5m\"\n").unwrap();
+    // A cluster nobody listens for (port 1 of the loopback).
+    let unreachable = th.path().join("kubeconfig");
+    std::fs::write(
+        &unreachable,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters: [{name: k, cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: c, context: {cluster: k, user: u}}]\n",
+    )
+    .unwrap();
     // (what, environment, with the config file)
     type Case<'a> = (&'a str, Vec<(&'a str, String)>, bool);
     let cases: Vec<Case> = vec![
         ("unknown key in the file", vec![], true),
         (
             "unknown backend",
-            vec![("BURROW_SERVE_BACKEND", "kubernetes".into())],
+            vec![("BURROW_SERVE_BACKEND", "nomad".into())],
+            false,
+        ),
+        (
+            "kubernetes: a kubeconfig that does not load",
+            vec![
+                ("BURROW_SERVE_BACKEND", "kubernetes".into()),
+                (
+                    "BURROW_KUBECONFIG",
+                    th.path().join("missing").display().to_string(),
+                ),
+            ],
+            false,
+        ),
+        (
+            "kubernetes: an unknown context",
+            vec![
+                ("BURROW_SERVE_BACKEND", "kubernetes".into()),
+                ("BURROW_KUBECONFIG", unreachable.display().to_string()),
+                ("BURROW_KUBE_CONTEXT", "no-such-context".into()),
+            ],
+            false,
+        ),
+        (
+            "kubernetes: an API server that does not answer",
+            vec![
+                ("BURROW_SERVE_BACKEND", "kubernetes".into()),
+                ("BURROW_KUBECONFIG", unreachable.display().to_string()),
+            ],
             false,
         ),
         (

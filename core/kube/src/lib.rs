@@ -113,6 +113,21 @@ impl KubeBackend {
             path: None,
             source: std::io::Error::other(e.to_string()),
         })?;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        if namespaces
+            .get_opt(&settings.namespace)
+            .await
+            .map_err(|e| api_error("looking up the namespace", e))?
+            .is_none()
+        {
+            return Err(Error::InvalidConfig {
+                field: "kubernetes.namespace".into(),
+                reason: format!(
+                    "namespace {:?} does not exist on the cluster named by {source}",
+                    settings.namespace
+                ),
+            });
+        }
         ensure_crd(&client).await?;
         let records =
             Api::namespaced_with(client.clone(), &settings.namespace, &record::api_resource());

@@ -18,7 +18,7 @@ use burrow::{Error, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// Settings of a [`crate::KubeBackend`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeSettings {
     /// An explicit kubeconfig file (beats every other source).
     pub kubeconfig: Option<PathBuf>,

@@ -247,6 +247,16 @@ async fn bad_credentials_are_typed_errors_naming_their_source() {
     };
     let err = KubeBackend::connect(settings).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    let settings = KubeSettings {
+        kubeconfig: Some(kubeconfig()),
+        namespace: "no-such-namespace".into(),
+        ..KubeSettings::default()
+    };
+    let err = KubeBackend::connect(settings).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidConfig { field, .. } if field == "kubernetes.namespace"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use burrow::Backend;
-use burrow_conformance::{Kit, Store};
+use burrow_conformance::{Kit, ProcessRaces, Store};
 use burrow_kube::{KubeBackend, KubeSettings};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -56,8 +56,20 @@ async fn every_case_passes_on_the_kubernetes_backend() {
     })
     .image(image)
     .concurrency(2)
+    .process_spawner(caller_command)
     .run()
     .await;
     println!("{report}");
+    // Races "in processes" ran each caller in an OS process of its own
+    // (8 processes converging on one name among them).
+    assert_eq!(report.process_races, ProcessRaces::Spawned);
     report.assert_all_passed();
+}
+
+/// The caller program (this crate's `burrow-kube-conformance-caller`) on
+/// the case's namespace.
+fn caller_command(caller: &burrow_conformance::Caller<'_>) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_burrow-kube-conformance-caller"));
+    c.arg(caller.location().expect("the namespace is the location"));
+    c
 }

@@ -32,6 +32,13 @@ pub enum StartupError {
         /// Why.
         source: std::io::Error,
     },
+    /// The Kubernetes backend could not reach its cluster (credentials that
+    /// do not load, an unknown context, an API server that does not answer).
+    #[error("the kubernetes backend cannot start: {source}")]
+    Kubernetes {
+        /// Why (naming where the credentials came from).
+        source: burrow::Error,
+    },
     /// A listener could not be bound.
     #[error("cannot listen on {what}: {source}")]
     Listen {
@@ -115,16 +122,26 @@ async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
     }
 }
 
-/// Runs the server over the local backend of the configured home until
+/// Runs the server over the configured backend (the local backend of the
+/// configured home, or the Kubernetes cluster of `[kubernetes]`) until
 /// SIGINT/SIGTERM. See [`run_with`].
 pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
-    let engine = LocalBackend::open_at(&config.home)
-        .await
-        .map_err(|source| StartupError::Engine {
-            home: config.home.display().to_string(),
-            source,
-        })?;
-    run_with(config, Arc::new(engine)).await
+    let engine: Arc<dyn Backend> = match config.backend {
+        crate::config::BackendKind::Kubernetes => {
+            burrow_kube::KubeBackend::connect(config.kubernetes.clone())
+                .await
+                .map_err(|source| StartupError::Kubernetes { source })?
+        }
+        _ => Arc::new(
+            LocalBackend::open_at(&config.home)
+                .await
+                .map_err(|source| StartupError::Engine {
+                    home: config.home.display().to_string(),
+                    source,
+                })?,
+        ),
+    };
+    run_with(config, engine).await
 }
 
 /// Runs the server over any backend until SIGINT/SIGTERM: the API, the

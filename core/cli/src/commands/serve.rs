@@ -80,6 +80,7 @@ fn startup_error(e: StartupError) -> anyhow::Error {
     match e {
         StartupError::Store(s @ StoreError::Open { .. }) => config_error("database", s),
         StartupError::Listen { .. } => config_error("listen", e),
+        StartupError::Kubernetes { .. } => config_error("kubernetes", e),
         other => anyhow::Error::new(other).context("burrow serve cannot start"),
     }
 }

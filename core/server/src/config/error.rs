@@ -71,7 +71,9 @@ pub enum ConfigError {
         reason: String,
     },
     /// The backend type is not one this server supports.
-    #[error("unknown backend type \"{value}\" for `backend` {origin}; supported: local")]
+    #[error(
+        "unknown backend type \"{value}\" for `backend` {origin}; supported: local, kubernetes"
+    )]
     UnknownBackend {
         /// Where the value came from.
         origin: Origin,

@@ -26,6 +26,13 @@
 //! | `reaper.idle_timeout`             | `BURROW_SERVE_IDLE_TIMEOUT`        | `15m` (`0` disables reclaim) |
 //! | `reaper.sweep_interval`           | `BURROW_SERVE_SWEEP_INTERVAL`      | `30s`                        |
 //! | `log.format`                      | `BURROW_SERVE_LOG_FORMAT`          | `"text"` (or `"json"`)       |
+//! | `kubernetes.kubeconfig`           | `BURROW_KUBECONFIG`                | in-cluster, `$KUBECONFIG`, `~/.kube/config` |
+//! | `kubernetes.context`              | `BURROW_KUBE_CONTEXT`              | the current context          |
+//! | `kubernetes.namespace`            | `BURROW_KUBE_NAMESPACE`            | `"default"`                  |
+//! | `kubernetes.runtime_class`        | `BURROW_KUBE_RUNTIME_CLASS`        | the cluster's default        |
+//! | `kubernetes.gvisor_runtime_class` | `BURROW_KUBE_GVISOR_RUNTIME_CLASS` | `"gvisor"`                   |
+//! | `kubernetes.image_pull_policy`    | `BURROW_KUBE_IMAGE_PULL_POLICY`    | `"IfNotPresent"`             |
+//! | `kubernetes.agent_image`          | `BURROW_KUBE_AGENT_IMAGE`          | `"burrow.dev/agent:<version>"` |
 //!
 //! The file itself is the `file` argument of [`ServeConfig::load`], else
 //! `BURROW_SERVE_CONFIG`; without either only the environment and the
@@ -106,6 +113,9 @@ pub struct ServeConfig {
     pub reaper: ReaperConfig,
     /// `[log]`.
     pub log: LogConfig,
+    /// `[kubernetes]`: the cluster of the `kubernetes` backend (unused by
+    /// the local one).
+    pub kubernetes: burrow_kube::KubeSettings,
 }
 
 impl ServeConfig {
@@ -191,7 +201,7 @@ impl ServeConfig {
              listen:      {listen}\n\
              database:    {} (max {} connections, acquire timeout {})\n\
              home:        {}\n\
-             backend:     {}\n\
+             backend:     {}{}\n\
              replica:     {}\n\
              gateway:     startup timeout {}, retry-after {}, lease ttl {}, heartbeat every {}\n\
              reaper:      {reaper}\n\
@@ -201,6 +211,19 @@ impl ServeConfig {
             format_duration(self.database_pool.acquire_timeout),
             self.home.display(),
             self.backend,
+            match self.backend {
+                BackendKind::Kubernetes => format!(
+                    " (namespace {}, kubeconfig {})",
+                    self.kubernetes.namespace,
+                    self.kubernetes
+                        .kubeconfig
+                        .as_ref()
+                        .map_or("from the environment".to_string(), |p| p
+                            .display()
+                            .to_string())
+                ),
+                _ => String::new(),
+            },
             self.replica_id,
             format_duration(g.startup_timeout),
             format_duration(g.retry_after),

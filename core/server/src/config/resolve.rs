@@ -13,8 +13,9 @@ use super::sections::{
 };
 use super::settings::{
     Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUTH_REQUIRED, BACKEND, DATABASE, HEARTBEAT_INTERVAL,
-    HOME, IDLE_TIMEOUT, LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, REPLICA_ID, RETRY_AFTER,
-    STARTUP_TIMEOUT, SWEEP_INTERVAL,
+    HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE, KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS,
+    KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE, KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT,
+    MAX_CONNECTIONS, REPLICA_ID, RETRY_AFTER, STARTUP_TIMEOUT, SWEEP_INTERVAL,
 };
 use super::values::{
     absolute, as_str, default_database, default_home, default_replica_id, format_duration,
@@ -146,6 +147,7 @@ impl<'a> Layers<'a> {
                 let value = as_str(&found.raw).map_err(|r| invalid(&found.origin, BACKEND, r))?;
                 match value {
                     "local" => Ok(BackendKind::Local),
+                    "kubernetes" => Ok(BackendKind::Kubernetes),
                     other => Err(ConfigError::UnknownBackend {
                         origin: found.origin.clone(),
                         value: other.to_owned(),
@@ -153,6 +155,8 @@ impl<'a> Layers<'a> {
                 }
             })?
             .map_or(BackendKind::Local, |v| v.value);
+
+        let kubernetes = self.kubernetes()?;
 
         let replica_id = match self.get(REPLICA_ID, parse_replica_id)? {
             Some(v) => v.value,
@@ -271,7 +275,48 @@ impl<'a> Layers<'a> {
                 sweep_interval,
             },
             log: LogConfig { format },
+            kubernetes,
         })
+    }
+
+    /// The `[kubernetes]` settings (checked whatever the backend: a typo is
+    /// an error before it is needed).
+    fn kubernetes(&self) -> Result<burrow_kube::KubeSettings, ConfigError> {
+        let text = |raw: &Raw<'_>| as_str(raw).map(str::to_owned);
+        let mut k = burrow_kube::KubeSettings::default();
+        if let Some(v) = self.get(KUBECONFIG, text)? {
+            k.kubeconfig = Some(absolute(PathBuf::from(v.value), &v.origin)?);
+        }
+        k.context = self.get(KUBE_CONTEXT, text)?.map(|v| v.value);
+        let mut origins = Vec::new();
+        if let Some(v) = self.get(KUBE_NAMESPACE, text)? {
+            k.namespace = v.value;
+            origins.push((KUBE_NAMESPACE, v.origin));
+        }
+        if let Some(v) = self.get(KUBE_RUNTIME_CLASS, text)? {
+            k.runtime_class = Some(v.value);
+            origins.push((KUBE_RUNTIME_CLASS, v.origin));
+        }
+        if let Some(v) = self.get(KUBE_GVISOR_RUNTIME_CLASS, text)? {
+            k.gvisor_runtime_class = v.value;
+            origins.push((KUBE_GVISOR_RUNTIME_CLASS, v.origin));
+        }
+        if let Some(v) = self.get(KUBE_IMAGE_PULL_POLICY, text)? {
+            k.image_pull_policy = v.value;
+            origins.push((KUBE_IMAGE_PULL_POLICY, v.origin));
+        }
+        if let Some(v) = self.get(KUBE_AGENT_IMAGE, text)? {
+            k.agent_image = v.value;
+            origins.push((KUBE_AGENT_IMAGE, v.origin));
+        }
+        if let Err(burrow::Error::InvalidConfig { field, reason }) = k.validate() {
+            let (setting, origin) = origins
+                .into_iter()
+                .find(|(s, _)| s.key == field)
+                .unwrap_or((KUBE_NAMESPACE, Origin::Default));
+            return Err(invalid(&origin, setting, reason));
+        }
+        Ok(k)
     }
 
     /// The file's value of a setting, ignoring the environment.

@@ -132,12 +132,16 @@ fn redact_url(url: &str) -> String {
 pub enum BackendKind {
     /// The embedded local backend (supervisor processes on this host).
     Local,
+    /// Sandboxes as pods on a Kubernetes cluster (`burrow-kube`; the
+    /// `[kubernetes]` settings).
+    Kubernetes,
 }
 
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BackendKind::Local => f.write_str("local"),
+            BackendKind::Kubernetes => f.write_str("kubernetes"),
         }
     }
 }

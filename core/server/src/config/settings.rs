@@ -71,6 +71,34 @@ pub(super) const LOG_FORMAT: Setting = Setting {
     key: "log.format",
     env: "BURROW_SERVE_LOG_FORMAT",
 };
+pub(super) const KUBECONFIG: Setting = Setting {
+    key: "kubernetes.kubeconfig",
+    env: "BURROW_KUBECONFIG",
+};
+pub(super) const KUBE_CONTEXT: Setting = Setting {
+    key: "kubernetes.context",
+    env: "BURROW_KUBE_CONTEXT",
+};
+pub(super) const KUBE_NAMESPACE: Setting = Setting {
+    key: "kubernetes.namespace",
+    env: "BURROW_KUBE_NAMESPACE",
+};
+pub(super) const KUBE_RUNTIME_CLASS: Setting = Setting {
+    key: "kubernetes.runtime_class",
+    env: "BURROW_KUBE_RUNTIME_CLASS",
+};
+pub(super) const KUBE_GVISOR_RUNTIME_CLASS: Setting = Setting {
+    key: "kubernetes.gvisor_runtime_class",
+    env: "BURROW_KUBE_GVISOR_RUNTIME_CLASS",
+};
+pub(super) const KUBE_IMAGE_PULL_POLICY: Setting = Setting {
+    key: "kubernetes.image_pull_policy",
+    env: "BURROW_KUBE_IMAGE_PULL_POLICY",
+};
+pub(super) const KUBE_AGENT_IMAGE: Setting = Setting {
+    key: "kubernetes.agent_image",
+    env: "BURROW_KUBE_AGENT_IMAGE",
+};
 
 /// Every setting, in the order `describe` and the docs use.
 pub(super) const SETTINGS: &[Setting] = &[
@@ -90,7 +118,21 @@ pub(super) const SETTINGS: &[Setting] = &[
     IDLE_TIMEOUT,
     SWEEP_INTERVAL,
     LOG_FORMAT,
+    KUBECONFIG,
+    KUBE_CONTEXT,
+    KUBE_NAMESPACE,
+    KUBE_RUNTIME_CLASS,
+    KUBE_GVISOR_RUNTIME_CLASS,
+    KUBE_IMAGE_PULL_POLICY,
+    KUBE_AGENT_IMAGE,
 ];
 
 /// Tables of the file (`[name]`); every other top-level key is a value.
-pub(super) const TABLES: &[&str] = &["database_pool", "auth", "gateway", "reaper", "log"];
+pub(super) const TABLES: &[&str] = &[
+    "database_pool",
+    "auth",
+    "gateway",
+    "reaper",
+    "log",
+    "kubernetes",
+];

@@ -346,11 +346,11 @@ fn read_and_parse_errors() {
 
 #[test]
 fn unknown_backend() {
-    let (r, path) = load_file("backend = \"kubernetes\"\n", &[]);
+    let (r, path) = load_file("backend = \"nomad\"\n", &[]);
     match r {
         Err(ConfigError::UnknownBackend { origin, value }) => {
             assert_eq!(origin, file_origin(&path));
-            assert_eq!(value, "kubernetes");
+            assert_eq!(value, "nomad");
         }
         other => panic!("{other:?}"),
     }
@@ -362,6 +362,41 @@ fn unknown_backend() {
     );
     let (r, path) = load_file("backend = 1\n", &[]);
     assert_invalid(r, "backend", file_origin(&path));
+}
+
+#[test]
+fn kubernetes_settings() {
+    let (r, _) = load_file(
+        "backend = \"kubernetes\"\n[kubernetes]\nkubeconfig = \"/etc/k/config\"\n\
+         namespace = \"sandboxes\"\nruntime_class = \"kata\"\nimage_pull_policy = \"Never\"\n",
+        &[("BURROW_KUBE_CONTEXT", "ci")],
+    );
+    let c = r.unwrap();
+    assert_eq!(c.backend, BackendKind::Kubernetes);
+    assert_eq!(
+        c.kubernetes.kubeconfig.as_deref(),
+        Some(Path::new("/etc/k/config"))
+    );
+    assert_eq!(c.kubernetes.context.as_deref(), Some("ci"));
+    assert_eq!(c.kubernetes.namespace, "sandboxes");
+    assert_eq!(c.kubernetes.runtime_class.as_deref(), Some("kata"));
+    assert_eq!(c.kubernetes.image_pull_policy, "Never");
+    // The environment beats the file.
+    let (r, _) = load_file(
+        "[kubernetes]\nnamespace = \"a\"\n",
+        &[("BURROW_KUBE_NAMESPACE", "b")],
+    );
+    assert_eq!(r.unwrap().kubernetes.namespace, "b");
+    // Bad values name their key and origin.
+    let (r, path) = load_file("[kubernetes]\nimage_pull_policy = \"Sometimes\"\n", &[]);
+    assert_invalid(r, "kubernetes.image_pull_policy", file_origin(&path));
+    let (r, path) = load_file("[kubernetes]\nnamespace = \"Bad_NS\"\n", &[]);
+    assert_invalid(r, "kubernetes.namespace", file_origin(&path));
+    // A relative kubeconfig is taken from the current directory.
+    let (r, _) = load_file("[kubernetes]\nkubeconfig = \"relative/config\"\n", &[]);
+    assert!(r.unwrap().kubernetes.kubeconfig.unwrap().is_absolute());
+    let (r, _) = load_file("[kubernetes]\nnamspace = \"x\"\n", &[]);
+    assert!(matches!(r, Err(ConfigError::UnknownKey { .. })), "{r:?}");
 }
 
 #[test]
