@@ -65,6 +65,9 @@ BURROW_TEST_KUBECONFIG=$KUBECONFIG
 export BURROW_TEST_KUBECONFIG
 step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster)"
 cargo test -q --workspace --no-fail-fast
+# The cluster is only for those tests: stopped now (and by the trap on any
+# earlier exit), the host restored.
+bash scripts/k8s/cluster.sh stop
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
 BURROW_DRIVER=vm cargo test -q -p burrow-cli --no-fail-fast \
   --test lifecycle --test policies --test processes --test logs --test registry_sandbox
