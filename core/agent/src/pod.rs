@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::log::{info, warning};
-use crate::sys;
+use crate::{reaper, sys};
 
 /// How long processes get between SIGTERM and SIGKILL when the pod stops:
 /// the kubelet's own grace bounds the whole anyway.
@@ -47,7 +47,9 @@ pub fn install(dir: &Path) -> io::Result<()> {
 /// The init of a pod's container: reaps children until SIGTERM or SIGINT,
 /// then stops every process and returns the exit code (0).
 pub fn init() -> i32 {
-    let set = match handled_signals() {
+    // The agent's own signal set (SIGCHLD, SIGTERM, SIGINT), blocked with
+    // do-nothing handlers so that they reach a namespace's init.
+    let signals = match reaper::block_signals() {
         Ok(s) => s,
         Err(e) => {
             warning!("cannot block signals: {e}");
@@ -59,12 +61,7 @@ pub fn init() -> i32 {
         env!("CARGO_PKG_VERSION")
     );
     loop {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: `set` is a valid, initialised sigset_t; `sig` is storage.
-        let rc = unsafe { libc::sigwait(&set, &mut sig) };
-        if rc != 0 {
-            continue;
-        }
+        let sig = signals.wait();
         reap();
         if sig == libc::SIGTERM || sig == libc::SIGINT {
             info!("stopping: signal {sig}");
@@ -72,34 +69,6 @@ pub fn init() -> i32 {
             return 0;
         }
     }
-}
-
-/// Blocks SIGCHLD, SIGTERM and SIGINT (with do-nothing handlers: the kernel
-/// drops default-disposition signals before they reach a namespace's init).
-fn handled_signals() -> io::Result<libc::sigset_t> {
-    extern "C" fn ignore(_: libc::c_int) {}
-    // SAFETY: an all-zero sigset_t is valid storage for sigemptyset.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is valid storage.
-    sys::cvt(unsafe { libc::sigemptyset(&mut set) })?;
-    for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: an all-zero sigaction is a valid starting value.
-        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = ignore as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
-        // SAFETY: `sa` is initialised, its handler async-signal-safe.
-        unsafe {
-            sys::cvt(libc::sigemptyset(&mut sa.sa_mask))?;
-            sys::cvt(libc::sigaction(sig, &sa, std::ptr::null_mut()))?;
-            sys::cvt(libc::sigaddset(&mut set, sig))?;
-        }
-    }
-    // SAFETY: `set` is a valid sigset_t.
-    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if r != 0 {
-        return Err(io::Error::from_raw_os_error(r));
-    }
-    Ok(set)
 }
 
 /// Reaps every exited child (orphans included) without blocking.

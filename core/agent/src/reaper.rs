@@ -27,6 +27,19 @@ const HANDLED: [libc::c_int; 3] = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT];
 #[derive(Clone, Copy)]
 pub struct Signals(libc::sigset_t);
 
+impl Signals {
+    /// Waits for the next handled signal; its number.
+    pub fn wait(&self) -> libc::c_int {
+        loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: the set is a valid, initialised sigset_t; `sig` is storage.
+            if unsafe { libc::sigwait(&self.0, &mut sig) } == 0 {
+                return sig;
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Signals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Signals")
@@ -177,15 +190,9 @@ pub fn start(agent: Arc<Agent>, signals: Signals) -> io::Result<()> {
 fn signal_loop(agent: Arc<Agent>, signals: Signals) {
     agent.procs.reap();
     loop {
-        let mut sig = 0;
-        // SAFETY: the set is valid and `sig` is valid storage.
-        let r = unsafe { libc::sigwait(&signals.0, &mut sig) };
-        if r != 0 {
-            continue;
-        }
-        match sig {
+        match signals.wait() {
             libc::SIGCHLD => agent.procs.reap(),
-            libc::SIGTERM | libc::SIGINT => {
+            sig @ (libc::SIGTERM | libc::SIGINT) => {
                 info!("received signal {sig}: shutting down");
                 // Shut down on another thread: this one must keep reaping.
                 let agent = agent.clone();

@@ -567,34 +567,22 @@ impl KubeBackend {
                 .map(|a| now - a.as_millis() as i64)
                 .unwrap_or(0)
                 .max(s.spec.activity_ms);
-            if let Some(idle) = info.config.idle_timeout {
-                if !busy && now - activity > idle.as_millis() as i64 {
-                    tracing::info!(sandbox = %info.id, "idle timeout: deleting the pod, keeping the record");
-                    let _ = self
-                        .stop_as(
-                            &info.name,
-                            &info.id,
-                            Duration::from_secs(2),
-                            ExitReason::IdleTimeout,
-                        )
-                        .await;
-                    continue;
-                }
-            }
-            if let (Some(max), Some(running_at)) = (
-                info.config.max_duration,
-                info.last_run.as_ref().and_then(|r| r.running_at_ms),
-            ) {
-                if now - running_at > max.as_millis() as i64 {
-                    let _ = self
-                        .stop_as(
-                            &info.name,
-                            &info.id,
-                            Duration::from_secs(10),
-                            ExitReason::MaxDuration,
-                        )
-                        .await;
-                }
+            let idle = info
+                .config
+                .idle_timeout
+                .is_some_and(|idle| !busy && now - activity > idle.as_millis() as i64);
+            let overdue = matches!(
+                (info.config.max_duration, info.last_run.as_ref().and_then(|r| r.running_at_ms)),
+                (Some(max), Some(at)) if now - at > max.as_millis() as i64
+            );
+            let reclaim = if idle {
+                tracing::info!(sandbox = %info.id, "idle timeout: deleting the pod, keeping the record");
+                Some((Duration::from_secs(2), ExitReason::IdleTimeout))
+            } else {
+                overdue.then_some((Duration::from_secs(10), ExitReason::MaxDuration))
+            };
+            if let Some((grace, reason)) = reclaim {
+                let _ = self.stop_as(&info.name, &info.id, grace, reason).await;
             }
         }
         Ok(())

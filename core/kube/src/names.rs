@@ -72,19 +72,7 @@ pub fn id_label(id: &SandboxId) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn is_dns_subdomain(s: &str) -> bool {
-        !s.is_empty()
-            && s.len() <= 253
-            && s.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            })
-    }
+    use crate::settings::is_dns_subdomain;
 
     #[test]
     fn names_map_to_valid_distinct_objects_and_back() {

@@ -137,8 +137,19 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+/// A DNS-1123 subdomain as Kubernetes checks object names: at most 253
+/// characters of dot-separated `[a-z0-9]([-a-z0-9]*[a-z0-9])?` parts (no
+/// per-part length limit, unlike a label).
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 /// Where the credentials came from (named in errors and by `burrow doctor`).
