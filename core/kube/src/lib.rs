@@ -403,7 +403,20 @@ impl KubeBackend {
             &self.settings,
             &owner,
         );
-        match self.pods.create(&PostParams::default(), &pod).await {
+        let created = loop {
+            match self.pods.create(&PostParams::default(), &pod).await {
+                // A namespace just made has no default service account until
+                // the controller manager adds it, and admission refuses pods
+                // meanwhile (bounded by the caller's startup timeout).
+                Err(kube::Error::Api(s))
+                    if s.code == 403 && s.message.contains("serviceaccount") =>
+                {
+                    tokio::time::sleep(POLL).await;
+                }
+                other => break other,
+            }
+        };
+        match created {
             Ok(_) => {}
             // Left by an earlier claim of this generation: never reused.
             Err(e) if is_status(&e, 409) => {
