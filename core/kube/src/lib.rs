@@ -128,7 +128,7 @@ impl KubeBackend {
                 ),
             });
         }
-        ensure_crd(&client).await?;
+        ensure_crd(&client, &settings.namespace).await?;
         let records =
             Api::namespaced_with(client.clone(), &settings.namespace, &record::api_resource());
         let pods = Api::namespaced(client, &settings.namespace);
@@ -686,8 +686,11 @@ fn spawn_reaper(backend: Weak<KubeBackend>) {
     });
 }
 
-/// Installs the `Sandbox` CRD if the cluster does not have it yet.
-async fn ensure_crd(client: &kube::Client) -> Result<()> {
+/// Installs the `Sandbox` CRD if the cluster does not have it yet, and
+/// waits until the API server serves it. A definition another caller has
+/// just created exists before it is served: an early return on "exists"
+/// met a 404 on the first record write.
+async fn ensure_crd(client: &kube::Client, namespace: &str) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = format!("{}.{}", record::PLURAL, record::GROUP);
@@ -695,34 +698,40 @@ async fn ensure_crd(client: &kube::Client) -> Result<()> {
         .get_opt(&name)
         .await
         .map_err(|e| api_error("looking up the Sandbox resource definition", e))?
-        .is_some()
+        .is_none()
     {
-        return Ok(());
+        let crd: CustomResourceDefinition = serde_json::from_value(record::crd())
+            .map_err(|e| store_error(format!("the Sandbox resource definition: {e}")))?;
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 409) => {}
+            Err(e) => return Err(api_error("installing the Sandbox resource definition", e)),
+        }
     }
-    let crd: CustomResourceDefinition = serde_json::from_value(record::crd())
-        .map_err(|e| store_error(format!("the Sandbox resource definition: {e}")))?;
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(e) if is_status(&e, 409) => {}
-        Err(e) => return Err(api_error("installing the Sandbox resource definition", e)),
-    }
-    // Established within a few seconds.
+    let records: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &record::api_resource());
+    // Established, then served, within a few seconds.
     for _ in 0..100 {
-        if let Ok(Some(c)) = crds.get_opt(&name).await {
-            let established = c
+        let established = match crds.get_opt(&name).await {
+            Ok(Some(c)) => c
                 .status
                 .and_then(|s| s.conditions)
                 .unwrap_or_default()
                 .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                return Ok(());
+                .any(|c| c.type_ == "Established" && c.status == "True"),
+            _ => false,
+        };
+        if established {
+            match records.list(&ListParams::default().limit(1)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if is_status(&e, 404) => {}
+                Err(e) => return Err(api_error("listing sandbox records", e)),
             }
         }
         tokio::time::sleep(POLL).await;
     }
     Err(store_error(
-        "the Sandbox resource definition was not established in 10 s",
+        "the Sandbox resource definition was not served within 10 s",
     ))
 }
 
