@@ -126,7 +126,7 @@ fn spec_at(root: &Path, id: &SandboxId, generation: u64, config: SandboxConfig) 
 
 fn config(runtime: OciRuntime) -> SandboxConfig {
     let mut c = SandboxConfig::new("busybox");
-    c.runtime = runtime;
+    c.runtime = Some(runtime);
     c
 }
 
@@ -136,7 +136,9 @@ async fn launch(spec: &LaunchSpec, script: &str) -> burrow::Result<Launched> {
         "BURROW_AGENT_ARGS",
         serde_json::to_string(&["/bin/sh", "-c", script]).unwrap(),
     );
-    let r = ContainerDriver::new(spec.config.runtime).launch(spec).await;
+    let r = ContainerDriver::new(spec.config.oci_runtime())
+        .launch(spec)
+        .await;
     std::env::remove_var("BURROW_AGENT_ARGS");
     r
 }

@@ -18,6 +18,7 @@
 //! Pause, live resize and metrics answer `unsupported`; sandboxes are never
 //! attached to a process (a cluster outlives its callers).
 
+pub mod doctor;
 pub mod guest;
 pub mod names;
 pub mod pods;
@@ -31,8 +32,8 @@ use async_trait::async_trait;
 use burrow::lifecycle::{Operation, Step};
 use burrow::model::{validate_name, RunInfo};
 use burrow::{
-    Backend, Capabilities, CreateRequest, Error, ExitReason, ListFilter, Result, RuntimeStream,
-    SandboxId, SandboxInfo, StartOptions, Status, StopOptions,
+    Backend, Capabilities, CreateRequest, Error, ExitReason, ListFilter, OciRuntime, Result,
+    RuntimeStream, SandboxId, SandboxInfo, StartOptions, Status, StopOptions,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -361,7 +362,13 @@ impl KubeBackend {
                 }
             }
             Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("the pod was not running within the startup timeout ({timeout:?})"),
+            Err(_) => format!(
+                "the pod was not running within the startup timeout ({timeout:?}){}",
+                self.last_warning(&names::pod_name(&info.id, info.generation))
+                    .await
+                    .map(|w| format!("; the cluster said: {w}"))
+                    .unwrap_or_default()
+            ),
         };
         let _ = self
             .delete_pod(&info.id, info.generation, Duration::ZERO)
@@ -387,6 +394,29 @@ impl KubeBackend {
             id: info.id,
             reason: failure,
         })
+    }
+
+    /// The newest warning event of pod `pod` (`Reason: message`), the
+    /// cluster's word on why it is not running (a runtime handler no node
+    /// has, an image it cannot pull). `None` when there is none or events
+    /// cannot be read.
+    async fn last_warning(&self, pod: &str) -> Option<String> {
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.pods.clone().into_client(), &self.settings.namespace);
+        let params =
+            ListParams::default().fields(&format!("involvedObject.name={pod},type=Warning"));
+        let list = events.list(&params).await.ok()?;
+        let newest = list.items.into_iter().max_by_key(|e| {
+            e.last_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        })?;
+        Some(format!(
+            "{}: {}",
+            newest.reason.unwrap_or_default(),
+            newest.message.unwrap_or_default()
+        ))
     }
 
     /// Creates the run's pod, waits for it to run and connects a session.
@@ -753,8 +783,11 @@ impl Backend for KubeBackend {
         Ok(c)
     }
 
-    async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+    async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         validate_name(&req.name)?;
+        // Recorded as the configuration says, or runc: the runtime class is
+        // the gVisor class for runsc, the backend's default otherwise.
+        req.config.runtime.get_or_insert(OciRuntime::Runc);
         req.config.validate()?;
         pods::validate_image(&req.config.image)?;
         let mut info = SandboxInfo::new(SandboxId::new(), &req.name, req.config);

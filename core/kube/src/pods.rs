@@ -232,7 +232,7 @@ pub fn validate_image(image: &str) -> burrow::Result<()> {
 /// backend's default (none: the cluster's default runtime).
 pub fn runtime_class(config: &SandboxConfig, settings: &KubeSettings) -> Option<String> {
     match config.runtime {
-        OciRuntime::Runsc => Some(settings.gvisor_runtime_class.clone()),
+        Some(OciRuntime::Runsc) => Some(settings.gvisor_runtime_class.clone()),
         _ => settings.runtime_class.clone(),
     }
 }
@@ -373,7 +373,7 @@ mod tests {
         config.env.insert("A".into(), "b".into());
         config.cpus = Some(0.5);
         config.memory_mb = Some(64);
-        config.runtime = OciRuntime::Runsc;
+        config.runtime = Some(OciRuntime::Runsc);
         let owner = Owner {
             name: "n-x".into(),
             uid: "u",

@@ -264,7 +264,7 @@ async fn a_runsc_sandbox_runs_under_the_gvisor_runtime_class() {
     let (b, ns) = backend("gvisor").await;
     let b: Arc<dyn Backend> = b;
     let mut c = config();
-    c.runtime = burrow::OciRuntime::Runsc;
+    c.runtime = Some(burrow::OciRuntime::Runsc);
     let info = b.create(CreateRequest::new("g", c)).await.unwrap();
     let running = b.start("g", &info.id, Default::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client().await, &ns);

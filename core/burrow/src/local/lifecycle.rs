@@ -283,7 +283,8 @@ impl LocalBackend {
         let runtime_dir = dir.join("runtime");
         let reclaimed = match info.config.driver.unwrap_or_default() {
             DriverKind::Container => {
-                crate::driver::container::reclaim_stale(info.config.runtime, id, &runtime_dir).await
+                crate::driver::container::reclaim_stale(info.config.oci_runtime(), id, &runtime_dir)
+                    .await
             }
             DriverKind::Vm => crate::driver::vm::reclaim_stale(&runtime_dir).await,
         };

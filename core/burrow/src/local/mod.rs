@@ -260,8 +260,11 @@ impl Backend for LocalBackend {
         validate_name(&req.name)?;
         // This host's defaults, recorded with the sandbox: whoever created
         // it (a remote client included), this backend runs it.
-        req.config
-            .resolve_defaults(self.config.default_driver, self.config.demand_start_default);
+        req.config.resolve_defaults(
+            self.config.default_driver,
+            self.config.default_runtime,
+            self.config.demand_start_default,
+        );
         req.config.validate()?;
         self.check_image(&req.config.image)?;
         // Persist local image paths absolute: later starts may come from

@@ -57,7 +57,7 @@ impl LocalBackend {
             .arg("--generation")
             .arg(generation.to_string())
             .arg("--runtime")
-            .arg(info.config.runtime.binary())
+            .arg(info.config.oci_runtime().binary())
             .arg("--driver")
             .arg(info.config.driver.unwrap_or_default().as_str())
             .arg("--ready-fd")

@@ -163,9 +163,13 @@ pub struct SandboxConfig {
     /// container, the only driver older records could leave out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<DriverKind>,
-    /// OCI runtime for the container driver.
-    #[serde(default)]
-    pub runtime: OciRuntime,
+    /// OCI runtime of the container driver. `None` asks for the default of
+    /// the backend that creates the sandbox (for the local backend,
+    /// `LocalConfig`'s `default_runtime`, `$BURROW_RUNTIME` on its host);
+    /// the backend records its choice, as for the driver (the engine reads
+    /// a configuration without one as the built-in default, runc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<OciRuntime>,
     /// CPU limit in cores (fractions allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<f64>,
@@ -226,7 +230,7 @@ impl SandboxConfig {
         SandboxConfig {
             image: image.into(),
             driver: None,
-            runtime: OciRuntime::default(),
+            runtime: None,
             cpus: None,
             memory_mb: None,
             pids_limit: None,
@@ -249,12 +253,25 @@ impl SandboxConfig {
         self.demand_start.unwrap_or(reclaims)
     }
 
+    /// The OCI runtime the container driver runs this sandbox with: the
+    /// recorded one, else the built-in default (runc).
+    pub fn oci_runtime(&self) -> OciRuntime {
+        self.runtime.unwrap_or_default()
+    }
+
     /// Fills what the configuration leaves to the backend: the driver
-    /// (`default_driver`), and demand start when the backend's default is
-    /// off (`Some(false)`, so a later idle timeout does not turn it on).
-    /// What the configuration says itself always wins.
-    pub fn resolve_defaults(&mut self, default_driver: DriverKind, demand_start_default: bool) {
+    /// (`default_driver`), the OCI runtime (`default_runtime`), and demand
+    /// start when the backend's default is off (`Some(false)`, so a later
+    /// idle timeout does not turn it on). What the configuration says
+    /// itself always wins.
+    pub fn resolve_defaults(
+        &mut self,
+        default_driver: DriverKind,
+        default_runtime: OciRuntime,
+        demand_start_default: bool,
+    ) {
         self.driver.get_or_insert(default_driver);
+        self.runtime.get_or_insert(default_runtime);
         if !demand_start_default {
             self.demand_start.get_or_insert(false);
         }
@@ -519,7 +536,7 @@ mod tests {
     #[test]
     fn the_backend_fills_only_what_the_configuration_leaves_open() {
         let mut c = SandboxConfig::new("img");
-        c.resolve_defaults(DriverKind::Vm, true);
+        c.resolve_defaults(DriverKind::Vm, OciRuntime::Runc, true);
         assert_eq!(c.driver, Some(DriverKind::Vm));
         assert_eq!(c.demand_start, None);
         // A later idle timeout turns demand start on...
@@ -528,7 +545,7 @@ mod tests {
         assert!(c.demand_start_enabled());
         // ...unless the backend's default was off at create.
         let mut c = SandboxConfig::new("img");
-        c.resolve_defaults(DriverKind::Container, false);
+        c.resolve_defaults(DriverKind::Container, OciRuntime::Runc, false);
         c.idle_timeout = Some(Duration::from_secs(5));
         assert_eq!(c.demand_start, Some(false));
         assert!(!c.demand_start_enabled());
@@ -536,9 +553,21 @@ mod tests {
         let mut c = SandboxConfig::new("img");
         c.driver = Some(DriverKind::Container);
         c.demand_start = Some(true);
-        c.resolve_defaults(DriverKind::Vm, false);
+        c.runtime = Some(OciRuntime::Crun);
+        c.resolve_defaults(DriverKind::Vm, OciRuntime::Runsc, false);
         assert_eq!(c.driver, Some(DriverKind::Container));
+        assert_eq!(c.runtime, Some(OciRuntime::Crun));
         assert_eq!(c.demand_start, Some(true));
+        // The runtime left open takes the backend's.
+        let mut c = SandboxConfig::new("img");
+        c.resolve_defaults(DriverKind::Container, OciRuntime::Runsc, true);
+        assert_eq!(c.oci_runtime(), OciRuntime::Runsc);
+        // Records from before the runtime could be left open name one.
+        let old: SandboxConfig =
+            serde_json::from_str(r#"{"image":"img","runtime":"crun"}"#).unwrap();
+        assert_eq!(old.runtime, Some(OciRuntime::Crun));
+        let none: SandboxConfig = serde_json::from_str(r#"{"image":"img"}"#).unwrap();
+        assert_eq!(none.oci_runtime(), OciRuntime::Runc);
     }
 
     #[test]
@@ -546,7 +575,7 @@ mod tests {
         let mut c = SandboxConfig::new("img");
         c.memory_mb = Some(32);
         c.validate().unwrap();
-        c.resolve_defaults(DriverKind::Vm, true);
+        c.resolve_defaults(DriverKind::Vm, OciRuntime::Runc, true);
         assert_eq!(
             c.validate().unwrap_err().code(),
             crate::ErrorCode::InvalidConfig

@@ -125,7 +125,7 @@ impl SandboxBuilder {
     }
     /// OCI runtime of the container driver.
     pub fn runtime(mut self, runtime: OciRuntime) -> Self {
-        self.config.runtime = runtime;
+        self.config.runtime = Some(runtime);
         self
     }
     /// Isolation driver: `"container"` / [`DriverKind::Container`] or

@@ -95,7 +95,7 @@ impl SandboxOpts {
             .map(str::parse::<DriverKind>)
             .transpose()?;
         if let Some(r) = &self.runtime {
-            c.runtime = r.parse::<OciRuntime>()?;
+            c.runtime = Some(r.parse::<OciRuntime>()?);
         }
         c.idle_timeout = self.idle_timeout;
         c.max_duration = self.max_duration;

@@ -1,20 +1,54 @@
 //! `burrow doctor`: which drivers work on this host, and why not; where the
-//! guest agent comes from; how to get the vm driver's guest kernel.
+//! guest agent comes from; how to get the vm driver's guest kernel. With
+//! `--kubernetes`: whether the Kubernetes backend's cluster runs sandboxes
+//! under each runtime class it would use.
 
 mod kernel;
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use burrow::internal::agent;
 use burrow::internal::driver::{container, vm};
-use burrow::{DriverKind, LocalConfig, OciRuntime};
+use burrow::{DriverKind, LocalConfig};
 use serde_json::json;
 
 use super::output::say;
 use super::Ctx;
 
-pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
-    let default = LocalConfig::from_env().map(|c| c.default_driver);
+#[derive(Debug, clap::Args)]
+pub(crate) struct DoctorArgs {
+    /// Check the cluster of the Kubernetes backend instead of this host's
+    /// drivers: the credentials, the namespace, and a probe sandbox under
+    /// the default and the gVisor runtime classes (settings from the
+    /// environment, BURROW_KUBECONFIG and BURROW_KUBE_*, over the
+    /// [kubernetes] table of --config).
+    #[arg(long)]
+    kubernetes: bool,
+    /// The serve configuration whose [kubernetes] table to check (default:
+    /// $BURROW_SERVE_CONFIG); implies --kubernetes.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Bound on each probe sandbox's start.
+    #[arg(long, value_name = "DUR", default_value = "2m", value_parser = burrow::parse_duration)]
+    probe_timeout: Duration,
+}
+
+/// Exit status of a doctor that found the backend unusable.
+const UNUSABLE: u8 = 7;
+
+pub(crate) async fn doctor(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
+    if args.kubernetes || args.config.is_some() {
+        return kubernetes(ctx, args).await;
+    }
+    let defaults = LocalConfig::from_env();
+    let default = defaults.as_ref().map(|c| c.default_driver);
+    let runtime = defaults
+        .as_ref()
+        .map(|c| c.default_runtime)
+        .unwrap_or_default();
     let agent = agent::locate_agent();
-    let container = container::check_support(OciRuntime::Runc).await;
+    let container = container::check_support(runtime).await;
     if !ctx.json {
         say("checking the vm driver (the first run boots a probe guest under KVM)...");
     }
@@ -38,6 +72,7 @@ pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
         };
         let report = json!({
             "default_driver": default.as_ref().map(|d| d.as_str()).map_err(|e| e.to_string()),
+            "default_runtime": runtime.binary(),
             "agent": agent,
             "drivers": {
                 "container": entry(container.as_ref().map(|c| json!(c))),
@@ -90,5 +125,71 @@ pub(crate) async fn doctor(ctx: Ctx) -> anyhow::Result<u8> {
             Err(e) => say(format!("default driver: {e}")),
         }
     }
-    Ok(if default_ok { 0 } else { 7 })
+    Ok(if default_ok { 0 } else { UNUSABLE })
+}
+
+async fn kubernetes(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
+    let settings = super::serve::load_config(args.config.as_deref())?.kubernetes;
+    if !ctx.json {
+        say(format!(
+            "checking the cluster (namespace {}): a probe sandbox per runtime class...",
+            settings.namespace
+        ));
+    }
+    let report = burrow_kube::doctor::check(settings, args.probe_timeout).await;
+    let ok = report.as_ref().is_ok_and(|r| r.ok());
+    if ctx.json {
+        let value = match &report {
+            Ok(r) => json!({"ok": ok, "details": r}),
+            Err(e) => json!({"ok": false, "code": e.code(), "reason": e.to_string()}),
+        };
+        say(serde_json::to_string_pretty(
+            &json!({ "kubernetes": value }),
+        )?);
+    } else {
+        match &report {
+            Err(e) => say(format!("kubernetes unavailable  {e}")),
+            Ok(r) => {
+                say(format!(
+                    "kubernetes {}  API server {} via {}, namespace {}, agent image {} (pull {})",
+                    if ok { "ok         " } else { "NOT usable " },
+                    r.server_version,
+                    r.source,
+                    r.namespace,
+                    r.agent_image,
+                    r.image_pull_policy
+                ));
+                for c in &r.classes {
+                    say(format!("           {}", class_line(c)));
+                }
+            }
+        }
+    }
+    Ok(if ok { 0 } else { UNUSABLE })
+}
+
+fn class_line(c: &burrow_kube::doctor::ClassReport) -> String {
+    use burrow_kube::doctor::Outcome;
+    let class = match &c.runtime_class {
+        Some(name) => format!("runtime class {name:?} ({})", c.role),
+        None => "the cluster's default runtime".to_owned(),
+    };
+    match &c.outcome {
+        Outcome::Ran {
+            handler,
+            kernel,
+            start_ms,
+        } => format!(
+            "{class}{}: a probe ran in {start_ms} ms; {kernel}",
+            handler
+                .as_deref()
+                .map(|h| format!(", handler {h}"))
+                .unwrap_or_default()
+        ),
+        Outcome::Missing if c.required => format!("{class}: MISSING on the cluster"),
+        Outcome::Missing => {
+            format!("{class}: not on the cluster (sandboxes asking for runsc cannot start)")
+        }
+        Outcome::Failed { reason, .. } => format!("{class}: the probe FAILED: {reason}"),
+    }
 }

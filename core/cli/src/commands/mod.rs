@@ -107,8 +107,10 @@ enum Command {
         #[command(subcommand)]
         command: images::ImageCommand,
     },
-    /// Report which drivers (container, vm) work on this host, and why not.
-    Doctor,
+    /// Report which drivers (container, vm) work on this host, and why not;
+    /// with --kubernetes, whether the Kubernetes backend's cluster runs
+    /// sandboxes.
+    Doctor(doctor::DoctorArgs),
     /// Run the HTTP API and demand gateway (`burrow serve token ...` manages
     /// API tokens).
     Serve(serve::ServeArgs),
@@ -173,7 +175,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Pull(a) => images::pull(ctx, a).await,
         Command::Images => images::images(ctx).await,
         Command::Image { command } => images::image(ctx, command).await,
-        Command::Doctor => doctor::doctor(ctx).await,
+        Command::Doctor(a) => doctor::doctor(ctx, a).await,
         Command::Serve(a) => serve::serve(ctx, a).await,
         Command::Version => version::version(ctx),
     }

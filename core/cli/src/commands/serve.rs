@@ -62,15 +62,25 @@ fn config_error(field: &str, reason: impl std::fmt::Display) -> anyhow::Error {
 }
 
 fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+    load_config(args.config.as_deref()).map_err(|e| e.context("burrow serve cannot start"))
+}
+
+/// The serve configuration of `file` (else `$BURROW_SERVE_CONFIG`) and the
+/// environment; a bad one is [`burrow::Error::InvalidConfig`] naming the
+/// key.
+pub(crate) fn load_config(file: Option<&std::path::Path>) -> anyhow::Result<ServeConfig> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    ServeConfig::load(args.config.as_deref(), &env).map_err(|e| {
+    ServeConfig::load(file, &env).map_err(|e| {
         let field = match &e {
             ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => key.clone(),
             ConfigError::UnknownBackend { .. } => "backend".into(),
             ConfigError::UnknownEnv { name, .. } => name.clone(),
             _ => "configuration file".into(),
         };
-        config_error(&field, e)
+        anyhow::Error::new(burrow::Error::InvalidConfig {
+            field,
+            reason: e.to_string(),
+        })
     })
 }
 

@@ -175,8 +175,8 @@ impl Driver for ContainerDriver {
     }
 
     async fn launch(&self, spec: &LaunchSpec) -> Result<Launched> {
-        if spec.config.runtime != self.runtime {
-            tracing::debug!(driver = ?self.runtime, sandbox = ?spec.config.runtime, "using the sandbox's configured runtime");
+        if spec.config.oci_runtime() != self.runtime {
+            tracing::debug!(driver = ?self.runtime, sandbox = ?spec.config.oci_runtime(), "using the sandbox's configured runtime");
         }
         let span = tracing::info_span!("container_launch", sandbox = %spec.sandbox_id, name = %spec.name, generation = spec.generation);
         launch(spec).instrument(span).await
@@ -188,7 +188,7 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     let started = Instant::now();
     let dir = &spec.runtime_dir;
     let runtime = Runtime::locate(
-        spec.config.runtime,
+        spec.config.oci_runtime(),
         dir.join("state"),
         dir.join("runtime.log"),
     )?;
@@ -317,7 +317,7 @@ async fn start(
     let controllers = cgroups::Controllers::detect();
     let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
     notes.extend(limit_notes);
-    let seccomp_by_runtime = spec::seccomp_by_runtime(spec.config.runtime);
+    let seccomp_by_runtime = spec::seccomp_by_runtime(spec.config.oci_runtime());
     let input = spec::SpecInput {
         rootfs: &target,
         args: spec::agent_args(seccomp_by_runtime)?,

@@ -395,7 +395,7 @@ async fn boot(
         inherit_fds: vec![runtime_lock.raw_fd()],
     };
     let driver: Box<dyn Driver> = match config.driver.unwrap_or_default() {
-        DriverKind::Container => Box::new(ContainerDriver::new(config.runtime)),
+        DriverKind::Container => Box::new(ContainerDriver::new(config.oci_runtime())),
         DriverKind::Vm => Box::new(VmDriver),
     };
     let launched = tokio::time::timeout(left(), driver.launch(&spec))
