@@ -68,9 +68,16 @@ cargo test -q --workspace --no-fail-fast
 # The cluster is only for those tests: stopped now (and by the trap on any
 # earlier exit), the host restored.
 bash scripts/k8s/cluster.sh stop
+# The shared lifecycle suites (burrow-cli's tests); --workspace, not -p, so
+# the features of the dependencies stay those of the build above and
+# nothing is compiled again.
+suites="--test lifecycle --test policies --test processes --test logs --test registry_sandbox"
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
-BURROW_DRIVER=vm cargo test -q -p burrow-cli --no-fail-fast \
-  --test lifecycle --test policies --test processes --test logs --test registry_sandbox
+# shellcheck disable=SC2086
+BURROW_DRIVER=vm cargo test -q --workspace --no-fail-fast $suites
+step "the shared lifecycle suites a third time, the container driver under runsc (gVisor, built with the cluster above)"
+# shellcheck disable=SC2086
+BURROW_RUNTIME=runsc BURROW_RUNSC="$BURROW_K8S_BIN/runsc" cargo test -q --workspace --no-fail-fast $suites
 step "the conformance kit (tests/conformance/cases.json) against the local backend with the vm driver"
 # --workspace, not -p: the features of the dependencies (sqlx) stay those
 # of the build above, so nothing is compiled again.

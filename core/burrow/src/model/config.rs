@@ -305,6 +305,18 @@ impl SandboxConfig {
                 return bad("memory_mb", format!("{m} MiB is outside 16 MiB..4 TiB"));
             }
         }
+        if self.network
+            && self.driver == Some(DriverKind::Container)
+            && self.runtime == Some(OciRuntime::Runsc)
+        {
+            return bad(
+                "network",
+                "the container driver has no user-mode networking under runsc yet \
+                 (gVisor reads the network namespace before pasta can attach to it); \
+                 use runc or crun, or the vm driver"
+                    .into(),
+            );
+        }
         if self.driver == Some(DriverKind::Vm) {
             if let Some(m) = self.memory_mb {
                 if m < DriverKind::VM_MIN_MEMORY_MB {
@@ -568,6 +580,23 @@ mod tests {
         assert_eq!(old.runtime, Some(OciRuntime::Crun));
         let none: SandboxConfig = serde_json::from_str(r#"{"image":"img"}"#).unwrap();
         assert_eq!(none.oci_runtime(), OciRuntime::Runc);
+    }
+
+    #[test]
+    fn runsc_containers_refuse_networking() {
+        let mut c = SandboxConfig::new("img");
+        c.network = true;
+        c.resolve_defaults(DriverKind::Container, OciRuntime::Runsc, true);
+        match c.validate().unwrap_err() {
+            Error::InvalidConfig { field, .. } => assert_eq!(field, "network"),
+            other => panic!("unexpected {other:?}"),
+        }
+        c.runtime = Some(OciRuntime::Crun);
+        c.validate().unwrap();
+        // A backend that runs runsc otherwise (a VM ignores the runtime).
+        c.runtime = Some(OciRuntime::Runsc);
+        c.driver = Some(DriverKind::Vm);
+        c.validate().unwrap();
     }
 
     #[test]

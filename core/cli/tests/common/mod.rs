@@ -166,6 +166,14 @@ pub fn driver() -> burrow::DriverKind {
         .default_driver
 }
 
+/// The OCI runtime of the suites' container sandboxes: the local backend's
+/// host default (`$BURROW_RUNTIME`), so the same tests cover runc and runsc.
+pub fn runtime() -> burrow::OciRuntime {
+    burrow::LocalConfig::from_env()
+        .expect("BURROW_RUNTIME must be runc, crun or runsc")
+        .default_runtime
+}
+
 /// Whether the suites run against the VM driver.
 pub fn is_vm() -> bool {
     driver() == burrow::DriverKind::Vm

@@ -123,6 +123,62 @@ pub(super) fn remove_leftovers(matches: impl Fn(&str) -> bool) {
     }
 }
 
+/// The memory limit of process `pid`'s cgroup in bytes (`memory.max` on
+/// cgroup v2, `memory.limit_in_bytes` on v1); `None` when unlimited or
+/// unreadable.
+pub(super) fn memory_limit(pid: i32) -> Option<u64> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let file = memory_limit_file(&mountinfo, &cgroup)?;
+    parse_limit(&std::fs::read_to_string(file).ok()?)
+}
+
+/// Where the memory limit of the cgroup named in `cgroup` (a
+/// `/proc/PID/cgroup`) is, given the mounts of `mountinfo`: the v1 memory
+/// hierarchy if it is mounted, else the unified one.
+fn memory_limit_file(mountinfo: &str, cgroup: &str) -> Option<std::path::PathBuf> {
+    let mut v2 = None;
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut l = left.split(' ');
+        let root = l.nth(3).unwrap_or_default();
+        let mountpoint = Path::new(l.next().unwrap_or_default());
+        let mut r = right.split(' ');
+        let (fstype, sopts) = (r.next().unwrap_or_default(), r.nth(1).unwrap_or_default());
+        let relative = |path: &str| {
+            let path = path.strip_prefix(root).unwrap_or(path);
+            mountpoint.join(path.trim_start_matches('/'))
+        };
+        if fstype == "cgroup" && sopts.split(',').any(|o| o == "memory") {
+            let path = cgroup.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+                controllers
+                    .split(',')
+                    .any(|c| c == "memory")
+                    .then_some(path)
+            })?;
+            return Some(relative(path).join("memory.limit_in_bytes"));
+        }
+        if fstype == "cgroup2" {
+            v2 = cgroup
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .map(|path| relative(path).join("memory.max"));
+        }
+    }
+    v2
+}
+
+/// A limit file's value: `max` (v2) or the v1 "unlimited" (the largest
+/// page-aligned 63-bit value) is `None`.
+fn parse_limit(text: &str) -> Option<u64> {
+    let v: u64 = text.trim().parse().ok()?;
+    (v < 1 << 62).then_some(v)
+}
+
 /// Every `burrow` directory container cgroups may be created in.
 fn parent_dirs(mountinfo: &str, own_cgroup: &str) -> Vec<std::path::PathBuf> {
     let mut dirs = Vec::new();
@@ -187,6 +243,23 @@ mod tests {
                 freezer: true
             }
         );
+    }
+
+    #[test]
+    fn the_memory_limit_is_read_from_the_process_cgroup() {
+        let cgroup = "8:pids:/burrow/c-1\n4:memory:/outer/x/burrow/c-1\n0::/\n";
+        assert_eq!(
+            memory_limit_file(HYBRID, cgroup).unwrap(),
+            Path::new("/sys/fs/cgroup/memory/outer/x/burrow/c-1/memory.limit_in_bytes")
+        );
+        let unified = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw";
+        assert_eq!(
+            memory_limit_file(unified, "0::/burrow/c-1\n").unwrap(),
+            Path::new("/sys/fs/cgroup/burrow/c-1/memory.max")
+        );
+        assert_eq!(parse_limit("67108864\n"), Some(64 << 20));
+        assert_eq!(parse_limit("max\n"), None);
+        assert_eq!(parse_limit("9223372036854771712\n"), None);
     }
 
     #[test]

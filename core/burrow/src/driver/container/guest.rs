@@ -33,6 +33,8 @@ pub(super) struct Generation {
     /// Bundle directory (config.json and generated files).
     pub bundle: PathBuf,
     pub network: Option<Network>,
+    /// The container's host pid, once it runs.
+    pub pid: Option<i32>,
     released: bool,
 }
 
@@ -44,6 +46,7 @@ impl Generation {
             mounts: Vec::new(),
             bundle,
             network: None,
+            pid: None,
             released: false,
         }
     }
@@ -268,7 +271,13 @@ impl GuestProcess for ContainerGuest {
                 Duration::from_secs(10),
             )
             .await?;
-        Ok(parse_stats(&String::from_utf8_lossy(&out.stdout)))
+        let mut m = parse_stats(&String::from_utf8_lossy(&out.stdout));
+        if self.generation.runtime.kind == OciRuntime::Runsc {
+            // gVisor reports its own memory, with no limit: the limit is
+            // the host cgroup's, which runsc set from the spec.
+            m.memory_limit_bytes = self.generation.pid.and_then(cgroups::memory_limit);
+        }
+        Ok(m)
     }
 
     async fn cleanup(&mut self) -> Result<()> {

@@ -317,10 +317,11 @@ async fn start(
     let controllers = cgroups::Controllers::detect();
     let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
     notes.extend(limit_notes);
-    let seccomp_by_runtime = spec::seccomp_by_runtime(spec.config.oci_runtime());
+    let runtime = spec.config.oci_runtime();
+    let seccomp_by_runtime = spec::seccomp_by_runtime(runtime).then_some(runtime);
     let input = spec::SpecInput {
         rootfs: &target,
-        args: spec::agent_args(seccomp_by_runtime)?,
+        args: spec::agent_args(seccomp_by_runtime.is_some())?,
         env: spec::environment(&image.config, &spec.config, &hostname),
         cwd: spec::working_dir(&spec.config, &image.config, &image.reference)?,
         uid,
@@ -372,6 +373,7 @@ async fn start(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "container started"
     );
+    generation.pid = Some(pid);
     if spec.config.network {
         match network::Network::attach(pid, &spec.runtime_dir.join("network.log")).await {
             Ok(net) => generation.network = Some(net),
@@ -432,6 +434,11 @@ async fn spawn_run(
     pid_file: &Path,
 ) -> Result<tokio::process::Child> {
     let mut cmd = generation.runtime.command();
+    if generation.runtime.kind == OciRuntime::Runsc && !spec.config.network {
+        // gVisor's own loopback and nothing else (`sandbox`, its default,
+        // copies the host namespace's interfaces, where loopback is down).
+        cmd.arg("--network=none");
+    }
     cmd.arg("run")
         .arg("--bundle")
         .arg(&generation.bundle)

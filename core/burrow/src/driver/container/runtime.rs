@@ -98,6 +98,13 @@ impl Runtime {
         for v in SCRUBBED_ENV {
             c.env_remove(v);
         }
+        if self.kind == OciRuntime::Runsc {
+            // Root filesystem writes reach the bundle's rootfs, as with
+            // runc (runsc's default keeps them in the sandbox's memory and
+            // drops them at exit), and the spec's seccomp profile is
+            // applied inside gVisor (runsc ignores it by default).
+            c.arg("--overlay2=none").arg("--oci-seccomp");
+        }
         if self.kind == OciRuntime::Crun {
             // SAFETY: the closure only makes raw syscalls (no allocation, no
             // locks), which is all that is allowed between fork and exec.

@@ -395,16 +395,27 @@ pub(super) const PERSONALITIES: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ff
 /// `AF_VSOCK`: sockets of this family are refused.
 pub(super) const AF_VSOCK: u64 = 40;
 
-/// The `linux.seccomp` section of the OCI config.
-pub(super) fn profile() -> Value {
+/// The `linux.seccomp` section of the OCI config for `runtime`.
+///
+/// runsc applies it in gVisor's kernel, which answers every `SCMP_ACT_ERRNO`
+/// with `EPERM` whatever `errnoRet` says, so `clone3` cannot fail with the
+/// `ENOSYS` that makes libc fall back to `clone`: it would break every
+/// thread. Under runsc `clone3` is allowed; the namespaces it can make are
+/// gVisor's own, never the host's.
+pub(super) fn profile(runtime: crate::model::OciRuntime) -> Value {
     let mut rules = vec![json!({ "names": ALLOWED, "action": "SCMP_ACT_ALLOW" })];
     rules.push(json!({
         "names": ["clone"],
         "action": "SCMP_ACT_ALLOW",
         "args": [{ "index": 0, "value": CLONE_NAMESPACE_FLAGS, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
     }));
-    rules
-        .push(json!({ "names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOSYS }));
+    if runtime == crate::model::OciRuntime::Runsc {
+        rules.push(json!({ "names": ["clone3"], "action": "SCMP_ACT_ALLOW" }));
+    } else {
+        rules.push(
+            json!({ "names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOSYS }),
+        );
+    }
     for p in PERSONALITIES {
         rules.push(json!({
             "names": ["personality"],
@@ -446,8 +457,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn under_runsc_clone3_is_left_to_gvisor() {
+        let clone3 = |runtime| {
+            profile(runtime)["syscalls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["names"] == json!(["clone3"]))
+                .unwrap()["action"]
+                .clone()
+        };
+        assert_eq!(clone3(crate::model::OciRuntime::Runc), "SCMP_ACT_ERRNO");
+        assert_eq!(clone3(crate::model::OciRuntime::Crun), "SCMP_ACT_ERRNO");
+        assert_eq!(clone3(crate::model::OciRuntime::Runsc), "SCMP_ACT_ALLOW");
+    }
+
+    #[test]
     fn profile_denies_by_default_and_filters_clone() {
-        let p = profile();
+        let p = profile(crate::model::OciRuntime::Runc);
         assert_eq!(p["defaultAction"], "SCMP_ACT_ERRNO");
         assert_eq!(p["defaultErrnoRet"], libc::EPERM);
         let rules = p["syscalls"].as_array().unwrap();

@@ -160,9 +160,10 @@ pub(super) struct SpecInput<'a> {
     pub nofile: u64,
     pub resources: Resources,
     pub cgroups_path: String,
-    /// The runtime builds and installs the seccomp filter from the profile
-    /// (else the agent installs the precompiled one, see `bpf`).
-    pub seccomp_by_runtime: bool,
+    /// `Some(runtime)`: that runtime builds and installs the seccomp filter
+    /// from the profile (else the agent installs the precompiled one, see
+    /// `bpf`).
+    pub seccomp_by_runtime: Option<crate::model::OciRuntime>,
 }
 
 /// The OCI config document.
@@ -226,8 +227,8 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
             "readonlyPaths": READONLY_PATHS,
         },
     });
-    if input.seccomp_by_runtime {
-        doc["linux"]["seccomp"] = seccomp::profile();
+    if let Some(runtime) = input.seccomp_by_runtime {
+        doc["linux"]["seccomp"] = seccomp::profile(runtime);
     }
     doc
 }
@@ -498,12 +499,12 @@ mod tests {
             nofile: 20000,
             resources: Resources::default(),
             cgroups_path: "burrow/x".into(),
-            seccomp_by_runtime: true,
+            seccomp_by_runtime: Some(crate::model::OciRuntime::Runc),
         };
         let c = config(&input);
         assert_eq!(c["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO");
         let agent_filters = config(&SpecInput {
-            seccomp_by_runtime: false,
+            seccomp_by_runtime: None,
             files: vec![],
             ..input
         });
