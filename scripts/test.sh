@@ -65,8 +65,10 @@ BURROW_TEST_KUBECONFIG=$KUBECONFIG
 export BURROW_TEST_KUBECONFIG
 step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster)"
 cargo test -q --workspace --no-fail-fast
-# The cluster is only for those tests: stopped now (and by the trap on any
-# earlier exit), the host restored.
+step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list (locally, through a server, and through a server on the cluster)"
+bash scripts/python-sdk.sh
+# The cluster is only for the tests above: stopped now (and by the trap on
+# any earlier exit), the host restored.
 bash scripts/k8s/cluster.sh stop
 # The shared lifecycle suites (burrow-cli's tests); --workspace, not -p, so
 # the features of the dependencies stay those of the build above and
@@ -82,8 +84,6 @@ step "the conformance kit (tests/conformance/cases.json) against the local backe
 # --workspace, not -p: the features of the dependencies (sqlx) stay those
 # of the build above, so nothing is compiled again.
 BURROW_DRIVER=vm BURROW_CONFORMANCE_TIME_SCALE=3 cargo test -q --workspace --test local_container --no-fail-fast
-step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list"
-bash scripts/python-sdk.sh
 step "TypeScript SDK: native module (napi-rs), npm pack, installed into a fresh directory, node --test"
 bash scripts/node-sdk.sh
 step "Go SDK: libburrow.a, the module from a file-based proxy, go vet + staticcheck, go test -race"

@@ -44,7 +44,31 @@ def test_image() -> Path:
 
 
 def image() -> str:
+    """The image of the tests' sandboxes: the busybox root filesystem, or on
+    the test cluster the busybox image its containerd holds
+    ($BURROW_TEST_KUBE_IMAGE, else burrow.test/busybox:1)."""
+    if kube_mode():
+        return os.environ.get("BURROW_TEST_KUBE_IMAGE") or "burrow.test/busybox:1"
     return str(test_image())
+
+
+def kube_mode() -> bool:
+    """``BURROW_TEST_REMOTE=1`` with ``BURROW_TEST_REMOTE_BACKEND=kubernetes``:
+    each test's ``burrow serve`` runs its sandboxes on the test cluster of
+    scripts/k8s/cluster.sh (``BURROW_TEST_KUBECONFIG``), in a namespace of
+    the test's own."""
+    return remote_mode() and os.environ.get("BURROW_TEST_REMOTE_BACKEND") == "kubernetes"
+
+
+def kubectl(*args: str) -> None:
+    """Runs the cluster's kubectl ($BURROW_K8S_BIN/kubectl) on the test cluster."""
+    import subprocess
+
+    subprocess.run(
+        [os.path.join(os.environ["BURROW_K8S_BIN"], "kubectl"), *args],
+        env={**os.environ, "KUBECONFIG": os.environ["BURROW_TEST_KUBECONFIG"]},
+        check=True, capture_output=True,
+    )
 
 
 def missing_prerequisites() -> list[str]:
@@ -53,7 +77,14 @@ def missing_prerequisites() -> list[str]:
         problems.append(f"no burrow binary at {burrow_bin()} (cargo build -p burrow-cli, or set BURROW_BIN)")
     if not os.access(agent_bin(), os.X_OK):
         problems.append(f"no guest agent at {agent_bin()} (bash scripts/build-agent.sh, or set BURROW_AGENT_BIN)")
-    if not (test_image() / "bin").is_dir():
+    if kube_mode():
+        for var in ("BURROW_TEST_KUBECONFIG", "BURROW_K8S_BIN"):
+            if not os.environ.get(var):
+                problems.append(
+                    f"{var} is not set: start the test cluster"
+                    " (eval \"$(bash scripts/k8s/cluster.sh start)\") and export it"
+                )
+    elif not (test_image() / "bin").is_dir():
         problems.append(
             f"no busybox image at {test_image()} (bash scripts/make-demo-rootfs.sh {test_image()},"
             " or set BURROW_TEST_IMAGE)"
@@ -194,6 +225,17 @@ class Server:
         )
         env.pop("BURROW_URL", None)
         env.pop("BURROW_TOKEN", None)
+        self.namespace: str | None = None
+        if kube_mode():
+            import secrets
+
+            self.namespace = "py-" + secrets.token_hex(5)
+            kubectl("create", "namespace", self.namespace)
+            env.update(
+                BURROW_SERVE_BACKEND="kubernetes",
+                BURROW_KUBECONFIG=os.environ["BURROW_TEST_KUBECONFIG"],
+                BURROW_KUBE_NAMESPACE=self.namespace,
+            )
         self.token = subprocess.run(
             [str(burrow_bin()), "serve", "token", "create", "tests"],
             env=env, check=True, capture_output=True, text=True,
@@ -224,6 +266,17 @@ class Server:
                     return int(line.split()[1])
         raise AssertionError("no burrow_api_requests_total in /metrics")
 
+    def capabilities(self) -> dict:
+        """The server's backend's capabilities (GET /v1/capabilities)."""
+        import json
+        import urllib.request
+
+        req = urllib.request.Request(
+            self.url + "/v1/capabilities", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
     def log(self) -> str:
         try:
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
@@ -238,6 +291,11 @@ class Server:
         except Exception:
             self.proc.kill()
             self.proc.wait()
+        if self.namespace is not None:
+            try:
+                kubectl("delete", "namespace", self.namespace, "--wait=false")
+            except Exception:
+                pass
         self._log.close()
 
 

@@ -31,8 +31,24 @@ def test_cases_cover_the_required_areas():
     ), "a race across processes"
 
 
+def lacking(case: dict) -> list[str]:
+    """The capabilities the case needs that the server's backend lacks
+    (remote mode; the local backend has every one)."""
+    if not _support.remote_mode():
+        return []
+    assert _support.CURRENT_SERVER is not None
+    caps = _support.CURRENT_SERVER.capabilities()
+    return [t for t in case.get("tags", []) if t in conformance_runner.CAPABILITY_TAGS and not caps[t]]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 async def test_case(case, burrow_home):
+    missing = lacking(case)
+    if missing:
+        # As the Rust kit reports it: unsupported, not passed. What the
+        # backend does instead (refuse with UnsupportedError) is checked by
+        # test_a_backend_refuses_what_it_lacks.
+        pytest.skip(f"unsupported by the server's backend (lacks {', '.join(missing)})")
     runner = conformance_runner.Runner(
         image=_support.image(), configure=_support.configure_kwargs(burrow_home)
     )
@@ -41,3 +57,36 @@ async def test_case(case, burrow_home):
         # The case really went through the server.
         assert _support.CURRENT_SERVER is not None
         assert _support.CURRENT_SERVER.api_requests() > 0
+
+
+if _support.remote_mode():
+
+    async def test_a_backend_refuses_what_it_lacks(burrow_home):
+        """The server's capabilities are its backend's; an operation of a
+        capability it lacks is refused with UnsupportedError and changes
+        nothing, one it has works."""
+        import burrow
+
+        assert _support.CURRENT_SERVER is not None
+        caps = _support.CURRENT_SERVER.capabilities()
+        assert set(caps) >= conformance_runner.CAPABILITY_TAGS
+        if not _support.kube_mode():
+            # The local engine behind the server has every capability.
+            assert all(caps[t] for t in conformance_runner.CAPABILITY_TAGS), caps
+        sb = await burrow.Sandbox.create("caps", image=_support.image(), startup_timeout=120)
+        try:
+            checks = {"pause": sb.pause, "metrics": sb.metrics, "logs": sb.logs}
+            for capability, call in checks.items():
+                if caps[capability]:
+                    await call()
+                else:
+                    with pytest.raises(burrow.errors.UnsupportedError):
+                        await call()
+            if caps["pause"]:
+                await sb.resume()
+            info = await sb.info()
+            assert (info.status.value, info.generation) == ("running", 1)
+            out = await sb.exec(["echo", "still"])
+            assert out.stdout.strip() == b"still"
+        finally:
+            await sb.destroy()

@@ -1,10 +1,13 @@
-//! Lifecycle benchmark: median and p90 of create -> Running (with runc and
-//! with crun), exec of `true`, and connect_or_create on a running sandbox,
-//! each beside `runc run` and `crun run` of the same busybox rootfs measured
-//! in the same run (ratio = burrow median / the runtime's own run median),
-//! and the median of each recorded phase of a start.
+//! Lifecycle benchmark: median and p90 of create -> Running (with runc,
+//! crun and runsc), exec of `true`, and connect_or_create on a running
+//! sandbox, each beside `runc run`, `crun run` and `runsc run` of the same
+//! busybox rootfs measured in the same run (ratio = burrow median / the
+//! runtime's own run median), the runsc start against the runc start, and
+//! the median of each recorded phase of a start.
 //!
-//! Run: `cargo bench -p burrow-cli --bench lifecycle` (as root).
+//! Run: `cargo bench -p burrow-cli --bench lifecycle` (as root). runsc is
+//! `$BURROW_RUNSC` or `runsc` on `PATH` (scripts/k8s/build.sh builds one
+//! under target/k8s/*/bin); without it its rows are left out, saying so.
 //! Iterations: BENCH_ITERS (default 30 for starts, 10x that for the rest).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -60,8 +63,10 @@ fn runc_bundle(dir: &Path, rootfs: &Path, args: &[&str]) {
     .unwrap();
 }
 
+/// `runtime run` of the bundle, `iters` times. `runtime` is a binary name
+/// or path; runsc gets the driver's flags (writes kept, no network).
 fn runtime_run(
-    runtime: &'static str,
+    runtime: &str,
     name: &'static str,
     bundle: &Path,
     root: &Path,
@@ -72,6 +77,9 @@ fn runtime_run(
     for i in 0..iters {
         let id = format!("bench-run-{i}");
         let mut cmd = Command::new(runtime);
+        if runtime.ends_with("runsc") {
+            cmd.args(["--overlay2=none", "--network=none"]);
+        }
         if runtime == "crun" {
             // SAFETY: the driver's own hook for crun: raw syscalls only.
             unsafe {
@@ -170,6 +178,21 @@ fn main() {
     runc_bundle(&bundle, &rootfs, &["/bin/true"]);
     let runc_root = scratch.path().join("runc-root");
     let crun_root = scratch.path().join("crun-root");
+    let runsc_root = scratch.path().join("runsc-root");
+    let runsc = std::env::var("BURROW_RUNSC")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|d| d.join("runsc"))
+                    .find(|p| p.is_file())
+                    .map(|p| p.to_string_lossy().into_owned())
+            })
+        });
+    if runsc.is_none() {
+        println!("runsc: not found (set BURROW_RUNSC): its rows are left out");
+    }
 
     let results = rt.block_on(async {
         let home = TestHome::new().await;
@@ -191,6 +214,26 @@ fn main() {
         let (create_crun, crun_phases) = creates(&home, burrow::OciRuntime::Crun, iters).await;
         print_phases("runc", &runc_phases);
         print_phases("crun", &crun_phases);
+        let mut gvisor = Vec::new();
+        if let Some(runsc) = &runsc {
+            // The driver finds it the same way.
+            std::env::set_var("BURROW_RUNSC", runsc);
+            let _ = runtime_run(runsc, "warmup", &bundle, &runsc_root, 3);
+            gvisor.push(runtime_run(
+                runsc,
+                "runsc run (true)",
+                &bundle,
+                &runsc_root,
+                iters,
+            ));
+            let (create_runsc, runsc_phases) =
+                creates(&home, burrow::OciRuntime::Runsc, iters).await;
+            print_phases("runsc", &runsc_phases);
+            gvisor.push(Stats {
+                name: "create -> Running (runsc)",
+                samples: create_runsc,
+            });
+        }
 
         let sb = home.builder("bench-exec").create().await.unwrap();
         sb.exec(["true"]).await.unwrap();
@@ -224,7 +267,7 @@ fn main() {
             println!("supervisor {line}");
         }
         sb.destroy().await.unwrap();
-        vec![
+        let mut all = vec![
             baseline,
             Stats {
                 name: "create -> Running (runc)",
@@ -243,11 +286,14 @@ fn main() {
                 name: "connect_or_create (running)",
                 samples: converge,
             },
-        ]
+        ];
+        all.extend(gvisor);
+        all
     });
 
     let base = results[0].pct(0.5);
     let crun_base = results[2].pct(0.5);
+    let runsc_base = results.get(6).map(|s| s.pct(0.5));
     println!(
         "\nburrow lifecycle benchmark ({iters} starts; {} execs and connects)",
         iters * 10
@@ -257,9 +303,12 @@ fn main() {
         "operation", "median ms", "p90 ms", "median / run"
     );
     for s in &results {
-        // crun figures against crun's own run, the rest against runc's.
+        // crun and runsc figures against their own run, the rest against
+        // runc's.
         let anchor = if s.name.contains("crun") {
             crun_base
+        } else if s.name.contains("runsc") {
+            runsc_base.unwrap_or(base)
         } else {
             base
         };
@@ -269,6 +318,15 @@ fn main() {
             ms(s.pct(0.5)),
             ms(s.pct(0.9)),
             ms(s.pct(0.5)) / ms(anchor)
+        );
+    }
+    if let Some(runsc) = results.get(7) {
+        println!(
+            "{:<30} {:>10} {:>10} {:>16.2}",
+            "runsc start / runc start",
+            "",
+            "",
+            ms(runsc.pct(0.5)) / ms(results[1].pct(0.5))
         );
     }
 }
