@@ -6,11 +6,12 @@
 //! embedded in it and the lean `burrow-supervisor` installed beside it.
 //!
 //! The install builds into the target directory of this test's own build,
-//! with the same profile, so it reuses what `cargo test` compiled: seconds,
-//! except on the first run after a build whose features differ (a
-//! `--workspace` build turns on dev-dependency features that the install
-//! does not, so the first install there compiles `burrow` and its dependants
-//! once more). Needs root and runc, as the other end-to-end suites.
+//! with the same profile, so it reuses what `cargo test` compiled: seconds.
+//! Two things made it compile half the workspace again: features the
+//! `--workspace` build turns on that burrow-cli alone did not (its
+//! Cargo.toml now asks for them), and the variables cargo sets for this
+//! test, which rerun build scripts (scrubbed below). Needs root and runc,
+//! as the other end-to-end suites.
 
 mod common;
 
@@ -82,7 +83,30 @@ fn cargo_install_into_an_empty_prefix_runs_a_sandbox_with_no_environment() {
 
     let (target_dir, profile_args) = install_args();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
+    let mut install = Command::new(cargo);
+    // The variables cargo sets for this test binary (OUT_DIR,
+    // CARGO_MANIFEST_DIR, CARGO_PKG_NAME, ...) are ones build scripts
+    // (ring's) declare with rerun-if-env-changed: seen by the inner cargo,
+    // they would rerun them and rebuild everything above ring.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_BIN_EXE_")
+            || matches!(
+                &*key,
+                "OUT_DIR"
+                    | "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+            )
+        {
+            install.env_remove(&*key);
+        }
+    }
+    let out = install
         .args(["install", "--locked", "--offline", "--path"])
         .arg(common::workspace_root().join("core/cli"))
         .arg("--root")

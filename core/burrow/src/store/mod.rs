@@ -21,7 +21,12 @@ use crate::model::{ExitReason, RunInfo, SandboxConfig, SandboxId, SandboxInfo, S
 use crate::paths::Home;
 use crate::procs::ProcIdentity;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyLock::new(|| {
+    crate::internal::migrations::embedded(&[(
+        "0001_init.sql",
+        include_str!("../../migrations/0001_init.sql"),
+    )])
+});
 
 /// The state database.
 #[derive(Debug, Clone)]

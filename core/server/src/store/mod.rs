@@ -308,10 +308,16 @@ impl Store {
             .connect_with(opts)
             .await
             .map_err(open_err)?;
-        let migrator = match kind {
-            DbKind::Sqlite => sqlx::migrate!("./migrations/sqlite"),
-            DbKind::Postgres => sqlx::migrate!("./migrations/postgres"),
-        };
+        let migrator = burrow::internal::migrations::embedded(match kind {
+            DbKind::Sqlite => &[(
+                "0001_init.sql",
+                include_str!("../../migrations/sqlite/0001_init.sql"),
+            )],
+            DbKind::Postgres => &[(
+                "0001_init.sql",
+                include_str!("../../migrations/postgres/0001_init.sql"),
+            )],
+        });
         migrator
             .run(&pool)
             .await
