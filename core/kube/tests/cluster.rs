@@ -7,6 +7,8 @@
 //! agent) are imported into its containerd. Without a cluster these tests
 //! fail: they are never skipped.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,25 +17,12 @@ use burrow::{
     Status,
 };
 use burrow_kube::{KubeBackend, KubeSettings};
+use common::{client, kubeconfig};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 
-fn kubeconfig() -> std::path::PathBuf {
-    std::env::var_os("BURROW_TEST_KUBECONFIG")
-        .map(Into::into)
-        .expect("BURROW_TEST_KUBECONFIG: start the test cluster (bash scripts/k8s/cluster.sh start) and point this at its kubeconfig")
-}
-
 fn image() -> String {
     std::env::var("BURROW_TEST_KUBE_IMAGE").unwrap_or_else(|_| "burrow.test/busybox:1".into())
-}
-
-async fn client() -> kube::Client {
-    let file = kube::config::Kubeconfig::read_from(kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
 }
 
 /// A backend on a namespace of its own (created here).

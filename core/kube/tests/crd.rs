@@ -6,27 +6,16 @@
 //! every record on the cluster), so it lives apart from the other cluster
 //! tests: cargo runs test binaries one at a time.
 
+mod common;
+
 use std::time::Duration;
 
 use burrow::{Backend, CreateRequest, SandboxConfig, Status};
 use burrow_kube::{KubeBackend, KubeSettings};
+use common::{client, kubeconfig};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, PostParams};
-
-fn kubeconfig() -> std::path::PathBuf {
-    std::env::var_os("BURROW_TEST_KUBECONFIG")
-        .map(Into::into)
-        .expect("BURROW_TEST_KUBECONFIG: start the test cluster (bash scripts/k8s/cluster.sh start) and point this at its kubeconfig")
-}
-
-async fn client() -> kube::Client {
-    let file = kube::config::Kubeconfig::read_from(kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
 
 async fn delete_definition(client: &kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
