@@ -13,12 +13,13 @@ pub use crate::paths::Home;
 
 /// The per-sandbox supervisor process (`burrow __supervise`,
 /// `burrow-supervisor`): the library spawns it; the binary parses its
-/// arguments, sets up logging and calls [`supervisor::main`].
+/// arguments, calls [`supervisor::detach_from_starter`], sets up logging
+/// and calls [`supervisor::main`].
 pub mod supervisor {
     use std::path::Path;
 
     pub use crate::logs::rotating::RotatingFile;
-    pub use crate::runtime::supervisor::{main, SuperviseArgs};
+    pub use crate::runtime::supervisor::{detach_from_starter, main, SuperviseArgs};
 
     use crate::error::{Error, Result};
     use crate::logs::LogSource;

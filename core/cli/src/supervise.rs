@@ -15,6 +15,7 @@ use burrow::internal::supervisor;
 pub(crate) fn supervise(args: &[String]) -> ExitCode {
     match parse_supervise(args) {
         Ok(a) => {
+            supervisor::detach_from_starter(a.ready_fd);
             init_supervisor_logging(&a);
             ExitCode::from(supervisor::main(a) as u8)
         }

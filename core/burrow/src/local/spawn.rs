@@ -1,7 +1,7 @@
 //! Spawning the supervisor process and waiting for its readiness report.
 
 use std::io::BufRead;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -33,8 +33,13 @@ impl LocalBackend {
         let stderr_path = logs.join(SUPERVISOR_STDERR);
         let log = open_stderr_log(&stderr_path)
             .map_err(|e| format!("opening {}: {e}", stderr_path.display()))?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
 
+        // The readiness pipe is the supervisor's stdout (it moves it off
+        // fd 1 at once, pointing stdout at its stderr log). No `pre_exec`:
+        // the spawn is a vfork-style posix_spawn, which does not copy the
+        // caller's page tables (a fork of a large application took
+        // milliseconds). The supervisor makes itself a session leader and
+        // closes whatever else it inherited first thing.
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two fresh descriptors into the array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -46,7 +51,6 @@ impl LocalBackend {
         // SAFETY: both descriptors were just created and are owned here only.
         let (read_end, write_end) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let write_raw = write_end.as_raw_fd();
 
         let mut cmd = tokio::process::Command::new(&bin);
         cmd.arg("__supervise")
@@ -61,7 +65,7 @@ impl LocalBackend {
             .arg("--driver")
             .arg(info.config.driver.unwrap_or_default().as_str())
             .arg("--ready-fd")
-            .arg("3")
+            .arg("1")
             .arg("--spawned-at")
             .arg(
                 std::time::SystemTime::now()
@@ -71,40 +75,18 @@ impl LocalBackend {
                     .to_string(),
             )
             .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
+            .stdout(Stdio::from(write_end))
+            .stderr(log)
             .kill_on_drop(false);
         if !detached {
             cmd.arg("--owner-pid").arg(std::process::id().to_string());
         }
-        // SAFETY: only async-signal-safe calls (setsid, dup2, fcntl,
-        // syscall) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                // Own session: terminal signals aimed at the application's
-                // process group do not hit the supervisor directly.
-                libc::setsid();
-                // The one descriptor the supervisor inherits on purpose.
-                if write_raw == 3 {
-                    libc::fcntl(3, libc::F_SETFD, 0);
-                } else if libc::dup2(write_raw, 3) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // Whatever else the host application left inheritable (fds
-                // from other libraries) is closed at exec.
-                libc::syscall(
-                    libc::SYS_close_range,
-                    4u32,
-                    u32::MAX,
-                    libc::CLOSE_RANGE_CLOEXEC,
-                );
-                Ok(())
-            });
-        }
+        // The command holds the write end: dropped with it right after the
+        // spawn, so a supervisor that dies unreported reads as EOF here.
         let child = cmd
             .spawn()
             .map_err(|e| format!("spawning {}: {e}", bin.display()))?;
-        drop(write_end);
+        drop(cmd);
         crate::fault::point("start.after_spawn");
         let pid = child.id();
         // Dropping the handle is fine: tokio reaps the child in the background.
@@ -123,8 +105,12 @@ impl LocalBackend {
             Err(_) => {
                 if let Some(pid) = pid {
                     // SAFETY: kill(2) on the process group of the supervisor
-                    // we spawned (it called setsid, so pgid == pid).
-                    unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+                    // we spawned (once it called setsid, pgid == pid), and on
+                    // the supervisor itself (in case it never got that far).
+                    unsafe {
+                        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+                        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                    }
                 }
                 return Err(format!("the sandbox did not become ready within {limit:?}"));
             }

@@ -257,14 +257,16 @@ impl Store {
         Ok(Some(generation as u64))
     }
 
-    /// The supervisor takes ownership of a start it was spawned for. False
-    /// when the start was abandoned (reconciled or superseded) meanwhile.
+    /// The supervisor takes ownership of a start it was spawned for and
+    /// reads the record it now owns, in one transaction (one connection on
+    /// the start's critical path). `None` when the start was abandoned
+    /// (reconciled or superseded) meanwhile.
     pub async fn handoff(
         &self,
         id: &SandboxId,
         generation: u64,
         supervisor: ProcIdentity,
-    ) -> Result<bool> {
+    ) -> Result<Option<Record>> {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
             "UPDATE sandboxes SET owner_pid = ?, owner_start = ?, updated_at = ?
@@ -287,8 +289,17 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
+        let record = if n == 1 {
+            let row = sqlx::query(&format!("{} WHERE s.id = ?", Self::SELECT))
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+            row.map(|r| decode(&r)).transpose()?
+        } else {
+            None
+        };
         tx.commit().await?;
-        Ok(n == 1)
+        Ok(record)
     }
 
     /// Starting -> Running for exactly this generation.

@@ -80,11 +80,12 @@ const fn errno(e: i32) -> u32 {
     RET_ERRNO | (e as u32 & 0xffff)
 }
 
-/// What one syscall's block does; every block ends in a `ret`.
-fn block(name: &str) -> Option<Vec<Insn>> {
+/// What one syscall's block does; every block ends in a `ret`. Only
+/// called with the names of [`rules`], which are all allowed in some way.
+fn block(name: &str) -> Vec<Insn> {
     let deny = ret(errno(libc::EPERM));
     let allow = ret(RET_ALLOW);
-    Some(match name {
+    match name {
         // (arg0 & namespace flags) == 0; the mask has no high bits.
         "clone" => vec![
             stmt(LD_W_ABS, off_arg_lo(0)),
@@ -122,24 +123,20 @@ fn block(name: &str) -> Option<Vec<Insn>> {
             allow,
             deny,
         ],
-        _ if ALLOWED.contains(&name) => vec![allow],
-        _ => return None,
-    })
+        _ => vec![allow],
+    }
 }
 
-/// The x86-64 number of `name`, if the table has it (names of other ABIs,
-/// like `chown32`, have none).
-fn number(name: &str) -> Option<u32> {
-    SYSCALLS.iter().find(|(n, _)| *n == name).map(|(_, nr)| *nr)
-}
-
-/// The syscalls with a block, by number.
+/// The syscalls with a block, by number. Names the x86-64 table lacks
+/// (those of other ABIs, like `chown32`) have none. Built once per start,
+/// on its critical path: one pass over the table, no name searches.
 fn rules() -> Vec<(u32, Vec<Insn>)> {
-    let mut names: Vec<&str> = ALLOWED.to_vec();
+    let mut names: std::collections::HashSet<&str> = ALLOWED.iter().copied().collect();
     names.extend(["clone", "clone3", "personality", "socket"]);
-    let mut rules: Vec<(u32, Vec<Insn>)> = names
-        .into_iter()
-        .filter_map(|n| Some((number(n)?, block(n)?)))
+    let mut rules: Vec<(u32, Vec<Insn>)> = SYSCALLS
+        .iter()
+        .filter(|(n, _)| names.contains(n))
+        .map(|(n, nr)| (*nr, block(n)))
         .collect();
     rules.sort_by_key(|(nr, _)| *nr);
     rules.dedup_by_key(|(nr, _)| *nr);
@@ -194,15 +191,18 @@ pub(super) fn program() -> Vec<Insn> {
 pub(super) fn agent_argument() -> &'static str {
     static ARG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ARG.get_or_init(|| {
-        let mut hex = String::with_capacity(program().len() * 16);
-        for i in program() {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let program = program();
+        let mut hex = String::with_capacity(program.len() * 16);
+        for i in program {
             let mut bytes = [0u8; 8];
             bytes[0..2].copy_from_slice(&i.code.to_le_bytes());
             bytes[2] = i.jt;
             bytes[3] = i.jf;
             bytes[4..8].copy_from_slice(&i.k.to_le_bytes());
             for b in bytes {
-                hex.push_str(&format!("{b:02x}"));
+                hex.push(DIGITS[usize::from(b >> 4)] as char);
+                hex.push(DIGITS[usize::from(b & 0xf)] as char);
             }
         }
         hex
@@ -213,6 +213,11 @@ pub(super) fn agent_argument() -> &'static str {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The x86-64 number of `name`, if the table has it.
+    fn number(name: &str) -> Option<u32> {
+        SYSCALLS.iter().find(|(n, _)| *n == name).map(|(_, nr)| *nr)
+    }
 
     /// `struct seccomp_data` as the interpreter sees it.
     fn data(arch: u32, nr: u32, arg0: u64) -> [u8; 64] {

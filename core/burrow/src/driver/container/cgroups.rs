@@ -137,6 +137,22 @@ pub(super) fn memory_limit(pid: i32) -> Option<u64> {
 /// `/proc/PID/cgroup`) is, given the mounts of `mountinfo`: the v1 memory
 /// hierarchy if it is mounted, else the unified one.
 fn memory_limit_file(mountinfo: &str, cgroup: &str) -> Option<std::path::PathBuf> {
+    let (dir, v1) = cgroup_dir(mountinfo, cgroup, "memory")?;
+    Some(dir.join(if v1 {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    }))
+}
+
+/// The directory of the cgroup named in `cgroup` (a `/proc/PID/cgroup`),
+/// given the mounts of `mountinfo`: in the v1 hierarchy of `controller` if
+/// it is mounted (then `true`), else in the unified one.
+fn cgroup_dir(
+    mountinfo: &str,
+    cgroup: &str,
+    controller: &str,
+) -> Option<(std::path::PathBuf, bool)> {
     let mut v2 = None;
     for line in mountinfo.lines() {
         let Some((left, right)) = line.split_once(" - ") else {
@@ -151,25 +167,85 @@ fn memory_limit_file(mountinfo: &str, cgroup: &str) -> Option<std::path::PathBuf
             let path = path.strip_prefix(root).unwrap_or(path);
             mountpoint.join(path.trim_start_matches('/'))
         };
-        if fstype == "cgroup" && sopts.split(',').any(|o| o == "memory") {
+        if fstype == "cgroup" && sopts.split(',').any(|o| o == controller) {
             let path = cgroup.lines().find_map(|l| {
                 let mut f = l.splitn(3, ':');
                 let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
                 controllers
                     .split(',')
-                    .any(|c| c == "memory")
+                    .any(|c| c == controller)
                     .then_some(path)
             })?;
-            return Some(relative(path).join("memory.limit_in_bytes"));
+            return Some((relative(path), true));
         }
         if fstype == "cgroup2" {
             v2 = cgroup
                 .lines()
                 .find_map(|l| l.strip_prefix("0::"))
-                .map(|path| relative(path).join("memory.max"));
+                .map(|path| (relative(path), false));
         }
     }
     v2
+}
+
+/// Keeps the kernel's cgroup migration lock in its fast state while a
+/// container is being placed in its cgroups; stops when dropped.
+///
+/// Moving a process into a cgroup takes `cgroup_threadgroup_rwsem` for
+/// writing, and that writer first waits out a whole RCU grace period
+/// unless another migration ran within about the last one (the lock's
+/// `rcu_sync`). The runtime's own placement of the container paid that
+/// idle wait on every start: 9 to 14 ms of a 25 ms crun launch on this
+/// host's kernel. Re-placing this process in the cgroup it is already in
+/// (a migration that moves nothing) every 2 ms from the start of a launch
+/// pays the wait once, beside the rootfs and config work, and keeps the
+/// lock fast until the runtime's placement is done. Best effort: where the
+/// file cannot be written nothing changes but the start's speed.
+pub(crate) struct MigrationLockWarmer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl MigrationLockWarmer {
+    /// Starts re-placing this process in its own cgroup every 2 ms, on a
+    /// thread of its own (a write may block for a grace period).
+    pub(crate) fn start() -> MigrationLockWarmer {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("burrow-cgroup-warm".into())
+            .spawn(move || {
+                let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+                let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+                let Some((dir, _)) = cgroup_dir(&mountinfo, &own, "pids") else {
+                    return;
+                };
+                let Ok(mut procs) = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))
+                else {
+                    return;
+                };
+                let pid = std::process::id().to_string();
+                while !flag.load(Ordering::Relaxed) {
+                    use std::io::Write;
+                    if procs.write_all(pid.as_bytes()).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "the cgroup lock warmer did not start");
+        }
+        MigrationLockWarmer { stop }
+    }
+}
+
+impl Drop for MigrationLockWarmer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// A limit file's value: `max` (v2) or the v1 "unlimited" (the largest
@@ -260,6 +336,35 @@ mod tests {
         assert_eq!(parse_limit("67108864\n"), Some(64 << 20));
         assert_eq!(parse_limit("max\n"), None);
         assert_eq!(parse_limit("9223372036854771712\n"), None);
+    }
+
+    #[test]
+    fn the_lock_warmer_writes_to_our_own_cgroup() {
+        let cgroup = "8:pids:/outer/y\n4:memory:/outer/x\n0::/\n";
+        let pids = "36 31 0:33 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids";
+        assert_eq!(
+            cgroup_dir(&format!("{HYBRID}\n{pids}"), cgroup, "pids").unwrap(),
+            (Path::new("/sys/fs/cgroup/pids/outer/y").to_owned(), true)
+        );
+        // Without a v1 pids hierarchy: the unified one.
+        assert_eq!(
+            cgroup_dir(HYBRID, cgroup, "pids").unwrap(),
+            (Path::new("/sys/fs/cgroup/unified").to_owned(), false)
+        );
+    }
+
+    /// On this host: a running warmer moves this process nowhere.
+    #[test]
+    fn the_lock_warmer_leaves_the_process_where_it_is() {
+        let before = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let warmer = MigrationLockWarmer::start();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        drop(warmer);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(
+            std::fs::read_to_string("/proc/self/cgroup").unwrap(),
+            before
+        );
     }
 
     #[test]

@@ -61,6 +61,31 @@ pub struct SuperviseArgs {
 /// Grace period of a stop requested by a signal or the owner's exit.
 pub(super) const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
+/// First thing in the supervisor process, before anything opens a file:
+/// leaves the starter's session (terminal signals aimed at the
+/// application's process group never reach the supervisor once it runs)
+/// and closes every descriptor beyond stdio the application left
+/// inheritable, but `ready_fd`. The starter spawns without a `pre_exec`
+/// hook (a vfork-style spawn), so both happen here.
+pub fn detach_from_starter(ready_fd: Option<RawFd>) {
+    // SAFETY: setsid and close_range on integers; nothing of this process
+    // is open beyond stdio yet (and `ready_fd`, kept).
+    unsafe {
+        libc::setsid();
+        match ready_fd.filter(|fd| *fd > 2) {
+            Some(keep) => {
+                if keep > 3 {
+                    libc::syscall(libc::SYS_close_range, 3u32, (keep - 1) as u32, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+            }
+            None => {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            }
+        }
+    }
+}
+
 /// Entry point; returns the process exit code.
 pub fn main(args: SuperviseArgs) -> i32 {
     let entered = Instant::now();
@@ -71,14 +96,27 @@ pub fn main(args: SuperviseArgs) -> i32 {
             .as_micros() as u64;
         now.saturating_sub(at) as f64 / 1000.0
     });
-    let ready = args.ready_fd.map(|fd| {
-        // SAFETY: the spawner passes a pipe write end it does not use itself;
-        // we take sole ownership of it here, exactly once.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        // No child of ours (the runtime) may inherit the readiness pipe.
-        // SAFETY: fcntl on a descriptor we own.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-        std::fs::File::from(owned)
+    let ready = args.ready_fd.and_then(|fd| {
+        // A standard stream (the starter passes the pipe as stdout): move
+        // the pipe to a descriptor of its own, close-on-exec, and point the
+        // stream at stderr (the supervisor's stderr log).
+        let fd = if fd <= 2 {
+            // SAFETY: fcntl/dup2 on descriptors this process holds.
+            let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            // SAFETY: as above.
+            if moved < 0 || unsafe { libc::dup2(2, fd) } < 0 {
+                return None;
+            }
+            moved
+        } else {
+            // No child of ours (the runtime) may inherit the readiness pipe.
+            // SAFETY: fcntl on a descriptor the starter handed to us.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            fd
+        };
+        // SAFETY: the starter passes a pipe write end it does not use
+        // itself; we take sole ownership of it here, exactly once.
+        Some(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
     });
     let mut ready = Ready(ready);
     // Must run while single-threaded: mount namespace changes apply per thread.
@@ -91,6 +129,9 @@ pub fn main(args: SuperviseArgs) -> i32 {
         tracing::error!(error = %e, "supervisor setup failed");
         return 1;
     }
+    // From the first moment: the runtime's cgroup placement comes soon.
+    let warmer = (args.driver == DriverKind::Container)
+        .then(crate::driver::container::MigrationLockWarmer::start);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -102,7 +143,7 @@ pub fn main(args: SuperviseArgs) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run(args, ready, entered, spawn_ms))
+    rt.block_on(run(args, ready, entered, spawn_ms, warmer))
 }
 
 /// The readiness pipe back to the starter.
@@ -112,7 +153,8 @@ impl Ready {
     fn send(&mut self, line: serde_json::Value) {
         use std::io::Write;
         if let Some(mut f) = self.0.take() {
-            let _ = writeln!(f, "{line}");
+            // One write: the starter wakes once, for the whole line.
+            let _ = f.write_all(format!("{line}\n").as_bytes());
         }
     }
     fn ok(&mut self) {
@@ -207,6 +249,7 @@ async fn run(
     mut ready: Ready,
     started: Instant,
     spawn_ms: Option<f64>,
+    warmer: Option<crate::driver::container::MigrationLockWarmer>,
 ) -> i32 {
     let home = match Home::at(&args.home) {
         Ok(h) => h,
@@ -224,9 +267,9 @@ async fn run(
     };
     let me = ProcIdentity::current();
     crate::fault::point("supervisor.before_handoff");
-    match store.handoff(&args.id, args.generation, me).await {
-        Ok(true) => {}
-        Ok(false) => {
+    let record = match store.handoff(&args.id, args.generation, me).await {
+        Ok(Some(record)) => record,
+        Ok(None) => {
             ready.fail("the start was abandoned before the supervisor took it over");
             return 1;
         }
@@ -234,17 +277,31 @@ async fn run(
             ready.fail(&e.to_string());
             return 1;
         }
-    }
+    };
     // From here on this process owns the run: every exit path records it.
     let mut guest_log = None;
-    match boot(&args, &home, &store, started, spawn_ms, &mut guest_log).await {
+    let start = Start {
+        record,
+        started,
+        spawn_ms,
+        warmer,
+    };
+    match boot(&args, &home, start, &store, &mut guest_log).await {
         Ok(booted) => {
             ready.ok();
-            let released = pages::release_start_pages();
-            tracing::debug!(
-                kib = released / 1024,
-                "released the start's read-only mappings"
-            );
+            // Once the starter has its answer and has moved on: reading
+            // smaps costs a millisecond of CPU its next steps would
+            // otherwise compete with.
+            tokio::spawn(async {
+                tokio::time::sleep(RELEASE_PAGES_AFTER).await;
+                let released = tokio::task::spawn_blocking(pages::release_start_pages)
+                    .await
+                    .unwrap_or(0);
+                tracing::debug!(
+                    kib = released / 1024,
+                    "released the start's read-only mappings"
+                );
+            });
             let code = serve(args, home, store, booted).await;
             finish_guest_log(guest_log).await;
             code
@@ -269,6 +326,9 @@ async fn run(
         }
     }
 }
+
+/// When, after reporting Running, the start's read-only pages go.
+const RELEASE_PAGES_AFTER: Duration = Duration::from_millis(250);
 
 /// How long the end of a run waits for the guest log to reach EOF.
 const GUEST_LOG_DRAIN: Duration = Duration::from_secs(2);
@@ -307,21 +367,34 @@ struct Booted {
     name: String,
 }
 
+/// What a start hands to [`boot`].
+struct Start {
+    /// The record, as owned since the handoff.
+    record: crate::store::Record,
+    /// When this process was entered.
+    started: Instant,
+    /// From the starter's spawn to our entry, when known.
+    spawn_ms: Option<f64>,
+    /// Keeps cgroup placement fast until the guest is launched.
+    warmer: Option<crate::driver::container::MigrationLockWarmer>,
+}
+
 /// Launches the guest and publishes Running. `guest_log` receives the task
 /// copying the guest's log as soon as the guest is launched, so the caller
 /// can let it finish however the boot (or later the run) ends.
 async fn boot(
     args: &SuperviseArgs,
     home: &Home,
+    start: Start,
     store: &Store,
-    started: Instant,
-    spawn_ms: Option<f64>,
     guest_log: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> Result<Booted> {
-    let rec = store
-        .get_by_id(&args.id)
-        .await?
-        .ok_or_else(|| Error::not_found_id(&args.id))?;
+    let Start {
+        record: rec,
+        started,
+        spawn_ms,
+        warmer,
+    } = start;
     let config = rec.info.config.clone();
     let name = rec.info.name.clone();
     let deadline = started + config.startup_timeout;
@@ -410,6 +483,8 @@ async fn boot(
     for note in &launched.notes {
         tracing::warn!(sandbox = %args.id, "{note}");
     }
+    // The runtime has placed the container in its cgroups.
+    drop(warmer);
     mark("launch", &mut t);
     crate::fault::point("supervisor.after_launch");
     let mut guest = launched.guest;
