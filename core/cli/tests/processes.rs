@@ -304,3 +304,46 @@ async fn detach_lets_an_attached_sandbox_outlive_its_owner() {
     assert_eq!(sb.exec(["echo", "ok"]).await.unwrap().stdout_str(), "ok\n");
     sb.destroy().await.unwrap();
 }
+
+/// The supervisor is spawned without a `pre_exec` hook, so it detaches
+/// itself: it leads its own session (the application's terminal signals
+/// miss it), holds none of the descriptors the application left
+/// inheritable, and its stdout (the readiness pipe while it starts) ends up
+/// on its log, not on a pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supervisor_keeps_nothing_of_the_application() {
+    let home = TestHome::new().await;
+    // An inheritable pipe, as a careless application might hold.
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe(2) writes two fresh descriptors into the array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let leaked = std::fs::read_link(format!("/proc/self/fd/{}", fds[1])).unwrap();
+    let sb = home.builder("hygiene").create().await.unwrap();
+    let pid = sb
+        .info()
+        .await
+        .unwrap()
+        .last_run
+        .and_then(|r| r.supervisor_pid)
+        .unwrap() as i32;
+    // SAFETY: getsid on a pid; no memory involved.
+    assert_eq!(unsafe { libc::getsid(pid) }, pid, "a session of its own");
+    let held: Vec<std::path::PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .collect();
+    assert!(!held.contains(&leaked), "{held:?} holds {leaked:?}");
+    let stdout = std::fs::read_link(format!("/proc/{pid}/fd/1")).unwrap();
+    assert!(
+        stdout.ends_with("supervisor.stderr"),
+        "stdout is {}",
+        stdout.display()
+    );
+    // SAFETY: closing the two descriptors opened above.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    sb.destroy().await.unwrap();
+}
