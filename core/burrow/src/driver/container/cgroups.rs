@@ -99,27 +99,54 @@ impl Controllers {
     }
 }
 
-/// Removes empty cgroups the runtime left behind for containers whose id
+/// Removes the cgroups the runtime left behind for containers whose id
 /// `matches` (a runtime killed mid-creation, or a container that outlived a
 /// dead supervisor). The runtime puts them at `burrow/<id>` either below our
 /// own cgroup or below the hierarchy's root, so both places are swept.
-/// `rmdir` only succeeds on cgroups without processes, so a live
-/// container's cgroup is never touched.
+///
+/// Callers only name containers that must be gone (an abandoned or ended
+/// generation, or earlier generations while the name's runtime lock is
+/// held), so a process still inside is killed: a `runc init` whose `run`
+/// was killed between joining the cgroups and writing its state waits on
+/// its exec fifo forever, and `delete` does not know it. The cgroup is
+/// removed once empty (retried for up to about 200 ms while the killed
+/// processes exit).
 pub(super) fn remove_leftovers(matches: impl Fn(&str) -> bool) {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut found = Vec::new();
     for dir in parent_dirs(&mountinfo, &own) {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         for entry in entries.flatten() {
-            let name = entry.file_name();
-            if name.to_str().is_some_and(&matches) {
-                if let Err(e) = std::fs::remove_dir(entry.path()) {
-                    tracing::debug!(cgroup = %entry.path().display(), error = %e, "leftover cgroup not removed");
-                }
+            if entry.file_name().to_str().is_some_and(&matches) {
+                found.push(entry.path());
             }
         }
+    }
+    for attempt in 0..40 {
+        found.retain(|cgroup| {
+            if std::fs::remove_dir(cgroup).is_ok() {
+                return false;
+            }
+            let procs = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: kill(2) on a pid read from the cgroup of a
+                // container that must be gone.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            cgroup.exists()
+        });
+        if found.is_empty() {
+            return;
+        }
+        if attempt < 39 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    for cgroup in found {
+        tracing::debug!(cgroup = %cgroup.display(), "leftover cgroup not removed");
     }
 }
 
