@@ -10,7 +10,9 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use common::kube::{kubeconfig, kubectl, Namespace};
+
+use std::process::Command;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 
@@ -18,54 +20,6 @@ use common::serve::pg::PgCluster;
 use common::serve::{call_retrying, http, web_command, ServeEnv, Server};
 use common::{burrow_bin, TestHome};
 use serde_json::{json, Value};
-
-fn kubeconfig() -> String {
-    std::env::var("BURROW_TEST_KUBECONFIG").expect(
-        "BURROW_TEST_KUBECONFIG: start the test cluster (bash scripts/k8s/cluster.sh start) and point this at its kubeconfig",
-    )
-}
-
-fn kubectl(args: &[&str]) -> Output {
-    let bin = std::env::var("BURROW_K8S_BIN")
-        .expect("BURROW_K8S_BIN: the cluster's binaries (bash scripts/k8s/cluster.sh env)");
-    Command::new(format!("{bin}/kubectl"))
-        .env("KUBECONFIG", kubeconfig())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-/// A namespace of its own, deleted (without waiting) when dropped.
-struct Namespace(String);
-
-impl Namespace {
-    fn new(prefix: &str) -> Namespace {
-        let name = format!(
-            "{prefix}-{}",
-            burrow::SandboxId::new().as_str()[3..13].to_ascii_lowercase()
-        );
-        let out = kubectl(&["create", "namespace", &name]);
-        assert!(out.status.success(), "{out:?}");
-        Namespace(name)
-    }
-
-    /// The names of the objects of `kind` in the namespace.
-    fn objects(&self, kind: &str) -> Vec<String> {
-        let out = kubectl(&["get", kind, "-n", &self.0, "-o", "name"]);
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = kubectl(&["delete", "namespace", &self.0, "--wait=false"]);
-    }
-}
 
 /// `burrow --json doctor --kubernetes ARGS` on namespace `ns` with the
 /// extra variables `vars`: (exit status, the report's `kubernetes` entry).

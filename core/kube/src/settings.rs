@@ -165,6 +165,19 @@ pub enum Source {
     HomeKubeconfig(PathBuf),
 }
 
+impl Source {
+    /// A stable name of the source, for logs and checks: `explicit`,
+    /// `in_cluster`, `kubeconfig_env` or `kubeconfig_home`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Source::Explicit(_) => "explicit",
+            Source::InCluster => "in_cluster",
+            Source::EnvKubeconfig(_) => "kubeconfig_env",
+            Source::HomeKubeconfig(_) => "kubeconfig_home",
+        }
+    }
+}
+
 impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

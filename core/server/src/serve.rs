@@ -82,7 +82,7 @@ enum Bound {
     Unix(tokio::net::UnixListener, std::path::PathBuf),
 }
 
-async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
+async fn bind(listen: &Listen, reuse_port: bool) -> Result<(Bound, String), StartupError> {
     let what = |l: &Listen| match l {
         Listen::Tcp(a) => a.to_string(),
         Listen::Unix(p) => format!("unix:{}", p.display()),
@@ -93,7 +93,18 @@ async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
     };
     match listen {
         Listen::Tcp(addr) => {
-            let l = tokio::net::TcpListener::bind(addr).await.map_err(err)?;
+            let socket = match addr {
+                std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+                std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+            }
+            .map_err(err)?;
+            // As std's and tokio's own bind: a port in TIME_WAIT is reused.
+            socket.set_reuseaddr(true).map_err(err)?;
+            if reuse_port {
+                socket.set_reuseport(true).map_err(err)?;
+            }
+            socket.bind(*addr).map_err(err)?;
+            let l = socket.listen(1024).map_err(err)?;
             let local = l.local_addr().map_err(err)?;
             Ok((Bound::Tcp(l), format!("http://{local}")))
         }
@@ -128,9 +139,19 @@ async fn bind(listen: &Listen) -> Result<(Bound, String), StartupError> {
 pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
     let engine: Arc<dyn Backend> = match config.backend {
         crate::config::BackendKind::Kubernetes => {
-            burrow_kube::KubeBackend::connect(config.kubernetes.clone())
+            let backend = burrow_kube::KubeBackend::connect(config.kubernetes.clone())
                 .await
-                .map_err(|source| StartupError::Kubernetes { source })?
+                .map_err(|source| StartupError::Kubernetes { source })?;
+            // Which credentials won (an execution cluster's kubeconfig, the
+            // pod's service account, ...): the one line an operator needs
+            // when sandboxes land on the wrong cluster.
+            tracing::info!(
+                credentials = backend.source().kind(),
+                namespace = %config.kubernetes.namespace,
+                "the kubernetes backend reaches its cluster through {}",
+                backend.source()
+            );
+            backend
         }
         _ => Arc::new(
             LocalBackend::open_at(&config.home)
@@ -155,7 +176,7 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
     let store = open_store(&config).await?;
     let mut bound = Vec::new();
     for l in &config.listen {
-        bound.push(bind(l).await?);
+        bound.push(bind(l, config.reuse_port).await?);
     }
     let state = AppState::new(engine, store, config);
     for (_, url) in &bound {

@@ -86,6 +86,59 @@ pub fn busybox_rootfs() -> PathBuf {
         .clone()
 }
 
+/// The image of the MCP example (`examples/mcp`): a busybox root
+/// filesystem with this machine's Node.js and the example's MCP server and
+/// client (the official SDK), built by `examples/mcp/build-image.sh` once
+/// per content into `target/mcp/<key>`, under a lock shared with the other
+/// suites. Holds `rootfs/` (the local backend's image), `mcp.tar` (an OCI
+/// layout for the cluster's containerd) and `ref` (its name).
+pub fn mcp_image() -> PathBuf {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            let root = workspace_root();
+            let _guard = lock_file(&root.join("target/mcp/.lock"));
+            let out = Command::new("bash")
+                .arg(root.join("examples/mcp/build-image.sh"))
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("running examples/mcp/build-image.sh");
+            assert!(
+                out.status.success(),
+                "building the MCP example's image failed (are node and npm installed?)"
+            );
+            let dir = String::from_utf8(out.stdout).expect("utf-8");
+            PathBuf::from(dir.lines().last().expect("the image directory").trim())
+        })
+        .clone()
+}
+
+/// helm: `$BURROW_HELM`, else built from the Go module proxy by
+/// `scripts/build-helm.sh` (once per version, under a lock shared with the
+/// other suites).
+pub fn helm_bin() -> PathBuf {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        if let Some(p) = std::env::var_os("BURROW_HELM").filter(|p| !p.is_empty()) {
+            return PathBuf::from(p);
+        }
+        let root = workspace_root();
+        let _guard = lock_file(&root.join("target/helm/.lock"));
+        let out = Command::new("bash")
+            .arg(root.join("scripts/build-helm.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("running scripts/build-helm.sh");
+        assert!(
+            out.status.success(),
+            "building helm failed (is Go installed?)"
+        );
+        let path = String::from_utf8(out.stdout).expect("utf-8");
+        PathBuf::from(path.lines().last().expect("helm's path").trim())
+    })
+    .clone()
+}
+
 /// The `burrow` binary that hosts the supervisor: `$BURROW_BIN`, else the
 /// one of this target directory (`target/debug/burrow` beside `deps/`).
 pub fn burrow_bin() -> PathBuf {

@@ -95,6 +95,22 @@ pub(crate) fn describe(info: &SandboxInfo) -> String {
     format!("{} ({}) {}", info.name, info.id, info.status)
 }
 
+/// `42 seconds ago`, `3 minutes ago`, ...
+pub(crate) fn ago(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    let (n, unit) = match s {
+        0..=59 => (s, "second"),
+        60..=3599 => (s / 60, "minute"),
+        3600..=86_399 => (s / 3600, "hour"),
+        _ => (s / 86_400, "day"),
+    };
+    if s < 1 {
+        "just now".into()
+    } else {
+        format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

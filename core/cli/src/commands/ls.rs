@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use burrow::{ListFilter, SandboxInfo, Status};
 use clap::Args;
 
-use super::common::{parse_pairs, print_table};
+use super::common::{ago, parse_pairs, print_table};
 use super::Ctx;
 
 #[derive(Debug, Args)]
@@ -77,20 +77,4 @@ fn print_list(list: &[SandboxInfo]) {
         ],
         &rows,
     );
-}
-
-/// `42 seconds ago`, `3 minutes ago`, ...
-fn ago(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    let (n, unit) = match s {
-        0..=59 => (s, "second"),
-        60..=3599 => (s / 60, "minute"),
-        3600..=86_399 => (s / 3600, "hour"),
-        _ => (s / 86_400, "day"),
-    };
-    if s < 1 {
-        "just now".into()
-    } else {
-        format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
-    }
 }

@@ -8,9 +8,10 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
+use super::common::{ago, print_table};
 use super::Ctx;
 use burrow_server::config::{ConfigError, LogFormat};
-use burrow_server::store::StoreError;
+use burrow_server::store::{StoreError, TargetKind, TargetStatus};
 use burrow_server::{ServeConfig, StartupError};
 
 #[derive(Debug, Args)]
@@ -28,6 +29,11 @@ enum ServeCommand {
     /// Check the configuration and the database (migrating it), print the
     /// effective configuration, and exit.
     Check,
+    /// Print each gateway target's runtime state (dormant, starting, ready,
+    /// reaping, failed; `-` if never called), when it was last used, its
+    /// live leases (calls in flight) and the replica holding a start or a
+    /// reclaim, as the database has them.
+    Status,
     /// Manage API tokens (stored hashed in the server's database).
     Token {
         #[command(subcommand)]
@@ -132,6 +138,13 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
             ctx.print(&json!({"ok": true, "config": text}), format_args!("{text}"))?;
             Ok(0)
         }
+        Some(ServeCommand::Status) => {
+            let store = burrow_server::serve::open_store(&config)
+                .await
+                .map_err(startup_error)?;
+            print_status(&ctx, &store.status(burrow_server::store::now_ms()).await?)?;
+            Ok(0)
+        }
         Some(ServeCommand::Token { command }) => {
             let store = burrow_server::serve::open_store(&config)
                 .await
@@ -165,4 +178,69 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
+}
+
+fn print_status(ctx: &Ctx, targets: &[TargetStatus]) -> anyhow::Result<()> {
+    let now = burrow_server::store::now_ms();
+    if ctx.json {
+        let list: Vec<_> = targets
+            .iter()
+            .map(|t| {
+                let (kind, port, url) = match &t.target.kind {
+                    TargetKind::Sandbox { port, .. } => ("sandbox", Some(*port), None),
+                    TargetKind::Url { url } => ("url", None, Some(url.as_str())),
+                };
+                let r = t.runtime.as_ref();
+                json!({
+                    "id": t.target.id,
+                    "kind": kind,
+                    "port": port,
+                    "url": url,
+                    "state": r.map(|r| r.state),
+                    "generation": r.map(|r| r.generation),
+                    "last_used_at_ms": r.map(|r| r.last_used_at),
+                    "updated_at_ms": r.map(|r| r.updated_at),
+                    "owner": r.and_then(|r| r.owner.clone()),
+                    "last_error": r.and_then(|r| r.last_error.clone()),
+                    "live_leases": t.live_leases,
+                })
+            })
+            .collect();
+        return ctx.print_json(&json!({ "targets": list }));
+    }
+    let rows: Vec<Vec<String>> = targets
+        .iter()
+        .map(|t| {
+            let kind = match &t.target.kind {
+                TargetKind::Sandbox { port, .. } => format!("sandbox :{port}"),
+                TargetKind::Url { url } => format!("url {url}"),
+            };
+            let dash = || "-".to_owned();
+            let r = t.runtime.as_ref();
+            vec![
+                t.target.id.clone(),
+                kind,
+                r.map_or_else(dash, |r| r.state.as_str().to_owned()),
+                r.map_or_else(dash, |r| r.generation.to_string()),
+                r.map_or_else(|| "never called".into(), |r| ago(now - r.last_used_at)),
+                t.live_leases.to_string(),
+                r.and_then(|r| r.owner.clone()).unwrap_or_else(dash),
+                r.and_then(|r| r.last_error.clone()).unwrap_or_else(dash),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "TARGET",
+            "KIND",
+            "STATE",
+            "GENERATION",
+            "LAST USED",
+            "LEASES",
+            "OWNER",
+            "LAST ERROR",
+        ],
+        &rows,
+    );
+    Ok(())
 }

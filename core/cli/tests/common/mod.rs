@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod kube;
+pub mod mcp;
 pub mod probe;
 pub mod registry;
 pub mod serve;
@@ -18,7 +20,9 @@ use burrow::{Backend, LocalBackend, SandboxBuilder};
 /// The environment shared with the other end-to-end suites.
 // Each test crate that includes this module uses a part of it.
 #[allow(unused_imports)]
-pub use burrow_test_support::{agent_bin, busybox_rootfs, processes_with, workspace_root};
+pub use burrow_test_support::{
+    agent_bin, busybox_rootfs, helm_bin, mcp_image, processes_with, workspace_root,
+};
 
 pub fn burrow_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_burrow"))

@@ -12,6 +12,7 @@
 //! |-----------------------------------|------------------------------------|------------------------------|
 //! | `listen`                          | `BURROW_SERVE_LISTEN` (commas)     | `["127.0.0.1:7878"]`         |
 //! | `allow_public`                    | `BURROW_SERVE_ALLOW_PUBLIC`        | `false`                      |
+//! | `reuse_port`                      | `BURROW_SERVE_REUSE_PORT`          | `false`                      |
 //! | `database`                        | `BURROW_SERVE_DATABASE`            | `sqlite://<home>/serve.db?mode=rwc` |
 //! | `home`                            | `BURROW_HOME`                      | as [`burrow::LocalBackend::default_home`] |
 //! | `backend`                         | `BURROW_SERVE_BACKEND`             | `"local"`                    |
@@ -95,6 +96,10 @@ pub struct ServeConfig {
     pub listen: Vec<Listen>,
     /// Whether non-loopback TCP listen addresses are allowed.
     pub allow_public: bool,
+    /// Whether TCP listeners share their port with other processes that
+    /// also ask for it (`SO_REUSEPORT`: replicas on one host's network, the
+    /// kernel spreading connections over them).
+    pub reuse_port: bool,
     /// The server's database.
     pub database: DatabaseUrl,
     /// The engine's home directory (absolute; not created by loading).
@@ -170,6 +175,9 @@ impl ServeConfig {
                 let mut notes = Vec::new();
                 if l.is_public() {
                     notes.push("public");
+                }
+                if self.reuse_port && matches!(l, Listen::Tcp(_)) {
+                    notes.push("port shared (reuse_port)");
                 }
                 notes.push(match (l, self.requires_token(l)) {
                     (_, true) => "token required",

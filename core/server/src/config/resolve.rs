@@ -15,7 +15,7 @@ use super::settings::{
     Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUTH_REQUIRED, BACKEND, DATABASE, HEARTBEAT_INTERVAL,
     HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE, KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS,
     KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE, KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT,
-    MAX_CONNECTIONS, REPLICA_ID, RETRY_AFTER, STARTUP_TIMEOUT, SWEEP_INTERVAL,
+    MAX_CONNECTIONS, REPLICA_ID, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL,
 };
 use super::values::{
     absolute, as_str, default_database, default_home, default_replica_id, format_duration,
@@ -124,6 +124,8 @@ impl<'a> Layers<'a> {
             }
             None => vec![Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 7878)))],
         };
+
+        let reuse_port = self.get(REUSE_PORT, parse_bool)?.is_some_and(|v| v.value);
 
         let home = match self.env.get(HOME.env).filter(|h| !h.is_empty()) {
             // The file's value must still be valid.
@@ -253,6 +255,7 @@ impl<'a> Layers<'a> {
             file,
             listen,
             allow_public: allow_public_value,
+            reuse_port,
             database,
             home,
             backend,

@@ -15,6 +15,10 @@ pub(super) const ALLOW_PUBLIC: Setting = Setting {
     key: "allow_public",
     env: "BURROW_SERVE_ALLOW_PUBLIC",
 };
+pub(super) const REUSE_PORT: Setting = Setting {
+    key: "reuse_port",
+    env: "BURROW_SERVE_REUSE_PORT",
+};
 pub(super) const DATABASE: Setting = Setting {
     key: "database",
     env: "BURROW_SERVE_DATABASE",
@@ -104,6 +108,7 @@ pub(super) const KUBE_AGENT_IMAGE: Setting = Setting {
 pub(super) const SETTINGS: &[Setting] = &[
     LISTEN,
     ALLOW_PUBLIC,
+    REUSE_PORT,
     DATABASE,
     HOME,
     BACKEND,

@@ -57,6 +57,7 @@ fn defaults() {
         vec![Listen::Tcp("127.0.0.1:7878".parse().unwrap())]
     );
     assert!(!c.allow_public);
+    assert!(!c.reuse_port);
     assert_eq!(c.home, PathBuf::from("/home/u/.local/share/burrow"));
     assert_eq!(
         c.database,
@@ -121,6 +122,7 @@ fn default_home_follows_the_library() {
 const FULL: &str = r#"
     listen = ["0.0.0.0:8080", "unix:/run/burrow/serve.sock", "[::1]:9000"]
     allow_public = true
+    reuse_port = true
     database = "postgres://burrow:secret@db.internal:5432/burrow"
     home = "/var/lib/burrow"
     backend = "local"
@@ -161,6 +163,7 @@ fn file_parsing() {
         ]
     );
     assert!(c.allow_public);
+    assert!(c.reuse_port);
     assert_eq!(
         c.database,
         DatabaseUrl::Postgres("postgres://burrow:secret@db.internal:5432/burrow".into())

@@ -29,7 +29,7 @@ mod targets;
 mod tokens;
 
 pub use reaper::ReapLocker;
-pub use runtime::LeaseOpen;
+pub use runtime::{LeaseOpen, TargetStatus};
 
 /// Errors of the server's store.
 #[derive(Debug, thiserror::Error)]

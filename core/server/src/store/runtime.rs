@@ -18,27 +18,67 @@ pub struct LeaseOpen {
     pub ready: Option<i64>,
 }
 
+/// A target as `burrow serve status` shows it.
+#[derive(Debug, Clone)]
+pub struct TargetStatus {
+    /// The target.
+    pub target: super::Target,
+    /// Its runtime state; `None` until the first gateway call.
+    pub runtime: Option<RuntimeRow>,
+    /// Gateway calls in flight (leases not expired).
+    pub live_leases: i64,
+}
+
+fn runtime_from_row(r: &sqlx::any::AnyRow) -> Result<RuntimeRow> {
+    Ok(RuntimeRow {
+        state: RuntimeState::parse(&r.try_get::<String, _>("state")?)?,
+        generation: r.try_get("generation")?,
+        last_used_at: r.try_get("last_used_at")?,
+        updated_at: r.try_get("runtime_updated_at")?,
+        owner: r.try_get("owner")?,
+        last_error: r.try_get("last_error")?,
+    })
+}
+
 impl Store {
     /// The runtime row of a target, if it was ever called.
     pub async fn runtime(&self, id: &str) -> Result<Option<RuntimeRow>> {
         let row = sqlx::query(
-            "SELECT state, generation, last_used_at, updated_at, owner, last_error \
-             FROM runtime_state WHERE target_id = $1",
+            "SELECT state, generation, last_used_at, updated_at AS runtime_updated_at, owner, \
+             last_error FROM runtime_state WHERE target_id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| {
-            Ok(RuntimeRow {
-                state: RuntimeState::parse(&r.try_get::<String, _>("state")?)?,
-                generation: r.try_get("generation")?,
-                last_used_at: r.try_get("last_used_at")?,
-                updated_at: r.try_get("updated_at")?,
-                owner: r.try_get("owner")?,
-                last_error: r.try_get("last_error")?,
+        row.map(|r| runtime_from_row(&r)).transpose()
+    }
+
+    /// Every target with its runtime row (none if never called) and its
+    /// live leases at `now`, oldest target first: what `burrow serve
+    /// status` prints. One statement.
+    pub async fn status(&self, now: i64) -> Result<Vec<TargetStatus>> {
+        let rows = sqlx::query(
+            "SELECT t.id, t.kind, t.port, t.url, t.metadata, t.credentials, t.command, \
+                    t.created_at, r.state, r.generation, r.last_used_at, \
+                    r.updated_at AS runtime_updated_at, r.owner, r.last_error, \
+                    (SELECT COUNT(*) FROM leases l \
+                     WHERE l.target_id = t.id AND l.expires_at >= $1) AS live_leases \
+             FROM targets t LEFT JOIN runtime_state r ON r.target_id = t.id \
+             ORDER BY t.created_at, t.id",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let state: Option<String> = r.try_get("state")?;
+                Ok(TargetStatus {
+                    target: super::targets::target_from_row(r)?,
+                    runtime: state.map(|_| runtime_from_row(r)).transpose()?,
+                    live_leases: r.try_get("live_leases")?,
+                })
             })
-        })
-        .transpose()
+            .collect()
     }
 
     /// The warm path: stamps `last_used_at` if the target is ready and

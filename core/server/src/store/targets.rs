@@ -91,7 +91,7 @@ impl Store {
     }
 }
 
-fn target_from_row(r: &sqlx::any::AnyRow) -> Result<Target> {
+pub(super) fn target_from_row(r: &sqlx::any::AnyRow) -> Result<Target> {
     let kind: String = r.try_get("kind")?;
     let kind = match kind.as_str() {
         SANDBOX => {

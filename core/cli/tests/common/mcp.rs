@@ -1,0 +1,355 @@
+//! The MCP example as a test workload: its server runs in sandboxes of the
+//! image of [`super::mcp_image`], and its client (the official TypeScript
+//! SDK, `examples/mcp/client.mjs` as installed in that image) runs on the
+//! host's node against the gateway.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// The port the server listens on inside its sandbox.
+pub const PORT: u16 = 8000;
+
+/// The target command that starts the server in its sandbox: in the
+/// background, its output to a file (a target's command must return).
+pub fn server_command() -> Vec<String> {
+    slow_server_command(0)
+}
+
+/// The local backend's image: the image's root filesystem directory.
+pub fn rootfs() -> String {
+    super::mcp_image().join("rootfs").display().to_string()
+}
+
+/// The image's OCI layout tar and the name it is imported as.
+pub fn oci() -> (PathBuf, String) {
+    let dir = super::mcp_image();
+    let name = std::fs::read_to_string(dir.join("ref")).expect("the image's ref");
+    (dir.join("mcp.tar"), name.trim().to_owned())
+}
+
+/// `node client.mjs URL ARGS...` with the API token, not waited for.
+/// `max_retry_wait_ms` caps each wait on a 503 (none: the full
+/// Retry-After).
+pub fn spawn_client(
+    url: &str,
+    token: &str,
+    args: &[&str],
+    max_retry_wait_ms: Option<u64>,
+) -> Child {
+    let mut c = Command::new("node");
+    c.arg(super::mcp_image().join("rootfs/app/client.mjs"))
+        .arg(url)
+        .args(args)
+        .env("BURROW_TOKEN", token)
+        .env_remove("NODE_EXTRA_CA_CERTS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(ms) = max_retry_wait_ms {
+        c.env("MCP_MAX_RETRY_WAIT_MS", ms.to_string());
+    }
+    c.spawn().expect("spawning node (is Node.js installed?)")
+}
+
+/// The JSON line a finished client printed; panics with its stderr if it
+/// failed.
+pub fn client_output(out: Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the MCP client failed ({}): {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// Runs the client to the end: its JSON line.
+pub fn client(url: &str, token: &str, args: &[&str]) -> Value {
+    client_output(
+        spawn_client(url, token, args, None)
+            .wait_with_output()
+            .expect("the MCP client"),
+    )
+}
+
+/// The target command of the round trip: the server after `delay_s`
+/// seconds, so that every start holds its window open (a second client
+/// arriving while it runs is answered 503 + Retry-After, deterministically).
+pub fn slow_server_command(delay_s: u32) -> Vec<String> {
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!(
+            "(sleep {delay_s}; exec /usr/bin/node /app/server.mjs) >/tmp/mcp-server.log 2>&1 &"
+        ),
+    ]
+}
+
+/// The value of a sample in the `/metrics` of the replica at `url` (0 if
+/// absent).
+pub fn metric(url: &str, token: &str, sample: &str) -> u64 {
+    let r = super::serve::http("GET", &format!("{url}/metrics"), Some(token), None);
+    assert_eq!(r.status, 200);
+    r.text()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(sample)
+                .map(|v| v.trim().parse::<u64>().unwrap())
+        })
+        .unwrap_or(0)
+}
+
+/// `burrow serve status --json`: the target's entry.
+pub fn serve_status(env: &super::serve::ServeEnv, id: &str) -> Value {
+    let out = env
+        .command()
+        .args(["status", "--json"])
+        .output()
+        .expect("burrow serve status");
+    assert!(
+        out.status.success(),
+        "burrow serve status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    all["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .find(|t| t["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} not in {all:#}"))
+}
+
+/// What the round trip needs of its setting: the server's URL (one
+/// replica, or a port-forward), the target `id` (the MCP server's sandbox,
+/// registered with [`slow_server_command`]), an environment of `burrow
+/// serve` on the same database (for `burrow serve status`) and a token,
+/// the database, and whether the workload is gone (for Kubernetes: no pod).
+pub struct RoundTrip<'a> {
+    pub url: String,
+    /// The server's log so far (every replica's).
+    pub log: &'a (dyn Fn() -> String + Sync),
+    /// Whether `url` reaches one replica, so that its `/metrics` count
+    /// every call.
+    pub one_replica: bool,
+    pub env: &'a super::serve::ServeEnv,
+    pub token: &'a str,
+    pub id: &'a str,
+    pub store: &'a burrow_server::store::Store,
+    /// Seconds of the long tool call (more than the idle timeout).
+    pub long_call_s: u32,
+    pub workload_gone: &'a (dyn Fn() -> bool + Sync),
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+impl RoundTrip<'_> {
+    fn endpoint(&self) -> String {
+        format!("{}/gw/{}/mcp", self.url, self.id)
+    }
+
+    async fn state(&self) -> Option<burrow_server::store::RuntimeState> {
+        self.store.runtime(self.id).await.unwrap().map(|r| r.state)
+    }
+
+    async fn wait_state(
+        &self,
+        want: burrow_server::store::RuntimeState,
+        within: std::time::Duration,
+    ) {
+        let end = std::time::Instant::now() + within;
+        while self.state().await != Some(want) {
+            assert!(
+                std::time::Instant::now() < end,
+                "state never became {want:?}: {:?}",
+                self.state().await
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    fn engine_status(&self) -> String {
+        let r = super::serve::http(
+            "GET",
+            &format!("{}/v1/sandboxes/{}", self.url, self.id),
+            Some(self.token),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["status"].as_str().unwrap().to_owned()
+    }
+
+    /// A cold start met by two clients: the first (`first`) wins the start
+    /// and waits for it; the second (`second`), sent while the start runs,
+    /// is answered 503 + Retry-After, waits it out (in full) and succeeds.
+    /// Returns both outputs.
+    async fn cold(&self, first: &[&str], second: &[&str]) -> (Value, Value) {
+        use burrow_server::store::RuntimeState;
+        let a = spawn_client(&self.endpoint(), self.token, first, None);
+        self.wait_state(RuntimeState::Starting, std::time::Duration::from_secs(30))
+            .await;
+        let b = spawn_client(&self.endpoint(), self.token, second, None);
+        let (a, b) = blocking(move || {
+            (
+                client_output(a.wait_with_output().unwrap()),
+                client_output(b.wait_with_output().unwrap()),
+            )
+        })
+        .await;
+        assert_eq!(
+            a["retries"], 0,
+            "the starting call waits for its start: {a}"
+        );
+        assert!(
+            b["retries"].as_u64().unwrap() >= 1,
+            "a call during the start is answered 503 + Retry-After: {b}"
+        );
+        (a, b)
+    }
+
+    /// The whole round trip: cold start (503 + Retry-After for the second
+    /// caller), warm calls, a streamed call longer than the idle timeout
+    /// that its lease keeps alive, reclaim to dormant with the target's
+    /// record untouched, and the wake of the next call.
+    pub async fn run(&self) {
+        use burrow_server::store::RuntimeState;
+        use std::time::Duration;
+        let (url, token) = (self.endpoint(), self.token.to_owned());
+        let record = self.store.get_target_versioned(self.id).await.unwrap();
+        assert_eq!(
+            serve_status(self.env, self.id)["state"],
+            Value::Null,
+            "never called"
+        );
+
+        // Cold: initialize + tools/list, and a tool call arriving mid-start.
+        let (tools, who1) = self.cold(&["tools"], &["call", "whoami"]).await;
+        assert_eq!(
+            tools["tools"],
+            serde_json::json!(["add", "whoami", "countdown"])
+        );
+        let who1: Value = serde_json::from_str(who1["result"].as_str().unwrap()).unwrap();
+        assert_eq!(self.state().await, Some(RuntimeState::Ready));
+        let st = serve_status(self.env, self.id);
+        assert_eq!(
+            (st["state"].as_str(), st["generation"].as_i64()),
+            (Some("ready"), Some(1))
+        );
+        assert_eq!(self.engine_status(), "running");
+
+        // Warm: no 503.
+        let add = {
+            let (url, token) = (url.clone(), token.clone());
+            blocking(move || client(&url, &token, &["call", "add", r#"{"a":2,"b":3}"#])).await
+        };
+        assert_eq!(
+            (add["result"].as_str(), add["retries"].as_u64()),
+            (Some("5"), Some(0))
+        );
+
+        // A long tool call, streaming progress: its lease (heartbeated)
+        // keeps the sandbox from the reaper for longer than the idle
+        // timeout, and `burrow serve status` shows it.
+        let secs = self.long_call_s;
+        let args = format!(r#"{{"seconds":{secs}}}"#);
+        let long = spawn_client(&url, &token, &["call", "countdown", &args], None);
+        let t0 = std::time::Instant::now();
+        let mut leased = false;
+        while t0.elapsed() < Duration::from_secs(u64::from(secs) - 1) {
+            assert_eq!(
+                self.state().await,
+                Some(RuntimeState::Ready),
+                "reclaimed under a live lease"
+            );
+            let st = serve_status(self.env, self.id);
+            leased |= st["live_leases"] == 1 && st["state"] == "ready";
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let long = blocking(move || client_output(long.wait_with_output().unwrap())).await;
+        assert!(
+            leased,
+            "the long call's lease never showed in burrow serve status"
+        );
+        assert_eq!(long["result"], "done", "{long}");
+        let progress = long["progress"].as_array().unwrap();
+        assert_eq!(progress.len(), secs as usize, "{long}");
+        let first_at = progress[0]["atMs"].as_f64().unwrap();
+        assert!(
+            long["firstMs"].as_f64().unwrap() - first_at >= f64::from(secs - 2) * 1000.0,
+            "progress was not streamed as it happened: {long}"
+        );
+        assert_eq!(self.engine_status(), "running");
+        assert_eq!(
+            self.store
+                .runtime(self.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .generation,
+            1
+        );
+
+        // Idle: reclaimed to dormant, the workload gone, the target's
+        // record (configuration, headers, metadata, version) untouched.
+        self.wait_state(RuntimeState::Dormant, Duration::from_secs(30))
+            .await;
+        assert_eq!(self.engine_status(), "stopped");
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        while !(self.workload_gone)() {
+            assert!(
+                std::time::Instant::now() < end,
+                "the workload outlived its reclaim"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(
+            self.store.get_target_versioned(self.id).await.unwrap(),
+            record
+        );
+        let st = serve_status(self.env, self.id);
+        assert_eq!(
+            (st["state"].as_str(), st["live_leases"].as_i64()),
+            (Some("dormant"), Some(0))
+        );
+
+        // The next call wakes it: a new process (generation 2).
+        let (who2, add) = self
+            .cold(&["call", "whoami"], &["call", "add", r#"{"a":40,"b":2}"#])
+            .await;
+        assert_eq!(add["result"], "42");
+        let who2: Value = serde_json::from_str(who2["result"].as_str().unwrap()).unwrap();
+        assert_ne!(
+            who1["startedAt"], who2["startedAt"],
+            "the same process answered after a reclaim"
+        );
+        assert_eq!(self.state().await, Some(RuntimeState::Ready));
+        assert_eq!(
+            self.store
+                .runtime(self.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .generation,
+            2
+        );
+
+        // The metrics count the starts and the reclaim; a reaper that
+        // works logs nothing.
+        if self.one_replica {
+            let m = |s: &str| metric(&self.url, self.token, s);
+            assert_eq!(m("burrow_gateway_starts_total{result=\"ok\"}"), 2);
+            assert_eq!(m("burrow_gateway_calls_total{outcome=\"cold\"}"), 2);
+            assert_eq!(m("burrow_reaper_reclaims_total{result=\"ok\"}"), 1);
+            assert_eq!(m("burrow_reaper_reclaims_total{result=\"failed\"}"), 0);
+        }
+        let log = (self.log)();
+        assert!(!log.contains("burrow_server::reaper"), "{log}");
+    }
+}
