@@ -62,6 +62,10 @@ done
 step "demo image"
 [ -f target/test-images/busybox/.complete ] || {
   bash scripts/make-demo-rootfs.sh target/test-images/busybox && touch target/test-images/busybox/.complete; }
+step "the MCP example's image (Node.js and the MCP SDK on busybox; once per content under target/mcp) and helm (from the Go module proxy, once per version under target/helm)"
+bash examples/mcp/build-image.sh >/dev/null
+BURROW_HELM=$(bash scripts/build-helm.sh | tail -n 1)
+export BURROW_HELM
 step "guest kernel (first build about 7 minutes on 2 cores)"
 BURROW_VM_KERNEL=$(bash scripts/build-kernel.sh | tail -n 1)
 export BURROW_VM_KERNEL
@@ -79,7 +83,7 @@ rm -rf "$agentroot"
 "$BURROW_K8S_BIN/ctr" images import target/k8s/agent.tar >/dev/null
 BURROW_TEST_KUBECONFIG=$KUBECONFIG
 export BURROW_TEST_KUBECONFIG
-step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster)"
+step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster; core/cli/tests/mcp.rs and kube_serverless.rs: serverless MCP locally, on the cluster, and behind the Helm chart installed on the cluster)"
 # The test binaries three at a time (scripts/test-parallel.sh): they mostly
 # wait on sandboxes, servers and timeouts.
 bash scripts/test-parallel.sh --no-fail-fast

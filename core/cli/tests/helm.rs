@@ -266,6 +266,9 @@ fn check_render(
             Some("true")
         );
         assert_eq!(c["readinessProbe"]["httpGet"]["host"], "127.0.0.1");
+        // No declared (host) port: the scheduler would allow one replica
+        // per node.
+        assert!(c["ports"].is_null(), "{what}");
     } else {
         assert!(pod["hostNetwork"].is_null(), "{what}");
         assert_eq!(
@@ -273,6 +276,7 @@ fn check_render(
             Some("0.0.0.0:7878")
         );
         assert_eq!(env_value(c, "BURROW_SERVE_REUSE_PORT"), None);
+        assert_eq!(c["ports"][0]["containerPort"], 7878);
     }
 
     // The service account and what it may do; the Sandbox definition.

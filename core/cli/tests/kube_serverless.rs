@@ -376,9 +376,10 @@ impl PortForward {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        // The rest is read to the end: kubectl dies of a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         // "Forwarding from 127.0.0.1:43123 -> 7878"
         let local = line
             .split_whitespace()
