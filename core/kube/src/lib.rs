@@ -18,6 +18,7 @@
 //! Pause, live resize and metrics answer `unsupported`; sandboxes are never
 //! attached to a process (a cluster outlives its callers).
 
+mod client;
 pub mod doctor;
 pub mod guest;
 pub mod names;
@@ -105,7 +106,7 @@ impl KubeBackend {
         let source = settings::choose(&settings, &settings::Environment::current())?;
         let mut config = settings::client_config(&settings, &source).await?;
         config.default_namespace = settings.namespace.clone();
-        let client = kube::Client::try_from(config).map_err(|e| Error::InvalidConfig {
+        let client = client::build(config).map_err(|e| Error::InvalidConfig {
             field: "kubernetes.kubeconfig".into(),
             reason: format!("{source}: {e}"),
         })?;

@@ -627,6 +627,13 @@ async fn run_start(
     let limit = state.config.gateway.startup_timeout;
     let engine = state.engine.clone();
     let mut name = String::new();
+    // Where a start that runs out of time was: its error says so.
+    let phase = Mutex::new("starting the sandbox");
+    let set_phase = |p| {
+        if let Ok(mut g) = phase.lock() {
+            *g = p;
+        }
+    };
     let work = async {
         let info = engine.get_by_id(&sid).await?;
         name = info.name.clone();
@@ -634,6 +641,10 @@ async fn run_start(
         let info = engine.connect_or_start(&info.name, &sid, opts).await?;
         let sandbox = Sandbox::from_info(engine.clone(), &info);
         if let Some(argv) = &command {
+            set_phase(
+                "running the target's command, which has not returned (it must start \
+                 the service in the background and exit)",
+            );
             let out = sandbox.exec(argv.iter().cloned()).await?;
             if !out.success() {
                 return Err(Error::StartFailed {
@@ -648,6 +659,7 @@ async fn run_start(
             }
         }
         // Ready means the service accepts connections, not just "booted".
+        set_phase("waiting for the port to accept connections");
         loop {
             match sandbox.tunnel(port).await {
                 Ok(t) => {
@@ -670,7 +682,10 @@ async fn run_start(
         }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::Timeout {
-            operation: format!("starting gateway target {id} (port {port})"),
+            operation: format!(
+                "starting gateway target {id} (port {port}): {}",
+                phase.lock().map(|p| *p).unwrap_or("starting")
+            ),
             after: limit,
         }),
     };

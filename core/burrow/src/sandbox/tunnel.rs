@@ -108,6 +108,10 @@ impl Sandbox {
         let sandbox = self.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
+                // A relay: the application's own writes decide the
+                // segments, no Nagle delay on top (it met the peer's
+                // delayed ACK: 40 ms on small request/answer exchanges).
+                let _ = conn.set_nodelay(true);
                 let sandbox = sandbox.clone();
                 tokio::spawn(async move {
                     match sandbox.tunnel(port).await {
