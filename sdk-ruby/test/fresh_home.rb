@@ -15,6 +15,14 @@ module FreshHome
     Burrow.configure(home: @home)
   end
 
+  # No call of this process is left running. A finalizer's fire-and-forget
+  # release (a garbage-collected handle of an earlier test) may be counted
+  # for a moment: waited for (at most 2 s), unlike a call left running.
+  def assert_no_call_in_flight
+    settled = 100.times.any? { Burrow.in_flight.zero? || (sleep(0.02) && false) }
+    assert settled, "#{Burrow.in_flight} calls still in flight"
+  end
+
   def teardown
     Burrow::Sandbox.list.each { |i| Burrow::Sandbox.get_by_id(i.id).destroy }
     Burrow.configure

@@ -177,7 +177,7 @@ class TestLifecycle < Minitest::Test
       assert_raises(RuntimeError) { t.join }
       gone = 100.times.any? { !sb.exec("pidof sleep").success? || (sleep(0.05) && false) }
       assert gone, "the command ended in the guest"
-      assert_equal 0, Burrow.in_flight
+      assert_no_call_in_flight
     end
   end
 
@@ -205,7 +205,7 @@ class TestLifecycle < Minitest::Test
       end.join
       assert_equal "slept\n", out
       assert_operator ticks_during, :>, 30, "the other fiber ran during the exec"
-      assert_equal 0, Burrow.in_flight
+      assert_no_call_in_flight
     end
   end
 
