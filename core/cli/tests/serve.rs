@@ -854,6 +854,32 @@ async fn bad_requests_get_typed_errors_and_change_nothing() {
             ),
             ("GET", format!("/gw/{id}/x"), None, 404, "not_found"),
             ("GET", "/gw/tg_missing/x".into(), None, 404, "not_found"),
+            // No route, or not this method: still an error envelope.
+            ("GET", "/nope".into(), None, 404, "invalid_argument"),
+            ("DELETE", "/gw/".into(), None, 404, "invalid_argument"),
+            (
+                "DELETE",
+                "/v1/capabilities".into(),
+                None,
+                405,
+                "invalid_argument",
+            ),
+            // An integral float is an integer (then validated as one); a
+            // fraction is not.
+            (
+                "POST",
+                format!("/v1/sandboxes/{id}/stop"),
+                Some(r#"{"grace_ms":1.5}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "PUT",
+                format!("/v1/gateway/targets/{id}"),
+                Some(r#"{"port":0.0}"#.into()),
+                422,
+                "invalid_argument",
+            ),
         ];
         for (method, path, body, status, code) in cases {
             let r = http(method, &format!("{url}{path}"), t, body.as_deref());
@@ -867,6 +893,18 @@ async fn bad_requests_get_typed_errors_and_change_nothing() {
         assert_eq!(sandboxes[0]["status"], "created");
         let targets = http("GET", &format!("{url}/v1/gateway/targets"), t, None).json();
         assert_eq!(targets["targets"].as_array().unwrap().len(), 0);
+        // JSON Schema's integer 8080.0 is taken as 8080.
+        let target = format!("{url}/v1/gateway/targets/{id}");
+        let r = http("PUT", &target, t, Some(r#"{"port":8080.0}"#));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(http("GET", &target, t, None).json()["port"], 8080);
+        let r = http(
+            "POST",
+            &format!("{url}/v1/sandboxes/{id}/stop"),
+            t,
+            Some(r#"{"grace_ms":10.0}"#),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
     })
     .await;
 }

@@ -282,12 +282,43 @@ pub fn router(state: Arc<AppState>, transport: Transport) -> Router {
         .route("/metrics", get(crate::metrics::render))
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/sessions", post(crate::sessions::open))
+        // Every answer is an error envelope, a path or method no route
+        // has too.
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             authenticate,
         ))
         .layer(Extension(transport))
         .with_state(state)
+}
+
+/// A path no route has: `404`, with the error envelope every other answer
+/// carries (code `invalid_argument`, subject `path`).
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        error: Error::InvalidArgument {
+            argument: "path".into(),
+            reason: format!("no route for {method} {}", uri.path()),
+        },
+        retry_after: None,
+        state_header: None,
+        status: Some(StatusCode::NOT_FOUND),
+    }
+}
+
+/// A route that exists without this method: `405`, as an error envelope.
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        error: Error::InvalidArgument {
+            argument: "method".into(),
+            reason: format!("{} does not take {method}", uri.path()),
+        },
+        retry_after: None,
+        state_header: None,
+        status: Some(StatusCode::METHOD_NOT_ALLOWED),
+    }
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> ApiResult<&'static str> {
@@ -360,9 +391,38 @@ mod tests {
     }
 
     /// Whether the router serves `method` on `template`: it answers with a
-    /// handler rather than its own 404/405 (which have no JSON body), and
-    /// the `{op}` route does not refuse the operation as unknown.
+    /// handler rather than its fallbacks (405, or 404 with the subject
+    /// `path`), and the `{op}` route does not refuse the operation as
+    /// unknown. A HEAD answer has no body to tell by: its GET is asked.
     async fn served(s: &Server, method: &str, template: &str) -> bool {
+        let res = request(s, method, template).await;
+        let status = res.status();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            return false;
+        }
+        if method == "HEAD" {
+            return status != StatusCode::NOT_FOUND || Box::pin(served(s, "GET", template)).await;
+        }
+        let json = res
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        // Only complete error bodies are read (session and log answers stream).
+        if json && status.is_client_error() {
+            let bytes = res.into_body().collect().await.unwrap().to_bytes();
+            let env: ErrorEnvelope = serde_json::from_slice(&bytes).unwrap();
+            let fallback = env.error.code == "invalid_argument"
+                && matches!(env.error.subject.as_deref(), Some("operation" | "path"));
+            return !fallback;
+        }
+        status != StatusCode::NOT_FOUND
+    }
+
+    async fn request(
+        s: &Server,
+        method: &str,
+        template: &str,
+    ) -> hyper::Response<hyper::body::Incoming> {
         let path = template
             .replace("{id}", &s.id)
             .replace("{name}", "nobody")
@@ -372,24 +432,7 @@ mod tests {
             .uri(format!("{}{path}", s.base))
             .body(Body::empty())
             .unwrap();
-        let res = s.client.request(req).await.unwrap();
-        let status = res.status();
-        let json = res
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-        if status == StatusCode::METHOD_NOT_ALLOWED || (status == StatusCode::NOT_FOUND && !json) {
-            return false;
-        }
-        // Only complete error bodies are read (session and log answers stream).
-        if json && status.is_client_error() && method != "HEAD" {
-            let bytes = res.into_body().collect().await.unwrap().to_bytes();
-            let env: ErrorEnvelope = serde_json::from_slice(&bytes).unwrap();
-            let unknown_op = env.error.code == "invalid_argument"
-                && env.error.subject.as_deref() == Some("operation");
-            return !unknown_op;
-        }
-        true
+        s.client.request(req).await.unwrap()
     }
 
     fn methods(m: &str) -> Vec<&str> {

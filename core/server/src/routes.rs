@@ -50,10 +50,40 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// Parses a JSON body into `T`; bad JSON is `invalid_argument`.
 pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
     let body: &[u8] = if body.is_empty() { b"{}" } else { body };
-    serde_json::from_slice(body).map_err(|e| Error::InvalidArgument {
+    let bad = |e: serde_json::Error| Error::InvalidArgument {
         argument: "body".into(),
         reason: e.to_string(),
-    })
+    };
+    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(bad)?;
+    integral_numbers(&mut value);
+    serde_json::from_value(value).map_err(bad)
+}
+
+/// JSON Schema's integers include `60589.0`: a number without a fraction
+/// (exactly representable, |n| <= 2^53) becomes an integer before the body
+/// meets its type; a float field takes it all the same.
+fn integral_numbers(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    match v {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
+                if f.fract() == 0.0 && f.abs() <= EXACT {
+                    // Exact: checked just above.
+                    #[allow(clippy::cast_possible_truncation)]
+                    let i = f as i64;
+                    *v = if i >= 0 {
+                        Value::from(i.unsigned_abs())
+                    } else {
+                        Value::from(i)
+                    };
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(integral_numbers),
+        Value::Object(o) => o.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
 }
 
 /// Parses a sandbox id from the path.
