@@ -107,11 +107,16 @@ where
     let counted = Counted::new();
     let rt = st.runtime().handle().clone();
     let task = st.runtime().spawn(async move {
-        let _counted = counted;
         // The call runs as a task of its own, so that a panic ends that
         // task and is seen here; aborting this task aborts it too.
         let mut inner = AbortOnDrop(rt.spawn(fut));
-        match (&mut inner.0).await {
+        let ended = (&mut inner.0).await;
+        // No longer counted before the answer is handed over: a caller
+        // that has its answer never sees its own call in flight (it did,
+        // for a moment, and the SDKs' no-call-left checks failed now and
+        // then).
+        drop(counted);
+        match ended {
             Ok(outcome) => done(outcome),
             Err(e) if e.is_panic() => done(Err(panicked(e.into_panic().as_ref()))),
             Err(_) => {} // aborted: no answer, as documented
