@@ -8,7 +8,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -17,20 +17,8 @@ fn chart() -> PathBuf {
 }
 
 fn helm(args: &[&str]) -> Output {
-    Command::new(common::helm_bin())
+    common::helm_command()
         .args(args)
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("burrow-helm-test/cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("burrow-helm-test/config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("burrow-helm-test/data"),
-        )
         .output()
         .expect("running helm")
 }

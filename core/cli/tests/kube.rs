@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 
 use common::serve::pg::PgCluster;
-use common::serve::{call_retrying, http, web_command, ServeEnv, Server};
+use common::serve::{call_retrying, http, metric_sample, web_command, ServeEnv, Server};
 use common::{burrow_bin, TestHome};
 use serde_json::{json, Value};
 
@@ -182,15 +182,12 @@ fn race(servers: &[&Server], path: &str, token: &str, n: usize) -> Vec<(u16, Str
 }
 
 fn starts(server: &Server, token: &str) -> u64 {
-    let r = http("GET", &format!("{}/metrics", server.url), Some(token), None);
-    assert_eq!(r.status, 200);
-    r.text()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("burrow_gateway_starts_total{result=\"ok\"}")
-                .map(|v| v.trim().parse::<u64>().unwrap())
-        })
-        .unwrap_or(0)
+    metric_sample(
+        &server.url,
+        token,
+        "burrow_gateway_starts_total{result=\"ok\"}",
+    )
+    .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,14 +49,8 @@ fn mcp_image() -> String {
 }
 
 /// The sandbox pods of `ns` (the server's own pods are not sandboxes).
-fn sandbox_pods(ns: &str) -> Vec<String> {
-    let out = kubectl(&["get", "pods", "-n", ns, "-l", "burrow.dev/id", "-o", "name"]);
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+fn sandbox_pods(ns: &Namespace) -> Vec<String> {
+    ns.objects_labelled("pods", "burrow.dev/id")
 }
 
 /// Creates (defines) the MCP sandbox through the API at `url` and registers
@@ -131,12 +125,12 @@ async fn an_mcp_server_on_kubernetes_sleeps_when_idle_and_wakes_on_the_next_tool
             .unwrap()
     };
     assert_eq!(
-        sandbox_pods(&ns.0),
+        sandbox_pods(&ns),
         Vec::<String>::new(),
         "defined, not started"
     );
     let log = || server.log();
-    let gone = || sandbox_pods(&ns.0).is_empty();
+    let gone = || sandbox_pods(&ns).is_empty();
     RoundTrip {
         url: server.url.clone(),
         log: &log,
@@ -261,21 +255,9 @@ impl Release {
             args.push("--set".into());
             args.push(format!("{k}={v}"));
         }
-        let out = Command::new(common::helm_bin())
+        let out = common::helm_command()
             .args(&args)
             .env("KUBECONFIG", kubeconfig())
-            .env(
-                "HELM_CACHE_HOME",
-                std::env::temp_dir().join("burrow-helm-test/cache"),
-            )
-            .env(
-                "HELM_CONFIG_HOME",
-                std::env::temp_dir().join("burrow-helm-test/config"),
-            )
-            .env(
-                "HELM_DATA_HOME",
-                std::env::temp_dir().join("burrow-helm-test/data"),
-            )
             .output()
             .unwrap();
         let release = Release { ns, name, port };
@@ -345,7 +327,7 @@ impl Drop for Release {
         if std::thread::panicking() {
             eprintln!("----- burrow serve pods -----\n{}", self.logs());
         }
-        let _ = Command::new(common::helm_bin())
+        let _ = common::helm_command()
             .args([
                 "uninstall",
                 &self.name,
@@ -458,7 +440,6 @@ async fn the_chart_runs_two_replicas_that_serve_mcp_and_survive_one_killed_mid_r
     let store = Store::open(&url, &url, 2, Duration::from_secs(10))
         .await
         .unwrap();
-    let ns = release.ns.0.clone();
     let id = {
         let (u, t) = (pf.url.clone(), token.clone());
         tokio::task::spawn_blocking(move || mcp_target(&u, &t, "mcp", false))
@@ -466,7 +447,7 @@ async fn the_chart_runs_two_replicas_that_serve_mcp_and_survive_one_killed_mid_r
             .unwrap()
     };
     let log = || release.logs();
-    let gone = || sandbox_pods(&ns).is_empty();
+    let gone = || sandbox_pods(&release.ns).is_empty();
     RoundTrip {
         url: pf.url.clone(),
         log: &log,
@@ -670,8 +651,8 @@ async fn an_execution_cluster_kubeconfig_beats_in_cluster_credentials() {
         Some(r#"{"detached": true}"#),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(sandbox_pods(&exec_ns.0).len(), 1);
-    assert_eq!(sandbox_pods(&release.ns.0), Vec::<String>::new());
+    assert_eq!(sandbox_pods(&exec_ns).len(), 1);
+    assert_eq!(sandbox_pods(&release.ns), Vec::<String>::new());
     let r = http(
         "POST",
         &format!("{}/v1/sandboxes/{id}/destroy", pf.url),

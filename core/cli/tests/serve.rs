@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use burrow::{SandboxId, Status};
 use burrow_server::store::{now_ms, RuntimeState, Store};
 use common::serve::pg::PgCluster;
-use common::serve::{call_retrying, http, web_command, ServeEnv, Server};
+use common::serve::{call_retrying, http, metric_sample, web_command, ServeEnv, Server};
 use common::TestHome;
 
 fn cluster() -> &'static PgCluster {
@@ -111,15 +111,8 @@ fn gw(server: &Server, id: &SandboxId, path: &str) -> String {
 
 /// The value of an unlabelled-or-labelled sample in a `/metrics` answer.
 fn metric(server: &Server, token: &str, sample: &str) -> u64 {
-    let r = http("GET", &format!("{}/metrics", server.url), Some(token), None);
-    assert_eq!(r.status, 200);
-    r.text()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(sample)
-                .map(|v| v.trim().parse::<u64>().unwrap())
-        })
-        .unwrap_or_else(|| panic!("no sample {sample} in\n{}", r.text()))
+    metric_sample(&server.url, token, sample)
+        .unwrap_or_else(|| panic!("no sample {sample} in {}/metrics", server.url))
 }
 
 /// Runs `n` gateway calls at once, alternating between the servers, each

@@ -37,7 +37,16 @@ impl Namespace {
 
     /// The names of the objects of `kind` in the namespace.
     pub fn objects(&self, kind: &str) -> Vec<String> {
-        let out = kubectl(&["get", kind, "-n", &self.0, "-o", "name"]);
+        self.list(&["get", kind, "-n", &self.0, "-o", "name"])
+    }
+
+    /// Those of them that carry the label `label`.
+    pub fn objects_labelled(&self, kind: &str, label: &str) -> Vec<String> {
+        self.list(&["get", kind, "-n", &self.0, "-l", label, "-o", "name"])
+    }
+
+    fn list(&self, args: &[&str]) -> Vec<String> {
+        let out = kubectl(args);
         assert!(out.status.success(), "{out:?}");
         String::from_utf8(out.stdout)
             .unwrap()

@@ -92,15 +92,7 @@ pub fn slow_server_command(delay_s: u32) -> Vec<String> {
 /// The value of a sample in the `/metrics` of the replica at `url` (0 if
 /// absent).
 pub fn metric(url: &str, token: &str, sample: &str) -> u64 {
-    let r = super::serve::http("GET", &format!("{url}/metrics"), Some(token), None);
-    assert_eq!(r.status, 200);
-    r.text()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(sample)
-                .map(|v| v.trim().parse::<u64>().unwrap())
-        })
-        .unwrap_or(0)
+    super::serve::metric_sample(url, token, sample).unwrap_or(0)
 }
 
 /// `burrow serve status --json`: the target's entry.

@@ -230,3 +230,14 @@ pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// A `helm` command (see [`helm_bin`]) with its cache, configuration and
+/// data under the temporary directory, not the user's.
+pub fn helm_command() -> Command {
+    let dir = std::env::temp_dir().join("burrow-helm-test");
+    let mut c = Command::new(helm_bin());
+    c.env("HELM_CACHE_HOME", dir.join("cache"))
+        .env("HELM_CONFIG_HOME", dir.join("config"))
+        .env("HELM_DATA_HOME", dir.join("data"));
+    c
+}

@@ -317,3 +317,14 @@ pub fn web_command(delay: u32) -> Vec<String> {
     );
     vec!["sh".into(), "-c".into(), script]
 }
+
+/// The value of `sample` (a metric name with its labels) in the `/metrics`
+/// of the replica at `url`, if it is there.
+pub fn metric_sample(url: &str, token: &str, sample: &str) -> Option<u64> {
+    let r = http("GET", &format!("{url}/metrics"), Some(token), None);
+    assert_eq!(r.status, 200);
+    r.text().lines().find_map(|l| {
+        l.strip_prefix(sample)
+            .map(|v| v.trim().parse::<u64>().unwrap())
+    })
+}
