@@ -86,6 +86,13 @@ pub mod image {
     }
 }
 
+/// The entry points of the fuzz targets (`fuzz/` at the top of the
+/// repository): the parsers and the layer unpacker that read untrusted
+/// bytes, reachable without a home, a registry or a sandbox.
+pub mod fuzz {
+    pub use crate::image::fuzz::{parse_manifest, unpack_layers, unpack_layout, ParsedManifest};
+}
+
 /// SQL migrations embedded in the binary, read as `sqlx::migrate!` reads a
 /// directory, without its proc macro (which compiles sqlx's Postgres and
 /// SQLite drivers a second time, for the host, in every build).

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 mod cache;
 mod digest;
 pub(crate) mod ext4;
+pub(crate) mod fuzz;
 pub(crate) mod oci;
 pub(crate) mod registry;
 pub(crate) mod resolve;

@@ -79,6 +79,22 @@ pub(crate) fn layout_digest(reference: &str, layout: &Path, tag: Option<&str>) -
     Ok(layout.resolve_manifest(&selected, &host)?.0)
 }
 
+/// Builds the root filesystem of the image `tag` selects in the layout at
+/// `layout` into the empty `dir`, as [`prepare_layout`] does but without
+/// the cache and the image index (the fuzz targets' way in).
+pub(crate) fn unpack_layout(
+    reference: &str,
+    layout: &Path,
+    tag: Option<&str>,
+    dir: &Path,
+) -> Result<ImageConfig> {
+    let layout = Layout::open(reference, layout)?;
+    let host = Platform::host();
+    let selected = layout.select(tag, &host)?;
+    let (_, manifest) = layout.resolve_manifest(&selected, &host)?;
+    layout.unpack(&manifest, dir)
+}
+
 /// An opened image layout directory.
 struct Layout<'a> {
     image: &'a str,

@@ -171,7 +171,11 @@ pub struct SandboxConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<OciRuntime>,
     /// CPU limit in cores (fractions allowed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "finite_cpus::serialize"
+    )]
     pub cpus: Option<f64>,
     /// Memory limit in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -406,19 +410,47 @@ impl SandboxConfig {
                 }
             }
         }
-        if self.startup_timeout.is_zero() {
-            return bad("startup_timeout", "must be greater than zero".into());
+        // Durations are stored and sent in whole milliseconds: a nonzero
+        // one below a millisecond would come back as zero (no timeout, or
+        // an invalid one).
+        if self.startup_timeout < MILLISECOND {
+            return bad(
+                "startup_timeout",
+                format!(
+                    "{:?} is less than 1 ms; it must be greater than zero",
+                    self.startup_timeout
+                ),
+            );
         }
         if let Some(d) = self.max_duration {
-            if d.is_zero() {
+            if d < MILLISECOND {
                 return bad(
                     "max_duration",
-                    "must be greater than zero (leave it unset for no limit)".into(),
+                    format!(
+                        "{d:?} is less than 1 ms; it must be greater than zero (leave it unset for no limit)"
+                    ),
+                );
+            }
+        }
+        if let Some(d) = self.idle_timeout {
+            if !d.is_zero() && d < MILLISECOND {
+                return bad(
+                    "idle_timeout",
+                    format!("{d:?} is less than 1 ms (0 disables idle reclaim)"),
                 );
             }
         }
         Ok(())
     }
+}
+
+/// The resolution of the durations of a configuration.
+const MILLISECOND: Duration = Duration::from_millis(1);
+
+/// A duration in whole milliseconds, as stored and sent; beyond
+/// `u64::MAX` milliseconds (some 584 million years), that many.
+fn to_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn check_guest_path(field: &str, p: &str) -> Result<()> {
@@ -436,13 +468,38 @@ fn check_guest_path(field: &str, p: &str) -> Result<()> {
     }
 }
 
+impl SandboxConfig {
+    /// Refuses a CPU count that is not a finite number (NaN, an
+    /// infinity), as [`Error::InvalidConfig`]: JSON has no such numbers,
+    /// and serde_json would write `null`, which reads back as "no limit".
+    pub(crate) fn check_cpus(cpus: Option<f64>) -> Result<()> {
+        match cpus {
+            Some(c) if !c.is_finite() => Err(Error::InvalidConfig {
+                field: "cpus".into(),
+                reason: format!("{c} is not a CPU count between 0 and 1024"),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// CPU counts on the wire: a number, never a `null` standing for NaN.
+mod finite_cpus {
+    use serde::{Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(c: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        super::SandboxConfig::check_cpus(*c).map_err(serde::ser::Error::custom)?;
+        c.serialize(s)
+    }
+}
+
 mod duration_ms {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
+        s.serialize_u64(super::to_ms(*d))
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
@@ -456,7 +513,7 @@ mod opt_duration_ms {
 
     pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
-            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            Some(d) => s.serialize_some(&super::to_ms(*d)),
             None => s.serialize_none(),
         }
     }
@@ -609,6 +666,73 @@ mod tests {
             c.validate().unwrap_err().code(),
             crate::ErrorCode::InvalidConfig
         );
+    }
+
+    /// Found by the `config` fuzz target: a startup timeout below a
+    /// millisecond validated, and came back from its JSON form (whole
+    /// milliseconds) as zero, which does not.
+    #[test]
+    fn sub_millisecond_durations_are_invalid_config() {
+        let field = |c: &SandboxConfig| match c.validate() {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("unexpected {other:?}"),
+        };
+        let mut c = SandboxConfig::new("img");
+        c.startup_timeout = Duration::from_micros(500);
+        assert_eq!(field(&c), "startup_timeout");
+        let mut c = SandboxConfig::new("img");
+        c.max_duration = Some(Duration::from_nanos(1));
+        assert_eq!(field(&c), "max_duration");
+        // An idle timeout of zero disables reclaim; 0.5 ms would have
+        // enabled it (and demand start) until its first round trip.
+        let mut c = SandboxConfig::new("img");
+        c.idle_timeout = Some(Duration::from_micros(500));
+        assert_eq!(field(&c), "idle_timeout");
+        c.idle_timeout = Some(Duration::ZERO);
+        c.validate().unwrap();
+        // A millisecond and up is carried exactly.
+        c.startup_timeout = Duration::from_millis(1);
+        c.max_duration = Some(Duration::from_millis(1));
+        c.idle_timeout = Some(Duration::from_millis(1));
+        c.validate().unwrap();
+        let back: SandboxConfig =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        back.validate().unwrap();
+        assert_eq!(back, c);
+    }
+
+    /// Found by the `config` fuzz target: a duration past `u64::MAX`
+    /// milliseconds wrapped around in its JSON form (`as u64`), to any
+    /// value, zero included; it is now the largest one.
+    #[test]
+    fn huge_durations_saturate_on_the_wire() {
+        let mut c = SandboxConfig::new("img");
+        // 2^61 s is 2^64 * 125 ms: it wrapped to exactly zero.
+        c.startup_timeout = Duration::from_secs(1 << 61);
+        c.max_duration = Some(Duration::MAX);
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["startup_timeout"], serde_json::json!(u64::MAX));
+        assert_eq!(json["max_duration"], serde_json::json!(u64::MAX));
+        let back: SandboxConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back.startup_timeout, Duration::from_millis(u64::MAX));
+    }
+
+    /// Found by the `config` fuzz target (through `Modify`): a NaN CPU
+    /// count was written as `null`, which reads back as no limit at all.
+    #[test]
+    fn non_finite_cpus_are_not_written_as_null() {
+        for c in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let mut config = SandboxConfig::new("img");
+            config.cpus = Some(c);
+            let err = serde_json::to_string(&config).unwrap_err();
+            assert!(err.to_string().contains("cpus"), "{err}");
+            match SandboxConfig::check_cpus(Some(c)).unwrap_err() {
+                Error::InvalidConfig { field, .. } => assert_eq!(field, "cpus"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        SandboxConfig::check_cpus(Some(1.5)).unwrap();
+        SandboxConfig::check_cpus(None).unwrap();
     }
 
     #[test]

@@ -178,7 +178,8 @@ struct ModifyWire {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "double_option"
+        serialize_with = "finite_cpus",
+        deserialize_with = "double_option::deserialize"
     )]
     cpus: Option<Option<f64>>,
     #[serde(
@@ -243,6 +244,13 @@ impl From<ModifyWire> for Modify {
     }
 }
 
+/// A requested CPU limit: a finite number or `null` (removal), never a
+/// NaN written as `null` (see `SandboxConfig::check_cpus`).
+fn finite_cpus<S: serde::Serializer>(v: &Option<Option<f64>>, s: S) -> Result<S::Ok, S::Error> {
+    SandboxConfig::check_cpus(v.flatten()).map_err(serde::ser::Error::custom)?;
+    double_option::serialize(v, s)
+}
+
 /// `Option<Option<T>>` as JSON: absent key, `null`, or a value.
 mod double_option {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -284,5 +292,24 @@ mod wire_tests {
         let back: Modify = serde_json::from_value(json).unwrap();
         assert_eq!(back, m);
         assert!(serde_json::from_str::<Modify>(r#"{"colour": 1}"#).is_err());
+    }
+
+    /// Found by the `config` fuzz target: a NaN CPU limit was written as
+    /// `null`, the removal of the limit, instead of being refused.
+    #[test]
+    fn a_nan_cpu_limit_is_not_written_as_its_removal() {
+        let m = Modify {
+            cpus: Some(Some(f64::NAN)),
+            ..Modify::default()
+        };
+        assert!(serde_json::to_vec(&m).is_err());
+        let removal = Modify {
+            cpus: Some(None),
+            ..Modify::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&removal).unwrap(),
+            serde_json::json!({"cpus": null})
+        );
     }
 }

@@ -234,6 +234,8 @@ impl Backend for RemoteBackend {
     }
 
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
+        // Refused here, as the local backend refuses it: JSON cannot carry it.
+        crate::SandboxConfig::check_cpus(req.config.cpus)?;
         self.call(Req::new(Method::POST, format!("{PREFIX}/sandboxes")).json(&req)?)
             .await
     }
@@ -332,6 +334,7 @@ impl Backend for RemoteBackend {
         self.call(post(id, "resume", name)).await
     }
     async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
+        crate::SandboxConfig::check_cpus(changes.cpus.flatten())?;
         self.call(Req::new(Method::PATCH, id_path(id, None, Some(name))).json(changes)?)
             .await
     }
