@@ -72,7 +72,7 @@ pub use local::{LocalBackend, LocalConfig};
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, Modify, ModifyPlan, Mount, MountSource,
-    OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status,
+    OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status, MAX_DURATION, MAX_PIDS_LIMIT,
 };
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;

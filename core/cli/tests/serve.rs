@@ -320,10 +320,15 @@ async fn never_called_sandboxes_and_url_targets_are_never_reclaimed() {
             let mut conn = conn;
             let mut buf = [0u8; 4096];
             let _ = std::io::Read::read(&mut conn, &mut buf);
-            let seen_auth = String::from_utf8_lossy(&buf)
-                .to_ascii_lowercase()
-                .contains("authorization");
-            let body = if seen_auth { "leaked" } else { "pong" };
+            let request = String::from_utf8_lossy(&buf).into_owned();
+            let seen_auth = request.to_ascii_lowercase().contains("authorization");
+            // It answers the request target it got.
+            let target = request.split(' ').nth(1).unwrap_or("").to_owned();
+            let body = if seen_auth {
+                "leaked".to_owned()
+            } else {
+                target
+            };
             let _ = std::io::Write::write_all(
                 &mut conn,
                 format!(
@@ -342,8 +347,21 @@ async fn never_called_sandboxes_and_url_targets_are_never_reclaimed() {
     for _ in 0..3 {
         let (u, t) = (format!("{}/gw/{tg}/ping", a.url), s.token.clone());
         let r = blocking(move || http("GET", &u, Some(&t), None)).await;
-        // Proxied, without the caller's burrow token.
-        assert_eq!((r.status, r.text()), (200, "pong".to_string()));
+        // Proxied, without the caller's burrow token, marked as relayed.
+        assert_eq!((r.status, r.text()), (200, "/ping".to_string()));
+        assert_eq!(r.header("via"), Some("1.1 burrow"));
+    }
+    // The path as sent: percent-encoding kept (`%2F` is no separator,
+    // `%3F` no query), the query passed on.
+    for (sent, got) in [
+        ("/a%2Fb/%3Fc%20d?q=1&r", "/a%2Fb/%3Fc%20d?q=1&r"),
+        ("", "/"),
+        ("/", "/"),
+        ("?only=query", "/?only=query"),
+    ] {
+        let (u, t) = (format!("{}/gw/{tg}{sent}", a.url), s.token.clone());
+        let r = blocking(move || http("GET", &u, Some(&t), None)).await;
+        assert_eq!((r.status, r.text()), (200, got.to_string()), "{sent}");
     }
     // Many sweeps later: the sandbox still runs, nothing was recorded for
     // it, and the URL target has no runtime state at all.
@@ -846,7 +864,67 @@ async fn bad_requests_get_typed_errors_and_change_nothing() {
                 "invalid_argument",
             ),
             ("GET", format!("/gw/{id}/x"), None, 404, "not_found"),
-            ("GET", "/gw/tg_missing/x".into(), None, 404, "not_found"),
+            (
+                "GET",
+                "/gw/tg_01h2x3y4z5a6b7c8d9e0f1g2h3/x".into(),
+                None,
+                404,
+                "not_found",
+            ),
+            // A malformed target id, NUL included, is refused before the
+            // database sees it.
+            ("GET", "/gw/tg_missing/x".into(), None, 422, "invalid_argument"),
+            ("GET", "/gw/tg_a%00b".into(), None, 422, "invalid_argument"),
+            (
+                "GET",
+                "/v1/gateway/targets/a%00b".into(),
+                None,
+                422,
+                "invalid_argument",
+            ),
+            (
+                "DELETE",
+                "/v1/gateway/targets/tg_".into(),
+                None,
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                format!("/v1/sandboxes/{id}/start"),
+                Some("{\"session\":\"a\\u0000b\"}".into()),
+                422,
+                "invalid_argument",
+            ),
+            // A struct is an object, not its fields in an array.
+            (
+                "PATCH",
+                format!("/v1/sandboxes/{id}"),
+                Some("[null, null]".into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                format!("/v1/sandboxes/{id}/stop"),
+                Some(r#"{"grace_ms":9007199254740992}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                "/v1/gateway/targets".into(),
+                Some(r#"{"url":"http://[::1]:80"}"#.into()),
+                422,
+                "invalid_argument",
+            ),
+            (
+                "POST",
+                "/v1/sandboxes".into(),
+                Some(r#"{"name":"m","detached":true,"config":{"image":"x","max_duration":9007199254740992}}"#.into()),
+                422,
+                "invalid_config",
+            ),
             // No route, or not this method: still an error envelope.
             ("GET", "/nope".into(), None, 404, "invalid_argument"),
             ("DELETE", "/gw/".into(), None, 404, "invalid_argument"),

@@ -189,6 +189,7 @@ async fn open_call(
     state: &Arc<AppState>,
     id: &str,
 ) -> ApiResult<(Arc<Target>, LeaseGuard, Option<i64>)> {
+    crate::targets::check_target_id(id)?;
     let now = now_ms();
     let expires = now + ms(state.config.gateway.lease_ttl);
     let Some(open) = state
@@ -288,24 +289,15 @@ pub async fn handle(
     req: Request,
 ) -> Response {
     let id = params.get("id").cloned().unwrap_or_default();
-    let rest = params.get("rest").cloned().unwrap_or_default();
-    match serve(&state, &id, &rest, req).await {
+    match serve(&state, &id, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn serve(
-    state: &Arc<AppState>,
-    id: &str,
-    rest: &str,
-    mut req: Request,
-) -> ApiResult<Response> {
+async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<Response> {
     let (target, lease, ready) = open_call(state, id).await?;
-    let path_and_query = match req.uri().query() {
-        Some(q) => format!("/{rest}?{q}"),
-        None => format!("/{rest}"),
-    };
+    let path_and_query = forwarded_path(req.uri());
     // A protocol upgrade (WebSocket, ...): the client's side of it, relayed
     // once the target agrees (101).
     let upgrade = req
@@ -317,7 +309,7 @@ async fn serve(
         TargetKind::Url { url } => {
             let uri: Uri = format!("{url}{path_and_query}")
                 .parse()
-                .map_err(|_| bad_path(rest))?;
+                .map_err(|_| bad_path(&path_and_query))?;
             let (mut parts, body) = req.into_parts();
             let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
             upstream_headers(&mut parts.headers, &authority, id, &target.headers);
@@ -352,7 +344,9 @@ async fn serve(
                 }
                 Err(e) => return Err(upstream_error(state, id, &e.to_string())),
             };
-            let uri: Uri = path_and_query.parse().map_err(|_| bad_path(rest))?;
+            let uri: Uri = path_and_query
+                .parse()
+                .map_err(|_| bad_path(&path_and_query))?;
             let (mut parts, body) = req.into_parts();
             upstream_headers(
                 &mut parts.headers,
@@ -379,6 +373,21 @@ async fn serve(
                 .then(|| (state.clone(), id.to_owned(), generation, conn));
             Ok(respond(res, lease, back, upgrade))
         }
+    }
+}
+
+/// The path and query the target gets: the request's own after
+/// `/gw/{id}`, as sent (percent-encoding kept: `%2F` stays one segment,
+/// `%3F` is no query), `/` when nothing follows the id.
+fn forwarded_path(uri: &Uri) -> String {
+    let path = uri.path();
+    let after_id = path
+        .strip_prefix("/gw/")
+        .and_then(|p| p.find('/').map(|i| &p[i..]))
+        .unwrap_or("/");
+    match uri.query() {
+        Some(q) => format!("{after_id}?{q}"),
+        None => after_id.to_owned(),
     }
 }
 
@@ -495,17 +504,26 @@ fn respond(
                 let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
             }
         });
-        let (parts, _) = res.into_parts();
+        let (mut parts, _) = res.into_parts();
+        via(&mut parts.headers);
         return Response::from_parts(parts, Body::empty());
     }
     let (mut parts, inner) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    via(&mut parts.headers);
     let body = GuardedBody {
         inner,
         lease: Some(lease),
         back,
     };
     Response::from_parts(parts, Body::new(body))
+}
+
+/// Marks a relayed answer as the target's own (RFC 9110 7.6.3: a proxy
+/// appends itself to `Via`): the gateway's own errors carry no `Via`, so a
+/// client can tell a target's `404` from an unknown target's.
+fn via(h: &mut HeaderMap) {
+    h.append(header::VIA, HeaderValue::from_static("1.1 burrow"));
 }
 
 /// An HTTP connection into the sandbox: an idle one of this generation, or
@@ -738,6 +756,20 @@ async fn finish(state: &AppState, id: &str, generation: i64, now: i64, r: Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_target_gets_the_path_as_sent() {
+        for (sent, forwarded) in [
+            ("/gw/tg_x", "/"),
+            ("/gw/tg_x/", "/"),
+            ("/gw/tg_x/a/b?q=1", "/a/b?q=1"),
+            ("/gw/tg_x/a%2Fb/%3F%20c", "/a%2Fb/%3F%20c"),
+            ("/gw/tg_x?q", "/?q"),
+        ] {
+            let uri: Uri = sent.parse().unwrap();
+            assert_eq!(forwarded_path(&uri), forwarded, "{sent}");
+        }
+    }
 
     #[test]
     fn only_connections_the_target_keeps_open_go_back_to_the_pool() {

@@ -55,8 +55,31 @@ pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
         reason: e.to_string(),
     };
     let mut value: serde_json::Value = serde_json::from_slice(body).map_err(bad)?;
+    structs_are_objects(&value)?;
     integral_numbers(&mut value);
     serde_json::from_value(value).map_err(bad)
+}
+
+/// serde reads a struct from a JSON array too (its fields in order): every
+/// body, its `config` and each of its `mounts` must be an object, as the
+/// document says.
+fn structs_are_objects(v: &serde_json::Value) -> Result<(), Error> {
+    let not_object = |argument: String| Error::InvalidArgument {
+        argument,
+        reason: "must be a JSON object".into(),
+    };
+    let body = v.as_object().ok_or_else(|| not_object("body".into()))?;
+    if let Some(config) = body.get("config") {
+        let config = config
+            .as_object()
+            .ok_or_else(|| not_object("config".into()))?;
+        if let Some(mounts) = config.get("mounts").and_then(|m| m.as_array()) {
+            if let Some(i) = mounts.iter().position(|m| !m.is_object()) {
+                return Err(not_object(format!("config.mounts[{i}]")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// JSON Schema's integers include `60589.0`: a number without a fraction
@@ -212,6 +235,13 @@ async fn operation(
         }
         "stop" | "restart" => {
             let b: StopBody = json_body(&body)?;
+            if u128::from(b.grace_ms) > burrow::MAX_DURATION.as_millis() {
+                return Err(Error::InvalidArgument {
+                    argument: "grace_ms".into(),
+                    reason: format!("more than {} ms", burrow::MAX_DURATION.as_millis()),
+                }
+                .into());
+            }
             let name = name_of(&state, &id, &q).await?;
             let opts = StopOptions::with_grace(Duration::from_millis(b.grace_ms));
             if op == "stop" {
@@ -398,4 +428,29 @@ async fn runtime(
     );
     h.insert(api::HEADER_GENERATION, HeaderValue::from(generation));
     Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_objects_at_every_struct() {
+        let body = |s: &str| Bytes::from(s.to_owned());
+        for bad in [
+            "[null, null]",
+            "1",
+            r#"{"name":"a","detached":true,"config":["img"]}"#,
+            r#"{"name":"a","detached":true,"config":{"image":"i","mounts":[["/h","/t"]]}}"#,
+        ] {
+            let e = json_body::<serde_json::Value>(&body(bad)).unwrap_err();
+            assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument, "{bad}");
+        }
+        let m: Modify = json_body(&body("{}")).unwrap();
+        assert!(m.is_empty());
+        let e = json_body::<Modify>(&body("[null, null]")).unwrap_err();
+        assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument);
+        let s: StopBody = json_body(&body(r#"{"grace_ms": 60589.0}"#)).unwrap();
+        assert_eq!(s.grace_ms, 60589);
+    }
 }

@@ -107,22 +107,49 @@ fn check_headers(h: BTreeMap<String, String>) -> Result<Vec<(String, String)>, E
         .collect()
 }
 
-/// Checks a URL target's address: `http://host[:port][/path]`.
+/// Checks a URL target's address: `http://host[:port][/path]`, exactly the
+/// grammar the OpenAPI document's pattern states: a host of
+/// `[A-Za-z0-9.-]` (no IPv6 literal), a port up to 65535, a path
+/// of RFC 3986 path characters (`%` included), no query, no fragment.
 fn check_url(url: &str) -> Result<String, Error> {
     let bad = |reason: &str| Error::InvalidArgument {
         argument: "url".into(),
         reason: format!("{url:?}: {reason}"),
     };
-    let uri: axum::http::Uri = url.parse().map_err(|_| bad("not a URL"))?;
-    if uri.scheme_str() != Some("http") {
+    let Some(rest) = url.strip_prefix("http://") else {
         return Err(bad("only http:// targets are supported"));
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let end = authority.find(':').unwrap_or(authority.len());
+    let (host, port) = authority.split_at(end);
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+    {
+        return Err(bad(
+            "no host, or a host other than letters, digits, '.' and '-' (IPv6 literals are not supported)",
+        ));
     }
-    if uri.authority().is_none() {
-        return Err(bad("no host"));
+    if !port.is_empty() {
+        let digits = port.strip_prefix(':').unwrap_or("x");
+        let ok = (1..=5).contains(&digits.len())
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && digits.parse::<u32>().is_ok_and(|p| p <= 65535);
+        if !ok {
+            return Err(bad("the port is not a number up to 65535"));
+        }
     }
-    if uri.query().is_some() {
-        return Err(bad("a target URL has no query"));
+    if !path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@%/".contains(&b))
+    {
+        return Err(bad(
+            "the path has characters other than RFC 3986's (a target URL has no query)",
+        ));
     }
+    url.parse::<axum::http::Uri>()
+        .map_err(|_| bad("not a URL"))?;
     Ok(url.trim_end_matches('/').to_owned())
 }
 
@@ -205,11 +232,29 @@ pub(crate) fn not_found(id: &str) -> Error {
     }
 }
 
+/// Checks a target id's shape: a sandbox id, or `tg_` and the same 26
+/// digits (a URL target's). Anything else is `invalid_argument`, before
+/// the database is asked.
+pub(crate) fn check_target_id(id: &str) -> Result<(), Error> {
+    let as_sandbox = match id.strip_prefix("tg_") {
+        Some(digits) => format!("sb_{digits}"),
+        None => id.to_owned(),
+    };
+    as_sandbox
+        .parse::<burrow::SandboxId>()
+        .map(|_| ())
+        .map_err(|_| Error::InvalidArgument {
+            argument: "id".into(),
+            reason: format!("{id:?} is not a target id (sb_... or tg_...)"),
+        })
+}
+
 /// `GET /v1/gateway/targets/{id}`.
 pub async fn get_one(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<TargetView>> {
+    check_target_id(&id)?;
     let t = state
         .store
         .get_target(&id)
@@ -224,6 +269,7 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
+    check_target_id(&id)?;
     if !state.store.delete_target(&id).await? {
         return Err(not_found(&id).into());
     }
@@ -241,7 +287,29 @@ mod tests {
             check_url("http://127.0.0.1:9000/").unwrap(),
             "http://127.0.0.1:9000"
         );
-        for bad in ["https://x", "ftp://x", "x", "http://x/?q=1", ""] {
+        for good in [
+            "http://h:80/a/b%20c",
+            "http://a-b.c",
+            "http://h:65535/p;x=1@y",
+        ] {
+            check_url(good).unwrap();
+        }
+        for bad in [
+            "https://x",
+            "ftp://x",
+            "x",
+            "http://x/?q=1",
+            "",
+            "http://",
+            "http://x:65536",
+            "http://x:",
+            "http://x#f",
+            "http://u@x",
+            "http://[::1]:80",
+            "http://[db5b8:]",
+            "http://x/a b",
+            "HTTP://x",
+        ] {
             let e = check_url(bad).unwrap_err();
             assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument, "{bad}");
         }
@@ -253,5 +321,21 @@ mod tests {
         let h = [("bad header".to_string(), "v".to_string())].into();
         assert!(check_headers(h).is_err());
         assert!(check_metadata(Some(serde_json::json!([1]))).is_err());
+        for good in [
+            "sb_01h2x3y4z5a6b7c8d9e0f1g2h3",
+            "tg_01h2x3y4z5a6b7c8d9e0f1g2h3",
+        ] {
+            check_target_id(good).unwrap();
+        }
+        for bad in [
+            "",
+            "tg_",
+            "tg_a\0b",
+            "xx_01h2x3y4z5a6b7c8d9e0f1g2h3",
+            "tg_sb_01h2x3y4z5a6b7c8d9e0f1g2h3",
+        ] {
+            let e = check_target_id(bad).unwrap_err();
+            assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument, "{bad:?}");
+        }
     }
 }

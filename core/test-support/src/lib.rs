@@ -96,19 +96,12 @@ pub fn mcp_image() -> PathBuf {
     static IMAGE: OnceLock<PathBuf> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
-            let root = workspace_root();
-            let _guard = lock_file(&root.join("target/mcp/.lock"));
-            let out = Command::new("bash")
-                .arg(root.join("examples/mcp/build-image.sh"))
-                .stderr(std::process::Stdio::inherit())
-                .output()
-                .expect("running examples/mcp/build-image.sh");
-            assert!(
-                out.status.success(),
-                "building the MCP example's image failed (are node and npm installed?)"
-            );
-            let dir = String::from_utf8(out.stdout).expect("utf-8");
-            PathBuf::from(dir.lines().last().expect("the image directory").trim())
+            tool_from_script(
+                None,
+                "examples/mcp/build-image.sh",
+                "target/mcp/.lock",
+                "are node and npm installed?",
+            )
         })
         .clone()
 }
@@ -119,24 +112,48 @@ pub fn mcp_image() -> PathBuf {
 pub fn helm_bin() -> PathBuf {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
     HELM.get_or_init(|| {
-        if let Some(p) = std::env::var_os("BURROW_HELM").filter(|p| !p.is_empty()) {
-            return PathBuf::from(p);
-        }
-        let root = workspace_root();
-        let _guard = lock_file(&root.join("target/helm/.lock"));
-        let out = Command::new("bash")
-            .arg(root.join("scripts/build-helm.sh"))
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("running scripts/build-helm.sh");
-        assert!(
-            out.status.success(),
-            "building helm failed (is Go installed?)"
-        );
-        let path = String::from_utf8(out.stdout).expect("utf-8");
-        PathBuf::from(path.lines().last().expect("helm's path").trim())
+        tool_from_script(
+            Some("BURROW_HELM"),
+            "scripts/build-helm.sh",
+            "target/helm/.lock",
+            "is Go installed?",
+        )
     })
     .clone()
+}
+
+/// The `schemathesis` command (the OpenAPI fuzzer): `$BURROW_SCHEMATHESIS`,
+/// else the virtualenv of `scripts/schemathesis.sh` (made on first use,
+/// from PyPI, under `target/schemathesis`).
+pub fn schemathesis_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        tool_from_script(
+            Some("BURROW_SCHEMATHESIS"),
+            "scripts/schemathesis.sh",
+            "target/schemathesis/.lock",
+            "python3 -m venv and PyPI are needed",
+        )
+    })
+    .clone()
+}
+
+/// `$var` if set, else the path a script of the workspace prints on its
+/// last line (run once at a time, under `lock`).
+fn tool_from_script(var: Option<&str>, script: &str, lock: &str, hint: &str) -> PathBuf {
+    if let Some(p) = var.and_then(std::env::var_os).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let root = workspace_root();
+    let _guard = lock_file(&root.join(lock));
+    let out = Command::new("bash")
+        .arg(root.join(script))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(out.status.success(), "{script} failed ({hint})");
+    let path = String::from_utf8(out.stdout).expect("utf-8");
+    PathBuf::from(path.lines().last().expect("the tool's path").trim())
 }
 
 /// The `burrow` binary that hosts the supervisor: `$BURROW_BIN`, else the

@@ -224,6 +224,14 @@ pub struct SandboxConfig {
     pub startup_timeout: Duration,
 }
 
+/// Longest duration a configuration (or a stop's grace) accepts: 2^53 - 1
+/// milliseconds, about 285,000 years. Anything longer would not survive a
+/// JSON number in JavaScript, nor an `Instant` addition everywhere.
+pub const MAX_DURATION: Duration = Duration::from_millis((1 << 53) - 1);
+
+/// Largest process limit: the kernel's own ceiling on PIDs (`PID_MAX_LIMIT`).
+pub const MAX_PIDS_LIMIT: u64 = 1 << 22;
+
 fn default_startup_timeout() -> Duration {
     Duration::from_secs(60)
 }
@@ -344,8 +352,8 @@ impl SandboxConfig {
             }
         }
         if let Some(p) = self.pids_limit {
-            if p < 8 {
-                return bad("pids_limit", format!("{p} is too small (at least 8)"));
+            if !(8..=MAX_PIDS_LIMIT).contains(&p) {
+                return bad("pids_limit", format!("{p} is outside 8..={MAX_PIDS_LIMIT}"));
             }
         }
         for (k, v) in &self.env {
@@ -374,25 +382,26 @@ impl SandboxConfig {
             }
         }
         let mut targets = std::collections::HashSet::new();
-        for m in &self.mounts {
-            check_guest_path("mounts", &m.target)?;
+        for (i, m) in self.mounts.iter().enumerate() {
+            let field = |part: &str| format!("mounts[{i}].{part}");
+            check_guest_path(&field("target"), &m.target)?;
             if m.target == "/" {
-                return bad("mounts", "cannot mount over /".into());
+                return bad(&field("target"), "cannot mount over /".into());
             }
             if !targets.insert(m.target.as_str()) {
-                return bad("mounts", format!("two mounts target {}", m.target));
+                return bad(&field("target"), format!("two mounts target {}", m.target));
             }
             match &m.source {
                 MountSource::Host(p) => {
                     if !p.is_absolute() {
                         return bad(
-                            "mounts",
+                            &field("source.host"),
                             format!("host path {} is not absolute", p.display()),
                         );
                     }
                     if !p.is_dir() {
                         return bad(
-                            "mounts",
+                            &field("source.host"),
                             format!("host path {} is not an existing directory", p.display()),
                         );
                     }
@@ -405,9 +414,18 @@ impl SandboxConfig {
                         })
                         && !v.starts_with('.');
                     if !ok {
-                        return bad("mounts", format!("{v:?} is not a volume name ([A-Za-z0-9_.-], 1..=64, not starting with '.')"));
+                        return bad(&field("source.volume"), format!("{v:?} is not a volume name ([A-Za-z0-9_.-], 1..=64, not starting with '.')"));
                     }
                 }
+            }
+        }
+        for (field, d) in [
+            ("idle_timeout", self.idle_timeout),
+            ("max_duration", self.max_duration),
+            ("startup_timeout", Some(self.startup_timeout)),
+        ] {
+            if d.is_some_and(|d| d > MAX_DURATION) {
+                return bad(field, format!("more than {} ms", MAX_DURATION.as_millis()));
             }
         }
         // Durations are stored and sent in whole milliseconds: a nonzero

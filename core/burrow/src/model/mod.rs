@@ -7,7 +7,9 @@ mod modify;
 mod name;
 mod status;
 
-pub use config::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
+pub use config::{
+    DriverKind, Mount, MountSource, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT,
+};
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
 pub use modify::{Applies, FieldChange, Modify, ModifyPlan};

@@ -32,6 +32,10 @@ impl Store {
 
     /// Whether a session is live.
     pub async fn session_live(&self, id: &str, now: i64) -> Result<bool> {
+        if id.contains('\0') {
+            // Never an id this server gave out (PostgreSQL's text has no NUL).
+            return Ok(false);
+        }
         let row = sqlx::query("SELECT 1 AS one FROM sessions WHERE id = $1 AND expires_at >= $2")
             .bind(id)
             .bind(now)

@@ -36,7 +36,7 @@ struct Policy {
 impl Policy {
     fn apply(&mut self, config: &SandboxConfig, run_started: Instant) {
         self.idle_timeout = config.idle_timeout;
-        self.max_deadline = config.max_duration.map(|d| run_started + d);
+        self.max_deadline = config.max_duration.and_then(|d| run_started.checked_add(d));
         if config.idle_timeout == Some(Duration::ZERO) && !self.said_disabled {
             tracing::info!("idle reaper disabled by explicit zero timeout");
             self.said_disabled = true;

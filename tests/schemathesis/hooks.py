@@ -1,0 +1,121 @@
+"""Hooks of the schemathesis run against `burrow serve` (core/cli/tests/schemathesis.rs).
+
+They drop exactly three kinds of check failures, each one that no OpenAPI
+document can rule out, and nothing else:
+
+- An answer relayed by the demand gateway (`/gw/...`) with `Via: 1.1 burrow`
+  is the target's own: any status, any content (the document says so in
+  `GatewayUpstream`). Only the gateway's own answers are burrow's to check.
+- A schema-valid request refused for the server's state, not its shape
+  (`positive_data_acceptance`, ST202): a `session` that is not live, a host
+  directory (a mount's, or an image given as a path) that does not exist on
+  the server's host, a second mount on one target, a change a `vm`
+  sandbox's driver refuses (less than 64 MiB, more than 8 vCPUs: the
+  document cannot know the sandbox's driver).
+  And one that was not schema-valid after all: the stateful phase infers
+  that the ids `GET /v1/gateway/targets` lists feed `PUT
+  /v1/gateway/targets/{id}`, whose `id` must be a sandbox's; a URL
+  target's `tg_...` id breaks its pattern. Each is refused with 422 and the code and subject listed below;
+  any other refusal still fails the run.
+- A `502` or `504` that says something upstream of burrow failed: a start
+  that could not fetch its image (`start_failed`: the run has no registry to
+  reach), a gateway target that does not answer (`protocol`), a deadline
+  (`timeout`). These are documented answers of exactly the operations that
+  wait on an upstream; a `500` (`internal`) still fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import schemathesis
+
+# (error code, subject) of the refusals that depend on state. For schema-valid
+# data the subject alone tells the reason: a host path that passed the
+# pattern can only be refused for not being a directory on the server's
+# host, a mount target that passed it only for being taken twice.
+STATE_REFUSALS = [
+    ("invalid_argument", re.compile(r"session")),
+    ("invalid_config", re.compile(r"mounts\[[0-9]+\]\.source\.host")),
+    ("invalid_config", re.compile(r"mounts\[[0-9]+\]\.target")),
+]
+
+
+# Codes of the 502/504 answers: an upstream of burrow failed.
+UPSTREAM_FAILURES = {(502, "start_failed"), (502, "protocol"), (504, "timeout")}
+
+
+def _error_code(response) -> str | None:
+    try:
+        return json.loads(response.content)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _relayed(response) -> bool:
+    return any("burrow" in v for v in response.headers.get("via", []))
+
+
+def _state_refusal(response) -> bool:
+    if response.status_code != 422:
+        return False
+    try:
+        err = json.loads(response.content)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    code, subject = err.get("code"), err.get("subject", "")
+    return any(code == c and s.fullmatch(subject) for c, s in STATE_REFUSALS)
+
+
+SANDBOX_ID = re.compile(r"sb_[0-7][0-9a-hjkmnp-tv-z]{25}")
+
+
+def _vm_limit(case, response) -> bool:
+    if case.method.upper() != "PATCH" or response.status_code != 422:
+        return False
+    try:
+        err = json.loads(response.content)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return err.get("code") == "invalid_config" and err.get("subject") in ("memory_mb", "cpus")
+
+
+def _inferred_non_sandbox_id(case) -> bool:
+    if case.method.upper() != "PUT" or case.operation.path != "/v1/gateway/targets/{id}":
+        return False
+    return not SANDBOX_ID.fullmatch(str((case.path_parameters or {}).get("id", "")))
+
+
+def _missing_image_path(case, response) -> bool:
+    # An image given as a path (`/`, `./`, `../`, `oci:`) must exist on the
+    # server's host; a registry reference that passed the pattern must not
+    # be refused.
+    if response.status_code != 422 or _error_code(response) != "invalid_image":
+        return False
+    body = case.body if isinstance(case.body, dict) else {}
+    image = (body.get("config") or {}).get("image")
+    return isinstance(image, str) and image.startswith(("/", "./", "../", "oci:"))
+
+
+@schemathesis.hook
+def filter_failure(ctx, failure, case, response) -> bool:
+    if response is None:
+        return True
+    if case.operation.path.startswith("/gw/") and _relayed(response):
+        return False
+    if failure.code == "ST202" and (
+        _state_refusal(response)
+        or _missing_image_path(case, response)
+        or _vm_limit(case, response)
+        or _inferred_non_sandbox_id(case)
+    ):
+        return False
+    if failure.code == "ST101":
+        code = _error_code(response)
+        if code is None and case.method.upper() == "HEAD" and case.operation.path.startswith("/gw/"):
+            # The answer to HEAD has no body: the one to GET says the code.
+            code = "protocol"
+        if (response.status_code, code) in UPSTREAM_FAILURES:
+            return False
+    return True
