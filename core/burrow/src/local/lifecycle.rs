@@ -9,6 +9,7 @@ use super::LocalBackend;
 use crate::backend::{RuntimeStream, StartOptions, StopOptions, RUN_END_BOUND};
 use crate::error::{Error, Result};
 use crate::lifecycle::{Operation, Step};
+use crate::locks::FileLock;
 use crate::model::{DriverKind, ExitReason, SandboxId, SandboxInfo, Status};
 use crate::procs::ProcIdentity;
 use crate::runtime::client::{AgentClient, ConnectError};
@@ -263,6 +264,13 @@ impl LocalBackend {
         if Operation::Remove.step(info.status) != Step::Act {
             return Err(Operation::Remove.refusal(&info));
         }
+        let dir = self.home.sandbox_dir(id);
+        // Held from before the record goes until the directory is gone, so
+        // that a backend opened meanwhile (by any process) does not sweep
+        // the directory as an orphan while its runtime state is reclaimed
+        // here. No directory (never started, or already removed): nothing
+        // to reclaim, nothing to protect.
+        let _removing = FileLock::acquire(&dir.join(super::REMOVAL_LOCK)).await.ok();
         let deleted = {
             let _lock = self.name_lock(name).await?;
             self.store.delete(id).await?
@@ -277,7 +285,7 @@ impl LocalBackend {
                 status: info.status,
             });
         }
-        let dir = self.home.sandbox_dir(id);
+        crate::fault::hold("remove.after_delete").await;
         // A run that crashed may have left runtime state (container state,
         // cgroups, mount points) behind; release it before deleting.
         let runtime_dir = dir.join("runtime");
@@ -297,6 +305,9 @@ impl LocalBackend {
                 tracing::warn!(sandbox = %id, error = %e, "could not delete the sandbox directory");
             }
         }
+        // A supervisor that was killed leaves its socket behind (the next
+        // run of the id would have replaced it; there is none now).
+        let _ = std::fs::remove_file(self.home.socket_path(id));
         tracing::info!(sandbox = %id, name, "removed");
         Ok(())
     }
@@ -366,23 +377,7 @@ impl LocalBackend {
     /// means the run is ending (the socket lives from before Running is
     /// published until the end of the run).
     async fn connect_supervisor(&self, info: &SandboxInfo) -> Result<Option<UnixStream>> {
-        let path = self.home.socket_path(&info.id);
-        match UnixStream::connect(&path).await {
-            Ok(s) => Ok(Some(s)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(Error::io(
-                "connecting to the sandbox supervisor (check that the burrow home and its run/ directory are readable by this user)",
-                Some(&path),
-                e,
-            )),
-        }
+        connect_socket(&self.home.socket_path(&info.id)).await
     }
 
     /// Waits until the run of `info` has ended: its end recorded by its
@@ -478,4 +473,58 @@ pub(super) enum ControlError {
     Refused(burrow_protocol::GuestError),
     /// The supervisor could not be reached.
     Failed(Error),
+}
+
+/// Connects to a supervisor socket. `None`: nobody accepts connections
+/// there any more (see [`LocalBackend::connect_supervisor`]): no socket
+/// file, nobody listening, or a connection reset before it completed (it
+/// was queued in the backlog of a listener that then closed, as a
+/// supervisor's does when its run stops accepting).
+async fn connect_socket(path: &std::path::Path) -> Result<Option<UnixStream>> {
+    match UnixStream::connect(path).await {
+        Ok(s) => Ok(Some(s)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(Error::io(
+            "connecting to the sandbox supervisor (check that the burrow home and its run/ directory are readable by this user)",
+            Some(path),
+            e,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::Poll;
+
+    use super::connect_socket;
+
+    /// A supervisor that stops accepting closes its listener with the
+    /// connections queued in its backlog: one whose connect had not
+    /// completed yet fails with ECONNRESET. That is the end of the run, like
+    /// a missing socket, not an I/O error (found by core/cli/tests/soak.rs).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connect_reset_by_a_closing_listener_is_the_end_of_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let connect = connect_socket(&path);
+        tokio::pin!(connect);
+        // Queued in the backlog; the connect waits for writability, which
+        // the reactor reports on its next turn.
+        let first = std::future::poll_fn(|cx| Poll::Ready(connect.as_mut().poll(cx))).await;
+        assert!(first.is_pending(), "the connect completed at once");
+        drop(listener);
+        let r = connect.await;
+        assert!(matches!(r, Ok(None)), "{r:?}");
+    }
 }

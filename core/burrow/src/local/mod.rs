@@ -40,6 +40,10 @@ pub struct LocalBackend {
 
 static DEFAULT: OnceCell<Arc<LocalBackend>> = OnceCell::const_new();
 
+/// Lock file in a sandbox's directory, held by a remove from before it
+/// deletes the record until the directory is gone.
+const REMOVAL_LOCK: &str = "remove.lock";
+
 impl LocalBackend {
     /// Opens the backend whose home is `home` (created, mode 0700, if
     /// missing; a relative path is taken from the current directory), with
@@ -127,7 +131,11 @@ impl LocalBackend {
 
     /// Removes per-sandbox directories whose record is gone (a remove that
     /// was interrupted after deleting the record). Ids are never reused, so
-    /// a directory without a record can never belong to a live sandbox.
+    /// a directory without a record can never belong to a live sandbox; but
+    /// it may belong to a remove in progress (in this or another process),
+    /// which holds [`REMOVAL_LOCK`] until it has reclaimed the runtime state
+    /// recorded there (rootfs mount points, runtime state): that one is
+    /// left to it.
     async fn sweep_orphans(&self) {
         let Ok(entries) = std::fs::read_dir(self.home.sandboxes_dir()) else {
             return;
@@ -141,6 +149,10 @@ impl LocalBackend {
                 continue;
             };
             if let Ok(None) = self.store.get_by_id(&id).await {
+                let Ok(Some(_removing)) = FileLock::try_acquire(&entry.path().join(REMOVAL_LOCK))
+                else {
+                    continue;
+                };
                 tracing::info!(sandbox = %id, "removing the leftover directory of a removed sandbox");
                 let _ = std::fs::remove_dir_all(entry.path());
             }

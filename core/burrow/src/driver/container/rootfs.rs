@@ -123,8 +123,7 @@ pub(super) async fn assemble(
         .map_err(|e| Error::io("resolving the image rootfs", Some(image_rootfs), e))?;
     let mut idmapped = None;
     if std::env::var("BURROW_ID_SHIFT").as_deref() != Ok("copy") {
-        let view = mount_point(&format!("{id}.lower"))?;
-        record_mount(record, &view)?;
+        let view = mount_point(&format!("{id}.lower"), record)?;
         mounts.push(view.clone());
         let (src, dst) = (source.clone(), view.clone());
         match tokio::task::spawn_blocking(move || idmap::mount_idmapped(&src, &dst, base)).await {
@@ -157,8 +156,7 @@ pub(super) async fn assemble(
         }
     };
     let (upper, work) = writable_layer(sandbox_dir, base)?;
-    let target = mount_point(id)?;
-    record_mount(record, &target)?;
+    let target = mount_point(id, record)?;
     mounts.push(target.clone());
     mount_overlay(&lower, &upper, &work, &target)?;
     if let Some(view) = idmapped {
@@ -207,8 +205,9 @@ pub(super) fn mount_dir() -> PathBuf {
 }
 
 /// Creates `<mount_dir>/<container_id>` after checking that the container's
-/// root will be able to reach it.
-pub(super) fn mount_point(container_id: &str) -> Result<PathBuf> {
+/// root will be able to reach it. It is recorded in `record` before it is
+/// created, so teardown finds it even if this process dies right after.
+pub(super) fn mount_point(container_id: &str, record: &Path) -> Result<PathBuf> {
     let dir = mount_dir();
     fs::DirBuilder::new()
         .recursive(true)
@@ -230,15 +229,20 @@ pub(super) fn mount_point(container_id: &str) -> Result<PathBuf> {
         }
     }
     let target = dir.join(container_id);
+    record_mount(record, &target)?;
     match fs::DirBuilder::new().mode(0o711).create(&target) {
-        Ok(()) => Ok(target),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(target),
-        Err(e) => Err(Error::io(
-            "creating the rootfs mount point",
-            Some(&target),
-            e,
-        )),
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(Error::io(
+                "creating the rootfs mount point",
+                Some(&target),
+                e,
+            ))
+        }
     }
+    crate::fault::point("supervisor.after_mount_point");
+    Ok(target)
 }
 
 /// Mounts the overlay at `target`.
