@@ -60,3 +60,17 @@ fi
 for comp in rustfmt clippy; do
   rustup component list --installed | grep -q "^$comp" || rustup component add "$comp"
 done
+# Fuzzing (scripts/fuzz.sh, which checks the same): libFuzzer through
+# cargo-fuzz needs the nightly toolchain; schemathesis (the OpenAPI fuzzer)
+# needs python3's venv, installed from PyPI by scripts/schemathesis.sh.
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  echo "==> adding the nightly Rust toolchain (cargo-fuzz)"
+  rustup toolchain install nightly --profile minimal
+fi
+if [ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz 0.13.2" ]; then
+  echo "==> installing cargo-fuzz 0.13.2"
+  cargo install -q cargo-fuzz --locked --version 0.13.2
+fi
+python3 -c 'import venv, ensurepip' 2>/dev/null || {
+  echo "==> installing python3-venv (schemathesis)"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null; }

@@ -59,6 +59,8 @@ for crate in burrow burrow-conformance; do
     exit 1
   fi
 done
+step "fuzzing: every cargo-fuzz target of fuzz/ from its committed seeds, 20 s each (scripts/fuzz.sh; its own build, on nightly)"
+BURROW_FUZZ_SECONDS=${BURROW_FUZZ_SECONDS:-20} bash scripts/fuzz.sh
 step "demo image"
 [ -f target/test-images/busybox/.complete ] || {
   bash scripts/make-demo-rootfs.sh target/test-images/busybox && touch target/test-images/busybox/.complete; }
@@ -83,7 +85,7 @@ rm -rf "$agentroot"
 "$BURROW_K8S_BIN/ctr" images import target/k8s/agent.tar >/dev/null
 BURROW_TEST_KUBECONFIG=$KUBECONFIG
 export BURROW_TEST_KUBECONFIG
-step "tests (container driver; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster; core/cli/tests/mcp.rs and kube_serverless.rs: serverless MCP locally, on the cluster, and behind the Helm chart installed on the cluster)"
+step "tests (container driver; core/cli/tests/schemathesis.rs: the API against its OpenAPI document, every schemathesis phase and check; core/cli/tests/soak.rs: 8 processes of random lifecycle operations with kill -9 injected, then the invariants; the vm-only tests in core/cli/tests/vm.rs; core/cli/tests/install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster; core/cli/tests/mcp.rs and kube_serverless.rs: serverless MCP locally, on the cluster, and behind the Helm chart installed on the cluster)"
 # The test binaries three at a time (scripts/test-parallel.sh): they mostly
 # wait on sandboxes, servers and timeouts.
 bash scripts/test-parallel.sh --no-fail-fast
