@@ -62,7 +62,8 @@ pub mod driver {
     /// QEMU microVMs.
     pub mod vm {
         pub use crate::driver::vm::{
-            bare_boot_args, check_support, locate_kernel, Accel, VmSupport, DEFAULT_MEMORY_MB,
+            bare_boot_args, check_support, locate_kernel, locate_qemu, write_initramfs, Accel,
+            BareMachine, BareVm, VmSupport, DEFAULT_MEMORY_MB,
         };
     }
 }

@@ -1,7 +1,9 @@
 //! VM driver benchmark: the floor (bare boot of the same kernel under the
 //! same QEMU machine to a tiny static init's marker on the serial console),
 //! create -> Running of a `vm` sandbox beside it (ratio = median / floor
-//! median), exec of `true` in a running VM beside the same in a container
+//! median), the restore of a saved guest (RAM in a file, device state
+//! migrated in: the mechanism under boot templates) alone and 4 at once,
+//! exec of `true` in a running VM beside the same in a container
 //! sandbox, and the host memory (supervisor + QEMU RSS) of one running VM
 //! with the default memory and with `memory_mb(128)`.
 //!
@@ -173,6 +175,58 @@ fn bare_boot(qemu: &Path, args: &[String]) -> (Duration, Option<i32>) {
     }
 }
 
+/// Restore times (QEMU spawn -> guest running again) of one saved guest:
+/// `n` one by one, and `n` rounds of 4 at once (the slowest of each round).
+async fn restores(
+    support: &burrow::internal::driver::vm::VmSupport,
+    dir: &Path,
+    n: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    use burrow::internal::driver::vm::{write_initramfs, BareMachine, BareVm};
+    // The agent waits (5 s) for disks that never come: saved in that wait.
+    let boot = br#"{"root_serial":"absent-root","data_serial":"absent-data","channel":"burrow.agent","hostname":"bench","env":{},"cwd":"/","uid":0,"gid":0,"hosts":""}"#;
+    let initramfs = dir.join("waits.cpio");
+    write_initramfs(
+        &initramfs,
+        &std::fs::read(common::agent_bin()).unwrap(),
+        boot,
+    )
+    .unwrap();
+    let (ram, state) = (dir.join("ram"), dir.join("state"));
+    let consoles: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("console{i}"))).collect();
+    let m = |i: usize| BareMachine {
+        qemu: &support.qemu,
+        kernel: &support.kernel,
+        initramfs: &initramfs,
+        accel: support.accel.accel,
+        memory_mb: DEFAULT_MEMORY_MB,
+        ram: &ram,
+        console: &consoles[i],
+    };
+    let vm = BareVm::boot(&m(0)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    vm.save(&state).await.unwrap();
+    let mut one = Vec::new();
+    for _ in 0..n {
+        let (vm, took) = BareVm::restore(&m(0), &state).await.unwrap();
+        one.push(took);
+        drop(vm);
+    }
+    let mut four = Vec::new();
+    for _ in 0..n {
+        let (m0, m1, m2, m3) = (m(0), m(1), m(2), m(3));
+        let r = tokio::try_join!(
+            BareVm::restore(&m0, &state),
+            BareVm::restore(&m1, &state),
+            BareVm::restore(&m2, &state),
+            BareVm::restore(&m3, &state)
+        )
+        .unwrap();
+        four.push([r.0 .1, r.1 .1, r.2 .1, r.3 .1].into_iter().max().unwrap());
+    }
+    (one, four)
+}
+
 fn vm_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
@@ -267,6 +321,12 @@ fn main() {
         }
     }
 
+    // A saved guest restored into new QEMUs (the mechanism under boot
+    // templates and hibernation): one guest of the real kernel and agent,
+    // saved while its agent waits, then restored `iters` times one by one
+    // and 4 at once.
+    let (restore, restore4) = rt.block_on(restores(&support, scratch.path(), iters));
+
     let (create, vm_exec, ct_exec, mem_default, mem_128) = rt.block_on(async {
         let home = TestHome::new().await;
         // Warm-up: the image's ext4 disk (VM) and shifted copy (container)
@@ -338,11 +398,21 @@ fn main() {
         "{:<36} {:>10} {:>10} {:>10} {:>18}",
         "operation", "median ms", "p90 ms", "max ms", "ratio (medians)"
     );
-    let rows: [(&str, &[Duration], String); 4] = [
+    let rows: [(&str, &[Duration], String); 6] = [
         (
             "bare boot -> init marker (floor)",
             &floor,
             "1.00 x floor".into(),
+        ),
+        (
+            "restore of a saved guest -> running",
+            &restore,
+            format!("{:.2} x floor", ms(pct(&restore, 0.5)) / ms(floor_med)),
+        ),
+        (
+            "4 restores at once -> all running",
+            &restore4,
+            format!("{:.2} x floor", ms(pct(&restore4, 0.5)) / ms(floor_med)),
         ),
         (
             "vm create -> Running",

@@ -123,6 +123,8 @@ async fn probe_with(qemu: &Path, kernel: &Path, initramfs: &Path) -> Result<Acce
         qmp_fd: None,
         start_paused: false,
         tsc_khz: None,
+        memory_file: None,
+        incoming: false,
     };
     let started = Instant::now();
     let mut child = super::spawn_qemu(

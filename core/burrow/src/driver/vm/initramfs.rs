@@ -85,7 +85,7 @@ impl<W: Write> Writer<W> {
 }
 
 /// Writes the initramfs for one launch to `path`.
-pub(super) fn write(path: &Path, agent: &[u8], boot_json: &[u8]) -> Result<()> {
+pub fn write(path: &Path, agent: &[u8], boot_json: &[u8]) -> Result<()> {
     let err = |e| Error::io("writing the initramfs", Some(path), e);
     let file = std::fs::File::create(path).map_err(err)?;
     let mut w = Writer {

@@ -37,9 +37,12 @@ mod guest;
 mod initramfs;
 mod qemu;
 mod qmp;
+mod snapshot;
 
 pub use accel::AccelChoice;
+pub use initramfs::write as write_initramfs;
 pub use qemu::{bare_boot_args, locate_kernel, locate_qemu, Accel};
+pub use snapshot::{BareMachine, BareVm};
 
 use guest::VmGuest;
 use qemu::{Machine, Share};
@@ -178,6 +181,8 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         qmp_fd: Some(qmp_guest.as_raw_fd()),
         start_paused: crate::fault::enabled("vm.start_paused"),
         tsc_khz: qemu::host_tsc_khz(),
+        memory_file: None,
+        incoming: false,
     };
     let mut inherit = spec.inherit_fds.clone();
     inherit.extend([agent_guest.as_raw_fd(), qmp_guest.as_raw_fd()]);

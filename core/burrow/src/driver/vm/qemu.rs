@@ -71,6 +71,27 @@ pub(super) struct Machine<'a> {
     pub start_paused: bool,
     /// The host's TSC rate, handed to a TCG guest (see [`host_tsc_khz`]).
     pub tsc_khz: Option<u64>,
+    /// Guest RAM in a file instead of anonymous memory (None: anonymous).
+    pub memory_file: Option<MemoryFile<'a>>,
+    /// Wait for a saved state (`-incoming defer`; QMP `migrate-incoming`
+    /// then brings it in) instead of booting.
+    pub incoming: bool,
+}
+
+/// Guest RAM backed by a file (`memory-backend-file`), exactly
+/// `memory_mb` long.
+///
+/// Shared (`share=on`): the guest writes through to the file, so a state
+/// saved with the `x-ignore-shared` capability leaves RAM out (the file is
+/// the RAM). Private (`share=off`): the file is mapped copy-on-write, so
+/// any number of guests restore from one file, each paying only for the
+/// pages it changes.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryFile<'a> {
+    /// The file (created or resized by QEMU to `memory_mb`).
+    pub path: &'a Path,
+    /// Writes reach the file (the guest that makes it) or stay private.
+    pub shared: bool,
 }
 
 impl Machine<'_> {
@@ -117,9 +138,13 @@ impl Machine<'_> {
     pub(super) fn args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
         let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+        let machine = match self.memory_file {
+            Some(_) => "microvm,acpi=off,x-option-roms=off,isa-serial=on,memory-backend=ram",
+            None => "microvm,acpi=off,x-option-roms=off,isa-serial=on",
+        };
         push(&[
             "-M",
-            "microvm,acpi=off,x-option-roms=off,isa-serial=on",
+            machine,
             "-nodefaults",
             "-no-user-config",
             "-no-reboot",
@@ -137,6 +162,16 @@ impl Machine<'_> {
         }
         let (mem, smp) = (self.memory_mb.to_string(), self.cpus.to_string());
         push(&["-m", &mem, "-smp", &smp]);
+        if let Some(file) = self.memory_file {
+            let mut object = OsString::from(format!(
+                "memory-backend-file,id=ram,size={}M,share={},mem-path=",
+                self.memory_mb,
+                if file.shared { "on" } else { "off" }
+            ));
+            object.push(escape_option(file.path));
+            a.extend(["-object".into(), object]);
+        }
+        let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
         push(&[
             "-chardev",
             "stdio,id=console,signal=off",
@@ -212,6 +247,9 @@ impl Machine<'_> {
         if self.start_paused {
             a.push("-S".into());
         }
+        if self.incoming {
+            a.extend(["-incoming".into(), "defer".into()]);
+        }
         a
     }
 }
@@ -284,6 +322,8 @@ pub fn bare_boot_args(
         qmp_fd: None,
         start_paused: false,
         tsc_khz: host_tsc_khz(),
+        memory_file: None,
+        incoming: false,
     }
     .args()
 }
@@ -386,6 +426,8 @@ mod tests {
             qmp_fd: Some(8),
             start_paused: false,
             tsc_khz: Some(2_500_000),
+            memory_file: None,
+            incoming: false,
         }
     }
 
@@ -425,12 +467,42 @@ mod tests {
         ));
         assert!(has("virtio-9p-device,fsdev=fs0,mount_tag=vol0"));
         assert!(!has("-S"));
+        assert!(!has("-incoming"));
+        assert!(!a.iter().any(|x| x.contains("memory-backend")));
         let cmdline = m.kernel_cmdline();
         assert!(cmdline.ends_with(" --vm"), "{cmdline}");
         assert!(!cmdline.contains(" -- "), "{cmdline}");
         assert!(cmdline.contains("ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off"));
         assert!(cmdline.contains("tsc_early_khz=2500000 tsc=reliable lpj=25000000"));
         assert!(has("max,-erms,-fsrm"));
+    }
+
+    #[test]
+    fn ram_in_a_file_and_an_incoming_state() {
+        let mut m = machine(&[]);
+        m.memory_file = Some(MemoryFile {
+            path: Path::new("/t/ram,1"),
+            shared: true,
+        });
+        let a = joined(&m);
+        assert!(a
+            .iter()
+            .any(|x| x == "microvm,acpi=off,x-option-roms=off,isa-serial=on,memory-backend=ram"));
+        assert!(a
+            .iter()
+            .any(|x| x == "memory-backend-file,id=ram,size=384M,share=on,mem-path=/t/ram,,1"));
+        assert!(!a.iter().any(|x| x == "-incoming"));
+        m.memory_file = Some(MemoryFile {
+            path: Path::new("/t/ram"),
+            shared: false,
+        });
+        m.incoming = true;
+        let a = joined(&m);
+        assert!(a
+            .iter()
+            .any(|x| x == "memory-backend-file,id=ram,size=384M,share=off,mem-path=/t/ram"));
+        let i = a.iter().position(|x| x == "-incoming").unwrap();
+        assert_eq!(a[i + 1], "defer");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A minimal QMP (QEMU Machine Protocol) client: JSON lines over a unix
-//! socket. Used to pause and resume the guest and to ask for its state.
+//! socket. Used to pause and resume the guest, to ask for its state, and to
+//! save and restore the whole machine (a migration to and from a file).
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -11,6 +13,25 @@ use crate::error::{Error, Result};
 
 /// How long one QMP command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long saving or restoring a machine state may take (RAM is not in
+/// it: device state only, tens of KB).
+const MIGRATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A path for the shell QEMU runs an `exec:` migration with: single-quoted,
+/// and refused if it holds a quote or is not valid UTF-8 (burrow's own
+/// paths never do).
+fn shell_path(path: &Path) -> Result<String> {
+    match path.to_str() {
+        Some(p) if !p.contains('\'') && !p.contains('\n') => Ok(format!("'{p}'")),
+        _ => Err(qmp_error(
+            "migration",
+            format!(
+                "the path {} cannot be handed to QEMU's shell",
+                path.display()
+            ),
+        )),
+    }
+}
 
 /// A connected QMP monitor, in command mode.
 #[derive(Debug)]
@@ -43,7 +64,19 @@ impl Qmp {
 
     /// Runs `command` (no arguments) and returns its `return` value.
     pub(super) async fn execute(&mut self, command: &str) -> Result<Value> {
-        let line = format!("{}\n", json!({ "execute": command }));
+        self.execute_with(command, None).await
+    }
+
+    /// Runs `command` with `arguments` and returns its `return` value.
+    pub(super) async fn execute_with(
+        &mut self,
+        command: &str,
+        arguments: Option<Value>,
+    ) -> Result<Value> {
+        let line = match arguments {
+            Some(a) => format!("{}\n", json!({ "execute": command, "arguments": a })),
+            None => format!("{}\n", json!({ "execute": command })),
+        };
         let run = async {
             self.stream
                 .get_mut()
@@ -77,6 +110,58 @@ impl Qmp {
             return Err(qmp_error("read", "the monitor closed (QEMU exited)"));
         }
         serde_json::from_str(&line).map_err(|e| qmp_error("read", format!("{e}: {line:?}")))
+    }
+
+    /// Saves the whole machine state to `state` and leaves the guest
+    /// stopped: CPUs stopped first (the guest never runs again in this
+    /// QEMU, so it never sees its channel close), then a migration into the
+    /// file with `x-ignore-shared`: RAM in a shared memory file (see
+    /// `MemoryFile`) stays out of it, so the state is tens of KB.
+    pub(super) async fn save_state(&mut self, state: &Path) -> Result<()> {
+        self.execute("stop").await?;
+        self.ignore_shared_ram().await?;
+        let uri = format!("exec:cat > {}", shell_path(state)?);
+        self.execute_with("migrate", Some(json!({ "uri": uri })))
+            .await?;
+        self.await_migration("saving the VM state").await
+    }
+
+    /// Brings in a state saved by [`Qmp::save_state`] (QEMU started with
+    /// `-incoming defer` and the same machine, RAM in the same file) and
+    /// runs the guest.
+    pub(super) async fn restore_state(&mut self, state: &Path) -> Result<()> {
+        self.ignore_shared_ram().await?;
+        let uri = format!("exec:cat {}", shell_path(state)?);
+        self.execute_with("migrate-incoming", Some(json!({ "uri": uri })))
+            .await?;
+        self.await_migration("restoring the VM state").await?;
+        self.execute("cont").await.map(drop)
+    }
+
+    async fn ignore_shared_ram(&mut self) -> Result<()> {
+        let caps = json!({ "capabilities": [{ "capability": "x-ignore-shared", "state": true }] });
+        self.execute_with("migrate-set-capabilities", Some(caps))
+            .await
+            .map(drop)
+    }
+
+    /// Polls `query-migrate` until the migration completed or failed.
+    async fn await_migration(&mut self, what: &str) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + MIGRATION_TIMEOUT;
+        loop {
+            let v = self.execute("query-migrate").await?;
+            match v["status"].as_str() {
+                Some("completed") => return Ok(()),
+                Some(s @ ("failed" | "cancelled")) => {
+                    let why = v["error-desc"].as_str().unwrap_or(s);
+                    return Err(qmp_error(what, why));
+                }
+                _ if tokio::time::Instant::now() >= deadline => {
+                    return Err(qmp_error(what, "timed out"));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(2)).await,
+            }
+        }
     }
 
     /// The run state (`running`, `paused`, `internal-error`, ...).
