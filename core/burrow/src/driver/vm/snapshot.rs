@@ -89,6 +89,11 @@ impl BareVm {
         saved
     }
 
+    /// The QEMU process's id (None once it was reaped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Waits for the guest to end (the agent's exit code, through QEMU's).
     pub async fn wait(mut self) -> Result<GuestExit> {
         let status = self
