@@ -1,7 +1,7 @@
 """Hooks of the schemathesis run against `burrow serve` (core/cli/tests/schemathesis.rs).
 
-They drop exactly three kinds of check failures, each one that no OpenAPI
-document can rule out, and nothing else:
+They drop only check failures that no OpenAPI document can rule out, and
+nothing else:
 
 - An answer relayed by the demand gateway (`/gw/...`) with `Via: 1.1 burrow`
   is the target's own: any status, any content (the document says so in
@@ -46,11 +46,21 @@ STATE_REFUSALS = [
 UPSTREAM_FAILURES = {(502, "start_failed"), (502, "protocol"), (504, "timeout")}
 
 
-def _error_code(response) -> str | None:
+SANDBOX_ID = re.compile(r"sb_[0-7][0-9a-hjkmnp-tv-z]{25}")
+
+
+def _error(response) -> dict:
+    """The error envelope's `error` object ({} when the body is not one)."""
     try:
-        return json.loads(response.content)["error"]["code"]
+        err = json.loads(response.content)["error"]
     except (ValueError, KeyError, TypeError):
-        return None
+        return {}
+    return err if isinstance(err, dict) else {}
+
+
+def _refusal(response) -> dict:
+    """The error of a 422 answer ({} for any other)."""
+    return _error(response) if response.status_code == 422 else {}
 
 
 def _relayed(response) -> bool:
@@ -58,27 +68,18 @@ def _relayed(response) -> bool:
 
 
 def _state_refusal(response) -> bool:
-    if response.status_code != 422:
-        return False
-    try:
-        err = json.loads(response.content)["error"]
-    except (ValueError, KeyError, TypeError):
-        return False
+    err = _refusal(response)
     code, subject = err.get("code"), err.get("subject", "")
     return any(code == c and s.fullmatch(subject) for c, s in STATE_REFUSALS)
 
 
-SANDBOX_ID = re.compile(r"sb_[0-7][0-9a-hjkmnp-tv-z]{25}")
-
-
 def _vm_limit(case, response) -> bool:
-    if case.method.upper() != "PATCH" or response.status_code != 422:
-        return False
-    try:
-        err = json.loads(response.content)["error"]
-    except (ValueError, KeyError, TypeError):
-        return False
-    return err.get("code") == "invalid_config" and err.get("subject") in ("memory_mb", "cpus")
+    err = _refusal(response)
+    return (
+        case.method.upper() == "PATCH"
+        and err.get("code") == "invalid_config"
+        and err.get("subject") in ("memory_mb", "cpus")
+    )
 
 
 def _inferred_non_sandbox_id(case) -> bool:
@@ -91,7 +92,7 @@ def _missing_image_path(case, response) -> bool:
     # An image given as a path (`/`, `./`, `../`, `oci:`) must exist on the
     # server's host; a registry reference that passed the pattern must not
     # be refused.
-    if response.status_code != 422 or _error_code(response) != "invalid_image":
+    if _refusal(response).get("code") != "invalid_image":
         return False
     body = case.body if isinstance(case.body, dict) else {}
     image = (body.get("config") or {}).get("image")
@@ -112,7 +113,7 @@ def filter_failure(ctx, failure, case, response) -> bool:
     ):
         return False
     if failure.code == "ST101":
-        code = _error_code(response)
+        code = _error(response).get("code")
         if code is None and case.method.upper() == "HEAD" and case.operation.path.startswith("/gw/"):
             # The answer to HEAD has no body: the one to GET says the code.
             code = "protocol"

@@ -405,6 +405,16 @@ fn container_prefix(id: &str) -> String {
 }
 
 impl<'a> Soak<'a> {
+    /// Every sandbox id observed so far.
+    fn seen_ids(&self) -> BTreeSet<String> {
+        self.obs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|o| o.id.clone())
+            .collect()
+    }
+
     fn new(home: &'a TestHome) -> Soak<'a> {
         Soak {
             home,
@@ -852,13 +862,7 @@ impl Strays {
     /// A removed sandbox keeps no mount point (left for [`STRAY_BOUND`]: a
     /// violation).
     fn scan(&mut self, soak: &Soak<'_>, live: &HashSet<String>) {
-        let known: BTreeSet<String> = soak
-            .obs
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|o| o.id.clone())
-            .collect();
+        let known = soak.seen_ids();
         let gone: Vec<(String, String)> = known
             .iter()
             .filter(|id| !live.contains(*id))
@@ -1421,13 +1425,7 @@ fn finale(soak: &Soak<'_>, rt: &tokio::runtime::Runtime) {
     );
     let left = rt.block_on(soak.snapshot(&mut tracker)).unwrap_or_default();
     soak.check(left.is_empty(), || format!("records left: {left:?}"));
-    let ids: BTreeSet<String> = soak
-        .obs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|o| o.id.clone())
-        .collect();
+    let ids = soak.seen_ids();
     let mut found = Vec::new();
     let clean = wait_for(SETTLE_BOUND, || {
         found = leftovers(soak, &ids);
