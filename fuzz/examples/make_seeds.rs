@@ -262,6 +262,11 @@ fn protocol(dir: &Path) {
             target: "/data".into(),
             read_only: true,
         }],
+        machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+        clock: Some(burrow_protocol::vm::WallClock {
+            secs: 1_800_000_000,
+            nanos: 5,
+        }),
     };
     write(dir, "vm-boot", &with_mode(0, &payload(&boot)));
     // Near misses: an unknown field, an unknown op (the agent answers

@@ -35,9 +35,27 @@ pub struct Channel {
 /// device at `path`. Afterwards fds 0 and 1 point at `/dev/null`, so that no
 /// child process can inherit (and corrupt) the channel; fd 2 stays the log.
 pub fn open(path: Option<&Path>) -> io::Result<Channel> {
+    match path {
+        None => set_up(None),
+        Some(path) => set_up(Some(
+            File::options()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open(path)?,
+        )),
+    }
+}
+
+/// Sets up the channel on `file`, open already (a VM template's port).
+pub fn adopt(file: File) -> io::Result<Channel> {
+    set_up(Some(file))
+}
+
+fn set_up(file: Option<File>) -> io::Result<Channel> {
     ensure_std_fds();
     cloexec_inherited_fds();
-    let (reader, writer) = match path {
+    let (reader, writer) = match file {
         None => {
             // SAFETY: fds 0 and 1 are open (ensure_std_fds) and stay open for
             // the life of the process: they are redirected below, never closed.
@@ -48,12 +66,7 @@ pub fn open(path: Option<&Path>) -> io::Result<Channel> {
                 File::from(w.try_clone_to_owned()?),
             )
         }
-        Some(path) => {
-            let file = File::options()
-                .read(true)
-                .write(true)
-                .custom_flags(libc::O_NOCTTY)
-                .open(path)?;
+        Some(file) => {
             make_raw_if_tty(&file);
             let writer = file.try_clone()?;
             (file, writer)

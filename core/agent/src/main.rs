@@ -2,11 +2,13 @@
 //! microVM), it serves the burrow protocol on one channel: process execution,
 //! file access, tunnels and shutdown.
 //!
-//! Usage: `burrow-agent [--channel PATH] [--vm] [--seccomp HEX]`. Without `--channel` the
+//! Usage: `burrow-agent [--channel PATH] [--vm | --vm-template] [--seccomp HEX]`. Without `--channel` the
 //! protocol runs on stdin/stdout; with it, on the file or character device
 //! at PATH. With `--vm` the agent is the `/init` of a microVM: it sets the
 //! guest up from `/burrow/boot.json` (see `vm`), serves the protocol on the
-//! virtio console port named there, and ends the VM when it exits. With
+//! virtio console port named there, and ends the VM when it exits
+//! (`--vm-template`: the same, after waiting in a snapshot for a sandbox's
+//! identity; see `vm`). With
 //! `--seccomp` (container mode), the agent first installs the seccomp
 //! filter given as the hex of a classic BPF program (built by the host's
 //! container driver): every process of the sandbox inherits it. Logs go to
@@ -32,20 +34,22 @@ mod vm;
 
 use std::path::PathBuf;
 
-use burrow_protocol::vm::VM_MODE_ARG;
+use burrow_protocol::vm::{VM_MODE_ARG, VM_TEMPLATE_ARG};
 
 use crate::agent::ProcessBase;
 use crate::log::{error, warning};
 use crate::sys::exit_process;
 
 const USAGE: &str =
-    "usage: burrow-agent [--channel PATH] [--vm] [--seccomp HEX] | --init | --install DIR";
+    "usage: burrow-agent [--channel PATH] [--vm | --vm-template] [--seccomp HEX] | --init | --install DIR";
 
 /// Parsed command line.
 #[derive(Debug, Default, PartialEq)]
 struct Args {
     channel: Option<PathBuf>,
     vm: bool,
+    /// VM mode, booted to become a template (see `vm`).
+    template: bool,
     /// A seccomp filter to install first (hex of `struct sock_filter`s).
     seccomp: Option<String>,
     /// A pod's init (see `pod`): no channel, reap and stop.
@@ -73,6 +77,9 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Args
             parsed.seccomp = Some(hex.to_string_lossy().into_owned());
         } else if text == VM_MODE_ARG {
             parsed.vm = true;
+        } else if text == VM_TEMPLATE_ARG {
+            parsed.vm = true;
+            parsed.template = true;
         } else if text == "--init" {
             parsed.init = true;
         } else if text == "--install" {
@@ -105,7 +112,10 @@ fn main() {
 fn agent_main() {
     // First of all, so that every exit path (even a bad argument) ends the
     // VM with the agent's word rather than with a kernel panic.
-    if std::env::args_os().skip(1).any(|a| a == VM_MODE_ARG) {
+    if std::env::args_os()
+        .skip(1)
+        .any(|a| a == VM_MODE_ARG || a == VM_TEMPLATE_ARG)
+    {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != 1 {
             // VM mode mounts over / and ends by resetting the machine: only
@@ -166,15 +176,15 @@ fn agent_main() {
                  (QEMU appends its own parameters after it); pass {VM_MODE_ARG} as a plain word"
             );
         }
-        match vm::setup() {
-            Ok(guest) => (Some(guest.channel), guest.base),
+        match vm::setup(args.template) {
+            Ok(guest) => (Some((guest.channel, guest.open_channel)), guest.base),
             Err(e) => {
                 error!("VM setup failed: {e}");
                 exit_process(e.code());
             }
         }
     } else {
-        (args.channel, ProcessBase::inherited())
+        (args.channel.map(|c| (c, None)), ProcessBase::inherited())
     };
     // Before any thread exists, so that every thread inherits the mask.
     let signals = match reaper::block_signals() {
@@ -184,7 +194,12 @@ fn agent_main() {
             exit_process(1);
         }
     };
-    let channel = match channel::open(channel_path.as_deref()) {
+    let (channel_path, open_channel) = channel_path.unzip();
+    let opened = match open_channel.flatten() {
+        Some(file) => channel::adopt(file),
+        None => channel::open(channel_path.as_deref()),
+    };
+    let channel = match opened {
         Ok(c) => c,
         Err(e) => {
             error!("cannot open the channel: {e}");
@@ -224,6 +239,10 @@ mod tests {
                 unknown: vec!["quiet".into()],
                 ..Args::default()
             })
+        );
+        assert_eq!(
+            parse(&["--vm-template"]).map(|a| (a.vm, a.template)),
+            Ok((true, true))
         );
         assert_eq!(parse(&["--init"]).map(|a| a.init), Ok(true));
         assert_eq!(

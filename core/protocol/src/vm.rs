@@ -31,6 +31,25 @@
 //!
 //! A QEMU exit status of 0 therefore means the guest reset without the
 //! agent's word (a kernel panic, including the agent dying).
+//!
+//! ## Templates
+//!
+//! With [`VM_TEMPLATE_ARG`] instead of [`VM_MODE_ARG`] the guest is booted
+//! to become a *template*: a snapshot that many sandboxes restore from. The
+//! agent does step 1, reads the boot JSON (which only names the disks and
+//! the channel: nothing of a sandbox is in a template), waits for the disks
+//! to probe, opens the channel, and writes one frame, a
+//! [`VmTemplateReady`]. The host then saves the VM while the agent is
+//! blocked reading the channel. Each guest restored from it reads one
+//! [`VmResume`] frame: before anything else it mixes the frame's entropy
+//! into the kernel's pool and reseeds the CRNG (two guests of one snapshot
+//! would otherwise share their random state), sets the wall clock (the
+//! kernel has no RTC driver; a snapshot's clock is its age behind), and
+//! drops the disks' cached blocks (the data disk is the sandbox's now, not
+//! the template's); then it goes on from step 3 with the frame's boot
+//! configuration, exactly as a cold boot would, and serves the protocol on
+//! the channel it already holds. A cold boot gets the wall clock from
+//! [`VmBoot::clock`].
 
 use std::collections::BTreeMap;
 
@@ -44,6 +63,56 @@ pub const VM_EXIT_PORT: u16 = 0xf4;
 
 /// Kernel command line word that puts the agent (as init) in VM mode.
 pub const VM_MODE_ARG: &str = "--vm";
+
+/// Kernel command line word that boots the agent (as init) as a template
+/// (see the module documentation).
+pub const VM_TEMPLATE_ARG: &str = "--vm-template";
+
+/// Bytes of entropy the host hands a restored guest (256 bits or more).
+pub const VM_ENTROPY_BYTES: usize = 64;
+
+/// The template guest's word that it is ready to be saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmTemplateReady {
+    /// The agent's protocol version (the host refuses another).
+    pub version: u32,
+}
+
+/// What a guest restored from a template gets first: who it is now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmResume {
+    /// The sandbox's boot configuration (its disks and channel must be the
+    /// template's).
+    pub boot: VmBoot,
+    /// Fresh random bytes from the host ([`VM_ENTROPY_BYTES`]), credited
+    /// to the guest's pool.
+    pub entropy: crate::Bytes,
+}
+
+/// Wall-clock time, as seconds and nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WallClock {
+    /// Whole seconds since the epoch.
+    pub secs: i64,
+    /// Nanoseconds within the second.
+    pub nanos: u32,
+}
+
+impl WallClock {
+    /// The host's clock now.
+    pub fn now() -> WallClock {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        WallClock {
+            secs: d.as_secs() as i64,
+            nanos: d.subsec_nanos(),
+        }
+    }
+}
 
 /// What the agent needs to set up a microVM guest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +142,14 @@ pub struct VmBoot {
     /// Host directories shared over virtio-9p.
     #[serde(default)]
     pub mounts: Vec<VmMount>,
+    /// The guest's `/etc/machine-id` (32 lowercase hex digits; None: leave
+    /// the image's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_id: Option<String>,
+    /// The host's wall clock when it wrote this configuration: the guest's
+    /// clock is set to it (None: leave the kernel's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<WallClock>,
 }
 
 /// One virtio-9p share mounted in the guest.

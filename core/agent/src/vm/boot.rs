@@ -21,11 +21,11 @@ const MAX_HOSTNAME: usize = 64;
 /// Reads and checks the boot configuration.
 pub(super) fn read_boot(path: &Path) -> Result<VmBoot, SetupError> {
     let bytes = fs::read(path).at(Stage::Boot, format_args!("reading {}", path.display()))?;
-    parse_boot(&bytes).map_err(|e| SetupError::new(Stage::Boot, format!("{}: {e}", path.display())))
+    check_boot(&bytes).map_err(|e| SetupError::new(Stage::Boot, format!("{}: {e}", path.display())))
 }
 
-/// Parses and checks the boot configuration.
-fn parse_boot(bytes: &[u8]) -> Result<VmBoot, String> {
+/// Parses and checks a boot configuration.
+pub(super) fn check_boot(bytes: &[u8]) -> Result<VmBoot, String> {
     let boot: VmBoot = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     for (what, serial) in [("root", &boot.root_serial), ("data", &boot.data_serial)] {
         if serial.is_empty() || serial.len() > MAX_SERIAL {
@@ -48,6 +48,17 @@ fn parse_boot(bytes: &[u8]) -> Result<VmBoot, String> {
             "the hostname {:?} must have 1 to {MAX_HOSTNAME} bytes",
             boot.hostname
         ));
+    }
+    if let Some(id) = &boot.machine_id {
+        if id.len() != 32
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(format!(
+                "the machine id {id:?} must be 32 lowercase hexadecimal digits"
+            ));
+        }
     }
     for m in &boot.mounts {
         if !m.target.starts_with('/') || m.target.contains('\0') {
@@ -98,18 +109,20 @@ mod tests {
     #[test]
     fn boot_json_is_parsed_and_checked() {
         let good = serde_json::to_vec(&boot()).expect("serialises");
-        assert_eq!(parse_boot(&good).expect("valid"), boot());
+        assert_eq!(check_boot(&good).expect("valid"), boot());
 
         let bad = |f: fn(&mut VmBoot)| {
             let mut b = boot();
             f(&mut b);
-            parse_boot(&serde_json::to_vec(&b).expect("serialises")).expect_err("invalid")
+            check_boot(&serde_json::to_vec(&b).expect("serialises")).expect_err("invalid")
         };
         assert!(bad(|b| b.root_serial = "x".repeat(21)).contains("20 bytes"));
         assert!(bad(|b| b.data_serial.clear()).contains("data serial"));
         assert!(bad(|b| b.data_serial = b.root_serial.clone()).contains("same serial"));
         assert!(bad(|b| b.channel.clear()).contains("channel"));
         assert!(bad(|b| b.hostname = "h".repeat(65)).contains("hostname"));
+        assert!(bad(|b| b.machine_id = Some("ABC".repeat(10) + "de")).contains("machine id"));
+        assert!(bad(|b| b.machine_id = Some("a".repeat(31))).contains("machine id"));
         assert!(bad(|b| b.mounts = vec![VmMount {
             tag: "t".into(),
             target: "rel".into(),
@@ -117,10 +130,10 @@ mod tests {
         }])
         .contains("absolute"));
 
-        assert!(parse_boot(b"{").is_err());
+        assert!(check_boot(b"{").is_err());
         let mut extra = serde_json::to_value(boot()).expect("serialises");
         extra["surprise"] = 1.into();
-        assert!(parse_boot(&serde_json::to_vec(&extra).expect("serialises")).is_err());
+        assert!(check_boot(&serde_json::to_vec(&extra).expect("serialises")).is_err());
     }
 
     #[test]

@@ -21,6 +21,12 @@
 //!    directory;
 //! 6. the channel port is found by name.
 //!
+//! A template (`--vm-template`) opens the channel after step 3's wait for
+//! the disks, and waits there, in the host's snapshot, for the identity of
+//! the sandbox it becomes (`resume`); it then goes on from the mounts with
+//! that boot configuration and keeps the channel it holds. A cold boot sets
+//! the wall clock from the boot configuration first.
+//!
 //! Everything after the switch works with real guest paths, so symlinks in
 //! the image (an absolute `/etc/resolv.conf` link, say) resolve inside the
 //! guest, never in the initramfs.
@@ -34,6 +40,7 @@
 mod boot;
 mod devices;
 mod mounts;
+mod resume;
 mod system;
 
 use std::fmt;
@@ -81,6 +88,8 @@ pub enum Stage {
     System = 16,
     /// The channel port did not show up.
     Channel = 17,
+    /// A template guest could not take a sandbox's identity.
+    Resume = 18,
 }
 
 /// Why the VM setup failed.
@@ -128,18 +137,43 @@ impl<T, E: fmt::Display> At<T> for Result<T, E> {
 pub struct Guest {
     /// The channel's device (`/dev/vportNpM`).
     pub channel: PathBuf,
+    /// The channel, already open (a template's, which it was saved with).
+    pub open_channel: Option<File>,
     /// Environment and identity of the processes the agent starts.
     pub base: ProcessBase,
 }
 
 /// Sets the microVM up (see the module documentation). Call on the only
-/// thread, as PID 1 of a VM.
-pub fn setup() -> Result<Guest, SetupError> {
+/// thread, as PID 1 of a VM. A `template` first waits, in the snapshot the
+/// host takes of it, for the identity of the sandbox it becomes (see
+/// `resume`).
+pub fn setup(template: bool) -> Result<Guest, SetupError> {
     let started = Instant::now();
     early_mounts()?;
-    let boot = read_boot(Path::new(VM_BOOT_PATH))?;
+    let mut boot = read_boot(Path::new(VM_BOOT_PATH))?;
 
     let (image, data) = wait_for_disks(Path::new("/sys"), &boot)?;
+    let mut open_channel = None;
+    if template {
+        let path = wait_for_port(Path::new("/sys"), Path::new("/dev"), &boot.channel)?;
+        let port = File::options()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .at(Stage::Channel, format_args!("opening {}", path.display()))?;
+        wait_for_host(&port);
+        info!("vm: template ready; waiting for an identity");
+        boot = resume::await_resume(&port, &boot)?;
+        if let Some(clock) = boot.clock {
+            resume::set_clock(clock, Duration::ZERO).at(Stage::Resume, "setting the clock")?;
+        }
+        resume::flush_disk(&image)?;
+        resume::flush_disk(&data)?;
+        open_channel = Some((path, port));
+    } else if let Some(clock) = boot.clock {
+        // The host read its clock right before it started QEMU.
+        resume::set_clock(clock, resume::since_boot()).at(Stage::System, "setting the clock")?;
+    }
     info!(
         "vm: image {} (serial {:?}), data {} (serial {:?})",
         image.display(),
@@ -163,7 +197,13 @@ pub fn setup() -> Result<Guest, SetupError> {
         std::env::set_current_dir("/").at(Stage::System, "entering /")?;
     }
 
-    let channel = wait_for_port(Path::new("/sys"), Path::new("/dev"), &boot.channel)?;
+    let (channel, open_channel) = match open_channel {
+        Some((path, port)) => (path, Some(port)),
+        None => (
+            wait_for_port(Path::new("/sys"), Path::new("/dev"), &boot.channel)?,
+            None,
+        ),
+    };
     info!(
         "vm: set up in {} ms; channel {} ({:?})",
         started.elapsed().as_millis(),
@@ -172,6 +212,7 @@ pub fn setup() -> Result<Guest, SetupError> {
     );
     Ok(Guest {
         channel,
+        open_channel,
         base: ProcessBase {
             env: environment(&boot.env),
             user: Credentials::new(boot.uid, boot.gid),
@@ -220,6 +261,8 @@ mod fixtures {
             hosts: "127.0.0.1 localhost box\n".into(),
             resolv_conf: None,
             mounts: vec![],
+            machine_id: None,
+            clock: None,
         }
     }
 
@@ -245,6 +288,7 @@ mod tests {
             Stage::Mounts,
             Stage::System,
             Stage::Channel,
+            Stage::Resume,
         ];
         let mut codes: Vec<i32> = stages.iter().map(|s| *s as i32).collect();
         codes.sort();

@@ -21,6 +21,9 @@ fn etc_files(boot: &VmBoot) -> Vec<(&'static str, String)> {
     if let Some(resolv) = &boot.resolv_conf {
         files.push(("resolv.conf", resolv.clone()));
     }
+    if let Some(id) = &boot.machine_id {
+        files.push(("machine-id", format!("{id}\n")));
+    }
     files
 }
 
@@ -100,6 +103,7 @@ mod tests {
             !r.join("etc/resolv.conf").exists(),
             "left alone without a network"
         );
+        assert!(!r.join("etc/machine-id").exists(), "left alone without one");
         let mode = fs::metadata(r.join("etc/hosts")).expect("hosts").mode();
         assert_eq!(mode & 0o777, 0o644);
 
@@ -109,7 +113,12 @@ mod tests {
             .expect("symlink");
         b.resolv_conf = Some("nameserver 10.0.2.3\n".into());
         b.hostname = "other".into();
+        b.machine_id = Some("0123456789abcdef0123456789abcdef".into());
         write_etc(r, &b).expect("written again");
+        assert_eq!(
+            fs::read_to_string(r.join("etc/machine-id")).expect("read"),
+            "0123456789abcdef0123456789abcdef\n"
+        );
         let resolv = r.join("etc/resolv.conf");
         assert!(!fs::symlink_metadata(&resolv).expect("meta").is_symlink());
         assert_eq!(

@@ -29,7 +29,7 @@ pub fn disk_image_in(images_dir: &Path, image: &PreparedImage) -> Result<PathBuf
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::io("creating the disk image cache", Some(&dir), e))?;
     let key = cache_key(image);
-    let target = dir.join(format!("{key}.ext4"));
+    let target = disk_path_in(images_dir, &key);
     if target.is_file() {
         return Ok(target);
     }
@@ -81,6 +81,11 @@ pub fn disk_image_in(images_dir: &Path, image: &PreparedImage) -> Result<PathBuf
     std::fs::rename(&tmp, &target)
         .map_err(|e| Error::io("publishing the disk image", Some(&target), e))?;
     Ok(target)
+}
+
+/// Where the disk of the image with cache key `key` is kept.
+pub(crate) fn disk_path_in(images_dir: &Path, key: &str) -> PathBuf {
+    images_dir.join("ext4").join(format!("{key}.ext4"))
 }
 
 /// Content digest for OCI and registry images; for a rootfs directory, its

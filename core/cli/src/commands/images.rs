@@ -227,11 +227,12 @@ pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
                 .collect();
             let report = backend.prune_images(&in_use)?;
             ctx.print(
-                &json!({ "blobs_removed": report.blobs_removed, "rootfs_removed": report.rootfs_removed, "bytes_freed": report.bytes_freed }),
+                &json!({ "blobs_removed": report.blobs_removed, "rootfs_removed": report.rootfs_removed, "templates_removed": report.templates_removed, "bytes_freed": report.bytes_freed }),
                 format_args!(
-                    "removed {} blobs and {} unpacked trees, freed {}",
+                    "removed {} blobs, {} unpacked trees and {} VM boot templates, freed {}",
                     report.blobs_removed,
                     report.rootfs_removed,
+                    report.templates_removed,
                     human_bytes(report.bytes_freed)
                 ),
             )?;

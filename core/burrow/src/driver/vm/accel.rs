@@ -125,6 +125,7 @@ async fn probe_with(qemu: &Path, kernel: &Path, initramfs: &Path) -> Result<Acce
         tsc_khz: None,
         memory_file: None,
         incoming: false,
+        template: false,
     };
     let started = Instant::now();
     let mut child = super::spawn_qemu(

@@ -24,7 +24,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use burrow_protocol::vm::{VmBoot, VmMount};
+use burrow_protocol::vm::{VmBoot, VmMount, VmResume, WallClock};
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
@@ -38,11 +38,15 @@ mod initramfs;
 mod qemu;
 mod qmp;
 mod snapshot;
+mod template;
 
 pub use accel::AccelChoice;
 pub use initramfs::write as write_initramfs;
 pub use qemu::{bare_boot_args, locate_kernel, locate_qemu, Accel};
 pub use snapshot::{BareMachine, BareVm};
+pub use template::{
+    prune as prune_templates, templates_dir, FileId, TemplateInputs, TEMPLATES_DIR,
+};
 
 use guest::VmGuest;
 use qemu::{Machine, Share};
@@ -140,85 +144,136 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         .iter()
         .enumerate()
         .map(|(i, m)| Share {
-            tag: format!("burrow{i}"),
+            tag: share_tag(i),
             path: m.host_path.clone(),
             read_only: m.read_only,
         })
         .collect();
-    let boot = boot_config(spec, &shares)?;
-    let boot_json = serde_json::to_vec(&boot)
-        .map_err(|e| Error::io("encoding the boot configuration", None, e.into()))?;
-    let agent = std::fs::read(&spec.agent_bin)
-        .map_err(|e| Error::io("reading the guest agent", Some(&spec.agent_bin), e))?;
-    let initramfs = dir.join("initramfs.cpio");
-    initramfs::write(&initramfs, &agent, &boot_json)?;
-    tracing::debug!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "disks and initramfs ready"
-    );
-
-    let (agent_host, agent_guest) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| Error::io("creating the agent channel", None, e))?;
-    let (qmp_host, qmp_guest) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| Error::io("creating the QMP channel", None, e))?;
+    let mut boot = boot_config(spec, &shares)?;
     let memory_mb = spec.config.memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
     let cpus = spec
         .config
         .cpus
         .map(|c| c.ceil().clamp(1.0, MAX_CPUS as f64) as u32)
         .unwrap_or(1);
-    let machine = Machine {
-        kernel: &kernel,
-        initramfs: &initramfs,
-        root_disk: Some(&root_disk),
-        data_disk: Some(&data_disk),
-        accel: choice.accel,
-        cpus,
-        memory_mb,
-        network: spec.config.network,
-        shares: &shares,
-        agent_fd: Some(agent_guest.as_raw_fd()),
-        qmp_fd: Some(qmp_guest.as_raw_fd()),
-        start_paused: crate::fault::enabled("vm.start_paused"),
-        tsc_khz: qemu::host_tsc_khz(),
-        memory_file: None,
-        incoming: false,
-    };
-    let mut inherit = spec.inherit_fds.clone();
-    inherit.extend([agent_guest.as_raw_fd(), qmp_guest.as_raw_fd()]);
+    let mut notes = launch_notes(spec, cpus, &choice);
     let (log_read, log_write) =
         std::io::pipe().map_err(|e| Error::io("creating the console pipe", None, e))?;
-    let mut child = spawn_qemu(&qemu_bin, &machine, inherit, Some(log_write.into())).await?;
-    // Only QEMU holds the guest ends now: when it exits, ours see EOF.
-    drop((agent_guest, qmp_guest));
-    if let Some(pid) = child.id() {
+    let console: OwnedFd = log_write.into();
+
+    let mut record = StartRecord {
+        from: StartKind::Cold,
+        template: None,
+        reason: None,
+    };
+    let files = TemplateFiles {
+        qemu: &qemu_bin,
+        kernel: &kernel,
+        agent: &spec.agent_bin,
+        root_disk: &root_disk,
+    };
+    let from_template = match templates_wanted() {
+        Err(reason) => Err(reason),
+        Ok(()) => {
+            let inputs = template_inputs(
+                &files,
+                choice.accel,
+                memory_mb,
+                cpus,
+                spec.config.network,
+                shares.len(),
+            )?;
+            record.template = Some(inputs.key());
+            let console = console
+                .try_clone()
+                .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
+            restore_template(spec, &files, &inputs, &data_disk, &shares, &boot, console)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let vm = match from_template {
+        Ok(vm) => {
+            record.from = StartKind::Template;
+            vm
+        }
+        Err(reason) => {
+            if record.template.is_some() {
+                tracing::warn!(%reason, "the boot template could not be used; booting cold");
+                notes.push(format!(
+                    "booted cold: the boot template could not be used: {reason}"
+                ));
+            }
+            record.reason = Some(reason);
+            boot.clock = Some(WallClock::now());
+            let boot_json = serde_json::to_vec(&boot)
+                .map_err(|e| Error::io("encoding the boot configuration", None, e.into()))?;
+            let agent = std::fs::read(&spec.agent_bin)
+                .map_err(|e| Error::io("reading the guest agent", Some(&spec.agent_bin), e))?;
+            let initramfs = dir.join("initramfs.cpio");
+            initramfs::write(&initramfs, &agent, &boot_json)?;
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "disks and initramfs ready"
+            );
+            let machine = Machine {
+                kernel: &kernel,
+                initramfs: &initramfs,
+                root_disk: Some(&root_disk),
+                data_disk: Some(&data_disk),
+                accel: choice.accel,
+                cpus,
+                memory_mb,
+                network: spec.config.network,
+                shares: &shares,
+                agent_fd: None,
+                qmp_fd: None,
+                start_paused: crate::fault::enabled("vm.start_paused"),
+                tsc_khz: qemu::host_tsc_khz(),
+                memory_file: None,
+                incoming: false,
+                template: false,
+            };
+            match start_qemu(&qemu_bin, machine, spec.inherit_fds.clone(), console).await {
+                Ok(vm) => vm,
+                Err(e) => {
+                    let _ = clear_runtime_dir(dir);
+                    return Err(e);
+                }
+            }
+        }
+    };
+    write_start_record(dir, &record);
+    if let Some(pid) = vm.child.id() {
         record_process(dir, pid);
     }
     let log = tokio::net::unix::pipe::Receiver::from_owned_fd(log_read.into())
         .map_err(|e| Error::io("reading the console pipe", None, e))?;
-
-    let setup = async {
-        let qmp_stream = to_tokio(qmp_host)?;
-        let qmp = qmp::Qmp::handshake(qmp_stream).await?;
-        let agent = to_tokio(agent_host)?;
-        Ok::<_, Error>((qmp, agent))
-    };
-    let (qmp, agent) = match setup.await {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = child.start_kill();
-            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-            let _ = clear_runtime_dir(dir);
-            return Err(e);
-        }
-    };
     tracing::info!(
         accel = choice.accel.as_str(),
         cpus,
         memory_mb,
+        from = record.from.as_str(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "VM started"
     );
+    let (reader, writer) = vm.agent.into_split();
+    Ok(Launched {
+        guest: Box::new(VmGuest::new(vm.child, vm.qmp, dir.clone(), memory_mb)),
+        reader: Box::new(reader),
+        writer: Box::new(writer),
+        log: Some(Box::new(log)),
+        notes,
+    })
+}
+
+/// The 9p tag of the `i`th share.
+fn share_tag(i: usize) -> String {
+    format!("burrow{i}")
+}
+
+/// The notes of a launch, for the sandbox log.
+fn launch_notes(spec: &LaunchSpec, cpus: u32, choice: &AccelChoice) -> Vec<String> {
     let mut notes = Vec::new();
     if spec.config.cpus.is_some_and(|c| c.fract() != 0.0) {
         notes.push(format!(
@@ -234,14 +289,244 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
             choice.reason
         ));
     }
-    let (reader, writer) = agent.into_split();
-    Ok(Launched {
-        guest: Box::new(VmGuest::new(child, qmp, dir.clone(), memory_mb)),
-        reader: Box::new(reader),
-        writer: Box::new(writer),
-        log: Some(Box::new(log)),
-        notes,
+    notes
+}
+
+/// Environment variable that turns boot templates off (`0`).
+pub const TEMPLATES_ENV: &str = "BURROW_VM_TEMPLATES";
+
+/// Whether launches restore boot templates (Err: why not).
+fn templates_wanted() -> std::result::Result<(), String> {
+    if std::env::var(TEMPLATES_ENV).is_ok_and(|v| v == "0") {
+        return Err(format!("boot templates are off ({TEMPLATES_ENV}=0)"));
+    }
+    if crate::fault::enabled("vm.start_paused") {
+        return Err("the vm.start_paused fault point is on".into());
+    }
+    Ok(())
+}
+
+/// The files a template is made of and restored with.
+struct TemplateFiles<'a> {
+    qemu: &'a Path,
+    kernel: &'a Path,
+    agent: &'a Path,
+    root_disk: &'a Path,
+}
+
+fn template_inputs(
+    files: &TemplateFiles<'_>,
+    accel: Accel,
+    memory_mb: u64,
+    cpus: u32,
+    network: bool,
+    shares: usize,
+) -> Result<TemplateInputs> {
+    Ok(TemplateInputs {
+        format: template::FORMAT,
+        image_key: files
+            .root_disk
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        image_disk: FileId::of(files.root_disk)?,
+        kernel: FileId::of(files.kernel)?,
+        agent: FileId::of(files.agent)?,
+        qemu: FileId::of(files.qemu)?,
+        accel,
+        tsc_khz: qemu::host_tsc_khz(),
+        memory_mb,
+        cpus,
+        network,
+        shares,
     })
+}
+
+/// The boot configuration a template is built with: its disks and channel,
+/// nothing of a sandbox.
+fn template_boot() -> VmBoot {
+    VmBoot {
+        root_serial: qemu::ROOT_SERIAL.into(),
+        data_serial: qemu::DATA_SERIAL.into(),
+        channel: qemu::AGENT_PORT.into(),
+        hostname: "burrow-template".into(),
+        env: Default::default(),
+        cwd: "/".into(),
+        uid: 0,
+        gid: 0,
+        hosts: String::new(),
+        resolv_conf: None,
+        mounts: Vec::new(),
+        machine_id: None,
+        clock: None,
+    }
+}
+
+/// Starts the guest from its template (built first if there is none):
+/// QEMU with the template's machine and this sandbox's disk, shares and
+/// channels, the saved state brought in, and the agent handed the
+/// sandbox's identity.
+#[allow(clippy::too_many_arguments)]
+async fn restore_template(
+    spec: &LaunchSpec,
+    files: &TemplateFiles<'_>,
+    inputs: &TemplateInputs,
+    data_disk: &Path,
+    shares: &[Share],
+    boot: &VmBoot,
+    console: OwnedFd,
+) -> Result<Started> {
+    let size = std::fs::metadata(data_disk)
+        .map_err(|e| Error::io("reading the writable disk", Some(data_disk), e))?
+        .len();
+    if size != DATA_DISK_BYTES {
+        return Err(qemu::unavailable(format!(
+            "the writable disk has {size} bytes, not the template's {DATA_DISK_BYTES}"
+        )));
+    }
+    let template = template::ensure(
+        &spec.images_dir,
+        inputs,
+        &template::Ingredients {
+            qemu: files.qemu,
+            kernel: files.kernel,
+            agent: files.agent,
+            root_disk: files.root_disk,
+            boot: &template_boot(),
+            data_disk_bytes: DATA_DISK_BYTES,
+        },
+    )
+    .await?;
+    let (ram, initramfs, state) = (template.ram(), template.initramfs(), template.state());
+    std::fs::File::open(&state)
+        .map_err(|e| Error::io("opening the template's state", Some(&state), e))?;
+    let machine = template::machine(
+        files.kernel,
+        &initramfs,
+        files.root_disk,
+        data_disk,
+        inputs,
+        shares,
+        &ram,
+        true,
+    );
+    let mut vm = start_qemu(files.qemu, machine, spec.inherit_fds.clone(), console).await?;
+    let resumed = async {
+        vm.qmp.restore_state(&state).await?;
+        let mut entropy = rand::random::<[u8; 32]>().to_vec();
+        entropy.extend(rand::random::<[u8; 32]>());
+        let mut boot = boot.clone();
+        boot.clock = Some(WallClock::now());
+        let frame = burrow_protocol::encode(&VmResume {
+            boot,
+            entropy: entropy.into(),
+        });
+        tokio::io::AsyncWriteExt::write_all(&mut vm.agent, &frame)
+            .await
+            .map_err(|e| qemu::unavailable(format!("handing the guest its identity: {e}")))
+    };
+    if let Err(e) = resumed.await {
+        vm.kill().await;
+        return Err(e);
+    }
+    tracing::debug!(template = %template.key, "restored from the boot template");
+    Ok(vm)
+}
+
+/// How a generation's VM was started, recorded in its runtime directory
+/// (`start.json`) for `burrow doctor`, tests and benchmarks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartRecord {
+    /// Restored from a boot template, or booted.
+    pub from: StartKind,
+    /// The template's key, when templates were tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// Why a cold boot it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// See [`StartRecord::from`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartKind {
+    /// A boot from the kernel up.
+    Cold,
+    /// A restore of a boot template.
+    Template,
+}
+
+impl StartKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            StartKind::Cold => "cold",
+            StartKind::Template => "template",
+        }
+    }
+}
+
+/// The file of a [`StartRecord`] in a runtime directory.
+pub const START_RECORD: &str = "start.json";
+
+fn write_start_record(dir: &Path, record: &StartRecord) {
+    if let Ok(text) = serde_json::to_vec(record) {
+        let _ = std::fs::write(dir.join(START_RECORD), text);
+    }
+}
+
+/// How the VM of the generation running in `runtime_dir` was started.
+pub fn start_record(runtime_dir: &Path) -> Option<StartRecord> {
+    let bytes = std::fs::read(runtime_dir.join(START_RECORD)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// A QEMU just started, its monitor connected.
+struct Started {
+    child: tokio::process::Child,
+    qmp: qmp::Qmp,
+    agent: tokio::net::UnixStream,
+}
+
+impl Started {
+    async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+}
+
+/// Starts QEMU for `machine` with fresh agent and QMP channels (their
+/// descriptors are filled in here), `inherit` open in it too, the console
+/// on `console`; connects the monitor. A QEMU that fails that far is
+/// killed.
+async fn start_qemu(
+    qemu_bin: &Path,
+    mut machine: Machine<'_>,
+    mut inherit: Vec<RawFd>,
+    console: OwnedFd,
+) -> Result<Started> {
+    let (agent_host, agent_guest) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| Error::io("creating the agent channel", None, e))?;
+    let (qmp_host, qmp_guest) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| Error::io("creating the QMP channel", None, e))?;
+    machine.agent_fd = Some(agent_guest.as_raw_fd());
+    machine.qmp_fd = Some(qmp_guest.as_raw_fd());
+    inherit.extend([agent_guest.as_raw_fd(), qmp_guest.as_raw_fd()]);
+    let mut child = spawn_qemu(qemu_bin, &machine, inherit, Some(console)).await?;
+    // Only QEMU holds the guest ends now: when it exits, ours see EOF.
+    drop((agent_guest, qmp_guest));
+    let setup = async {
+        let qmp = qmp::Qmp::handshake(to_tokio(qmp_host)?).await?;
+        Ok::<_, Error>((qmp, to_tokio(agent_host)?))
+    };
+    match setup.await {
+        Ok((qmp, agent)) => Ok(Started { child, qmp, agent }),
+        Err(e) => {
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            Err(e)
+        }
+    }
 }
 
 fn to_tokio(s: std::os::unix::net::UnixStream) -> Result<tokio::net::UnixStream> {
@@ -327,7 +612,16 @@ fn boot_config(spec: &LaunchSpec, shares: &[Share]) -> Result<VmBoot> {
                 read_only: m.read_only,
             })
             .collect(),
+        machine_id: Some(machine_id(&spec.sandbox_id)),
+        clock: None,
     })
+}
+
+/// The guest's `/etc/machine-id`: derived from the sandbox id, so it is
+/// the same across the sandbox's restarts and differs between sandboxes.
+fn machine_id(id: &crate::model::SandboxId) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(format!("burrow machine-id {}", id.as_str()))[..16])
 }
 
 /// Creates the sandbox's writable disk on its first start: a sparse file

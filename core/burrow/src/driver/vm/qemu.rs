@@ -76,6 +76,9 @@ pub(super) struct Machine<'a> {
     /// Wait for a saved state (`-incoming defer`; QMP `migrate-incoming`
     /// then brings it in) instead of booting.
     pub incoming: bool,
+    /// Boot the agent as a template (`--vm-template`) instead of a
+    /// sandbox's guest (see `template.rs`).
+    pub template: bool,
 }
 
 /// Guest RAM backed by a file (`memory-backend-file`), exactly
@@ -130,7 +133,11 @@ impl Machine<'_> {
             ip = format!("ip={GUEST_IP}::{GATEWAY}:255.255.255.0::eth0:off");
             words.push(&ip);
         }
-        words.push(burrow_protocol::vm::VM_MODE_ARG);
+        words.push(if self.template {
+            burrow_protocol::vm::VM_TEMPLATE_ARG
+        } else {
+            burrow_protocol::vm::VM_MODE_ARG
+        });
         words.join(" ")
     }
 
@@ -324,6 +331,7 @@ pub fn bare_boot_args(
         tsc_khz: host_tsc_khz(),
         memory_file: None,
         incoming: false,
+        template: false,
     }
     .args()
 }
@@ -428,6 +436,7 @@ mod tests {
             tsc_khz: Some(2_500_000),
             memory_file: None,
             incoming: false,
+            template: false,
         }
     }
 
@@ -503,6 +512,11 @@ mod tests {
             .any(|x| x == "memory-backend-file,id=ram,size=384M,share=off,mem-path=/t/ram"));
         let i = a.iter().position(|x| x == "-incoming").unwrap();
         assert_eq!(a[i + 1], "defer");
+        assert!(m.kernel_cmdline().ends_with(" --vm"));
+        m.template = true;
+        let cmdline = m.kernel_cmdline();
+        assert!(cmdline.ends_with(" --vm-template"), "{cmdline}");
+        assert!(!cmdline.contains(" --vm "), "{cmdline}");
     }
 
     #[test]

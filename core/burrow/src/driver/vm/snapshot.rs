@@ -133,6 +133,7 @@ impl BareVm {
                 shared,
             }),
             incoming,
+            template: false,
         };
         let mut child = super::spawn_qemu(
             m.qemu,

@@ -171,7 +171,11 @@ pub struct PruneReport {
     pub blobs_removed: usize,
     /// Unpacked root filesystems removed.
     pub rootfs_removed: usize,
-    /// Bytes freed (blobs, root filesystems, leftovers of killed pulls).
+    /// VM boot templates removed (of removed images, or whose kernel,
+    /// agent or QEMU changed).
+    pub templates_removed: u64,
+    /// Bytes freed (blobs, root filesystems, their disk images and boot
+    /// templates, leftovers of killed pulls).
     pub bytes_freed: u64,
 }
 
@@ -330,7 +334,8 @@ pub fn prune(home: &Home, in_use: &[String]) -> Result<PruneReport> {
             Err(e) => return Err(Error::io("removing a blob", Some(&path), e)),
         }
     }
-    // Unpacked root filesystems.
+    // Unpacked root filesystems, with the ext4 disks made of them.
+    let mut removed_keys = Vec::new();
     for digest in cache.digests()? {
         if keep_rootfs.contains(&digest) {
             continue;
@@ -338,8 +343,21 @@ pub fn prune(home: &Home, in_use: &[String]) -> Result<PruneReport> {
         if let Some(freed) = cache.remove(&digest)? {
             report.rootfs_removed += 1;
             report.bytes_freed += freed;
+            let disk = crate::image::ext4::disk_path_in(&home.images_dir(), digest.hex());
+            if let Ok(meta) = fs::metadata(&disk) {
+                // A running VM keeps its open copy.
+                if fs::remove_file(&disk).is_ok() {
+                    report.bytes_freed += meta.len();
+                }
+            }
+            removed_keys.push(digest.hex().to_owned());
         }
     }
+    // VM boot templates of those images, or of a changed kernel, agent or
+    // QEMU.
+    let (templates, freed) = crate::driver::vm::prune_templates(&home.images_dir(), &removed_keys)?;
+    report.templates_removed = templates;
+    report.bytes_freed += freed;
     // Forget resolutions whose images are gone.
     update_refs(home, |refs| {
         let before = refs.resolved.len();
@@ -351,6 +369,7 @@ pub fn prune(home: &Home, in_use: &[String]) -> Result<PruneReport> {
     tracing::info!(
         blobs = report.blobs_removed,
         rootfs = report.rootfs_removed,
+        templates = report.templates_removed,
         bytes = report.bytes_freed,
         "pruned the image store"
     );
