@@ -148,7 +148,7 @@ pub struct Guest {
 /// host takes of it, for the identity of the sandbox it becomes (see
 /// `resume`).
 pub fn setup(template: bool) -> Result<Guest, SetupError> {
-    let started = Instant::now();
+    let mut started = Instant::now();
     early_mounts()?;
     let mut boot = read_boot(Path::new(VM_BOOT_PATH))?;
 
@@ -164,6 +164,8 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
         wait_for_host(&port);
         info!("vm: template ready; waiting for an identity");
         boot = resume::await_resume(&port, &boot)?;
+        // From here on it is this sandbox's setup.
+        started = Instant::now();
         if let Some(clock) = boot.clock {
             resume::set_clock(clock, Duration::ZERO).at(Stage::Resume, "setting the clock")?;
         }
