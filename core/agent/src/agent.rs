@@ -11,6 +11,7 @@ use std::ffi::OsString;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use burrow_protocol::vm::VmResume;
 use burrow_protocol::{
     GuestError, GuestErrorCode, GuestMsg, HostMsg, Request, Response, PROTOCOL_VERSION,
 };
@@ -160,8 +161,18 @@ impl ProcessBase {
     }
 }
 
+/// What the agent does with the [`VmResume`] a restored VM gets after a
+/// `Suspend` (a VM's agent applies its entropy and clock; without one,
+/// `Suspend` is unsupported).
+pub type ResumeHook = fn(&VmResume) -> Result<(), String>;
+
 /// Runs the agent on `channel` until it shuts down; returns the exit code.
-pub fn run(channel: Channel, signals: Signals, base: ProcessBase) -> i32 {
+pub fn run(
+    channel: Channel,
+    signals: Signals,
+    base: ProcessBase,
+    on_resume: Option<ResumeHook>,
+) -> i32 {
     let Channel { reader, writer } = channel;
     // Header and body of a frame usually arrive in one read.
     let mut reader = std::io::BufReader::with_capacity(128 * 1024, reader);
@@ -172,11 +183,7 @@ pub fn run(channel: Channel, signals: Signals, base: ProcessBase) -> i32 {
             return 1;
         }
     };
-    out.send(GuestMsg::Hello {
-        version: PROTOCOL_VERSION,
-        agent_version: env!("CARGO_PKG_VERSION").to_string(),
-        identity: None,
-    });
+    out.send(hello());
     // SAFETY: getpid has no preconditions.
     let pid1 = unsafe { libc::getpid() } == 1;
     let agent = Arc::new(Agent {
@@ -198,25 +205,18 @@ pub fn run(channel: Channel, signals: Signals, base: ProcessBase) -> i32 {
         std::process::id()
     );
 
-    match channel::read_frame(&mut reader) {
-        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) if version == PROTOCOL_VERSION => {}
-        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) => fatal(
-            &agent,
-            &format!("host speaks protocol {version}, agent speaks {PROTOCOL_VERSION}"),
-        ),
-        Ok(Some(_)) => fatal(&agent, "the first host frame must be a hello"),
-        Ok(None) => {
-            info!("channel closed before the hello");
-            shutdown::run(&agent, shutdown::EOF_GRACE, None, 1)
-        }
-        Err(e) => fatal(&agent, &format!("reading the hello: {e}")),
-    }
+    await_hello(&agent, &mut reader);
 
     let mut dispatch = Dispatcher {
         agent: agent.clone(),
         ignored: VecDeque::new(),
+        on_resume,
+        suspended: false,
     };
     loop {
+        if std::mem::take(&mut dispatch.suspended) {
+            resume_session(&agent, &mut reader, on_resume);
+        }
         match channel::read_frame(&mut reader) {
             Ok(Some(Incoming::Msg(msg))) => dispatch.handle(msg),
             Ok(Some(Incoming::Malformed { body, error })) => dispatch.malformed(&body, &error),
@@ -229,6 +229,58 @@ pub fn run(channel: Channel, signals: Signals, base: ProcessBase) -> i32 {
             Err(e) => fatal(&agent, &format!("unrecoverable channel error: {e}")),
         }
     }
+}
+
+fn hello() -> GuestMsg {
+    GuestMsg::Hello {
+        version: PROTOCOL_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        identity: None,
+    }
+}
+
+/// Reads the host's hello (the first frame of a session).
+fn await_hello(agent: &Arc<Agent>, reader: &mut impl std::io::Read) {
+    match channel::read_frame(reader) {
+        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) if version == PROTOCOL_VERSION => {}
+        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) => fatal(
+            agent,
+            &format!("host speaks protocol {version}, agent speaks {PROTOCOL_VERSION}"),
+        ),
+        Ok(Some(_)) => fatal(agent, "the first host frame must be a hello"),
+        Ok(None) => {
+            info!("channel closed before the hello");
+            shutdown::run(agent, shutdown::EOF_GRACE, None, 1)
+        }
+        Err(e) => fatal(agent, &format!("reading the hello: {e}")),
+    }
+}
+
+/// After a `Suspend`: waits (the host saves the VM meanwhile) for the
+/// [`VmResume`] of whichever host restores it, applies it, and opens a new
+/// session with that host.
+fn resume_session(
+    agent: &Arc<Agent>,
+    reader: &mut impl std::io::Read,
+    on_resume: Option<ResumeHook>,
+) {
+    info!("suspended: waiting to be resumed");
+    let resume: VmResume = match burrow_protocol::read_frame(reader) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            info!("channel closed while suspended: shutting down");
+            shutdown::run(agent, shutdown::EOF_GRACE, None, 0)
+        }
+        Err(e) => fatal(agent, &format!("reading the resume frame: {e}")),
+    };
+    if let Some(apply) = on_resume {
+        if let Err(e) = apply(&resume) {
+            fatal(agent, &format!("resuming: {e}"));
+        }
+    }
+    info!("resumed: new session");
+    agent.out.send(hello());
+    await_hello(agent, reader);
 }
 
 /// Reports a protocol violation to the host and shuts down.
@@ -257,6 +309,7 @@ const KNOWN_OPS: &[&str] = &[
     "copy_out",
     "tunnel",
     "sync",
+    "suspend",
     "shutdown",
 ];
 
@@ -266,6 +319,9 @@ const IGNORED_MEMORY: usize = 64;
 struct Dispatcher {
     agent: Arc<Agent>,
     ignored: VecDeque<u64>,
+    on_resume: Option<ResumeHook>,
+    /// A `Suspend` was answered: the next frame is a `VmResume`.
+    suspended: bool,
 }
 
 impl Dispatcher {
@@ -339,7 +395,7 @@ impl Dispatcher {
         );
     }
 
-    fn start(&self, id: u64, body: Request) {
+    fn start(&mut self, id: u64, body: Request) {
         let agent = &self.agent;
         if agent.requests.contains(id) {
             return self.respond(
@@ -361,6 +417,25 @@ impl Dispatcher {
         }
         if body == Request::Ping {
             return self.respond(id, Ok(Response::Pong));
+        }
+        if body == Request::Suspend {
+            // On this thread: nothing may be read until the VM is restored.
+            let result = if self.on_resume.is_none() {
+                Err(GuestError::new(
+                    GuestErrorCode::Unsupported,
+                    "only a VM's agent can be suspended",
+                ))
+            } else if !agent.requests.ids().is_empty() {
+                Err(GuestError::new(
+                    GuestErrorCode::Unavailable,
+                    "requests are in flight",
+                ))
+            } else {
+                fs::sync();
+                self.suspended = true;
+                Ok(Response::Done)
+            };
+            return self.respond(id, result);
         }
         if matches!(body, Request::Shutdown { .. }) {
             agent.shutdown.refuse_new();
@@ -452,6 +527,11 @@ fn handle(ctx: &Ctx, body: Request) -> Result<Response, GuestError> {
             fs::sync();
             Ok(Response::Done)
         }
+        // Served by the dispatcher itself.
+        Request::Suspend => Err(GuestError::new(
+            GuestErrorCode::InvalidArgument,
+            "suspend is served by the read loop",
+        )),
     }
 }
 
@@ -489,6 +569,7 @@ mod tests {
             Request::CopyOut { path: p() },
             Request::Tunnel { port: 1 },
             Request::Sync,
+            Request::Suspend,
             Request::Shutdown { grace_ms: 0 },
         ];
         assert_eq!(all.len(), KNOWN_OPS.len());

@@ -210,7 +210,8 @@ fn agent_main() {
         vm::wait_for_host(&channel.reader);
     }
     channel::describe(&channel, channel_path.as_deref());
-    exit_process(agent::run(channel, signals, base))
+    let on_resume = args.vm.then_some(vm::apply_resume as agent::ResumeHook);
+    exit_process(agent::run(channel, signals, base, on_resume))
 }
 
 #[cfg(test)]

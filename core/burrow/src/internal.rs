@@ -62,9 +62,9 @@ pub mod driver {
     /// QEMU microVMs.
     pub mod vm {
         pub use crate::driver::vm::{
-            bare_boot_args, check_support, locate_kernel, locate_qemu, start_record, templates_dir,
-            write_initramfs, Accel, BareMachine, BareVm, StartKind, StartRecord, VmSupport,
-            DEFAULT_MEMORY_MB, START_RECORD, TEMPLATES_DIR, TEMPLATES_ENV,
+            bare_boot_args, check_support, is_hibernated, locate_kernel, locate_qemu, start_record,
+            templates_dir, write_initramfs, Accel, BareMachine, BareVm, StartKind, StartRecord,
+            VmSupport, DEFAULT_MEMORY_MB, START_RECORD, TEMPLATES_DIR, TEMPLATES_ENV,
         };
     }
 }

@@ -71,8 +71,9 @@ pub use error::{Error, ErrorCode, Result};
 pub use local::{LocalBackend, LocalConfig};
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
-    Applies, DriverKind, ExitReason, FieldChange, Modify, ModifyPlan, Mount, MountSource,
-    OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status, MAX_DURATION, MAX_PIDS_LIMIT,
+    Applies, DriverKind, ExitReason, FieldChange, IdleAction, Modify, ModifyPlan, Mount,
+    MountSource, OciRuntime, SandboxConfig, SandboxId, SandboxInfo, Status, MAX_DURATION,
+    MAX_PIDS_LIMIT,
 };
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;

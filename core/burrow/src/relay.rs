@@ -345,7 +345,13 @@ impl Relay {
         // this request or this request sees the reclaim (then it is refused
         // unrun, and safe to retry).
         state.in_flight.fetch_add(1, Ordering::SeqCst);
-        let refusal = if state.closing.load(Ordering::SeqCst) {
+        let refusal = if body == Request::Suspend {
+            // Only the supervisor suspends the agent (to hibernate it).
+            Some((
+                GuestErrorCode::Unsupported,
+                "suspend is reserved to the supervisor".to_string(),
+            ))
+        } else if state.closing.load(Ordering::SeqCst) {
             Some((
                 GuestErrorCode::Unavailable,
                 "the sandbox is draining or stopping".to_string(),

@@ -1026,8 +1026,11 @@ impl Backend for KubeBackend {
             let info = s.info();
             let demand = wake && info.config.demand_start_enabled();
             let reclaimed = info.status == Status::Stopped
-                && info.last_run.as_ref().and_then(|r| r.exit_reason)
-                    == Some(ExitReason::IdleTimeout);
+                && info
+                    .last_run
+                    .as_ref()
+                    .and_then(|r| r.exit_reason)
+                    .is_some_and(ExitReason::is_idle_reclaim);
             match info.status {
                 _ if Operation::Exec.step(info.status) == Step::Act => {}
                 Status::Starting if demand => {

@@ -216,6 +216,13 @@ pub enum Request {
     },
     /// Flush filesystem buffers (sync). Response: [`Response::Done`].
     Sync,
+    /// The host is about to save the whole VM (hibernation). Refused while
+    /// other requests are in flight. The agent syncs, answers
+    /// [`Response::Done`], and then reads nothing but, from whichever host
+    /// restores the VM, one [`crate::vm::VmResume`] frame (fresh entropy
+    /// and the time, applied at once) followed by a new session: its hello,
+    /// then the host's. Processes keep running throughout.
+    Suspend,
     /// Terminate every guest process (SIGTERM, then SIGKILL after
     /// `grace_ms`), sync, answer [`Response::Done`], then exit the agent.
     Shutdown {

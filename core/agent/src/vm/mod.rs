@@ -222,6 +222,17 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
     })
 }
 
+/// Takes a [`VmResume`](burrow_protocol::vm::VmResume) after a hibernated
+/// VM was restored: the host's entropy into the pool and a reseed, then the
+/// wall clock (the sandbox, its disks and its identity are the same).
+pub fn apply_resume(resume: &burrow_protocol::vm::VmResume) -> Result<(), String> {
+    resume::apply_entropy(resume).map_err(|e| e.to_string())?;
+    if let Some(clock) = resume.boot.clock {
+        resume::set_clock(clock, Duration::ZERO).map_err(|e| format!("setting the clock: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Waits (a while) until the host end of the virtio console port is
 /// connected. Until then reads on the port return 0, which the agent would
 /// take for the host hanging up; the port reports that state as `POLLHUP`.

@@ -58,8 +58,22 @@ pub(super) fn await_resume(port: &File, template: &VmBoot) -> Result<VmBoot, Set
     let boot = checked_resume(&resume, template)?;
     // Before anything else happens in the guest: nothing may draw random
     // numbers from the snapshot's state once the guest is someone's.
-    add_entropy(&resume.entropy.0).at(Stage::Resume, "adding the host's entropy")?;
+    apply_entropy(&resume).at(Stage::Resume, "adding the host's entropy")?;
     Ok(boot)
+}
+
+/// Credits a resume's entropy (at least [`VM_ENTROPY_BYTES`]) and reseeds.
+pub(super) fn apply_entropy(resume: &VmResume) -> io::Result<()> {
+    if resume.entropy.0.len() < VM_ENTROPY_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} bytes of entropy; at least {VM_ENTROPY_BYTES} are needed",
+                resume.entropy.0.len()
+            ),
+        ));
+    }
+    add_entropy(&resume.entropy.0)
 }
 
 /// Checks a [`VmResume`] against the template's boot configuration;

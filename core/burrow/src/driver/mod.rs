@@ -145,6 +145,19 @@ pub trait GuestProcess: Send + Sync + Debug {
     async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>>;
     /// Resource usage of the guest.
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
+    /// Why this guest cannot be hibernated (None: it can be).
+    fn hibernation_blocker(&self) -> Option<String> {
+        Some("this driver cannot hibernate a guest".into())
+    }
+    /// Saves the whole guest (its agent suspended) next to the sandbox and
+    /// ends it; the next launch resumes it. On error the guest is left for
+    /// the caller to kill.
+    async fn hibernate(&mut self) -> Result<()> {
+        Err(crate::error::Error::Runtime {
+            runtime: "driver".into(),
+            reason: "this driver cannot hibernate a guest".into(),
+        })
+    }
 }
 
 /// A way of running guests.

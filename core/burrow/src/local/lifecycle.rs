@@ -109,6 +109,27 @@ impl LocalBackend {
     }
 
     /// Stops (`Some(opts)`) or kills (`None`) exactly `id`.
+    /// A stop of a hibernated sandbox discards its saved guest (unless a
+    /// start claimed it first): the next start boots afresh, and the run
+    /// says `stopped`.
+    async fn discard_hibernation(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        info: SandboxInfo,
+    ) -> Result<SandboxInfo> {
+        let hibernated = info.status == Status::Stopped
+            && info.last_run.as_ref().and_then(|r| r.exit_reason) == Some(ExitReason::Hibernated);
+        if !hibernated {
+            return Ok(info);
+        }
+        if !crate::driver::vm::discard_hibernation(&self.home.sandbox_dir(id))? {
+            return Ok(info);
+        }
+        self.store.forget_hibernation(id, info.generation).await?;
+        Ok(self.lookup(name, id).await?.info)
+    }
+
     pub(super) async fn do_stop(
         &self,
         name: &str,
@@ -124,7 +145,7 @@ impl LocalBackend {
                 Operation::Kill
             };
             match op.step(info.status) {
-                Step::Done => return Ok(info),
+                Step::Done => return self.discard_hibernation(name, id, info).await,
                 Step::Wait => {
                     self.wait_until(name, id, |i| i.status != Status::Starting)
                         .await?;
@@ -325,8 +346,11 @@ impl LocalBackend {
             let info = self.lookup(name, id).await?.info;
             let demand = wake && info.config.demand_start_enabled();
             let reclaimed = info.status == Status::Stopped
-                && info.last_run.as_ref().and_then(|r| r.exit_reason)
-                    == Some(ExitReason::IdleTimeout);
+                && info
+                    .last_run
+                    .as_ref()
+                    .and_then(|r| r.exit_reason)
+                    .is_some_and(ExitReason::is_idle_reclaim);
             match info.status {
                 _ if Operation::Exec.step(info.status) == Step::Act => {}
                 // Someone else's (demand) start is in progress: converge on it.

@@ -20,6 +20,45 @@ pub enum DriverKind {
     Vm,
 }
 
+/// What idle reclaim does with a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum IdleAction {
+    /// Stop it: the next start boots it again (its disk is kept, its
+    /// processes and memory are not).
+    #[default]
+    Stop,
+    /// Save the whole running guest (memory, processes, device state) and
+    /// restore it at the next start. The vm driver does this; where a
+    /// sandbox cannot be saved (another driver, a host directory shared
+    /// into a VM, a VM that was not started from a boot template) idle
+    /// reclaim stops it instead. The run ends `Stopped` with exit reason
+    /// [`ExitReason::Hibernated`](super::ExitReason::Hibernated).
+    Hibernate,
+}
+
+impl IdleAction {
+    /// The name used in configuration (`stop`, `hibernate`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleAction::Stop => "stop",
+            IdleAction::Hibernate => "hibernate",
+        }
+    }
+
+    /// Parses [`IdleAction::as_str`] output.
+    pub fn parse(s: &str) -> Option<IdleAction> {
+        [IdleAction::Stop, IdleAction::Hibernate]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+    }
+
+    fn is_stop(&self) -> bool {
+        *self == IdleAction::Stop
+    }
+}
+
 impl DriverKind {
     /// The name used in configuration (`container`, `vm`).
     pub fn as_str(self) -> &'static str {
@@ -205,6 +244,9 @@ pub struct SandboxConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub idle_timeout: Option<Duration>,
+    /// What idle reclaim does: stop (the default) or hibernate.
+    #[serde(default, skip_serializing_if = "IdleAction::is_stop")]
+    pub idle_action: IdleAction,
     /// Stop each run after this long.
     #[serde(
         default,
@@ -252,6 +294,7 @@ impl SandboxConfig {
             mounts: Vec::new(),
             network: false,
             idle_timeout: None,
+            idle_action: IdleAction::Stop,
             max_duration: None,
             demand_start: None,
             startup_timeout: default_startup_timeout(),

@@ -26,6 +26,9 @@ pub enum ExitReason {
     OwnerExited,
     /// The start failed or timed out.
     StartFailed,
+    /// Reclaimed after being idle, its whole guest saved: the next start
+    /// resumes it (see [`IdleAction::Hibernate`](super::IdleAction)).
+    Hibernated,
 }
 
 impl ExitReason {
@@ -41,7 +44,14 @@ impl ExitReason {
             ExitReason::Drain => "drain",
             ExitReason::OwnerExited => "owner_exited",
             ExitReason::StartFailed => "start_failed",
+            ExitReason::Hibernated => "hibernated",
         }
+    }
+
+    /// Whether the run was reclaimed for idleness (stopped or hibernated):
+    /// the runs a demand start wakes.
+    pub fn is_idle_reclaim(self) -> bool {
+        matches!(self, ExitReason::IdleTimeout | ExitReason::Hibernated)
     }
 
     /// Parses [`ExitReason::as_str`] output.
@@ -56,6 +66,7 @@ impl ExitReason {
             ExitReason::Drain,
             ExitReason::OwnerExited,
             ExitReason::StartFailed,
+            ExitReason::Hibernated,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

@@ -8,7 +8,8 @@ mod name;
 mod status;
 
 pub use config::{
-    DriverKind, Mount, MountSource, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT,
+    DriverKind, IdleAction, Mount, MountSource, OciRuntime, SandboxConfig, MAX_DURATION,
+    MAX_PIDS_LIMIT,
 };
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};

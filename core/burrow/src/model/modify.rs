@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DriverKind, SandboxConfig, SandboxInfo, Status};
+use super::{DriverKind, IdleAction, SandboxConfig, SandboxInfo, Status};
 use crate::error::Result;
 
 /// Requested changes. `None` leaves a field alone; for limits and timeouts
@@ -33,6 +33,8 @@ pub struct Modify {
     pub labels_unset: Vec<String>,
     /// Idle timeout.
     pub idle_timeout: Option<Option<Duration>>,
+    /// What idle reclaim does.
+    pub idle_action: Option<IdleAction>,
     /// Maximum duration of each run.
     pub max_duration: Option<Option<Duration>>,
 }
@@ -56,7 +58,7 @@ pub enum Applies {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldChange {
     /// Field name (`cpus`, `memory_mb`, `env`, `labels`, `idle_timeout`,
-    /// `max_duration`).
+    /// `idle_action`, `max_duration`).
     pub field: String,
     /// Where it lands.
     pub applies: Applies,
@@ -99,6 +101,9 @@ impl Modify {
         c.labels.extend(self.labels_set.clone());
         if let Some(v) = self.idle_timeout {
             c.idle_timeout = v;
+        }
+        if let Some(v) = self.idle_action {
+            c.idle_action = v;
         }
         if let Some(v) = self.max_duration {
             c.max_duration = v;
@@ -157,6 +162,7 @@ impl Modify {
         }
         for (field, set) in [
             ("idle_timeout", self.idle_timeout.is_some()),
+            ("idle_action", self.idle_action.is_some()),
             ("max_duration", self.max_duration.is_some()),
         ] {
             if set {
@@ -202,6 +208,8 @@ struct ModifyWire {
         with = "double_option"
     )]
     idle_timeout_ms: Option<Option<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    idle_action: Option<IdleAction>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -224,6 +232,7 @@ impl From<Modify> for ModifyWire {
             labels_set: m.labels_set,
             labels_unset: m.labels_unset,
             idle_timeout_ms: m.idle_timeout.map(|o| o.map(to_ms)),
+            idle_action: m.idle_action,
             max_duration_ms: m.max_duration.map(|o| o.map(to_ms)),
         }
     }
@@ -239,6 +248,7 @@ impl From<ModifyWire> for Modify {
             labels_set: w.labels_set,
             labels_unset: w.labels_unset,
             idle_timeout: w.idle_timeout_ms.map(|o| o.map(Duration::from_millis)),
+            idle_action: w.idle_action,
             max_duration: w.max_duration_ms.map(|o| o.map(Duration::from_millis)),
         }
     }
@@ -281,13 +291,14 @@ mod wire_tests {
         let m = Modify {
             memory_mb: Some(Some(512)),
             idle_timeout: Some(None),
+            idle_action: Some(IdleAction::Hibernate),
             labels_set: [("a".to_string(), "b".to_string())].into(),
             ..Modify::default()
         };
         let json = serde_json::to_value(&m).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"memory_mb": 512, "idle_timeout_ms": null, "labels_set": {"a": "b"}})
+            serde_json::json!({"memory_mb": 512, "idle_timeout_ms": null, "idle_action": "hibernate", "labels_set": {"a": "b"}})
         );
         let back: Modify = serde_json::from_value(json).unwrap();
         assert_eq!(back, m);

@@ -345,8 +345,11 @@ fn resendable(info: &SandboxInfo, wake: bool) -> bool {
         // Reclaimed for idleness: a waking call starts it again.
         Status::Stopped => {
             wake && info.config.demand_start_enabled()
-                && info.last_run.as_ref().and_then(|r| r.exit_reason)
-                    == Some(ExitReason::IdleTimeout)
+                && info
+                    .last_run
+                    .as_ref()
+                    .and_then(|r| r.exit_reason)
+                    .is_some_and(ExitReason::is_idle_reclaim)
         }
         _ => false,
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Sandbox, SandboxHandle};
 use crate::backend::{Backend, CreateRequest, StartOptions};
 use crate::error::{Error, Result};
-use crate::model::{DriverKind, Mount, MountSource, OciRuntime, SandboxConfig};
+use crate::model::{DriverKind, IdleAction, Mount, MountSource, OciRuntime, SandboxConfig};
 use crate::select::default_backend;
 
 /// Collects options for a new sandbox. Options apply only when the sandbox is
@@ -42,6 +42,14 @@ impl SandboxBuilder {
             detached: false,
             backend: None,
         }
+    }
+
+    /// What idle reclaim does: [`IdleAction::Stop`] (the default) or
+    /// [`IdleAction::Hibernate`] (the vm driver saves the whole guest and
+    /// the next start resumes it).
+    pub fn idle_action(mut self, action: IdleAction) -> Self {
+        self.config.idle_action = action;
+        self
     }
 
     /// Image reference (rootfs directory, `oci:DIR[:TAG]`, or imported name).

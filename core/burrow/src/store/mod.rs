@@ -432,6 +432,24 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Records that the hibernated guest of run `generation` was discarded
+    /// (an explicit stop): the run's exit reason becomes `stopped`.
+    /// Returns whether that run was recorded as hibernated.
+    pub async fn forget_hibernation(&self, id: &SandboxId, generation: u64) -> Result<bool> {
+        let n = sqlx::query(
+            "UPDATE runs SET exit_reason = ?, detail = ? WHERE sandbox_id = ? AND generation = ? AND exit_reason = ?",
+        )
+        .bind(ExitReason::Stopped.as_str())
+        .bind("stopped while hibernated: the saved guest was discarded")
+        .bind(id.as_str())
+        .bind(generation as i64)
+        .bind(ExitReason::Hibernated.as_str())
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
     /// Records whether the sandbox survives its creating process.
     pub async fn set_detached(&self, id: &SandboxId, detached: bool) -> Result<()> {
         sqlx::query("UPDATE sandboxes SET detached = ?, updated_at = ? WHERE id = ?")

@@ -55,6 +55,11 @@ pub(crate) struct SandboxOpts {
     /// 1.5m, 1h30m, 2d or seconds; 0 disables reclaim explicitly).
     #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration)]
     pub idle_timeout: Option<Duration>,
+    /// What idle reclaim does: stop (default), or hibernate (a vm sandbox
+    /// is saved whole, processes and memory, and the next start resumes
+    /// it; where it cannot be saved it is stopped).
+    #[arg(long, value_name = "ACTION", value_parser = PossibleValuesParser::new(["stop", "hibernate"]))]
+    pub idle_action: Option<String>,
     /// Stop each run after this long.
     #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration)]
     pub max_duration: Option<Duration>,
@@ -98,6 +103,9 @@ impl SandboxOpts {
             c.runtime = Some(r.parse::<OciRuntime>()?);
         }
         c.idle_timeout = self.idle_timeout;
+        if let Some(a) = self.idle_action.as_deref() {
+            c.idle_action = burrow::IdleAction::parse(a).unwrap_or_default();
+        }
         c.max_duration = self.max_duration;
         if let Some(d) = self.startup_timeout {
             c.startup_timeout = d;

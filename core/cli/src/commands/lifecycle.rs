@@ -111,6 +111,7 @@ pub(crate) async fn inspect(ctx: Ctx, args: Target) -> anyhow::Result<u8> {
     body["effective"] = serde_json::json!({
         "idle_reclaim": idle.is_some(),
         "idle_timeout_ms": idle.map(|t| t.as_millis() as u64),
+        "idle_action": c.idle_action.as_str(),
         "max_duration_ms": c.max_duration.map(|t| t.as_millis() as u64),
         "demand_start": c.demand_start_enabled(),
         "startup_timeout_ms": c.startup_timeout.as_millis() as u64,

@@ -45,6 +45,9 @@ pub(crate) struct ModifyArgs {
     /// Remove the idle timeout.
     #[arg(long)]
     no_idle_timeout: bool,
+    /// What idle reclaim does: stop or hibernate.
+    #[arg(long, value_name = "ACTION", value_parser = clap::builder::PossibleValuesParser::new(["stop", "hibernate"]))]
+    idle_action: Option<String>,
     /// Maximum duration of each run.
     #[arg(long, value_name = "DUR", value_parser = burrow::parse_duration, conflicts_with = "no_max_duration")]
     max_duration: Option<Duration>,
@@ -72,6 +75,10 @@ impl ModifyArgs {
         m.labels_set = parse_pairs("--label", &self.labels)?;
         m.labels_unset = self.unset_labels.clone();
         m.idle_timeout = setting(self.idle_timeout, self.no_idle_timeout);
+        m.idle_action = self
+            .idle_action
+            .as_deref()
+            .and_then(burrow::IdleAction::parse);
         m.max_duration = setting(self.max_duration, self.no_max_duration);
         Ok(m)
     }

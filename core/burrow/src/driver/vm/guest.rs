@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use burrow_protocol::Metrics;
 
+use super::hibernate::Target;
 use super::qmp::Qmp;
 use crate::driver::{GuestExit, GuestProcess};
 use crate::error::{Error, Result};
@@ -22,6 +23,8 @@ pub(super) struct VmGuest {
     runtime_dir: PathBuf,
     memory_mb: u64,
     exit: Option<GuestExit>,
+    /// Where it is saved when hibernated, or why it cannot be.
+    hibernation: std::result::Result<Target, String>,
 }
 
 impl VmGuest {
@@ -30,6 +33,7 @@ impl VmGuest {
         qmp: Qmp,
         runtime_dir: PathBuf,
         memory_mb: u64,
+        hibernation: std::result::Result<Target, String>,
     ) -> Self {
         VmGuest {
             child,
@@ -37,6 +41,7 @@ impl VmGuest {
             runtime_dir,
             memory_mb,
             exit: None,
+            hibernation,
         }
     }
 
@@ -138,6 +143,22 @@ impl GuestProcess for VmGuest {
             );
         }
         Ok(notes)
+    }
+
+    fn hibernation_blocker(&self) -> Option<String> {
+        self.hibernation.as_ref().err().cloned()
+    }
+
+    async fn hibernate(&mut self) -> Result<()> {
+        let target = self.hibernation.clone().map_err(super::qemu::unavailable)?;
+        let qmp = &mut self.qmp;
+        // Every RAM page goes into the state: the guest's RAM is a private
+        // copy of the template's, which a restore maps again.
+        super::hibernate::save(&target, |state| async move {
+            qmp.save_state(&state, false).await
+        })
+        .await?;
+        self.kill().await
     }
 
     async fn metrics(&mut self) -> Result<Metrics> {

@@ -34,6 +34,7 @@ use crate::procs::ProcIdentity;
 
 mod accel;
 mod guest;
+mod hibernate;
 mod initramfs;
 mod qemu;
 mod qmp;
@@ -41,6 +42,7 @@ mod snapshot;
 mod template;
 
 pub use accel::AccelChoice;
+pub use hibernate::{discard as discard_hibernation, is_hibernated};
 pub use initramfs::write as write_initramfs;
 pub use qemu::{bare_boot_args, locate_kernel, locate_qemu, Accel};
 pub use snapshot::{BareMachine, BareVm};
@@ -172,6 +174,15 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         agent: &spec.agent_bin,
         root_disk: &root_disk,
     };
+    // A hibernated guest is resumed if the configuration still gives its
+    // machine; otherwise it is dropped and the sandbox starts afresh.
+    let mut saved = match hibernate::claim(&spec.sandbox_dir) {
+        Ok(saved) => saved,
+        Err(e) => {
+            notes.push(format!("starting afresh: {e}"));
+            None
+        }
+    };
     let from_template = match templates_wanted() {
         Err(reason) => Err(reason),
         Ok(()) => {
@@ -183,18 +194,67 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 spec.config.network,
                 shares.len(),
             )?;
-            record.template = Some(inputs.key());
-            let console = console
-                .try_clone()
-                .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
-            restore_template(spec, &files, &inputs, &data_disk, &shares, &boot, console)
-                .await
-                .map_err(|e| e.to_string())
+            let key = inputs.key();
+            record.template = Some(key.clone());
+            let mut restored = Err(String::new());
+            if let Some(claimed) = saved.take() {
+                if claimed.meta.template == key && shares.is_empty() {
+                    let console = console
+                        .try_clone()
+                        .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
+                    restored = restore_template(
+                        spec,
+                        &files,
+                        &inputs,
+                        &data_disk,
+                        &shares,
+                        &boot,
+                        console,
+                        Some(claimed),
+                    )
+                    .await
+                    .map(|vm| (vm, StartKind::Hibernation))
+                    .map_err(|e| e.to_string());
+                    if let Err(e) = &restored {
+                        tracing::warn!(error = %e, "the hibernated guest could not be restored; starting afresh");
+                        notes.push(format!(
+                            "starting afresh: the hibernated guest could not be restored: {e}"
+                        ));
+                    }
+                } else {
+                    notes.push(
+                        "starting afresh: the hibernated guest was saved with another configuration"
+                            .into(),
+                    );
+                    let _ = claimed.consume();
+                }
+            }
+            match restored {
+                Ok(vm) => Ok(vm),
+                Err(_) => {
+                    let console = console
+                        .try_clone()
+                        .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
+                    restore_template(
+                        spec, &files, &inputs, &data_disk, &shares, &boot, console, None,
+                    )
+                    .await
+                    .map(|vm| (vm, StartKind::Template))
+                    .map_err(|e| e.to_string())
+                }
+            }
         }
     };
+    if let Some(claimed) = saved {
+        notes.push(
+            "starting afresh: boot templates are off, so the hibernated guest cannot be restored"
+                .into(),
+        );
+        let _ = claimed.consume();
+    }
     let vm = match from_template {
-        Ok(vm) => {
-            record.from = StartKind::Template;
+        Ok((vm, kind)) => {
+            record.from = kind;
             vm
         }
         Err(reason) => {
@@ -257,9 +317,28 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         elapsed_ms = started.elapsed().as_millis() as u64,
         "VM started"
     );
+    let hibernation = match (&record.template, record.from) {
+        _ if !shares.is_empty() => Err(
+            "a host directory is shared into the VM (QEMU cannot save a mounted 9p share)".into(),
+        ),
+        (Some(key), StartKind::Template | StartKind::Hibernation) => Ok(hibernate::Target {
+            vm_dir: spec.sandbox_dir.join("vm"),
+            template: key.clone(),
+        }),
+        _ => Err(format!(
+            "the VM was booted cold ({}), not restored from a boot template",
+            record.reason.as_deref().unwrap_or("no template")
+        )),
+    };
     let (reader, writer) = vm.agent.into_split();
     Ok(Launched {
-        guest: Box::new(VmGuest::new(vm.child, vm.qmp, dir.clone(), memory_mb)),
+        guest: Box::new(VmGuest::new(
+            vm.child,
+            vm.qmp,
+            dir.clone(),
+            memory_mb,
+            hibernation,
+        )),
         reader: Box::new(reader),
         writer: Box::new(writer),
         log: Some(Box::new(log)),
@@ -364,8 +443,9 @@ fn template_boot() -> VmBoot {
 
 /// Starts the guest from its template (built first if there is none):
 /// QEMU with the template's machine and this sandbox's disk, shares and
-/// channels, the saved state brought in, and the agent handed the
-/// sandbox's identity.
+/// channels, the saved state brought in (the template's, or the
+/// `hibernated` guest's, which is consumed before the guest runs), and the
+/// agent handed the sandbox's identity, fresh entropy and the time.
 #[allow(clippy::too_many_arguments)]
 async fn restore_template(
     spec: &LaunchSpec,
@@ -375,6 +455,40 @@ async fn restore_template(
     shares: &[Share],
     boot: &VmBoot,
     console: OwnedFd,
+    hibernated: Option<hibernate::Claimed>,
+) -> Result<Started> {
+    // Whatever happens below, a claimed hibernated state is used at most
+    // once.
+    let mut hibernated = hibernated;
+    let result = restore_steps(
+        spec,
+        files,
+        inputs,
+        data_disk,
+        shares,
+        boot,
+        console,
+        &mut hibernated,
+    )
+    .await;
+    if let Some(h) = hibernated {
+        let _ = h.consume();
+    }
+    result
+}
+
+/// [`restore_template`]'s steps; takes the hibernated state when it
+/// loads it.
+#[allow(clippy::too_many_arguments)]
+async fn restore_steps(
+    spec: &LaunchSpec,
+    files: &TemplateFiles<'_>,
+    inputs: &TemplateInputs,
+    data_disk: &Path,
+    shares: &[Share],
+    boot: &VmBoot,
+    console: OwnedFd,
+    hibernated: &mut Option<hibernate::Claimed>,
 ) -> Result<Started> {
     let size = std::fs::metadata(data_disk)
         .map_err(|e| Error::io("reading the writable disk", Some(data_disk), e))?
@@ -412,7 +526,17 @@ async fn restore_template(
     );
     let mut vm = start_qemu(files.qemu, machine, spec.inherit_fds.clone(), console).await?;
     let resumed = async {
-        vm.qmp.restore_state(&state).await?;
+        match hibernated.take() {
+            None => vm.qmp.restore_state(&state).await?,
+            Some(saved) => {
+                vm.qmp.load_state(&saved.state(), false).await?;
+                // Loaded, never run: a start killed here leaves the
+                // claimed state, which the next start restores.
+                crate::fault::point("vm.hibernate.loaded");
+                saved.consume()?;
+                vm.qmp.execute("cont").await?;
+            }
+        }
         let mut entropy = rand::random::<[u8; 32]>().to_vec();
         entropy.extend(rand::random::<[u8; 32]>());
         let mut boot = boot.clone();
@@ -455,6 +579,8 @@ pub enum StartKind {
     Cold,
     /// A restore of a boot template.
     Template,
+    /// A restore of the sandbox's own hibernated guest.
+    Hibernation,
 }
 
 impl StartKind {
@@ -462,6 +588,7 @@ impl StartKind {
         match self {
             StartKind::Cold => "cold",
             StartKind::Template => "template",
+            StartKind::Hibernation => "hibernation",
         }
     }
 }

@@ -13,9 +13,11 @@ use crate::error::{Error, Result};
 
 /// How long one QMP command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long saving or restoring a machine state may take (RAM is not in
-/// it: device state only, tens of KB).
-const MIGRATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long saving or restoring a machine state may take (a hibernation
+/// carries the guest's RAM: at worst gigabytes through a pipe).
+const MIGRATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// A migration bandwidth (bytes/s) that never throttles.
+const UNTHROTTLED: u64 = 1 << 40;
 
 /// A path for the shell QEMU runs an `exec:` migration with: single-quoted,
 /// and refused if it holds a quote or is not valid UTF-8 (burrow's own
@@ -115,11 +117,20 @@ impl Qmp {
     /// Saves the whole machine state to `state` and leaves the guest
     /// stopped: CPUs stopped first (the guest never runs again in this
     /// QEMU, so it never sees its channel close), then a migration into the
-    /// file with `x-ignore-shared`: RAM in a shared memory file (see
-    /// `MemoryFile`) stays out of it, so the state is tens of KB.
-    pub(super) async fn save_state(&mut self, state: &Path) -> Result<()> {
+    /// file. With `ignore_shared`, RAM in a shared memory file (see
+    /// `MemoryFile`) stays out of it (the file is the RAM), so the state is
+    /// tens of KB; without, every page of RAM is in it (zero pages as a
+    /// flag).
+    pub(super) async fn save_state(&mut self, state: &Path, ignore_shared: bool) -> Result<()> {
         self.execute("stop").await?;
-        self.ignore_shared_ram().await?;
+        self.set_ignore_shared(ignore_shared).await?;
+        // QEMU throttles a migration to 128 MiB/s by default: a file is
+        // no network link to spare.
+        self.execute_with(
+            "migrate-set-parameters",
+            Some(json!({ "max-bandwidth": UNTHROTTLED })),
+        )
+        .await?;
         let uri = format!("exec:cat > {}", shell_path(state)?);
         self.execute_with("migrate", Some(json!({ "uri": uri })))
             .await?;
@@ -130,16 +141,22 @@ impl Qmp {
     /// `-incoming defer` and the same machine, RAM in the same file) and
     /// runs the guest.
     pub(super) async fn restore_state(&mut self, state: &Path) -> Result<()> {
-        self.ignore_shared_ram().await?;
-        let uri = format!("exec:cat {}", shell_path(state)?);
-        self.execute_with("migrate-incoming", Some(json!({ "uri": uri })))
-            .await?;
-        self.await_migration("restoring the VM state").await?;
+        self.load_state(state, true).await?;
         self.execute("cont").await.map(drop)
     }
 
-    async fn ignore_shared_ram(&mut self) -> Result<()> {
-        let caps = json!({ "capabilities": [{ "capability": "x-ignore-shared", "state": true }] });
+    /// Brings in a saved state (`ignore_shared` as it was saved) and leaves
+    /// the guest stopped until `cont`.
+    pub(super) async fn load_state(&mut self, state: &Path, ignore_shared: bool) -> Result<()> {
+        self.set_ignore_shared(ignore_shared).await?;
+        let uri = format!("exec:cat {}", shell_path(state)?);
+        self.execute_with("migrate-incoming", Some(json!({ "uri": uri })))
+            .await?;
+        self.await_migration("restoring the VM state").await
+    }
+
+    async fn set_ignore_shared(&mut self, on: bool) -> Result<()> {
+        let caps = json!({ "capabilities": [{ "capability": "x-ignore-shared", "state": on }] });
         self.execute_with("migrate-set-capabilities", Some(caps))
             .await
             .map(drop)

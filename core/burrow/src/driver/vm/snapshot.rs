@@ -84,7 +84,7 @@ impl BareVm {
     /// Saves the guest's state to `state` (its RAM is the RAM file) and
     /// ends this QEMU: the guest lives on only in the files.
     pub async fn save(mut self, state: &Path) -> Result<()> {
-        let saved = self.qmp.save_state(state).await;
+        let saved = self.qmp.save_state(state, true).await;
         self.kill().await;
         saved
     }

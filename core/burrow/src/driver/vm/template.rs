@@ -355,7 +355,10 @@ async fn build(dir: &Path, inputs: &TemplateInputs, with: &Ingredients<'_>) -> R
     let outcome = match ready {
         Ok(Ok(())) => {
             let boot_ms = started.elapsed().as_millis() as u64;
-            vm.qmp.save_state(&template.state()).await.map(|()| boot_ms)
+            vm.qmp
+                .save_state(&template.state(), true)
+                .await
+                .map(|()| boot_ms)
         }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(super::qemu::unavailable(format!(

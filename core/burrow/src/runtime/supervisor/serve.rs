@@ -13,14 +13,19 @@ use super::{
 };
 use crate::driver::{GuestExit, GuestProcess};
 use crate::error::Result;
-use crate::model::{ExitReason, SandboxConfig, Status};
+use crate::model::{ExitReason, IdleAction, SandboxConfig, Status};
 use crate::paths::Home;
 use crate::relay::Relay;
 use crate::store::Store;
 
 /// Why the serve loop ended.
 enum End {
-    Stop { grace: Duration, reason: ExitReason },
+    Stop {
+        grace: Duration,
+        reason: ExitReason,
+    },
+    /// Idle reclaim of a sandbox configured to hibernate.
+    Hibernate,
     Kill,
     GuestExited(Result<GuestExit>),
 }
@@ -28,6 +33,7 @@ enum End {
 /// Policies of the current run, re-read on reload.
 struct Policy {
     idle_timeout: Option<Duration>,
+    idle_action: IdleAction,
     max_deadline: Option<Instant>,
     /// "idle reaper disabled" was logged for this run.
     said_disabled: bool,
@@ -36,6 +42,7 @@ struct Policy {
 impl Policy {
     fn apply(&mut self, config: &SandboxConfig, run_started: Instant) {
         self.idle_timeout = config.idle_timeout;
+        self.idle_action = config.idle_action;
         self.max_deadline = config.max_duration.and_then(|d| run_started.checked_add(d));
         if config.idle_timeout == Some(Duration::ZERO) && !self.said_disabled {
             tracing::info!("idle reaper disabled by explicit zero timeout");
@@ -79,6 +86,7 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
     let mut idle_rx = relay.in_flight_changes();
     let mut policy = Policy {
         idle_timeout: None,
+        idle_action: IdleAction::Stop,
         max_deadline: None,
         said_disabled: false,
     };
@@ -212,7 +220,13 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
                         // in meanwhile has announced itself (see relay).
                         relay.set_closing(true);
                         if relay.in_flight() == 0 {
-                            tracing::info!(sandbox = %args.id, idle_timeout = ?t, "idle: reclaiming");
+                            tracing::info!(sandbox = %args.id, idle_timeout = ?t, action = policy.idle_action.as_str(), "idle: reclaiming");
+                            if policy.idle_action == IdleAction::Hibernate {
+                                match guest.hibernation_blocker() {
+                                    None => break End::Hibernate,
+                                    Some(why) => tracing::warn!(sandbox = %args.id, %why, "cannot hibernate; stopping instead"),
+                                }
+                            }
                             break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::IdleTimeout };
                         }
                         relay.set_closing(false);
@@ -257,22 +271,35 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
             if paused {
                 let _ = guest.resume().await;
             }
-            // Ask the guest to flush before it goes, then to shut down.
-            let _ = tokio::time::timeout(Duration::from_secs(5), agent.call(Request::Sync)).await;
-            let shutdown = agent.call(Request::Shutdown {
-                grace_ms: grace.as_millis() as u64,
-            });
-            let _ = tokio::time::timeout(grace + Duration::from_secs(2), shutdown).await;
-            let exit = match tokio::time::timeout(Duration::from_secs(5), guest.wait()).await {
-                Ok(exit) => exit,
-                Err(_) => {
-                    tracing::warn!(sandbox = %args.id, "guest did not exit after shutdown; killing it");
-                    let _ = guest.kill().await;
-                    guest.wait().await
-                }
-            };
+            let exit = stop_guest(&args, &agent, guest.as_mut(), grace).await;
             (Status::Stopped, reason, describe_exit(&exit))
         }
+        End::Hibernate => match hibernate(&agent, guest.as_mut()).await {
+            Ok(()) => {
+                tracing::info!(sandbox = %args.id, "hibernated");
+                (
+                    Status::Stopped,
+                    ExitReason::Hibernated,
+                    "hibernated: the next start resumes the saved guest".to_owned(),
+                )
+            }
+            Err((e, suspended)) => {
+                tracing::warn!(sandbox = %args.id, error = %e, "hibernating failed; stopping instead");
+                let exit = if suspended {
+                    // The agent waits for a resume that will not come: its
+                    // disk was synced before, so a kill loses nothing.
+                    let _ = guest.kill().await;
+                    guest.wait().await
+                } else {
+                    stop_guest(&args, &agent, guest.as_mut(), DEFAULT_GRACE).await
+                };
+                (
+                    Status::Stopped,
+                    ExitReason::IdleTimeout,
+                    format!("hibernating failed ({e}); {}", describe_exit(&exit)),
+                )
+            }
+        },
     };
     if let Err(e) = guest.cleanup().await {
         tracing::warn!(sandbox = %args.id, error = %e, "runtime cleanup failed");
@@ -299,6 +326,48 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
     tokio::time::sleep(Duration::from_millis(20)).await;
     store.close().await;
     0
+}
+
+/// The orderly stop of a guest: sync, the agent's shutdown within `grace`,
+/// a kill if it does not go.
+async fn stop_guest(
+    args: &SuperviseArgs,
+    agent: &super::super::client::AgentClient,
+    guest: &mut dyn GuestProcess,
+    grace: Duration,
+) -> Result<GuestExit> {
+    // Ask the guest to flush before it goes, then to shut down.
+    let _ = tokio::time::timeout(Duration::from_secs(5), agent.call(Request::Sync)).await;
+    let shutdown = agent.call(Request::Shutdown {
+        grace_ms: grace.as_millis() as u64,
+    });
+    let _ = tokio::time::timeout(grace + Duration::from_secs(2), shutdown).await;
+    match tokio::time::timeout(Duration::from_secs(5), guest.wait()).await {
+        Ok(exit) => exit,
+        Err(_) => {
+            tracing::warn!(sandbox = %args.id, "guest did not exit after shutdown; killing it");
+            let _ = guest.kill().await;
+            guest.wait().await
+        }
+    }
+}
+
+/// Hibernates the guest: the agent syncs and suspends, then the driver
+/// saves the guest and ends it. On error, says whether the agent was
+/// suspended already (then only a kill ends it).
+async fn hibernate(
+    agent: &super::super::client::AgentClient,
+    guest: &mut dyn GuestProcess,
+) -> std::result::Result<(), (String, bool)> {
+    let asked = tokio::time::timeout(Duration::from_secs(30), agent.call(Request::Suspend)).await;
+    match asked {
+        Ok(Ok(Ok(Response::Done))) => {}
+        Ok(Ok(Ok(other))) => return Err((format!("the agent answered {other:?}"), false)),
+        Ok(Ok(Err(e))) => return Err((format!("the agent refused to suspend: {e}"), false)),
+        Ok(Err(e)) => return Err((e.to_string(), false)),
+        Err(_) => return Err(("the agent did not suspend within 30 s".into(), true)),
+    }
+    guest.hibernate().await.map_err(|e| (e.to_string(), true))
 }
 
 /// Applies the persisted configuration to the live run.
