@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use burrow::{
-    ExecOptions, ListFilter, LogOptions, LogSource, Modify, Mount, MountSource, SandboxConfig,
-    Status, StopOptions,
+    ExecOptions, IdleAction, ListFilter, LogOptions, LogSource, Modify, Mount, MountSource,
+    SandboxConfig, Status, StopOptions,
 };
 use serde::{Deserialize, Deserializer};
 
@@ -127,6 +127,9 @@ pub struct BuildInput {
     /// Idle timeout (reclaim after no activity).
     #[serde(default)]
     pub idle_timeout: Option<Seconds>,
+    /// What idle reclaim does (`stop`, `hibernate`; absent: stop).
+    #[serde(default)]
+    pub idle_action: Option<IdleAction>,
     /// Maximum duration of a run.
     #[serde(default)]
     pub max_duration: Option<Seconds>,
@@ -168,6 +171,7 @@ impl BuildInput {
             .collect();
         config.network = self.network;
         config.idle_timeout = opt_duration(self.idle_timeout);
+        config.idle_action = self.idle_action.unwrap_or_default();
         config.max_duration = opt_duration(self.max_duration);
         if let Some(t) = self.startup_timeout {
             config.startup_timeout = t.0;
@@ -242,6 +246,9 @@ pub struct ModifyInput {
     /// Idle timeout.
     #[serde(default, deserialize_with = "present")]
     pub idle_timeout: Option<Option<Seconds>>,
+    /// What idle reclaim does.
+    #[serde(default)]
+    pub idle_action: Option<IdleAction>,
     /// Maximum duration.
     #[serde(default, deserialize_with = "present")]
     pub max_duration: Option<Option<Seconds>>,
@@ -257,6 +264,7 @@ impl ModifyInput {
         m.labels_set = self.labels_set.clone();
         m.labels_unset = self.labels_unset.clone();
         m.idle_timeout = self.idle_timeout.map(opt_duration);
+        m.idle_action = self.idle_action;
         m.max_duration = self.max_duration.map(opt_duration);
         m
     }

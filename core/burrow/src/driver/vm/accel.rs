@@ -133,6 +133,7 @@ async fn probe_with(qemu: &Path, kernel: &Path, initramfs: &Path) -> Result<Acce
         &machine,
         vec![std::os::fd::AsRawFd::as_raw_fd(&guest_end)],
         None,
+        true,
     )
     .await?;
     drop(guest_end);

@@ -294,7 +294,15 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 incoming: false,
                 template: false,
             };
-            match start_qemu(&qemu_bin, machine, spec.inherit_fds.clone(), console).await {
+            match start_qemu(
+                &qemu_bin,
+                machine,
+                spec.inherit_fds.clone(),
+                console,
+                Owner::Sandbox(dir),
+            )
+            .await
+            {
                 Ok(vm) => vm,
                 Err(e) => {
                     let _ = clear_runtime_dir(dir);
@@ -304,9 +312,6 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         }
     };
     write_start_record(dir, &record);
-    if let Some(pid) = vm.child.id() {
-        record_process(dir, pid);
-    }
     let log = tokio::net::unix::pipe::Receiver::from_owned_fd(log_read.into())
         .map_err(|e| Error::io("reading the console pipe", None, e))?;
     tracing::info!(
@@ -524,7 +529,14 @@ async fn restore_steps(
         &ram,
         true,
     );
-    let mut vm = start_qemu(files.qemu, machine, spec.inherit_fds.clone(), console).await?;
+    let mut vm = start_qemu(
+        files.qemu,
+        machine,
+        spec.inherit_fds.clone(),
+        console,
+        Owner::Sandbox(&spec.runtime_dir),
+    )
+    .await?;
     let resumed = async {
         match hibernated.take() {
             None => vm.qmp.restore_state(&state).await?,
@@ -622,6 +634,18 @@ impl Started {
     }
 }
 
+/// Whose QEMU is started.
+#[derive(Debug, Clone, Copy)]
+enum Owner<'a> {
+    /// A sandbox's generation, whose runtime directory records the process
+    /// at once (a later start or removal kills it if this supervisor dies
+    /// at any point after the spawn). It outlives the supervisor: the
+    /// agent powers the VM off when its channel closes.
+    Sandbox(&'a Path),
+    /// A template build: it dies with the process that builds it.
+    Builder,
+}
+
 /// Starts QEMU for `machine` with fresh agent and QMP channels (their
 /// descriptors are filled in here), `inherit` open in it too, the console
 /// on `console`; connects the monitor. A QEMU that fails that far is
@@ -631,6 +655,7 @@ async fn start_qemu(
     mut machine: Machine<'_>,
     mut inherit: Vec<RawFd>,
     console: OwnedFd,
+    owner: Owner<'_>,
 ) -> Result<Started> {
     let (agent_host, agent_guest) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| Error::io("creating the agent channel", None, e))?;
@@ -639,7 +664,11 @@ async fn start_qemu(
     machine.agent_fd = Some(agent_guest.as_raw_fd());
     machine.qmp_fd = Some(qmp_guest.as_raw_fd());
     inherit.extend([agent_guest.as_raw_fd(), qmp_guest.as_raw_fd()]);
-    let mut child = spawn_qemu(qemu_bin, &machine, inherit, Some(console)).await?;
+    let die_with_parent = matches!(owner, Owner::Builder);
+    let mut child = spawn_qemu(qemu_bin, &machine, inherit, Some(console), die_with_parent).await?;
+    if let (Owner::Sandbox(dir), Some(pid)) = (owner, child.id()) {
+        record_process(dir, pid);
+    }
     // Only QEMU holds the guest ends now: when it exits, ours see EOF.
     drop((agent_guest, qmp_guest));
     let setup = async {
@@ -670,6 +699,7 @@ async fn spawn_qemu(
     machine: &Machine<'_>,
     inherit: Vec<RawFd>,
     console: Option<OwnedFd>,
+    die_with_parent: bool,
 ) -> Result<tokio::process::Child> {
     let mut cmd = std::process::Command::new(qemu);
     cmd.args(machine.args()).stdin(Stdio::null());
@@ -686,10 +716,10 @@ async fn spawn_qemu(
             cmd.stdout(Stdio::from(fd)).stderr(Stdio::from(copy));
         }
     }
-    // No parent-death signal: if the supervisor dies, the agent sees its
-    // port close and powers the VM off after syncing; QEMU (holding the
-    // runtime lock) exits only then.
-    crate::driver::container::bind_to_parent(&mut cmd, inherit, false);
+    // A sandbox's QEMU gets no parent-death signal: if the supervisor
+    // dies, the agent sees its port close and powers the VM off after
+    // syncing; QEMU (holding the runtime lock) exits only then.
+    crate::driver::container::bind_to_parent(&mut cmd, inherit, die_with_parent);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     crate::driver::container::spawn_long_lived(cmd)

@@ -140,6 +140,7 @@ impl BareVm {
             &machine,
             vec![qmp_guest.as_raw_fd()],
             Some(console.into()),
+            true,
         )
         .await?;
         drop(qmp_guest);

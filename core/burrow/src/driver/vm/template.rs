@@ -350,7 +350,14 @@ async fn build(dir: &Path, inputs: &TemplateInputs, with: &Ingredients<'_>) -> R
         false,
     );
     let started = Instant::now();
-    let mut vm = super::start_qemu(with.qemu, machine, Vec::new(), console.into()).await?;
+    let mut vm = super::start_qemu(
+        with.qemu,
+        machine,
+        Vec::new(),
+        console.into(),
+        super::Owner::Builder,
+    )
+    .await?;
     let ready = tokio::time::timeout(READY_TIMEOUT, read_ready(&mut vm.agent)).await;
     let outcome = match ready {
         Ok(Ok(())) => {

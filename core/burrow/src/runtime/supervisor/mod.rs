@@ -379,6 +379,10 @@ struct Start {
     warmer: Option<crate::driver::container::MigrationLockWarmer>,
 }
 
+/// How long a start waits for the previous runtime of its name to exit by
+/// itself before it kills a VM's (see `boot`).
+const STALE_RUNTIME_GRACE: Duration = Duration::from_secs(5);
+
 /// Launches the guest and publishes Running. `guest_log` receives the task
 /// copying the guest's log as soon as the guest is launched, so the caller
 /// can let it finish however the boot (or later the run) ends.
@@ -416,12 +420,23 @@ async fn boot(
 
     // A successor never reuses the name's runtime resources until the
     // previous runtime (which inherited this lock) has fully exited.
-    let runtime_lock = FileLock::acquire_within(&home.runtime_lock_path(&name), left())
-        .await?
-        .ok_or_else(|| Error::Timeout {
-            operation: "waiting for the previous runtime of this name to exit".into(),
-            after: config.startup_timeout,
-        })?;
+    let lock_path = home.runtime_lock_path(&name);
+    let mut runtime_lock =
+        FileLock::acquire_within(&lock_path, left().min(STALE_RUNTIME_GRACE)).await?;
+    if runtime_lock.is_none() && config.driver == Some(DriverKind::Vm) {
+        // A VM whose CPUs were stopped (paused, or saved by a hibernation
+        // whose supervisor died) never powers itself off: after a grace
+        // for an orderly exit, the QEMU the runtime directory recorded is
+        // killed.
+        let runtime_dir = home.sandbox_dir(&args.id).join("runtime");
+        tracing::warn!(sandbox = %args.id, "the previous VM is still running; killing it");
+        crate::driver::vm::reclaim_stale(&runtime_dir).await?;
+        runtime_lock = FileLock::acquire_within(&lock_path, left()).await?;
+    }
+    let runtime_lock = runtime_lock.ok_or_else(|| Error::Timeout {
+        operation: "waiting for the previous runtime of this name to exit".into(),
+        after: config.startup_timeout,
+    })?;
     mark("runtime_lock", &mut t);
     crate::fault::point("supervisor.after_lock");
 

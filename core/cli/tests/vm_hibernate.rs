@@ -1,0 +1,332 @@
+#![allow(clippy::unwrap_used)]
+//! Hibernation on idle (`idle_action = hibernate`), end to end with real
+//! QEMU (TCG here): an idle vm sandbox is saved whole and a demand start
+//! resumes it with its processes and memory (a counter goes on counting),
+//! sixteen concurrent calls converge on one restore, an explicit stop or a
+//! configuration change discards the saved guest, what cannot be saved is
+//! stopped instead, a kill -9 of the supervisor while it saves or while it
+//! restores never leaves the sandbox unstartable, and a removal takes the
+//! saved guest with it.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use burrow::internal::driver::vm::{is_hibernated, start_record, StartKind};
+use burrow::{ExitReason, IdleAction, Modify, Sandbox, SandboxInfo, Status};
+use common::{busybox_rootfs, TestHome};
+
+const IDLE: Duration = Duration::from_secs(2);
+
+fn sandbox_dir(home: &TestHome, info: &SandboxInfo) -> PathBuf {
+    home.path().join("sandboxes").join(info.id.as_str())
+}
+
+fn start_kind(home: &TestHome, info: &SandboxInfo) -> StartKind {
+    start_record(&sandbox_dir(home, info).join("runtime"))
+        .expect("the driver recorded the start")
+        .from
+}
+
+fn reason(info: &SandboxInfo) -> Option<ExitReason> {
+    info.last_run.as_ref().and_then(|r| r.exit_reason)
+}
+
+async fn hibernating(home: &TestHome, name: &str) -> Sandbox {
+    home.builder(name)
+        .driver("vm")
+        .idle_timeout(IDLE)
+        .idle_action(IdleAction::Hibernate)
+        .create()
+        .await
+        .unwrap()
+}
+
+/// Starts a process that counts in guest memory (`/tmp` is a tmpfs) ten
+/// times a second, detached from the exec that starts it.
+async fn start_counter(sb: &Sandbox) {
+    let out = sb
+        .exec([
+            "sh",
+            "-c",
+            "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' \
+             </dev/null >/dev/null 2>&1 &",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out.status.code, Some(0), "{}", out.stderr_str());
+}
+
+async fn count(sb: &Sandbox) -> Option<u64> {
+    let out = sb.exec(["cat", "/tmp/count"]).await.unwrap();
+    out.stdout_str().trim().parse().ok()
+}
+
+/// Waits for the idle reclaim; returns the stopped snapshot.
+async fn reclaimed(sb: &Sandbox) -> SandboxInfo {
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        sb.handle().wait_for_status(&[Status::Stopped]),
+    )
+    .await
+    .expect("reclaimed within a minute")
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_action_is_kept_and_changed_by_modify() {
+    let home = TestHome::new().await;
+    let sb = home
+        .builder("actions")
+        .idle_timeout(Duration::from_secs(600))
+        .idle_action(IdleAction::Hibernate)
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(
+        sb.info().await.unwrap().config.idle_action,
+        IdleAction::Hibernate
+    );
+    let mut m = Modify::default();
+    m.idle_action = Some(IdleAction::Stop);
+    let plan = sb.modify(&m).await.unwrap();
+    assert_eq!(plan.info.config.idle_action, IdleAction::Stop);
+    assert_eq!(plan.changes.len(), 1);
+    assert_eq!(plan.changes[0].field, "idle_action");
+    assert_eq!(plan.changes[0].applies, burrow::Applies::Live);
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hibernated_guest_resumes_on_demand_with_its_processes() {
+    let home = TestHome::new().await;
+    let sb = hibernating(&home, "sleeper").await;
+    start_counter(&sb).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = count(&sb).await.unwrap();
+    let uuid_before = sb
+        .exec(["cat", "/proc/sys/kernel/random/uuid"])
+        .await
+        .unwrap()
+        .stdout_str();
+
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    assert!(is_hibernated(&sandbox_dir(&home, &info)));
+    let generation = info.generation;
+
+    // Sixteen calls at once wake it: one restore serves them all.
+    let calls = (0..16).map(|_| {
+        let sb = sb.clone();
+        tokio::spawn(async move { count(&sb).await })
+    });
+    let mut counts = Vec::new();
+    for c in calls {
+        counts.push(c.await.unwrap().expect("the counter file survives"));
+    }
+    let after = sb.info().await.unwrap();
+    assert_eq!(after.status, Status::Running);
+    assert_eq!(
+        after.generation,
+        generation + 1,
+        "exactly one new generation"
+    );
+    assert_eq!(start_kind(&home, &after), StartKind::Hibernation);
+    // The counter went on from where it was: its memory was kept. A fresh
+    // guest would have no /tmp/count at all.
+    assert!(
+        counts.iter().all(|&c| c >= before),
+        "{counts:?} vs {before}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = count(&sb).await.unwrap();
+    assert!(later > *counts.iter().max().unwrap(), "it counts on");
+    // The saved guest was consumed by the restore, and its random state
+    // was reseeded.
+    assert!(!is_hibernated(&sandbox_dir(&home, &after)));
+    let uuid_after = sb
+        .exec(["cat", "/proc/sys/kernel/random/uuid"])
+        .await
+        .unwrap()
+        .stdout_str();
+    assert_ne!(uuid_after, uuid_before);
+
+    // Hibernated again, then removed: nothing of it is left.
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    let dir = sandbox_dir(&home, &info);
+    assert!(is_hibernated(&dir));
+    sb.destroy().await.unwrap();
+    assert!(!dir.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_or_a_config_change_discards_the_saved_guest() {
+    let home = TestHome::new().await;
+    let sb = hibernating(&home, "discard").await;
+    start_counter(&sb).await;
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+
+    // An explicit stop of the hibernated sandbox discards its guest.
+    let stopped = sb.stop().await.unwrap();
+    assert_eq!(stopped.status, Status::Stopped);
+    assert_eq!(reason(&stopped), Some(ExitReason::Stopped));
+    assert!(!is_hibernated(&sandbox_dir(&home, &stopped)));
+    let sb = sb.handle().start().await.unwrap();
+    let info = sb.info().await.unwrap();
+    assert_eq!(start_kind(&home, &info), StartKind::Template);
+    assert_eq!(count(&sb).await, None, "a fresh guest");
+
+    // A changed memory size: the saved guest cannot be restored on the
+    // new machine, so the next start is fresh too.
+    start_counter(&sb).await;
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    let mut m = Modify::default();
+    m.memory_mb = Some(Some(256));
+    sb.modify(&m).await.unwrap();
+    let out = sb
+        .exec(["sh", "-c", "test -e /tmp/count || echo fresh"])
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "fresh\n");
+    let info = sb.info().await.unwrap();
+    assert_eq!(start_kind(&home, &info), StartKind::Template);
+    assert!(!is_hibernated(&sandbox_dir(&home, &info)));
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_saved_is_stopped_instead() {
+    let home = TestHome::new().await;
+    let shared = tempfile::tempdir().unwrap();
+    let with_share = home
+        .builder("shared")
+        .driver("vm")
+        .idle_timeout(IDLE)
+        .idle_action(IdleAction::Hibernate)
+        .mount(shared.path(), "/shared", false)
+        .create()
+        .await
+        .unwrap();
+    let info = reclaimed(&with_share).await;
+    assert_eq!(reason(&info), Some(ExitReason::IdleTimeout));
+    assert!(!is_hibernated(&sandbox_dir(&home, &info)));
+    // It starts again on demand, as any reclaimed sandbox.
+    let out = with_share.exec(["echo", "back"]).await.unwrap();
+    assert_eq!(out.stdout_str(), "back\n");
+    with_share.destroy().await.unwrap();
+}
+
+fn marker(home: &TestHome, name: &str) -> PathBuf {
+    home.path().join(format!("fault-{name}"))
+}
+
+/// Waits for the process at a fault point to write its pid, and kills it.
+async fn kill_at_fault(marker: &PathBuf) {
+    let pid = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(marker) {
+                if let Ok(pid) = text.trim().parse::<i32>() {
+                    return pid;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the fault point was reached");
+    // SAFETY: kill(2) on the supervisor that announced itself at the
+    // fault point.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
+    let home = TestHome::new().await;
+
+    // Saving: the supervisor (started by this CLI, so with the fault in
+    // its environment) is killed with the state written, not published.
+    let save_marker = marker(&home, "save");
+    let out = home
+        .cli()
+        .args([
+            "--json",
+            "up",
+            "saver",
+            "--driver",
+            "vm",
+            "--idle-timeout",
+            "2s",
+        ])
+        .args(["--idle-action", "hibernate", "--image"])
+        .arg(busybox_rootfs())
+        .env("BURROW_FAULT", "vm.hibernate.before_publish")
+        .env("BURROW_FAULT_MARKER", &save_marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kill_at_fault(&save_marker).await;
+    let handle = burrow::SandboxHandle::get_in(home.dyn_backend(), "saver")
+        .await
+        .unwrap();
+    // The next call finds the dead supervisor, and starts it afresh.
+    let sb = handle.connect_or_start().await.unwrap();
+    let info = sb.info().await.unwrap();
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(start_kind(&home, &info), StartKind::Template);
+    assert_eq!(sb.exec(["echo", "ok"]).await.unwrap().stdout_str(), "ok\n");
+    // Only this start's QEMU is alive: the stopped one was reclaimed.
+    assert_eq!(
+        vms_of(&home),
+        vec![common::guest_pid(home.path(), &info.id) as u32]
+    );
+
+    // Restoring: hibernate it for real, then wake it from a CLI whose
+    // supervisor is killed with the state loaded, before the guest ran.
+    start_counter(&sb).await;
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    let restore_marker = marker(&home, "restore");
+    let waker = home
+        .cli()
+        .args(["exec", "saver", "--", "true"])
+        .env("BURROW_FAULT", "vm.hibernate.loaded")
+        .env("BURROW_FAULT_MARKER", &restore_marker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kill_at_fault(&restore_marker).await;
+    let _ = tokio::task::spawn_blocking(move || waker.wait_with_output())
+        .await
+        .unwrap();
+    // The guest never ran from that state: the next start restores it, and
+    // the counter goes on.
+    let sb = handle.connect_or_start().await.unwrap();
+    let info = sb.info().await.unwrap();
+    assert_eq!(start_kind(&home, &info), StartKind::Hibernation);
+    assert!(count(&sb).await.unwrap() > 0);
+    assert_eq!(
+        vms_of(&home),
+        vec![common::guest_pid(home.path(), &info.id) as u32]
+    );
+    sb.destroy().await.unwrap();
+}
+
+/// QEMU processes running a guest of `home`.
+fn vms_of(home: &TestHome) -> Vec<u32> {
+    let needle = home.path().to_string_lossy().into_owned();
+    common::processes_with(|args| {
+        args.first().is_some_and(|a| a.contains("qemu-system"))
+            && args.iter().any(|a| a.contains(&needle))
+    })
+}
