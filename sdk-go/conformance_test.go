@@ -86,7 +86,7 @@ func (f *conformanceFailure) Error() string { return f.msg }
 func failf(format string, a ...any) error { return &conformanceFailure{fmt.Sprintf(format, a...)} }
 
 type result struct {
-	kind string // sandbox, handle, info, exec, value, list, process, none
+	kind string // sandbox, handle, info, plan, exec, value, list, process, none
 	obj  any
 }
 
@@ -593,8 +593,9 @@ func neutralConfig(c burrow.SandboxConfig) map[string]any {
 		"image": c.Image, "driver": str(string(c.Driver)), "runtime": string(c.Runtime),
 		"cpus": opt(c.CPUs), "memory_mb": opt(float64(c.MemoryMB)), "pids_limit": opt(float64(c.PidsLimit)),
 		"env": norm(c.Env), "workdir": str(c.Workdir), "labels": norm(c.Labels), "network": c.Network,
-		"idle_timeout": opt(c.IdleTimeout.Seconds()), "max_duration": opt(c.MaxDuration.Seconds()),
-		"startup_timeout": c.StartupTimeout.Seconds(), "demand_start": nil,
+		"idle_timeout": opt(c.IdleTimeout.Seconds()), "idle_action": string(c.IdleAction),
+		"max_duration": opt(c.MaxDuration.Seconds()), "startup_timeout": c.StartupTimeout.Seconds(),
+		"demand_start": nil,
 	}
 	if c.DemandStart != nil {
 		m["demand_start"] = *c.DemandStart
@@ -688,6 +689,20 @@ func (r *runner) topField(ctx context.Context, res *result, key string, cache ma
 		return info(h)
 	case "info":
 		return infoField(res.obj.(burrow.SandboxInfo), key)
+	case "plan":
+		p := res.obj.(burrow.ModifyPlan)
+		if key != "changes" {
+			return infoField(p.Info, key)
+		}
+		changes := []any{}
+		for _, c := range p.Changes {
+			var note any
+			if c.Note != "" {
+				note = c.Note
+			}
+			changes = append(changes, map[string]any{"field": c.Field, "applies": string(c.Applies), "note": note})
+		}
+		return changes
 	case "exec":
 		e := res.obj.(collected)
 		switch key {
@@ -803,6 +818,8 @@ func (r *runner) options(s step) []burrow.Option {
 			}
 		case "idle_timeout":
 			out = append(out, burrow.WithIdleTimeout(secs(v)))
+		case "idle_action":
+			out = append(out, burrow.WithIdleAction(burrow.IdleAction(v.(string))))
 		case "max_duration":
 			out = append(out, burrow.WithMaxDuration(secs(v)))
 		case "startup_timeout":
@@ -813,6 +830,55 @@ func (r *runner) options(s step) []burrow.Option {
 			if v.(bool) {
 				out = append(out, burrow.WithDetached())
 			}
+		}
+	}
+	return out
+}
+
+// changes are the Modify changes of a `modify` step (durations in seconds;
+// null clears, as the zero value of the SDK's Set* changes does).
+func (r *runner) changes(s step) []burrow.Change {
+	c, _ := r.value(s["changes"]).(map[string]any)
+	orZero := func(v any) float64 {
+		if v == nil {
+			return 0
+		}
+		return num(v)
+	}
+	strs := func(v any) []string {
+		var l []string
+		for _, x := range v.([]any) {
+			l = append(l, x.(string))
+		}
+		return l
+	}
+	var out []burrow.Change
+	for k, v := range c {
+		switch k {
+		case "cpus":
+			out = append(out, burrow.SetCPUs(orZero(v)))
+		case "memory_mb":
+			out = append(out, burrow.SetMemory(uint64(orZero(v))))
+		case "env_set":
+			for name, x := range v.(map[string]any) {
+				out = append(out, burrow.SetEnv(name, x.(string)))
+			}
+		case "env_unset":
+			out = append(out, burrow.UnsetEnv(strs(v)...))
+		case "labels_set":
+			for name, x := range v.(map[string]any) {
+				out = append(out, burrow.SetLabel(name, x.(string)))
+			}
+		case "labels_unset":
+			out = append(out, burrow.UnsetLabels(strs(v)...))
+		case "idle_timeout":
+			out = append(out, burrow.SetIdleTimeout(time.Duration(orZero(v)*float64(time.Second))))
+		case "idle_action":
+			out = append(out, burrow.SetIdleAction(burrow.IdleAction(v.(string))))
+		case "max_duration":
+			out = append(out, burrow.SetMaxDuration(time.Duration(orZero(v)*float64(time.Second))))
+		default:
+			panic(failf("unknown change %s", k))
 		}
 	}
 	return out
@@ -906,6 +972,7 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		WaitUntilStopped(context.Context) (burrow.SandboxInfo, error)
 		WaitForStatus(context.Context, ...burrow.Status) (burrow.SandboxInfo, error)
 		Touch(context.Context) error
+		Modify(context.Context, ...burrow.Change) (burrow.ModifyPlan, error)
 		Destroy(context.Context) error
 	})
 	withHandle := func(f func(*burrow.Handle) (*burrow.Sandbox, error)) (*result, error) {
@@ -955,6 +1022,9 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		return info(l.WaitUntilStopped(ctx))
 	case "touch":
 		return none(l.Touch(ctx))
+	case "modify":
+		p, err := l.Modify(ctx, r.changes(s)...)
+		return &result{"plan", p}, err
 	case "wait_for_status":
 		var ss []burrow.Status
 		for _, x := range s["statuses"].([]any) {
@@ -1420,7 +1490,7 @@ func TestConformanceCasesAreWellFormed(t *testing.T) {
 	seen := map[string]bool{}
 	known := map[string]bool{}
 	for _, op := range strings.Fields(`create connect_or_create define get get_by_id list handle info status config
-		start connect_or_start connect restart stop kill request_drain pause resume touch wait_for_status
+		start connect_or_start connect restart stop kill request_drain pause resume touch modify wait_for_status
 		wait_until_stopped destroy detach ping exec spawn fs_write fs_read fs_exists fs_mkdir fs_list
 		wait await sleep repeat race remove`) {
 		known[op] = true

@@ -73,6 +73,11 @@ func WithNetwork() Option { return set("network", true) }
 // WithIdleTimeout reclaims the sandbox after this long without activity.
 func WithIdleTimeout(d time.Duration) Option { return set("idle_timeout", d.Seconds()) }
 
+// WithIdleAction is what idle reclaim does: IdleStop (the default) or
+// IdleHibernate (the vm driver saves the whole guest and the next start
+// resumes it; where it cannot, the sandbox is stopped).
+func WithIdleAction(a IdleAction) Option { return set("idle_action", a) }
+
 // WithMaxDuration stops each run after this long.
 func WithMaxDuration(d time.Duration) Option { return set("max_duration", d.Seconds()) }
 
@@ -336,6 +341,9 @@ func UnsetLabels(keys ...string) Change { return func(o op) { extend(o, "labels_
 func SetIdleTimeout(d time.Duration) Change {
 	return func(o op) { o["idle_timeout"] = nullIfZero(d.Seconds()) }
 }
+
+// SetIdleAction changes what idle reclaim does (IdleStop is the default).
+func SetIdleAction(a IdleAction) Change { return func(o op) { o["idle_action"] = a } }
 
 // SetMaxDuration changes the maximum duration of a run (0: none).
 func SetMaxDuration(d time.Duration) Change {

@@ -33,6 +33,9 @@ const (
 	ExitCompleted   ExitReason = "completed"
 	ExitCrashed     ExitReason = "crashed"
 	ExitStartFailed ExitReason = "start_failed"
+	// ExitHibernated: reclaimed after being idle, its whole guest saved
+	// (IdleHibernate); the next start resumes it.
+	ExitHibernated ExitReason = "hibernated"
 )
 
 // Driver is an isolation driver.
@@ -42,6 +45,22 @@ type Driver string
 const (
 	DriverContainer Driver = "container"
 	DriverVM        Driver = "vm"
+)
+
+// IdleAction is what idle reclaim does with a sandbox.
+type IdleAction string
+
+// The idle actions.
+const (
+	// IdleStop stops the sandbox (the default): the next start boots it again.
+	IdleStop IdleAction = "stop"
+	// IdleHibernate saves the whole running guest (memory, processes,
+	// device state; the vm driver) and the next start, a demand start
+	// included, resumes it (exit reason ExitHibernated). Where the guest
+	// cannot be saved (the container driver, the Kubernetes backend, a VM
+	// with a host directory mounted, a cold-booted VM) idle reclaim stops it
+	// as IdleStop does.
+	IdleHibernate IdleAction = "hibernate"
 )
 
 // Runtime is an OCI runtime of the container driver.
@@ -97,6 +116,9 @@ type SandboxConfig struct {
 	Mounts      []Mount
 	Network     bool
 	IdleTimeout time.Duration
+	// IdleAction is what idle reclaim does (IdleStop when the record
+	// leaves it out).
+	IdleAction  IdleAction
 	MaxDuration time.Duration
 	// DemandStart is nil when it follows the idle timeout (on when set).
 	DemandStart    *bool
@@ -248,6 +270,7 @@ type wireConfig struct {
 	Mounts         []wireMount       `json:"mounts"`
 	Network        bool              `json:"network"`
 	IdleTimeoutMs  int64             `json:"idle_timeout"`
+	IdleAction     IdleAction        `json:"idle_action"`
 	MaxDurationMs  int64             `json:"max_duration"`
 	DemandStart    *bool             `json:"demand_start"`
 	StartupTimeout int64             `json:"startup_timeout"`
@@ -277,6 +300,10 @@ func (w *wireInfo) info() SandboxInfo {
 	for _, m := range c.Mounts {
 		mounts = append(mounts, Mount{HostPath: m.Source.Host, Volume: m.Source.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
+	idleAction := c.IdleAction
+	if idleAction == "" {
+		idleAction = IdleStop
+	}
 	info := SandboxInfo{
 		ID:         w.ID,
 		Name:       w.Name,
@@ -290,6 +317,7 @@ func (w *wireInfo) info() SandboxInfo {
 			MemoryMB: c.MemoryMB, PidsLimit: c.PidsLimit, Env: c.Env, Workdir: c.Workdir,
 			Labels: c.Labels, Mounts: mounts, Network: c.Network,
 			IdleTimeout:    time.Duration(c.IdleTimeoutMs) * time.Millisecond,
+			IdleAction:     idleAction,
 			MaxDuration:    time.Duration(c.MaxDurationMs) * time.Millisecond,
 			DemandStart:    c.DemandStart,
 			StartupTimeout: time.Duration(c.StartupTimeout) * time.Millisecond,

@@ -269,6 +269,13 @@ fn protocol(dir: &Path) {
         }),
     };
     write(dir, "vm-boot", &with_mode(0, &payload(&boot)));
+    let resume = burrow_protocol::vm::VmResume {
+        boot: boot.clone(),
+        entropy: vec![7u8; burrow_protocol::vm::VM_ENTROPY_BYTES].into(),
+    };
+    write(dir, "vm-resume", &with_mode(0, &payload(&resume)));
+    let ready = burrow_protocol::vm::VmTemplateReady { version: 1 };
+    write(dir, "vm-template-ready", &with_mode(0, &payload(&ready)));
     // Near misses: an unknown field, an unknown op (the agent answers
     // those from the fields it can salvage), bad base64.
     write(

@@ -5,7 +5,9 @@
 //! - even mode: one frame payload, decoded as every message type a peer
 //!   reads: `HostMsg` (the agent, and the supervisor from its clients),
 //!   `GuestMsg` (the supervisor and the host from the agent), `VmBoot`
-//!   (the agent in a microVM, from its initramfs);
+//!   (the agent in a microVM, from its initramfs), `VmResume` (the agent
+//!   of a restored microVM, from the host) and `VmTemplateReady` (the
+//!   host, from a template's agent);
 //! - odd mode: a byte stream read frame by frame with `read_frame`, as
 //!   `HostMsg` and as `GuestMsg`, through a reader that returns short
 //!   reads of `mode >> 1` bytes (0: as many as asked) and an `Interrupted`
@@ -22,7 +24,7 @@
 use std::fmt::Debug;
 use std::io::{self, Read};
 
-use burrow_protocol::vm::VmBoot;
+use burrow_protocol::vm::{VmBoot, VmResume, VmTemplateReady};
 use burrow_protocol::{
     decode, decode_len, encode, read_frame, FrameError, GuestMsg, HostMsg, MAX_FRAME_LEN,
 };
@@ -38,6 +40,8 @@ fuzz_target!(|data: &[u8]| {
         payload::<HostMsg>(rest);
         payload::<GuestMsg>(rest);
         payload::<VmBoot>(rest);
+        payload::<VmResume>(rest);
+        payload::<VmTemplateReady>(rest);
     } else {
         let chunk = usize::from(mode >> 1);
         stream::<HostMsg>(rest, chunk);

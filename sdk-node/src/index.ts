@@ -48,10 +48,23 @@ export type ExitReason =
   | "owner_exited"
   | "completed"
   | "crashed"
-  | "start_failed";
+  | "start_failed"
+  /** Reclaimed after being idle, its whole guest saved (`idleAction("hibernate")`): the next start resumes it. */
+  | "hibernated";
 
 /** An isolation driver. */
 export type Driver = "container" | "vm";
+
+/**
+ * What idle reclaim does: `"stop"` (the default; the next start boots it
+ * again) or `"hibernate"` (the vm driver saves the whole running guest,
+ * memory, processes and device state, and the next start, a demand start
+ * included, resumes it; where the guest cannot be saved, as under the
+ * container driver, on the Kubernetes backend, for a VM with a host
+ * directory mounted or a cold-booted VM, idle reclaim stops it as with
+ * `"stop"`).
+ */
+export type IdleAction = "stop" | "hibernate";
 
 /** An OCI runtime of the container driver. */
 export type Runtime = "runc" | "crun" | "runsc";
@@ -84,6 +97,8 @@ export interface SandboxConfig {
   mounts: Mount[];
   network: boolean;
   idleTimeout: number | null;
+  /** What idle reclaim does (`"stop"` when the record leaves it out). */
+  idleAction: IdleAction;
   maxDuration: number | null;
   /** Null: on when an idle timeout is set. */
   demandStart: boolean | null;
@@ -138,6 +153,8 @@ export interface ModifyOptions extends CallOptions {
   /** Label names to remove. */
   unsetLabels?: string[];
   idleTimeout?: Duration | null;
+  /** What idle reclaim does from now on (there is nothing to clear: `"stop"` is the default). */
+  idleAction?: IdleAction;
   maxDuration?: Duration | null;
 }
 
@@ -411,6 +428,7 @@ function toConfig(c: any): SandboxConfig {
     mounts: (c.mounts ?? []).map((m: any) => ({ source: m.source, target: m.target, readOnly: !!m.read_only })),
     network: !!c.network,
     idleTimeout: opt(c.idle_timeout),
+    idleAction: c.idle_action ?? "stop",
     maxDuration: opt(c.max_duration),
     demandStart: opt(c.demand_start),
     startupTimeout: c.startup_timeout,
@@ -646,6 +664,7 @@ abstract class Lifecycle {
         labels_set: changes.labels,
         labels_unset: changes.unsetLabels,
         idle_timeout: set(changes.idleTimeout),
+        idle_action: changes.idleAction,
         max_duration: set(changes.maxDuration),
       },
       changes,
@@ -868,6 +887,11 @@ export class SandboxBuilder {
   }
   idleTimeout(d: Duration): this {
     this.#o.idle_timeout = seconds(d);
+    return this;
+  }
+  /** What idle reclaim does: `"stop"` (default) or `"hibernate"` (see `IdleAction`). */
+  idleAction(action: IdleAction): this {
+    this.#o.idle_action = action;
     return this;
   }
   maxDuration(d: Duration): this {

@@ -17,6 +17,8 @@ import {
   Sandbox,
   SandboxHandle,
   SandboxNotFoundError,
+  type ModifyOptions,
+  type ModifyPlan,
   type SandboxConfig,
   type SandboxInfo,
   type Status,
@@ -63,7 +65,7 @@ export const CODE_CLASSES: Record<string, string> = {
 const NAME_OPS = ["create", "connect_or_create", "define", "get", "get_by_id", "list"];
 const TARGET_OPS = [
   "handle", "info", "status", "config", "start", "connect_or_start", "connect",
-  "restart", "stop", "kill", "request_drain", "pause", "resume", "touch",
+  "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
   "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
   "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list",
 ];
@@ -80,6 +82,7 @@ const OP_KEYS: Record<string, string[]> = {
   list: ["status", "labels"],
   remove: ["name", "sandbox"],
   stop: ["sandbox", "grace"],
+  modify: ["sandbox", "changes"],
   wait_for_status: ["sandbox", "statuses", "timeout"],
   exec: ["sandbox", "argv", "stdin", "env", "cwd", "timeout"],
   spawn: ["sandbox", "argv", "env", "cwd", "timeout"],
@@ -97,7 +100,12 @@ const OP_KEYS: Record<string, string[]> = {
 };
 const CREATE_OPTIONS = new Set([
   "image", "cpus", "memory_mb", "pids_limit", "env", "workdir", "labels", "network",
-  "idle_timeout", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
+  "idle_timeout", "idle_action", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
+]);
+/** The changes a `modify` step may name (durations in seconds; null clears cpus, memory_mb, idle_timeout, max_duration). */
+const MODIFY_CHANGES = new Set([
+  "cpus", "memory_mb", "env_set", "env_unset", "labels_set", "labels_unset",
+  "idle_timeout", "idle_action", "max_duration",
 ]);
 const RACE_EXPECT_KEYS = new Set(["outcomes", "same_id", "starts", "each"]);
 const CAPABILITY_TAGS = new Set([
@@ -134,13 +142,14 @@ export function loadDocument(path: string = casesPath()): Document {
 export function stepCapability(step: Step): string | null {
   const options = step.options ?? {};
   if (step.op === "pause" || step.op === "resume") return "pause";
+  if (step.op === "modify") return "modify_live";
   if (step.op === "detach") return "attached";
   if (step.op === "race" && step.processes) {
     const d = step.do ?? {};
     const owns = (d.op === "create" || d.op === "connect_or_create") && !(d.options ?? {}).detached;
     return owns ? "attached" : null;
   }
-  if ("idle_timeout" in options || "demand_start" in options) return "idle_reclaim";
+  if ("idle_timeout" in options || "idle_action" in options || "demand_start" in options) return "idle_reclaim";
   return null;
 }
 
@@ -203,6 +212,13 @@ function validateStep(step: Step, where: string, bound: Set<string>, top: boolea
   if (step.options) {
     const bad = Object.keys(step.options).filter((k) => !CREATE_OPTIONS.has(k));
     if (bad.length) out.push(`${where}: unknown options ${bad}`);
+  }
+  if ("changes" in step) {
+    if (!isObject(step.changes)) out.push(`${where}: changes must be an object`);
+    else {
+      const bad = Object.keys(step.changes).filter((k) => !MODIFY_CHANGES.has(k));
+      if (bad.length) out.push(`${where}: unknown changes ${bad}`);
+    }
   }
   if ("within" in step && "background" in step) out.push(`${where}: 'within' and 'background' do not combine`);
   if (op === "repeat" || op === "race") {
@@ -281,6 +297,7 @@ function neutralConfig(c: SandboxConfig): Record<string, Json> {
     labels: c.labels,
     network: c.network,
     idle_timeout: secs(c.idleTimeout),
+    idle_action: c.idleAction,
     max_duration: secs(c.maxDuration),
     demand_start: c.demandStart,
     startup_timeout: c.startupTimeout / 1000,
@@ -315,7 +332,7 @@ interface Collected {
   timedOut: boolean;
 }
 
-type Kind = "sandbox" | "handle" | "info" | "exec" | "value" | "list" | "process" | "none";
+type Kind = "sandbox" | "handle" | "info" | "plan" | "exec" | "value" | "list" | "process" | "none";
 type Target = Sandbox | SandboxHandle;
 
 /** A step's result with its kind. */
@@ -641,6 +658,10 @@ export class Runner {
         return infoField(await this.infoOf(obj, cache), key);
       case "info":
         return infoField(obj, key);
+      case "plan": {
+        const p = obj as ModifyPlan;
+        return key === "changes" ? p.changes : infoField(p.info, key);
+      }
       case "exec": {
         const e = obj as Collected;
         switch (key) {
@@ -700,11 +721,29 @@ export class Runner {
     if (o.labels !== undefined) b.labels(o.labels);
     if (o.network !== undefined) b.network(o.network);
     if (o.idle_timeout !== undefined) b.idleTimeout(o.idle_timeout * 1000);
+    if (o.idle_action !== undefined) b.idleAction(o.idle_action);
     if (o.max_duration !== undefined) b.maxDuration(o.max_duration * 1000);
     if (o.startup_timeout !== undefined) b.startupTimeout(o.startup_timeout * 1000);
     if (o.demand_start !== undefined) b.demandStart(o.demand_start);
     if (o.detached !== undefined) b.detached(o.detached);
     return { b, replace: o.replace === true };
+  }
+
+  /** The SDK's ModifyOptions of a `modify` step's changes (durations in seconds, null clears). */
+  private modifyOptions(step: Step): ModifyOptions {
+    const c: Record<string, any> = this.value(step.changes ?? {});
+    const ms = (v: any) => (v === null ? null : v * 1000);
+    const o: ModifyOptions = {};
+    if ("cpus" in c) o.cpus = c.cpus;
+    if ("memory_mb" in c) o.memory = c.memory_mb;
+    if ("env_set" in c) o.env = c.env_set;
+    if ("env_unset" in c) o.unsetEnv = c.env_unset;
+    if ("labels_set" in c) o.labels = c.labels_set;
+    if ("labels_unset" in c) o.unsetLabels = c.labels_unset;
+    if ("idle_timeout" in c) o.idleTimeout = ms(c.idle_timeout);
+    if ("idle_action" in c) o.idleAction = c.idle_action;
+    if ("max_duration" in c) o.maxDuration = ms(c.max_duration);
+    return o;
   }
 
   private target(step: Step): any {
@@ -790,6 +829,8 @@ export class Runner {
       case "touch":
         await target.touch();
         return { kind: "none" };
+      case "modify":
+        return { kind: "plan", obj: await target.modify(this.modifyOptions(step)) };
       case "wait_for_status": {
         const opts = "timeout" in step ? { timeout: Number(step.timeout) * this.scale * 1000 } : {};
         return { kind: "info", obj: await target.waitForStatus(step.statuses, opts) };

@@ -54,7 +54,7 @@ CODE_CLASSES = {
 NAME_OPS = {"create", "connect_or_create", "define", "get", "get_by_id", "list"}
 TARGET_OPS = {
     "handle", "info", "status", "config", "start", "connect_or_start", "connect",
-    "restart", "stop", "kill", "request_drain", "pause", "resume", "touch",
+    "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
     "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
     "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list",
 }
@@ -73,6 +73,7 @@ OP_KEYS = {
     "list": {"status", "labels"},
     "remove": {"name", "sandbox"},
     "stop": {"sandbox", "grace"},
+    "modify": {"sandbox", "changes"},
     "wait_for_status": {"sandbox", "statuses", "timeout"},
     "exec": {"sandbox", "argv", "stdin", "env", "cwd", "timeout"},
     "spawn": {"sandbox", "argv", "env", "cwd", "timeout"},
@@ -90,8 +91,14 @@ OP_KEYS = {
 }
 CREATE_OPTIONS = {
     "image", "cpus", "memory_mb", "pids_limit", "env", "workdir", "labels",
-    "network", "idle_timeout", "max_duration", "startup_timeout", "demand_start",
-    "detached", "replace",
+    "network", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
+    "demand_start", "detached", "replace",
+}
+# The changes a `modify` step may name (durations in seconds; null clears
+# cpus, memory_mb, idle_timeout and max_duration).
+MODIFY_CHANGES = {
+    "cpus", "memory_mb", "env_set", "env_unset", "labels_set", "labels_unset",
+    "idle_timeout", "idle_action", "max_duration",
 }
 RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # Tags naming a backend capability (burrow::Capabilities): a case carries the
@@ -162,6 +169,8 @@ def step_capability(step: dict) -> str | None:
     options = step.get("options") or {}
     if op in ("pause", "resume"):
         return "pause"
+    if op == "modify":
+        return "modify_live"
     if op == "detach":
         return "attached"
     if op == "race" and step.get("processes"):
@@ -170,7 +179,7 @@ def step_capability(step: dict) -> str | None:
             do.get("options") or {}
         ).get("detached", False)
         return "attached" if owns else None
-    if "idle_timeout" in options or "demand_start" in options:
+    if {"idle_timeout", "idle_action", "demand_start"} & set(options):
         return "idle_reclaim"
     return None
 
@@ -205,6 +214,13 @@ def _validate_step(step: dict, where: str, bound: set[str], top: bool) -> list[s
             bad = set(step[k]) - CREATE_OPTIONS
             if bad:
                 problems.append(f"{where}: unknown options {sorted(bad)}")
+    if "changes" in step:
+        if not isinstance(step["changes"], dict):
+            problems.append(f"{where}: changes must be an object")
+        else:
+            bad = set(step["changes"]) - MODIFY_CHANGES
+            if bad:
+                problems.append(f"{where}: unknown changes {sorted(bad)}")
     if "within" in step and "background" in step:
         problems.append(f"{where}: 'within' and 'background' do not combine")
     if op in ("repeat", "race"):
@@ -261,7 +277,8 @@ def _is_operator(obj: Any) -> bool:
 
 @dataclass
 class R:
-    """A step's result with its kind (sandbox, handle, info, exec, value, list, process, none)."""
+    """A step's result with its kind (sandbox, handle, info, plan, exec, value, list, process,
+    none)."""
 
     kind: str
     obj: Any = None
@@ -580,6 +597,12 @@ class Runner:
             return _info_field(await self._info_of(result, cache), key)
         if kind == "info":
             return _info_field(obj, key)
+        if kind == "plan":
+            if key == "changes":
+                return [
+                    {"field": c.field, "applies": c.applies, "note": c.note} for c in obj.changes
+                ]
+            return _info_field(obj.info, key)
         if kind == "exec":
             if key in ("stdout", "stderr"):
                 return getattr(obj, key)
@@ -690,7 +713,7 @@ class Runner:
         if op == "status":
             return R("value", await target.status())
         if op == "config":
-            return R("value", await self._as_handle(target).config())
+            return R("value", _neutral_config(await self._as_handle(target).config()))
         if op in ("start", "connect_or_start", "connect"):
             return R("sandbox", await getattr(self._as_handle(target), op)())
         if op == "restart":
@@ -704,6 +727,10 @@ class Runner:
         if op == "touch":
             await target.touch()
             return R("none")
+        if op == "modify":
+            # The changes' names are the keywords of modify (durations in
+            # seconds, None clears).
+            return R("plan", await target.modify(**self.value(step["changes"])))
         if op == "wait_for_status":
             kwargs = {}
             if "timeout" in step:
@@ -850,7 +877,16 @@ def _info_field(info: Any, key: str) -> Any:
     if key in ("exit_reason", "detail"):
         run = getattr(info, "last_run", None)
         return None if run is None else getattr(run, key)
+    if key == "config":
+        return _neutral_config(info.config)
     return getattr(info, key, _MISSING)
+
+
+def _neutral_config(config: dict) -> dict:
+    """The configuration as cases read it: the core's JSON form, with
+    ``idle_action`` always present (the JSON leaves out the default,
+    ``"stop"``)."""
+    return {"idle_action": "stop", **config}
 
 
 def _class_ok(error: BaseException) -> bool:

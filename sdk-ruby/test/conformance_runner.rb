@@ -44,7 +44,7 @@ module Conformance
 
   NAME_OPS = %w[create connect_or_create define get get_by_id list].freeze
   TARGET_OPS = %w[handle info status config start connect_or_start connect restart stop kill request_drain
-                  pause resume touch wait_for_status wait_until_stopped destroy detach ping exec spawn
+                  pause resume touch modify wait_for_status wait_until_stopped destroy detach ping exec spawn
                   fs_write fs_read fs_exists fs_mkdir fs_list].freeze
   CONTROL_OPS = %w[wait await sleep repeat race remove].freeze
   KNOWN_OPS = (NAME_OPS + TARGET_OPS + CONTROL_OPS).to_set.freeze
@@ -53,15 +53,19 @@ module Conformance
   OP_KEYS = {
     "create" => %w[name options], "connect_or_create" => %w[name options], "define" => %w[name options],
     "get" => %w[name], "get_by_id" => %w[id], "list" => %w[status labels], "remove" => %w[name sandbox],
-    "stop" => %w[sandbox grace], "wait_for_status" => %w[sandbox statuses timeout],
+    "stop" => %w[sandbox grace], "modify" => %w[sandbox changes], "wait_for_status" => %w[sandbox statuses timeout],
     "exec" => %w[sandbox argv stdin env cwd timeout], "spawn" => %w[sandbox argv env cwd timeout],
     "fs_write" => %w[sandbox path data], "fs_read" => %w[sandbox path], "fs_exists" => %w[sandbox path],
     "fs_mkdir" => %w[sandbox path parents], "fs_list" => %w[sandbox path], "wait" => %w[process],
     "await" => %w[job], "sleep" => %w[seconds], "repeat" => %w[seconds interval do],
     "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name]
   }.freeze
-  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit env workdir labels network idle_timeout max_duration
-                      startup_timeout demand_start detached replace].freeze
+  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit env workdir labels network idle_timeout idle_action
+                      max_duration startup_timeout demand_start detached replace].freeze
+  # The changes a modify step may name (durations in seconds; null clears
+  # cpus, memory_mb, idle_timeout and max_duration).
+  MODIFY_CHANGES = %w[cpus memory_mb env_set env_unset labels_set labels_unset idle_timeout idle_action
+                      max_duration].freeze
   RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
   CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer].freeze
   VALUE_OPERATORS = %w[var str_repeat].freeze
@@ -91,13 +95,14 @@ module Conformance
   def step_capability(step)
     options = step["options"] || {}
     return "pause" if %w[pause resume].include?(step["op"])
+    return "modify_live" if step["op"] == "modify"
     return "attached" if step["op"] == "detach"
     if step["op"] == "race" && step["processes"]
       d = step["do"] || {}
       owns = %w[create connect_or_create].include?(d["op"]) && !(d["options"] || {})["detached"]
       return owns ? "attached" : nil
     end
-    return "idle_reclaim" if options.key?("idle_timeout") || options.key?("demand_start")
+    return "idle_reclaim" if %w[idle_timeout idle_action demand_start].any? { |k| options.key?(k) }
 
     nil
   end
@@ -163,6 +168,14 @@ module Conformance
     end
     bad = (step["options"] || {}).keys - CREATE_OPTIONS
     out << "#{where}: unknown options #{bad}" unless bad.empty?
+    if step.key?("changes")
+      if step["changes"].is_a?(Hash)
+        bad = step["changes"].keys - MODIFY_CHANGES
+        out << "#{where}: unknown changes #{bad}" unless bad.empty?
+      else
+        out << "#{where}: changes must be an object"
+      end
+    end
     out << "#{where}: 'within' and 'background' do not combine" if step.key?("within") && step.key?("background")
     if %w[repeat race].include?(op)
       if step["do"].is_a?(Hash)
@@ -223,7 +236,8 @@ module Conformance
     { "image" => c.image, "driver" => c.driver&.to_s, "runtime" => c.runtime&.to_s, "cpus" => c.cpus,
       "memory_mb" => c.memory, "pids_limit" => c.pids_limit, "env" => c.env, "workdir" => c.workdir,
       "labels" => c.labels, "network" => c.network, "idle_timeout" => c.idle_timeout,
-      "max_duration" => c.max_duration, "demand_start" => c.demand_start, "startup_timeout" => c.startup_timeout }
+      "idle_action" => c.idle_action&.to_s, "max_duration" => c.max_duration, "demand_start" => c.demand_start,
+      "startup_timeout" => c.startup_timeout }
   end
 
   def info_field(info, key)
@@ -490,6 +504,7 @@ module Conformance
 
         Conformance.info_field(info_of(obj, cache), key)
       when :info then Conformance.info_field(obj, key)
+      when :plan then key == "changes" ? obj.changes : Conformance.info_field(obj.info, key)
       when :exec
         case key
         when "stdout", "stderr", "exit_code", "signal", "timed_out" then obj.public_send(key)
@@ -530,6 +545,21 @@ module Conformance
       o.to_h do |k, v|
         case k
         when "memory_mb" then [:memory, v]
+        else [k.to_sym, v]
+        end
+      end
+    end
+
+    # The keywords of Target#modify for a modify step's changes (durations
+    # in seconds, nil clears).
+    def modify_options(step)
+      value(step["changes"] || {}).to_h do |k, v|
+        case k
+        when "memory_mb" then [:memory, v]
+        when "env_set" then [:env, v]
+        when "env_unset" then [:unset_env, v]
+        when "labels_set" then [:labels, v]
+        when "labels_unset" then [:unset_labels, v]
         else [k.to_sym, v]
         end
       end
@@ -591,6 +621,7 @@ module Conformance
       when "resume" then return Result.new(:info, t.resume)
       when "wait_until_stopped" then return Result.new(:info, t.wait_until_stopped)
       when "touch" then return Result.new(:none, t.touch)
+      when "modify" then return Result.new(:plan, t.modify(**modify_options(step)))
       when "wait_for_status"
         timeout = step.key?("timeout") ? step["timeout"].to_f * @scale : nil
         return Result.new(:info, t.wait_for_status(*step["statuses"], timeout: timeout))

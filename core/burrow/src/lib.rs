@@ -65,6 +65,8 @@ pub use backend::{
 /// answers.
 pub use burrow_protocol as protocol;
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
+#[cfg(feature = "local")]
+pub use driver::vm::WarmTemplate;
 pub use duration::{parse_duration, ParseDurationError};
 pub use error::{Error, ErrorCode, Result};
 #[cfg(feature = "local")]

@@ -1,11 +1,15 @@
 //! VM driver benchmark: the floor (bare boot of the same kernel under the
 //! same QEMU machine to a tiny static init's marker on the serial console),
-//! create -> Running of a `vm` sandbox beside it (ratio = median / floor
-//! median), the restore of a saved guest (RAM in a file, device state
+//! create -> Running of a `vm` sandbox booted cold (`BURROW_VM_TEMPLATES=0`)
+//! and restored from its boot template beside it (ratio = median / floor
+//! median), 8 creates at once from one template, a demand start (an exec
+//! of `true` on a reclaimed sandbox) after a hibernation beside one after a
+//! stop, the restore of a saved guest (RAM in a file, device state
 //! migrated in: the mechanism under boot templates) alone and 4 at once,
 //! exec of `true` in a running VM beside the same in a container
-//! sandbox, and the host memory (supervisor + QEMU RSS) of one running VM
-//! with the default memory and with `memory_mb(128)`.
+//! sandbox, the host memory (supervisor + QEMU RSS) of one running VM
+//! with the default memory and with `memory_mb(128)`, and the QEMU RSS and
+//! PSS of 8 sandboxes restored from one template beside a cold-booted one.
 //!
 //! Run: `cargo bench -p burrow-cli --bench vm` (as root: the floor's
 //! initramfs needs `mknod`; needs `cc` with a static libc, `cpio`, QEMU and
@@ -23,7 +27,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use burrow::internal::driver::vm::{Accel, DEFAULT_MEMORY_MB};
+use burrow::internal::driver::vm::{
+    start_record, Accel, StartKind, DEFAULT_MEMORY_MB, TEMPLATES_ENV,
+};
+use burrow::{IdleAction, Status};
 use common::TestHome;
 
 const MARKER: &str = "BURROW-INIT-MARKER";
@@ -293,6 +300,103 @@ async fn vm_memory(home: &TestHome, name: &str, memory_mb: Option<u64>) -> (u64,
     rss
 }
 
+fn started_from(home: &Path, id: &burrow::SandboxId) -> StartKind {
+    start_record(&home.join("sandboxes").join(id.as_str()).join("runtime"))
+        .expect("start.json")
+        .from
+}
+
+/// `n` creates -> Running of a vm sandbox, each destroyed after; asserts
+/// how each started.
+async fn creates(home: &TestHome, prefix: &str, n: usize, from: StartKind) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let builder = home.builder(&format!("{prefix}-{i}")).driver("vm");
+        let t = Instant::now();
+        let sb = builder.create().await.unwrap();
+        out.push(t.elapsed());
+        assert_eq!(started_from(home.path(), sb.id()), from);
+        sb.destroy().await.unwrap();
+    }
+    out
+}
+
+/// 8 creates at once from one template, `rounds` times: the time until all
+/// are Running, and the QEMU (RSS, PSS) KiB of each of the last round.
+async fn creates_at_once(home: &TestHome, rounds: usize) -> (Vec<Duration>, Vec<(u64, u64)>) {
+    let mut times = Vec::new();
+    let mut memory = Vec::new();
+    for r in 0..rounds {
+        let t = Instant::now();
+        let all = futures::future::join_all((0..8).map(|i| {
+            home.builder(&format!("eight-{r}-{i}"))
+                .driver("vm")
+                .create()
+        }))
+        .await;
+        times.push(t.elapsed());
+        let sandboxes: Vec<burrow::Sandbox> = all.into_iter().map(|s| s.unwrap()).collect();
+        for sb in &sandboxes {
+            assert_eq!(started_from(home.path(), sb.id()), StartKind::Template);
+        }
+        if r + 1 == rounds {
+            for sb in &sandboxes {
+                assert_eq!(sb.exec(["true"]).await.unwrap().status.code, Some(0));
+            }
+            for sb in &sandboxes {
+                let pid = qemu_pid(home.path(), sb.id());
+                memory.push((vm_rss_kib(pid), pss_kib(pid)));
+            }
+        }
+        for sb in sandboxes {
+            sb.destroy().await.unwrap();
+        }
+    }
+    (times, memory)
+}
+
+/// `n` demand starts (an exec of `true` on the idle-reclaimed sandbox,
+/// timed from the call to its answer) of one vm sandbox reclaimed with
+/// `action`; a counter process runs in it throughout.
+async fn demand_starts(home: &TestHome, name: &str, action: IdleAction, n: usize) -> Vec<Duration> {
+    let sb = home
+        .builder(name)
+        .driver("vm")
+        .idle_timeout(Duration::from_millis(500))
+        .idle_action(action)
+        .create()
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let stopped = tokio::time::timeout(
+            Duration::from_secs(60),
+            sb.handle().wait_for_status(&[Status::Stopped]),
+        )
+        .await
+        .expect("reclaimed")
+        .unwrap();
+        let reason = stopped.last_run.and_then(|r| r.exit_reason);
+        let expected = match action {
+            IdleAction::Hibernate => burrow::ExitReason::Hibernated,
+            _ => burrow::ExitReason::IdleTimeout,
+        };
+        assert_eq!(reason, Some(expected));
+        let t = Instant::now();
+        let r = sb.exec(["true"]).await.unwrap();
+        out.push(t.elapsed());
+        assert_eq!(r.status.code, Some(0));
+        let kind = started_from(home.path(), sb.id());
+        let want = match action {
+            IdleAction::Hibernate => StartKind::Hibernation,
+            _ => StartKind::Template,
+        };
+        assert_eq!(kind, want);
+    }
+    sb.destroy().await.unwrap();
+    out
+}
+
 async fn exec_samples(sb: &burrow::Sandbox, n: usize) -> Vec<Duration> {
     sb.exec(["true"]).await.unwrap();
     let mut out = Vec::with_capacity(n);
@@ -303,6 +407,21 @@ async fn exec_samples(sb: &burrow::Sandbox, n: usize) -> Vec<Duration> {
         assert_eq!(r.status.code, Some(0));
     }
     out
+}
+
+/// What the sandbox part of the benchmark measured.
+struct Measured {
+    cold: Vec<Duration>,
+    cold_memory: (u64, u64),
+    create: Vec<Duration>,
+    eight: Vec<Duration>,
+    eight_memory: Vec<(u64, u64)>,
+    after_hibernate: Vec<Duration>,
+    after_stop: Vec<Duration>,
+    vm_exec: Vec<Duration>,
+    ct_exec: Vec<Duration>,
+    mem_default: (u64, u64),
+    mem_128: (u64, u64),
 }
 
 fn main() {
@@ -348,7 +467,7 @@ fn main() {
     let (restore, restore4, restored_memory) =
         rt.block_on(restores(&support, scratch.path(), iters));
 
-    let (create, vm_exec, ct_exec, mem_default, mem_128) = rt.block_on(async {
+    let measured = rt.block_on(async {
         let home = TestHome::new().await;
         // Warm-up: the image's ext4 disk (VM) and shifted copy (container)
         // are built once per image.
@@ -363,14 +482,27 @@ fn main() {
                 .unwrap();
         }
 
-        let mut create = Vec::new();
-        for i in 0..iters {
-            let builder = home.builder(&format!("bench-{i}")).driver("vm");
-            let t = Instant::now();
-            let sb = builder.create().await.unwrap();
-            create.push(t.elapsed());
-            sb.destroy().await.unwrap();
-        }
+        // Cold boots: templates off for the supervisors spawned meanwhile
+        // (they inherit this process's environment; nothing else runs).
+        std::env::set_var(TEMPLATES_ENV, "0");
+        let cold = creates(&home, "cold", iters, StartKind::Cold).await;
+        let cold_sb = home
+            .builder("cold-memory")
+            .driver("vm")
+            .create()
+            .await
+            .unwrap();
+        assert_eq!(cold_sb.exec(["true"]).await.unwrap().status.code, Some(0));
+        let cold_pid = qemu_pid(home.path(), cold_sb.id());
+        let cold_memory = (vm_rss_kib(cold_pid), pss_kib(cold_pid));
+        cold_sb.destroy().await.unwrap();
+        std::env::remove_var(TEMPLATES_ENV);
+        // The warm-up above built the template.
+        let create = creates(&home, "bench", iters, StartKind::Template).await;
+        let (eight, eight_memory) = creates_at_once(&home, iters.div_ceil(3)).await;
+        let after_hibernate =
+            demand_starts(&home, "hibernating", IdleAction::Hibernate, iters).await;
+        let after_stop = demand_starts(&home, "stopping", IdleAction::Stop, iters).await;
 
         let sb = home.builder("exec-vm").driver("vm").create().await.unwrap();
         let vm_exec = exec_samples(&sb, execs).await;
@@ -386,8 +518,33 @@ fn main() {
 
         let mem_default = vm_memory(&home, "mem-default", None).await;
         let mem_128 = vm_memory(&home, "mem-128", Some(128)).await;
-        (create, vm_exec, ct_exec, mem_default, mem_128)
+        Measured {
+            cold,
+            cold_memory,
+            create,
+            eight,
+            eight_memory,
+            after_hibernate,
+            after_stop,
+            vm_exec,
+            ct_exec,
+            mem_default,
+            mem_128,
+        }
     });
+    let Measured {
+        cold,
+        cold_memory,
+        create,
+        eight,
+        eight_memory,
+        after_hibernate,
+        after_stop,
+        vm_exec,
+        ct_exec,
+        mem_default,
+        mem_128,
+    } = measured;
 
     let floor_med = pct(&floor, 0.5);
     let ct_med = pct(&ct_exec, 0.5);
@@ -419,7 +576,9 @@ fn main() {
         "{:<36} {:>10} {:>10} {:>10} {:>18}",
         "operation", "median ms", "p90 ms", "max ms", "ratio (medians)"
     );
-    let rows: [(&str, &[Duration], String); 6] = [
+    let cold_med = pct(&cold, 0.5);
+    let stop_med = pct(&after_stop, 0.5);
+    let rows: [(&str, &[Duration], String); 10] = [
         (
             "bare boot -> init marker (floor)",
             &floor,
@@ -436,9 +595,32 @@ fn main() {
             format!("{:.2} x floor", ms(pct(&restore4, 0.5)) / ms(floor_med)),
         ),
         (
-            "vm create -> Running",
+            "vm create -> Running, cold boot",
+            &cold,
+            format!("{:.2} x floor", ms(cold_med) / ms(floor_med)),
+        ),
+        (
+            "vm create -> Running, template",
             &create,
-            format!("{:.2} x floor", ms(pct(&create, 0.5)) / ms(floor_med)),
+            format!("{:.2} x cold", ms(pct(&create, 0.5)) / ms(cold_med)),
+        ),
+        (
+            "8 creates at once -> all Running",
+            &eight,
+            format!("{:.2} x cold", ms(pct(&eight, 0.5)) / ms(cold_med)),
+        ),
+        (
+            "demand start after stop (exec)",
+            &after_stop,
+            "1.00 x after stop".into(),
+        ),
+        (
+            "demand start after hibernate (exec)",
+            &after_hibernate,
+            format!(
+                "{:.2} x after stop",
+                ms(pct(&after_hibernate, 0.5)) / ms(stop_med)
+            ),
         ),
         (
             "vm exec true (running)",
@@ -486,6 +668,24 @@ fn main() {
         println!(
             "{:<36} {:>10.1} {:>10.1}",
             format!("restored #{}", i + 1),
+            *rss as f64 / 1024.0,
+            *pss as f64 / 1024.0
+        );
+    }
+    println!(
+        "\nQEMU memory per vm sandbox after boot + one exec: cold-booted, and 8 running at once from one template"
+    );
+    println!("{:<36} {:>10} {:>10}", "sandbox", "RSS MiB", "PSS MiB");
+    println!(
+        "{:<36} {:>10.1} {:>10.1}",
+        "cold boot",
+        cold_memory.0 as f64 / 1024.0,
+        cold_memory.1 as f64 / 1024.0
+    );
+    for (i, (rss, pss)) in eight_memory.iter().enumerate() {
+        println!(
+            "{:<36} {:>10.1} {:>10.1}",
+            format!("from the template #{}", i + 1),
             *rss as f64 / 1024.0,
             *pss as f64 / 1024.0
         );

@@ -20,15 +20,6 @@ fn image() -> String {
     busybox_rootfs().to_string_lossy().into_owned()
 }
 
-/// QEMU processes running a guest of `home`.
-fn vms_of(home: &TestHome) -> Vec<u32> {
-    let needle = home.path().to_string_lossy().into_owned();
-    common::processes_with(|args| {
-        args.first().is_some_and(|a| a.contains("qemu-system"))
-            && args.iter().any(|a| a.contains(&needle))
-    })
-}
-
 fn json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -110,7 +101,11 @@ async fn the_guest_sees_only_its_own_filesystem_memory_and_cpus() {
     // Without networking the guest has loopback only, and it is up.
     assert_eq!(sh("ls /sys/class/net".into()).await, "lo");
     sb.destroy().await.unwrap();
-    assert!(eventually(Duration::from_secs(10), || vms_of(&home).is_empty()).await);
+    assert!(
+        eventually(Duration::from_secs(10), || common::vms_of(home.path())
+            .is_empty())
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +121,7 @@ async fn qemu_killed_mid_run_is_crashed_and_synced_data_survives() {
     let gen = sb.generation();
 
     let qemu = common::guest_pid(home.path(), sb.id());
-    assert_eq!(vms_of(&home), vec![qemu as u32]);
+    assert_eq!(common::vms_of(home.path()), vec![qemu as u32]);
     // SAFETY: kill(2) on the QEMU process the driver recorded for this run.
     assert_eq!(unsafe { libc::kill(qemu, libc::SIGKILL) }, 0);
     let info = tokio::time::timeout(Duration::from_secs(20), sb.wait_until_stopped())
@@ -189,7 +184,7 @@ async fn a_wedged_vm_is_caught_by_the_start_deadline_and_cleaned_up() {
     );
     // Nothing of that start is left running.
     let clean = eventually(Duration::from_secs(10), || {
-        vms_of(&home).is_empty()
+        common::vms_of(home.path()).is_empty()
             && common::supervisors_of(&home.path().to_string_lossy()).is_empty()
     })
     .await;

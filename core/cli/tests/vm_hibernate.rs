@@ -51,8 +51,10 @@ async fn start_counter(sb: &Sandbox) {
         .exec([
             "sh",
             "-c",
-            "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' \
-             </dev/null >/dev/null 2>&1 &",
+            // Each value is written aside and renamed into place: a reader
+            // never sees the file truncated.
+            "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; \
+             mv /tmp/count.new /tmp/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
         ])
         .await
         .unwrap();
@@ -242,6 +244,10 @@ async fn kill_at_fault(marker: &PathBuf) {
     // SAFETY: kill(2) on the supervisor that announced itself at the
     // fault point.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // Gone for good before the test goes on: a dying process still looks
+    // alive to the next call's liveness check.
+    let gone = common::eventually(Duration::from_secs(10), || common::has_exited(pid as u32)).await;
+    assert!(gone, "the supervisor outlived SIGKILL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,7 +292,7 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
     assert_eq!(sb.exec(["echo", "ok"]).await.unwrap().stdout_str(), "ok\n");
     // Only this start's QEMU is alive: the stopped one was reclaimed.
     assert_eq!(
-        vms_of(&home),
+        common::vms_of(home.path()),
         vec![common::guest_pid(home.path(), &info.id) as u32]
     );
 
@@ -316,17 +322,8 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
     assert_eq!(start_kind(&home, &info), StartKind::Hibernation);
     assert!(count(&sb).await.unwrap() > 0);
     assert_eq!(
-        vms_of(&home),
+        common::vms_of(home.path()),
         vec![common::guest_pid(home.path(), &info.id) as u32]
     );
     sb.destroy().await.unwrap();
-}
-
-/// QEMU processes running a guest of `home`.
-fn vms_of(home: &TestHome) -> Vec<u32> {
-    let needle = home.path().to_string_lossy().into_owned();
-    common::processes_with(|args| {
-        args.first().is_some_and(|a| a.contains("qemu-system"))
-            && args.iter().any(|a| a.contains(&needle))
-    })
 }

@@ -316,6 +316,56 @@ async fn every_input_gets_its_own_template_and_prune_drops_stale_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warming_ahead_builds_the_template_the_first_start_restores() {
+    let home = TestHome::new().await;
+    let warm = |extra: &[&str]| {
+        let out = home
+            .cli()
+            .args(["--json", "image", "warm"])
+            .arg(busybox_rootfs())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let first = warm(&["--memory", "192"]);
+    assert_eq!(first["built"], true);
+    let again = warm(&["--memory", "192"]);
+    assert_eq!(again["built"], false);
+    assert_eq!(again["template"], first["template"]);
+    let sb = home
+        .builder("warmed")
+        .driver("vm")
+        .memory_mb(192)
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(
+        restored_key(&home, &sb),
+        first["template"].as_str().unwrap()
+    );
+    assert_eq!(templates(home.path()).len(), 1);
+    sb.destroy().await.unwrap();
+
+    // A bad image is a typed error and builds nothing.
+    let out = home
+        .cli()
+        .args(["--json", "image", "warm", "/no/such/image"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(err["error"]["code"], "invalid_image");
+    assert_eq!(templates(home.path()).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_template_falls_back_to_a_cold_boot() {
     let home = TestHome::new().await;
     let first = home.builder("fb-1").driver("vm").create().await.unwrap();
@@ -346,7 +396,7 @@ async fn an_unusable_template_falls_back_to_a_cold_boot() {
     assert!((u.clock - now_secs()).abs() <= 5, "{u:?}");
     // No QEMU of the failed restore is left: only this guest's.
     assert_eq!(
-        vms_of(&home),
+        common::vms_of(home.path()),
         vec![common::guest_pid(home.path(), sb.id()) as u32]
     );
     sb.destroy().await.unwrap();
@@ -372,13 +422,4 @@ async fn an_unusable_template_falls_back_to_a_cold_boot() {
     .unwrap();
     assert_eq!((rec.from, rec.template), (StartKind::Cold, None));
     assert!(rec.reason.is_some());
-}
-
-/// QEMU processes running a guest of `home`.
-fn vms_of(home: &TestHome) -> Vec<u32> {
-    let needle = home.path().to_string_lossy().into_owned();
-    common::processes_with(|args| {
-        args.first().is_some_and(|a| a.contains("qemu-system"))
-            && args.iter().any(|a| a.contains(&needle))
-    })
 }

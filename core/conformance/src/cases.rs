@@ -46,6 +46,7 @@ pub(crate) const TARGET_OPS: &[&str] = &[
     "pause",
     "resume",
     "touch",
+    "modify",
     "wait_for_status",
     "wait_until_stopped",
     "destroy",
@@ -96,11 +97,25 @@ const CREATE_OPTIONS: &[&str] = &[
     "labels",
     "network",
     "idle_timeout",
+    "idle_action",
     "max_duration",
     "startup_timeout",
     "demand_start",
     "detached",
     "replace",
+];
+/// The changes a `modify` step may name (durations in seconds; `null`
+/// clears `cpus`, `memory_mb`, `idle_timeout` and `max_duration`).
+const MODIFY_CHANGES: &[&str] = &[
+    "cpus",
+    "memory_mb",
+    "env_set",
+    "env_unset",
+    "labels_set",
+    "labels_unset",
+    "idle_timeout",
+    "idle_action",
+    "max_duration",
 ];
 const RACE_EXPECT_KEYS: &[&str] = &["outcomes", "same_id", "starts", "each"];
 const CASE_KEYS: &[&str] = &[
@@ -122,6 +137,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "list" => &["status", "labels"],
         "remove" => &["name", "sandbox"],
         "stop" => &["sandbox", "grace"],
+        "modify" => &["sandbox", "changes"],
         "wait_for_status" => &["sandbox", "statuses", "timeout"],
         "exec" => &["sandbox", "argv", "stdin", "env", "cwd", "timeout"],
         "spawn" => &["sandbox", "argv", "env", "cwd", "timeout"],
@@ -139,22 +155,27 @@ fn op_keys(op: &str) -> &'static [&'static str] {
 }
 
 /// The capability (one of [`CAPABILITY_TAGS`]) a step needs by itself, if
-/// any: `pause`/`resume` need `pause`; `detach`, and a race in processes
-/// whose callers own the attached sandbox they start, need `attached`; an
-/// `idle_timeout` or `demand_start` option needs `idle_reclaim`.
+/// any: `pause`/`resume` need `pause`; `modify` needs `modify_live`;
+/// `detach`, and a race in processes whose callers own the attached sandbox
+/// they start, need `attached`; an `idle_timeout`, `idle_action` or
+/// `demand_start` option needs `idle_reclaim`.
 pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str> {
     let op = step.get("op").and_then(Value::as_str).unwrap_or_default();
     let opts = step.get("options").and_then(Value::as_object);
     match op {
         "pause" | "resume" => Some("pause"),
+        "modify" => Some("modify_live"),
         "detach" => Some("attached"),
         "race" if step.get("processes").and_then(Value::as_bool) == Some(true) => step
             .get("do")
             .and_then(Value::as_object)
             .filter(|d| crate::ops::owns_what_it_starts(d))
             .map(|_| "attached"),
-        _ if opts
-            .is_some_and(|o| o.contains_key("idle_timeout") || o.contains_key("demand_start")) =>
+        _ if opts.is_some_and(|o| {
+            ["idle_timeout", "idle_action", "demand_start"]
+                .iter()
+                .any(|k| o.contains_key(*k))
+        }) =>
         {
             Some("idle_reclaim")
         }
@@ -434,6 +455,20 @@ fn validate_step(
             .collect();
         if !bad.is_empty() {
             problems.push(format!("{at}: unknown options {bad:?}"));
+        }
+    }
+    if let Some(changes) = step.get("changes") {
+        match changes.as_object() {
+            Some(c) => {
+                let bad: Vec<_> = c
+                    .keys()
+                    .filter(|k| !MODIFY_CHANGES.contains(&k.as_str()))
+                    .collect();
+                if !bad.is_empty() {
+                    problems.push(format!("{at}: unknown changes {bad:?}"));
+                }
+            }
+            None => problems.push(format!("{at}: changes must be an object")),
         }
     }
     if step.contains_key("within") && step.contains_key("background") {

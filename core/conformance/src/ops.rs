@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use burrow::{
-    ExecOptions, ListFilter, Sandbox, SandboxBuilder, SandboxConfig, SandboxHandle, SandboxId,
-    Status, StopOptions,
+    ExecOptions, IdleAction, ListFilter, Modify, Sandbox, SandboxBuilder, SandboxConfig,
+    SandboxHandle, SandboxId, Status, StopOptions,
 };
 use serde_json::{json, Map, Value};
 
 use crate::interp::{op_of, Ctx, Obj};
-use crate::outcome::{Outcome, StepError, R};
+use crate::outcome::{config_json, Outcome, StepError, R};
 
 /// Why an op did not produce an outcome: an error of the backend (an
 /// outcome to check), or a step the kit cannot run (a bad case).
@@ -121,6 +121,9 @@ impl Ctx {
             .get("idle_timeout")
             .map(|v| seconds("idle_timeout", v))
             .transpose()?;
+        if let Some(v) = opts.get("idle_action") {
+            config.idle_action = idle_action(v)?;
+        }
         config.max_duration = opts
             .get("max_duration")
             .map(|v| seconds("max_duration", v))
@@ -139,6 +142,35 @@ impl Ctx {
             .config(config)
             .detached(detached);
         Ok((builder, replace))
+    }
+
+    /// The changes of a `modify` step (durations in seconds; `null` clears
+    /// a limit or timeout).
+    fn modify_changes(&self, step: &Map<String, Value>) -> Result<Modify, E> {
+        let changes = match self.arg(step, "changes")? {
+            Value::Object(o) => o,
+            other => return kit(format!("changes must be an object, not {other}")),
+        };
+        let mut m = Modify::default();
+        for (key, v) in &changes {
+            match key.as_str() {
+                "cpus" => m.cpus = Some(nullable(v, |v| as_f64("cpus", v))?),
+                "memory_mb" => m.memory_mb = Some(nullable(v, |v| as_u64("memory_mb", v))?),
+                "env_set" => m.env_set = str_map("env_set", v)?,
+                "env_unset" => m.env_unset = str_list("env_unset", v)?,
+                "labels_set" => m.labels_set = str_map("labels_set", v)?,
+                "labels_unset" => m.labels_unset = str_list("labels_unset", v)?,
+                "idle_timeout" => {
+                    m.idle_timeout = Some(nullable(v, |v| seconds("idle_timeout", v))?);
+                }
+                "idle_action" => m.idle_action = Some(idle_action(v)?),
+                "max_duration" => {
+                    m.max_duration = Some(nullable(v, |v| seconds("max_duration", v))?);
+                }
+                other => return kit(format!("unknown change {other:?}")),
+            }
+        }
+        Ok(m)
     }
 
     fn target(&self, step: &Map<String, Value>) -> Result<Obj, E> {
@@ -230,9 +262,7 @@ impl Ctx {
             }
             ("config", _) => {
                 let config = Self::handle_of(&target)?.config().await?;
-                return Ok(R::Value(
-                    serde_json::to_value(config).unwrap_or(Value::Null),
-                ));
+                return Ok(R::Value(config_json(&config)));
             }
             ("start", _) => return Ok(R::Sandbox(Self::handle_of(&target)?.start().await?)),
             ("connect_or_start", _) => {
@@ -275,6 +305,14 @@ impl Ctx {
                     _ => h.resume().await?,
                 };
                 return Ok(R::Info(Box::new(info)));
+            }
+            ("modify", _) => {
+                let changes = self.modify_changes(step)?;
+                let plan = match &target {
+                    Obj::Sandbox(s) => s.modify(&changes).await?,
+                    _ => Self::handle_of(&target)?.modify(&changes).await?,
+                };
+                return Ok(R::Plan(Box::new(plan)));
             }
             ("touch", Obj::Sandbox(s)) => {
                 s.touch().await?;
@@ -425,6 +463,38 @@ fn str_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, E> {
             other => kit(format!("{key}.{k} must be a string, not {other}")),
         })
         .collect()
+}
+
+fn str_list(key: &str, v: &Value) -> Result<Vec<String>, E> {
+    let Value::Array(items) = v else {
+        return kit(format!("{key} must be a list, not {v}"));
+    };
+    items
+        .iter()
+        .map(|s| match s {
+            Value::String(s) => Ok(s.clone()),
+            other => kit(format!("{key} items must be strings, not {other}")),
+        })
+        .collect()
+}
+
+/// `null` (`None`: clear the setting), or a value read by `read`.
+fn nullable<T>(v: &Value, read: impl FnOnce(&Value) -> Result<T, E>) -> Result<Option<T>, E> {
+    if v.is_null() {
+        Ok(None)
+    } else {
+        read(v).map(Some)
+    }
+}
+
+/// An idle action by its name (`stop`, `hibernate`).
+fn idle_action(v: &Value) -> Result<IdleAction, E> {
+    match v.as_str().and_then(IdleAction::parse) {
+        Some(a) => Ok(a),
+        None => kit(format!(
+            "idle_action must be \"stop\" or \"hibernate\", not {v}"
+        )),
+    }
 }
 
 fn opt_map(opts: &Map<String, Value>, key: &str) -> Result<BTreeMap<String, String>, E> {

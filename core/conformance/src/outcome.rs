@@ -1,7 +1,7 @@
 //! What a step produced (a result of some kind, or an error with a code) and
 //! the fields expectations read from it (README, "Results and fields").
 
-use burrow::{ExecOutput, Process, Sandbox, SandboxHandle, SandboxInfo};
+use burrow::{ExecOutput, ModifyPlan, Process, Sandbox, SandboxConfig, SandboxHandle, SandboxInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -17,6 +17,8 @@ pub(crate) enum R {
     Handle(SandboxHandle),
     /// A snapshot (`info`, `stop`, `kill`, ...).
     Info(Box<SandboxInfo>),
+    /// What a `modify` did: its changes, and the snapshot after it.
+    Plan(Box<ModifyPlan>),
     /// A finished process (`exec`, `wait`).
     Exec(ExecResult),
     /// A plain value (`status`, `config`, `ping`, `fs_read`, `fs_exists`).
@@ -35,6 +37,7 @@ impl R {
             R::Sandbox(_) => "sandbox",
             R::Handle(_) => "handle",
             R::Info(_) => "info",
+            R::Plan(_) => "plan",
             R::Exec(_) => "exec result",
             R::Value(_) => "value",
             R::List(_) => "list",
@@ -51,6 +54,13 @@ impl R {
             R::Info(i) => format!(
                 "info {} status {} generation {}",
                 i.id, i.status, i.generation
+            ),
+            R::Plan(p) => format!(
+                "plan {} of {} status {} generation {}",
+                crate::value::short(&changes_json(p)),
+                p.info.id,
+                p.info.status,
+                p.info.generation
             ),
             R::Exec(e) => format!(
                 "exit code {:?}, stdout {:?}",
@@ -163,11 +173,28 @@ impl StepError {
 /// A step's outcome.
 pub(crate) type Outcome = Result<R, StepError>;
 
+/// The configuration as fields are read from: its JSON form, with
+/// `idle_action` always present (the JSON leaves out the default, `stop`).
+pub(crate) fn config_json(config: &SandboxConfig) -> Value {
+    let mut v = serde_json::to_value(config).unwrap_or(Value::Null);
+    if let Value::Object(obj) = &mut v {
+        obj.insert("idle_action".into(), json!(config.idle_action.as_str()));
+    }
+    v
+}
+
+/// The changes of a plan: `[{"field", "applies", "note"?}, ...]`.
+fn changes_json(plan: &ModifyPlan) -> Value {
+    serde_json::to_value(&plan.changes).unwrap_or(Value::Null)
+}
+
 /// The info as the JSON object fields are read from: every field of the
-/// snapshot, plus `exit_reason` and `detail` of the last run (null if none).
+/// snapshot (`config` as [`config_json`] has it), plus `exit_reason` and
+/// `detail` of the last run (null if none).
 pub(crate) fn info_json(info: &SandboxInfo) -> Value {
     let mut v = serde_json::to_value(info).unwrap_or(Value::Null);
     if let Value::Object(obj) = &mut v {
+        obj.insert("config".into(), config_json(&info.config));
         let run = info.last_run.as_ref();
         obj.insert(
             "exit_reason".into(),
@@ -198,6 +225,10 @@ pub(crate) async fn top_field(
             _ => info_field(SandboxInfoSource::Handle(h), key, cache).await,
         },
         R::Info(i) => Ok(info_json(i).get(key).cloned()),
+        R::Plan(p) => Ok(match key {
+            "changes" => Some(changes_json(p)),
+            _ => info_json(&p.info).get(key).cloned(),
+        }),
         R::Exec(e) => Ok(e.field(key)),
         R::Value(v) => Ok((key == "value").then(|| v.clone())),
         R::List(names) => Ok(match key {

@@ -38,15 +38,16 @@
 //! to become a *template*: a snapshot that many sandboxes restore from. The
 //! agent does step 1, reads the boot JSON (which only names the disks and
 //! the channel: nothing of a sandbox is in a template), waits for the disks
-//! to probe, opens the channel, and writes one frame, a
+//! to probe, mounts the image disk read-only (every sandbox of a template
+//! has its image), opens the channel, and writes one frame, a
 //! [`VmTemplateReady`]. The host then saves the VM while the agent is
 //! blocked reading the channel. Each guest restored from it reads one
 //! [`VmResume`] frame: before anything else it mixes the frame's entropy
 //! into the kernel's pool and reseeds the CRNG (two guests of one snapshot
 //! would otherwise share their random state), sets the wall clock (the
 //! kernel has no RTC driver; a snapshot's clock is its age behind), and
-//! drops the disks' cached blocks (the data disk is the sandbox's now, not
-//! the template's); then it goes on from step 3 with the frame's boot
+//! drops the data disk's cached blocks (the disk behind it is the
+//! sandbox's now, not the template's); then it goes on from step 3 with the frame's boot
 //! configuration, exactly as a cold boot would, and serves the protocol on
 //! the channel it already holds. A cold boot gets the wall clock from
 //! [`VmBoot::clock`].

@@ -252,7 +252,10 @@ fn bodies_use_the_wire_names() {
             .collect()
     };
     // Each schema against a JSON value the Rust types produce.
-    let config = serde_json::to_value(burrow::SandboxConfig::new("img")).expect("config");
+    let mut config = burrow::SandboxConfig::new("img");
+    // Not serialized when it is the default.
+    config.idle_action = burrow::IdleAction::Hibernate;
+    let config = serde_json::to_value(config).expect("config");
     for k in config.as_object().expect("object").keys() {
         assert!(keys("SandboxConfig").contains(k), "SandboxConfig.{k}");
     }
@@ -265,6 +268,7 @@ fn bodies_use_the_wire_names() {
         m.labels_set = [("l".to_string(), "v".to_string())].into();
         m.labels_unset = vec!["m".into()];
         m.idle_timeout = Some(None);
+        m.idle_action = Some(burrow::IdleAction::Hibernate);
         m.max_duration = Some(Some(std::time::Duration::from_secs(1)));
         m
     };

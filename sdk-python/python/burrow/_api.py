@@ -28,6 +28,7 @@ from .types import (
     ExecResult,
     ExitStatus,
     FileStat,
+    IdleAction,
     LogLine,
     LogSource,
     Metrics,
@@ -181,6 +182,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
         idle_timeout: Optional[float] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[float] = None,
         startup_timeout: Optional[float] = None,
         demand_start: Optional[bool] = None,
@@ -195,7 +197,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
-            idle_timeout=idle_timeout, max_duration=max_duration,
+            idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
         native = await _native.ASYNC.build(name, "replace" if replace else "create", **kw)
@@ -217,6 +219,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
         idle_timeout: Optional[float] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[float] = None,
         startup_timeout: Optional[float] = None,
         demand_start: Optional[bool] = None,
@@ -229,7 +232,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
-            idle_timeout=idle_timeout, max_duration=max_duration,
+            idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
         native = await _native.ASYNC.build(name, "connect_or_create", **kw)
@@ -251,6 +254,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
         idle_timeout: Optional[float] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[float] = None,
         startup_timeout: Optional[float] = None,
         demand_start: Optional[bool] = None,
@@ -260,7 +264,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
-            idle_timeout=idle_timeout, max_duration=max_duration,
+            idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
         return SandboxHandle(await _native.ASYNC.build(name, "define", **kw))
@@ -424,14 +428,17 @@ class Sandbox:
         labels_set: Optional[Mapping[str, str]] = None,
         labels_unset: Optional[Sequence[str]] = None,
         idle_timeout: Optional[float] = c.UNSET,
+        idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
         max_duration: Optional[float] = c.UNSET,
     ) -> ModifyPlan:
         """Changes the configuration. A field left out is unchanged; ``None``
-        for cpus/memory_mb/idle_timeout/max_duration clears it."""
+        for cpus/memory_mb/idle_timeout/max_duration clears it.
+        ``idle_action`` is ``"stop"`` or ``"hibernate"`` (``None`` leaves it
+        unchanged, as leaving it out does)."""
         changes = c.modify_changes(
             cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
-            max_duration=max_duration,
+            idle_action=idle_action, max_duration=max_duration,
         )  # fmt: skip
         return c.plan(await self._n.modify(changes))
 
@@ -577,12 +584,13 @@ class SandboxHandle:
         labels_set: Optional[Mapping[str, str]] = None,
         labels_unset: Optional[Sequence[str]] = None,
         idle_timeout: Optional[float] = c.UNSET,
+        idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
         max_duration: Optional[float] = c.UNSET,
     ) -> ModifyPlan:
         changes = c.modify_changes(
             cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
-            max_duration=max_duration,
+            idle_action=idle_action, max_duration=max_duration,
         )  # fmt: skip
         return c.plan(await self._n.modify(changes))
 

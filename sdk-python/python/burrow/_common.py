@@ -16,6 +16,7 @@ from .types import (
     ExecResult,
     ExitStatus,
     FileStat,
+    IdleAction,
     LogLine,
     LogSource,
     Metrics,
@@ -83,6 +84,7 @@ def build_kwargs(
     volumes: Optional[Sequence[Volume]],
     network: bool,
     idle_timeout: Optional[float],
+    idle_action: Optional[Union[str, IdleAction]],
     max_duration: Optional[float],
     startup_timeout: Optional[float],
     demand_start: Optional[bool],
@@ -111,11 +113,20 @@ def build_kwargs(
         "volumes": vols,
         "network": bool(network),
         "idle_timeout": None if idle_timeout is None else float(idle_timeout),
+        "idle_action": idle_action_name(idle_action),
         "max_duration": None if max_duration is None else float(max_duration),
         "startup_timeout": None if startup_timeout is None else float(startup_timeout),
         "demand_start": demand_start,
         "detached": bool(detached),
     }
+
+
+def idle_action_name(action: Optional[Union[str, IdleAction]]) -> Optional[str]:
+    """The core's name of an idle action (``"stop"``, ``"hibernate"``); the
+    core judges the value."""
+    if action is None:
+        return None
+    return action.value if isinstance(action, IdleAction) else str(action)
 
 
 def status_list(statuses: Optional[Statuses]) -> Optional[List[str]]:
@@ -158,6 +169,7 @@ def modify_changes(
     labels_set: Optional[Mapping[str, str]],
     labels_unset: Optional[Sequence[str]],
     idle_timeout: Any,
+    idle_action: Any,
     max_duration: Any,
 ) -> Dict[str, Any]:
     changes: Dict[str, Any] = {}
@@ -169,6 +181,9 @@ def modify_changes(
     ):
         if value is not UNSET:
             changes[key] = value
+    if idle_action is not UNSET:
+        # None (null) leaves it unchanged in the core, like leaving it out.
+        changes["idle_action"] = idle_action_name(idle_action)
     if env_set is not None:
         changes["env_set"] = dict(env_set)
     if env_unset is not None:

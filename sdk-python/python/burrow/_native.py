@@ -89,6 +89,7 @@ class Calls:
         volumes: Optional[Sequence[Tuple[str, str, bool]]] = None,
         network: bool = False,
         idle_timeout: Optional[float] = None,
+        idle_action: Optional[str] = None,
         max_duration: Optional[float] = None,
         startup_timeout: Optional[float] = None,
         demand_start: Optional[bool] = None,
@@ -102,8 +103,9 @@ class Calls:
         args = dict(
             name=name, mode=mode, image=image, driver=driver, cpus=cpus, memory_mb=memory_mb,
             pids_limit=pids_limit, env=env, workdir=workdir, labels=labels, volumes=vols,
-            network=network, idle_timeout=idle_timeout, max_duration=max_duration,
-            startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
+            network=network, idle_timeout=idle_timeout, idle_action=idle_action,
+            max_duration=max_duration, startup_timeout=startup_timeout,
+            demand_start=demand_start, detached=detached,
         )  # fmt: skip
         return self._sandbox(_call(None, "build", None, self._b, args))
 

@@ -36,6 +36,7 @@ from .types import (
     ExecResult,
     ExitStatus,
     FileStat,
+    IdleAction,
     LogLine,
     LogSource,
     Metrics,
@@ -189,6 +190,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
         idle_timeout: Optional[float] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[float] = None,
         startup_timeout: Optional[float] = None,
         demand_start: Optional[bool] = None,
@@ -203,7 +205,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
-            idle_timeout=idle_timeout, max_duration=max_duration,
+            idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
         native = _native.SYNC.build(name, "replace" if replace else "create", **kw)
@@ -225,6 +227,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
         idle_timeout: Optional[float] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[float] = None,
         startup_timeout: Optional[float] = None,
         demand_start: Optional[bool] = None,
@@ -237,7 +240,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
-            idle_timeout=idle_timeout, max_duration=max_duration,
+            idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
         native = _native.SYNC.build(name, "connect_or_create", **kw)
@@ -259,6 +262,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
         idle_timeout: Optional[float] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[float] = None,
         startup_timeout: Optional[float] = None,
         demand_start: Optional[bool] = None,
@@ -268,7 +272,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
-            idle_timeout=idle_timeout, max_duration=max_duration,
+            idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
         return SandboxHandle(_native.SYNC.build(name, "define", **kw))
@@ -432,14 +436,17 @@ class Sandbox:
         labels_set: Optional[Mapping[str, str]] = None,
         labels_unset: Optional[Sequence[str]] = None,
         idle_timeout: Optional[float] = c.UNSET,
+        idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
         max_duration: Optional[float] = c.UNSET,
     ) -> ModifyPlan:
         """Changes the configuration. A field left out is unchanged; ``None``
-        for cpus/memory_mb/idle_timeout/max_duration clears it."""
+        for cpus/memory_mb/idle_timeout/max_duration clears it.
+        ``idle_action`` is ``"stop"`` or ``"hibernate"`` (``None`` leaves it
+        unchanged, as leaving it out does)."""
         changes = c.modify_changes(
             cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
-            max_duration=max_duration,
+            idle_action=idle_action, max_duration=max_duration,
         )  # fmt: skip
         return c.plan(self._n.modify(changes))
 
@@ -585,12 +592,13 @@ class SandboxHandle:
         labels_set: Optional[Mapping[str, str]] = None,
         labels_unset: Optional[Sequence[str]] = None,
         idle_timeout: Optional[float] = c.UNSET,
+        idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
         max_duration: Optional[float] = c.UNSET,
     ) -> ModifyPlan:
         changes = c.modify_changes(
             cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
-            max_duration=max_duration,
+            idle_action=idle_action, max_duration=max_duration,
         )  # fmt: skip
         return c.plan(self._n.modify(changes))
 

@@ -16,6 +16,7 @@ __all__ = [
     "Status",
     "ExitReason",
     "Driver",
+    "IdleAction",
     "LogSource",
     "Applies",
     "FileKind",
@@ -59,6 +60,9 @@ class ExitReason(str, enum.Enum):
     DRAIN = "drain"
     OWNER_EXITED = "owner_exited"
     START_FAILED = "start_failed"
+    #: Reclaimed after being idle, its whole guest saved
+    #: (``idle_action="hibernate"``): the next start resumes it.
+    HIBERNATED = "hibernated"
 
     def __str__(self) -> str:
         return self.value
@@ -69,6 +73,19 @@ class Driver(str, enum.Enum):
 
     CONTAINER = "container"
     VM = "vm"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class IdleAction(str, enum.Enum):
+    """What idle reclaim does with a sandbox (its ``idle_action``)."""
+
+    #: Stop it (the default): the next start boots it again.
+    STOP = "stop"
+    #: Save the whole running guest (the vm driver) and resume it at the
+    #: next start; where it cannot be saved, stop it as with ``STOP``.
+    HIBERNATE = "hibernate"
 
     def __str__(self) -> str:
         return self.value

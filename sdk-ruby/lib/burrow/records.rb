@@ -30,20 +30,25 @@ module Burrow
   #   @return [Integer, nil] memory limit in MiB (nil: none)
   # @!attribute [r] idle_timeout
   #   @return [Float, nil] seconds without calls before an idle stop
+  # @!attribute [r] idle_action
+  #   @return [Symbol] what idle reclaim does: +:stop+ (the default) or
+  #     +:hibernate+ (the vm driver saves the whole guest and the next start
+  #     resumes it; where it cannot, the sandbox is stopped)
   # @!attribute [r] max_duration
   #   @return [Float, nil] the longest a run may last, in seconds
   # @!attribute [r] startup_timeout
   #   @return [Float] seconds a start may take
   SandboxConfig = Struct.new(:image, :driver, :runtime, :cpus, :memory, :pids_limit, :env, :workdir, :labels,
-                             :mounts, :network, :idle_timeout, :max_duration, :startup_timeout, :demand_start,
-                             keyword_init: true) do
+                             :mounts, :network, :idle_timeout, :idle_action, :max_duration, :startup_timeout,
+                             :demand_start, keyword_init: true) do
     # @api private
     def self.from_json(h)
       new(image: h["image"], driver: Convert.sym(h["driver"]), runtime: Convert.sym(h["runtime"]),
           cpus: h["cpus"], memory: h["memory_mb"], pids_limit: h["pids_limit"], env: h["env"] || {},
           workdir: h["workdir"], labels: h["labels"] || {}, mounts: h["mounts"] || [], network: h["network"],
-          idle_timeout: Convert.seconds(h["idle_timeout"]), max_duration: Convert.seconds(h["max_duration"]),
-          startup_timeout: Convert.seconds(h["startup_timeout"]), demand_start: h["demand_start"])
+          idle_timeout: Convert.seconds(h["idle_timeout"]), idle_action: Convert.sym(h["idle_action"] || "stop"),
+          max_duration: Convert.seconds(h["max_duration"]), startup_timeout: Convert.seconds(h["startup_timeout"]),
+          demand_start: h["demand_start"])
     end
   end
 
@@ -52,7 +57,9 @@ module Burrow
   # @!attribute [r] exit_reason
   #   @return [Symbol, nil] +:completed+, +:stopped+, +:killed+,
   #     +:idle_timeout+, +:max_duration+, +:crashed+, +:drain+,
-  #     +:owner_exited+ or +:start_failed+ (nil while it runs)
+  #     +:owner_exited+, +:start_failed+ or +:hibernated+ (reclaimed after
+  #     being idle, its whole guest saved: the next start resumes it) (nil
+  #     while it runs)
   # @!attribute [r] timings
   #   @return [Hash, nil] the start's phases in milliseconds
   RunInfo = Struct.new(:generation, :supervisor_pid, :started_at, :running_at, :ended_at, :exit_reason, :detail,

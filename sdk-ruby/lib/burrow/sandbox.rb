@@ -104,19 +104,21 @@ module Burrow
     end
 
     # Changes the configuration. Only the keywords given change; +nil+
-    # clears +cpus+, +memory+, +idle_timeout+ and +max_duration+. The plan
-    # says where each change lands (live, or at the next start).
+    # clears +cpus+, +memory+, +idle_timeout+ and +max_duration+.
+    # +idle_action+ is +:stop+ or +:hibernate+ (nil leaves it as it is). The
+    # plan says where each change lands (live, or at the next start).
     # @param env [Hash{String=>String}] entries to set
     # @param unset_env [Array<String>] entries to remove
     # @param labels [Hash{String=>String}] labels to set
     # @param unset_labels [Array<String>] labels to remove
     # @return [ModifyPlan]
-    def modify(cpus: UNSET, memory: UNSET, idle_timeout: UNSET, max_duration: UNSET,
+    def modify(cpus: UNSET, memory: UNSET, idle_timeout: UNSET, idle_action: UNSET, max_duration: UNSET,
                env: nil, unset_env: nil, labels: nil, unset_labels: nil)
       op = { op: "modify", env_set: env, env_unset: unset_env, labels_set: labels, labels_unset: unset_labels }.compact
       { cpus: cpus, memory_mb: memory, idle_timeout: idle_timeout, max_duration: max_duration }.each do |k, v|
         op[k] = v unless v.equal?(UNSET)
       end
+      op[:idle_action] = idle_action&.to_s unless idle_action.equal?(UNSET)
       ModifyPlan.from_json(Burrow.call(@native, op, compact: false))
     end
 
@@ -180,8 +182,8 @@ module Burrow
       # @param options [Hash] +image+, +driver+, +runtime+, +cpus+, +memory+
       #   (MiB), +pids_limit+, +env+, +workdir+, +labels+, +volumes+
       #   (+[{source:, target:, read_only:}]+), +network+, +idle_timeout+,
-      #   +max_duration+, +startup_timeout+ (seconds), +demand_start+,
-      #   +detached+, +replace+
+      #   +idle_action+ (+:stop+ or +:hibernate+), +max_duration+,
+      #   +startup_timeout+ (seconds), +demand_start+, +detached+, +replace+
       # @yieldparam sandbox [Sandbox]
       # @return [Sandbox] (with a block: the block's value)
       def create(name, **options, &block)
@@ -241,6 +243,7 @@ module Burrow
         options[:memory_mb] = options.delete(:memory) if options.key?(:memory)
         options[:driver] = options[:driver]&.to_s
         options[:runtime] = options[:runtime]&.to_s
+        options[:idle_action] = options[:idle_action]&.to_s
         options
       end
 

@@ -59,7 +59,8 @@ use crate::sys;
 use boot::{environment, read_boot, working_dir};
 use devices::{wait_for_disks, wait_for_port};
 use mounts::{
-    early_mounts, enter_root, mount_all, mount_guest_dev, mount_root, scratch_mounts, share_mounts,
+    early_mounts, enter_root, mount_all, mount_guest_dev, mount_image, mount_root, scratch_mounts,
+    share_mounts,
 };
 use system::{loopback_up, set_hostname, write_etc};
 
@@ -155,6 +156,8 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
     let (image, data) = wait_for_disks(Path::new("/sys"), &boot)?;
     let mut open_channel = None;
     if template {
+        // Every sandbox of a template has its image: mounted once, here.
+        mount_image(&image)?;
         let path = wait_for_port(Path::new("/sys"), Path::new("/dev"), &boot.channel)?;
         let port = File::options()
             .read(true)
@@ -169,7 +172,6 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
         if let Some(clock) = boot.clock {
             resume::set_clock(clock, Duration::ZERO).at(Stage::Resume, "setting the clock")?;
         }
-        resume::flush_disk(&image)?;
         resume::flush_disk(&data)?;
         open_channel = Some((path, port));
     } else if let Some(clock) = boot.clock {
@@ -183,16 +185,21 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
         data.display(),
         boot.data_serial
     );
-    mount_root(&image, &data)?;
+    let mut steps = Steps::new(started);
+    mount_root(&image, &data, template)?;
+    steps.mark("root");
     enter_root()?;
+    steps.mark("switch");
 
     mount_guest_dev(Path::new("/dev")).at(Stage::Mounts, "setting up /dev")?;
     mount_all(&scratch_mounts(), Stage::Mounts)?;
     mount_all(&share_mounts(&boot.mounts), Stage::Mounts)?;
+    steps.mark("mounts");
 
     write_etc(Path::new("/"), &boot).at(Stage::System, "writing /etc")?;
     set_hostname(&boot.hostname).at(Stage::System, "setting the hostname")?;
     loopback_up().at(Stage::System, "bringing lo up")?;
+    steps.mark("system");
     let cwd = working_dir(Path::new("/"), &boot.cwd);
     if let Err(e) = std::env::set_current_dir(&cwd) {
         warning!("vm: cannot enter {}: {e}; using /", cwd.display());
@@ -206,9 +213,11 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
             None,
         ),
     };
+    steps.mark("channel");
     info!(
-        "vm: set up in {} ms; channel {} ({:?})",
+        "vm: set up in {} ms ({}); channel {} ({:?})",
         started.elapsed().as_millis(),
+        steps.summary(),
         channel.display(),
         boot.channel
     );
@@ -220,6 +229,38 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
             user: Credentials::new(boot.uid, boot.gid),
         },
     })
+}
+
+/// Time spent in each step of the setup, for the log.
+struct Steps {
+    last: Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Steps {
+    fn new(since: Instant) -> Steps {
+        Steps {
+            last: since,
+            done: Vec::new(),
+        }
+    }
+
+    /// Ends step `name` (it began where the last one ended).
+    fn mark(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.done.push((name, now - self.last));
+        self.last = now;
+    }
+
+    /// `name ms, ...` of every step.
+    fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .done
+            .iter()
+            .map(|(n, d)| format!("{n} {} ms", d.as_millis()))
+            .collect();
+        parts.join(", ")
+    }
 }
 
 /// Takes a [`VmResume`](burrow_protocol::vm::VmResume) after a hibernated

@@ -6,7 +6,7 @@
 //! restored from the snapshot gets the frame, and before anything of the
 //! sandbox runs: credits the host's entropy to the kernel's pool and
 //! reseeds the CRNG, sets the wall clock, and drops the cached blocks of
-//! both disks. The frame is checked like `/burrow/boot.json`; its disks and
+//! the data disk (the image disk, mounted by the template, is the same). The frame is checked like `/burrow/boot.json`; its disks and
 //! channel must be the template's, since the devices are.
 
 use std::fs::File;

@@ -123,6 +123,19 @@ impl LocalBackend {
         crate::image::remove_image(&self.home, reference)
     }
 
+    /// Makes the VM boot template a vm sandbox of `config` (image, memory,
+    /// CPUs, network, number of mounts) starts from, unless it exists, so
+    /// that its first start restores a booted guest too (see
+    /// `docs/architecture.md`, *Boot templates*). Concurrent callers and
+    /// starts build it once.
+    pub async fn warm_vm_template(
+        &self,
+        config: &crate::model::SandboxConfig,
+    ) -> Result<crate::driver::vm::WarmTemplate> {
+        config.validate()?;
+        crate::driver::vm::warm_template(&self.home, config).await
+    }
+
     /// Deletes blobs and unpacked trees no image refers to, keeping those of
     /// the references in `in_use`.
     pub fn prune_images(&self, in_use: &[String]) -> Result<PruneReport> {

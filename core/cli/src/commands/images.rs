@@ -54,8 +54,25 @@ pub(crate) enum ImageCommand {
         #[arg(required = true)]
         references: Vec<String>,
     },
-    /// Delete blobs and unpacked trees no reference or sandbox uses.
+    /// Delete blobs and unpacked trees no reference or sandbox uses, with
+    /// the VM disks and boot templates made of them.
     Prune,
+    /// Build the VM boot template a vm sandbox of this image (and memory,
+    /// CPUs, network) starts from, so that its first start restores a
+    /// booted guest instead of booting (later starts do anyway).
+    Warm {
+        /// Image: a registry reference, a rootfs directory or an OCI layout.
+        image: String,
+        /// Memory of the sandboxes, in MiB (default 512).
+        #[arg(long, value_name = "MB")]
+        memory: Option<u64>,
+        /// vCPUs of the sandboxes (fractions round up; default 1).
+        #[arg(long, value_name = "N")]
+        cpus: Option<f64>,
+        /// For sandboxes with networking.
+        #[arg(long)]
+        network: bool,
+    },
 }
 
 /// Per layer: bytes done, total, what is happening.
@@ -214,6 +231,30 @@ pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
             ctx.print(
                 &json!({ "removed": references }),
                 format_args!("removed {}", references.join(", ")),
+            )?;
+            Ok(0)
+        }
+        ImageCommand::Warm {
+            image,
+            memory,
+            cpus,
+            network,
+        } => {
+            let mut config = burrow::SandboxConfig::new(image.clone());
+            config.memory_mb = memory;
+            config.cpus = cpus;
+            config.network = network;
+            ctx.progress(format_args!("warming the VM boot template of {image}..."));
+            let started = std::time::Instant::now();
+            let warm = backend.warm_vm_template(&config).await?;
+            let secs = started.elapsed().as_secs_f64();
+            ctx.print(
+                &json!({ "template": warm.key, "built": warm.built, "seconds": secs }),
+                format_args!(
+                    "{} boot template {} ({secs:.1}s)",
+                    if warm.built { "built" } else { "already had" },
+                    warm.key
+                ),
             )?;
             Ok(0)
         }

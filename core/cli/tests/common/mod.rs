@@ -150,14 +150,20 @@ pub fn kill_supervisors_of(home: &Path) {
     }
 }
 
+/// QEMU processes running a guest of `home` (or building a template in
+/// it).
+pub fn vms_of(home: &Path) -> Vec<u32> {
+    let needle = home.to_string_lossy().into_owned();
+    processes_with(|args| {
+        args.first().is_some_and(|a| a.contains("qemu-system"))
+            && args.iter().any(|a| a.contains(&needle))
+    })
+}
+
 /// SIGKILLs every QEMU process running a guest of `home` (a VM normally
 /// powers itself off when its supervisor goes; this bounds a broken one).
 pub fn kill_vms_of(home: &Path) {
-    let needle = home.to_string_lossy().into_owned();
-    for pid in processes_with(|args| {
-        args.first().is_some_and(|a| a.contains("qemu-system"))
-            && args.iter().any(|a| a.contains(&needle))
-    }) {
+    for pid in vms_of(home) {
         // SAFETY: kill(2) on a pid we just read from /proc.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }

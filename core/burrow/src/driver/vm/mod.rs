@@ -351,6 +351,73 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     })
 }
 
+/// A boot template made (or found) ahead of the first start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WarmTemplate {
+    /// The template's key (its directory under `images/vm-templates/`).
+    pub key: String,
+    /// Whether this call built it (false: it existed).
+    pub built: bool,
+}
+
+/// Makes the boot template that a vm sandbox of `config` (its image,
+/// memory, CPUs, network and number of mounts) would start from, unless it
+/// exists: `burrow image warm`, so that even the first start restores.
+pub async fn warm_template(
+    home: &crate::paths::Home,
+    config: &crate::model::SandboxConfig,
+) -> Result<WarmTemplate> {
+    templates_wanted().map_err(qemu::unavailable)?;
+    let qemu_bin = locate_qemu()?;
+    let kernel = locate_kernel()?;
+    let agent = crate::procs::locate_agent()?.path;
+    let choice = accel::choose(&qemu_bin, &kernel, &agent).await?;
+    let image = crate::image::prepare(home, &config.image).await?;
+    let images_dir = home.images_dir();
+    let root_disk = {
+        let images_dir = images_dir.clone();
+        tokio::task::spawn_blocking(move || crate::image::ext4::disk_image_in(&images_dir, &image))
+            .await
+            .map_err(|e| Error::io("preparing the disk", None, std::io::Error::other(e)))??
+    };
+    let files = TemplateFiles {
+        qemu: &qemu_bin,
+        kernel: &kernel,
+        agent: &agent,
+        root_disk: &root_disk,
+    };
+    let inputs = template_inputs(
+        &files,
+        choice.accel,
+        config.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
+        config
+            .cpus
+            .map(|c| c.ceil().clamp(1.0, MAX_CPUS as f64) as u32)
+            .unwrap_or(1),
+        config.network,
+        config.mounts.len(),
+    )?;
+    let key = inputs.key();
+    let existed = templates_dir(&images_dir).join(&key).is_dir();
+    template::ensure(
+        &images_dir,
+        &inputs,
+        &template::Ingredients {
+            qemu: &qemu_bin,
+            kernel: &kernel,
+            agent: &agent,
+            root_disk: &root_disk,
+            boot: &template_boot(),
+            data_disk_bytes: DATA_DISK_BYTES,
+        },
+    )
+    .await?;
+    Ok(WarmTemplate {
+        key,
+        built: !existed,
+    })
+}
+
 /// The 9p tag of the `i`th share.
 fn share_tag(i: usize) -> String {
     format!("burrow{i}")
