@@ -3,7 +3,8 @@
 //! QEMU (TCG here): an idle vm sandbox is saved whole and a demand start
 //! resumes it with its processes and memory (a counter goes on counting),
 //! sixteen concurrent calls converge on one restore, an explicit stop or a
-//! configuration change discards the saved guest, what cannot be saved is
+//! configuration change discards the saved guest, a damaged one is
+//! replaced by a fresh start, what cannot be saved is
 //! stopped instead, a kill -9 of the supervisor while it saves or while it
 //! restores never leaves the sandbox unstartable, and a removal takes the
 //! saved guest with it.
@@ -182,6 +183,23 @@ async fn a_stop_or_a_config_change_discards_the_saved_guest() {
     assert_eq!(start_kind(&home, &info), StartKind::Template);
     assert_eq!(count(&sb).await, None, "a fresh guest");
 
+    // A damaged saved guest: its restore fails, and the start is fresh.
+    start_counter(&sb).await;
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    let state = sandbox_dir(&home, &info).join("vm/hibernated/state");
+    let len = std::fs::metadata(&state).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&state)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    assert_eq!(count(&sb).await, None, "a fresh guest");
+    let info = sb.info().await.unwrap();
+    assert_eq!(start_kind(&home, &info), StartKind::Template);
+    assert!(!is_hibernated(&sandbox_dir(&home, &info)));
+
     // A changed memory size: the saved guest cannot be restored on the
     // new machine, so the next start is fresh too.
     start_counter(&sb).await;
@@ -221,6 +239,21 @@ async fn what_cannot_be_saved_is_stopped_instead() {
     let out = with_share.exec(["echo", "back"]).await.unwrap();
     assert_eq!(out.stdout_str(), "back\n");
     with_share.destroy().await.unwrap();
+
+    // A container cannot be saved either.
+    let container = home
+        .builder("container")
+        .driver("container")
+        .idle_timeout(IDLE)
+        .idle_action(IdleAction::Hibernate)
+        .create()
+        .await
+        .unwrap();
+    let info = reclaimed(&container).await;
+    assert_eq!(reason(&info), Some(ExitReason::IdleTimeout));
+    let out = container.exec(["echo", "back"]).await.unwrap();
+    assert_eq!(out.stdout_str(), "back\n");
+    container.destroy().await.unwrap();
 }
 
 fn marker(home: &TestHome, name: &str) -> PathBuf {

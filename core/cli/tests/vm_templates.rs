@@ -366,6 +366,57 @@ async fn warming_ahead_builds_the_template_the_first_start_restores() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prune_takes_the_disk_and_template_of_a_pulled_image() {
+    use burrow::internal::image::oci::{write_layout, LayerSpec};
+    let reg = common::registry::TestRegistry::start();
+    let home = TestHome::new().await;
+    std::fs::write(
+        home.path().join("registries.json"),
+        format!(r#"{{"insecure": ["{}"]}}"#, reg.host()),
+    )
+    .unwrap();
+    let layout = home.path().join("layout");
+    write_layout(
+        &layout,
+        &[LayerSpec::dir(busybox_rootfs())],
+        &burrow::image::ImageConfig::default(),
+        Some("plain"),
+    )
+    .unwrap();
+    reg.push(&layout, "plain", "burrow-test/busybox:plain");
+    let reference = reg.reference("burrow-test/busybox:plain");
+    let json = |args: &[&str]| {
+        let out = home.cli().arg("--json").args(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    // Warming pulls the image and builds its disk and template.
+    let warmed = json(&["image", "warm", &reference]);
+    assert_eq!(warmed["built"], true);
+    let disks = || {
+        std::fs::read_dir(home.path().join("images/ext4"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".ext4"))
+            .count()
+    };
+    assert_eq!(disks(), 1);
+    assert_eq!(templates(home.path()).len(), 1);
+    // In use by nothing once forgotten: the prune takes all of it.
+    json(&["image", "rm", &reference]);
+    let report = json(&["image", "prune"]);
+    assert_eq!(report["rootfs_removed"], 1, "{report}");
+    assert_eq!(report["templates_removed"], 1, "{report}");
+    assert_eq!(disks(), 0);
+    assert!(templates(home.path()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_template_falls_back_to_a_cold_boot() {
     let home = TestHome::new().await;
     let first = home.builder("fb-1").driver("vm").create().await.unwrap();

@@ -208,7 +208,13 @@ struct ModifyWire {
         with = "double_option"
     )]
     idle_timeout_ms: Option<Option<u64>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Absent leaves it alone; there is nothing to remove, so `null` is
+    /// refused (the OpenAPI document says a string).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "value_only"
+    )]
     idle_action: Option<IdleAction>,
     #[serde(
         default,
@@ -261,6 +267,13 @@ fn finite_cpus<S: serde::Serializer>(v: &Option<Option<f64>>, s: S) -> Result<S:
     double_option::serialize(v, s)
 }
 
+/// A present key's value, never `null` (absence is `None`, by `default`).
+fn value_only<'de, T: Deserialize<'de>, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
 /// `Option<Option<T>>` as JSON: absent key, `null`, or a value.
 mod double_option {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -303,6 +316,14 @@ mod wire_tests {
         let back: Modify = serde_json::from_value(json).unwrap();
         assert_eq!(back, m);
         assert!(serde_json::from_str::<Modify>(r#"{"colour": 1}"#).is_err());
+        assert!(serde_json::from_str::<Modify>(r#"{"idle_action": null}"#).is_err());
+        assert!(serde_json::from_str::<Modify>(r#"{"idle_action": "nap"}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<Modify>(r#"{"idle_action": "stop"}"#)
+                .unwrap()
+                .idle_action,
+            Some(IdleAction::Stop)
+        );
     }
 
     /// Found by the `config` fuzz target: a NaN CPU limit was written as

@@ -134,6 +134,15 @@ pub(super) fn claim(sandbox_dir: &Path) -> Result<Option<Claimed>> {
         remove(&vm.join(leftover))?;
     }
     let claimed = vm.join(RESTORING);
+    if vm.join(DIR).is_dir() {
+        // A saved guest newer than any leftover claim: a run came after
+        // that claim, so the leftover is stale.
+        remove(&claimed)?;
+    } else if claimed.is_dir() {
+        // A killed start's claim, never run: taken again below.
+    } else {
+        return Ok(None);
+    }
     if !claimed.is_dir() {
         match std::fs::rename(vm.join(DIR), &claimed) {
             Ok(()) => {}
@@ -255,6 +264,15 @@ mod tests {
         assert_eq!(std::fs::read(again.state()).unwrap(), b"machine");
         again.consume().unwrap();
         assert!(claim(sb).unwrap().is_none());
+
+        // A leftover claim older than a saved guest is stale: the saved
+        // guest is the one taken.
+        std::fs::create_dir_all(vm_dir(sb).join(RESTORING)).unwrap();
+        std::fs::write(vm_dir(sb).join(RESTORING).join("state"), b"old").unwrap();
+        save_ok(sb).await;
+        let newest = claim(sb).unwrap().unwrap();
+        assert_eq!(std::fs::read(newest.state()).unwrap(), b"machine");
+        newest.consume().unwrap();
 
         save_ok(sb).await;
         std::fs::write(vm_dir(sb).join(DIR).join(META), b"{").unwrap();

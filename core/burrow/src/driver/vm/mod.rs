@@ -605,14 +605,18 @@ async fn restore_steps(
     )
     .await?;
     let resumed = async {
-        match hibernated.take() {
+        match hibernated.as_ref().map(|saved| saved.state()) {
             None => vm.qmp.restore_state(&state).await?,
-            Some(saved) => {
-                vm.qmp.load_state(&saved.state(), false).await?;
+            Some(saved_state) => {
+                // On an error the state is still `hibernated`'s, which the
+                // caller discards.
+                vm.qmp.load_state(&saved_state, false).await?;
                 // Loaded, never run: a start killed here leaves the
                 // claimed state, which the next start restores.
                 crate::fault::point("vm.hibernate.loaded");
-                saved.consume()?;
+                if let Some(saved) = hibernated.take() {
+                    saved.consume()?;
+                }
                 vm.qmp.execute("cont").await?;
             }
         }
