@@ -455,6 +455,64 @@ async fn without_demand_start_calls_during_a_reclaim_get_invalid_state_stopped()
     handle.destroy().await.unwrap();
 }
 
+/// A listing that read a crashed sandbox's row, and reconciles it after a
+/// removal took it, leaves it out instead of failing (found by the soak:
+/// `list` failed with `not_found`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_racing_a_removal_leaves_the_removed_sandbox_out() {
+    let home = TestHome::new().await;
+    let sb = home.builder("doomed").create().await.unwrap();
+    let keep = home.builder("kept").create().await.unwrap();
+    // Its supervisor dies: its row says running with a dead owner, which
+    // a listing reconciles (records as crashed, reads again).
+    let sup = sb
+        .info()
+        .await
+        .unwrap()
+        .last_run
+        .unwrap()
+        .supervisor_pid
+        .unwrap();
+    // SAFETY: kill(2) on the supervisor the store recorded for this run.
+    assert_eq!(unsafe { libc::kill(sup as i32, libc::SIGKILL) }, 0);
+    assert!(common::eventually(Duration::from_secs(10), || common::has_exited(sup)).await);
+
+    let marker = home.path().join("list.marker");
+    let lister = home
+        .cli()
+        .args(["--json", "ls"])
+        .env("BURROW_FAULT", "list.before_reconcile")
+        .env("BURROW_FAULT_MARKER", &marker)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(30), || marker.exists()).await);
+    // In the window: the row is read; the removal takes it.
+    sb.destroy().await.unwrap();
+    let mut release = marker.clone().into_os_string();
+    release.push(".release");
+    std::fs::write(release, b"").unwrap();
+    let out = tokio::task::spawn_blocking(move || lister.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kept"]);
+    keep.destroy().await.unwrap();
+}
+
 /// Holds the end of a run that `end` brings about, lands every call in it,
 /// releases it, and checks each outcome with `expect`.
 async fn race_an_ending<E, F>(

@@ -334,8 +334,17 @@ impl Backend for LocalBackend {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>> {
         let mut out = Vec::new();
-        for rec in self.store.list().await? {
-            let info = self.reconcile(rec).await?.info;
+        let records = self.store.list().await?;
+        // The window a concurrent removal lands in: rows read, not yet
+        // reconciled.
+        crate::fault::hold("list.before_reconcile").await;
+        for rec in records {
+            let info = match self.reconcile(rec).await {
+                Ok(rec) => rec.info,
+                // Removed since the listing was read: not in the list.
+                Err(Error::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
             if filter.matches(&info) {
                 out.push(info);
             }
