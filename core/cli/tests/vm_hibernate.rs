@@ -188,13 +188,7 @@ async fn a_stop_or_a_config_change_discards_the_saved_guest() {
     let info = reclaimed(&sb).await;
     assert_eq!(reason(&info), Some(ExitReason::Hibernated));
     let state = sandbox_dir(&home, &info).join("vm/hibernated/state");
-    let len = std::fs::metadata(&state).unwrap().len();
-    std::fs::File::options()
-        .write(true)
-        .open(&state)
-        .unwrap()
-        .set_len(len / 2)
-        .unwrap();
+    common::truncate_half(&state);
     assert_eq!(count(&sb).await, None, "a fresh guest");
     let info = sb.info().await.unwrap();
     assert_eq!(start_kind(&home, &info), StartKind::Template);

@@ -430,13 +430,7 @@ async fn an_unusable_template_falls_back_to_a_cold_boot() {
         .join(TEMPLATES_DIR)
         .join(&key)
         .join("state");
-    let len = std::fs::metadata(&state).unwrap().len();
-    std::fs::File::options()
-        .write(true)
-        .open(&state)
-        .unwrap()
-        .set_len(len / 2)
-        .unwrap();
+    common::truncate_half(&state);
     let sb = home.builder("fb-2").driver("vm").create().await.unwrap();
     let rec = record_of(&home, &sb);
     assert_eq!(rec.from, StartKind::Cold, "{rec:?}");

@@ -25,8 +25,15 @@ pub(super) fn read_boot(path: &Path) -> Result<VmBoot, SetupError> {
 }
 
 /// Parses and checks a boot configuration.
-pub(super) fn check_boot(bytes: &[u8]) -> Result<VmBoot, String> {
+fn check_boot(bytes: &[u8]) -> Result<VmBoot, String> {
     let boot: VmBoot = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    validate(&boot)?;
+    Ok(boot)
+}
+
+/// Checks a boot configuration (parsed from the boot JSON, or handed over
+/// in a resume frame).
+pub(super) fn validate(boot: &VmBoot) -> Result<(), String> {
     for (what, serial) in [("root", &boot.root_serial), ("data", &boot.data_serial)] {
         if serial.is_empty() || serial.len() > MAX_SERIAL {
             return Err(format!(
@@ -71,7 +78,7 @@ pub(super) fn check_boot(bytes: &[u8]) -> Result<VmBoot, String> {
             return Err(format!("invalid 9p tag {:?}", m.tag));
         }
     }
-    Ok(boot)
+    Ok(())
 }
 
 /// The process environment base: the boot configuration's, minus entries

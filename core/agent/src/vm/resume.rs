@@ -17,7 +17,7 @@ use std::path::Path;
 use burrow_protocol::vm::{VmBoot, VmResume, VmTemplateReady, WallClock, VM_ENTROPY_BYTES};
 use burrow_protocol::{read_frame, write_frame, PROTOCOL_VERSION};
 
-use super::boot::check_boot;
+use super::boot::validate;
 use super::{At, SetupError, Stage};
 
 /// `RNDADDENTROPY`: `_IOW('R', 0x03, int[2])`.
@@ -86,9 +86,8 @@ fn checked_resume(resume: &VmResume, template: &VmBoot) -> Result<VmBoot, SetupE
             resume.entropy.0.len()
         )));
     }
-    let encoded =
-        serde_json::to_vec(&resume.boot).map_err(|e| bad(format!("encoding the identity: {e}")))?;
-    let boot = check_boot(&encoded).map_err(|e| bad(format!("the identity: {e}")))?;
+    let boot = resume.boot.clone();
+    validate(&boot).map_err(|e| bad(format!("the identity: {e}")))?;
     for (what, ours, theirs) in [
         ("root serial", &template.root_serial, &boot.root_serial),
         ("data serial", &template.data_serial, &boot.data_serial),

@@ -150,6 +150,17 @@ pub fn kill_supervisors_of(home: &Path) {
     }
 }
 
+/// Cuts `file` to half its length (a damaged saved VM state).
+pub fn truncate_half(file: &Path) {
+    let len = std::fs::metadata(file).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+}
+
 /// QEMU processes running a guest of `home` (or building a template in
 /// it).
 pub fn vms_of(home: &Path) -> Vec<u32> {

@@ -138,18 +138,12 @@ pub(super) fn claim(sandbox_dir: &Path) -> Result<Option<Claimed>> {
         // A saved guest newer than any leftover claim: a run came after
         // that claim, so the leftover is stale.
         remove(&claimed)?;
-    } else if claimed.is_dir() {
-        // A killed start's claim, never run: taken again below.
-    } else {
+        std::fs::rename(vm.join(DIR), &claimed)
+            .map_err(|e| Error::io("claiming the hibernated state", Some(&vm), e))?;
+    } else if !claimed.is_dir() {
         return Ok(None);
     }
-    if !claimed.is_dir() {
-        match std::fs::rename(vm.join(DIR), &claimed) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io("claiming the hibernated state", Some(&vm), e)),
-        }
-    }
+    // Else a killed start's claim, never run: taken again.
     let meta_path = claimed.join(META);
     let meta = std::fs::read(&meta_path)
         .ok()

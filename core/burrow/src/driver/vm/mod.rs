@@ -152,12 +152,7 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         })
         .collect();
     let mut boot = boot_config(spec, &shares)?;
-    let memory_mb = spec.config.memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
-    let cpus = spec
-        .config
-        .cpus
-        .map(|c| c.ceil().clamp(1.0, MAX_CPUS as f64) as u32)
-        .unwrap_or(1);
+    let (memory_mb, cpus) = machine_size(&spec.config);
     let mut notes = launch_notes(spec, cpus, &choice);
     let (log_read, log_write) =
         std::io::pipe().map_err(|e| Error::io("creating the console pipe", None, e))?;
@@ -202,6 +197,9 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                     let console = console
                         .try_clone()
                         .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
+                    // Used at most once: what the restore did not consume
+                    // is discarded.
+                    let mut hibernated = Some(claimed);
                     restored = restore_template(
                         spec,
                         &files,
@@ -210,11 +208,14 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                         &shares,
                         &boot,
                         console,
-                        Some(claimed),
+                        &mut hibernated,
                     )
                     .await
                     .map(|vm| (vm, StartKind::Hibernation))
                     .map_err(|e| e.to_string());
+                    if let Some(left) = hibernated {
+                        let _ = left.consume();
+                    }
                     if let Err(e) = &restored {
                         tracing::warn!(error = %e, "the hibernated guest could not be restored; starting afresh");
                         notes.push(format!(
@@ -236,7 +237,7 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                         .try_clone()
                         .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
                     restore_template(
-                        spec, &files, &inputs, &data_disk, &shares, &boot, console, None,
+                        spec, &files, &inputs, &data_disk, &shares, &boot, console, &mut None,
                     )
                     .await
                     .map(|vm| (vm, StartKind::Template))
@@ -386,14 +387,12 @@ pub async fn warm_template(
         agent: &agent,
         root_disk: &root_disk,
     };
+    let (memory_mb, cpus) = machine_size(config);
     let inputs = template_inputs(
         &files,
         choice.accel,
-        config.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
-        config
-            .cpus
-            .map(|c| c.ceil().clamp(1.0, MAX_CPUS as f64) as u32)
-            .unwrap_or(1),
+        memory_mb,
+        cpus,
         config.network,
         config.mounts.len(),
     )?;
@@ -416,6 +415,16 @@ pub async fn warm_template(
         key,
         built: !existed,
     })
+}
+
+/// The VM's memory (MiB) and whole vCPUs for `config`.
+fn machine_size(config: &crate::model::SandboxConfig) -> (u64, u32) {
+    let memory_mb = config.memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
+    let cpus = config
+        .cpus
+        .map(|c| c.ceil().clamp(1.0, MAX_CPUS as f64) as u32)
+        .unwrap_or(1);
+    (memory_mb, cpus)
 }
 
 /// The 9p tag of the `i`th share.
@@ -516,43 +525,11 @@ fn template_boot() -> VmBoot {
 /// Starts the guest from its template (built first if there is none):
 /// QEMU with the template's machine and this sandbox's disk, shares and
 /// channels, the saved state brought in (the template's, or the
-/// `hibernated` guest's, which is consumed before the guest runs), and the
-/// agent handed the sandbox's identity, fresh entropy and the time.
+/// `hibernated` guest's, taken and consumed once it is loaded, before the
+/// guest runs; left to the caller to discard on an earlier failure), and
+/// the agent handed the sandbox's identity, fresh entropy and the time.
 #[allow(clippy::too_many_arguments)]
 async fn restore_template(
-    spec: &LaunchSpec,
-    files: &TemplateFiles<'_>,
-    inputs: &TemplateInputs,
-    data_disk: &Path,
-    shares: &[Share],
-    boot: &VmBoot,
-    console: OwnedFd,
-    hibernated: Option<hibernate::Claimed>,
-) -> Result<Started> {
-    // Whatever happens below, a claimed hibernated state is used at most
-    // once.
-    let mut hibernated = hibernated;
-    let result = restore_steps(
-        spec,
-        files,
-        inputs,
-        data_disk,
-        shares,
-        boot,
-        console,
-        &mut hibernated,
-    )
-    .await;
-    if let Some(h) = hibernated {
-        let _ = h.consume();
-    }
-    result
-}
-
-/// [`restore_template`]'s steps; takes the hibernated state when it
-/// loads it.
-#[allow(clippy::too_many_arguments)]
-async fn restore_steps(
     spec: &LaunchSpec,
     files: &TemplateFiles<'_>,
     inputs: &TemplateInputs,
