@@ -354,3 +354,133 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
     );
     sb.destroy().await.unwrap();
 }
+
+/// A CLI call held at fault point `point` (its supervisors inherit the
+/// fault), with the marker that says the window is open.
+struct Held {
+    child: std::process::Child,
+    marker: PathBuf,
+}
+
+impl Held {
+    async fn spawn(home: &TestHome, point: &str, args: &[&str]) -> Held {
+        let marker = marker(home, point);
+        let child = home
+            .cli()
+            .args(args)
+            .env("BURROW_FAULT", point)
+            .env("BURROW_FAULT_MARKER", &marker)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let open = common::eventually(Duration::from_secs(60), || marker.exists()).await;
+        assert!(open, "{point} was reached");
+        Held { child, marker }
+    }
+
+    /// Lets it go on; returns its exit code and stdout.
+    async fn release(self) -> (Option<i32>, String) {
+        let mut release = self.marker.into_os_string();
+        release.push(".release");
+        std::fs::write(release, b"").unwrap();
+        let child = self.child;
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.code().is_some(), "{text} {err}");
+        (out.status.code(), text)
+    }
+}
+
+/// What is left in the sandbox's `vm/` of saved, claimed or discarded
+/// guests.
+fn saved_leftovers(home: &TestHome, info: &SandboxInfo) -> Vec<String> {
+    std::fs::read_dir(sandbox_dir(home, info).join("vm"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("hibernated"))
+        .collect()
+}
+
+/// A stop of a hibernated sandbox races a start for its saved guest: the
+/// stop discards it by a rename, the start claims it by another. Exactly
+/// one gets it. Both orders are held open across processes: a start that
+/// claims it first resumes the guest and the stop then stops that run; a
+/// stop that discards it first leaves the start a fresh guest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_and_a_start_racing_for_a_saved_guest_never_both_get_it() {
+    let home = TestHome::new().await;
+    let sb = hibernating(&home, "contested").await;
+    start_counter(&sb).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = count(&sb).await.unwrap();
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    let generation = info.generation;
+
+    // The start first: the stop has read the row (hibernated) and is held
+    // before its discard; a demand start resumes the saved guest.
+    let stop = Held::spawn(
+        &home,
+        "stop.before_discard",
+        &["--json", "stop", "contested"],
+    )
+    .await;
+    let resumed = count(&sb).await.expect("the saved guest was resumed");
+    assert!(resumed >= before, "{resumed} vs {before}");
+    let running = sb.info().await.unwrap();
+    assert_eq!(running.generation, generation + 1);
+    assert_eq!(start_kind(&home, &running), StartKind::Hibernation);
+    let (code, out) = stop.release().await;
+    assert_eq!(code, Some(0), "{out}");
+    // The stop found the guest taken, and stopped the run that took it.
+    let stopped = sb.info().await.unwrap();
+    assert_eq!(stopped.status, Status::Stopped);
+    assert_eq!(stopped.generation, generation + 1);
+    assert_eq!(reason(&stopped), Some(ExitReason::Stopped));
+    assert!(saved_leftovers(&home, &stopped).is_empty());
+
+    // The stop first: hibernate again; the stop is held before its
+    // discard, then a start is held before its claim (its run begun);
+    // the stop discards, and the start finds nothing to resume.
+    let sb = sb.handle().start().await.unwrap();
+    start_counter(&sb).await;
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    let generation = info.generation;
+    let stop = Held::spawn(
+        &home,
+        "stop.before_discard",
+        &["--json", "stop", "contested"],
+    )
+    .await;
+    let start = Held::spawn(
+        &home,
+        "vm.hibernate.before_claim",
+        &[
+            "exec",
+            "contested",
+            "--",
+            "sh",
+            "-c",
+            "test -e /tmp/count || echo fresh",
+        ],
+    )
+    .await;
+    let (code, out) = stop.release().await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(saved_leftovers(&home, &info).is_empty(), "discarded");
+    let (code, out) = start.release().await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out, "fresh\n", "the start found no saved guest");
+    let info = sb.info().await.unwrap();
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.generation, generation + 1);
+    assert_eq!(start_kind(&home, &info), StartKind::Template);
+    assert!(saved_leftovers(&home, &info).is_empty());
+    sb.destroy().await.unwrap();
+}

@@ -108,28 +108,38 @@ impl LocalBackend {
         }
     }
 
-    /// Stops (`Some(opts)`) or kills (`None`) exactly `id`.
-    /// A stop of a hibernated sandbox discards its saved guest (unless a
-    /// start claimed it first): the next start boots afresh, and the run
-    /// says `stopped`.
+    /// A stop (or kill) of a hibernated sandbox discards its saved guest:
+    /// the next start boots afresh, and the run says `stopped`. Returns
+    /// `None` when a start claimed the saved guest first (its rename came
+    /// before ours): that start came first, so the caller looks again and
+    /// stops the run it began.
     async fn discard_hibernation(
         &self,
         name: &str,
         id: &SandboxId,
         info: SandboxInfo,
-    ) -> Result<SandboxInfo> {
+    ) -> Result<Option<SandboxInfo>> {
         let hibernated = info.status == Status::Stopped
             && info.last_run.as_ref().and_then(|r| r.exit_reason) == Some(ExitReason::Hibernated);
         if !hibernated {
-            return Ok(info);
+            return Ok(Some(info));
         }
+        // The window a concurrent start lands in: the row read as
+        // hibernated, the saved guest not yet taken.
+        crate::fault::hold("stop.before_discard").await;
         if !crate::driver::vm::discard_hibernation(&self.home.sandbox_dir(id))? {
-            return Ok(info);
+            let now = self.lookup(name, id).await?.info;
+            if now.generation != info.generation {
+                return Ok(None);
+            }
+            // The same run, and its saved guest is gone (lost outside
+            // burrow): the next start is fresh all the same.
         }
         self.store.forget_hibernation(id, info.generation).await?;
-        Ok(self.lookup(name, id).await?.info)
+        Ok(Some(self.lookup(name, id).await?.info))
     }
 
+    /// Stops (`Some(opts)`) or kills (`None`) exactly `id`.
     pub(super) async fn do_stop(
         &self,
         name: &str,
@@ -145,7 +155,11 @@ impl LocalBackend {
                 Operation::Kill
             };
             match op.step(info.status) {
-                Step::Done => return self.discard_hibernation(name, id, info).await,
+                Step::Done => match self.discard_hibernation(name, id, info).await? {
+                    Some(info) => return Ok(info),
+                    // A start took the saved guest first: stop its run.
+                    None => continue,
+                },
                 Step::Wait => {
                     self.wait_until(name, id, |i| i.status != Status::Starting)
                         .await?;

@@ -165,7 +165,14 @@ pub fn discard(sandbox_dir: &Path) -> Result<bool> {
     let vm = vm_dir(sandbox_dir);
     let doomed = vm.join(DISCARDING);
     match std::fs::rename(vm.join(DIR), &doomed) {
-        Ok(()) => remove(&doomed).map(|()| true),
+        Ok(()) => {
+            // Discarded by the rename: a start removes whatever of it a
+            // failed removal leaves (and may be removing it right now).
+            if let Err(e) = remove(&doomed) {
+                tracing::warn!(error = %e, "removing a discarded hibernated state");
+            }
+            Ok(true)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(Error::io("discarding the hibernated state", Some(&vm), e)),
     }

@@ -171,6 +171,9 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     };
     // A hibernated guest is resumed if the configuration still gives its
     // machine; otherwise it is dropped and the sandbox starts afresh.
+    // The window a concurrent stop's discard lands in: the run begun, the
+    // saved guest not yet claimed.
+    crate::fault::hold("vm.hibernate.before_claim").await;
     let mut saved = match hibernate::claim(&spec.sandbox_dir) {
         Ok(saved) => saved,
         Err(e) => {
