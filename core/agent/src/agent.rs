@@ -16,7 +16,7 @@ use burrow_protocol::{
     GuestError, GuestErrorCode, GuestMsg, HostMsg, Request, Response, PROTOCOL_VERSION,
 };
 
-use crate::channel::{self, Channel, Incoming, Outbox};
+use crate::channel::{self, Incoming, Outbox};
 use crate::log::{info, warning};
 use crate::mailbox::{self, Event, Inbox, Input, Mailbox};
 use crate::reaper::{self, Processes, Signals};
@@ -166,23 +166,17 @@ impl ProcessBase {
 /// `Suspend` is unsupported).
 pub type ResumeHook = fn(&VmResume) -> Result<(), String>;
 
-/// Runs the agent on `channel` until it shuts down; returns the exit code.
+/// Runs the agent on the channel (host frames from `reader`, guest frames
+/// through `out`) until it shuts down; returns the exit code.
 pub fn run(
-    channel: Channel,
+    reader: std::fs::File,
+    out: Outbox,
     signals: Signals,
     base: ProcessBase,
     on_resume: Option<ResumeHook>,
 ) -> i32 {
-    let Channel { reader, writer } = channel;
     // Header and body of a frame usually arrive in one read.
     let mut reader = std::io::BufReader::with_capacity(128 * 1024, reader);
-    let out = match channel::start_writer(writer) {
-        Ok(out) => out,
-        Err(e) => {
-            crate::log::error!("cannot start the writer thread: {e}");
-            return 1;
-        }
-    };
     out.send(hello());
     // SAFETY: getpid has no preconditions.
     let pid1 = unsafe { libc::getpid() } == 1;

@@ -2,13 +2,13 @@
 //! microVM), it serves the burrow protocol on one channel: process execution,
 //! file access, tunnels and shutdown.
 //!
-//! Usage: `burrow-agent [--channel PATH] [--vm | --vm-template] [--seccomp HEX]`. Without `--channel` the
+//! Usage: `burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root] [--seccomp HEX]`. Without `--channel` the
 //! protocol runs on stdin/stdout; with it, on the file or character device
 //! at PATH. With `--vm` the agent is the `/init` of a microVM: it sets the
 //! guest up from `/burrow/boot.json` (see `vm`), serves the protocol on the
 //! virtio console port named there, and ends the VM when it exits
-//! (`--vm-template`: the same, after waiting in a snapshot for a sandbox's
-//! identity; see `vm`). With
+//! (`--vm-template`, `--vm-template-root`: the same, after waiting in a
+//! snapshot for a sandbox's identity; see `vm`). With
 //! `--seccomp` (container mode), the agent first installs the seccomp
 //! filter given as the hex of a classic BPF program (built by the host's
 //! container driver): every process of the sandbox inherits it. Logs go to
@@ -32,16 +32,16 @@ mod sys;
 mod tunnel;
 mod vm;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use burrow_protocol::vm::{VM_MODE_ARG, VM_TEMPLATE_ARG};
+use burrow_protocol::vm::{VM_MODE_ARG, VM_TEMPLATE_ARG, VM_TEMPLATE_ROOT_ARG};
 
 use crate::agent::ProcessBase;
 use crate::log::{error, warning};
 use crate::sys::exit_process;
 
 const USAGE: &str =
-    "usage: burrow-agent [--channel PATH] [--vm | --vm-template] [--seccomp HEX] | --init | --install DIR";
+    "usage: burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root] [--seccomp HEX] | --init | --install DIR";
 
 /// Parsed command line.
 #[derive(Debug, Default, PartialEq)]
@@ -49,7 +49,7 @@ struct Args {
     channel: Option<PathBuf>,
     vm: bool,
     /// VM mode, booted to become a template (see `vm`).
-    template: bool,
+    template: Option<vm::Template>,
     /// A seccomp filter to install first (hex of `struct sock_filter`s).
     seccomp: Option<String>,
     /// A pod's init (see `pod`): no channel, reap and stop.
@@ -79,7 +79,10 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Args
             parsed.vm = true;
         } else if text == VM_TEMPLATE_ARG {
             parsed.vm = true;
-            parsed.template = true;
+            parsed.template = Some(vm::Template::Image);
+        } else if text == VM_TEMPLATE_ROOT_ARG {
+            parsed.vm = true;
+            parsed.template = Some(vm::Template::Root);
         } else if text == "--init" {
             parsed.init = true;
         } else if text == "--install" {
@@ -114,7 +117,7 @@ fn agent_main() {
     // VM with the agent's word rather than with a kernel panic.
     if std::env::args_os()
         .skip(1)
-        .any(|a| a == VM_MODE_ARG || a == VM_TEMPLATE_ARG)
+        .any(|a| a == VM_MODE_ARG || a == VM_TEMPLATE_ARG || a == VM_TEMPLATE_ROOT_ARG)
     {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != 1 {
@@ -161,8 +164,9 @@ fn agent_main() {
             exit_process(1);
         }
     }
-    // The VM setup runs on the only thread, before the signal mask.
-    let (channel_path, base) = if args.vm {
+    // The VM setup runs on the only thread, before the signal mask (a
+    // template sets up the channel before it is saved; see `serve`).
+    let (channel_path, base, early) = if args.vm {
         if args.channel.is_some() {
             warning!("ignoring --channel: in VM mode the channel is the boot configuration's");
         }
@@ -176,42 +180,85 @@ fn agent_main() {
                  (QEMU appends its own parameters after it); pass {VM_MODE_ARG} as a plain word"
             );
         }
-        match vm::setup(args.template) {
-            Ok(guest) => (Some((guest.channel, guest.open_channel)), guest.base),
+        // A template guest starts serving the channel it holds before it
+        // is saved: a restored guest does not pay for the writer thread.
+        let early = |path: &Path, port: &std::fs::File| {
+            let port = port
+                .try_clone()
+                .map_err(|e| format!("cannot duplicate the channel: {e}"))?;
+            serve(Some(path), Some(port), true)
+        };
+        match vm::setup(args.template, early) {
+            Ok((guest, early)) => (Some((guest.channel, guest.open_channel)), guest.base, early),
             Err(e) => {
                 error!("VM setup failed: {e}");
                 exit_process(e.code());
             }
         }
     } else {
-        (args.channel.map(|c| (c, None)), ProcessBase::inherited())
+        (
+            args.channel.map(|c| (c, None)),
+            ProcessBase::inherited(),
+            None,
+        )
     };
-    // Before any thread exists, so that every thread inherits the mask.
-    let signals = match reaper::block_signals() {
-        Ok(s) => s,
-        Err(e) => {
-            error!("cannot set up signal handling: {e}");
-            exit_process(1);
+    let serving = match early {
+        Some(serving) => serving,
+        None => {
+            let (channel_path, open_channel) = channel_path.unzip();
+            let served = serve(channel_path.as_deref(), open_channel.flatten(), args.vm);
+            match served {
+                Ok(serving) => serving,
+                Err(e) => {
+                    error!("{e}");
+                    exit_process(1);
+                }
+            }
         }
     };
-    let (channel_path, open_channel) = channel_path.unzip();
-    let opened = match open_channel.flatten() {
+    let on_resume = args.vm.then_some(vm::apply_resume as agent::ResumeHook);
+    exit_process(agent::run(
+        serving.reader,
+        serving.out,
+        serving.signals,
+        base,
+        on_resume,
+    ))
+}
+
+/// The channel, ready to serve.
+struct Serving {
+    /// The signals the reaper thread waits for (blocked in every thread).
+    signals: reaper::Signals,
+    /// Host frames come from here.
+    reader: std::fs::File,
+    /// Guest frames go through the writer thread.
+    out: channel::Outbox,
+}
+
+/// Blocks the signals, sets up the channel (`file`, else the one at
+/// `path`, else stdin/stdout) and starts its writer thread: the first
+/// thread, so that it inherits the mask.
+fn serve(path: Option<&Path>, file: Option<std::fs::File>, vm: bool) -> Result<Serving, String> {
+    let signals =
+        reaper::block_signals().map_err(|e| format!("cannot set up signal handling: {e}"))?;
+    let opened = match file {
         Some(file) => channel::adopt(file),
-        None => channel::open(channel_path.as_deref()),
+        None => channel::open(path),
     };
-    let channel = match opened {
-        Ok(c) => c,
-        Err(e) => {
-            error!("cannot open the channel: {e}");
-            exit_process(1);
-        }
-    };
-    if args.vm {
+    let channel = opened.map_err(|e| format!("cannot open the channel: {e}"))?;
+    if vm {
         vm::wait_for_host(&channel.reader);
     }
-    channel::describe(&channel, channel_path.as_deref());
-    let on_resume = args.vm.then_some(vm::apply_resume as agent::ResumeHook);
-    exit_process(agent::run(channel, signals, base, on_resume))
+    channel::describe(&channel, path);
+    let channel::Channel { reader, writer } = channel;
+    let out = channel::start_writer(writer)
+        .map_err(|e| format!("cannot start the writer thread: {e}"))?;
+    Ok(Serving {
+        signals,
+        reader,
+        out,
+    })
 }
 
 #[cfg(test)]
@@ -243,7 +290,11 @@ mod tests {
         );
         assert_eq!(
             parse(&["--vm-template"]).map(|a| (a.vm, a.template)),
-            Ok((true, true))
+            Ok((true, Some(crate::vm::Template::Image)))
+        );
+        assert_eq!(
+            parse(&["--vm-template-root"]).map(|a| (a.vm, a.template)),
+            Ok((true, Some(crate::vm::Template::Root)))
         );
         assert_eq!(parse(&["--init"]).map(|a| a.init), Ok(true));
         assert_eq!(

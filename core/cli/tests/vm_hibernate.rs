@@ -365,6 +365,9 @@ struct Held {
 impl Held {
     async fn spawn(home: &TestHome, point: &str, args: &[&str]) -> Held {
         let marker = marker(home, point);
+        // An earlier hold's marker and release would open it at once.
+        let _ = std::fs::remove_file(&marker);
+        let _ = std::fs::remove_file(Held::release_path(&marker));
         let child = home
             .cli()
             .args(args)
@@ -379,11 +382,15 @@ impl Held {
         Held { child, marker }
     }
 
+    fn release_path(marker: &std::path::Path) -> PathBuf {
+        let mut release = marker.as_os_str().to_owned();
+        release.push(".release");
+        release.into()
+    }
+
     /// Lets it go on; returns its exit code and stdout.
     async fn release(self) -> (Option<i32>, String) {
-        let mut release = self.marker.into_os_string();
-        release.push(".release");
-        std::fs::write(release, b"").unwrap();
+        std::fs::write(Held::release_path(&self.marker), b"").unwrap();
         let child = self.child;
         let out = tokio::task::spawn_blocking(move || child.wait_with_output())
             .await

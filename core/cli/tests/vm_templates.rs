@@ -2,8 +2,10 @@
 //! VM boot templates, end to end with real QEMU (TCG here): sandboxes of
 //! one template are distinct guests with the right time, concurrent
 //! creators build one template, every input that a guest depends on gets
-//! its own template (and a prune drops the stale ones), and a template that
-//! cannot be restored falls back to a cold boot that says why.
+//! its own template (and a prune drops the stale ones), a first start gets
+//! a copy of its template's disk and later starts the template that mounts
+//! it, and a template that cannot be restored falls back to the other, then
+//! to a cold boot that says why.
 //!
 //! How each start went is read from the driver's record
 //! (`runtime/start.json`, [`StartRecord`]).
@@ -130,10 +132,22 @@ async fn guests_of_one_template_are_unique_and_on_time() {
         ("uniq-a", "uniq-b")
     );
 
-    // A restart restores the template again: the guest is new (its random
-    // state too), the sandbox's identity is the same.
+    // The first start's disk is a copy of the template's, and is the
+    // sandbox's own: what is written there stays, and is not the other's.
+    sh(&a, "echo kept > /root-note && sync").await;
+    assert_eq!(
+        sh(&b, "cat /root-note 2>/dev/null || echo absent").await,
+        "absent"
+    );
+
+    // A restart restores the template of later starts, which mounts the
+    // sandbox's disk: the guest is new (its random state too), the
+    // sandbox's identity and files are the same.
     a.restart().await.unwrap();
-    assert_eq!(restored_key(&home, &a), key);
+    let later = restored_key(&home, &a);
+    assert_ne!(later, key, "later starts have their own template");
+    assert_eq!(templates(home.path()), BTreeSet::from([key, later]));
+    assert_eq!(sh(&a, "cat /root-note").await, "kept");
     let again = uniqueness(&a).await;
     assert_ne!(again.uuid, ua.uuid);
     assert_ne!(again.random, ua.random);
@@ -339,6 +353,8 @@ async fn warming_ahead_builds_the_template_the_first_start_restores() {
     let again = warm(&["--memory", "192"]);
     assert_eq!(again["built"], false);
     assert_eq!(again["template"], first["template"]);
+    assert_eq!(again["restart_template"], first["restart_template"]);
+    assert_ne!(first["template"], first["restart_template"]);
     let sb = home
         .builder("warmed")
         .driver("vm")
@@ -350,7 +366,13 @@ async fn warming_ahead_builds_the_template_the_first_start_restores() {
         restored_key(&home, &sb),
         first["template"].as_str().unwrap()
     );
-    assert_eq!(templates(home.path()).len(), 1);
+    // Both were built ahead: the first start's and the later starts'.
+    sb.restart().await.unwrap();
+    assert_eq!(
+        restored_key(&home, &sb),
+        first["restart_template"].as_str().unwrap()
+    );
+    assert_eq!(templates(home.path()).len(), 2);
     sb.destroy().await.unwrap();
 
     // A bad image is a typed error and builds nothing.
@@ -362,7 +384,7 @@ async fn warming_ahead_builds_the_template_the_first_start_restores() {
     assert_ne!(out.status.code(), Some(0));
     let err: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(err["error"]["code"], "invalid_image");
-    assert_eq!(templates(home.path()).len(), 1);
+    assert_eq!(templates(home.path()).len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,12 +428,12 @@ async fn a_prune_takes_the_disk_and_template_of_a_pulled_image() {
             .count()
     };
     assert_eq!(disks(), 1);
-    assert_eq!(templates(home.path()).len(), 1);
+    assert_eq!(templates(home.path()).len(), 2);
     // In use by nothing once forgotten: the prune takes all of it.
     json(&["image", "rm", &reference]);
     let report = json(&["image", "prune"]);
     assert_eq!(report["rootfs_removed"], 1, "{report}");
-    assert_eq!(report["templates_removed"], 1, "{report}");
+    assert_eq!(report["templates_removed"], 2, "{report}");
     assert_eq!(disks(), 0);
     assert!(templates(home.path()).is_empty());
 }
@@ -423,23 +445,37 @@ async fn an_unusable_template_falls_back_to_a_cold_boot() {
     let key = restored_key(&home, &first);
     first.destroy().await.unwrap();
 
-    // A damaged state: the restore fails, the start boots cold and works.
-    let state = home
-        .path()
-        .join("images")
-        .join(TEMPLATES_DIR)
-        .join(&key)
-        .join("state");
-    common::truncate_half(&state);
+    let state = |key: &str| {
+        home.path()
+            .join("images")
+            .join(TEMPLATES_DIR)
+            .join(key)
+            .join("state")
+    };
+    // A damaged template of first starts: that restore fails, and the
+    // start restores the template of later starts (built now) instead.
+    common::truncate_half(&state(&key));
     let sb = home.builder("fb-2").driver("vm").create().await.unwrap();
+    let later = restored_key(&home, &sb);
+    assert_ne!(later, key);
+    assert_eq!(sh(&sb, "hostname").await, "fb-2");
+    // No QEMU of the failed restore is left: only this guest's.
+    assert_eq!(
+        common::vms_of(home.path()),
+        vec![common::guest_pid(home.path(), sb.id()) as u32]
+    );
+    sb.destroy().await.unwrap();
+
+    // Both damaged: the start boots cold and works.
+    common::truncate_half(&state(&later));
+    let sb = home.builder("fb-3").driver("vm").create().await.unwrap();
     let rec = record_of(&home, &sb);
     assert_eq!(rec.from, StartKind::Cold, "{rec:?}");
-    assert_eq!(rec.template.as_deref(), Some(key.as_str()));
+    assert_eq!(rec.template.as_deref(), Some(later.as_str()));
     assert!(rec.reason.is_some());
-    assert_eq!(sh(&sb, "hostname").await, "fb-2");
+    assert_eq!(sh(&sb, "hostname").await, "fb-3");
     let u = uniqueness(&sb).await;
     assert!((u.clock - now_secs()).abs() <= 5, "{u:?}");
-    // No QEMU of the failed restore is left: only this guest's.
     assert_eq!(
         common::vms_of(home.path()),
         vec![common::guest_pid(home.path(), sb.id()) as u32]
@@ -449,13 +485,13 @@ async fn an_unusable_template_falls_back_to_a_cold_boot() {
     // Templates turned off: a cold boot, saying so.
     let out = home
         .cli()
-        .args(["--json", "up", "fb-3", "--driver", "vm", "--image"])
+        .args(["--json", "up", "fb-4", "--driver", "vm", "--image"])
         .arg(busybox_rootfs())
         .env(TEMPLATES_ENV, "0")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
-    let info = home.backend.get("fb-3").await.unwrap();
+    let info = home.backend.get("fb-4").await.unwrap();
     assert_eq!(info.status, burrow::Status::Running);
     let rec = start_record(
         &home

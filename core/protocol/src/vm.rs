@@ -50,7 +50,18 @@
 //! sandbox's now, not the template's); then it goes on from step 3 with the frame's boot
 //! configuration, exactly as a cold boot would, and serves the protocol on
 //! the channel it already holds. A cold boot gets the wall clock from
-//! [`VmBoot::clock`].
+//! [`VmBoot::clock`]. Either kind of template brings `lo` up before it is
+//! saved.
+//!
+//! With [`VM_TEMPLATE_ROOT_ARG`] the template goes further before it says
+//! it is ready: it also mounts the data disk (a freshly formatted one),
+//! creates the overlay's layers on it, switches to the overlay root, sets
+//! up `/dev`, `/dev/shm` and `/tmp`, and syncs. That template serves first
+//! starts only: the host gives each such sandbox a copy of the template's
+//! data disk as it was saved, so the guest's cached view of the disk is
+//! the disk's content. After the [`VmResume`] it neither drops the data
+//! disk's blocks nor mounts anything but the sandbox's shares, and goes on
+//! from the `/etc` files.
 
 use std::collections::BTreeMap;
 
@@ -68,6 +79,11 @@ pub const VM_MODE_ARG: &str = "--vm";
 /// Kernel command line word that boots the agent (as init) as a template
 /// (see the module documentation).
 pub const VM_TEMPLATE_ARG: &str = "--vm-template";
+
+/// Kernel command line word that boots the agent as a template of first
+/// starts, with a fresh data disk mounted as the sandbox's root (see the
+/// module documentation).
+pub const VM_TEMPLATE_ROOT_ARG: &str = "--vm-template-root";
 
 /// Bytes of entropy the host hands a restored guest (256 bits or more).
 pub const VM_ENTROPY_BYTES: usize = 64;

@@ -21,11 +21,15 @@
 //!    directory;
 //! 6. the channel port is found by name.
 //!
-//! A template (`--vm-template`) opens the channel after step 3's wait for
-//! the disks, and waits there, in the host's snapshot, for the identity of
-//! the sandbox it becomes (`resume`); it then goes on from the mounts with
-//! that boot configuration and keeps the channel it holds. A cold boot sets
-//! the wall clock from the boot configuration first.
+//! A template (`--vm-template`) mounts the image and brings `lo` up after
+//! step 3's wait for the disks, opens the channel, and waits there, in the
+//! host's snapshot, for the identity of the sandbox it becomes (`resume`);
+//! it then goes on from the mounts with that boot configuration and keeps
+//! the channel it holds. A template of first starts (`--vm-template-root`)
+//! does steps 3 and 4 and the sandbox-independent mounts of step 5 with
+//! the fresh data disk it was booted with before it waits (the host gives
+//! each first start a copy of that disk), and goes on from the shares. A
+//! cold boot sets the wall clock from the boot configuration first.
 //!
 //! Everything after the switch works with real guest paths, so symlinks in
 //! the image (an absolute `/etc/resolv.conf` link, say) resolve inside the
@@ -133,6 +137,17 @@ impl<T, E: fmt::Display> At<T> for Result<T, E> {
     }
 }
 
+/// What a template guest does before it is saved (see the module
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Template {
+    /// The image mounted and `lo` up (`--vm-template`).
+    Image,
+    /// Also the fresh data disk, the overlay root and the scratch mounts
+    /// (`--vm-template-root`).
+    Root,
+}
+
 /// What `main` needs once the guest is set up.
 #[derive(Debug)]
 pub struct Guest {
@@ -145,19 +160,37 @@ pub struct Guest {
 }
 
 /// Sets the microVM up (see the module documentation). Call on the only
-/// thread, as PID 1 of a VM. A `template` first waits, in the snapshot the
-/// host takes of it, for the identity of the sandbox it becomes (see
-/// `resume`).
-pub fn setup(template: bool) -> Result<Guest, SetupError> {
+/// thread, as PID 1 of a VM. A `template` calls `early` with its channel
+/// (path and open port) before it is saved, and returns what that gave;
+/// it then waits, in the snapshot the host takes of it, for the identity
+/// of the sandbox it becomes (see `resume`).
+pub fn setup<T>(
+    template: Option<Template>,
+    early: impl FnOnce(&Path, &File) -> Result<T, String>,
+) -> Result<(Guest, Option<T>), SetupError> {
     let mut started = Instant::now();
     early_mounts()?;
     let mut boot = read_boot(Path::new(VM_BOOT_PATH))?;
 
     let (image, data) = wait_for_disks(Path::new("/sys"), &boot)?;
     let mut open_channel = None;
-    if template {
+    let mut served = None;
+    // Whether the overlay root is already `/` (a template of first starts).
+    let rooted = template == Some(Template::Root);
+    if let Some(kind) = template {
         // Every sandbox of a template has its image: mounted once, here.
         mount_image(&image)?;
+        if kind == Template::Root {
+            // Every first start gets a copy of this data disk as it is
+            // saved: the layers on it and the root are the same for all.
+            enter_sandbox_root(&image, &data, true)?;
+            // The files every sandbox replaces, copied up to the data disk
+            // once (placeholders: the boot configuration's).
+            write_etc(Path::new("/"), &boot).at(Stage::System, "writing /etc")?;
+            // SAFETY: sync has no preconditions.
+            unsafe { libc::sync() };
+        }
+        loopback_up().at(Stage::System, "bringing lo up")?;
         let path = wait_for_port(Path::new("/sys"), Path::new("/dev"), &boot.channel)?;
         let port = File::options()
             .read(true)
@@ -165,6 +198,7 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
             .open(&path)
             .at(Stage::Channel, format_args!("opening {}", path.display()))?;
         wait_for_host(&port);
+        served = Some(early(&path, &port).map_err(|e| SetupError::new(Stage::Channel, e))?);
         info!("vm: template ready; waiting for an identity");
         boot = resume::await_resume(&port, &boot)?;
         // From here on it is this sandbox's setup.
@@ -172,33 +206,27 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
         if let Some(clock) = boot.clock {
             resume::set_clock(clock, Duration::ZERO).at(Stage::Resume, "setting the clock")?;
         }
-        resume::flush_disk(&data)?;
+        if !rooted {
+            resume::flush_disk(&data)?;
+        }
         open_channel = Some((path, port));
     } else if let Some(clock) = boot.clock {
         // The host read its clock right before it started QEMU.
         resume::set_clock(clock, resume::since_boot()).at(Stage::System, "setting the clock")?;
     }
-    info!(
-        "vm: image {} (serial {:?}), data {} (serial {:?})",
-        image.display(),
-        boot.root_serial,
-        data.display(),
-        boot.data_serial
-    );
     let mut steps = Steps::new(started);
-    mount_root(&image, &data, template)?;
-    steps.mark("root");
-    enter_root()?;
-    steps.mark("switch");
-
-    mount_guest_dev(Path::new("/dev")).at(Stage::Mounts, "setting up /dev")?;
-    mount_all(&scratch_mounts(), Stage::Mounts)?;
+    if !rooted {
+        enter_sandbox_root(&image, &data, template.is_some())?;
+        steps.mark("root");
+    }
     mount_all(&share_mounts(&boot.mounts), Stage::Mounts)?;
     steps.mark("mounts");
 
     write_etc(Path::new("/"), &boot).at(Stage::System, "writing /etc")?;
     set_hostname(&boot.hostname).at(Stage::System, "setting the hostname")?;
-    loopback_up().at(Stage::System, "bringing lo up")?;
+    if template.is_none() {
+        loopback_up().at(Stage::System, "bringing lo up")?;
+    }
     steps.mark("system");
     let cwd = working_dir(Path::new("/"), &boot.cwd);
     if let Err(e) = std::env::set_current_dir(&cwd) {
@@ -214,21 +242,37 @@ pub fn setup(template: bool) -> Result<Guest, SetupError> {
         ),
     };
     steps.mark("channel");
+    // One line: each costs the serial console's time.
     info!(
-        "vm: set up in {} ms ({}); channel {} ({:?})",
+        "vm: set up in {} ms ({}); image {} ({:?}), data {} ({:?}), channel {} ({:?})",
         started.elapsed().as_millis(),
         steps.summary(),
+        image.display(),
+        boot.root_serial,
+        data.display(),
+        boot.data_serial,
         channel.display(),
         boot.channel
     );
-    Ok(Guest {
+    let guest = Guest {
         channel,
         open_channel,
         base: ProcessBase {
             env: environment(&boot.env),
             user: Credentials::new(boot.uid, boot.gid),
         },
-    })
+    };
+    Ok((guest, served))
+}
+
+/// Steps 3 and 4 and the sandbox-independent mounts of step 5: the disks
+/// (the image unless `image_mounted`), the overlay root, the switch to it,
+/// `/dev`, `/dev/shm` and `/tmp`.
+fn enter_sandbox_root(image: &Path, data: &Path, image_mounted: bool) -> Result<(), SetupError> {
+    mount_root(image, data, image_mounted)?;
+    enter_root()?;
+    mount_guest_dev(Path::new("/dev")).at(Stage::Mounts, "setting up /dev")?;
+    mount_all(&scratch_mounts(), Stage::Mounts)
 }
 
 /// Time spent in each step of the setup, for the log.

@@ -28,23 +28,40 @@ fn etc_files(boot: &VmBoot) -> Vec<(&'static str, String)> {
 }
 
 /// Writes the `/etc` files under `root`, replacing what the image had
-/// there (a symlink is replaced, not followed).
+/// there (a symlink is replaced, not followed). A plain file of root's with
+/// mode 0644 and no other link, as a template of first starts leaves them,
+/// is rewritten in place: on the overlay, a removal and a new file would
+/// cost a whiteout and its replacement.
 pub(super) fn write_etc(root: &Path, boot: &VmBoot) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let etc = root.join("etc");
     mkdir_p(&etc)?;
     for (name, content) in etc_files(boot) {
         let path = etc.join(name);
         let described = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        match fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(described(e)),
-            _ => {}
+        let mut open = fs::OpenOptions::new();
+        open.write(true).mode(0o644).custom_flags(libc::O_NOFOLLOW);
+        match fs::symlink_metadata(&path) {
+            Ok(m)
+                if m.file_type().is_file()
+                    && m.mode() & 0o7777 == 0o644
+                    && m.uid() == 0
+                    && m.nlink() == 1 =>
+            {
+                open.truncate(true);
+            }
+            Ok(_) => {
+                match fs::remove_file(&path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(described(e)),
+                    _ => {}
+                }
+                open.create_new(true);
+            }
+            Err(_) => {
+                open.create_new(true);
+            }
         }
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)
-            .map_err(described)?;
+        let mut file = open.open(&path).map_err(described)?;
         io::Write::write_all(&mut file, content.as_bytes()).map_err(described)?;
     }
     Ok(())
@@ -78,7 +95,7 @@ pub(super) fn loopback_up() -> io::Result<()> {
 }
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use super::*;
     use crate::vm::fixtures::{boot, write};
@@ -132,6 +149,38 @@ mod tests {
         assert_eq!(
             fs::read_to_string(r.join("etc/hostname")).expect("read"),
             "other\n"
+        );
+
+        // A plain 0644 file (a template's) is rewritten in place; one of
+        // another mode, or with another link, is replaced.
+        let inode = |p: &str| fs::metadata(r.join(p)).expect("meta").ino();
+        let hostname = inode("etc/hostname");
+        fs::set_permissions(r.join("etc/hosts"), fs::Permissions::from_mode(0o600)).expect("chmod");
+        // Held open: its inode cannot be reused by the replacement.
+        let old_hosts = fs::File::open(r.join("etc/hosts")).expect("open");
+        let hosts = old_hosts.metadata().expect("meta").ino();
+        fs::hard_link(r.join("etc/machine-id"), r.join("run/id")).expect("link");
+        b.hostname = "third".into();
+        b.machine_id = Some("fedcba9876543210fedcba9876543210".into());
+        write_etc(r, &b).expect("written a third time");
+        assert_eq!(inode("etc/hostname"), hostname, "rewritten in place");
+        assert_ne!(inode("etc/hosts"), hosts, "replaced");
+        assert_eq!(
+            fs::metadata(r.join("etc/hosts")).expect("hosts").mode() & 0o777,
+            0o644
+        );
+        assert_eq!(
+            fs::read_to_string(r.join("etc/hostname")).expect("read"),
+            "third\n"
+        );
+        assert_eq!(
+            fs::read_to_string(r.join("run/id")).expect("read"),
+            "0123456789abcdef0123456789abcdef\n",
+            "the other link is untouched"
+        );
+        assert_eq!(
+            fs::read_to_string(r.join("etc/machine-id")).expect("read"),
+            "fedcba9876543210fedcba9876543210\n"
         );
     }
 }

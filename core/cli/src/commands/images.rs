@@ -249,11 +249,17 @@ pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
             let warm = backend.warm_vm_template(&config).await?;
             let secs = started.elapsed().as_secs_f64();
             ctx.print(
-                &json!({ "template": warm.key, "built": warm.built, "seconds": secs }),
+                &json!({
+                    "template": warm.key,
+                    "restart_template": warm.restart_key,
+                    "built": warm.built,
+                    "seconds": secs
+                }),
                 format_args!(
-                    "{} boot template {} ({secs:.1}s)",
+                    "{} boot templates {} (first start) and {} (later starts) ({secs:.1}s)",
                     if warm.built { "built" } else { "already had" },
-                    warm.key
+                    warm.key,
+                    warm.restart_key
                 ),
             )?;
             Ok(0)

@@ -125,7 +125,7 @@ async fn probe_with(qemu: &Path, kernel: &Path, initramfs: &Path) -> Result<Acce
         tsc_khz: None,
         memory_file: None,
         incoming: false,
-        template: false,
+        template: None,
     };
     let started = Instant::now();
     let mut child = super::spawn_qemu(

@@ -129,18 +129,17 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     let choice = accel::choose(&qemu_bin, &kernel, &spec.agent_bin).await?;
     tracing::debug!(accel = choice.accel.as_str(), reason = %choice.reason, "acceleration");
 
-    let (root_disk, data_disk) = {
+    let root_disk = {
         let images_dir = spec.images_dir.clone();
         let image = spec.image.clone();
-        let data = spec.sandbox_dir.join("vm").join("data.ext4");
-        tokio::task::spawn_blocking(move || -> Result<(PathBuf, PathBuf)> {
-            let root = crate::image::ext4::disk_image_in(&images_dir, &image)?;
-            ensure_data_disk(&data)?;
-            Ok((root, data))
-        })
-        .await
-        .map_err(|e| Error::io("preparing the disks", None, std::io::Error::other(e)))??
+        tokio::task::spawn_blocking(move || crate::image::ext4::disk_image_in(&images_dir, &image))
+            .await
+            .map_err(|e| Error::io("preparing the disks", None, std::io::Error::other(e)))??
     };
+    // The data disk is made when it is first needed: a first start from
+    // a template gets a copy of the template's instead of a new one.
+    let data_disk = spec.sandbox_dir.join("vm").join("data.ext4");
+    let first_start = !crate::image::ext4::is_ext4(&data_disk);
     let shares: Vec<Share> = spec
         .mounts
         .iter()
@@ -192,21 +191,27 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 spec.config.network,
                 shares.len(),
             )?;
-            let key = inputs.key();
-            record.template = Some(key.clone());
+            let fresh = TemplateInputs {
+                fresh_root: true,
+                ..inputs.clone()
+            };
+            let (key, fresh_key) = (inputs.key(), fresh.key());
             let mut restored = Err(String::new());
             if let Some(claimed) = saved.take() {
-                if claimed.meta.template == key && shares.is_empty() {
-                    let console = console
-                        .try_clone()
-                        .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
+                // Saved on the machine of either template.
+                let machine = [&inputs, &fresh]
+                    .into_iter()
+                    .find(|i| i.key() == claimed.meta.template);
+                if let (Some(machine), true) = (machine, shares.is_empty()) {
+                    record.template = Some(claimed.meta.template.clone());
+                    let console = dup(&console)?;
                     // Used at most once: what the restore did not consume
                     // is discarded.
                     let mut hibernated = Some(claimed);
                     restored = restore_template(
                         spec,
                         &files,
-                        &inputs,
+                        machine,
                         &data_disk,
                         &shares,
                         &boot,
@@ -232,16 +237,34 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                     );
                     let _ = claimed.consume();
                 }
+            } else if first_start {
+                // No disk yet: the template of first starts gives it one
+                // with its root already set up.
+                record.template = Some(fresh_key);
+                restored =
+                    first_start_restore(spec, &files, &fresh, &data_disk, &shares, &boot, &console)
+                        .await
+                        .map(|vm| (vm, StartKind::Template))
+                        .map_err(|e| e.to_string());
+                if let Err(e) = &restored {
+                    tracing::warn!(error = %e, "the template of first starts could not be used");
+                    notes.push(format!(
+                        "the template of first starts could not be used: {e}"
+                    ));
+                }
             }
             match restored {
                 Ok(vm) => Ok(vm),
                 Err(_) => {
-                    let console = console
-                        .try_clone()
-                        .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
-                    restore_template(
-                        spec, &files, &inputs, &data_disk, &shares, &boot, console, &mut None,
-                    )
+                    record.template = Some(key);
+                    let console = dup(&console)?;
+                    async {
+                        prepare_data_disk(&data_disk).await?;
+                        restore_template(
+                            spec, &files, &inputs, &data_disk, &shares, &boot, console, &mut None,
+                        )
+                        .await
+                    }
                     .await
                     .map(|vm| (vm, StartKind::Template))
                     .map_err(|e| e.to_string())
@@ -269,6 +292,7 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 ));
             }
             record.reason = Some(reason);
+            prepare_data_disk(&data_disk).await?;
             boot.clock = Some(WallClock::now());
             let boot_json = serde_json::to_vec(&boot)
                 .map_err(|e| Error::io("encoding the boot configuration", None, e.into()))?;
@@ -296,7 +320,7 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 tsc_khz: qemu::host_tsc_khz(),
                 memory_file: None,
                 incoming: false,
-                template: false,
+                template: None,
             };
             match start_qemu(
                 &qemu_bin,
@@ -355,18 +379,22 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     })
 }
 
-/// A boot template made (or found) ahead of the first start.
+/// The boot templates made (or found) ahead of the first start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WarmTemplate {
-    /// The template's key (its directory under `images/vm-templates/`).
+    /// The key of the template a first start restores (its directory under
+    /// `images/vm-templates/`).
     pub key: String,
-    /// Whether this call built it (false: it existed).
+    /// The key of the template later starts restore.
+    pub restart_key: String,
+    /// Whether this call built either (false: both existed).
     pub built: bool,
 }
 
-/// Makes the boot template that a vm sandbox of `config` (its image,
-/// memory, CPUs, network and number of mounts) would start from, unless it
-/// exists: `burrow image warm`, so that even the first start restores.
+/// Makes the boot templates that a vm sandbox of `config` (its image,
+/// memory, CPUs, network and number of mounts) would start from, unless
+/// they exist: the one of first starts and the one of later starts.
+/// `burrow image warm`, so that even the first start restores.
 pub async fn warm_template(
     home: &crate::paths::Home,
     config: &crate::model::SandboxConfig,
@@ -399,24 +427,19 @@ pub async fn warm_template(
         config.network,
         config.mounts.len(),
     )?;
-    let key = inputs.key();
-    let existed = templates_dir(&images_dir).join(&key).is_dir();
-    template::ensure(
-        &images_dir,
-        &inputs,
-        &template::Ingredients {
-            qemu: &qemu_bin,
-            kernel: &kernel,
-            agent: &agent,
-            root_disk: &root_disk,
-            boot: &template_boot(),
-            data_disk_bytes: DATA_DISK_BYTES,
-        },
-    )
-    .await?;
+    let fresh = TemplateInputs {
+        fresh_root: true,
+        ..inputs.clone()
+    };
+    let mut built = false;
+    for inputs in [&fresh, &inputs] {
+        built |= !templates_dir(&images_dir).join(inputs.key()).is_dir();
+        ensure_template(&images_dir, &files, inputs).await?;
+    }
     Ok(WarmTemplate {
-        key,
-        built: !existed,
+        key: fresh.key(),
+        restart_key: inputs.key(),
+        built,
     })
 }
 
@@ -502,12 +525,15 @@ fn template_inputs(
         cpus,
         network,
         shares,
+        fresh_root: false,
     })
 }
 
 /// The boot configuration a template is built with: its disks and channel,
-/// nothing of a sandbox.
-fn template_boot() -> VmBoot {
+/// nothing of a sandbox. The `/etc` files are placeholders of those every
+/// sandbox of the template writes (a template of first starts writes them,
+/// so that a sandbox's own replace files of the data disk).
+fn template_boot(network: bool) -> VmBoot {
     VmBoot {
         root_serial: qemu::ROOT_SERIAL.into(),
         data_serial: qemu::DATA_SERIAL.into(),
@@ -518,11 +544,78 @@ fn template_boot() -> VmBoot {
         uid: 0,
         gid: 0,
         hosts: String::new(),
-        resolv_conf: None,
+        resolv_conf: network.then(String::new),
         mounts: Vec::new(),
-        machine_id: None,
+        machine_id: Some("0".repeat(32)),
         clock: None,
     }
+}
+
+/// The template for `inputs`, built first if there is none.
+async fn ensure_template(
+    images_dir: &Path,
+    files: &TemplateFiles<'_>,
+    inputs: &TemplateInputs,
+) -> Result<template::Template> {
+    template::ensure(
+        images_dir,
+        inputs,
+        &template::Ingredients {
+            qemu: files.qemu,
+            kernel: files.kernel,
+            agent: files.agent,
+            root_disk: files.root_disk,
+            boot: &template_boot(inputs.network),
+            data_disk_bytes: DATA_DISK_BYTES,
+        },
+    )
+    .await
+}
+
+/// A sandbox's first start from the template of first starts (`fresh`,
+/// built first if there is none): a copy of the template's data disk
+/// becomes the sandbox's, then the guest is restored.
+#[allow(clippy::too_many_arguments)]
+async fn first_start_restore(
+    spec: &LaunchSpec,
+    files: &TemplateFiles<'_>,
+    fresh: &TemplateInputs,
+    data_disk: &Path,
+    shares: &[Share],
+    boot: &VmBoot,
+    console: &OwnedFd,
+) -> Result<Started> {
+    let template = ensure_template(&spec.images_dir, files, fresh).await?;
+    let to = data_disk.to_path_buf();
+    tokio::task::spawn_blocking(move || template.copy_data_disk(&to))
+        .await
+        .map_err(|e| Error::io("copying the data disk", None, std::io::Error::other(e)))??;
+    restore_template(
+        spec,
+        files,
+        fresh,
+        data_disk,
+        shares,
+        boot,
+        dup(console)?,
+        &mut None,
+    )
+    .await
+}
+
+/// Formats the sandbox's data disk unless it has one.
+async fn prepare_data_disk(path: &Path) -> Result<()> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || ensure_data_disk(&path))
+        .await
+        .map_err(|e| Error::io("preparing the data disk", None, std::io::Error::other(e)))?
+}
+
+/// A second descriptor of the console pipe (each QEMU tried gets one).
+fn dup(console: &OwnedFd) -> Result<OwnedFd> {
+    console
+        .try_clone()
+        .map_err(|e| Error::io("duplicating the console pipe", None, e))
 }
 
 /// Starts the guest from its template (built first if there is none):
@@ -550,19 +643,7 @@ async fn restore_template(
             "the writable disk has {size} bytes, not the template's {DATA_DISK_BYTES}"
         )));
     }
-    let template = template::ensure(
-        &spec.images_dir,
-        inputs,
-        &template::Ingredients {
-            qemu: files.qemu,
-            kernel: files.kernel,
-            agent: files.agent,
-            root_disk: files.root_disk,
-            boot: &template_boot(),
-            data_disk_bytes: DATA_DISK_BYTES,
-        },
-    )
-    .await?;
+    let template = ensure_template(&spec.images_dir, files, inputs).await?;
     let (ram, initramfs, state) = (template.ram(), template.initramfs(), template.state());
     std::fs::File::open(&state)
         .map_err(|e| Error::io("opening the template's state", Some(&state), e))?;
@@ -761,9 +842,7 @@ async fn spawn_qemu(
         Some(fd) => {
             // One pipe for both: the serial console writes to stdout, QEMU's
             // own errors to stderr.
-            let copy = fd
-                .try_clone()
-                .map_err(|e| Error::io("duplicating the console pipe", None, e))?;
+            let copy = dup(&fd)?;
             cmd.stdout(Stdio::from(fd)).stderr(Stdio::from(copy));
         }
     }
@@ -838,13 +917,19 @@ fn ensure_data_disk(path: &Path) -> Result<()> {
     if crate::image::ext4::is_ext4(path) {
         return Ok(());
     }
+    format_data_disk(path, DATA_DISK_BYTES)
+}
+
+/// Formats a new, empty data disk of `bytes` at `path` (put in place by a
+/// rename).
+fn format_data_disk(path: &Path, bytes: u64) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io("creating the disk directory", Some(dir), e))?;
     let tmp = path.with_extension("tmp");
     let file = std::fs::File::create(&tmp)
         .map_err(|e| Error::io("creating the writable disk", Some(&tmp), e))?;
-    file.set_len(DATA_DISK_BYTES)
+    file.set_len(bytes)
         .map_err(|e| Error::io("sizing the writable disk", Some(&tmp), e))?;
     drop(file);
     let out = std::process::Command::new("mkfs.ext4")

@@ -76,9 +76,21 @@ pub(super) struct Machine<'a> {
     /// Wait for a saved state (`-incoming defer`; QMP `migrate-incoming`
     /// then brings it in) instead of booting.
     pub incoming: bool,
-    /// Boot the agent as a template (`--vm-template`) instead of a
-    /// sandbox's guest (see `template.rs`).
-    pub template: bool,
+    /// Boot the agent as a template instead of a sandbox's guest (see
+    /// `template.rs`).
+    pub template: Option<TemplateBoot>,
+}
+
+/// How far a template guest boots before it is saved (see "Templates" in
+/// [`burrow_protocol::vm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateBoot {
+    /// The image mounted (`--vm-template`): for any start.
+    Image,
+    /// Also a fresh data disk as the sandbox's root
+    /// (`--vm-template-root`): for first starts, whose data disk is a copy
+    /// of the template's.
+    Root,
 }
 
 /// Guest RAM backed by a file (`memory-backend-file`), exactly
@@ -133,10 +145,10 @@ impl Machine<'_> {
             ip = format!("ip={GUEST_IP}::{GATEWAY}:255.255.255.0::eth0:off");
             words.push(&ip);
         }
-        words.push(if self.template {
-            burrow_protocol::vm::VM_TEMPLATE_ARG
-        } else {
-            burrow_protocol::vm::VM_MODE_ARG
+        words.push(match self.template {
+            None => burrow_protocol::vm::VM_MODE_ARG,
+            Some(TemplateBoot::Image) => burrow_protocol::vm::VM_TEMPLATE_ARG,
+            Some(TemplateBoot::Root) => burrow_protocol::vm::VM_TEMPLATE_ROOT_ARG,
         });
         words.join(" ")
     }
@@ -331,7 +343,7 @@ pub fn bare_boot_args(
         tsc_khz: host_tsc_khz(),
         memory_file: None,
         incoming: false,
-        template: false,
+        template: None,
     }
     .args()
 }
@@ -436,7 +448,7 @@ mod tests {
             tsc_khz: Some(2_500_000),
             memory_file: None,
             incoming: false,
-            template: false,
+            template: None,
         }
     }
 
@@ -513,10 +525,12 @@ mod tests {
         let i = a.iter().position(|x| x == "-incoming").unwrap();
         assert_eq!(a[i + 1], "defer");
         assert!(m.kernel_cmdline().ends_with(" --vm"));
-        m.template = true;
+        m.template = Some(TemplateBoot::Image);
         let cmdline = m.kernel_cmdline();
         assert!(cmdline.ends_with(" --vm-template"), "{cmdline}");
         assert!(!cmdline.contains(" --vm "), "{cmdline}");
+        m.template = Some(TemplateBoot::Root);
+        assert!(m.kernel_cmdline().ends_with(" --vm-template-root"));
     }
 
     #[test]

@@ -133,7 +133,7 @@ impl BareVm {
                 shared,
             }),
             incoming,
-            template: false,
+            template: None,
         };
         let mut child = super::spawn_qemu(
             m.qemu,

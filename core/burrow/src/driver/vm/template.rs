@@ -12,6 +12,16 @@
 //! QEMU with the sandbox's own disk, shares and channel, and hands the
 //! agent the sandbox's identity, fresh entropy and the time.
 //!
+//! A template of first starts (`fresh_root` in its inputs) goes further:
+//! it is booted with a freshly formatted data disk, which its agent mounts,
+//! lays the overlay on and switches to before it says it is ready (see
+//! "Templates" in [`burrow_protocol::vm`]). A sandbox's first start (it has
+//! no data disk yet) gets a sparse copy of that disk as it was saved, so the
+//! restored guest's cached view of its disk is the disk's content, and the
+//! guest skips every mount but the shares. Later starts restore the plain
+//! template, whose guest mounts the sandbox's own disk. Copies of one disk
+//! share its ext4 UUID and hash seed.
+//!
 //! A template is keyed by everything a restored guest depends on
 //! ([`TemplateInputs`]: the image disk, the kernel, the agent and QEMU as
 //! files, the acceleration, memory, vCPUs, network and the number of
@@ -32,14 +42,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 
-use super::qemu::{Accel, Machine, MemoryFile, Share};
+use super::qemu::{Accel, Machine, MemoryFile, Share, TemplateBoot};
 use crate::error::{Error, Result};
 use crate::locks::FileLock;
 
 /// Directory of the templates, under the images directory.
 pub const TEMPLATES_DIR: &str = "vm-templates";
 /// Bumped when a template's layout or boot protocol changes.
-pub(super) const FORMAT: u32 = 1;
+pub(super) const FORMAT: u32 = 2;
 /// How long a template guest may take to boot to the agent's word.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a failed build keeps later starts from trying again.
@@ -114,6 +124,8 @@ pub struct TemplateInputs {
     pub network: bool,
     /// How many 9p devices.
     pub shares: usize,
+    /// A template of first starts: a fresh data disk mounted as the root.
+    pub fresh_root: bool,
 }
 
 impl TemplateInputs {
@@ -162,6 +174,85 @@ impl Template {
     pub fn initramfs(&self) -> PathBuf {
         self.dir.join("initramfs.cpio")
     }
+    /// The data disk it was booted with (a fresh one, in a template of
+    /// first starts; a blank placeholder otherwise).
+    fn data_disk(&self) -> PathBuf {
+        self.dir.join("data.img")
+    }
+
+    /// Gives a first start the fresh data disk of this template (of first
+    /// starts), as it was saved: a sparse copy at `to`, put in place by a
+    /// rename.
+    pub fn copy_data_disk(&self, to: &Path) -> Result<()> {
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::io("creating the disk directory", Some(dir), e))?;
+        }
+        let tmp = to.with_extension("copy");
+        let copied = copy_sparse(&self.data_disk(), &tmp).and_then(|()| std::fs::rename(&tmp, to));
+        copied.map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::io("copying the template's data disk", Some(to), e)
+        })
+    }
+}
+
+/// Copies `from` to a new file `to` without its holes: a clone where the
+/// filesystem can (btrfs, XFS), else the data extents one by one.
+fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    /// `FICLONE`: `_IOW(0x94, 9, int)`.
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    let src = std::fs::File::open(from)?;
+    let len = src.metadata()?.len();
+    let dst = std::fs::File::create(to)?;
+    // SAFETY: FICLONE with the source's open fd.
+    if unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) } == 0 {
+        return Ok(());
+    }
+    dst.set_len(len)?;
+    let mut pos: i64 = 0;
+    while (pos as u64) < len {
+        // SAFETY: lseek on an open fd.
+        let data = unsafe { libc::lseek(src.as_raw_fd(), pos, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // only a hole is left
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(src.as_raw_fd(), data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let (mut off_in, mut off_out) = (data, data);
+        while off_in < hole {
+            // SAFETY: both fds are open; the offsets are ours.
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut off_in,
+                    dst.as_raw_fd(),
+                    &mut off_out,
+                    (hole - off_in) as usize,
+                    0,
+                )
+            };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the template's data disk shrank while it was copied",
+                ));
+            }
+        }
+        pos = hole;
+    }
+    Ok(())
 }
 
 /// What building a template takes, besides its inputs.
@@ -300,7 +391,11 @@ pub(super) fn machine<'a>(
             shared: !restoring,
         }),
         incoming: restoring,
-        template: true,
+        template: Some(if inputs.fresh_root {
+            TemplateBoot::Root
+        } else {
+            TemplateBoot::Image
+        }),
     }
 }
 
@@ -319,10 +414,14 @@ async fn build(dir: &Path, inputs: &TemplateInputs, with: &Ingredients<'_>) -> R
     let boot_json = serde_json::to_vec(with.boot)
         .map_err(|e| Error::io("encoding the boot configuration", None, e.into()))?;
     super::initramfs::write(&template.initramfs(), &agent, &boot_json)?;
-    let data = dir.join("data.img");
-    std::fs::File::create(&data)
-        .and_then(|f| f.set_len(with.data_disk_bytes))
-        .map_err(|e| Error::io("creating the template's data disk", Some(&data), e))?;
+    let data = template.data_disk();
+    if inputs.fresh_root {
+        super::format_data_disk(&data, with.data_disk_bytes)?;
+    } else {
+        std::fs::File::create(&data)
+            .and_then(|f| f.set_len(with.data_disk_bytes))
+            .map_err(|e| Error::io("creating the template's data disk", Some(&data), e))?;
+    }
     let shares: Vec<Share> = (0..inputs.shares)
         .map(|i| Share {
             tag: super::share_tag(i),
@@ -492,7 +591,30 @@ mod tests {
             cpus: 1,
             network: false,
             shares: 0,
+            fresh_root: false,
         }
+    }
+
+    /// A sparse copy has the source's bytes and its holes.
+    #[test]
+    fn a_sparse_copy_is_the_same_file_without_filling_holes() {
+        use std::io::{Seek, SeekFrom, Write};
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (from, to) = (tmp.path().join("from"), tmp.path().join("to"));
+        let mut f = std::fs::File::create(&from).unwrap();
+        f.set_len(64 << 20).unwrap();
+        for (at, byte) in [(0u64, 1u8), (5 << 20, 2), ((64 << 20) - 4096, 3)] {
+            f.seek(SeekFrom::Start(at)).unwrap();
+            f.write_all(&vec![byte; 4096]).unwrap();
+        }
+        drop(f);
+        copy_sparse(&from, &to).unwrap();
+        assert_eq!(std::fs::read(&from).unwrap(), std::fs::read(&to).unwrap());
+        let blocks = std::fs::metadata(&to).unwrap().blocks();
+        assert!(blocks * 512 < 1 << 20, "holes were filled: {blocks} blocks");
+        // A missing source is an error, not an empty disk.
+        assert!(copy_sparse(&tmp.path().join("none"), &to).is_err());
     }
 
     #[test]
@@ -515,6 +637,7 @@ mod tests {
             |i| i.cpus = 2,
             |i| i.network = true,
             |i| i.shares = 1,
+            |i| i.fresh_root = true,
         ];
         let mut keys = std::collections::BTreeSet::from([key]);
         for change in changes {
