@@ -21,6 +21,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -306,19 +307,40 @@ fn started_from(home: &Path, id: &burrow::SandboxId) -> StartKind {
         .from
 }
 
+/// The supervisor's phases of a start (ms): `launch` (the driver: QEMU
+/// started and the guest restored or booting), `agent_hello` (from there
+/// to the agent's hello), `total` (from the supervisor's spawn).
+type Phases = BTreeMap<String, f64>;
+
 /// `n` creates -> Running of a vm sandbox, each destroyed after; asserts
-/// how each started.
-async fn creates(home: &TestHome, prefix: &str, n: usize, from: StartKind) -> Vec<Duration> {
+/// how each started. Returns the times and the supervisor's phases.
+async fn creates(
+    home: &TestHome,
+    prefix: &str,
+    n: usize,
+    from: StartKind,
+) -> (Vec<Duration>, Vec<Phases>) {
     let mut out = Vec::new();
+    let mut phases = Vec::new();
     for i in 0..n {
         let builder = home.builder(&format!("{prefix}-{i}")).driver("vm");
         let t = Instant::now();
         let sb = builder.create().await.unwrap();
         out.push(t.elapsed());
         assert_eq!(started_from(home.path(), sb.id()), from);
+        let info = sb.info().await.unwrap();
+        let timings = info.last_run.and_then(|r| r.timings).unwrap_or_default();
+        phases.push(serde_json::from_value(timings).unwrap_or_default());
         sb.destroy().await.unwrap();
     }
-    out
+    (out, phases)
+}
+
+/// The median of phase `name` across `phases`, in ms.
+fn phase_median(phases: &[Phases], name: &str) -> f64 {
+    let mut v: Vec<f64> = phases.iter().filter_map(|p| p.get(name).copied()).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// 8 creates at once from one template, `rounds` times: the time until all
@@ -414,6 +436,7 @@ struct Measured {
     cold: Vec<Duration>,
     cold_memory: (u64, u64),
     create: Vec<Duration>,
+    create_phases: Vec<Phases>,
     eight: Vec<Duration>,
     eight_memory: Vec<(u64, u64)>,
     after_hibernate: Vec<Duration>,
@@ -485,7 +508,7 @@ fn main() {
         // Cold boots: templates off for the supervisors spawned meanwhile
         // (they inherit this process's environment; nothing else runs).
         std::env::set_var(TEMPLATES_ENV, "0");
-        let cold = creates(&home, "cold", iters, StartKind::Cold).await;
+        let (cold, _) = creates(&home, "cold", iters, StartKind::Cold).await;
         let cold_sb = home
             .builder("cold-memory")
             .driver("vm")
@@ -498,7 +521,7 @@ fn main() {
         cold_sb.destroy().await.unwrap();
         std::env::remove_var(TEMPLATES_ENV);
         // The warm-up above built the template.
-        let create = creates(&home, "bench", iters, StartKind::Template).await;
+        let (create, create_phases) = creates(&home, "bench", iters, StartKind::Template).await;
         let (eight, eight_memory) = creates_at_once(&home, iters.div_ceil(3)).await;
         let after_hibernate =
             demand_starts(&home, "hibernating", IdleAction::Hibernate, iters).await;
@@ -522,6 +545,7 @@ fn main() {
             cold,
             cold_memory,
             create,
+            create_phases,
             eight,
             eight_memory,
             after_hibernate,
@@ -536,6 +560,7 @@ fn main() {
         cold,
         cold_memory,
         create,
+        create_phases,
         eight,
         eight_memory,
         after_hibernate,
@@ -643,6 +668,18 @@ fn main() {
             ratio
         );
     }
+    let total = phase_median(&create_phases, "total");
+    println!(
+        "\nwhere a template create's time goes (medians, ms): supervisor spawned {:.1}, \
+         driver launch (QEMU started, guest restored, identity handed over) {:.1}, \
+         guest setup to the agent's hello {:.1}, supervisor total {:.1}; \
+         the caller's own part (store, spawn, answer) {:.1}",
+        phase_median(&create_phases, "spawn") + phase_median(&create_phases, "supervisor_init"),
+        phase_median(&create_phases, "launch"),
+        phase_median(&create_phases, "agent_hello"),
+        total,
+        ms(pct(&create, 0.5)) - total,
+    );
     println!("\nhost memory per running vm sandbox (VmRSS after boot + one exec)");
     println!(
         "{:<36} {:>14} {:>10} {:>10}",

@@ -175,6 +175,7 @@ pub fn setup<T>(
     let (image, data) = wait_for_disks(Path::new("/sys"), &boot)?;
     let mut open_channel = None;
     let mut served = None;
+    let mut held = Vec::new();
     // Whether the overlay root is already `/` (a template of first starts).
     let rooted = template == Some(Template::Root);
     if let Some(kind) = template {
@@ -186,7 +187,9 @@ pub fn setup<T>(
             enter_sandbox_root(&image, &data, true)?;
             // The files every sandbox replaces, copied up to the data disk
             // once (placeholders: the boot configuration's).
-            write_etc(Path::new("/"), &boot).at(Stage::System, "writing /etc")?;
+            // Kept open across the snapshot: rewritten without a lookup.
+            held =
+                write_etc(Path::new("/"), &boot, Vec::new()).at(Stage::System, "writing /etc")?;
             // SAFETY: sync has no preconditions.
             unsafe { libc::sync() };
         }
@@ -222,7 +225,8 @@ pub fn setup<T>(
     mount_all(&share_mounts(&boot.mounts), Stage::Mounts)?;
     steps.mark("mounts");
 
-    write_etc(Path::new("/"), &boot).at(Stage::System, "writing /etc")?;
+    // The template's files are kept open until here, then closed.
+    drop(write_etc(Path::new("/"), &boot, held).at(Stage::System, "writing /etc")?);
     set_hostname(&boot.hostname).at(Stage::System, "setting the hostname")?;
     if template.is_none() {
         loopback_up().at(Stage::System, "bringing lo up")?;

@@ -27,20 +27,42 @@ fn etc_files(boot: &VmBoot) -> Vec<(&'static str, String)> {
     files
 }
 
+/// An `/etc` file kept open (by a template of first starts, across the
+/// snapshot) to be rewritten without a path lookup.
+pub(super) type HeldFile = (&'static str, fs::File);
+
 /// Writes the `/etc` files under `root`, replacing what the image had
 /// there (a symlink is replaced, not followed). A plain file of root's with
 /// mode 0644 and no other link, as a template of first starts leaves them,
 /// is rewritten in place: on the overlay, a removal and a new file would
-/// cost a whiteout and its replacement.
-pub(super) fn write_etc(root: &Path, boot: &VmBoot) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
+/// cost a whiteout and its replacement. A file in `held` (what an earlier
+/// call under the same root returned) is rewritten through its descriptor.
+/// Returns every file written, open.
+pub(super) fn write_etc(
+    root: &Path,
+    boot: &VmBoot,
+    mut held: Vec<HeldFile>,
+) -> io::Result<Vec<HeldFile>> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
     let etc = root.join("etc");
-    mkdir_p(&etc)?;
+    let mut written = Vec::new();
     for (name, content) in etc_files(boot) {
         let path = etc.join(name);
         let described = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        if let Some(i) = held.iter().position(|(n, _)| *n == name) {
+            let (_, file) = held.swap_remove(i);
+            file.write_all_at(content.as_bytes(), 0)
+                .and_then(|()| file.set_len(content.len() as u64))
+                .map_err(described)?;
+            written.push((name, file));
+            continue;
+        }
+        mkdir_p(&etc)?;
         let mut open = fs::OpenOptions::new();
-        open.write(true).mode(0o644).custom_flags(libc::O_NOFOLLOW);
+        open.read(true)
+            .write(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW);
         match fs::symlink_metadata(&path) {
             Ok(m)
                 if m.file_type().is_file()
@@ -63,8 +85,12 @@ pub(super) fn write_etc(root: &Path, boot: &VmBoot) -> io::Result<()> {
         }
         let mut file = open.open(&path).map_err(described)?;
         io::Write::write_all(&mut file, content.as_bytes()).map_err(described)?;
+        written.push((name, file));
     }
-    Ok(())
+    for (name, _) in held {
+        crate::log::warning!("vm: /etc/{name} of the template was not rewritten");
+    }
+    Ok(written)
 }
 
 pub(super) fn set_hostname(name: &str) -> io::Result<()> {
@@ -107,7 +133,7 @@ mod tests {
         let mut b = boot();
 
         // No /etc at all.
-        write_etc(r, &b).expect("written");
+        write_etc(r, &b, Vec::new()).expect("written");
         assert_eq!(
             fs::read_to_string(r.join("etc/hostname")).expect("read"),
             "box\n"
@@ -131,7 +157,7 @@ mod tests {
         b.resolv_conf = Some("nameserver 10.0.2.3\n".into());
         b.hostname = "other".into();
         b.machine_id = Some("0123456789abcdef0123456789abcdef".into());
-        write_etc(r, &b).expect("written again");
+        write_etc(r, &b, Vec::new()).expect("written again");
         assert_eq!(
             fs::read_to_string(r.join("etc/machine-id")).expect("read"),
             "0123456789abcdef0123456789abcdef\n"
@@ -162,7 +188,7 @@ mod tests {
         fs::hard_link(r.join("etc/machine-id"), r.join("run/id")).expect("link");
         b.hostname = "third".into();
         b.machine_id = Some("fedcba9876543210fedcba9876543210".into());
-        write_etc(r, &b).expect("written a third time");
+        let held = write_etc(r, &b, Vec::new()).expect("written a third time");
         assert_eq!(inode("etc/hostname"), hostname, "rewritten in place");
         assert_ne!(inode("etc/hosts"), hosts, "replaced");
         assert_eq!(
@@ -182,5 +208,17 @@ mod tests {
             fs::read_to_string(r.join("etc/machine-id")).expect("read"),
             "fedcba9876543210fedcba9876543210\n"
         );
+
+        // Held files are rewritten through their descriptors: shorter
+        // content leaves nothing of the longer one behind.
+        assert_eq!(held.len(), 4);
+        b.hostname = "x".into();
+        let held = write_etc(r, &b, held).expect("written through the held files");
+        assert_eq!(held.len(), 4);
+        assert_eq!(
+            fs::read_to_string(r.join("etc/hostname")).expect("read"),
+            "x\n"
+        );
+        assert_eq!(inode("etc/hostname"), hostname);
     }
 }

@@ -52,6 +52,7 @@ pub use template::{
 
 use guest::VmGuest;
 use qemu::{Machine, Share};
+use qmp::StateFd;
 
 /// Memory of a VM without a configured limit, in MiB.
 pub const DEFAULT_MEMORY_MB: u64 = 512;
@@ -644,9 +645,14 @@ async fn restore_template(
         )));
     }
     let template = ensure_template(&spec.images_dir, files, inputs).await?;
-    let (ram, initramfs, state) = (template.ram(), template.initramfs(), template.state());
-    std::fs::File::open(&state)
-        .map_err(|e| Error::io("opening the template's state", Some(&state), e))?;
+    let (ram, initramfs) = (template.ram(), template.initramfs());
+    // The state QEMU restores, inherited by it.
+    let state = StateFd::open(&match hibernated {
+        Some(saved) => saved.state(),
+        None => template.state(),
+    })?;
+    let mut inherit = spec.inherit_fds.clone();
+    inherit.push(state.raw());
     let machine = template::machine(
         files.kernel,
         &initramfs,
@@ -660,26 +666,21 @@ async fn restore_template(
     let mut vm = start_qemu(
         files.qemu,
         machine,
-        spec.inherit_fds.clone(),
+        inherit,
         console,
         Owner::Sandbox(&spec.runtime_dir),
     )
     .await?;
     let resumed = async {
-        match hibernated.as_ref().map(|saved| saved.state()) {
-            None => vm.qmp.restore_state(&state).await?,
-            Some(saved_state) => {
-                // On an error the state is still `hibernated`'s, which the
-                // caller discards.
-                vm.qmp.load_state(&saved_state, false).await?;
-                // Loaded, never run: a start killed here leaves the
-                // claimed state, which the next start restores.
-                crate::fault::point("vm.hibernate.loaded");
-                if let Some(saved) = hibernated.take() {
-                    saved.consume()?;
-                }
-                vm.qmp.execute("cont").await?;
-            }
+        // On an error a hibernated state is still `hibernated`'s, which
+        // the caller discards.
+        vm.qmp.load_state(&state, hibernated.is_none()).await?;
+        drop(state);
+        if let Some(saved) = hibernated.take() {
+            // Loaded, never run: a start killed here leaves the claimed
+            // state, which the next start restores.
+            crate::fault::point("vm.hibernate.loaded");
+            saved.consume()?;
         }
         let mut entropy = rand::random::<[u8; 32]>().to_vec();
         entropy.extend(rand::random::<[u8; 32]>());
@@ -689,9 +690,12 @@ async fn restore_template(
             boot,
             entropy: entropy.into(),
         });
+        // Written before the guest runs: waiting in the channel, it is
+        // the first thing the guest reads.
         tokio::io::AsyncWriteExt::write_all(&mut vm.agent, &frame)
             .await
-            .map_err(|e| qemu::unavailable(format!("handing the guest its identity: {e}")))
+            .map_err(|e| qemu::unavailable(format!("handing the guest its identity: {e}")))?;
+        vm.qmp.execute("cont").await.map(drop)
     };
     if let Err(e) = resumed.await {
         vm.kill().await;

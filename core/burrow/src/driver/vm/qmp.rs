@@ -35,6 +35,27 @@ fn shell_path(path: &Path) -> Result<String> {
     }
 }
 
+/// A saved state for a QEMU to restore, opened here and inherited by QEMU
+/// when it is spawned (pass [`StateFd::raw`] among the kept descriptors): a
+/// restore reads it through that descriptor (`fd:` migration), without a
+/// shell and `cat` in between.
+#[derive(Debug)]
+pub(super) struct StateFd(std::fs::File);
+
+impl StateFd {
+    /// Opens the state at `path` (a missing one fails here: QEMU would
+    /// wait for a state that never comes).
+    pub fn open(path: &Path) -> Result<StateFd> {
+        std::fs::File::open(path)
+            .map(StateFd)
+            .map_err(|e| Error::io("opening the saved VM state", Some(path), e))
+    }
+
+    /// The descriptor's number, the same in the QEMU that inherits it.
+    pub fn raw(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+}
 /// A connected QMP monitor, in command mode.
 #[derive(Debug)]
 pub(super) struct Qmp {
@@ -138,18 +159,18 @@ impl Qmp {
     }
 
     /// Brings in a state saved by [`Qmp::save_state`] (QEMU started with
-    /// `-incoming defer` and the same machine, RAM in the same file) and
-    /// runs the guest.
-    pub(super) async fn restore_state(&mut self, state: &Path) -> Result<()> {
+    /// `-incoming defer` and the same machine, RAM in the same file, and
+    /// `state` inherited) and runs the guest.
+    pub(super) async fn restore_state(&mut self, state: &StateFd) -> Result<()> {
         self.load_state(state, true).await?;
         self.execute("cont").await.map(drop)
     }
 
-    /// Brings in a saved state (`ignore_shared` as it was saved) and leaves
-    /// the guest stopped until `cont`.
-    pub(super) async fn load_state(&mut self, state: &Path, ignore_shared: bool) -> Result<()> {
+    /// Brings in a saved state (`ignore_shared` as it was saved; `state`
+    /// inherited by QEMU) and leaves the guest stopped until `cont`.
+    pub(super) async fn load_state(&mut self, state: &StateFd, ignore_shared: bool) -> Result<()> {
         self.set_ignore_shared(ignore_shared).await?;
-        let uri = format!("exec:cat {}", shell_path(state)?);
+        let uri = format!("fd:{}", state.raw());
         self.execute_with("migrate-incoming", Some(json!({ "uri": uri })))
             .await?;
         self.await_migration("restoring the VM state").await

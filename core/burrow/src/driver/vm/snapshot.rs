@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::guest::exit_of;
 use super::qemu::{Accel, Machine, MemoryFile};
-use super::qmp::Qmp;
+use super::qmp::{Qmp, StateFd};
 use crate::driver::GuestExit;
 use crate::error::{Error, Result};
 
@@ -61,7 +61,7 @@ pub struct BareMachine<'a> {
 impl BareVm {
     /// Boots the guest with its RAM shared in `m.ram` (created by QEMU).
     pub async fn boot(m: &BareMachine<'_>) -> Result<BareVm> {
-        Self::spawn(m, true, false).await
+        Self::spawn(m, true, None).await
     }
 
     /// Starts a guest from `state` (saved by [`BareVm::save`] from a guest
@@ -70,11 +70,9 @@ impl BareVm {
     /// the guest running again.
     pub async fn restore(m: &BareMachine<'_>, state: &Path) -> Result<(BareVm, Duration)> {
         let started = Instant::now();
-        // (QEMU would wait for a state that never comes.)
-        std::fs::File::open(state)
-            .map_err(|e| Error::io("opening the saved VM state", Some(state), e))?;
-        let mut vm = Self::spawn(m, false, true).await?;
-        if let Err(e) = vm.qmp.restore_state(state).await {
+        let state = StateFd::open(state)?;
+        let mut vm = Self::spawn(m, false, Some(&state)).await?;
+        if let Err(e) = vm.qmp.restore_state(&state).await {
             vm.kill().await;
             return Err(e);
         }
@@ -109,7 +107,12 @@ impl BareVm {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
     }
 
-    async fn spawn(m: &BareMachine<'_>, shared: bool, incoming: bool) -> Result<BareVm> {
+    /// Starts QEMU: booting, or waiting for `incoming` (inherited).
+    async fn spawn(
+        m: &BareMachine<'_>,
+        shared: bool,
+        incoming: Option<&StateFd>,
+    ) -> Result<BareVm> {
         let (qmp_host, qmp_guest) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| Error::io("creating the QMP channel", None, e))?;
         let console = std::fs::File::create(m.console)
@@ -132,13 +135,16 @@ impl BareVm {
                 path: m.ram,
                 shared,
             }),
-            incoming,
+            incoming: incoming.is_some(),
             template: None,
         };
         let mut child = super::spawn_qemu(
             m.qemu,
             &machine,
-            vec![qmp_guest.as_raw_fd()],
+            [Some(qmp_guest.as_raw_fd()), incoming.map(StateFd::raw)]
+                .into_iter()
+                .flatten()
+                .collect(),
             Some(console.into()),
             true,
         )
