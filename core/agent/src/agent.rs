@@ -167,17 +167,21 @@ impl ProcessBase {
 pub type ResumeHook = fn(&VmResume) -> Result<(), String>;
 
 /// Runs the agent on the channel (host frames from `reader`, guest frames
-/// through `out`) until it shuts down; returns the exit code.
+/// through `out`) until it shuts down; returns the exit code. `notes` are
+/// logged once the host's hello came.
 pub fn run(
     reader: std::fs::File,
     out: Outbox,
     signals: Signals,
     base: ProcessBase,
     on_resume: Option<ResumeHook>,
+    notes: &[String],
 ) -> i32 {
     // Header and body of a frame usually arrive in one read.
     let mut reader = std::io::BufReader::with_capacity(128 * 1024, reader);
     out.send(hello());
+    // The hello first: the writer thread sends it while nothing else runs.
+    std::thread::yield_now();
     // SAFETY: getpid has no preconditions.
     let pid1 = unsafe { libc::getpid() } == 1;
     let agent = Arc::new(Agent {
@@ -193,13 +197,17 @@ pub fn run(
         crate::log::error!("cannot start the signal thread: {e}");
         return 1;
     }
+    await_hello(&agent, &mut reader);
+    // Logged once the session is open: under emulation each console line
+    // costs the serial port's time, which the host would wait for.
+    for note in notes {
+        info!("{note}");
+    }
     info!(
         "agent {} started (pid {}, protocol {PROTOCOL_VERSION})",
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
-
-    await_hello(&agent, &mut reader);
 
     let mut dispatch = Dispatcher {
         agent: agent.clone(),

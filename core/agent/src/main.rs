@@ -166,7 +166,7 @@ fn agent_main() {
     }
     // The VM setup runs on the only thread, before the signal mask (a
     // template sets up the channel before it is saved; see `serve`).
-    let (channel_path, base, early) = if args.vm {
+    let (channel_path, base, early, notes) = if args.vm {
         if args.channel.is_some() {
             warning!("ignoring --channel: in VM mode the channel is the boot configuration's");
         }
@@ -189,7 +189,12 @@ fn agent_main() {
             serve(Some(path), Some(port), true)
         };
         match vm::setup(args.template, early) {
-            Ok((guest, early)) => (Some((guest.channel, guest.open_channel)), guest.base, early),
+            Ok((guest, early)) => (
+                Some((guest.channel, guest.open_channel)),
+                guest.base,
+                early,
+                vec![guest.summary],
+            ),
             Err(e) => {
                 error!("VM setup failed: {e}");
                 exit_process(e.code());
@@ -200,6 +205,7 @@ fn agent_main() {
             args.channel.map(|c| (c, None)),
             ProcessBase::inherited(),
             None,
+            Vec::new(),
         )
     };
     let serving = match early {
@@ -223,6 +229,7 @@ fn agent_main() {
         serving.signals,
         base,
         on_resume,
+        &notes,
     ))
 }
 

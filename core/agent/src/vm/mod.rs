@@ -157,6 +157,8 @@ pub struct Guest {
     pub open_channel: Option<File>,
     /// Environment and identity of the processes the agent starts.
     pub base: ProcessBase,
+    /// What the setup did, for the log.
+    pub summary: String,
 }
 
 /// Sets the microVM up (see the module documentation). Call on the only
@@ -246,8 +248,9 @@ pub fn setup<T>(
         ),
     };
     steps.mark("channel");
-    // One line: each costs the serial console's time.
-    info!(
+    // One line, logged once the session is open: each costs the serial
+    // console's time.
+    let summary = format!(
         "vm: set up in {} ms ({}); image {} ({:?}), data {} ({:?}), channel {} ({:?})",
         started.elapsed().as_millis(),
         steps.summary(),
@@ -261,6 +264,7 @@ pub fn setup<T>(
     let guest = Guest {
         channel,
         open_channel,
+        summary,
         base: ProcessBase {
             env: environment(&boot.env),
             user: Credentials::new(boot.uid, boot.gid),
