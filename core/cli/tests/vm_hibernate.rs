@@ -413,6 +413,23 @@ fn saved_leftovers(home: &TestHome, info: &SandboxInfo) -> Vec<String> {
         .collect()
 }
 
+/// Waits for `sb` to hibernate; returns the generation that did.
+async fn hibernated(sb: &Sandbox) -> u64 {
+    let info = reclaimed(sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    info.generation
+}
+
+/// A CLI stop of `contested`, held after it read the row, before its discard.
+async fn held_stop(home: &TestHome) -> Held {
+    Held::spawn(
+        home,
+        "stop.before_discard",
+        &["--json", "stop", "contested"],
+    )
+    .await
+}
+
 /// A stop of a hibernated sandbox races a start for its saved guest: the
 /// stop discards it by a rename, the start claims it by another. Exactly
 /// one gets it. Both orders are held open across processes: a start that
@@ -425,18 +442,11 @@ async fn a_stop_and_a_start_racing_for_a_saved_guest_never_both_get_it() {
     start_counter(&sb).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = count(&sb).await.unwrap();
-    let info = reclaimed(&sb).await;
-    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
-    let generation = info.generation;
+    let generation = hibernated(&sb).await;
 
     // The start first: the stop has read the row (hibernated) and is held
     // before its discard; a demand start resumes the saved guest.
-    let stop = Held::spawn(
-        &home,
-        "stop.before_discard",
-        &["--json", "stop", "contested"],
-    )
-    .await;
+    let stop = held_stop(&home).await;
     let resumed = count(&sb).await.expect("the saved guest was resumed");
     assert!(resumed >= before, "{resumed} vs {before}");
     let running = sb.info().await.unwrap();
@@ -456,15 +466,9 @@ async fn a_stop_and_a_start_racing_for_a_saved_guest_never_both_get_it() {
     // the stop discards, and the start finds nothing to resume.
     let sb = sb.handle().start().await.unwrap();
     start_counter(&sb).await;
-    let info = reclaimed(&sb).await;
-    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
-    let generation = info.generation;
-    let stop = Held::spawn(
-        &home,
-        "stop.before_discard",
-        &["--json", "stop", "contested"],
-    )
-    .await;
+    let generation = hibernated(&sb).await;
+    let info = sb.info().await.unwrap();
+    let stop = held_stop(&home).await;
     let start = Held::spawn(
         &home,
         "vm.hibernate.before_claim",
