@@ -175,13 +175,13 @@ pub fn run(
     signals: Signals,
     base: ProcessBase,
     on_resume: Option<ResumeHook>,
-    notes: &[String],
+    notes: &[&dyn std::fmt::Display],
 ) -> i32 {
-    // Header and body of a frame usually arrive in one read.
-    let mut reader = std::io::BufReader::with_capacity(128 * 1024, reader);
     out.send(hello());
     // The hello first: the writer thread sends it while nothing else runs.
     std::thread::yield_now();
+    // Header and body of a frame usually arrive in one read.
+    let mut reader = std::io::BufReader::with_capacity(128 * 1024, reader);
     // SAFETY: getpid has no preconditions.
     let pid1 = unsafe { libc::getpid() } == 1;
     let agent = Arc::new(Agent {

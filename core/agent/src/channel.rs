@@ -212,17 +212,25 @@ impl Outbox {
     }
 }
 
-/// Starts the writer thread that owns `file`.
+/// Starts the writer thread that owns `file`; returns once it runs, its
+/// buffer allocated (a microVM template is saved right after: a restored
+/// guest does not finish starting the thread).
 pub fn start_writer(file: File) -> io::Result<Outbox> {
     let (tx, rx) = mpsc::sync_channel(OUTBOX_DEPTH);
+    let (started, running) = mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("writer".into())
-        .spawn(move || writer_loop(rx, file))?;
+        .spawn(move || writer_loop(rx, file, started))?;
+    running
+        .recv()
+        .map_err(|_| io::Error::other("the writer thread ended as it started"))?;
     Ok(Outbox(tx))
 }
 
-fn writer_loop(rx: Receiver<Out>, file: File) {
+fn writer_loop(rx: Receiver<Out>, file: File, started: mpsc::SyncSender<()>) {
     let mut w = BufWriter::with_capacity(256 * 1024, file);
+    let _ = started.send(());
+    drop(started);
     let mut broken = false;
     loop {
         // Write whatever is queued, and flush only when the queue runs dry:

@@ -229,7 +229,10 @@ fn agent_main() {
         serving.signals,
         base,
         on_resume,
-        &notes,
+        &notes
+            .iter()
+            .map(|n| n as &dyn std::fmt::Display)
+            .collect::<Vec<_>>(),
     ))
 }
 

@@ -50,8 +50,10 @@
 //! sandbox's now, not the template's); then it goes on from step 3 with the frame's boot
 //! configuration, exactly as a cold boot would, and serves the protocol on
 //! the channel it already holds. A cold boot gets the wall clock from
-//! [`VmBoot::clock`]. Either kind of template brings `lo` up before it is
-//! saved.
+//! [`VmBoot::clock`]. Either kind of template brings `lo` up, starts its
+//! channel's writer and lets the guest settle before it says it is ready,
+//! so that a restored guest runs as little code as it can before its
+//! hello (under TCG, every path it runs is translated afresh).
 //!
 //! With [`VM_TEMPLATE_ROOT_ARG`] the template goes further before it says
 //! it is ready: it also mounts the data disk (a freshly formatted one),

@@ -72,6 +72,9 @@ use system::{loopback_up, set_hostname, write_etc};
 /// (and for the host end of the channel to be connected).
 const DEVICE_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a template lets the guest settle before it says it is ready.
+const TEMPLATE_SETTLE: Duration = Duration::from_millis(200);
+
 /// The part of the setup that failed. Its code is the agent's exit code
 /// (QEMU's exit status is `2 * code + 1`), distinct from the agent's
 /// ordinary exit codes (0, 1, 2).
@@ -158,7 +161,37 @@ pub struct Guest {
     /// Environment and identity of the processes the agent starts.
     pub base: ProcessBase,
     /// What the setup did, for the log.
-    pub summary: String,
+    pub summary: Summary,
+}
+
+/// What the setup did: one line, formatted (and logged) once the session
+/// is open. Under emulation each console line costs the serial port's
+/// time, and the formatting code its translation.
+#[derive(Debug)]
+pub struct Summary {
+    took: Duration,
+    steps: Steps,
+    /// The image disk and the data disk: device and serial number.
+    disks: [(PathBuf, String); 2],
+    /// The channel's device and port name.
+    channel: (PathBuf, String),
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [(image, image_serial), (data, data_serial)] = &self.disks;
+        write!(
+            f,
+            "vm: set up in {} ms ({}); image {} ({image_serial:?}), data {} ({data_serial:?}), \
+             channel {} ({:?})",
+            self.took.as_millis(),
+            self.steps.summary(),
+            image.display(),
+            data.display(),
+            self.channel.0.display(),
+            self.channel.1
+        )
+    }
 }
 
 /// Sets the microVM up (see the module documentation). Call on the only
@@ -205,6 +238,10 @@ pub fn setup<T>(
         wait_for_host(&port);
         served = Some(early(&path, &port).map_err(|e| SetupError::new(Stage::Channel, e))?);
         info!("vm: template ready; waiting for an identity");
+        // What the setup left to finish (the console's output, RCU grace
+        // periods, deferred work) runs now, not in every restored guest,
+        // where TCG would translate its code afresh each time.
+        std::thread::sleep(TEMPLATE_SETTLE);
         boot = resume::await_resume(&port, &boot)?;
         // From here on it is this sandbox's setup.
         started = Instant::now();
@@ -248,19 +285,12 @@ pub fn setup<T>(
         ),
     };
     steps.mark("channel");
-    // One line, logged once the session is open: each costs the serial
-    // console's time.
-    let summary = format!(
-        "vm: set up in {} ms ({}); image {} ({:?}), data {} ({:?}), channel {} ({:?})",
-        started.elapsed().as_millis(),
-        steps.summary(),
-        image.display(),
-        boot.root_serial,
-        data.display(),
-        boot.data_serial,
-        channel.display(),
-        boot.channel
-    );
+    let summary = Summary {
+        took: started.elapsed(),
+        steps,
+        disks: [(image, boot.root_serial), (data, boot.data_serial)],
+        channel: (channel.clone(), boot.channel),
+    };
     let guest = Guest {
         channel,
         open_channel,
@@ -284,6 +314,7 @@ fn enter_sandbox_root(image: &Path, data: &Path, image_mounted: bool) -> Result<
 }
 
 /// Time spent in each step of the setup, for the log.
+#[derive(Debug)]
 struct Steps {
     last: Instant,
     done: Vec<(&'static str, Duration)>,
@@ -319,7 +350,8 @@ impl Steps {
 /// VM was restored: the host's entropy into the pool and a reseed, then the
 /// wall clock (the sandbox, its disks and its identity are the same).
 pub fn apply_resume(resume: &burrow_protocol::vm::VmResume) -> Result<(), String> {
-    resume::apply_entropy(resume).map_err(|e| e.to_string())?;
+    let random = resume::open_random().map_err(|e| format!("opening /dev/urandom: {e}"))?;
+    resume::apply_entropy(&random, resume).map_err(|e| e.to_string())?;
     if let Some(clock) = resume.boot.clock {
         resume::set_clock(clock, Duration::ZERO).map_err(|e| format!("setting the clock: {e}"))?;
     }

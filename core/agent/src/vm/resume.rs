@@ -31,6 +31,8 @@ const BLKFLSBUF: libc::c_ulong = 0x1261;
 /// identity of the sandbox this guest becomes, and checks it against the
 /// template's boot configuration.
 pub(super) fn await_resume(port: &File, template: &VmBoot) -> Result<VmBoot, SetupError> {
+    // Opened before the snapshot: a restored guest skips the lookup.
+    let random = open_random().at(Stage::Resume, "opening /dev/urandom")?;
     let mut writer = port;
     write_frame(
         &mut writer,
@@ -58,12 +60,18 @@ pub(super) fn await_resume(port: &File, template: &VmBoot) -> Result<VmBoot, Set
     let boot = checked_resume(&resume, template)?;
     // Before anything else happens in the guest: nothing may draw random
     // numbers from the snapshot's state once the guest is someone's.
-    apply_entropy(&resume).at(Stage::Resume, "adding the host's entropy")?;
+    apply_entropy(&random, &resume).at(Stage::Resume, "adding the host's entropy")?;
     Ok(boot)
 }
 
-/// Credits a resume's entropy (at least [`VM_ENTROPY_BYTES`]) and reseeds.
-pub(super) fn apply_entropy(resume: &VmResume) -> io::Result<()> {
+/// The kernel's random device, open for writing (its ioctls).
+pub(super) fn open_random() -> io::Result<File> {
+    File::options().write(true).open("/dev/urandom")
+}
+
+/// Credits a resume's entropy (at least [`VM_ENTROPY_BYTES`]) to `random`
+/// (see [`open_random`]) and reseeds.
+pub(super) fn apply_entropy(random: &File, resume: &VmResume) -> io::Result<()> {
     if resume.entropy.0.len() < VM_ENTROPY_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -73,7 +81,7 @@ pub(super) fn apply_entropy(resume: &VmResume) -> io::Result<()> {
             ),
         ));
     }
-    add_entropy(&resume.entropy.0)
+    add_entropy(random, &resume.entropy.0)
 }
 
 /// Checks a [`VmResume`] against the template's boot configuration;
@@ -106,7 +114,7 @@ fn checked_resume(resume: &VmResume, template: &VmBoot) -> Result<VmBoot, SetupE
 /// reseeds the CRNG from it: every later `getrandom`, and the per-CPU
 /// generators (which follow the base one's generation), differ from the
 /// snapshot's.
-fn add_entropy(bytes: &[u8]) -> io::Result<()> {
+fn add_entropy(random: &File, bytes: &[u8]) -> io::Result<()> {
     // struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
     let mut info: Vec<u8> = Vec::with_capacity(8 + bytes.len());
     info.extend_from_slice(&((bytes.len() * 8) as i32).to_ne_bytes());
@@ -119,7 +127,6 @@ fn add_entropy(bytes: &[u8]) -> io::Result<()> {
         b[..chunk.len()].copy_from_slice(chunk);
         *w = u32::from_ne_bytes(b);
     }
-    let random = File::options().write(true).open("/dev/urandom")?;
     // SAFETY: `words` is a valid rand_pool_info whose buf_size matches the
     // bytes that follow the header; the kernel only reads it.
     crate::sys::cvt(unsafe {

@@ -28,15 +28,18 @@ fn etc_files(boot: &VmBoot) -> Vec<(&'static str, String)> {
 }
 
 /// An `/etc` file kept open (by a template of first starts, across the
-/// snapshot) to be rewritten without a path lookup.
-pub(super) type HeldFile = (&'static str, fs::File);
+/// snapshot) to be rewritten without a path lookup: its name, the file,
+/// and the length of what was written to it.
+pub(super) type HeldFile = (&'static str, fs::File, u64);
 
 /// Writes the `/etc` files under `root`, replacing what the image had
 /// there (a symlink is replaced, not followed). A plain file of root's with
 /// mode 0644 and no other link, as a template of first starts leaves them,
 /// is rewritten in place: on the overlay, a removal and a new file would
 /// cost a whiteout and its replacement. A file in `held` (what an earlier
-/// call under the same root returned) is rewritten through its descriptor.
+/// call under the same root returned) is rewritten through its descriptor,
+/// and truncated only if the new content is shorter (a truncation costs
+/// far more than the write: templates write short placeholders).
 /// Returns every file written, open.
 pub(super) fn write_etc(
     root: &Path,
@@ -49,12 +52,16 @@ pub(super) fn write_etc(
     for (name, content) in etc_files(boot) {
         let path = etc.join(name);
         let described = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        if let Some(i) = held.iter().position(|(n, _)| *n == name) {
-            let (_, file) = held.swap_remove(i);
+        let len = content.len() as u64;
+        if let Some(i) = held.iter().position(|(n, ..)| *n == name) {
+            let (_, file, old_len) = held.swap_remove(i);
             file.write_all_at(content.as_bytes(), 0)
-                .and_then(|()| file.set_len(content.len() as u64))
+                .and_then(|()| match len < old_len {
+                    true => file.set_len(len),
+                    false => Ok(()),
+                })
                 .map_err(described)?;
-            written.push((name, file));
+            written.push((name, file, len));
             continue;
         }
         mkdir_p(&etc)?;
@@ -85,9 +92,9 @@ pub(super) fn write_etc(
         }
         let mut file = open.open(&path).map_err(described)?;
         io::Write::write_all(&mut file, content.as_bytes()).map_err(described)?;
-        written.push((name, file));
+        written.push((name, file, len));
     }
-    for (name, _) in held {
+    for (name, ..) in held {
         crate::log::warning!("vm: /etc/{name} of the template was not rewritten");
     }
     Ok(written)
@@ -210,7 +217,8 @@ mod tests {
         );
 
         // Held files are rewritten through their descriptors: shorter
-        // content leaves nothing of the longer one behind.
+        // content leaves nothing of the longer one behind, and longer
+        // content covers the shorter.
         assert_eq!(held.len(), 4);
         b.hostname = "x".into();
         let held = write_etc(r, &b, held).expect("written through the held files");
@@ -218,6 +226,13 @@ mod tests {
         assert_eq!(
             fs::read_to_string(r.join("etc/hostname")).expect("read"),
             "x\n"
+        );
+        assert_eq!(inode("etc/hostname"), hostname);
+        b.hostname = "longer-name".into();
+        write_etc(r, &b, held).expect("written through the held files again");
+        assert_eq!(
+            fs::read_to_string(r.join("etc/hostname")).expect("read"),
+            "longer-name\n"
         );
         assert_eq!(inode("etc/hostname"), hostname);
     }

@@ -539,13 +539,16 @@ fn template_boot(network: bool) -> VmBoot {
         root_serial: qemu::ROOT_SERIAL.into(),
         data_serial: qemu::DATA_SERIAL.into(),
         channel: qemu::AGENT_PORT.into(),
-        hostname: "burrow-template".into(),
+        // Placeholders no shorter than any sandbox's files and no longer
+        // (the guest then rewrites them without truncating): one
+        // character, one line, and a machine id of the same length.
+        hostname: "x".into(),
         env: Default::default(),
         cwd: "/".into(),
         uid: 0,
         gid: 0,
-        hosts: String::new(),
-        resolv_conf: network.then(String::new),
+        hosts: "\n".into(),
+        resolv_conf: network.then(|| "\n".into()),
         mounts: Vec::new(),
         machine_id: Some("0".repeat(32)),
         clock: None,

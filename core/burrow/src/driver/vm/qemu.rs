@@ -51,6 +51,7 @@ pub(super) struct Share {
 /// Everything on one QEMU command line.
 #[derive(Debug)]
 pub(super) struct Machine<'a> {
+    /// What is booted (not given to a restore, which boots nothing).
     pub kernel: &'a Path,
     pub initramfs: &'a Path,
     /// Image disk (attached read-only); None for the acceleration probe.
@@ -198,15 +199,19 @@ impl Machine<'_> {
             "chardev:console",
         ]);
         push(&["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"]);
-        let cmdline = self.kernel_cmdline();
-        a.extend([
-            "-kernel".into(),
-            self.kernel.into(),
-            "-initrd".into(),
-            self.initramfs.into(),
-            "-append".into(),
-            cmdline.into(),
-        ]);
+        // A restore has nothing to boot: the guest is in the saved RAM.
+        // QEMU would read (and keep) the kernel and initramfs for nothing.
+        if !self.incoming {
+            let cmdline = self.kernel_cmdline();
+            a.extend([
+                "-kernel".into(),
+                self.kernel.into(),
+                "-initrd".into(),
+                self.initramfs.into(),
+                "-append".into(),
+                cmdline.into(),
+            ]);
+        }
         for (id, disk, serial, ro) in [
             ("root", self.root_disk, ROOT_SERIAL, true),
             ("data", self.data_disk, DATA_SERIAL, false),
@@ -524,6 +529,9 @@ mod tests {
             .any(|x| x == "memory-backend-file,id=ram,size=384M,share=off,mem-path=/t/ram"));
         let i = a.iter().position(|x| x == "-incoming").unwrap();
         assert_eq!(a[i + 1], "defer");
+        for boot in ["-kernel", "-initrd", "-append"] {
+            assert!(!a.iter().any(|x| x == boot), "{boot} in a restore");
+        }
         assert!(m.kernel_cmdline().ends_with(" --vm"));
         m.template = Some(TemplateBoot::Image);
         let cmdline = m.kernel_cmdline();
