@@ -606,6 +606,60 @@ async fn calls_racing_a_restart_follow_it_or_see_it_stopped() {
     );
 }
 
+/// A call that only looks once a restart's new run is starting (it waited
+/// behind another call for the connection, say) follows the restart when
+/// its `Sandbox` is bound to the run that ended; one on a `Sandbox` taken
+/// while the new run starts gets `invalid_state` (`starting`). The new run
+/// is held Starting by its supervisor's `supervisor.before_launch` point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_finds_a_restart_starting_follows_it() {
+    let home = TestHome::new().await;
+    let w = Window::at(&home, "supervisor.before_launch");
+    let sb = home.builder("following").create().await.unwrap();
+    let gen0 = sb.generation();
+    assert_eq!(sb.exec(["true"]).await.unwrap().status.code, Some(0));
+    let restart = home
+        .cli()
+        .args(["restart", "following"])
+        .env("BURROW_FAULT", w.point)
+        .env("BURROW_FAULT_MARKER", &w.marker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    w.opened().await;
+    let info = sb.info().await.unwrap();
+    assert_eq!(info.status, Status::Starting);
+    assert!(info.generation > gen0, "the new run is the starting one");
+
+    // Taken while the run starts: no older run to follow.
+    let taken = sb.handle().sandbox().await.unwrap();
+    match taken.exec(["true"]).await {
+        Err(burrow::Error::InvalidState { status, .. }) => assert_eq!(status, Status::Starting),
+        other => panic!("an exec on a Sandbox of the starting run: {other:?}"),
+    }
+
+    // Bound to the run that ended: waits for the new one and runs there.
+    let follower = sb.clone();
+    let call = tokio::spawn(async move { follower.exec(["true"]).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!call.is_finished(), "the call did not wait for the start");
+    w.release();
+    let out = call.await.unwrap().expect("the call followed the restart");
+    assert_eq!(out.status.code, Some(0));
+    assert_eq!(sb.generation(), info.generation);
+    let restarted = tokio::task::spawn_blocking(move || restart.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        restarted.status.success(),
+        "burrow restart: {}",
+        String::from_utf8_lossy(&restarted.stderr)
+    );
+    sb.destroy().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_racing_the_max_duration_get_invalid_state_stopped() {
     race_an_ending(

@@ -140,11 +140,28 @@ impl Sandbox {
         // (a newer run answers), or the run may be ending (the hello is cut
         // off): both are decided again on what the sandbox is then.
         for _ in 0..8 {
-            let stream = self
+            let bound = self.inner.generation.load(Ordering::SeqCst);
+            let stream = match self
                 .inner
                 .backend
                 .open_runtime(&self.inner.name, &self.inner.id, wake)
-                .await?;
+                .await
+            {
+                Ok(stream) => stream,
+                // The run this handle knew ended, and a newer one is
+                // starting (a restart, say, while this call waited for the
+                // connection): the call follows it, as a call that was
+                // cut off by the end does, or gets the status it settles in.
+                Err(Error::InvalidState {
+                    status: Status::Starting,
+                    ..
+                }) if self.info().await?.generation > bound => {
+                    self.boundary(operation, bound, attempt::Cut::Unrun, wake)
+                        .await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let generation = stream.generation;
             let expect = Identity {
                 sandbox_id: self.inner.id.to_string(),

@@ -486,6 +486,8 @@ async fn boot(
         DriverKind::Container => Box::new(ContainerDriver::new(config.oci_runtime())),
         DriverKind::Vm => Box::new(VmDriver),
     };
+    // The run is Starting: a window for calls that meet a start.
+    crate::fault::hold("supervisor.before_launch").await;
     let launched = tokio::time::timeout(left(), driver.launch(&spec))
         .await
         .map_err(|_| Error::Timeout {
