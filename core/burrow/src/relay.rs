@@ -299,7 +299,13 @@ impl Relay {
                     let _ = out_tx.send(fatal(GuestErrorCode::Protocol, "duplicate hello".into()));
                     break;
                 }
-                HostMsg::Request { id, body } => self.request(id, body, &routes, &out_tx),
+                HostMsg::Request { id, body } => {
+                    // Holds a request read off the connection and not yet
+                    // taken (neither in flight nor refused).
+                    #[cfg(feature = "local")]
+                    crate::fault::hold("relay.before_request").await;
+                    self.request(id, body, &routes, &out_tx)
+                }
                 HostMsg::Control { id, body } => self.control(id, body, &out_tx),
                 HostMsg::Data { id, data } => {
                     self.forward(route(id), |aid| HostMsg::Data { id: aid, data })

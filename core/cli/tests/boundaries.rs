@@ -660,6 +660,47 @@ async fn a_call_that_finds_a_restart_starting_follows_it() {
     sb.destroy().await.unwrap();
 }
 
+/// `spawn` returns only once the run has the request, so a drain right
+/// after it (on another connection) waits for the process instead of ending
+/// the run under a request it has not read yet. The run's relay holds the
+/// request it read at its `relay.before_request` point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_after_spawn_returns_waits_for_the_process() {
+    let home = TestHome::new().await;
+    let w = Window::at(&home, "relay.before_request");
+    let sb = w.up(&home, "spawned", &[]).await.sandbox().await.unwrap();
+    let spawner = sb.clone();
+    let spawn = tokio::spawn(async move {
+        spawner
+            .spawn(ExecOptions::new(["sh", "-c", "sleep 1; echo done"]))
+            .await
+    });
+    w.opened().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !spawn.is_finished(),
+        "spawn returned before the run read its request"
+    );
+    w.release();
+    let process = spawn.await.unwrap().unwrap();
+    process.close_stdin().unwrap();
+    let info = sb.request_drain().await.unwrap();
+    assert_eq!(info.status, Status::Draining);
+    let out = process.wait().await.unwrap();
+    assert_eq!(
+        out.stdout_str(),
+        "done\n",
+        "the drain let the process finish"
+    );
+    assert_eq!(out.status.code, Some(0));
+    let end = sb.wait_until_stopped().await.unwrap();
+    assert_eq!(
+        end.last_run.and_then(|r| r.exit_reason),
+        Some(ExitReason::Drain)
+    );
+    sb.destroy().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_racing_the_max_duration_get_invalid_state_stopped() {
     race_an_ending(

@@ -229,8 +229,6 @@ impl AgentClient {
     }
 
     /// Starts a supervisor control request.
-    // Used by the supervisor (feature `local`).
-    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub fn control(&self, body: Control) -> Result<RequestHandle> {
         self.open(|id| HostMsg::Control { id, body })
     }
@@ -296,6 +294,19 @@ impl RequestHandle {
     /// Resizes the request's pty.
     pub fn resize(&self, size: TtySize) -> Result<()> {
         self.client.send(HostMsg::Resize { id: self.id, size })
+    }
+
+    /// Waits until the peer has read this request: it reads a connection's
+    /// frames in order and answers a control frame as it reads it (a relay
+    /// with the supervisor's status, an agent with a refusal), so once a
+    /// control frame sent after the request is answered, the request was
+    /// read before it, and taken or refused (the refusal is then already on
+    /// this request's way). A lost connection ends the wait too: the
+    /// request's own frames tell what became of it.
+    pub async fn delivered(&self) {
+        if let Ok(barrier) = self.client.control(Control::Status) {
+            let _ = barrier.response().await;
+        }
     }
 
     /// The next frame of this request; `None` when the channel was lost

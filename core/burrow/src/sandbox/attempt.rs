@@ -94,6 +94,20 @@ impl Attempt {
         })
     }
 
+    /// [`Attempt::start`], returning only once the run has read the
+    /// request: a process it started is then work in flight that a drain
+    /// waits for and an idle reclaim does not cut, even when the drain or
+    /// reclaim comes right after on another connection.
+    pub(crate) async fn started(
+        sandbox: &Sandbox,
+        operation: &'static str,
+        body: Request,
+    ) -> Result<Attempt> {
+        let attempt = Self::start(sandbox, operation, body).await?;
+        attempt.handle.delivered().await;
+        Ok(attempt)
+    }
+
     fn replay(&self) -> std::sync::MutexGuard<'_, Option<Replay>> {
         self.replay.lock().unwrap_or_else(|p| p.into_inner())
     }
