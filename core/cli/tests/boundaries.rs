@@ -701,6 +701,48 @@ async fn a_drain_after_spawn_returns_waits_for_the_process() {
     sb.destroy().await.unwrap();
 }
 
+/// The same window raced without a hold, many rounds in four sandboxes at
+/// once (their supervisors compete for the CPU): a drain sent the moment
+/// `spawn` returns always finds the process in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_racing_spawns_always_wait_for_the_process() {
+    let home = TestHome::new().await;
+    let mut racers = Vec::new();
+    for i in 0..4 {
+        let handle = home
+            .builder(&format!("drained-{i}"))
+            .create()
+            .await
+            .unwrap()
+            .handle();
+        racers.push(tokio::spawn(async move {
+            for round in 0..50 {
+                let sb = handle.connect_or_start().await.unwrap();
+                let process = sb.spawn(ExecOptions::new(["echo", "done"])).await.unwrap();
+                sb.request_drain().await.unwrap();
+                process.close_stdin().unwrap();
+                let out = process.wait().await;
+                assert!(
+                    matches!(&out, Ok(o) if o.stdout_str() == "done\n" && o.status.code == Some(0)),
+                    "{} round {round}: the drain cut the process spawned before it: {out:?}",
+                    handle.name()
+                );
+                let end = sb.wait_until_stopped().await.unwrap();
+                assert_eq!(
+                    end.last_run.and_then(|r| r.exit_reason),
+                    Some(ExitReason::Drain),
+                    "{} round {round}",
+                    handle.name()
+                );
+            }
+            handle.destroy().await.unwrap();
+        }));
+    }
+    for racer in racers {
+        racer.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_racing_the_max_duration_get_invalid_state_stopped() {
     race_an_ending(

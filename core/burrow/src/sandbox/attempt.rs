@@ -94,18 +94,12 @@ impl Attempt {
         })
     }
 
-    /// [`Attempt::start`], returning only once the run has read the
-    /// request: a process it started is then work in flight that a drain
-    /// waits for and an idle reclaim does not cut, even when the drain or
-    /// reclaim comes right after on another connection.
-    pub(crate) async fn started(
-        sandbox: &Sandbox,
-        operation: &'static str,
-        body: Request,
-    ) -> Result<Attempt> {
-        let attempt = Self::start(sandbox, operation, body).await?;
-        attempt.handle.delivered().await;
-        Ok(attempt)
+    /// Waits until the run has read the request: a process it started is
+    /// then work in flight that a drain waits for and an idle reclaim does
+    /// not cut, even when the drain or reclaim comes right after on another
+    /// connection.
+    pub(crate) async fn delivered(&self) {
+        self.handle.delivered().await;
     }
 
     fn replay(&self) -> std::sync::MutexGuard<'_, Option<Replay>> {

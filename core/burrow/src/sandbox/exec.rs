@@ -233,7 +233,7 @@ impl Sandbox {
     /// Runs a process described by `opts` and collects its output.
     pub async fn exec_with(&self, opts: ExecOptions) -> Result<ExecOutput> {
         let keep = opts.stdin.is_some();
-        self.start_process(opts, keep, false).await?.wait().await
+        self.start_process(opts, keep).await?.wait().await
     }
 
     /// Starts a process and returns it for streaming. Stdin stays open for
@@ -244,24 +244,14 @@ impl Sandbox {
     /// [`Sandbox::request_drain`] made after it waits for the process, and
     /// the idle timeout does not reclaim the sandbox under it.
     pub async fn spawn(&self, opts: ExecOptions) -> Result<Process> {
-        self.start_process(opts, true, true).await
+        let process = self.start_process(opts, true).await?;
+        process.attempt.delivered().await;
+        Ok(process)
     }
 
-    /// `keep`: stdin stays open; `streamed`: returned to the caller as a
-    /// running process (then only once the run has the request).
-    async fn start_process(
-        &self,
-        opts: ExecOptions,
-        keep: bool,
-        streamed: bool,
-    ) -> Result<Process> {
+    async fn start_process(&self, opts: ExecOptions, keep: bool) -> Result<Process> {
         opts.validate()?;
-        let body = opts.to_request(keep, None);
-        let attempt = if streamed {
-            Attempt::started(self, "exec", body).await?
-        } else {
-            Attempt::start(self, "exec", body).await?
-        };
+        let attempt = Attempt::start(self, "exec", opts.to_request(keep, None)).await?;
         if let Some(data) = &opts.stdin {
             attempt.send_data(data)?;
             attempt.send_eof()?;
@@ -274,8 +264,8 @@ impl Sandbox {
         let opts = ExecOptions::new(argv.unwrap_or_else(|| vec!["/bin/sh".into()]));
         opts.validate()?;
         let body = opts.to_request(true, Some(TtySize { rows, cols }));
-        Ok(Process {
-            attempt: Attempt::started(self, "shell", body).await?,
-        })
+        let attempt = Attempt::start(self, "shell", body).await?;
+        attempt.delivered().await;
+        Ok(Process { attempt })
     }
 }
