@@ -5,7 +5,7 @@
 //! SIGKILL it at exactly that step. Release builds compile this to nothing.
 
 /// Hangs here if `BURROW_FAULT` names this point (debug builds only).
-pub(crate) fn point(name: &str) {
+pub fn point(name: &str) {
     #[cfg(debug_assertions)]
     {
         if std::env::var("BURROW_FAULT").is_ok_and(|v| v == name) {
@@ -25,7 +25,7 @@ pub(crate) fn point(name: &str) {
 
 /// Whether `BURROW_FAULT` names `name`, for faults that change behaviour
 /// instead of hanging (debug builds only; always false in release builds).
-pub(crate) fn enabled(name: &str) -> bool {
+pub fn enabled(name: &str) -> bool {
     cfg!(debug_assertions) && std::env::var("BURROW_FAULT").is_ok_and(|v| v == name)
 }
 
@@ -33,7 +33,7 @@ pub(crate) fn enabled(name: &str) -> bool {
 /// test releases it by creating `$BURROW_FAULT_MARKER.release`; the marker
 /// (holding our pid) says the window is open. For tests that must land calls
 /// inside a window, then let the process go on (debug builds only).
-pub(crate) async fn hold(name: &str) {
+pub async fn hold(name: &str) {
     #[cfg(debug_assertions)]
     {
         if std::env::var("BURROW_FAULT").is_ok_and(|v| v == name) {

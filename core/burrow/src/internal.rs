@@ -91,6 +91,12 @@ pub mod image {
 /// The entry points of the fuzz targets (`fuzz/` at the top of the
 /// repository): the parsers and the layer unpacker that read untrusted
 /// bytes, reachable without a home, a registry or a sandbox.
+/// Fault-injection points for crash-safety and race tests (debug builds
+/// only): `burrow serve` marks its own with these too.
+pub mod fault {
+    pub use crate::fault::{enabled, hold, point};
+}
+
 pub mod fuzz {
     pub use crate::image::fuzz::{parse_manifest, unpack_layers, unpack_layout, ParsedManifest};
 }

@@ -1,8 +1,11 @@
 //! The idle reaper: every `sweep_interval`, reclaim sandbox targets idle
 //! past `idle_timeout`.
 //!
-//! Never reclaimed: a target with a live lease, a target never called (no
-//! runtime row), a URL target (no workload). Reclaimable besides idle ready
+//! Never reclaimed: a target with a call in flight in any replica (the
+//! call holds a shared lock on the target that the reclaim's exclusive
+//! try-lock cannot have: see [`crate::store::CallLocks`]; a lease is no
+//! guard), a target never called (no runtime row), a URL target (no
+//! workload). Reclaimable besides idle ready
 //! targets: `starting` rows older than `startup_timeout` (their replica died
 //! mid-start), `failed` rows older than `idle_timeout`, and `reaping` rows
 //! whose reaper died (its advisory lock is free again). Each reclaim is
@@ -13,8 +16,8 @@
 //!
 //! The database work is batched: the candidates are taken [`CLAIM_CHUNK`]
 //! at a time, and for each chunk one statement takes the free locks, one
-//! claims the rows (re-checking every condition), and one releases the
-//! locks. The reclaims of a chunk run [`RECLAIM_PARALLEL`] at a time; each
+//! claims the rows (re-checking every condition), one releases the locks
+//! of the rows not claimed, and one, after the stops, those of the rest. The reclaims of a chunk run [`RECLAIM_PARALLEL`] at a time; each
 //! group of reclaims that have ended is recorded in one statement, as soon
 //! as it has ended, so a stopped sandbox is not left `reaping` while the
 //! others stop.
@@ -138,33 +141,50 @@ pub async fn sweep(
         if locked.is_empty() {
             continue;
         }
-        let result = reclaim_chunk(store, replica, cut, reclaim, &locked, &mut report).await;
+        // Claimed (re-checked) in one statement; the locks of the rows not
+        // taken go at once, so a call waiting for one is not kept waiting
+        // for this chunk's stops.
+        let claimed = match store.claim_reaps(&locked, replica, cut).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = locker.unlock_many(&locked).await;
+                return Err(e);
+            }
+        };
+        let claimed: Vec<String> = claimed.into_iter().map(|(id, _)| id).collect();
+        let passed: Vec<String> = locked
+            .iter()
+            .filter(|id| !claimed.contains(id))
+            .cloned()
+            .collect();
+        report.skipped += passed.len() as u64;
+        let released = locker.unlock_many(&passed).await;
+        let result = match released {
+            Ok(()) => reclaim_claimed(store, reclaim, claimed.clone(), &mut report).await,
+            Err(e) => Err(e),
+        };
         // Released whatever happened; if releasing fails the caller drops
         // the lock connection, which releases them too.
-        let released = locker.unlock_many(&locked).await;
+        let released = locker.unlock_many(&claimed).await;
         result?;
         released?;
     }
     Ok(report)
 }
 
-/// Claims the locked candidates of a chunk (re-checked in the claiming
-/// statement), reclaims those claimed and records how each ended.
-async fn reclaim_chunk(
+/// Reclaims the claimed targets of a chunk, [`RECLAIM_PARALLEL`] at a time,
+/// and records how each ended.
+async fn reclaim_claimed(
     store: &Store,
-    replica: &str,
-    cut: SweepCutoffs,
     reclaim: &dyn Reclaim,
-    locked: &[String],
+    claimed: Vec<String>,
     report: &mut SweepReport,
 ) -> Result<(), StoreError> {
-    let claimed = store.claim_reaps(locked, replica, cut).await?;
-    report.skipped += (locked.len() - claimed.len()) as u64;
     let one = |id: String| async move {
         let outcome = reclaim.reclaim(&id).await;
         (id, outcome)
     };
-    let mut waiting = claimed.into_iter().map(|(id, _)| id);
+    let mut waiting = claimed.into_iter();
     let mut running = FuturesUnordered::new();
     running.extend(waiting.by_ref().take(RECLAIM_PARALLEL).map(one));
     while let Some(first) = running.next().await {
@@ -208,6 +228,11 @@ pub async fn run(state: Arc<AppState>) {
     loop {
         tokio::time::sleep(every).await;
         crate::sessions::sweep(&state).await;
+        // A lock session lost while calls run is replaced now, not at the
+        // next call.
+        if let Err(e) = state.store.calls().check().await {
+            tracing::warn!(error = %e, "the call lock session cannot be reopened");
+        }
         let Some(idle) = idle else {
             match state.store.sweep_leases(now_ms()).await {
                 Ok(n) => state.metrics.add(&state.metrics.leases_expired, n),
@@ -316,6 +341,8 @@ mod tests {
         // One is being reclaimed by someone else (its lock is taken).
         let mut other = s.reap_locker().await.unwrap();
         assert!(other.try_lock("sb_100").await.unwrap());
+        // Another has a call in flight.
+        let call = s.calls().enter("sb_101").await.unwrap().unwrap();
         let mut locker = s.reap_locker().await.unwrap();
         let fake = Fake::default();
         let p = SweepParams {
@@ -326,18 +353,18 @@ mod tests {
         // sb_007, sb_017, ... sb_147 fail: 15 of them.
         assert_eq!(
             (r.candidates, r.reclaimed, r.failed, r.skipped),
-            (150, 134, 15, 1)
+            (150, 133, 15, 2)
         );
         let most = fake.most.load(Ordering::SeqCst);
         assert!(
             (2..=RECLAIM_PARALLEL).contains(&most),
             "{most} reclaims at once"
         );
-        assert_eq!(fake.seen.lock().unwrap().len(), 149);
+        assert_eq!(fake.seen.lock().unwrap().len(), 148);
         for (i, id) in ids.iter().enumerate() {
             let row = s.runtime(id).await.unwrap().unwrap();
             let want = match i {
-                100 | 150.. => (RuntimeState::Ready, None),
+                100 | 101 | 150.. => (RuntimeState::Ready, None),
                 _ if i % 10 == 7 => (RuntimeState::Ready, Some(format!("{id} would not stop"))),
                 _ => (RuntimeState::Dormant, None),
             };
@@ -347,14 +374,15 @@ mod tests {
         // Every lock was released: the busy one can be taken now that its
         // holder lets go, and the others are free.
         other.unlock("sb_100").await.unwrap();
+        call.release().await;
         assert_eq!(locker.try_lock_many(&ids).await.unwrap(), ids);
         locker.unlock_many(&ids).await.unwrap();
-        // The next sweep finds the failed ones again (still idle), and
-        // skips nothing.
+        // The next sweep finds the failed ones again (still idle) with the
+        // two it skipped, and skips nothing.
         let r = sweep(&s, &mut locker, "r1", p, &fake).await.unwrap();
         assert_eq!(
             (r.candidates, r.reclaimed, r.failed, r.skipped),
-            (16, 1, 15, 0)
+            (17, 2, 15, 0)
         );
     }
 }

@@ -160,6 +160,8 @@ async fn a_batch_claims_exactly_the_candidates_and_finishes_each_its_own_way() {
     row(&s, "sb_new_start", "starting", now - 9000, now - 100).await;
     row(&s, "sb_old_fail", "failed", now - 9000, now - 2000).await;
     row(&s, "sb_orphan", "reaping", now - 9000, now - 9000).await;
+    // A lease is no guard (only the lock of a call in flight is, and the
+    // sweep takes it before it claims).
     s.open_lease("sb_leased", "r1", now + 30_000).await.unwrap();
     let all = ids(&[
         "sb_idle",
@@ -185,6 +187,7 @@ async fn a_batch_claims_exactly_the_candidates_and_finishes_each_its_own_way() {
         claimed,
         vec![
             ("sb_idle".to_string(), RuntimeState::Ready),
+            ("sb_leased".to_string(), RuntimeState::Ready),
             ("sb_old_fail".to_string(), RuntimeState::Failed),
             ("sb_orphan".to_string(), RuntimeState::Ready),
             ("sb_stale_start".to_string(), RuntimeState::Starting),
@@ -229,7 +232,7 @@ async fn a_batch_claims_exactly_the_candidates_and_finishes_each_its_own_way() {
     );
     let r = state("sb_fresh").await;
     assert_eq!((r.state, r.updated_at), (RuntimeState::Ready, now - 10));
-    assert_eq!(state("sb_leased").await.state, RuntimeState::Ready);
+    assert_eq!(state("sb_leased").await.state, RuntimeState::Reaping);
     assert_eq!(state("sb_new_start").await.state, RuntimeState::Starting);
 }
 
@@ -307,4 +310,86 @@ async fn a_warm_call_and_a_reclaim_claim_never_both_win_a_row() {
         s.close_lease(&open.lease, "sb_r", now).await.unwrap();
     }
     assert_eq!(used + claimed, 100, "each round, one of them wins");
+}
+
+/// The backend pid of the call-lock session holding a shared lock, from
+/// another session.
+async fn lock_session_pid(other: &Store) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid \
+         WHERE a.application_name = 'burrow call locks' AND a.datname = current_database() \
+           AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted",
+    )
+    .fetch_optional(other.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_in_flight_fences_every_reaper_and_its_lock_dies_with_its_session() {
+    let s = store("calls").await;
+    // A second replica on the same database.
+    let url: String = {
+        let name: String = sqlx::query_scalar("SELECT current_database()::text")
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+        cluster().url_for(&name)
+    };
+    let other = Store::open(&url, &url, 2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut reaper = other.reap_locker().await.unwrap();
+    let mut own_reaper = s.reap_locker().await.unwrap();
+
+    // Two calls, then one: neither replica's reaper can have the target.
+    let first = s.calls().enter("sb_c").await.unwrap().unwrap();
+    let second = s.calls().enter("sb_c").await.unwrap().unwrap();
+    assert!(!reaper.try_lock("sb_c").await.unwrap());
+    assert!(!own_reaper.try_lock("sb_c").await.unwrap());
+    first.release().await;
+    assert!(!reaper.try_lock("sb_c").await.unwrap());
+    // Calls of two replicas on one target share it.
+    let theirs = other.calls().enter("sb_c").await.unwrap().unwrap();
+    second.release().await;
+    assert!(!reaper.try_lock("sb_c").await.unwrap());
+    theirs.release().await;
+    assert!(s.calls().held().await.is_empty());
+    // No call left: a reaper takes it, and no call enters until it lets go.
+    assert!(reaper.try_lock("sb_c").await.unwrap());
+    assert!(s.calls().enter("sb_c").await.unwrap().is_none());
+    assert!(
+        s.calls().held().await.is_empty(),
+        "a refused call is not counted"
+    );
+    reaper.unlock("sb_c").await.unwrap();
+
+    // The lock session dies (a replica killed, a connection cut): its lock
+    // is gone at once, with no expiry to wait for.
+    let call = s.calls().enter("sb_c").await.unwrap().unwrap();
+    assert!(!reaper.try_lock("sb_c").await.unwrap());
+    let pid = lock_session_pid(&other).await.expect("the lock session");
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(other.pool())
+        .await
+        .unwrap();
+    assert!(killed);
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !reaper.try_lock("sb_c").await.unwrap() {
+        assert!(
+            std::time::Instant::now() < end,
+            "the lock outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    reaper.unlock("sb_c").await.unwrap();
+    // The replica notices at its next check and takes the lock again on a
+    // new session, for the call still in flight.
+    s.calls().check().await.unwrap();
+    assert_ne!(lock_session_pid(&other).await, Some(pid));
+    assert!(!reaper.try_lock("sb_c").await.unwrap());
+    call.release().await;
+    assert!(reaper.try_lock("sb_c").await.unwrap());
+    reaper.unlock("sb_c").await.unwrap();
 }

@@ -13,8 +13,7 @@
 //! differ, a statement has both forms side by side; lists of ids reach a
 //! statement as one JSON array (the `Any` driver binds no arrays).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngCore;
@@ -22,12 +21,14 @@ use sha2::{Digest, Sha256};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, Connection};
 
+mod calls;
 mod reaper;
 mod runtime;
 mod sessions;
 mod targets;
 mod tokens;
 
+pub use calls::{CallHold, CallLocks};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
 
@@ -207,7 +208,8 @@ pub struct Store {
     pool: AnyPool,
     kind: DbKind,
     url: String,
-    local_locks: Arc<Mutex<HashSet<String>>>,
+    local_locks: calls::LocalHolds,
+    calls: Arc<CallLocks>,
     sqlite_writer: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -222,6 +224,15 @@ pub fn now_ms() -> i64 {
 /// A duration in milliseconds, as the tables store times.
 pub fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The advisory-lock key of a target: the reaper's exclusive lock and the
+/// calls' shared locks are taken on it.
+fn lock_key(target_id: &str) -> i64 {
+    let d = Sha256::digest(target_id.as_bytes());
+    let mut k = [0u8; 8];
+    k.copy_from_slice(&d[..8]);
+    i64::from_be_bytes(k)
 }
 
 fn random_id(prefix: &str) -> String {
@@ -325,11 +336,17 @@ impl Store {
                 url: redacted.to_owned(),
                 source,
             })?;
+        let local_locks = calls::LocalHolds::default();
+        let calls = Arc::new(match kind {
+            DbKind::Postgres => CallLocks::postgres(url.clone()),
+            DbKind::Sqlite => CallLocks::local(local_locks.clone()),
+        });
         Ok(Store {
             pool,
             kind,
             url,
-            local_locks: Arc::default(),
+            local_locks,
+            calls,
             sqlite_writer: Arc::default(),
         })
     }
@@ -343,6 +360,12 @@ impl Store {
             DbKind::Sqlite => Some(self.sqlite_writer.lock().await),
             DbKind::Postgres => None,
         }
+    }
+
+    /// This replica's calls in flight, held as locks the reaper respects
+    /// (one lock session per store, opened on first use).
+    pub fn calls(&self) -> &Arc<CallLocks> {
+        &self.calls
     }
 
     /// Which database this is.

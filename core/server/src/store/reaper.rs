@@ -4,37 +4,31 @@
 //! each, whatever the chunk's size.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
 use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, Connection, Row};
 
-use super::{json_list, Candidate, DbKind, Result, RuntimeState, Store, StoreError, SweepCutoffs};
-
-/// The advisory-lock key of a target.
-fn lock_key(target_id: &str) -> i64 {
-    let d = Sha256::digest(target_id.as_bytes());
-    let mut k = [0u8; 8];
-    k.copy_from_slice(&d[..8]);
-    i64::from_be_bytes(k)
-}
+use super::calls::{holds, LocalHold, LocalHolds};
+use super::{json_list, lock_key, Candidate, DbKind, Result, RuntimeState, Store, SweepCutoffs};
 
 /// Which rows a claim takes: every reclaim condition, re-checked in the
-/// claiming statement itself (`$2` is now).
+/// claiming statement itself. Calls in flight are not a condition here:
+/// the claimer holds the target's exclusive lock, which no replica with a
+/// call in flight on it lets it have ([`super::CallLocks`]); a lease is no
+/// guard (a lease left by a replica that died would hold the target until
+/// it expired).
 const CLAIMABLE: &str = "( \
         (state = 'ready' AND last_used_at < $4) \
      OR (state = 'starting' AND updated_at < $5) \
      OR (state = 'failed' AND updated_at < $6) \
-     OR state = 'reaping') \
-    AND NOT EXISTS (SELECT 1 FROM leases l \
-                    WHERE l.target_id = runtime_state.target_id AND l.expires_at >= $2)";
+     OR state = 'reaping')";
 
 impl Store {
     /// Reclaim candidates: sandbox targets (never URL targets) whose row is
     /// `ready` and idle, `starting`/`failed` and stranded, or `reaping`
-    /// (its reaper may have died: the advisory lock tells), with no live
-    /// lease. Targets never called have no row and are never candidates.
+    /// (its reaper may have died: the advisory lock tells). Targets never
+    /// called have no row and are never candidates. Whether a call is in
+    /// flight is for the lock to tell ([`ReapLocker::try_lock_many`]).
     pub async fn reap_candidates(&self, c: SweepCutoffs, limit: i64) -> Result<Vec<Candidate>> {
         let rows = sqlx::query(
             "SELECT r.target_id, r.state FROM runtime_state r \
@@ -44,14 +38,11 @@ impl Store {
               OR (r.state = 'starting' AND r.updated_at < $2) \
               OR (r.state = 'failed' AND r.updated_at < $3) \
               OR r.state = 'reaping') \
-             AND NOT EXISTS (SELECT 1 FROM leases l \
-                             WHERE l.target_id = r.target_id AND l.expires_at >= $4) \
-             ORDER BY r.last_used_at LIMIT $5",
+             ORDER BY r.last_used_at LIMIT $4",
         )
         .bind(c.idle_before)
         .bind(c.starting_before)
         .bind(c.failed_before)
-        .bind(c.now)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
@@ -65,8 +56,8 @@ impl Store {
             .collect()
     }
 
-    /// Claims candidates for reclaim, in one statement that re-checks every
-    /// condition (idle, stranded, no live lease): each row taken becomes
+    /// Claims candidates for reclaim (their locks held), in one statement
+    /// that re-checks every condition (idle, stranded): each row taken becomes
     /// `reaping`, remembering the state it had. Returns the rows taken and
     /// that state; an id missing from the answer is no longer a candidate.
     pub async fn claim_reaps(
@@ -178,20 +169,24 @@ impl Store {
         Ok(match self.kind {
             DbKind::Postgres => {
                 let opts: AnyConnectOptions = self.url.parse()?;
-                ReapLocker::Postgres(AnyConnection::connect_with(&opts).await?)
+                ReapLocker(Locker::Postgres(AnyConnection::connect_with(&opts).await?))
             }
-            DbKind::Sqlite => ReapLocker::Local(self.local_locks.clone()),
+            DbKind::Sqlite => ReapLocker(Locker::Local(self.local_locks.clone())),
         })
     }
 }
 
-/// Per-target reclaim locks taken by try-lock: a busy lock is a skip.
+/// Per-target reclaim locks taken by try-lock: a busy lock (another
+/// reaper's, or a replica's calls in flight) is a skip.
 #[derive(Debug)]
-pub enum ReapLocker {
-    /// Session-level advisory locks on a dedicated connection.
+pub struct ReapLocker(Locker);
+
+#[derive(Debug)]
+enum Locker {
+    /// Exclusive session-level advisory locks on a dedicated connection.
     Postgres(AnyConnection),
-    /// In-process (SQLite, one replica).
-    Local(Arc<Mutex<HashSet<String>>>),
+    /// In-process (SQLite, one replica), in the table the calls use.
+    Local(LocalHolds),
 }
 
 impl ReapLocker {
@@ -201,8 +196,8 @@ impl ReapLocker {
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        match self {
-            ReapLocker::Postgres(conn) => {
+        match &mut self.0 {
+            Locker::Postgres(conn) => {
                 // [[id, key], ...]: the keys are computed here, as before.
                 let list = serde_json::Value::from(
                     targets
@@ -228,13 +223,17 @@ impl ReapLocker {
                     .cloned()
                     .collect())
             }
-            ReapLocker::Local(set) => {
-                let mut set = set
-                    .lock()
-                    .map_err(|_| StoreError::Corrupt("lock set poisoned".into()))?;
+            Locker::Local(h) => {
+                let mut h = holds(h);
                 Ok(targets
                     .iter()
-                    .filter(|t| set.insert((*t).clone()))
+                    .filter(|t| {
+                        if h.contains_key(*t) {
+                            return false;
+                        }
+                        h.insert((*t).clone(), LocalHold::Reclaim);
+                        true
+                    })
                     .cloned()
                     .collect())
             }
@@ -247,8 +246,8 @@ impl ReapLocker {
         if targets.is_empty() {
             return Ok(());
         }
-        match self {
-            ReapLocker::Postgres(conn) => {
+        match &mut self.0 {
+            Locker::Postgres(conn) => {
                 let keys: Vec<i64> = targets.iter().map(|t| lock_key(t)).collect();
                 sqlx::query(
                     "SELECT pg_advisory_unlock(k::int8) FROM json_array_elements_text($1::json) k",
@@ -257,12 +256,12 @@ impl ReapLocker {
                 .execute(&mut *conn)
                 .await?;
             }
-            ReapLocker::Local(set) => {
-                let mut set = set
-                    .lock()
-                    .map_err(|_| StoreError::Corrupt("lock set poisoned".into()))?;
+            Locker::Local(h) => {
+                let mut h = holds(h);
                 for t in targets {
-                    set.remove(t);
+                    if h.get(t) == Some(&LocalHold::Reclaim) {
+                        h.remove(t);
+                    }
                 }
             }
         }
@@ -286,7 +285,7 @@ mod tests {
     use crate::store::{RuntimeState, Store, TargetKind};
 
     #[tokio::test]
-    async fn one_start_claim_wins_and_the_reaper_respects_leases() {
+    async fn one_start_claim_wins_and_a_call_in_flight_fences_the_reaper() {
         let (_d, s) = sqlite().await;
         s.put_target(&target("sb_a")).await.unwrap();
         assert_eq!(
@@ -308,13 +307,22 @@ mod tests {
         );
         assert!(s.finish_start("sb_a", 1, t0, Ok(())).await.unwrap());
         assert_eq!(s.touch_if_ready("sb_a", t0 + 10).await.unwrap(), Some(1));
-        // Idle, but leased: not a candidate, cannot be claimed.
+        // Idle by its stamp, but with calls in flight (two, then one): a
+        // candidate whose lock the reaper cannot have.
         let later = t0 + 10_000;
+        let first = s.calls().enter("sb_a").await.unwrap().unwrap();
+        let second = s.calls().enter("sb_a").await.unwrap().unwrap();
+        let mut locker = s.reap_locker().await.unwrap();
+        assert_eq!(s.reap_candidates(cut(later), 100).await.unwrap().len(), 1);
+        assert!(!locker.try_lock("sb_a").await.unwrap(), "two calls");
+        first.release().await;
+        assert!(!locker.try_lock("sb_a").await.unwrap(), "one call left");
+        assert_eq!(s.calls().held().await, vec!["sb_a".to_string()]);
+        // The last call ends (stamping last_used_at), then time passes.
         let lease = s.open_lease("sb_a", "r1", later + 30_000).await.unwrap();
-        assert!(s.reap_candidates(cut(later), 100).await.unwrap().is_empty());
-        assert_eq!(s.claim_reap("sb_a", "r1", cut(later)).await.unwrap(), None);
-        // The lease ends (stamping last_used_at), then time passes.
         s.close_lease(&lease, "sb_a", later).await.unwrap();
+        second.release().await;
+        assert!(s.calls().held().await.is_empty());
         assert!(s
             .reap_candidates(cut(later + 500), 100)
             .await
@@ -322,6 +330,9 @@ mod tests {
             .is_empty());
         let c = s.reap_candidates(cut(later + 2000), 100).await.unwrap();
         assert_eq!(c.len(), 1);
+        assert!(locker.try_lock("sb_a").await.unwrap());
+        // While the reaper holds it, no call enters.
+        assert!(s.calls().enter("sb_a").await.unwrap().is_none());
         assert_eq!(
             s.claim_reap("sb_a", "r1", cut(later + 2000)).await.unwrap(),
             Some(RuntimeState::Ready)
@@ -338,6 +349,8 @@ mod tests {
             .unwrap()
             .unwrap();
         s.finish_reap("sb_a", later + 3001, Ok(())).await.unwrap();
+        locker.unlock("sb_a").await.unwrap();
+        drop(s.calls().enter("sb_a").await.unwrap().unwrap());
         assert_eq!(
             s.runtime("sb_a").await.unwrap().unwrap().state,
             RuntimeState::Dormant
@@ -468,9 +481,12 @@ mod tests {
             .collect();
         let mut claimed = s.claim_reaps(&all, "r1", c).await.unwrap();
         claimed.sort_by(|a, b| a.0.cmp(&b.0));
+        // A lease is no guard: only the lock of a call in flight is (the
+        // sweep takes it before it claims).
         let want = [
             ("sb_idle1", RuntimeState::Ready),
             ("sb_idle2", RuntimeState::Ready),
+            ("sb_leased", RuntimeState::Ready),
             ("sb_old_fail", RuntimeState::Failed),
             ("sb_orphan", RuntimeState::Ready),
             ("sb_stale_start", RuntimeState::Starting),
@@ -495,7 +511,6 @@ mod tests {
         // Nothing else moved.
         for (id, st) in [
             ("sb_fresh", RuntimeState::Ready),
-            ("sb_leased", RuntimeState::Ready),
             ("sb_new_start", RuntimeState::Starting),
             ("sb_dormant", RuntimeState::Dormant),
         ] {
@@ -546,16 +561,10 @@ mod tests {
         );
         let r = get("sb_fresh").await;
         assert_eq!((r.state, r.updated_at), (RuntimeState::Ready, now - 10));
-        // The lease still fences its target; closed and idle, it is claimable.
         s.close_lease(&lease, "sb_leased", now - 8000)
             .await
             .unwrap();
         let c = cut(now + 3);
-        let taken = s
-            .claim_reaps(&["sb_leased".to_string()], "r1", c)
-            .await
-            .unwrap();
-        assert_eq!(taken, vec![("sb_leased".to_string(), RuntimeState::Ready)]);
         assert!(s.claim_reaps(&[], "r1", c).await.unwrap().is_empty());
         s.finish_reaps(now, &[]).await.unwrap();
     }
