@@ -6,108 +6,14 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use burrow::{SandboxId, Status};
 use burrow_server::store::{now_ms, RuntimeState, Store};
-use common::serve::pg::PgCluster;
+use common::gateway::{blocking, gw, setup};
 use common::serve::{call_retrying, http, metric_sample, web_command, ServeEnv, Server};
 use common::TestHome;
-
-fn cluster() -> &'static PgCluster {
-    static PG: OnceLock<PgCluster> = OnceLock::new();
-    PG.get_or_init(PgCluster::start)
-}
-
-/// A fresh database on the shared test cluster.
-fn database(name: &str) -> String {
-    cluster().create_database(name).expect("create database")
-}
-
-struct Setup {
-    th: TestHome,
-    env: ServeEnv,
-    token: String,
-    store: Store,
-}
-
-async fn setup(db: &str, vars: &[(&str, &str)]) -> Setup {
-    let th = TestHome::new().await;
-    let url = tokio::task::spawn_blocking({
-        let db = db.to_owned();
-        move || database(&db)
-    })
-    .await
-    .unwrap();
-    let mut env = ServeEnv::new(th.path(), &url);
-    for (k, v) in vars {
-        env = env.set(k, v);
-    }
-    let token = {
-        let env = env.clone();
-        tokio::task::spawn_blocking(move || env.create_token("tests"))
-            .await
-            .unwrap()
-    };
-    let store = Store::open(&url, &url, 2, Duration::from_secs(10))
-        .await
-        .unwrap();
-    Setup {
-        th,
-        env,
-        token,
-        store,
-    }
-}
-
-impl Setup {
-    /// Defines a sandbox and registers it as a gateway target on port 8080
-    /// with `command`.
-    async fn web_target(&self, server: &Server, name: &str, command: Vec<String>) -> SandboxId {
-        let h = self.th.builder(name).detached(true).define().await.unwrap();
-        let body = serde_json::json!({"port": 8080, "command": command}).to_string();
-        let url = format!("{}/v1/gateway/targets/{}", server.url, h.id());
-        let token = self.token.clone();
-        let r = blocking(move || http("PUT", &url, Some(&token), Some(&body))).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        h.id().clone()
-    }
-
-    async fn state(&self, id: &SandboxId) -> Option<burrow_server::store::RuntimeRow> {
-        self.store.runtime(id.as_str()).await.unwrap()
-    }
-
-    async fn wait_state(&self, id: &SandboxId, want: RuntimeState, within: Duration) {
-        let end = Instant::now() + within;
-        loop {
-            let row = self.state(id).await;
-            if row.as_ref().is_some_and(|r| r.state == want) {
-                return;
-            }
-            assert!(Instant::now() < end, "state never became {want:?}: {row:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn engine_status(&self, id: &SandboxId) -> Status {
-        use burrow::Backend;
-        self.th.backend.get_by_id(id).await.unwrap().status
-    }
-
-    async fn engine_generation(&self, id: &SandboxId) -> u64 {
-        use burrow::Backend;
-        self.th.backend.get_by_id(id).await.unwrap().generation
-    }
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.unwrap()
-}
-
-fn gw(server: &Server, id: &SandboxId, path: &str) -> String {
-    format!("{}/gw/{}/{}", server.url, id, path)
-}
 
 /// The value of an unlabelled-or-labelled sample in a `/metrics` answer.
 fn metric(server: &Server, token: &str, sample: &str) -> u64 {

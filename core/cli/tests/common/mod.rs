@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod gateway;
 pub mod kube;
 pub mod mcp;
 pub mod probe;
