@@ -139,8 +139,9 @@ async fn an_mcp_server_on_kubernetes_sleeps_when_idle_and_wakes_on_the_next_tool
         token: &token,
         id: &id,
         store: &store,
-        long_call_s: 5,
+        long_call_s: 8,
         workload_gone: &gone,
+        freeze_pid: Some(server.pid()),
     }
     .run()
     .await;
@@ -456,8 +457,9 @@ async fn the_chart_runs_two_replicas_that_serve_mcp_and_survive_one_killed_mid_r
         token: &token,
         id: &id,
         store: &store,
-        long_call_s: 5,
+        long_call_s: 8,
         workload_gone: &gone,
+        freeze_pid: None,
     }
     .run()
     .await;

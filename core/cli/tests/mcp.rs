@@ -28,7 +28,8 @@ async fn an_mcp_server_sleeps_when_idle_and_wakes_on_the_next_tool_call() {
         .await
         .unwrap();
     // Idle after 2 s, swept every 300 ms; leases live 1.5 s unless
-    // heartbeated, so only the heartbeat keeps a long call's lease alive.
+    // heartbeated, and the replica is frozen for 3 s mid-call, so the
+    // lease dies and only the call's lock keeps the reaper off.
     let env = ServeEnv::new(th.path(), &url)
         .set("IDLE_TIMEOUT", "2s")
         .set("SWEEP_INTERVAL", "300ms")
@@ -81,8 +82,9 @@ async fn an_mcp_server_sleeps_when_idle_and_wakes_on_the_next_tool_call() {
         token: &token,
         id: &id,
         store: &store,
-        long_call_s: 5,
+        long_call_s: 8,
         workload_gone: &gone,
+        freeze_pid: Some(server.pid()),
     }
     .run()
     .await;

@@ -136,6 +136,23 @@ pub struct RoundTrip<'a> {
     /// Seconds of the long tool call (more than the idle timeout).
     pub long_call_s: u32,
     pub workload_gone: &'a (dyn Fn() -> bool + Sync),
+    /// The one replica's process, to freeze (SIGSTOP) for twice the lease's
+    /// life in the middle of the long call: its heartbeats stop, its lease
+    /// expires and is swept, and the call must go on unreclaimed.
+    pub freeze_pid: Option<u32>,
+}
+
+/// Seconds a replica is frozen mid-call (twice the round trip's lease ttl).
+const FREEZE_S: u32 = 3;
+
+/// Sends `sig` (`-STOP`, `-CONT`) to `pid`.
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {sig} {pid}");
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -181,13 +198,17 @@ impl RoundTrip<'_> {
     /// A cold start met by two clients: the first (`first`) wins the start
     /// and waits for it; the second (`second`), sent while the start runs,
     /// is answered 503 + Retry-After, waits it out (in full) and succeeds.
-    /// Returns both outputs.
-    async fn cold(&self, first: &[&str], second: &[&str]) -> (Value, Value) {
+    /// A third, `pin`, sent during the start too and retrying at once, is
+    /// in flight from the moment the start ends: until it ends, nothing is
+    /// idle, however long the machine takes between two steps. Returns the
+    /// first two outputs and the pin.
+    async fn cold(&self, first: &[&str], second: &[&str], pin: &[&str]) -> (Value, Value, Child) {
         use burrow_server::store::RuntimeState;
         let a = spawn_client(&self.endpoint(), self.token, first, None);
         self.wait_state(RuntimeState::Starting, std::time::Duration::from_secs(30))
             .await;
         let b = spawn_client(&self.endpoint(), self.token, second, None);
+        let pin = spawn_client(&self.endpoint(), self.token, pin, Some(50));
         let (a, b) = blocking(move || {
             (
                 client_output(a.wait_with_output().unwrap()),
@@ -203,7 +224,7 @@ impl RoundTrip<'_> {
             b["retries"].as_u64().unwrap() >= 1,
             "a call during the start is answered 503 + Retry-After: {b}"
         );
-        (a, b)
+        (a, b, pin)
     }
 
     /// The whole round trip: cold start (503 + Retry-After for the second
@@ -221,8 +242,19 @@ impl RoundTrip<'_> {
             "never called"
         );
 
-        // Cold: initialize + tools/list, and a tool call arriving mid-start.
-        let (tools, who1) = self.cold(&["tools"], &["call", "whoami"]).await;
+        // Cold: initialize + tools/list, and a tool call arriving mid-start;
+        // and a long tool call, streaming progress, in flight from the end
+        // of the start: it keeps the sandbox from the reaper for longer
+        // than the idle timeout (and `burrow serve status` shows its lease).
+        let secs = self.long_call_s;
+        let args = format!(r#"{{"seconds":{secs}}}"#);
+        let (tools, who1, long) = self
+            .cold(
+                &["tools"],
+                &["call", "whoami"],
+                &["call", "countdown", &args],
+            )
+            .await;
         assert_eq!(
             tools["tools"],
             serde_json::json!(["add", "whoami", "countdown"])
@@ -236,7 +268,7 @@ impl RoundTrip<'_> {
         );
         assert_eq!(self.engine_status(), "running");
 
-        // Warm: no 503.
+        // Warm, while the long call runs: no 503.
         let add = {
             let (url, token) = (url.clone(), token.clone());
             blocking(move || client(&url, &token, &["call", "add", r#"{"a":2,"b":3}"#])).await
@@ -246,24 +278,32 @@ impl RoundTrip<'_> {
             (Some("5"), Some(0))
         );
 
-        // A long tool call, streaming progress: its lease (heartbeated)
-        // keeps the sandbox from the reaper for longer than the idle
-        // timeout, and `burrow serve status` shows it.
-        let secs = self.long_call_s;
-        let args = format!(r#"{{"seconds":{secs}}}"#);
-        let long = spawn_client(&url, &token, &["call", "countdown", &args], None);
-        let t0 = std::time::Instant::now();
+        // The long call to its end: never reclaimed meanwhile, even with its
+        // replica frozen for twice its lease's life.
+        let mut long = long;
         let mut leased = false;
-        while t0.elapsed() < Duration::from_secs(u64::from(secs) - 1) {
+        let mut frozen = self.freeze_pid;
+        while long.try_wait().unwrap().is_none() {
             assert_eq!(
                 self.state().await,
                 Some(RuntimeState::Ready),
-                "reclaimed under a live lease"
+                "reclaimed under a call in flight"
             );
+            if let Some(pid) = frozen.take() {
+                signal(pid, "-STOP");
+                tokio::time::sleep(Duration::from_secs(u64::from(FREEZE_S))).await;
+                assert_eq!(self.state().await, Some(RuntimeState::Ready));
+                signal(pid, "-CONT");
+                continue;
+            }
             let st = serve_status(self.env, self.id);
-            leased |= st["live_leases"] == 1 && st["state"] == "ready";
+            leased |= st["live_leases"].as_i64() >= Some(1) && st["state"] == "ready";
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        assert!(
+            frozen.is_none(),
+            "the long call ended before its replica could be frozen"
+        );
         let long = blocking(move || client_output(long.wait_with_output().unwrap())).await;
         assert!(
             leased,
@@ -272,9 +312,16 @@ impl RoundTrip<'_> {
         assert_eq!(long["result"], "done", "{long}");
         let progress = long["progress"].as_array().unwrap();
         assert_eq!(progress.len(), secs as usize, "{long}");
+        // The first progress came long before the result (less the
+        // freeze, whose progress arrived at once after it).
         let first_at = progress[0]["atMs"].as_f64().unwrap();
+        let held = if self.freeze_pid.is_some() {
+            FREEZE_S
+        } else {
+            0
+        };
         assert!(
-            long["firstMs"].as_f64().unwrap() - first_at >= f64::from(secs - 2) * 1000.0,
+            long["firstMs"].as_f64().unwrap() - first_at >= f64::from(secs - 2 - held) * 1000.0,
             "progress was not streamed as it happened: {long}"
         );
         assert_eq!(self.engine_status(), "running");
@@ -311,9 +358,14 @@ impl RoundTrip<'_> {
             (Some("dormant"), Some(0))
         );
 
-        // The next call wakes it: a new process (generation 2).
-        let (who2, add) = self
-            .cold(&["call", "whoami"], &["call", "add", r#"{"a":40,"b":2}"#])
+        // The next call wakes it: a new process (generation 2), pinned by a
+        // short call while the checks run.
+        let (who2, add, pin) = self
+            .cold(
+                &["call", "whoami"],
+                &["call", "add", r#"{"a":40,"b":2}"#],
+                &["call", "countdown", r#"{"seconds":3}"#],
+            )
             .await;
         assert_eq!(add["result"], "42");
         let who2: Value = serde_json::from_str(who2["result"].as_str().unwrap()).unwrap();
@@ -331,6 +383,8 @@ impl RoundTrip<'_> {
                 .generation,
             2
         );
+        let pin = blocking(move || client_output(pin.wait_with_output().unwrap())).await;
+        assert_eq!(pin["result"], "done", "{pin}");
 
         // The metrics count the starts and the reclaim; a reaper that
         // works logs nothing.

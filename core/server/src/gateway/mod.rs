@@ -2,13 +2,18 @@
 //! sandbox (through the agent channel, so the sandbox needs no network) or
 //! to a registered URL.
 //!
-//! Each call holds a request lease, heartbeated while the call runs
-//! (including a streamed response), closed at the end with `last_used_at`
-//! stamped. The warm path is two statements: one opens the lease, stamps
-//! `last_used_at` if the target is ready and reads the target's version
-//! (the target itself comes from a per-replica cache, read again only when
-//! that version moved: changed through any replica); one closes the lease
-//! and stamps `last_used_at`. It never answers 503. A target that is not
+//! Each call, for as long as it runs (including a streamed response),
+//! holds its target's call lock, which keeps every replica's reaper off
+//! it whatever the timers do ([`crate::store::CallLocks`]), and a request
+//! lease, heartbeated, that `burrow serve status` shows; at the end the
+//! lease is closed with `last_used_at` stamped, then the lock let go
+//! ([`call`]). The warm path is two statements, and the lock's (on the
+//! replica's lock session, taken in parallel, only for a target's first
+//! call in flight): one opens the lease, stamps `last_used_at` if the
+//! target is ready and reads the target's version (the target itself
+//! comes from a per-replica cache, read again only when that version
+//! moved: changed through any replica); one closes the lease and stamps
+//! `last_used_at`. It never answers 503. A target that is not
 //! ready is started by the one call that wins the start claim (one
 //! statement); calls arriving while that start runs get `503` with
 //! `Retry-After` and `burrow-sandbox-state: starting` — they never reached
@@ -19,17 +24,14 @@
 //! answers `502`; the next call starts again.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
-use burrow::{Error, ErrorCode, GuestErrorCode, Sandbox, SandboxId, StartOptions};
-use http_body::{Body as _, Frame, SizeHint};
+use burrow::{Error, ErrorCode, Sandbox, SandboxId};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -38,14 +40,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::routes::parse_id;
-use crate::store::{ms, now_ms, CallHold, RuntimeState, Target, TargetKind};
-use crate::targets::not_found;
+use crate::store::{Target, TargetKind};
 
-/// A `starting` row older than `startup_timeout` plus this is stranded (its
-/// replica died mid-start) and may be claimed again.
-const STALE_MARGIN: Duration = Duration::from_secs(5);
-/// How often a start probes the target port.
-const PORT_POLL: Duration = Duration::from_millis(50);
+mod call;
+mod start;
+
+use call::{open_call, GuardedBody, LeaseGuard};
+use start::start;
 
 /// Per-target cache: the target as last read (with its version), the live
 /// handle of the current generation and idle HTTP connections over tunnels
@@ -147,210 +148,6 @@ impl Gateway {
             .get_or_init(|| Client::builder(TokioExecutor::new()).build_http())
     }
 }
-
-/// What a call holds for its duration (until the response body is
-/// finished or dropped): its call lock, the fact the reaper checks
-/// ([`crate::store::CallLocks`]), and its lease, which `burrow serve status`
-/// shows and a heartbeat renews (no guard: a lease whose heartbeats are
-/// late expires and is swept, and the call goes on).
-struct LeaseGuard {
-    state: Arc<AppState>,
-    lease: String,
-    target: String,
-    call: Option<CallHold>,
-    heartbeat: tokio::task::JoinHandle<()>,
-}
-
-impl LeaseGuard {
-    /// Holds `lease` (already opened) and `call` until dropped.
-    fn hold(state: &Arc<AppState>, lease: String, target: &str, call: CallHold) -> LeaseGuard {
-        let ttl = ms(state.config.gateway.lease_ttl);
-        let every = state.config.gateway.heartbeat_interval;
-        let (st, l) = (state.clone(), lease.clone());
-        let heartbeat = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                // Tests stall the heartbeats here, past the lease's expiry.
-                burrow::internal::fault::hold("gateway.before_heartbeat").await;
-                if let Err(e) = st.store.heartbeat_lease(&l, now_ms() + ttl).await {
-                    tracing::warn!(lease = %l, error = %e, "lease heartbeat failed");
-                }
-            }
-        });
-        LeaseGuard {
-            state: state.clone(),
-            lease,
-            target: target.to_owned(),
-            call: Some(call),
-            heartbeat,
-        }
-    }
-}
-
-/// How long a call waits for a target whose lock a reaper holds without
-/// having claimed it (it lets go within a statement or two) before it is
-/// answered 503.
-const RECLAIM_LOCK_WAIT: Duration = Duration::from_secs(2);
-/// How often it looks again meanwhile.
-const RECLAIM_LOCK_POLL: Duration = Duration::from_millis(10);
-
-/// Counts the call as in flight on `id` (the lock the reaper respects).
-/// While a reclaim holds the target, answers 503 + Retry-After, like a
-/// call arriving during a start: the call never reached the workload.
-async fn enter_call(state: &Arc<AppState>, id: &str) -> ApiResult<CallHold> {
-    let end = Instant::now() + RECLAIM_LOCK_WAIT;
-    loop {
-        if let Some(hold) = state.store.calls().enter(id).await? {
-            return Ok(hold);
-        }
-        let reaping = state
-            .store
-            .runtime(id)
-            .await?
-            .is_some_and(|r| r.state == RuntimeState::Reaping);
-        if reaping || Instant::now() > end {
-            state.metrics.inc(&state.metrics.gw_busy);
-            let id: SandboxId = parse_id(id)?;
-            let name = state
-                .engine
-                .get_by_id(&id)
-                .await
-                .map(|i| i.name)
-                .unwrap_or_default();
-            return Err(ApiError::busy(
-                Error::Starting { name, id },
-                state.retry_after_secs(),
-                "reaping",
-            ));
-        }
-        tokio::time::sleep(RECLAIM_LOCK_POLL).await;
-    }
-}
-
-/// Takes the call's lock and opens its lease, stamping a ready target, at
-/// once (the lease comes with the stamp: a reclaim claim re-checks it; the
-/// lock keeps any claim off while the call runs), and finds the target:
-/// from the cache if its version is the one the statement read, else from
-/// the database. Returns the target, the lease, and the generation if the
-/// target is ready.
-///
-/// The lock and the stamp go in parallel, and the call goes on only with
-/// both: a claim that came first makes the row `reaping` (no stamp: the
-/// call is answered 503), a stamp that came first makes the claim find the
-/// row in use (and the reaper lets the lock go).
-async fn open_call(
-    state: &Arc<AppState>,
-    id: &str,
-) -> ApiResult<(Arc<Target>, LeaseGuard, Option<i64>)> {
-    crate::targets::check_target_id(id)?;
-    let now = now_ms();
-    let expires = now + ms(state.config.gateway.lease_ttl);
-    let (call, open) = tokio::join!(
-        enter_call(state, id),
-        state.store.open_call(id, state.replica(), expires, now)
-    );
-    let Some(open) = open? else {
-        state.gateway.forget(id);
-        return Err(not_found(id).into());
-    };
-    let call = match call {
-        Ok(c) => c,
-        Err(e) => {
-            let (st, id) = (state.clone(), id.to_owned());
-            tokio::spawn(async move {
-                let _ = st.store.close_lease(&open.lease, &id, now_ms()).await;
-            });
-            return Err(e);
-        }
-    };
-    let lease = LeaseGuard::hold(state, open.lease, id, call);
-    let target = match state.gateway.target(id, open.target_version) {
-        Some(t) => t,
-        None => match state.store.get_target_versioned(id).await? {
-            Some((t, version)) => state.gateway.remember_target(version, t),
-            // Deleted since (the lease is closed as it drops).
-            None => {
-                state.gateway.forget(id);
-                return Err(not_found(id).into());
-            }
-        },
-    };
-    Ok((target, lease, open.ready))
-}
-
-impl Drop for LeaseGuard {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        let (st, lease, target, call) = (
-            self.state.clone(),
-            std::mem::take(&mut self.lease),
-            std::mem::take(&mut self.target),
-            self.call.take(),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = st.store.close_lease(&lease, &target, now_ms()).await {
-                tracing::warn!(lease, error = %e, "closing a lease failed; it will expire");
-            }
-            // After the stamp: a reaper that gets the lock next sees the
-            // call's end as the last use.
-            if let Some(call) = call {
-                call.release().await;
-            }
-        });
-    }
-}
-
-/// The upstream response body, holding the lease (and, for a sandbox, the
-/// connection to return to the pool once the body is complete).
-struct GuardedBody {
-    inner: Incoming,
-    lease: Option<LeaseGuard>,
-    back: Option<(Arc<AppState>, String, i64, SendRequest<Body>)>,
-}
-
-impl GuardedBody {
-    fn finish(&mut self) {
-        if let Some((st, id, generation, conn)) = self.back.take() {
-            st.gateway.put_back(&id, generation, conn);
-        }
-        self.lease.take();
-    }
-}
-
-impl http_body::Body for GuardedBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(None) = r {
-            this.finish();
-        }
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for GuardedBody {
-    fn drop(&mut self) {
-        if self.inner.is_end_stream() {
-            self.finish();
-        }
-        // Otherwise the connection is mid-response: it is dropped, not reused.
-    }
-}
-
 /// `ANY /gw/{id}[/{*rest}]`.
 pub async fn handle(
     State(state): State<Arc<AppState>>,
@@ -580,11 +377,7 @@ fn respond(
     let (mut parts, inner) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     via(&mut parts.headers);
-    let body = GuardedBody {
-        inner,
-        lease: Some(lease),
-        back,
-    };
+    let body = GuardedBody::new(inner, lease, back);
     Response::from_parts(parts, Body::new(body))
 }
 
@@ -640,188 +433,6 @@ async fn connect(
     });
     Ok(sender)
 }
-
-/// Makes the target ready: wins the start claim and runs the start, or
-/// answers 503 while someone else's start (or a reclaim) is under way.
-/// Returns the generation that is ready.
-async fn start(
-    state: &Arc<AppState>,
-    id: &str,
-    sid: &SandboxId,
-    port: u16,
-    command: &Option<Vec<String>>,
-    stale_ready: Option<i64>,
-) -> ApiResult<i64> {
-    let now = now_ms();
-    let stale_before = now - ms(state.config.gateway.startup_timeout + STALE_MARGIN);
-    let claimed = state
-        .store
-        .claim_start(id, state.replica(), now, stale_before, stale_ready)
-        .await?;
-    let Some(generation) = claimed else {
-        let row = state.store.runtime(id).await?;
-        if let Some(row) = row.as_ref().filter(|r| r.state == RuntimeState::Ready) {
-            // Someone else's start finished in between.
-            return Ok(row.generation);
-        }
-        let reaping = row.is_some_and(|r| r.state == RuntimeState::Reaping);
-        state.metrics.inc(&state.metrics.gw_busy);
-        let name = state
-            .engine
-            .get_by_id(sid)
-            .await
-            .map(|i| i.name)
-            .unwrap_or_default();
-        return Err(ApiError::busy(
-            Error::Starting {
-                name,
-                id: sid.clone(),
-            },
-            state.retry_after_secs(),
-            if reaping { "reaping" } else { "starting" },
-        ));
-    };
-    // The start is its own task: the caller giving up does not cancel it.
-    let task = tokio::spawn(run_start(
-        state.clone(),
-        id.to_owned(),
-        sid.clone(),
-        port,
-        command.clone(),
-        generation,
-    ));
-    match task.await {
-        Ok(Ok(())) => Ok(generation),
-        Ok(Err(e)) => {
-            state.metrics.inc(&state.metrics.gw_failed);
-            Err(ApiError::bad_gateway(e))
-        }
-        Err(e) => Err(ApiError::bad_gateway(Error::Protocol {
-            reason: format!("the start task failed: {e}"),
-        })),
-    }
-}
-
-async fn run_start(
-    state: Arc<AppState>,
-    id: String,
-    sid: SandboxId,
-    port: u16,
-    command: Option<Vec<String>>,
-    generation: i64,
-) -> Result<(), Error> {
-    let t0 = Instant::now();
-    let limit = state.config.gateway.startup_timeout;
-    let engine = state.engine.clone();
-    let mut name = String::new();
-    // Where a start that runs out of time was: its error says so.
-    let phase = Mutex::new("starting the sandbox");
-    let set_phase = |p| {
-        if let Ok(mut g) = phase.lock() {
-            *g = p;
-        }
-    };
-    let work = async {
-        let info = engine.get_by_id(&sid).await?;
-        name = info.name.clone();
-        let opts = StartOptions::default().detached(true);
-        let info = engine.connect_or_start(&info.name, &sid, opts).await?;
-        let sandbox = Sandbox::from_info(engine.clone(), &info);
-        if let Some(argv) = &command {
-            set_phase(
-                "running the target's command, which has not returned (it must start \
-                 the service in the background and exit)",
-            );
-            let out = sandbox.exec(argv.iter().cloned()).await?;
-            if !out.success() {
-                return Err(Error::StartFailed {
-                    name: info.name.clone(),
-                    id: info.id.clone(),
-                    reason: format!(
-                        "the target's command {argv:?} failed ({:?}): {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                });
-            }
-        }
-        // Ready means the service accepts connections, not just "booted".
-        set_phase("waiting for the port to accept connections");
-        loop {
-            match sandbox.tunnel(port).await {
-                Ok(t) => {
-                    drop(t);
-                    return Ok::<_, Error>(sandbox);
-                }
-                Err(Error::Guest { source, .. })
-                    if source.code() == GuestErrorCode::ConnectionRefused =>
-                {
-                    tokio::time::sleep(PORT_POLL).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    };
-    let outcome = match tokio::time::timeout(limit, work).await {
-        Ok(Ok(sandbox)) => {
-            state.gateway.remember(&id, generation, sandbox);
-            Ok(())
-        }
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(Error::Timeout {
-            operation: format!(
-                "starting gateway target {id} (port {port}): {}",
-                phase.lock().map(|p| *p).unwrap_or("starting")
-            ),
-            after: limit,
-        }),
-    };
-    let now = now_ms();
-    match outcome {
-        Ok(()) => {
-            state.metrics.inc(&state.metrics.starts_ok);
-            state
-                .metrics
-                .add(&state.metrics.start_ms_sum, t0.elapsed().as_millis() as u64);
-            finish(&state, &id, generation, now, Ok(())).await;
-            Ok(())
-        }
-        Err(e) => {
-            state.metrics.inc(&state.metrics.starts_failed);
-            tracing::warn!(target = %id, error = %e, "gateway start failed");
-            // A failed start leaves nothing running.
-            if !name.is_empty() {
-                if let Err(k) = engine.kill(&name, &sid).await {
-                    tracing::warn!(target = %id, error = %k, "removing the workload of a failed start failed");
-                }
-            }
-            finish(&state, &id, generation, now, Err(e.to_string())).await;
-            Err(Error::StartFailed {
-                name,
-                id: sid,
-                reason: e.to_string(),
-            })
-        }
-    }
-}
-
-async fn finish(state: &AppState, id: &str, generation: i64, now: i64, r: Result<(), String>) {
-    // Retried: a start must never be left `starting` for a database hiccup.
-    for attempt in 0..5u32 {
-        match state
-            .store
-            .finish_start(id, generation, now, r.clone())
-            .await
-        {
-            Ok(_) => return,
-            Err(e) => {
-                tracing::warn!(target = %id, attempt, error = %e, "recording the end of a start failed");
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
