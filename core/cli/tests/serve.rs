@@ -123,7 +123,7 @@ async fn a_pool_of_four_serves_twenty_retrying_clients_through_a_ten_second_star
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_live_lease_fences_the_reaper_then_idle_is_reclaimed_and_woken_again() {
+async fn a_call_in_flight_fences_the_reaper_then_idle_is_reclaimed_and_woken_again() {
     let s = setup(
         "lease",
         &[("IDLE_TIMEOUT", "2s"), ("SWEEP_INTERVAL", "300ms")],
@@ -131,26 +131,26 @@ async fn a_live_lease_fences_the_reaper_then_idle_is_reclaimed_and_woken_again()
     .await;
     let a = Arc::new(s.env.start("a"));
     let id = s.web_target(&a, "leased", web_command(0)).await;
-    let (url, token) = (gw(&a, &id, "index.html"), s.token.clone());
-    let r = blocking(move || call_retrying(&url, &token, Duration::from_secs(60)).0).await;
-    assert_eq!(r.status, 200);
 
-    // A call streaming for 6 s (3x the idle timeout) holds its lease: the
-    // sandbox stays up the whole time and the stream is complete.
+    // A call streaming for 6 s (3x the idle timeout), which also makes the
+    // start (so no gap before it can let the sandbox idle): once started,
+    // the sandbox stays up the whole time and the stream is complete.
     let (url, token) = (gw(&a, &id, "cgi-bin/slow?6"), s.token.clone());
     let call = tokio::task::spawn_blocking(move || http("GET", &url, Some(&token), None));
+    s.wait_state(&id, RuntimeState::Ready, Duration::from_secs(60))
+        .await;
     let t0 = Instant::now();
     while !call.is_finished() {
         assert_eq!(
             s.engine_status(&id).await,
             Status::Running,
-            "reclaimed under a live lease"
+            "reclaimed under a call in flight"
         );
         assert_eq!(s.state(&id).await.unwrap().state, RuntimeState::Ready);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let r = call.await.unwrap();
-    assert!(t0.elapsed() >= Duration::from_secs(5));
+    assert!(t0.elapsed() >= Duration::from_secs(4));
     assert_eq!(r.status, 200);
     assert_eq!(r.text().lines().count(), 6, "{}", r.text());
 

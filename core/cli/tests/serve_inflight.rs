@@ -374,3 +374,41 @@ async fn a_replica_killed_mid_call_frees_its_target_at_once_under_a_live_lease()
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_landing_as_the_target_turns_idle_are_never_cut_by_either_replicas_reaper() {
+    // Idle after 1 s, swept every 100 ms by both replicas; round after
+    // round, a streamed 2 s call lands through A or B within 150 ms either
+    // side of the moment the target turns idle: it either keeps the target
+    // or meets a reclaim (503, then a start), and is never cut.
+    let s = setup(
+        "inflight_race",
+        &[("IDLE_TIMEOUT", "1s"), ("SWEEP_INTERVAL", "100ms")],
+    )
+    .await;
+    let (a, b) = replicas(&s, None);
+    let id = s.started_target(&a, "race").await;
+    let rounds = 30;
+    let mut woken = 0;
+    for round in 0..rounds {
+        let via = if round % 2 == 0 { &a } else { &b };
+        let row = s.state(&id).await.unwrap();
+        let offset = (round % 7) as i64 * 50 - 150;
+        let due = row.last_used_at + 1000 + offset;
+        let wait = due - now_ms();
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+        let rx = stream(gw(via, &id, "cgi-bin/slow?2"), s.token.clone());
+        blocking(move || {
+            match next(&rx, Duration::from_secs(120)) {
+                Event::Line(l) => assert_eq!(l, "tick 2", "round {round}"),
+                Event::Done(status) => panic!("round {round}: ended before it began ({status})"),
+            }
+            rest_of_call(rx, 2);
+        })
+        .await;
+        woken += usize::from(s.state(&id).await.unwrap().generation > row.generation);
+    }
+    eprintln!("{woken} of {rounds} calls met a reclaim and woke the target");
+}
