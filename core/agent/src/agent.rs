@@ -16,6 +16,7 @@ use burrow_protocol::{
     GuestError, GuestErrorCode, GuestMsg, HostMsg, Request, Response, PROTOCOL_VERSION,
 };
 
+use crate::calls::CallsLock;
 use crate::channel::{self, Incoming, Outbox};
 use crate::log::{info, warning};
 use crate::mailbox::{self, Event, Inbox, Input, Mailbox};
@@ -51,25 +52,59 @@ pub struct Agent {
     pub shutdown: ShutdownState,
 }
 
-/// Requests in flight, by id.
+/// Requests in flight, by id; in a pod's session agent, also held as the
+/// shared lock a reclaim respects ([`crate::calls`]).
 #[derive(Debug, Default)]
 pub struct Registry {
     map: Mutex<HashMap<u64, Mailbox>>,
+    calls: Option<CallsLock>,
 }
 
 impl Registry {
-    fn insert(&self, id: u64, mailbox: Mailbox) -> bool {
-        let mut map = lock(&self.map);
-        if map.contains_key(&id) {
-            return false;
+    /// The registry of a session whose requests in flight hold `calls`.
+    pub fn new(calls: Option<CallsLock>) -> Registry {
+        Registry {
+            map: Mutex::default(),
+            calls,
         }
-        map.insert(id, mailbox);
-        true
     }
 
-    /// Forgets a request (right before its final response is queued).
+    /// Admits a request: refused if its id is in flight, or while a
+    /// reclaim holds the calls lock (taken with the first request in
+    /// flight, under the map's lock).
+    fn insert(&self, id: u64, mailbox: Mailbox) -> Result<(), GuestError> {
+        let mut map = lock(&self.map);
+        if map.contains_key(&id) {
+            return Err(GuestError::new(
+                GuestErrorCode::InvalidArgument,
+                format!("request id {id} is already in flight"),
+            ));
+        }
+        if let Some(calls) = self.calls.as_ref().filter(|_| map.is_empty()) {
+            match calls.take() {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(GuestError::new(
+                        GuestErrorCode::Unavailable,
+                        "the sandbox is being reclaimed",
+                    ))
+                }
+                Err(e) => return Err(GuestError::from_io(&e, "the calls lock")),
+            }
+        }
+        map.insert(id, mailbox);
+        Ok(())
+    }
+
+    /// Forgets a request (right before its final response is queued); the
+    /// last one in flight lets the calls lock go.
     pub fn remove(&self, id: u64) {
-        lock(&self.map).remove(&id);
+        let mut map = lock(&self.map);
+        if map.remove(&id).is_some() && map.is_empty() {
+            if let Some(calls) = &self.calls {
+                calls.release();
+            }
+        }
     }
 
     fn contains(&self, id: u64) -> bool {
@@ -175,6 +210,7 @@ pub fn run(
     signals: Signals,
     base: ProcessBase,
     on_resume: Option<ResumeHook>,
+    calls: Option<CallsLock>,
     notes: &[&dyn std::fmt::Display],
 ) -> i32 {
     out.send(hello());
@@ -186,7 +222,7 @@ pub fn run(
     let pid1 = unsafe { libc::getpid() } == 1;
     let agent = Arc::new(Agent {
         out,
-        requests: Registry::default(),
+        requests: Registry::new(calls),
         procs: Processes::default(),
         env: base.env,
         user: base.user,
@@ -446,7 +482,9 @@ impl Dispatcher {
             Ok(pair) => pair,
             Err(e) => return self.respond(id, Err(GuestError::from_io(&e, "mailbox"))),
         };
-        self.agent.requests.insert(id, mailbox.clone());
+        if let Err(e) = self.agent.requests.insert(id, mailbox.clone()) {
+            return self.respond(id, Err(e));
+        }
         let ctx = Ctx {
             id,
             agent: agent.clone(),

@@ -13,10 +13,12 @@
 //! filter given as the hex of a classic BPF program (built by the host's
 //! container driver): every process of the sandbox inherits it. Logs go to
 //! stderr. `--init` and `--install DIR` are the two roles of the agent in a
-//! Kubernetes pod (see `pod`).
+//! Kubernetes pod (see `pod`); a pod's session agents get `--calls-lock
+//! PATH`, and `--reclaim-lock PATH` is a reclaim's check (see `calls`).
 
 mod agent;
 mod archive;
+mod calls;
 mod channel;
 mod exec;
 mod files;
@@ -41,7 +43,7 @@ use crate::log::{error, warning};
 use crate::sys::exit_process;
 
 const USAGE: &str =
-    "usage: burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root] [--seccomp HEX] | --init | --install DIR";
+    "usage: burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root] [--seccomp HEX] [--calls-lock PATH] | --init | --install DIR | --reclaim-lock PATH";
 
 /// Parsed command line.
 #[derive(Debug, Default, PartialEq)]
@@ -56,6 +58,10 @@ struct Args {
     init: bool,
     /// Copy this binary into the directory and exit (a pod's init container).
     install: Option<PathBuf>,
+    /// A pod's session: requests in flight hold a shared lock of this file.
+    calls_lock: Option<PathBuf>,
+    /// A reclaim in a pod: take this file's exclusive lock (see `calls`).
+    reclaim_lock: Option<PathBuf>,
     /// Arguments that were ignored.
     unknown: Vec<String>,
 }
@@ -88,6 +94,12 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Args
         } else if text == "--install" {
             let dir = args.next().ok_or("--install needs a directory")?;
             parsed.install = Some(dir.into());
+        } else if text == "--calls-lock" {
+            let path = args.next().ok_or("--calls-lock needs a path")?;
+            parsed.calls_lock = Some(path.into());
+        } else if text == "--reclaim-lock" {
+            let path = args.next().ok_or("--reclaim-lock needs a path")?;
+            parsed.reclaim_lock = Some(path.into());
         } else if text == "--version" || text == "-V" {
             println!("burrow-agent {}", env!("CARGO_PKG_VERSION"));
             exit_process(0);
@@ -144,6 +156,17 @@ fn agent_main() {
             }
         }
     }
+    if let Some(path) = &args.reclaim_lock {
+        exit_process(calls::reclaim(path));
+    }
+    let calls = match args.calls_lock.as_deref().map(calls::CallsLock::open) {
+        None => None,
+        Some(Ok(lock)) => Some(lock),
+        Some(Err(e)) => {
+            error!("opening the calls lock: {e}");
+            exit_process(1);
+        }
+    };
     if args.init {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != 1 {
@@ -229,6 +252,7 @@ fn agent_main() {
         serving.signals,
         base,
         on_resume,
+        calls,
         &notes
             .iter()
             .map(|n| n as &dyn std::fmt::Display)
@@ -312,6 +336,16 @@ mod tests {
             Ok(Some("/d".into()))
         );
         assert!(parse(&["--install"]).is_err());
+        assert_eq!(
+            parse(&["--calls-lock", "/l"]).map(|a| a.calls_lock),
+            Ok(Some("/l".into()))
+        );
+        assert_eq!(
+            parse(&["--reclaim-lock", "/l"]).map(|a| a.reclaim_lock),
+            Ok(Some("/l".into()))
+        );
+        assert!(parse(&["--calls-lock"]).is_err());
+        assert!(parse(&["--reclaim-lock"]).is_err());
         assert_eq!(
             parse(&["--seccomp", "0600000000007fff"]).map(|a| a.seccomp),
             Ok(Some("0600000000007fff".into()))

@@ -25,8 +25,13 @@ use crate::{reaper, sys};
 /// the kubelet's own grace bounds the whole anyway.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
+/// The file whose `flock` tells a reclaim whether requests are in flight
+/// (see `calls`), next to the agent.
+pub const CALLS_LOCK: &str = "calls.lock";
+
 /// Copies this executable to `dir/agent` (through a temporary file and a
-/// rename: a half-written agent is never there to run).
+/// rename: a half-written agent is never there to run), and makes the
+/// calls lock file beside it (the main container sees `dir` read-only).
 pub fn install(dir: &Path) -> io::Result<()> {
     let exe = std::fs::read("/proc/self/exe")?;
     std::fs::create_dir_all(dir)?;
@@ -41,7 +46,13 @@ pub fn install(dir: &Path) -> io::Result<()> {
     f.sync_all()?;
     drop(f);
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-    std::fs::rename(&tmp, dir.join("agent"))
+    std::fs::rename(&tmp, dir.join("agent"))?;
+    let lock = dir.join(CALLS_LOCK);
+    if lock.exists() {
+        return Ok(());
+    }
+    std::fs::write(&lock, b"")?;
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o444))
 }
 
 /// The init of a pod's container: reaps children until SIGTERM or SIGINT,
@@ -113,6 +124,7 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o755);
         assert!(!dir.join(".agent.tmp").exists());
+        assert!(dir.join(CALLS_LOCK).is_file());
         // Again over an existing copy.
         install(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
 use tokio::io::AsyncBufReadExt;
 
-use crate::pods::{AGENT_PATH, MAIN};
+use crate::pods::{AGENT_PATH, CALLS_LOCK, MAIN};
 
 /// The relays of this backend, by run.
 #[derive(Debug, Default)]
@@ -85,8 +85,10 @@ pub async fn session(
         .stdin(true)
         .stdout(true)
         .stderr(true);
+    // Its requests in flight hold the pod's calls lock: a reclaim from any
+    // process sees them (`reclaim_lock`).
     let mut attached = pods
-        .exec(pod, vec![AGENT_PATH], &params)
+        .exec(pod, vec![AGENT_PATH, "--calls-lock", CALLS_LOCK], &params)
         .await
         .map_err(|e| runtime_error(format!("exec of the session agent in pod {pod}: {e}")))?;
     let (Some(stdin), Some(stdout)) = (attached.stdin(), attached.stdout()) else {
@@ -111,6 +113,54 @@ pub async fn session(
         .hello_timeout(hello_timeout)
         .connect(stdout, stdin)
         .await
+}
+
+/// The exclusive calls lock of a pod, held while a reclaim deletes it (the
+/// lock's holder in the pod exits when this is dropped, or with the pod).
+pub struct ReclaimLock {
+    _attached: kube::api::AttachedProcess,
+    _stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+}
+
+impl std::fmt::Debug for ReclaimLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReclaimLock").finish_non_exhaustive()
+    }
+}
+
+/// Takes the calls lock of `pod` for a reclaim, without waiting: `None`
+/// while any session of any process has requests in flight there (a
+/// fact of the pod's kernel, not of anyone's clock).
+pub async fn reclaim_lock(pods: &Api<Pod>, pod: &str) -> Result<Option<ReclaimLock>> {
+    let params = AttachParams::default()
+        .container(MAIN)
+        .stdin(true)
+        .stdout(true)
+        .stderr(false);
+    let mut attached = pods
+        .exec(pod, vec![AGENT_PATH, "--reclaim-lock", CALLS_LOCK], &params)
+        .await
+        .map_err(|e| runtime_error(format!("exec of the reclaim lock in pod {pod}: {e}")))?;
+    let (Some(stdin), Some(stdout)) = (attached.stdin(), attached.stdout()) else {
+        return Err(runtime_error(format!(
+            "the exec stream of pod {pod} has no stdin or stdout"
+        )));
+    };
+    let mut line = String::new();
+    tokio::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .await
+        .map_err(|e| runtime_error(format!("reading the reclaim lock of pod {pod}: {e}")))?;
+    match line.trim() {
+        "held" => Ok(Some(ReclaimLock {
+            _attached: attached,
+            _stdin: Box::new(stdin),
+        })),
+        "busy" => Ok(None),
+        other => Err(runtime_error(format!(
+            "the reclaim lock of pod {pod} answered {other:?}"
+        ))),
+    }
 }
 
 /// A failure of the cluster's runtime side (a pod, an exec).

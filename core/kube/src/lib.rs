@@ -54,6 +54,8 @@ const START_SLACK: Duration = Duration::from_secs(10);
 const STOP_SLACK: Duration = Duration::from_secs(60);
 /// The idle and duration checker's period.
 const REAPER_PERIOD: Duration = Duration::from_secs(1);
+/// How long an idle check waits for the pod's calls lock to answer.
+const RECLAIM_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A backend whose sandboxes live on a Kubernetes cluster.
 #[derive(Debug)]
@@ -619,15 +621,41 @@ impl KubeBackend {
                 (info.config.max_duration, info.last_run.as_ref().and_then(|r| r.running_at_ms)),
                 (Some(max), Some(at)) if now - at > max.as_millis() as i64
             );
-            let reclaim = if idle {
-                tracing::info!(sandbox = %info.id, "idle timeout: deleting the pod, keeping the record");
-                Some((Duration::from_secs(2), ExitReason::IdleTimeout))
+            let reclaim = if overdue {
+                Some((Duration::from_secs(10), ExitReason::MaxDuration))
             } else {
-                overdue.then_some((Duration::from_secs(10), ExitReason::MaxDuration))
+                idle.then_some((Duration::from_secs(2), ExitReason::IdleTimeout))
             };
+            // Idle by every clock; whether some session, of any process,
+            // has requests in flight is the pod's to say, and it holds the
+            // answer while the pod is deleted. When it cannot say (the exec
+            // failed), the pod stays: the next pass asks again.
+            let mut held = None;
+            if reclaim.is_some() && !overdue {
+                let pod = names::pod_name(&info.id, info.generation);
+                match tokio::time::timeout(
+                    RECLAIM_LOCK_TIMEOUT,
+                    guest::reclaim_lock(&self.pods, &pod),
+                )
+                .await
+                {
+                    Ok(Ok(Some(lock))) => held = Some(lock),
+                    Ok(Ok(None)) => continue,
+                    Ok(Err(e)) => {
+                        tracing::debug!(sandbox = %info.id, error = %e, "idle, but whether requests are in flight cannot be told; keeping it");
+                        continue;
+                    }
+                    Err(_) => {
+                        tracing::debug!(sandbox = %info.id, "idle, but its reclaim lock did not answer; keeping it");
+                        continue;
+                    }
+                }
+                tracing::info!(sandbox = %info.id, "idle timeout: deleting the pod, keeping the record");
+            }
             if let Some((grace, reason)) = reclaim {
                 let _ = self.stop_as(&info.name, &info.id, grace, reason).await;
             }
+            drop(held);
         }
         Ok(())
     }

@@ -25,6 +25,9 @@ use crate::settings::KubeSettings;
 pub const AGENT_DIR: &str = "/.burrow";
 /// The agent binary in the main container.
 pub const AGENT_PATH: &str = "/.burrow/agent";
+/// The file whose `flock` says whether any session has requests in flight
+/// (made by the agent's install beside itself).
+pub const CALLS_LOCK: &str = "/.burrow/calls.lock";
 /// The main container's name.
 pub const MAIN: &str = "sandbox";
 

@@ -222,6 +222,44 @@ async fn idle_reclaim_deletes_the_pod_and_the_next_call_starts_generation_2() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_never_reclaims_a_pod_under_a_request_in_flight() {
+    // Two backends on one namespace, as two processes have: each its own
+    // session agent in the pod and its own idle checker. A's long exec
+    // stamps the record's idle clock only when it begins, so by the clock B
+    // finds the sandbox idle after 2 s; the pod's calls lock, held by A's
+    // session while the exec runs, says otherwise.
+    let (a, ns) = backend("inflight").await;
+    let settings = KubeSettings {
+        kubeconfig: Some(kubeconfig()),
+        namespace: ns.clone(),
+        ..KubeSettings::from_env().unwrap()
+    };
+    let b = KubeBackend::connect(settings).await.unwrap();
+    let a: Arc<dyn Backend> = a;
+    let mut c = config();
+    c.idle_timeout = Some(Duration::from_secs(2));
+    let info = a.create(CreateRequest::new("busy", c)).await.unwrap();
+    let running = a.start("busy", &info.id, Default::default()).await.unwrap();
+    let sb = Sandbox::from_info(a.clone(), &running);
+    let t0 = std::time::Instant::now();
+    let out = sb.exec(["sleep", "8"]).await.unwrap();
+    assert_eq!(out.status.code, Some(0), "the exec was cut: {out:?}");
+    assert!(t0.elapsed() >= Duration::from_secs(8));
+    // Then idle: reclaimed (by either), as generation 1.
+    let stopped = a
+        .wait_for_status("busy", &info.id, &[Status::Stopped])
+        .await
+        .unwrap();
+    let run = stopped.last_run.unwrap();
+    assert_eq!(
+        (run.exit_reason, stopped.generation),
+        (Some(ExitReason::IdleTimeout), 1)
+    );
+    drop(b);
+    a.destroy("busy", &info.id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_credentials_are_typed_errors_naming_their_source() {
     let settings = KubeSettings {
         kubeconfig: Some("/nonexistent/kubeconfig".into()),
