@@ -268,38 +268,42 @@ impl RoundTrip<'_> {
         );
         assert_eq!(self.engine_status(), "running");
 
-        // Warm, while the long call runs: no 503.
-        let add = {
-            let (url, token) = (url.clone(), token.clone());
-            blocking(move || client(&url, &token, &["call", "add", r#"{"a":2,"b":3}"#])).await
-        };
-        assert_eq!(
-            (add["result"].as_str(), add["retries"].as_u64()),
-            (Some("5"), Some(0))
-        );
-
-        // The long call to its end: never reclaimed meanwhile, even with its
-        // replica frozen for twice its lease's life.
+        // The long call to its end: never reclaimed meanwhile. Once its
+        // lease has shown, its replica (if it is one process here) is frozen
+        // for twice the lease's life; then a warm call, while it still
+        // runs, sees no 503.
         let mut long = long;
         let mut leased = false;
         let mut frozen = self.freeze_pid;
+        let mut warm = None;
         while long.try_wait().unwrap().is_none() {
             assert_eq!(
                 self.state().await,
                 Some(RuntimeState::Ready),
                 "reclaimed under a call in flight"
             );
-            if let Some(pid) = frozen.take() {
+            if !leased {
+                let st = serve_status(self.env, self.id);
+                leased = st["live_leases"].as_i64() >= Some(1) && st["state"] == "ready";
+            } else if let Some(pid) = frozen.take() {
                 signal(pid, "-STOP");
                 tokio::time::sleep(Duration::from_secs(u64::from(FREEZE_S))).await;
                 assert_eq!(self.state().await, Some(RuntimeState::Ready));
                 signal(pid, "-CONT");
-                continue;
+            } else if warm.is_none() {
+                let (url, token) = (url.clone(), token.clone());
+                warm = Some(
+                    blocking(move || client(&url, &token, &["call", "add", r#"{"a":2,"b":3}"#]))
+                        .await,
+                );
             }
-            let st = serve_status(self.env, self.id);
-            leased |= st["live_leases"].as_i64() >= Some(1) && st["state"] == "ready";
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let add = warm.expect("the long call ended before a warm call could be made");
+        assert_eq!(
+            (add["result"].as_str(), add["retries"].as_u64()),
+            (Some("5"), Some(0))
+        );
         assert!(
             frozen.is_none(),
             "the long call ended before its replica could be frozen"
