@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use burrow::{SandboxId, Status};
 use burrow_server::store::{now_ms, RuntimeState};
 use common::gateway::{blocking, gw, setup, Setup};
-use common::serve::{call_retrying, send, web_command, Server};
+use common::serve::{call_retrying, read_body, read_head, send, web_command, Server};
 
 /// Short timers, so that a lease dies quickly once its heartbeats stop.
 const SHORT: [(&str, &str); 4] = [
@@ -47,54 +47,20 @@ fn stream(url: String, token: String) -> Receiver<Event> {
     let (tx, rx) = channel();
     std::thread::spawn(move || loop {
         let mut r = BufReader::new(send("GET", &url, Some(&token), None));
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let mut chunked = false;
-        loop {
-            let mut h = String::new();
-            r.read_line(&mut h).unwrap();
-            let h = h.trim_end().to_ascii_lowercase();
-            if h.is_empty() {
-                break;
-            }
-            chunked |= h.starts_with("transfer-encoding") && h.contains("chunked");
-        }
+        let (status, headers) = read_head(&mut r);
         if status == 503 {
-            let _ = r.read_to_end(&mut Vec::new());
+            read_body(&mut r, &headers, |_| {});
             std::thread::sleep(Duration::from_millis(300));
             continue;
         }
         let mut pending = Vec::new();
-        let emit = |bytes: &[u8], pending: &mut Vec<u8>| {
+        read_body(&mut r, &headers, |bytes| {
             pending.extend_from_slice(bytes);
             while let Some(i) = pending.iter().position(|b| *b == b'\n') {
                 let l: Vec<u8> = pending.drain(..=i).collect();
                 let _ = tx.send(Event::Line(String::from_utf8_lossy(&l).trim().to_owned()));
             }
-        };
-        if chunked {
-            loop {
-                let mut size = String::new();
-                if r.read_line(&mut size).unwrap_or(0) == 0 {
-                    break;
-                }
-                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                let mut chunk = vec![0; n + 2];
-                if r.read_exact(&mut chunk).is_err() {
-                    break;
-                }
-                emit(&chunk[..n], &mut pending);
-            }
-        } else {
-            let mut buf = [0u8; 4096];
-            while let Ok(n @ 1..) = r.read(&mut buf) {
-                emit(&buf[..n], &mut pending);
-            }
-        }
+        });
         let _ = tx.send(Event::Done(status));
         return;
     });

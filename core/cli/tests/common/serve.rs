@@ -232,9 +232,8 @@ pub fn send(method: &str, url: &str, token: Option<&str>, body: Option<&str>) ->
     s
 }
 
-/// Reads a whole answer (`Connection: close`), decoding chunked bodies.
-pub fn read_response(s: TcpStream) -> Resp {
-    let mut r = BufReader::new(s);
+/// Reads an answer's status line and headers (names lowercased).
+pub fn read_head(r: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
     let mut line = String::new();
     r.read_line(&mut line).expect("status line");
     let status: u16 = line
@@ -254,10 +253,19 @@ pub fn read_response(s: TcpStream) -> Resp {
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
         }
     }
+    (status, headers)
+}
+
+/// Reads an answer's body to its end (`Connection: close`), decoding a
+/// chunked one, handing each piece to `take` as it arrives.
+pub fn read_body(
+    r: &mut BufReader<TcpStream>,
+    headers: &[(String, String)],
+    mut take: impl FnMut(&[u8]),
+) {
     let chunked = headers
         .iter()
         .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let mut body = Vec::new();
     if chunked {
         loop {
             let mut size = String::new();
@@ -269,12 +277,25 @@ pub fn read_response(s: TcpStream) -> Resp {
                 break;
             }
             let mut chunk = vec![0; n + 2];
-            r.read_exact(&mut chunk).expect("chunk");
-            body.extend_from_slice(&chunk[..n]);
+            if r.read_exact(&mut chunk).is_err() {
+                break;
+            }
+            take(&chunk[..n]);
         }
     } else {
-        let _ = r.read_to_end(&mut body);
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = r.read(&mut buf) {
+            take(&buf[..n]);
+        }
     }
+}
+
+/// Reads a whole answer (`Connection: close`), decoding chunked bodies.
+pub fn read_response(s: TcpStream) -> Resp {
+    let mut r = BufReader::new(s);
+    let (status, headers) = read_head(&mut r);
+    let mut body = Vec::new();
+    read_body(&mut r, &headers, |b| body.extend_from_slice(b));
     Resp {
         status,
         headers,
