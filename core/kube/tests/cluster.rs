@@ -242,7 +242,11 @@ async fn another_process_never_reclaims_a_pod_under_a_request_in_flight() {
     let running = a.start("busy", &info.id, Default::default()).await.unwrap();
     let sb = Sandbox::from_info(a.clone(), &running);
     let t0 = std::time::Instant::now();
-    let out = sb.exec(["sleep", "8"]).await.unwrap();
+    // Bounded: an exec whose pod is deleted under it never answers.
+    let out = tokio::time::timeout(Duration::from_secs(90), sb.exec(["sleep", "8"]))
+        .await
+        .expect("the exec never ended: its pod was reclaimed under it")
+        .unwrap();
     assert_eq!(out.status.code, Some(0), "the exec was cut: {out:?}");
     assert!(t0.elapsed() >= Duration::from_secs(8));
     // Then idle: reclaimed (by either), as generation 1.
