@@ -489,9 +489,17 @@ async fn a_stop_and_a_start_racing_for_a_saved_guest_never_both_get_it() {
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(out, "fresh\n", "the start found no saved guest");
     let info = sb.info().await.unwrap();
-    assert_eq!(info.status, Status::Running);
+    // Running, unless it has been idle for IDLE since the exec (a loaded
+    // machine takes that long): then hibernated again, by the same run.
+    assert!(
+        info.status == Status::Running
+            || (info.status == Status::Stopped && reason(&info) == Some(ExitReason::Hibernated)),
+        "{info:?}"
+    );
     assert_eq!(info.generation, generation + 1);
     assert_eq!(start_kind(&home, &info), StartKind::Template);
-    assert!(saved_leftovers(&home, &info).is_empty());
+    if info.status == Status::Running {
+        assert!(saved_leftovers(&home, &info).is_empty());
+    }
     sb.destroy().await.unwrap();
 }
