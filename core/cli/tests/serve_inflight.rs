@@ -139,6 +139,18 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// The rest of a call of `secs` (never reclaimed meanwhile), then the
+    /// idle target reclaimed as ever.
+    async fn rest_then_reclaimed(&self, id: &SandboxId, rx: Receiver<Event>, secs: u32) {
+        self.never_reclaimed(id, move || rest_of_call(rx, secs))
+            .await;
+        self.wait_state(id, RuntimeState::Dormant, Duration::from_secs(30))
+            .await;
+        assert_eq!(self.engine_status(id).await, Status::Stopped);
+    }
+}
+
 /// The rest of a call of `secs` seconds whose first line came: every other
 /// line, in order, and the end of a 200.
 fn rest_of_call(rx: Receiver<Event>, secs: u32) {
@@ -265,10 +277,7 @@ async fn a_replica_frozen_mid_call_for_twice_its_lease_keeps_the_call() {
         lease_gone,
         "the window never opened: the lease outlived the freeze"
     );
-    s.never_reclaimed(&id, move || rest_of_call(rx, 8)).await;
-    s.wait_state(&id, RuntimeState::Dormant, Duration::from_secs(30))
-        .await;
-    assert_eq!(s.engine_status(&id).await, Status::Stopped);
+    s.rest_then_reclaimed(&id, rx, 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -296,10 +305,7 @@ async fn a_replica_whose_database_stalls_mid_call_keeps_the_call() {
         lease_gone,
         "the window never opened: the lease outlived the stall"
     );
-    s.never_reclaimed(&id, move || rest_of_call(rx, 8)).await;
-    s.wait_state(&id, RuntimeState::Dormant, Duration::from_secs(30))
-        .await;
-    assert_eq!(s.engine_status(&id).await, Status::Stopped);
+    s.rest_then_reclaimed(&id, rx, 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
