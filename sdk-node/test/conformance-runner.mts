@@ -7,7 +7,7 @@
 // process (race-caller.mjs, started with child_process.fork), all released
 // together by a barrier over the IPC channel.
 
-import { fork } from "node:child_process";
+import { fork, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import {
@@ -989,6 +989,20 @@ export interface RaceTask {
 }
 
 /**
+ * Calls `then` once the child has exited and every message it sent has been
+ * delivered. Its "exit" can come before the last IPC message is read (the
+ * child sends its report and ends at once; on a loaded machine the exit is
+ * seen first), so this waits for the channel to close, then one more turn.
+ */
+function afterExit(c: ChildProcess, then: (code: number | null) => void): void {
+  c.once("exit", (code) => {
+    const fire = () => setImmediate(() => then(code));
+    if (c.connected) c.once("disconnect", fire);
+    else fire();
+  });
+}
+
+/**
  * Runs the task in `n` fresh Node processes (race-caller.mjs), released
  * together once every one of them has loaded the package; their reports.
  */
@@ -1002,7 +1016,7 @@ export async function raceInProcesses(n: number, task: RaceTask, limitSeconds: n
       (c) =>
         new Promise<void>((resolve, reject) => {
           c.once("message", () => resolve());
-          c.once("exit", (code) => reject(new Error(`a race caller exited (${code}) before it was ready`)));
+          afterExit(c, (code) => reject(new Error(`a race caller exited (${code}) before it was ready`)));
         }),
     );
     const reports = children.map(
@@ -1011,7 +1025,7 @@ export async function raceInProcesses(n: number, task: RaceTask, limitSeconds: n
           c.on("message", (m: any) => {
             if (m && m.report) resolve(m.report as RaceReport);
           });
-          c.once("exit", (code) => reject(new Error(`a race caller exited (${code}) without a report`)));
+          afterExit(c, (code) => reject(new Error(`a race caller exited (${code}) without a report`)));
         }),
     );
     // Promise.all below attaches its own handlers; these keep a caller that
