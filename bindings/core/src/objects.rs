@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use burrow::{ExecEvent, LogLine, LogStream, Sandbox, SandboxHandle, SandboxId};
+use burrow::{ExecEvent, LogLine, LogStream, Sandbox, SandboxHandle, SandboxId, Status};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::failure::Failure;
@@ -33,6 +33,8 @@ pub struct SandboxObj {
     name: String,
     live: bool,
     generation: u64,
+    /// The status it was made with.
+    status: Status,
     bound: Slot<Bound>,
 }
 
@@ -43,6 +45,7 @@ impl SandboxObj {
             name: sb.name().to_owned(),
             live: true,
             generation: sb.generation(),
+            status: sb.handle().status_snapshot(),
             bound: Slot::new(Bound::Live(sb)),
         }
     }
@@ -53,6 +56,7 @@ impl SandboxObj {
             name: h.name().to_owned(),
             live: false,
             generation: 0,
+            status: h.status_snapshot(),
             bound: Slot::new(Bound::Handle(h)),
         }
     }
@@ -65,6 +69,11 @@ impl SandboxObj {
     /// The name it was bound by.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The status it was made with (a lookup's, a list's, a start's).
+    pub fn status(&self) -> Status {
+        self.status
     }
 
     /// Whether this is a live sandbox (else a metadata handle).
@@ -258,7 +267,8 @@ pub enum Object {
 
 impl Object {
     /// The object as the adapters describe it: `{"kind", "id", "name",
-    /// "live", "generation"}` (the last four for sandboxes only).
+    /// "live", "generation", "status"}` (the last five for sandboxes only;
+    /// `status` is the one it was made with).
     pub fn describe(&self) -> serde_json::Value {
         match self {
             Object::Sandbox(sb) => serde_json::json!({
@@ -267,6 +277,7 @@ impl Object {
                 "name": sb.name(),
                 "live": sb.is_live(),
                 "generation": sb.generation(),
+                "status": sb.status().as_str(),
             }),
             Object::Process(_) => serde_json::json!({"kind": "process"}),
             Object::Logs(_) => serde_json::json!({"kind": "logs"}),

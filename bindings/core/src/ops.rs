@@ -44,6 +44,22 @@ pub enum ModuleOp {
     },
     /// Snapshots of the sandboxes matching a filter.
     List(ListInput),
+    /// Starts the sandbox now named `name` (a live sandbox).
+    Start {
+        /// The name.
+        name: String,
+    },
+    /// A handle of exactly `id` known by `name`, with `status` as its
+    /// snapshot, made without a lookup (the SDKs make a listed sandbox's
+    /// handle with it; every call on it checks the identity).
+    Bind {
+        /// The id.
+        id: String,
+        /// The name.
+        name: String,
+        /// The status it was listed with.
+        status: String,
+    },
     /// Removes the stopped sandbox `name`.
     Remove {
         /// The name.
@@ -324,6 +340,14 @@ async fn module(op: ModuleOp) -> Result<Output, Failure> {
             ))
         }
         ModuleOp::List(input) => json(&backend.list(&input.filter()?).await?),
+        ModuleOp::Start { name } => Ok(object_sandbox(
+            SandboxHandle::start_by_name_in(backend, &name).await?,
+        )),
+        ModuleOp::Bind { id, name, status } => {
+            let id: SandboxId = id.parse()?;
+            let status: Status = status.parse()?;
+            Ok(object_handle(SandboxHandle::new(backend, id, name, status)))
+        }
         ModuleOp::Remove { name } => {
             backend.remove_by_name(&name).await?;
             Ok(Output::Unit)
@@ -361,7 +385,7 @@ async fn sandbox(
         Op::RequestDrain => json(&either!(bound, x => x.request_drain().await?)),
         Op::Pause => json(&either!(bound, x => x.pause().await?)),
         Op::Resume => json(&either!(bound, x => x.resume().await?)),
-        Op::Modify(changes) => json(&either!(bound, x => x.modify(&changes.modify()).await?)),
+        Op::Modify(changes) => json(&either!(bound, x => x.modify_with(&changes.modify()).await?)),
         Op::Metrics => json(&either!(bound, x => x.metrics().await?)),
         Op::Destroy => done(either!(bound, x => x.destroy().await)),
         Op::Logs(input) => {
@@ -415,7 +439,7 @@ async fn live(sb: Sandbox, op: SandboxOp, data: Option<Vec<u8>>) -> Result<Outpu
     let fs = sb.fs();
     match op {
         Op::Detach => json(&sb.detach().await?),
-        Op::Ping => Ok(Output::Seconds(sb.ping().await?.as_secs_f64())),
+        Op::Ping => Ok(Output::Seconds(sb.ping().await?.latency.as_secs_f64())),
         Op::Exec(input) => Ok(Output::Exec(
             sb.exec_with(input.options(data, false)).await?,
         )),

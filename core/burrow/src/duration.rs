@@ -169,6 +169,48 @@ fn nanos(number: &str, unit_nanos: u128, text: &str) -> Result<u128, ParseDurati
     Ok(part)
 }
 
+/// A length of time as a builder takes it: a [`Duration`], or a plain
+/// number of **seconds** (`.idle_timeout(300)` is five minutes, as
+/// `.idle_timeout(Duration::from_secs(300))` is). A plain number is never
+/// milliseconds.
+///
+/// A negative or non-finite number is not a length of time: the builder
+/// that got one fails with [`crate::Error::InvalidConfig`] when it is used.
+pub trait IntoDuration {
+    /// The duration, or `None` when the value is not one (negative, NaN,
+    /// infinite, too large).
+    fn into_duration(self) -> Option<Duration>;
+}
+
+impl IntoDuration for Duration {
+    fn into_duration(self) -> Option<Duration> {
+        Some(self)
+    }
+}
+
+macro_rules! whole_seconds {
+    ($($t:ty),*) => {$(
+        impl IntoDuration for $t {
+            fn into_duration(self) -> Option<Duration> {
+                u64::try_from(self).ok().map(Duration::from_secs)
+            }
+        }
+    )*};
+}
+whole_seconds!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+
+impl IntoDuration for f64 {
+    fn into_duration(self) -> Option<Duration> {
+        Duration::try_from_secs_f64(self).ok()
+    }
+}
+
+impl IntoDuration for f32 {
+    fn into_duration(self) -> Option<Duration> {
+        Duration::try_from_secs_f32(self).ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,5 +406,19 @@ mod tests {
             "unknown unit `x` in `5x`; units are ms, s, m, h and d"
         );
         assert!(msg("99999999999999999999999h").contains("too large"));
+    }
+
+    #[test]
+    fn plain_numbers_are_seconds() {
+        assert_eq!(300.into_duration(), Some(Duration::from_secs(300)));
+        assert_eq!(3600_u64.into_duration(), Some(Duration::from_secs(3600)));
+        assert_eq!(1.5.into_duration(), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            Duration::from_millis(5).into_duration(),
+            Some(Duration::from_millis(5))
+        );
+        assert_eq!((-1).into_duration(), None);
+        assert_eq!(f64::NAN.into_duration(), None);
+        assert_eq!((-0.5_f64).into_duration(), None);
     }
 }

@@ -67,7 +67,7 @@ pub use burrow_protocol as protocol;
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 #[cfg(feature = "local")]
 pub use driver::vm::WarmTemplate;
-pub use duration::{parse_duration, ParseDurationError};
+pub use duration::{parse_duration, IntoDuration, ParseDurationError};
 pub use error::{Error, ErrorCode, Result};
 #[cfg(feature = "local")]
 pub use local::{LocalBackend, LocalConfig};
@@ -80,7 +80,7 @@ pub use model::{
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;
 pub use sandbox::{
-    ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, Process, PublishedPort, ReplaceBuilder,
-    Sandbox, SandboxBuilder, SandboxHandle, Tunnel,
+    ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, ModifyBuilder, Ping, Process,
+    PublishedPort, ReplaceBuilder, Sandbox, SandboxBuilder, SandboxHandle, SandboxPage, Tunnel,
 };
 pub use select::{default_backend, BackendSelection};

@@ -234,7 +234,7 @@ fn every_call(
     calls.push(spawn_call("modify", Kind::Any, async move {
         let mut m = Modify::default();
         m.labels_set.insert("touched".into(), "yes".into());
-        sb.modify(&m).await
+        sb.modify_with(&m).await
     }));
     let mut cli = home.cli();
     cli.args(["exec", name, "--", "echo", "from-cli"])

@@ -362,7 +362,7 @@ async fn modify_lands_where_the_plan_says() {
         m.max_duration = Some(Some(Duration::from_secs(7200)));
         m
     };
-    let plan = sb.modify(&changes).await.unwrap();
+    let plan = sb.modify_with(&changes).await.unwrap();
     let applies = |f: &str| {
         plan.changes
             .iter()
@@ -407,7 +407,7 @@ async fn modify_lands_where_the_plan_says() {
         m.memory_mb = Some(Some(96));
         m
     };
-    let plan = sb.modify(&later).await.unwrap();
+    let plan = sb.modify_with(&later).await.unwrap();
     assert!(
         plan.changes.iter().all(|c| c.applies == Applies::NextStart),
         "{plan:?}"
@@ -442,7 +442,7 @@ async fn modify_lands_where_the_plan_says() {
 
     // Bad values are refused and change nothing.
     let err = sb
-        .modify(&{
+        .modify_with(&{
             let mut m = Modify::default();
             m.cpus = Some(Some(-1.0));
             m

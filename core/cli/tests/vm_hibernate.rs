@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use burrow::internal::driver::vm::{is_hibernated, start_record, StartKind};
-use burrow::{ExitReason, IdleAction, Modify, Sandbox, SandboxInfo, Status};
+use burrow::{ExitReason, IdleAction, Sandbox, SandboxInfo, Status};
 use common::{busybox_rootfs, TestHome};
 
 const IDLE: Duration = Duration::from_secs(2);
@@ -92,9 +92,12 @@ async fn idle_action_is_kept_and_changed_by_modify() {
         sb.info().await.unwrap().config.idle_action,
         IdleAction::Hibernate
     );
-    let mut m = Modify::default();
-    m.idle_action = Some(IdleAction::Stop);
-    let plan = sb.modify(&m).await.unwrap();
+    let plan = sb
+        .modify()
+        .idle_action(IdleAction::Stop)
+        .apply()
+        .await
+        .unwrap();
     assert_eq!(plan.info.config.idle_action, IdleAction::Stop);
     assert_eq!(plan.changes.len(), 1);
     assert_eq!(plan.changes[0].field, "idle_action");
@@ -199,9 +202,7 @@ async fn a_stop_or_a_config_change_discards_the_saved_guest() {
     start_counter(&sb).await;
     let info = reclaimed(&sb).await;
     assert_eq!(reason(&info), Some(ExitReason::Hibernated));
-    let mut m = Modify::default();
-    m.memory_mb = Some(Some(256));
-    sb.modify(&m).await.unwrap();
+    sb.modify().memory(256).apply().await.unwrap();
     let out = sb
         .exec(["sh", "-c", "test -e /tmp/count || echo fresh"])
         .await

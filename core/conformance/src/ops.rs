@@ -309,8 +309,8 @@ impl Ctx {
             ("modify", _) => {
                 let changes = self.modify_changes(step)?;
                 let plan = match &target {
-                    Obj::Sandbox(s) => s.modify(&changes).await?,
-                    _ => Self::handle_of(&target)?.modify(&changes).await?,
+                    Obj::Sandbox(s) => s.modify_with(&changes).await?,
+                    _ => Self::handle_of(&target)?.modify_with(&changes).await?,
                 };
                 return Ok(R::Plan(Box::new(plan)));
             }
@@ -371,7 +371,7 @@ impl Ctx {
         };
         match op {
             "detach" => Ok(R::Info(Box::new(sb.detach().await?))),
-            "ping" => Ok(R::Value(json!(sb.ping().await?.as_secs_f64()))),
+            "ping" => Ok(R::Value(json!(sb.ping().await?.latency.as_secs_f64()))),
             "exec" | "spawn" => {
                 let mut opts = ExecOptions::new(argv(&self.arg(step, "argv")?)?);
                 if step.contains_key("env") {

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use burrow::{
-    Backend, ErrorCode, ListFilter, Modify, Sandbox, SandboxConfig, SandboxHandle, StartOptions,
-    Status,
+    Backend, ErrorCode, ListFilter, Sandbox, SandboxConfig, SandboxHandle, StartOptions, Status,
 };
 use custom_backend::{Quota, QuotaBackend, NAMESPACE_LABEL};
 
@@ -71,9 +70,12 @@ async fn starts_past_the_quota_are_refused_and_change_nothing() {
     let e = free.connect_or_start().await.expect_err("third in total");
     assert_eq!(e.code(), ErrorCode::RuntimeUnavailable, "{e}");
     // Relabelling a running sandbox into a full group is a start there.
-    let mut relabel = Modify::default();
-    relabel.labels_set.insert("team".into(), "a".into());
-    let e = b1.modify(&relabel).await.expect_err("team a is full");
+    let e = b1
+        .modify()
+        .label("team", "a")
+        .apply()
+        .await
+        .expect_err("team a is full");
     assert_eq!(e.code(), ErrorCode::RuntimeUnavailable, "{e}");
     assert_eq!(
         b1.info()

@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::modify::{invalid_duration, not_a_duration};
 use super::{Sandbox, SandboxHandle};
 use crate::backend::{Backend, CreateRequest, StartOptions};
+use crate::duration::IntoDuration;
 use crate::error::{Error, Result};
 use crate::model::{DriverKind, IdleAction, Mount, MountSource, OciRuntime, SandboxConfig};
 use crate::select::default_backend;
@@ -22,6 +23,9 @@ pub struct SandboxBuilder {
     driver: Option<String>,
     detached: bool,
     backend: Option<Arc<dyn Backend>>,
+    /// The first option given a value that is not one (a negative
+    /// duration): the builder's calls fail with it.
+    invalid: Option<String>,
 }
 
 /// A builder that replaces an existing sandbox of the same name. Only
@@ -41,6 +45,7 @@ impl SandboxBuilder {
             driver: None,
             detached: false,
             backend: None,
+            invalid: None,
         }
     }
 
@@ -57,12 +62,17 @@ impl SandboxBuilder {
         self.config.image = image.into();
         self
     }
-    /// CPU limit in cores.
-    pub fn cpus(mut self, cpus: f64) -> Self {
-        self.config.cpus = Some(cpus);
+    /// CPU limit in cores (`2`, `0.5`).
+    pub fn cpus(mut self, cpus: impl Into<f64>) -> Self {
+        self.config.cpus = Some(cpus.into());
         self
     }
-    /// Memory limit in MiB.
+    /// Memory limit in MiB (`.memory(1024)` is 1 GiB).
+    pub fn memory(mut self, mib: u64) -> Self {
+        self.config.memory_mb = Some(mib);
+        self
+    }
+    /// Memory limit in MiB (the same as [`Self::memory`]).
     pub fn memory_mb(mut self, mb: u64) -> Self {
         self.config.memory_mb = Some(mb);
         self
@@ -116,19 +126,21 @@ impl SandboxBuilder {
         self.config.network = on;
         self
     }
-    /// Idle timeout (reclaim after this long without activity).
-    pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.config.idle_timeout = Some(d);
+    /// Idle timeout (reclaim after this long without activity): a
+    /// [`Duration`] or a number of seconds (`.idle_timeout(300)`).
+    pub fn idle_timeout(mut self, d: impl IntoDuration) -> Self {
+        self.config.idle_timeout = Some(invalid_duration(&mut self.invalid, "idle_timeout", d));
         self
     }
-    /// Maximum duration of each run.
-    pub fn max_duration(mut self, d: Duration) -> Self {
-        self.config.max_duration = Some(d);
+    /// Maximum duration of each run: a [`Duration`] or a number of seconds
+    /// (`.max_duration(3600)`).
+    pub fn max_duration(mut self, d: impl IntoDuration) -> Self {
+        self.config.max_duration = Some(invalid_duration(&mut self.invalid, "max_duration", d));
         self
     }
-    /// Bound on each start.
-    pub fn startup_timeout(mut self, d: Duration) -> Self {
-        self.config.startup_timeout = d;
+    /// Bound on each start: a [`Duration`] or a number of seconds.
+    pub fn startup_timeout(mut self, d: impl IntoDuration) -> Self {
+        self.config.startup_timeout = invalid_duration(&mut self.invalid, "startup_timeout", d);
         self
     }
     /// OCI runtime of the container driver.
@@ -175,6 +187,9 @@ impl SandboxBuilder {
     }
 
     fn request(&self) -> Result<CreateRequest> {
+        if let Some(field) = &self.invalid {
+            return Err(not_a_duration(field.clone()));
+        }
         let mut config = self.config.clone();
         config.driver = self
             .driver
@@ -192,7 +207,7 @@ impl SandboxBuilder {
     pub async fn define(self) -> Result<SandboxHandle> {
         let backend = self.resolve_backend().await?;
         let info = backend.create(self.request()?).await?;
-        Ok(SandboxHandle::bind(backend, info.id, info.name))
+        Ok(SandboxHandle::from_info(backend, &info))
     }
 
     /// Creates and starts the sandbox (strict: an existing name is

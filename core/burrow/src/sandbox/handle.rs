@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use super::Sandbox;
-use crate::backend::{Backend, StartOptions, StopOptions};
-use crate::error::Result;
-use crate::model::{SandboxConfig, SandboxId, SandboxInfo, Status};
+use super::{ModifyBuilder, Sandbox, SandboxPage};
+use crate::backend::{Backend, ListFilter, StartOptions, StopOptions};
+use crate::error::{Error, Result};
+use crate::model::{Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, Status};
 
 /// A handle to one persisted sandbox (running or not), bound to its id.
 #[derive(Debug, Clone)]
@@ -13,23 +13,68 @@ pub struct SandboxHandle {
     backend: Arc<dyn Backend>,
     id: SandboxId,
     name: String,
+    /// The status when this handle was made (see [`Self::status_snapshot`]).
+    snapshot: Status,
 }
 
 impl SandboxHandle {
-    pub(crate) fn bind(backend: Arc<dyn Backend>, id: SandboxId, name: String) -> Self {
-        SandboxHandle { backend, id, name }
+    /// A handle bound to `id` (known by `name`) in `backend`, with `status`
+    /// as its snapshot. Nothing is looked up: every call on it checks the
+    /// identity, so a handle made for an id that is gone, or for a name that
+    /// another id now holds, answers `not_found` or `sandbox_replaced`.
+    pub fn new(backend: Arc<dyn Backend>, id: SandboxId, name: String, status: Status) -> Self {
+        SandboxHandle {
+            backend,
+            id,
+            name,
+            snapshot: status,
+        }
+    }
+
+    /// A handle of the sandbox `info` describes, its status as the snapshot.
+    pub fn from_info(backend: Arc<dyn Backend>, info: &SandboxInfo) -> Self {
+        SandboxHandle::new(backend, info.id.clone(), info.name.clone(), info.status)
     }
 
     /// The sandbox currently named `name` in `backend`.
     pub async fn get_in(backend: Arc<dyn Backend>, name: &str) -> Result<SandboxHandle> {
         let info = backend.get(name).await?;
-        Ok(SandboxHandle::bind(backend, info.id, info.name))
+        Ok(SandboxHandle::from_info(backend, &info))
     }
 
     /// Exactly `id` in `backend`.
     pub async fn get_by_id_in(backend: Arc<dyn Backend>, id: &SandboxId) -> Result<SandboxHandle> {
         let info = backend.get_by_id(id).await?;
-        Ok(SandboxHandle::bind(backend, info.id, info.name))
+        Ok(SandboxHandle::from_info(backend, &info))
+    }
+
+    /// Handles of the sandboxes in `backend` that match `filter`, each with
+    /// its status as it was listed.
+    pub async fn list_in(backend: Arc<dyn Backend>, filter: &ListFilter) -> Result<SandboxPage> {
+        let infos = backend.list(filter).await?;
+        Ok(SandboxPage {
+            sandboxes: infos
+                .iter()
+                .map(|info| SandboxHandle::from_info(backend.clone(), info))
+                .collect(),
+        })
+    }
+
+    /// Starts the sandbox currently named `name` in `backend` (Created,
+    /// Stopped or Crashed): the same sandbox, its id and configuration
+    /// kept. If the name is removed and taken again between the lookup and
+    /// the start, the sandbox that holds it then is the one started.
+    pub async fn start_by_name_in(backend: Arc<dyn Backend>, name: &str) -> Result<Sandbox> {
+        let mut tries = 0;
+        loop {
+            let handle = SandboxHandle::get_in(backend.clone(), name).await?;
+            match handle.start().await {
+                Err(Error::NotFound { .. } | Error::SandboxReplaced { .. }) if tries < 8 => {
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The id this handle is bound to.
@@ -42,12 +87,19 @@ impl SandboxHandle {
         &self.name
     }
 
+    /// The status when this handle was made (by a lookup, a list, a
+    /// define), without a call. [`Self::status`] asks again.
+    pub fn status_snapshot(&self) -> Status {
+        self.snapshot
+    }
+
     /// A fresh snapshot.
     pub async fn info(&self) -> Result<SandboxInfo> {
         self.backend.status(&self.name, &self.id).await
     }
 
-    /// The current status.
+    /// The current status (a call; [`Self::status_snapshot`] is the one
+    /// this handle was made with).
     pub async fn status(&self) -> Result<Status> {
         Ok(self.info().await?.status)
     }
@@ -145,8 +197,14 @@ impl SandboxHandle {
         self.backend.resume(&self.name, &self.id).await
     }
 
-    /// Changes the configuration; see [`crate::model::ModifyPlan`].
-    pub async fn modify(&self, changes: &crate::model::Modify) -> Result<crate::model::ModifyPlan> {
+    /// Changes the configuration: `handle.modify().cpus(4).memory(4096).apply()`;
+    /// the plan says where each change lands.
+    pub fn modify(&self) -> ModifyBuilder<'_> {
+        ModifyBuilder::new(&self.backend, &self.name, &self.id)
+    }
+
+    /// Applies `changes`; see [`crate::model::ModifyPlan`].
+    pub async fn modify_with(&self, changes: &Modify) -> Result<ModifyPlan> {
         self.backend.modify(&self.name, &self.id, changes).await
     }
 
@@ -172,7 +230,7 @@ impl SandboxHandle {
     pub async fn connect(&self) -> Result<Sandbox> {
         let info = self.info().await?;
         if info.status != Status::Running {
-            return Err(crate::Error::InvalidState {
+            return Err(Error::InvalidState {
                 operation: "connect".into(),
                 name: info.name,
                 id: info.id,

@@ -11,6 +11,7 @@ mod builder;
 mod exec;
 mod fs;
 mod handle;
+mod modify;
 mod tunnel;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,7 @@ pub use builder::{ReplaceBuilder, SandboxBuilder};
 pub use exec::{ExecEvent, ExecOptions, ExecOutput, ExitStatus, Process};
 pub use fs::Fs;
 pub use handle::SandboxHandle;
+pub use modify::{ModifyBuilder, Ping, SandboxPage};
 pub use tunnel::{PublishedPort, Tunnel};
 
 use crate::backend::{Backend, ListFilter, StopOptions};
@@ -47,6 +49,8 @@ struct Inner {
     backend: Arc<dyn Backend>,
     id: SandboxId,
     name: String,
+    /// The status it was bound with (what its handle's snapshot says).
+    status: Status,
     generation: AtomicU64,
     /// The cached connection and the generation of the run it reaches.
     conn: tokio::sync::Mutex<Option<(AgentClient, u64)>>,
@@ -68,9 +72,21 @@ impl Sandbox {
         SandboxHandle::get_by_id_in(default_backend().await?, id).await
     }
 
-    /// Lists sandboxes (default backend).
-    pub async fn list(filter: &ListFilter) -> Result<Vec<SandboxInfo>> {
-        default_backend().await?.list(filter).await
+    /// Starts the stopped (or created, or crashed) sandbox named `name`
+    /// (default backend): the same sandbox, id and configuration kept.
+    pub async fn start(name: &str) -> Result<Sandbox> {
+        SandboxHandle::start_by_name_in(default_backend().await?, name).await
+    }
+
+    /// Handles of every sandbox (default backend), each with the status it
+    /// was listed with: `for h in Sandbox::list().await?.sandboxes`.
+    pub async fn list() -> Result<SandboxPage> {
+        Sandbox::list_with(&ListFilter::default()).await
+    }
+
+    /// Handles of the sandboxes matching `filter` (default backend).
+    pub async fn list_with(filter: &ListFilter) -> Result<SandboxPage> {
+        SandboxHandle::list_in(default_backend().await?, filter).await
     }
 
     /// Removes the stopped sandbox named `name` (default backend).
@@ -85,6 +101,7 @@ impl Sandbox {
                 backend,
                 id: info.id.clone(),
                 name: info.name.clone(),
+                status: info.status,
                 generation: AtomicU64::new(info.generation),
                 conn: tokio::sync::Mutex::new(None),
             }),
@@ -108,10 +125,11 @@ impl Sandbox {
 
     /// The metadata handle of the same sandbox.
     pub fn handle(&self) -> SandboxHandle {
-        SandboxHandle::bind(
+        SandboxHandle::new(
             self.inner.backend.clone(),
             self.inner.id.clone(),
             self.inner.name.clone(),
+            self.inner.status,
         )
     }
 
@@ -241,11 +259,14 @@ impl Sandbox {
         *self.inner.conn.lock().await = None;
     }
 
-    /// Health check; returns the round-trip time. Does not count as activity.
-    pub async fn ping(&self) -> Result<Duration> {
+    /// Health check: the guest agent answered, in `latency`. Does not count
+    /// as activity ([`Sandbox::touch`] does).
+    pub async fn ping(&self) -> Result<Ping> {
         let t = Instant::now();
         self.call("ping", Request::Ping).await?;
-        Ok(t.elapsed())
+        Ok(Ping {
+            latency: t.elapsed(),
+        })
     }
 
     /// File operations.
@@ -343,9 +364,18 @@ impl Sandbox {
             .await
     }
 
-    /// Changes the configuration; the returned plan says, per field, whether
-    /// it applied live, applies to future execs, or at the next start.
-    pub async fn modify(&self, changes: &crate::model::Modify) -> Result<crate::model::ModifyPlan> {
+    /// Changes the configuration: `sb.modify().cpus(4).memory(4096).apply()`;
+    /// the returned plan says, per field, whether it applied live, applies
+    /// to future execs, or at the next start.
+    pub fn modify(&self) -> ModifyBuilder<'_> {
+        ModifyBuilder::new(&self.inner.backend, &self.inner.name, &self.inner.id)
+    }
+
+    /// Applies `changes` (see [`Sandbox::modify`]).
+    pub async fn modify_with(
+        &self,
+        changes: &crate::model::Modify,
+    ) -> Result<crate::model::ModifyPlan> {
         self.inner
             .backend
             .modify(&self.inner.name, &self.inner.id, changes)

@@ -92,7 +92,7 @@ pub(crate) async fn modify(ctx: Ctx, args: ModifyArgs) -> anyhow::Result<u8> {
         );
     }
     let handle = resolve(&ctx.backend().await?, &args.sandbox).await?;
-    let plan = handle.modify(&changes).await?;
+    let plan = handle.modify_with(&changes).await?;
     if ctx.json {
         ctx.print_json(&plan)?;
     } else {

@@ -21,7 +21,7 @@ pub(crate) async fn ping(ctx: Ctx, args: PingArgs) -> anyhow::Result<u8> {
         .await?
         .connect()
         .await?;
-    let latency = sandbox.ping().await?;
+    let latency = sandbox.ping().await?.latency;
     if args.touch {
         sandbox.touch().await?;
     }
