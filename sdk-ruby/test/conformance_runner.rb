@@ -324,8 +324,8 @@ module Conformance
       @jobs.clear
       return unless @cleanup
 
-      Burrow::Sandbox.list.each do |info|
-        Burrow::Sandbox.get_by_id(info.id).destroy
+      Burrow::Sandbox.list.sandboxes.each do |handle|
+        handle.destroy
       rescue Burrow::Error
         nil # cleanup only
       end
@@ -590,7 +590,8 @@ module Conformance
       when "get" then return Result.new(:handle, Burrow::Sandbox.get(value(step["name"])))
       when "get_by_id" then return Result.new(:handle, Burrow::Sandbox.get_by_id(value(step["id"])))
       when "list"
-        return Result.new(:list, Burrow::Sandbox.list(status: step["status"], labels: value(step["labels"])))
+        page = Burrow::Sandbox.list(status: step["status"], labels: value(step["labels"]))
+        return Result.new(:list, page.sandboxes)
       when "remove"
         if step.key?("name")
           Burrow::Sandbox.remove(value(step["name"]))
@@ -608,7 +609,7 @@ module Conformance
       case op
       when "handle" then return Result.new(:handle, as_handle(t))
       when "info" then return Result.new(:info, t.info)
-      when "status" then return Result.new(:value, t.status.to_s)
+      when "status" then return Result.new(:value, t.info.status.to_s) # a fresh read
       when "config" then return Result.new(:value, Conformance.neutral_config(t.config))
       when "start" then return Result.new(:sandbox, as_handle(t).start)
       when "connect_or_start" then return Result.new(:sandbox, as_handle(t).connect_or_start)
@@ -631,7 +632,7 @@ module Conformance
       sb = live(step)
       case op
       when "detach" then return Result.new(:info, sb.detach)
-      when "ping" then return Result.new(:value, sb.ping)
+      when "ping" then return Result.new(:value, sb.ping.latency)
       when "exec", "spawn"
         argv = value(step["argv"])
         opts = {}

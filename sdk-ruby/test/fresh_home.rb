@@ -24,7 +24,7 @@ module FreshHome
   end
 
   def teardown
-    Burrow::Sandbox.list.each { |i| Burrow::Sandbox.get_by_id(i.id).destroy }
+    Burrow::Sandbox.list.sandboxes.each(&:destroy)
     Burrow.configure
     FileUtils.rm_rf(@home)
   end

@@ -56,18 +56,52 @@ class TestBasic < Minitest::Test
     assert_includes sb.fs.list("/").map { |e| [e.name, e.kind] }, ["etc", :dir]
     assert_equal :dir, sb.fs.stat("/etc").kind
     assert(sb.logs(source: :guest).all? { |l| l.source == :guest })
-    assert_equal [sb.id], Burrow::Sandbox.list(labels: { "tier" => "b" }).map(&:id)
-    assert_empty Burrow::Sandbox.list(status: :stopped)
+    assert_equal [sb.id], Burrow::Sandbox.list(labels: { "tier" => "b" }).sandboxes.map(&:id)
+    assert_empty Burrow::Sandbox.list(status: :stopped).sandboxes
     follower = Thread.new { sb.follow_logs(source: :guest).map(&:text) }
     sb.exec("echo marker-line")
     sleep 0.5
     sb.pause
-    assert_equal :paused, sb.status
+    assert_equal :paused, sb.status, "the record pause answered is the snapshot"
+    assert_equal :paused, sb.info.status
     sb.resume
     stopped = sb.stop
     assert_equal :stopped, stopped.last_run.exit_reason
     lines = follower.value
     assert(lines.any? { |l| l.include?("exec") }, "followed the guest's log until the stop: #{lines}")
+  end
+
+  # status is a snapshot read without a call: the status the object was
+  # made with, updated by each record a call on that object answers.
+  def test_status_is_a_snapshot
+    sb = Burrow::Sandbox.create("rb-snap", image: IMAGE)
+    handle = Burrow::Sandbox.get("rb-snap")
+    listed = Burrow::Sandbox.list.sandboxes.first
+    assert_equal [:running, :running, :running], [sb.status, handle.status, listed.status]
+    assert_equal sb.id, listed.id
+    sb.stop
+    assert_equal :stopped, sb.status
+    assert_equal :running, handle.status, "another object's snapshot is not refreshed"
+    assert_equal :running, listed.status
+    assert_equal :stopped, handle.info.status
+    assert_equal :stopped, handle.status, "info refreshed it"
+    started = listed.start
+    assert_equal [:running, :running], [started.status, listed.status]
+    assert_equal :running, started.handle.status
+    assert_equal :stopped, listed.kill.status
+    assert_equal :stopped, listed.status
+    assert_equal ["rb-snap"], Burrow::Sandbox.list(status: :stopped).map(&:name)
+  end
+
+  def test_memory_is_mib_and_memory_mb_its_alias
+    sb = Burrow::Sandbox.create("rb-mem", image: IMAGE, memory_mb: 200)
+    assert_equal 200, sb.info.config.memory
+    assert_equal 256, sb.modify(memory_mb: 256).info.config.memory
+    assert_equal 300, sb.modify(memory: 300).info.config.memory
+    assert_raises(ArgumentError) { sb.modify(memory: 1, memory_mb: 1) }
+    assert_raises(ArgumentError) { Burrow::Sandbox.create("rb-mem2", image: IMAGE, memory: 1, memory_mb: 1) }
+    h = Burrow::Sandbox.define("rb-mem3", image: IMAGE, memory: 128)
+    assert_equal [:created, 128], [h.status, h.info.config.memory]
   end
 
   def test_typed_errors

@@ -138,7 +138,7 @@ class TestLifecycle < Minitest::Test
     # The parent goes on with its own runtime; the child's exit stopped
     # nothing of the parent's (the parent owns rb-fork).
     assert_equal "after\n", sb.exec("echo after").stdout
-    assert_equal :running, sb.status
+    assert_equal :running, sb.info.status
     assert_equal :running, Burrow::Sandbox.get("rb-fork-child").status
   end
 
@@ -212,7 +212,7 @@ class TestLifecycle < Minitest::Test
   def test_errors_of_the_core_are_typed
     e = assert_raises(Burrow::InvalidArgumentError) { Burrow::Sandbox.create("rb-bad", image: IMAGE, colour: "red") }
     assert_equal "invalid_argument", e.code
-    assert_empty Burrow::Sandbox.list, "a refused create changes nothing"
+    assert_empty Burrow::Sandbox.list.sandboxes, "a refused create changes nothing"
     e = assert_raises(Burrow::InvalidNameError) { Burrow::Sandbox.create("a" * 200, image: IMAGE) }
     assert_equal "invalid_name", e.code
     sb = Burrow::Sandbox.create("rb-err", image: IMAGE)

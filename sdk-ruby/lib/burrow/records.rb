@@ -106,6 +106,12 @@ module Burrow
   # One change of a ModifyPlan.
   ModifyChange = Struct.new(:field, :applies, keyword_init: true)
 
+  # What Sandbox#ping measured: a round trip to the guest agent.
+  #
+  # @!attribute [r] latency
+  #   @return [Float] seconds
+  Ping = Struct.new(:latency, keyword_init: true)
+
   # Resource usage of a running sandbox (nil where the driver cannot tell).
   Metrics = Struct.new(:cpu_usage_ns, :memory_bytes, :memory_limit_bytes, :io_read_bytes, :io_write_bytes, :pids,
                        keyword_init: true) do

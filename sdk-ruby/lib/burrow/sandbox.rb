@@ -8,21 +8,28 @@ module Burrow
     attr_reader :id
     # @return [String] the name it was created with
     attr_reader :name
+    # The status as this object last saw it, without a call: the one it was
+    # made with (a lookup's, a list's, a start's), updated whenever a call
+    # on this object answers a fresh record ({#info}, {#stop}, {#kill},
+    # {#wait_until_stopped}, {#modify}, ...). The status now is +info.status+.
+    # @return [Symbol] +:created+, +:starting+, +:running+, +:draining+,
+    #   +:paused+, +:stopped+ or +:crashed+
+    attr_reader :status
 
     # @api private
-    def initialize(native)
+    # @param status [String, Symbol, nil] the snapshot (nil: the one the
+    #   core made the object with)
+    def initialize(native, status: nil)
       @native = native
       d = JSON.parse(native.describe)
       @id = d["id"]
       @name = d["name"]
+      @status = (status || d["status"])&.to_sym
     end
 
+    # A fresh read of the record (it updates {#status}).
     # @return [SandboxInfo] the record as it is now
-    def info = SandboxInfo.from_json(call(op: "info"))
-
-    # @return [Symbol] +:created+, +:starting+, +:running+, +:draining+,
-    #   +:paused+, +:stopped+ or +:crashed+
-    def status = call(op: "status").to_sym
+    def info = record(op: "info")
 
     # @return [SandboxConfig] the stored configuration
     def config = info.config
@@ -92,7 +99,7 @@ module Burrow
         line = begin
           Burrow.call(cursor, { op: "next", call_timeout: 1 })
         rescue Burrow::TimeoutError
-          break unless %i[running draining paused starting].include?(status)
+          break unless %i[running draining paused starting].include?(info.status)
 
           next
         end
@@ -103,23 +110,32 @@ module Burrow
       nil
     end
 
-    # Changes the configuration. Only the keywords given change; +nil+
-    # clears +cpus+, +memory+, +idle_timeout+ and +max_duration+.
-    # +idle_action+ is +:stop+ or +:hibernate+ (nil leaves it as it is). The
-    # plan says where each change lands (live, or at the next start).
+    # Changes the configuration (+sb.modify(cpus: 4, memory: 4096)+). Only
+    # the keywords given change; +nil+ clears +cpus+, +memory+,
+    # +idle_timeout+ and +max_duration+. +memory+ is MiB (+memory_mb+ is an
+    # alias of it); durations are seconds or duration text. +idle_action+ is
+    # +:stop+ or +:hibernate+ (nil leaves it as it is). The plan says where
+    # each change lands (live, or at the next start).
     # @param env [Hash{String=>String}] entries to set
     # @param unset_env [Array<String>] entries to remove
     # @param labels [Hash{String=>String}] labels to set
     # @param unset_labels [Array<String>] labels to remove
     # @return [ModifyPlan]
     def modify(cpus: UNSET, memory: UNSET, idle_timeout: UNSET, idle_action: UNSET, max_duration: UNSET,
-               env: nil, unset_env: nil, labels: nil, unset_labels: nil)
+               env: nil, unset_env: nil, labels: nil, unset_labels: nil, memory_mb: UNSET)
+      unless memory_mb.equal?(UNSET)
+        raise ArgumentError, "memory and memory_mb (its alias) given both" unless memory.equal?(UNSET)
+
+        memory = memory_mb
+      end
       op = { op: "modify", env_set: env, env_unset: unset_env, labels_set: labels, labels_unset: unset_labels }.compact
       { cpus: cpus, memory_mb: memory, idle_timeout: idle_timeout, max_duration: max_duration }.each do |k, v|
         op[k] = v unless v.equal?(UNSET)
       end
       op[:idle_action] = idle_action&.to_s unless idle_action.equal?(UNSET)
-      ModifyPlan.from_json(Burrow.call(@native, op, compact: false))
+      plan = ModifyPlan.from_json(Burrow.call(@native, op, compact: false))
+      @status = plan.info.status
+      plan
     end
 
     def inspect = "#<#{self.class.name} #{@name} #{@id}>"
@@ -127,15 +143,27 @@ module Burrow
     private
 
     def call(op, data = nil) = Burrow.call(@native, op, data)
-    def record(op) = SandboxInfo.from_json(call(op))
+
+    # A call answering a record, which becomes the status snapshot.
+    def record(op)
+      info = SandboxInfo.from_json(call(op))
+      @status = info.status
+      info
+    end
 
     # A Sandbox of a run this call gave (it owns it if the run was
-    # started by this process and is attached).
-    def live(native) = Sandbox.send(:owning, native)
+    # started by this process and is attached); its status is this
+    # object's snapshot too.
+    def live(native)
+      sandbox = Sandbox.send(:owning, native)
+      @status = sandbox.status
+      sandbox
+    end
   end
 
   # A metadata handle of one sandbox id: lifecycle calls, whatever the
-  # status (it may be stopped). {#connect_or_start} gives a {Sandbox}.
+  # status (it may be stopped). {#connect_or_start} gives a {Sandbox};
+  # {#status} is the status it was made with (no call).
   class Handle < Target
     # Starts it (created, stopped or crashed): strict.
     # @return [Sandbox]
@@ -157,6 +185,27 @@ module Burrow
     # Removes it (created, stopped or crashed only).
     # @return [nil]
     def remove = call(op: "remove") && nil
+  end
+
+  # What {Sandbox.list} answers: a handle of each sandbox that matched,
+  # each with the status it was listed with as its {Target#status}.
+  # Enumerable over the handles.
+  #
+  # @!attribute [r] sandboxes
+  #   @return [Array<Handle>]
+  SandboxPage = Struct.new(:sandboxes, keyword_init: true) do
+    include Enumerable
+
+    # @yieldparam handle [Handle]
+    def each(&block)
+      return sandboxes.each unless block
+
+      sandboxes.each(&block)
+      self
+    end
+
+    # @return [Integer] how many sandboxes matched
+    def size = sandboxes.size
   end
 
   # A running sandbox, bound to one id and run: commands, files, streams.
@@ -197,6 +246,13 @@ module Burrow
       # @return [Sandbox] (with a block: the block's value; destroys it after)
       def connect_or_create(name, **options, &block) = build("connect_or_create", name, options, &block)
 
+      # Starts the stopped (or created, or crashed) sandbox now named
+      # +name+, with its persisted configuration: later, resume where you
+      # left off. Strict: a running sandbox is {InvalidStateError}, a name
+      # held by none {NotFoundError}.
+      # @return [Sandbox]
+      def start(name) = owning(Burrow.call(nil, { op: "start", name: name }))
+
       # Persists the sandbox without starting it.
       # @return [Handle]
       def define(name, **options)
@@ -211,13 +267,19 @@ module Burrow
       # @return [Handle]
       def get_by_id(id) = Handle.new(Burrow.call(nil, { op: "get_by_id", id: id }))
 
-      # Records of the sandboxes that match.
+      # The sandboxes that match, as a page of handles
+      # (+Burrow::Sandbox.list.sandboxes+), each with the status it was
+      # listed with as its {Target#status} (no call per handle; a call on
+      # one checks its identity).
       # @param status [Symbol, Array<Symbol>, nil]
       # @param labels [Hash{String=>String}, nil] all of them must match
-      # @return [Array<SandboxInfo>]
+      # @return [SandboxPage]
       def list(status: nil, labels: nil)
-        Burrow.call(nil, { op: "list", statuses: Array(status).map(&:to_s), labels: labels })
-              .map { |i| SandboxInfo.from_json(i) }
+        records = Burrow.call(nil, { op: "list", statuses: Array(status).map(&:to_s), labels: labels })
+        handles = records.map do |r|
+          Handle.new(Burrow.call(nil, { op: "bind", id: r["id"], name: r["name"], status: r["status"] }))
+        end
+        SandboxPage.new(sandboxes: handles)
       end
 
       # Removes the sandbox +name+ (created, stopped or crashed).
@@ -240,7 +302,11 @@ module Burrow
 
       def build_options(options)
         options = options.dup
-        options[:memory_mb] = options.delete(:memory) if options.key?(:memory)
+        if options.key?(:memory)
+          raise ArgumentError, "memory and memory_mb (its alias) given both" if options.key?(:memory_mb)
+
+          options[:memory_mb] = options.delete(:memory)
+        end
         options[:driver] = options[:driver]&.to_s
         options[:runtime] = options[:runtime]&.to_s
         options[:idle_action] = options[:idle_action]&.to_s
@@ -266,13 +332,15 @@ module Burrow
     # child (the parent owns the run).
     def owner? = !@owner.nil? && @owner_pid == ::Process.pid
 
-    # A handle of the same sandbox (it never stops the run when collected).
+    # A handle of the same sandbox (it never stops the run when collected),
+    # with this object's {#status}.
     # @return [Handle]
-    def handle = Handle.new(call(op: "handle"))
+    def handle = Handle.new(call(op: "handle"), status: @status)
 
-    # A round trip to the guest (not activity).
-    # @return [Float] seconds
-    def ping = call(op: "ping")
+    # A round trip to the guest agent: a health check, not activity (it
+    # does not keep an idle sandbox alive; {#touch} does).
+    # @return [Ping] its +latency+ in seconds
+    def ping = Ping.new(latency: call(op: "ping"))
 
     # Lets the sandbox outlive its owner from now on.
     # @return [SandboxInfo]
