@@ -5,7 +5,9 @@ import { Sandbox, MiB, SandboxNotFoundError } from "burrow";
 async function main(image: string): Promise<void> {
   const sb = await Sandbox.builder("quickstart-ts").image(image).memory(MiB(256)).replace();
   try {
-    console.log(`${sb.name} (${sb.id}) is ${await sb.status()}`);
+    console.log(`${sb.name} (${sb.id}) is ${sb.status}`);
+    const { latency } = await sb.ping();
+    console.log(`agent reachable in ${(latency * 1000).toFixed(2)} ms`);
     const out = await sb.exec(["echo", "hello from the sandbox"]);
     process.stdout.write(out.stdout);
     await sb.fs.write("/tmp/note.txt", "some text");

@@ -2,8 +2,9 @@
  * burrow for TypeScript: sandboxes that converge, sleep when idle and wake
  * on the next call. Every call goes to the Rust binding core (the native
  * module `burrow.node`); every validation, lifecycle rule and error is the
- * core's. Durations are milliseconds (a number) or duration text
- * (`"1h30m"`, `"250ms"`).
+ * core's. Durations are seconds (a number, fractions allowed: `0.25`) or
+ * duration text (`"1h30m"`, `"250ms"`), everywhere: options, call timeouts
+ * and the durations of returned records.
  */
 
 // eslint-disable-next-line @typescript-eslint/no-var-requires
@@ -15,6 +16,8 @@ interface NativeObject {
   readonly name: string | null;
   readonly live: boolean;
   readonly generation: number;
+  /** A sandbox's status as the core made the object (a lookup's, a list's, a start's). */
+  readonly status: Status | null;
 }
 
 interface Native {
@@ -79,8 +82,8 @@ export interface Mount {
 
 /**
  * A sandbox's persisted configuration (the creator's: an existing
- * configuration always wins on reuse). Durations are milliseconds; `null`
- * is unset.
+ * configuration always wins on reuse). Durations are seconds; `null` is
+ * unset.
  */
 export interface SandboxConfig {
   image: string;
@@ -96,12 +99,15 @@ export interface SandboxConfig {
   labels: Record<string, string>;
   mounts: Mount[];
   network: boolean;
+  /** Seconds. */
   idleTimeout: number | null;
   /** What idle reclaim does (`"stop"` when the record leaves it out). */
   idleAction: IdleAction;
+  /** Seconds. */
   maxDuration: number | null;
   /** Null: on when an idle timeout is set. */
   demandStart: boolean | null;
+  /** Seconds. */
   startupTimeout: number;
 }
 
@@ -130,6 +136,25 @@ export interface SandboxInfo {
   lastRun: RunInfo | null;
 }
 
+/** A page of `Sandbox.list`: a handle of each sandbox listed. */
+export interface SandboxPage {
+  sandboxes: SandboxHandle[];
+}
+
+/** The filter of `Sandbox.list` (every field optional). */
+export interface ListFilter {
+  /** Only these statuses. */
+  status?: Status | Status[];
+  /** Only sandboxes with all of these labels. */
+  labels?: Record<string, string>;
+}
+
+/** The answer of `ping`. */
+export interface Ping {
+  /** The round trip, in seconds. */
+  latency: number;
+}
+
 /** Where a changed field lands. */
 export type Applies = "live" | "future_execs" | "next_start" | "immediately";
 
@@ -142,7 +167,7 @@ export interface ModifyPlan {
 /** Changes of `modify`: a field left out is unchanged, `null` clears it. */
 export interface ModifyOptions extends CallOptions {
   cpus?: number | null;
-  /** MiB. */
+  /** MiB (`memory: 4096` is 4 GiB). */
   memory?: number | null;
   /** Environment entries to set. */
   env?: Record<string, string>;
@@ -152,9 +177,11 @@ export interface ModifyOptions extends CallOptions {
   labels?: Record<string, string>;
   /** Label names to remove. */
   unsetLabels?: string[];
+  /** Seconds, or duration text. */
   idleTimeout?: Duration | null;
   /** What idle reclaim does from now on (there is nothing to clear: `"stop"` is the default). */
   idleAction?: IdleAction;
+  /** Seconds, or duration text. */
   maxDuration?: Duration | null;
 }
 
@@ -210,14 +237,17 @@ export interface LogLine {
   text: string;
 }
 
-/** A duration: milliseconds, or duration text such as `"1h30m"`. */
+/**
+ * A duration: seconds (`300` is five minutes, `0.5` half a second), or
+ * duration text such as `"1h30m"` or `"250ms"`.
+ */
 export type Duration = number | string;
 
 /** Options of every call. */
 export interface CallOptions {
   /** Aborting cancels the call (and what it runs in the guest). */
   signal?: AbortSignal;
-  /** Bound of the whole call; past it, `TimeoutError`. */
+  /** Bound of the whole call (seconds, or duration text); past it, `TimeoutError`. */
   timeout?: Duration;
 }
 
@@ -230,9 +260,9 @@ function toBuffer(data: Buffer | string): Buffer {
   return typeof data === "string" ? Buffer.from(data, "utf8") : data;
 }
 
-function seconds(d: Duration | undefined | null): number | string | undefined | null {
-  if (d === undefined || d === null) return d;
-  return typeof d === "number" ? d / 1000 : d;
+/** A record's duration (whole milliseconds in the core's JSON) in seconds. */
+function recordSeconds(ms: number | null | undefined): number | null {
+  return ms == null ? null : ms / 1000;
 }
 
 // ---------------------------------------------------------------------------
@@ -269,6 +299,9 @@ export class BurrowError extends Error {
   readonly operation?: string;
   readonly subject?: string;
   readonly reason?: string;
+  /** A timeout's bound, in seconds (as every duration of this API). */
+  readonly after?: number;
+  /** The same bound in milliseconds (the core's `after_ms`). */
   readonly afterMs?: number;
   readonly body: ErrorBody;
 
@@ -285,6 +318,7 @@ export class BurrowError extends Error {
     this.subject = body.subject;
     this.reason = body.reason;
     this.afterMs = body.after_ms;
+    this.after = body.after_ms === undefined ? undefined : body.after_ms / 1000;
   }
 }
 
@@ -374,7 +408,7 @@ function call(
   opts.signal?.throwIfAborted();
   const body: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(op)) if (v !== undefined) body[k] = v;
-  if (opts.timeout !== undefined) body.call_timeout = seconds(opts.timeout);
+  if (opts.timeout !== undefined) body.call_timeout = opts.timeout;
   nextCall = (nextCall % 0xffff_fffe) + 1;
   const id = nextCall;
   const pending = native.call(id, target, JSON.stringify(body), data ?? null);
@@ -427,11 +461,11 @@ function toConfig(c: any): SandboxConfig {
     labels: c.labels ?? {},
     mounts: (c.mounts ?? []).map((m: any) => ({ source: m.source, target: m.target, readOnly: !!m.read_only })),
     network: !!c.network,
-    idleTimeout: opt(c.idle_timeout),
+    idleTimeout: recordSeconds(c.idle_timeout),
     idleAction: c.idle_action ?? "stop",
-    maxDuration: opt(c.max_duration),
+    maxDuration: recordSeconds(c.max_duration),
     demandStart: opt(c.demand_start),
-    startupTimeout: c.startup_timeout,
+    startupTimeout: c.startup_timeout / 1000,
   };
 }
 
@@ -483,10 +517,6 @@ function toStat(s: any): FileStat {
   };
 }
 
-async function info(p: Promise<any>): Promise<SandboxInfo> {
-  return toInfo(await p);
-}
-
 function exec(r: any): ExecResult {
   return {
     stdout: r.stdout,
@@ -506,7 +536,7 @@ export interface ExecOptions extends CallOptions {
   cwd?: string;
   /** Data written to stdin, then closed. */
   stdin?: Buffer | string;
-  /** Kill the process after this long. */
+  /** Kill the process after this long (seconds, or duration text). */
   processTimeout?: Duration;
 }
 
@@ -609,9 +639,11 @@ export class Process implements AsyncIterable<ProcessEvent> {
 abstract class Lifecycle {
   /** @internal */
   protected readonly o: NativeObject;
+  #status: Status;
   /** @internal */
   constructor(o: NativeObject) {
     this.o = o;
+    this.#status = o.status ?? "created";
   }
   get id(): string {
     return this.o.id!;
@@ -619,40 +651,61 @@ abstract class Lifecycle {
   get name(): string {
     return this.o.name!;
   }
+  /**
+   * The status this object last saw, read without a call: the one it was
+   * made with (a lookup's, a list's, a start's), updated by every call on
+   * it that returns a fresh record (`info`, `stop`, `kill`, `modify`, ...).
+   * A fresh read is `(await x.info()).status`.
+   */
+  get status(): Status {
+    return this.#status;
+  }
+  /** @internal A record of this sandbox, its status kept as the snapshot. */
+  protected async record(p: Promise<any>): Promise<SandboxInfo> {
+    const i = toInfo(await p);
+    this.#status = i.status;
+    return i;
+  }
+  /** @internal The status of an object a call on this one returned. */
+  protected saw(o: NativeObject): NativeObject {
+    if (o.status) this.#status = o.status;
+    return o;
+  }
+  /** A fresh record (its `status` is also this object's snapshot from now on). */
   info(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "info" }, opts));
+    return this.record(call(this.o, { op: "info" }, opts));
   }
-  status(opts?: CallOptions): Promise<Status> {
-    return call(this.o, { op: "status" }, opts);
-  }
+  /** A graceful stop: `grace` (seconds, or duration text) before the kill. */
   stop(opts: CallOptions & { grace?: Duration } = {}): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "stop", grace: seconds(opts.grace) }, opts));
+    return this.record(call(this.o, { op: "stop", grace: opts.grace }, opts));
   }
   kill(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "kill" }, opts));
+    return this.record(call(this.o, { op: "kill" }, opts));
   }
   requestDrain(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "request_drain" }, opts));
+    return this.record(call(this.o, { op: "request_drain" }, opts));
   }
   waitForStatus(statuses: Status | Status[], opts?: CallOptions): Promise<SandboxInfo> {
     const list = Array.isArray(statuses) ? statuses : [statuses];
-    return info(call(this.o, { op: "wait_for_status", statuses: list }, opts));
+    return this.record(call(this.o, { op: "wait_for_status", statuses: list }, opts));
   }
   waitUntilStopped(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "wait_until_stopped" }, opts));
+    return this.record(call(this.o, { op: "wait_until_stopped" }, opts));
   }
   pause(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "pause" }, opts));
+    return this.record(call(this.o, { op: "pause" }, opts));
   }
   resume(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "resume" }, opts));
+    return this.record(call(this.o, { op: "resume" }, opts));
   }
   touch(opts?: CallOptions): Promise<void> {
     return call(this.o, { op: "touch" }, opts);
   }
-  /** Changes the configuration; the plan says where each change lands. */
+  /**
+   * Changes the configuration (`modify({ cpus: 4, memory: 4096 })`); the
+   * plan says where each change lands.
+   */
   async modify(changes: ModifyOptions): Promise<ModifyPlan> {
-    const set = (v: Duration | null | undefined) => (v === null ? null : seconds(v));
     const plan = await call(
       this.o,
       {
@@ -663,15 +716,15 @@ abstract class Lifecycle {
         env_unset: changes.unsetEnv,
         labels_set: changes.labels,
         labels_unset: changes.unsetLabels,
-        idle_timeout: set(changes.idleTimeout),
+        idle_timeout: changes.idleTimeout,
         idle_action: changes.idleAction,
-        max_duration: set(changes.maxDuration),
+        max_duration: changes.maxDuration,
       },
       changes,
     );
     return {
       changes: plan.changes.map((c: any) => ({ field: c.field, applies: c.applies, note: opt(c.note) })),
-      info: toInfo(plan.info),
+      info: await this.record(Promise.resolve(plan.info)),
     };
   }
   /** Resource usage of the running sandbox. */
@@ -696,7 +749,7 @@ abstract class Lifecycle {
         line = await call(cursor, { op: "next", call_timeout: 1 }, { signal: opts.signal });
       } catch (e) {
         if (e instanceof TimeoutError) {
-          const st = await this.status().catch(() => "stopped" as Status);
+          const st = await this.info().then((i) => i.status, () => "stopped" as Status);
           if (st === "running" || st === "draining" || st === "paused" || st === "starting") continue;
           return;
         }
@@ -714,16 +767,16 @@ abstract class Lifecycle {
 /** A metadata handle bound to one sandbox id (it may be stopped). */
 export class SandboxHandle extends Lifecycle {
   async start(opts?: CallOptions): Promise<Sandbox> {
-    return new Sandbox(await call(this.o, { op: "start" }, opts));
+    return new Sandbox(this.saw(await call(this.o, { op: "start" }, opts)));
   }
   async connect(opts?: CallOptions): Promise<Sandbox> {
-    return new Sandbox(await call(this.o, { op: "connect" }, opts));
+    return new Sandbox(this.saw(await call(this.o, { op: "connect" }, opts)));
   }
   async connectOrStart(opts?: CallOptions): Promise<Sandbox> {
-    return new Sandbox(await call(this.o, { op: "connect_or_start" }, opts));
+    return new Sandbox(this.saw(await call(this.o, { op: "connect_or_start" }, opts)));
   }
   async restart(opts?: CallOptions): Promise<Sandbox> {
-    return new Sandbox(await call(this.o, { op: "restart" }, opts));
+    return new Sandbox(this.saw(await call(this.o, { op: "restart" }, opts)));
   }
   remove(opts?: CallOptions): Promise<void> {
     return call(this.o, { op: "remove" }, opts);
@@ -755,13 +808,23 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
   static async getById(id: string, opts?: CallOptions): Promise<SandboxHandle> {
     return new SandboxHandle(await call(null, { op: "get_by_id", id }, opts));
   }
-  /** Records of the sandboxes matching the filter. */
-  static list(
-    filter: { status?: Status | Status[]; labels?: Record<string, string> } = {},
-    opts?: CallOptions,
-  ): Promise<SandboxInfo[]> {
+  /** Starts the sandbox now named `name` (created, stopped or crashed; else `InvalidStateError`). */
+  static async start(name: string, opts?: CallOptions): Promise<Sandbox> {
+    return new Sandbox(await call(null, { op: "start", name }, opts));
+  }
+  /**
+   * The sandboxes matching the filter, as handles (`page.sandboxes`), each
+   * with the `status` it was listed with.
+   */
+  static async list(filter: ListFilter = {}, opts?: CallOptions): Promise<SandboxPage> {
     const statuses = filter.status === undefined ? [] : Array.isArray(filter.status) ? filter.status : [filter.status];
-    return call(null, { op: "list", statuses, labels: filter.labels }, opts).then((l: any[]) => l.map(toInfo));
+    const records: any[] = await call(null, { op: "list", statuses, labels: filter.labels }, opts);
+    const sandboxes = await Promise.all(
+      records.map(
+        async (r) => new SandboxHandle(await call(null, { op: "bind", id: r.id, name: r.name, status: r.status }, opts)),
+      ),
+    );
+    return { sandboxes };
   }
   /** Removes the sandbox `name` (created, stopped or crashed only). */
   static remove(name: string, opts?: CallOptions): Promise<void> {
@@ -776,15 +839,15 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
   async handle(opts?: CallOptions): Promise<SandboxHandle> {
     return new SandboxHandle(await call(this.o, { op: "handle" }, opts));
   }
-  /** Round trip to the guest in milliseconds (never activity). */
-  async ping(opts?: CallOptions): Promise<number> {
-    return (await call(this.o, { op: "ping" }, opts)) * 1000;
+  /** A round trip to the guest agent (a health check: never activity). */
+  async ping(opts?: CallOptions): Promise<Ping> {
+    return { latency: await call(this.o, { op: "ping" }, opts) };
   }
   async exec(argv: string[], opts: ExecOptions = {}): Promise<ExecResult> {
     const stdin = opts.stdin === undefined ? null : toBuffer(opts.stdin);
     const r = await call(
       this.o,
-      { op: "exec", argv, env: opts.env, cwd: opts.cwd, timeout: seconds(opts.processTimeout) },
+      { op: "exec", argv, env: opts.env, cwd: opts.cwd, timeout: opts.processTimeout },
       opts,
       stdin,
     );
@@ -805,7 +868,7 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
         env: opts.env,
         cwd: opts.cwd,
         keep_stdin: stdin === null,
-        timeout: seconds(opts.processTimeout),
+        timeout: opts.processTimeout,
       },
       opts,
       stdin,
@@ -814,11 +877,11 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
   }
   /** Stops and starts it again; this object follows the new run. */
   restart(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "restart" }, opts));
+    return this.record(call(this.o, { op: "restart" }, opts));
   }
   /** Lets it outlive this process. */
   detach(opts?: CallOptions): Promise<SandboxInfo> {
-    return info(call(this.o, { op: "detach" }, opts));
+    return this.record(call(this.o, { op: "detach" }, opts));
   }
   async [Symbol.asyncDispose](): Promise<void> {
     try {
@@ -885,8 +948,9 @@ export class SandboxBuilder {
     this.#o.network = on;
     return this;
   }
+  /** Reclaim it after this long without activity (seconds: `300`, or text: `"5m"`). */
   idleTimeout(d: Duration): this {
-    this.#o.idle_timeout = seconds(d);
+    this.#o.idle_timeout = d;
     return this;
   }
   /** What idle reclaim does: `"stop"` (default) or `"hibernate"` (see `IdleAction`). */
@@ -894,12 +958,14 @@ export class SandboxBuilder {
     this.#o.idle_action = action;
     return this;
   }
+  /** Stop each run after this long (seconds: `3600`, or text: `"1h"`). */
   maxDuration(d: Duration): this {
-    this.#o.max_duration = seconds(d);
+    this.#o.max_duration = d;
     return this;
   }
+  /** Bound of one start (seconds, or duration text). */
   startupTimeout(d: Duration): this {
-    this.#o.startup_timeout = seconds(d);
+    this.#o.startup_timeout = d;
     return this;
   }
   demandStart(on: boolean): this {

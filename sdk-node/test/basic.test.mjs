@@ -38,11 +38,13 @@ test("create, exec, files, processes, stop", async () => {
   for await (const ev of proc) if (ev.kind === "stdout") chunks.push(ev.data);
   assert.equal(Buffer.concat(chunks).toString(), "streamed");
   assert.equal(proc.exitStatus.exitCode, 0);
-  assert.equal(await sb.status(), "running");
-  assert.ok((await sb.ping()) > 0);
+  assert.equal(sb.status, "running");
+  const ping = await sb.ping();
+  assert.ok(ping.latency > 0 && ping.latency < 5, `latency ${ping.latency} s`);
   } finally {
     await sb[Symbol.asyncDispose]();
   }
+  assert.equal(sb.status, "stopped", "the stop at scope end updated the snapshot");
   assert.equal((await sb.info()).status, "stopped");
   await sb.destroy();
 });
@@ -52,7 +54,7 @@ test("typed errors", async () => {
   await assert.rejects(Sandbox.builder("no/slash").image(image).create(), InvalidNameError);
   const sb = await Sandbox.builder("node-dup").image(image).create();
   await assert.rejects(Sandbox.builder("node-dup").image(image).create(), (e) => e instanceof SandboxAlreadyExistsError && e.sandboxId === sb.id);
-  await assert.rejects(sb.waitForStatus("stopped", { timeout: 300 }), (e) => e instanceof TimeoutError && e.afterMs === 300);
+  await assert.rejects(sb.waitForStatus("stopped", { timeout: 0.3 }), (e) => e instanceof TimeoutError && e.afterMs === 300 && e.after === 0.3);
   await sb.stop();
   await assert.rejects(sb.exec(["true"]), (e) => e instanceof InvalidStateError && e.status === "stopped");
   await sb.destroy();
@@ -83,11 +85,26 @@ test("a handle converges on the sandbox", async () => {
   const again = await Sandbox.builder("node-handle").image(image).connectOrCreate();
   assert.equal(again.id, sb.id);
   const h = await Sandbox.get("node-handle");
+  assert.equal(h.status, "running");
   await h.stop();
+  assert.equal(h.status, "stopped");
+  assert.equal(sb.status, "running", "a snapshot: another object's call does not change it");
+  assert.equal((await sb.info()).status, "stopped");
+  assert.equal(sb.status, "stopped");
   const live = await h.connectOrStart();
   assert.equal(live.id, sb.id);
   assert.equal(live.generation, 2);
-  await live.destroy();
+  assert.equal(live.status, "running");
+  assert.equal(h.status, "running");
+  const started = await Sandbox.start("node-handle").catch((e) => e);
+  assert.ok(started instanceof InvalidStateError && started.status === "running", "start by name of a running sandbox");
+  await live.stop();
+  const again2 = await Sandbox.start("node-handle");
+  assert.equal(again2.id, sb.id);
+  assert.equal(again2.generation, 3);
+  assert.equal(again2.status, "running");
+  await assert.rejects(Sandbox.start("node-nobody"), SandboxNotFoundError);
+  await again2.destroy();
 });
 
 test("records, modify, metrics, logs, files, pause", async () => {
@@ -97,17 +114,19 @@ test("records, modify, metrics, logs, files, pause", async () => {
     assert.equal(info.status, "running");
     assert.ok(info.createdAt instanceof Date && info.lastRun.startedAt instanceof Date);
     assert.equal(info.lastRun.generation, 1);
-    assert.equal(info.config.idleTimeout, 600_000);
+    assert.equal(info.config.idleTimeout, 600, "seconds");
+    assert.equal(info.config.startupTimeout > 1 && info.config.startupTimeout < 3600, true, "seconds");
     assert.deepEqual(info.config.labels, { team: "a" });
     assert.equal(info.config.cpus, null);
 
-    const plan = await sb.modify({ memory: 192, env: { MODE: "x" }, unsetLabels: ["team"], idleTimeout: null });
+    const plan = await sb.modify({ memory: 192, env: { MODE: "x" }, unsetLabels: ["team"], idleTimeout: null, maxDuration: 7200 });
     const fields = Object.fromEntries(plan.changes.map((c) => [c.field, c.applies]));
     assert.equal(fields.memory_mb, "live");
     assert.equal(fields.env, "future_execs");
     assert.equal(fields.labels, "immediately");
     assert.equal(plan.info.config.memory, 192);
     assert.equal(plan.info.config.idleTimeout, null);
+    assert.equal(plan.info.config.maxDuration, 7200, "seconds in, seconds out");
     assert.deepEqual(plan.info.config.labels, {});
     assert.equal((await sb.exec(["sh", "-c", "echo $MODE"])).stdout.toString(), "x\n");
 
@@ -139,9 +158,13 @@ test("records, modify, metrics, logs, files, pause", async () => {
     assert.ok((await sb.logs({ source: "guest" })).some((l) => l.text.includes("to-the-log")));
 
     assert.equal((await sb.pause()).status, "paused");
+    assert.equal(sb.status, "paused");
     await assert.rejects(sb.exec(["true"]), (e) => e instanceof InvalidStateError && e.status === "paused");
     assert.equal((await sb.resume()).status, "running");
-    assert.deepEqual((await Sandbox.list({ status: "running" })).map((i) => i.name), ["node-records"]);
+    const page = await Sandbox.list({ status: "running" });
+    assert.deepEqual(page.sandboxes.map((h) => [h.name, h.id, h.status]), [["node-records", sb.id, "running"]]);
+    assert.equal((await page.sandboxes[0].info()).id, sb.id);
+    assert.deepEqual((await Sandbox.list({ labels: { team: "a" } })).sandboxes, [], "the label was removed");
   } finally {
     await sb.destroy();
   }

@@ -282,9 +282,9 @@ function show(v: Value): string {
   return v === MISSING ? "<absent>" : JSON.stringify(v);
 }
 
-// The SDK's records in the cases' neutral vocabulary (snake_case, seconds).
+// The SDK's records in the cases' neutral vocabulary (snake_case; durations
+// are seconds in both).
 function neutralConfig(c: SandboxConfig): Record<string, Json> {
-  const secs = (ms: number | null) => (ms === null ? null : ms / 1000);
   return {
     image: c.image,
     driver: c.driver,
@@ -296,11 +296,11 @@ function neutralConfig(c: SandboxConfig): Record<string, Json> {
     workdir: c.workdir,
     labels: c.labels,
     network: c.network,
-    idle_timeout: secs(c.idleTimeout),
+    idle_timeout: c.idleTimeout,
     idle_action: c.idleAction,
-    max_duration: secs(c.maxDuration),
+    max_duration: c.maxDuration,
     demand_start: c.demandStart,
-    startup_timeout: c.startupTimeout / 1000,
+    startup_timeout: c.startupTimeout,
   };
 }
 
@@ -466,15 +466,15 @@ export class Runner {
     await Promise.allSettled(this.jobs.values());
     this.jobs.clear();
     if (!this.cleanup) return;
-    let infos: SandboxInfo[];
+    let handles: SandboxHandle[];
     try {
-      infos = await Sandbox.list({}, { timeout: 30_000 });
+      handles = (await Sandbox.list({}, { timeout: 30 })).sandboxes;
     } catch {
       return;
     }
-    for (const info of infos) {
+    for (const handle of handles) {
       try {
-        await (await Sandbox.getById(info.id)).destroy({ timeout: 60_000 });
+        await handle.destroy({ timeout: 60 });
       } catch {
         // cleanup only
       }
@@ -720,10 +720,10 @@ export class Runner {
     if (o.workdir !== undefined) b.workdir(o.workdir);
     if (o.labels !== undefined) b.labels(o.labels);
     if (o.network !== undefined) b.network(o.network);
-    if (o.idle_timeout !== undefined) b.idleTimeout(o.idle_timeout * 1000);
+    if (o.idle_timeout !== undefined) b.idleTimeout(o.idle_timeout);
     if (o.idle_action !== undefined) b.idleAction(o.idle_action);
-    if (o.max_duration !== undefined) b.maxDuration(o.max_duration * 1000);
-    if (o.startup_timeout !== undefined) b.startupTimeout(o.startup_timeout * 1000);
+    if (o.max_duration !== undefined) b.maxDuration(o.max_duration);
+    if (o.startup_timeout !== undefined) b.startupTimeout(o.startup_timeout);
     if (o.demand_start !== undefined) b.demandStart(o.demand_start);
     if (o.detached !== undefined) b.detached(o.detached);
     return { b, replace: o.replace === true };
@@ -732,7 +732,6 @@ export class Runner {
   /** The SDK's ModifyOptions of a `modify` step's changes (durations in seconds, null clears). */
   private modifyOptions(step: Step): ModifyOptions {
     const c: Record<string, any> = this.value(step.changes ?? {});
-    const ms = (v: any) => (v === null ? null : v * 1000);
     const o: ModifyOptions = {};
     if ("cpus" in c) o.cpus = c.cpus;
     if ("memory_mb" in c) o.memory = c.memory_mb;
@@ -740,9 +739,9 @@ export class Runner {
     if ("env_unset" in c) o.unsetEnv = c.env_unset;
     if ("labels_set" in c) o.labels = c.labels_set;
     if ("labels_unset" in c) o.unsetLabels = c.labels_unset;
-    if ("idle_timeout" in c) o.idleTimeout = ms(c.idle_timeout);
+    if ("idle_timeout" in c) o.idleTimeout = c.idle_timeout;
     if ("idle_action" in c) o.idleAction = c.idle_action;
-    if ("max_duration" in c) o.maxDuration = ms(c.max_duration);
+    if ("max_duration" in c) o.maxDuration = c.max_duration;
     return o;
   }
 
@@ -780,7 +779,7 @@ export class Runner {
         const filter: { status?: Status[]; labels?: Record<string, string> } = {};
         if ("status" in step) filter.status = step.status;
         if ("labels" in step) filter.labels = this.value(step.labels);
-        return { kind: "list", obj: await Sandbox.list(filter) };
+        return { kind: "list", obj: (await Sandbox.list(filter)).sandboxes };
       }
       case "remove":
         if ("name" in step) await Sandbox.remove(this.value(step.name));
@@ -801,7 +800,8 @@ export class Runner {
       case "info":
         return { kind: "info", obj: await target.info() };
       case "status":
-        return { kind: "value", obj: await target.status() };
+        // A fresh read (`status` itself is the object's snapshot).
+        return { kind: "value", obj: (await target.info()).status };
       case "config":
         return { kind: "value", obj: neutralConfig((await target.info()).config) };
       case "start":
@@ -815,7 +815,7 @@ export class Runner {
           ? { kind: "info", obj: await target.restart() }
           : { kind: "sandbox", obj: await target.restart() };
       case "stop":
-        return { kind: "info", obj: await target.stop("grace" in step ? { grace: Number(step.grace) * 1000 } : {}) };
+        return { kind: "info", obj: await target.stop("grace" in step ? { grace: Number(step.grace) } : {}) };
       case "kill":
         return { kind: "info", obj: await target.kill() };
       case "request_drain":
@@ -832,7 +832,7 @@ export class Runner {
       case "modify":
         return { kind: "plan", obj: await target.modify(this.modifyOptions(step)) };
       case "wait_for_status": {
-        const opts = "timeout" in step ? { timeout: Number(step.timeout) * this.scale * 1000 } : {};
+        const opts = "timeout" in step ? { timeout: Number(step.timeout) * this.scale } : {};
         return { kind: "info", obj: await target.waitForStatus(step.statuses, opts) };
       }
       case "destroy":
@@ -845,14 +845,14 @@ export class Runner {
       case "detach":
         return { kind: "info", obj: await sb.detach() };
       case "ping":
-        return { kind: "value", obj: (await sb.ping()) / 1000 };
+        return { kind: "value", obj: (await sb.ping()).latency };
       case "exec":
       case "spawn": {
         const argv = this.value(step.argv);
         const full: string[] = typeof argv === "string" ? ["sh", "-c", argv] : argv;
         const opts: Record<string, any> = {};
         for (const k of ["env", "cwd", "stdin"]) if (k in step) opts[k] = this.value(step[k]);
-        if ("timeout" in step) opts.processTimeout = Number(step.timeout) * 1000;
+        if ("timeout" in step) opts.processTimeout = Number(step.timeout);
         if (op === "exec") return { kind: "exec", obj: await sb.exec(full, opts) };
         return { kind: "process", obj: await sb.spawn(full, opts) };
       }

@@ -35,7 +35,7 @@ test("with the token, a sandbox lives on the server", async () => {
   const sb = await Sandbox.builder("node-remote").image(image).create();
   try {
     assert.equal((await sb.exec(["echo", "remote"])).stdout.toString(), "remote\n");
-    assert.deepEqual((await Sandbox.list()).map((i) => i.name), ["node-remote"]);
+    assert.deepEqual((await Sandbox.list()).sandboxes.map((h) => [h.name, h.id, h.status]), [["node-remote", sb.id, "running"]]);
     // The server's own home holds it.
     const listed = JSON.parse(execFileSync(bin, ["ls", "--json"], { env }).toString());
     assert.deepEqual(listed.map((i) => i.id), [sb.id]);

@@ -66,6 +66,16 @@ impl NativeObject {
         matches!(&self.inner, CoreObject::Sandbox(sb) if sb.is_live())
     }
 
+    /// A sandbox's status as it was made with (a lookup's, a list's, a
+    /// start's): the snapshot the TypeScript layer starts from.
+    #[napi(getter)]
+    pub fn status(&self) -> Option<String> {
+        match &self.inner {
+            CoreObject::Sandbox(sb) => Some(sb.status().as_str().to_owned()),
+            _ => None,
+        }
+    }
+
     /// The run generation a live sandbox is bound to.
     #[napi(getter)]
     pub fn generation(&self) -> f64 {
