@@ -177,14 +177,12 @@ func (r *runner) cleanup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	infos, err := burrow.ListSandboxes(ctx)
+	page, err := burrow.ListSandboxes(ctx)
 	if err != nil {
 		return
 	}
-	for _, i := range infos {
-		if h, err := burrow.GetSandboxByID(ctx, i.ID); err == nil {
-			_ = h.Destroy(ctx)
-		}
+	for _, h := range page.Sandboxes {
+		_ = h.Destroy(ctx)
 	}
 }
 
@@ -679,7 +677,7 @@ func (r *runner) topField(ctx context.Context, res *result, key string, cache ma
 		}
 		return info(sb)
 	case "handle":
-		h := res.obj.(*burrow.Handle)
+		h := res.obj.(*burrow.SandboxHandle)
 		switch key {
 		case "id":
 			return h.ID()
@@ -732,9 +730,9 @@ func (r *runner) topField(ctx context.Context, res *result, key string, cache ma
 	case "list":
 		names := []any{}
 		switch l := res.obj.(type) {
-		case []burrow.SandboxInfo:
-			for _, i := range l {
-				names = append(names, i.Name)
+		case []*burrow.SandboxHandle:
+			for _, h := range l {
+				names = append(names, h.Name())
 			}
 		case []burrow.DirEntry:
 			for _, e := range l {
@@ -893,18 +891,18 @@ func (r *runner) target(s step) any {
 	return obj
 }
 
-func asHandle(ctx context.Context, obj any) (*burrow.Handle, error) {
+func asHandle(ctx context.Context, obj any) (*burrow.SandboxHandle, error) {
 	if sb, ok := obj.(*burrow.Sandbox); ok {
 		return sb.Handle(ctx)
 	}
-	return obj.(*burrow.Handle), nil
+	return obj.(*burrow.SandboxHandle), nil
 }
 
 func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 	op := s["op"].(string)
 	name, _ := r.value(s["name"]).(string)
 	sandbox := func(sb *burrow.Sandbox, err error) (*result, error) { return &result{"sandbox", sb}, err }
-	handle := func(h *burrow.Handle, err error) (*result, error) { return &result{"handle", h}, err }
+	handle := func(h *burrow.SandboxHandle, err error) (*result, error) { return &result{"handle", h}, err }
 	info := func(i burrow.SandboxInfo, err error) (*result, error) { return &result{"info", i}, err }
 	none := func(err error) (*result, error) { return &result{kind: "none"}, err }
 	switch op {
@@ -935,8 +933,8 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 				filters = append(filters, burrow.WithLabel(k, v.(string)))
 			}
 		}
-		infos, err := burrow.ListSandboxes(ctx, filters...)
-		return &result{"list", infos}, err
+		page, err := burrow.ListSandboxes(ctx, filters...)
+		return &result{"list", page.Sandboxes}, err
 	case "remove":
 		if _, ok := s["name"]; ok {
 			return none(burrow.RemoveSandbox(ctx, name))
@@ -963,10 +961,10 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 	t := r.target(s)
 	l := t.(interface {
 		lifecycle
-		Status(context.Context) (burrow.Status, error)
-		Stop(context.Context, ...burrow.StopOption) (burrow.SandboxInfo, error)
-		Kill(context.Context) (burrow.SandboxInfo, error)
-		RequestDrain(context.Context) (burrow.SandboxInfo, error)
+		Status() burrow.Status
+		Stop(context.Context, ...burrow.StopOption) error
+		Kill(context.Context) error
+		RequestDrain(context.Context) error
 		Pause(context.Context) (burrow.SandboxInfo, error)
 		Resume(context.Context) (burrow.SandboxInfo, error)
 		WaitUntilStopped(context.Context) (burrow.SandboxInfo, error)
@@ -975,7 +973,15 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		Modify(context.Context, ...burrow.Change) (burrow.ModifyPlan, error)
 		Destroy(context.Context) error
 	})
-	withHandle := func(f func(*burrow.Handle) (*burrow.Sandbox, error)) (*result, error) {
+	// Stop, Kill, RequestDrain and Detach answer only an error: the record
+	// a case checks is read after them.
+	then := func(err error) (*result, error) {
+		if err != nil {
+			return nil, err
+		}
+		return info(l.Info(ctx))
+	}
+	withHandle := func(f func(*burrow.SandboxHandle) (*burrow.Sandbox, error)) (*result, error) {
 		h, err := asHandle(ctx, t)
 		if err != nil {
 			return nil, err
@@ -988,32 +994,33 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 	case "info":
 		return info(l.Info(ctx))
 	case "status":
-		st, err := l.Status(ctx)
-		return &result{"value", string(st)}, err
+		// A fresh read (Status() is the snapshot of the last record seen).
+		i, err := l.Info(ctx)
+		return &result{"value", string(i.Status)}, err
 	case "config":
 		i, err := l.Info(ctx)
 		return &result{"value", neutralConfig(i.Config)}, err
 	case "start":
-		return withHandle(func(h *burrow.Handle) (*burrow.Sandbox, error) { return h.Start(ctx) })
+		return withHandle(func(h *burrow.SandboxHandle) (*burrow.Sandbox, error) { return h.Start(ctx) })
 	case "connect":
-		return withHandle(func(h *burrow.Handle) (*burrow.Sandbox, error) { return h.Connect(ctx) })
+		return withHandle(func(h *burrow.SandboxHandle) (*burrow.Sandbox, error) { return h.Connect(ctx) })
 	case "connect_or_start":
-		return withHandle(func(h *burrow.Handle) (*burrow.Sandbox, error) { return h.ConnectOrStart(ctx) })
+		return withHandle(func(h *burrow.SandboxHandle) (*burrow.Sandbox, error) { return h.ConnectOrStart(ctx) })
 	case "restart":
 		if sb, ok := t.(*burrow.Sandbox); ok {
 			return info(sb.Restart(ctx))
 		}
-		return sandbox(t.(*burrow.Handle).Restart(ctx))
+		return sandbox(t.(*burrow.SandboxHandle).Restart(ctx))
 	case "stop":
 		var opts []burrow.StopOption
 		if g, ok := s["grace"]; ok {
 			opts = append(opts, burrow.WithGrace(secs(g)))
 		}
-		return info(l.Stop(ctx, opts...))
+		return then(l.Stop(ctx, opts...))
 	case "kill":
-		return info(l.Kill(ctx))
+		return then(l.Kill(ctx))
 	case "request_drain":
-		return info(l.RequestDrain(ctx))
+		return then(l.RequestDrain(ctx))
 	case "pause":
 		return info(l.Pause(ctx))
 	case "resume":
@@ -1049,10 +1056,13 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 	fs := sb.FS()
 	switch op {
 	case "detach":
-		return info(sb.Detach(ctx))
+		if err := sb.Detach(ctx); err != nil {
+			return nil, err
+		}
+		return info(sb.Info(ctx))
 	case "ping":
-		d, err := sb.Ping(ctx)
-		return &result{"value", d.Seconds()}, err
+		p, err := sb.Ping(ctx)
+		return &result{"value", p.Latency.Seconds()}, err
 	case "exec", "spawn":
 		var argv []string
 		switch a := r.value(s["argv"]).(type) {
@@ -1144,7 +1154,7 @@ func (r *runner) generation(ctx context.Context, do step) float64 {
 	var i burrow.SandboxInfo
 	var err error
 	if name, ok := r.value(do["name"]).(string); ok {
-		var h *burrow.Handle
+		var h *burrow.SandboxHandle
 		if h, err = burrow.GetSandbox(ctx, name); err == nil {
 			i, err = h.Info(ctx)
 		}

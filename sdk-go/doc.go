@@ -10,9 +10,18 @@
 //	out, err := sb.Exec(ctx, []string{"python3", "-c", "print(40 + 2)"})
 //
 // A *Sandbox is bound to one sandbox id and one run; it never acts on
-// another sandbox that took the name since (ErrSandboxReplaced). A *Handle
-// (GetSandbox) is bound to one id whatever its status; ConnectOrStart gives
-// a *Sandbox of its current run.
+// another sandbox that took the name since (ErrSandboxReplaced). A
+// *SandboxHandle (GetSandbox, ListSandboxes) is bound to one id whatever its
+// status; ConnectOrStart gives a *Sandbox of its current run, StartSandbox
+// starts a stopped sandbox by name:
+//
+//	handle, err := burrow.GetSandbox(ctx, "worker")
+//	fmt.Println(handle.Status()) // "running" | "stopped" | ...
+//	_ = sb.Stop(ctx)
+//	sb, err = burrow.StartSandbox(ctx, "worker")
+//
+// Status() is a snapshot without a call (the status the value was made
+// with, or that the last record it read had); Info reads a fresh record.
 //
 // Every call takes a context: cancelling it cancels the call in the engine
 // and kills what it ran in the guest; a deadline that passes is an *Error

@@ -17,11 +17,16 @@ type Sandbox struct {
 	generation uint64
 }
 
-// Handle is a metadata handle of one sandbox id; the sandbox may be
+// SandboxHandle is a metadata handle of one sandbox id; the sandbox may be
 // stopped. Its calls act on the sandbox's current run.
-type Handle struct {
+type SandboxHandle struct {
 	target
 }
+
+// Handle is the former name of SandboxHandle.
+//
+// Deprecated: use SandboxHandle.
+type Handle = SandboxHandle
 
 // ID is the sandbox's id.
 func (t *target) ID() string { return t.id }
@@ -30,30 +35,47 @@ func (t *target) ID() string { return t.id }
 func (t *target) Name() string { return t.name }
 
 // Generation is the run this value is bound to.
-func (s *Sandbox) Generation() uint64 { return s.generation }
+func (s *Sandbox) Generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.generation
+}
 
-// Info reads the sandbox's record.
+// Info reads the sandbox's record (a fresh read; Status() becomes its
+// status).
 func (t *target) Info(ctx context.Context) (SandboxInfo, error) {
 	return t.info(ctx, op{"op": "info"})
 }
 
-// Status reads the sandbox's status.
-func (t *target) Status(ctx context.Context) (Status, error) { return t.status(ctx) }
+// Status is the status this value last saw, without a call: the one it
+// was made with (by a lookup, a list, a start), updated by every call of
+// this value that reads the record (Info, Stop, Kill, RequestDrain,
+// Detach, Pause, Resume, the waits, Modify, Restart). Info(ctx).Status is
+// a fresh read.
+func (t *target) Status() Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.status
+}
 
 // Stop stops the sandbox gracefully (a no-op when it is not running).
-func (t *target) Stop(ctx context.Context, opts ...StopOption) (SandboxInfo, error) {
+// Status() is then the status it stopped in; Info reads the record.
+func (t *target) Stop(ctx context.Context, opts ...StopOption) error {
 	return t.stop(ctx, opts)
 }
 
 // Kill stops the sandbox at once.
-func (t *target) Kill(ctx context.Context) (SandboxInfo, error) {
-	return t.info(ctx, op{"op": "kill"})
+func (t *target) Kill(ctx context.Context) error {
+	_, err := t.info(ctx, op{"op": "kill"})
+	return err
 }
 
 // RequestDrain refuses new work and stops the sandbox once its in-flight
-// work has finished.
-func (t *target) RequestDrain(ctx context.Context) (SandboxInfo, error) {
-	return t.info(ctx, op{"op": "request_drain"})
+// work has finished (Status() is then StatusDraining, or StatusStopped
+// when nothing was in flight).
+func (t *target) RequestDrain(ctx context.Context) error {
+	_, err := t.info(ctx, op{"op": "request_drain"})
+	return err
 }
 
 // WaitForStatus waits until the sandbox is in one of the statuses (bound
@@ -80,7 +102,11 @@ func (t *target) Resume(ctx context.Context) (SandboxInfo, error) {
 // Touch counts as activity (it resets the idle clock).
 func (t *target) Touch(ctx context.Context) error { return t.unit(ctx, op{"op": "touch"}) }
 
-// Modify changes the configuration; the plan says where each change lands.
+// Modify changes the configuration; the plan says where each change
+// lands. A change is a ModifyOptions or a Set/Unset function:
+//
+//	plan, err := sb.Modify(ctx, burrow.ModifyOptions{CPUs: 4, MemoryMiB: 4096})
+//	plan, err = sb.Modify(ctx, burrow.SetEnv("MODE", "x"), burrow.SetCPUs(0))
 func (t *target) Modify(ctx context.Context, changes ...Change) (ModifyPlan, error) {
 	return t.modify(ctx, changes)
 }
@@ -112,7 +138,7 @@ func (t *target) FollowLogs(ctx context.Context, fn func(LogLine) bool, opts ...
 		if err != nil {
 			if e, ok := err.(*Error); ok && e.Code == ErrTimeout && e.cause == nil {
 				// No line for a second: go on while the run goes on.
-				st, serr := t.status(ctx)
+				st, serr := t.currentStatus(ctx)
 				if serr == nil && (st == StatusRunning || st == StatusDraining || st == StatusPaused || st == StatusStarting) {
 					continue
 				}
@@ -134,27 +160,31 @@ func (t *target) FollowLogs(ctx context.Context, fn func(LogLine) bool, opts ...
 }
 
 // Start starts the stopped sandbox (ErrInvalidState when it runs).
-func (h *Handle) Start(ctx context.Context) (*Sandbox, error) { return h.sandbox(ctx, "start") }
+func (h *SandboxHandle) Start(ctx context.Context) (*Sandbox, error) { return h.sandbox(ctx, "start") }
 
 // Connect connects to the running sandbox (ErrInvalidState when it does
 // not run).
-func (h *Handle) Connect(ctx context.Context) (*Sandbox, error) { return h.sandbox(ctx, "connect") }
+func (h *SandboxHandle) Connect(ctx context.Context) (*Sandbox, error) {
+	return h.sandbox(ctx, "connect")
+}
 
 // ConnectOrStart connects to the sandbox, starting it if it is not
 // running; concurrent callers converge on one start.
-func (h *Handle) ConnectOrStart(ctx context.Context) (*Sandbox, error) {
+func (h *SandboxHandle) ConnectOrStart(ctx context.Context) (*Sandbox, error) {
 	return h.sandbox(ctx, "connect_or_start")
 }
 
 // Restart stops the sandbox if it runs and starts it again: same id, next
 // generation.
-func (h *Handle) Restart(ctx context.Context) (*Sandbox, error) { return h.sandbox(ctx, "restart") }
+func (h *SandboxHandle) Restart(ctx context.Context) (*Sandbox, error) {
+	return h.sandbox(ctx, "restart")
+}
 
 // Remove removes the sandbox; it must be created, stopped or crashed.
-func (h *Handle) Remove(ctx context.Context) error { return h.unit(ctx, op{"op": "remove"}) }
+func (h *SandboxHandle) Remove(ctx context.Context) error { return h.unit(ctx, op{"op": "remove"}) }
 
 // Handle is the metadata handle of the same sandbox.
-func (s *Sandbox) Handle(ctx context.Context) (*Handle, error) {
+func (s *Sandbox) Handle(ctx context.Context) (*SandboxHandle, error) {
 	_, obj, err := s.do(ctx, op{"op": "handle"}, nil)
 	return handleOf(obj, err)
 }
@@ -164,20 +194,33 @@ func (s *Sandbox) Handle(ctx context.Context) (*Handle, error) {
 func (s *Sandbox) Restart(ctx context.Context) (SandboxInfo, error) {
 	info, err := s.info(ctx, op{"op": "restart"})
 	if err == nil {
+		s.mu.Lock()
 		s.generation = info.Generation
+		s.mu.Unlock()
 	}
 	return info, err
 }
 
 // Detach lets the sandbox outlive this process.
-func (s *Sandbox) Detach(ctx context.Context) (SandboxInfo, error) {
-	return s.info(ctx, op{"op": "detach"})
+func (s *Sandbox) Detach(ctx context.Context) error {
+	_, err := s.info(ctx, op{"op": "detach"})
+	return err
 }
 
-// Ping is a round trip to the guest (never counted as activity).
-func (s *Sandbox) Ping(ctx context.Context) (time.Duration, error) {
+// Ping is the outcome of a ping.
+type Ping struct {
+	// Latency is the round trip to the guest agent.
+	Latency time.Duration
+}
+
+// Ping checks that the guest agent answers: a round trip, never counted
+// as activity (Touch is).
+func (s *Sandbox) Ping(ctx context.Context) (Ping, error) {
 	secs, err := get[float64](ctx, &s.target, op{"op": "ping"})
-	return time.Duration(secs * float64(time.Second)), err
+	if err != nil {
+		return Ping{}, err
+	}
+	return Ping{Latency: time.Duration(secs * float64(time.Second))}, nil
 }
 
 // FS is the file operations of the running sandbox.

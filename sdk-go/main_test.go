@@ -33,11 +33,9 @@ func TestMain(m *testing.M) {
 	os.Setenv("BURROW_HOME", dir)
 	code := m.Run()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	if infos, err := burrow.ListSandboxes(ctx); err == nil {
-		for _, i := range infos {
-			if h, err := burrow.GetSandboxByID(ctx, i.ID); err == nil {
-				_ = h.Destroy(ctx)
-			}
+	if page, err := burrow.ListSandboxes(ctx); err == nil {
+		for _, h := range page.Sandboxes {
+			_ = h.Destroy(ctx)
 		}
 	}
 	cancel()
@@ -80,11 +78,9 @@ func home(t *testing.T) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if infos, err := burrow.ListSandboxes(ctx); err == nil {
-			for _, i := range infos {
-				if h, err := burrow.GetSandboxByID(ctx, i.ID); err == nil {
-					_ = h.Destroy(ctx)
-				}
+		if page, err := burrow.ListSandboxes(ctx); err == nil {
+			for _, h := range page.Sandboxes {
+				_ = h.Destroy(ctx)
 			}
 		}
 		burrow.Configure("")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -124,18 +125,26 @@ func ReplaceSandbox(ctx context.Context, name string, opts ...Option) (*Sandbox,
 }
 
 // DefineSandbox persists the sandbox without starting it.
-func DefineSandbox(ctx context.Context, name string, opts ...Option) (*Handle, error) {
+func DefineSandbox(ctx context.Context, name string, opts ...Option) (*SandboxHandle, error) {
 	return handleOf(build(ctx, "define", name, opts))
 }
 
+// StartSandbox starts the sandbox now named name, with its persisted
+// configuration: it must be created, stopped or crashed (ErrInvalidState
+// otherwise; ConnectOrStart of its handle converges instead).
+func StartSandbox(ctx context.Context, name string) (*Sandbox, error) {
+	_, obj, err := call(ctx, nil, op{"op": "start", "name": name}, nil)
+	return liveSandbox(obj, err)
+}
+
 // GetSandbox is a handle of the sandbox now named name.
-func GetSandbox(ctx context.Context, name string) (*Handle, error) {
+func GetSandbox(ctx context.Context, name string) (*SandboxHandle, error) {
 	_, obj, err := call(ctx, nil, op{"op": "get", "name": name}, nil)
 	return handleOf(obj, err)
 }
 
 // GetSandboxByID is a handle of exactly that sandbox.
-func GetSandboxByID(ctx context.Context, id string) (*Handle, error) {
+func GetSandboxByID(ctx context.Context, id string) (*SandboxHandle, error) {
 	_, obj, err := call(ctx, nil, op{"op": "get_by_id", "id": id}, nil)
 	return handleOf(obj, err)
 }
@@ -153,25 +162,40 @@ func WithLabel(key, value string) ListOption {
 	return func(o op) { merge(o, "labels", map[string]string{key: value}) }
 }
 
-// ListSandboxes lists the records of the sandboxes that match.
-func ListSandboxes(ctx context.Context, filters ...ListOption) ([]SandboxInfo, error) {
+// SandboxPage is what ListSandboxes found: a handle of each sandbox, its
+// Status() the one it was listed with.
+type SandboxPage struct {
+	Sandboxes []*SandboxHandle
+}
+
+// ListSandboxes lists the sandboxes that match (every one without a
+// filter), a handle of each. A handle's Status() is the listed status;
+// Info reads a fresh record.
+func ListSandboxes(ctx context.Context, filters ...ListOption) (SandboxPage, error) {
 	o := op{"op": "list"}
 	for _, f := range filters {
 		f(o)
 	}
 	raw, _, err := call(ctx, nil, o, nil)
 	if err != nil {
-		return nil, err
+		return SandboxPage{}, err
 	}
 	var ws []wireInfo
 	if err := json.Unmarshal(raw, &ws); err != nil {
-		return nil, malformed(err)
+		return SandboxPage{}, malformed(err)
 	}
-	infos := make([]SandboxInfo, len(ws))
-	for i := range ws {
-		infos[i] = ws[i].info()
+	page := SandboxPage{Sandboxes: make([]*SandboxHandle, 0, len(ws))}
+	for _, w := range ws {
+		// A handle made from the record, without a lookup (each call on it
+		// checks the identity).
+		_, obj, err := call(ctx, nil, op{"op": "bind", "id": w.ID, "name": w.Name, "status": w.Status}, nil)
+		h, err := handleOf(obj, err)
+		if err != nil {
+			return SandboxPage{}, err
+		}
+		page.Sandboxes = append(page.Sandboxes, h)
 	}
-	return infos, nil
+	return page, nil
 }
 
 // RemoveSandbox removes the sandbox name; it must be created, stopped or
@@ -188,6 +212,7 @@ type described struct {
 	Name       string `json:"name"`
 	Live       bool   `json:"live"`
 	Generation uint64 `json:"generation"`
+	Status     Status `json:"status"`
 }
 
 func describe(obj *object) described {
@@ -202,26 +227,36 @@ func liveSandbox(obj *object, err error) (*Sandbox, error) {
 		return nil, err
 	}
 	d := describe(obj)
-	return &Sandbox{target: target{obj: obj, id: d.ID, name: d.Name}, generation: d.Generation}, nil
+	return &Sandbox{target: target{obj: obj, id: d.ID, name: d.Name, status: d.Status}, generation: d.Generation}, nil
 }
 
-func handleOf(obj *object, err error) (*Handle, error) {
+func handleOf(obj *object, err error) (*SandboxHandle, error) {
 	if err != nil {
 		return nil, err
 	}
 	d := describe(obj)
-	return &Handle{target: target{obj: obj, id: d.ID, name: d.Name}}, nil
+	return &SandboxHandle{target: target{obj: obj, id: d.ID, name: d.Name, status: d.Status}}, nil
 }
 
 func malformed(err error) error {
 	return &Error{Code: ErrProtocol, Message: "a malformed answer of the core: " + err.Error()}
 }
 
-// target holds what a Sandbox and a Handle share: an object of the core
-// bound to one sandbox id.
+// target holds what a Sandbox and a SandboxHandle share: an object of the
+// core bound to one sandbox id, and the status it was last seen in.
 type target struct {
 	obj      *object
 	id, name string
+
+	mu     sync.Mutex
+	status Status // the snapshot: the status made with, or of the last record
+}
+
+// seen makes a fresh record's status the snapshot.
+func (t *target) seen(info SandboxInfo) {
+	t.mu.Lock()
+	t.status = info.Status
+	t.mu.Unlock()
 }
 
 func (t *target) do(ctx context.Context, o op, data []byte) (json.RawMessage, *object, error) {
@@ -233,7 +268,11 @@ func (t *target) info(ctx context.Context, o op) (SandboxInfo, error) {
 	if err != nil {
 		return SandboxInfo{}, err
 	}
-	return decodeInfo(raw)
+	info, err := decodeInfo(raw)
+	if err == nil {
+		t.seen(info)
+	}
+	return info, err
 }
 
 // get runs o and decodes its value as a T.
@@ -254,16 +293,18 @@ func (t *target) unit(ctx context.Context, o op) error {
 	return err
 }
 
-func (t *target) status(ctx context.Context) (Status, error) {
+// currentStatus reads the status (a call).
+func (t *target) currentStatus(ctx context.Context) (Status, error) {
 	return get[Status](ctx, t, op{"op": "status"})
 }
 
-func (t *target) stop(ctx context.Context, opts []StopOption) (SandboxInfo, error) {
+func (t *target) stop(ctx context.Context, opts []StopOption) error {
 	o := op{"op": "stop"}
 	for _, f := range opts {
 		f(o)
 	}
-	return t.info(ctx, o)
+	_, err := t.info(ctx, o)
+	return err
 }
 
 func (t *target) waitForStatus(ctx context.Context, statuses []Status) (SandboxInfo, error) {
@@ -272,8 +313,10 @@ func (t *target) waitForStatus(ctx context.Context, statuses []Status) (SandboxI
 
 func (t *target) modify(ctx context.Context, changes []Change) (ModifyPlan, error) {
 	o := op{"op": "modify"}
-	for _, f := range changes {
-		f(o)
+	for _, c := range changes {
+		if c != nil {
+			c.change(o)
+		}
 	}
 	raw, _, err := t.do(ctx, o, nil)
 	if err != nil {
@@ -286,7 +329,9 @@ func (t *target) modify(ctx context.Context, changes []Change) (ModifyPlan, erro
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return ModifyPlan{}, malformed(err)
 	}
-	return ModifyPlan{Changes: w.Changes, Info: w.Info.info()}, nil
+	plan := ModifyPlan{Changes: w.Changes, Info: w.Info.info()}
+	t.seen(plan.Info)
+	return plan, nil
 }
 
 func (t *target) metrics(ctx context.Context) (Metrics, error) {
@@ -312,42 +357,104 @@ type StopOption func(op)
 // WithGrace is how long the guest gets between SIGTERM and SIGKILL.
 func WithGrace(d time.Duration) StopOption { return func(o op) { o["grace"] = d.Seconds() } }
 
-// Change is one change of Modify. A field not changed stays as it is.
-type Change func(op)
+// Change is one change of Modify: a ModifyOptions, or one of the Set and
+// Unset functions (these can also unset a limit). A field not changed
+// stays as it is.
+type Change interface {
+	change(op)
+}
+
+// changeFunc is a Change of the Set and Unset functions.
+type changeFunc func(op)
+
+func (f changeFunc) change(o op) { f(o) }
+
+// ModifyOptions is a Change of several fields at once, as in
+//
+//	plan, err := sb.Modify(ctx, burrow.ModifyOptions{CPUs: 4, MemoryMiB: 4096})
+//
+// A zero field leaves its value as it is (SetCPUs(0), SetMemory(0),
+// SetIdleTimeout(0), SetMaxDuration(0) unset a limit).
+type ModifyOptions struct {
+	// CPUs is the CPU limit (fractions allowed).
+	CPUs float64
+	// MemoryMiB is the memory limit in MiB.
+	MemoryMiB uint64
+	// Env sets environment variables of the commands started from now on.
+	Env map[string]string
+	// Labels sets labels.
+	Labels map[string]string
+	// IdleTimeout is the idle timeout.
+	IdleTimeout time.Duration
+	// IdleAction is what idle reclaim does.
+	IdleAction IdleAction
+	// MaxDuration is the maximum duration of a run.
+	MaxDuration time.Duration
+}
+
+func (m ModifyOptions) change(o op) {
+	if m.CPUs != 0 {
+		o["cpus"] = m.CPUs
+	}
+	if m.MemoryMiB != 0 {
+		o["memory_mb"] = m.MemoryMiB
+	}
+	if len(m.Env) > 0 {
+		merge(o, "env_set", m.Env)
+	}
+	if len(m.Labels) > 0 {
+		merge(o, "labels_set", m.Labels)
+	}
+	if m.IdleTimeout != 0 {
+		o["idle_timeout"] = m.IdleTimeout.Seconds()
+	}
+	if m.IdleAction != "" {
+		o["idle_action"] = m.IdleAction
+	}
+	if m.MaxDuration != 0 {
+		o["max_duration"] = m.MaxDuration.Seconds()
+	}
+}
 
 // SetCPUs changes the CPU limit (0: unset).
-func SetCPUs(cpus float64) Change { return func(o op) { o["cpus"] = nullIfZero(cpus) } }
+func SetCPUs(cpus float64) Change { return changeFunc(func(o op) { o["cpus"] = nullIfZero(cpus) }) }
 
 // SetMemory changes the memory limit in MiB (0: unset).
-func SetMemory(mib uint64) Change { return func(o op) { o["memory_mb"] = nullIfZero(mib) } }
+func SetMemory(mib uint64) Change {
+	return changeFunc(func(o op) { o["memory_mb"] = nullIfZero(mib) })
+}
 
 // SetEnv sets an environment variable of the commands started from now on.
 func SetEnv(key, value string) Change {
-	return func(o op) { merge(o, "env_set", map[string]string{key: value}) }
+	return changeFunc(func(o op) { merge(o, "env_set", map[string]string{key: value}) })
 }
 
 // UnsetEnv removes environment variables.
-func UnsetEnv(keys ...string) Change { return func(o op) { extend(o, "env_unset", keys) } }
+func UnsetEnv(keys ...string) Change {
+	return changeFunc(func(o op) { extend(o, "env_unset", keys) })
+}
 
 // SetLabel sets a label.
 func SetLabel(key, value string) Change {
-	return func(o op) { merge(o, "labels_set", map[string]string{key: value}) }
+	return changeFunc(func(o op) { merge(o, "labels_set", map[string]string{key: value}) })
 }
 
 // UnsetLabels removes labels.
-func UnsetLabels(keys ...string) Change { return func(o op) { extend(o, "labels_unset", keys) } }
+func UnsetLabels(keys ...string) Change {
+	return changeFunc(func(o op) { extend(o, "labels_unset", keys) })
+}
 
 // SetIdleTimeout changes the idle timeout (0: none).
 func SetIdleTimeout(d time.Duration) Change {
-	return func(o op) { o["idle_timeout"] = nullIfZero(d.Seconds()) }
+	return changeFunc(func(o op) { o["idle_timeout"] = nullIfZero(d.Seconds()) })
 }
 
 // SetIdleAction changes what idle reclaim does (IdleStop is the default).
-func SetIdleAction(a IdleAction) Change { return func(o op) { o["idle_action"] = a } }
+func SetIdleAction(a IdleAction) Change { return changeFunc(func(o op) { o["idle_action"] = a }) }
 
 // SetMaxDuration changes the maximum duration of a run (0: none).
 func SetMaxDuration(d time.Duration) Change {
-	return func(o op) { o["max_duration"] = nullIfZero(d.Seconds()) }
+	return changeFunc(func(o op) { o["max_duration"] = nullIfZero(d.Seconds()) })
 }
 
 func nullIfZero[T comparable](v T) any {

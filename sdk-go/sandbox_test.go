@@ -64,7 +64,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || st.ExitCode != 0 || stdout.String() != "streamed" {
 		t.Fatalf("spawn: %v %+v %q", err, st, stdout.String())
 	}
-	if d := must[time.Duration](t)(sb.Ping(ctx)); d <= 0 {
+	if p := must[burrow.Ping](t)(sb.Ping(ctx)); p.Latency <= 0 {
 		t.Fatal("ping")
 	}
 	info := must[burrow.SandboxInfo](t)(sb.Info(ctx))
@@ -75,15 +75,38 @@ func TestLifecycle(t *testing.T) {
 	if plan.Info.Config.MemoryMB != 192 || len(plan.Changes) != 2 {
 		t.Fatalf("plan %+v", plan)
 	}
+	// A ModifyOptions and Set functions in one call; SetCPUs(0) unsets.
+	plan = must[burrow.ModifyPlan](t)(sb.Modify(ctx, burrow.ModifyOptions{CPUs: 2, Labels: map[string]string{"tier": "web"}}))
+	if plan.Info.Config.CPUs != 2 || plan.Info.Config.Labels["tier"] != "web" || plan.Info.Config.MemoryMB != 192 {
+		t.Fatalf("plan %+v", plan)
+	}
+	plan = must[burrow.ModifyPlan](t)(sb.Modify(ctx, burrow.SetCPUs(0), burrow.ModifyOptions{MemoryMiB: 200}))
+	if plan.Info.Config.CPUs != 0 || plan.Info.Config.MemoryMB != 200 {
+		t.Fatalf("plan %+v", plan)
+	}
+	must[burrow.ModifyPlan](t)(sb.Modify(ctx, burrow.SetMemory(192)))
 	m := must[burrow.Metrics](t)(sb.Metrics(ctx))
 	if m.MemoryLimitBytes == nil || *m.MemoryLimitBytes != 192<<20 {
 		t.Fatalf("metrics %+v", m)
 	}
-	stopped := must[burrow.SandboxInfo](t)(sb.Stop(ctx))
+	if st := sb.Status(); st != burrow.StatusRunning {
+		t.Fatalf("snapshot before stop: %s", st)
+	}
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot is the record's the stop answered, without a call.
+	if st := sb.Status(); st != burrow.StatusStopped {
+		t.Fatalf("snapshot after stop: %s", st)
+	}
+	stopped := must[burrow.SandboxInfo](t)(sb.Info(ctx))
 	if stopped.Status != burrow.StatusStopped || stopped.LastRun.ExitReason != burrow.ExitStopped {
 		t.Fatalf("stop %+v", stopped)
 	}
-	h := must[*burrow.Handle](t)(burrow.GetSandbox(ctx, "go-basic"))
+	h := must[*burrow.SandboxHandle](t)(burrow.GetSandbox(ctx, "go-basic"))
+	if st := h.Status(); st != burrow.StatusStopped {
+		t.Fatalf("a stopped sandbox's handle: %s", st)
+	}
 	live := must[*burrow.Sandbox](t)(h.ConnectOrStart(ctx))
 	if live.ID() != sb.ID() || live.Generation() != 2 {
 		t.Fatalf("connect_or_start %s %d", live.ID(), live.Generation())
@@ -128,7 +151,9 @@ func TestTypedErrors(t *testing.T) {
 	if !errors.Is(err, burrow.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("deadline: %v", err)
 	}
-	must[burrow.SandboxInfo](t)(sb.Stop(ctx))
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
 	_, err = sb.Exec(ctx, []string{"true"})
 	if !errors.Is(err, burrow.ErrInvalidState) || !errors.As(err, &e) || e.Status != burrow.StatusStopped {
 		t.Fatalf("exec stopped: %v", err)
@@ -239,7 +264,7 @@ func TestManyGoroutines(t *testing.T) {
 			case 2:
 				_, err = sb.Info(ctx)
 			case 3:
-				var h *burrow.Handle
+				var h *burrow.SandboxHandle
 				if h, err = burrow.GetSandbox(ctx, sb.Name()); err == nil && h.ID() != sb.ID() {
 					err = errors.New("another id")
 				}
@@ -274,8 +299,8 @@ func TestAttachedSandboxStopsWhenItsOwnerIsKilled(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatalf("the owner did not report its sandbox: %v", err)
 	}
-	h := must[*burrow.Handle](t)(burrow.GetSandboxByID(ctx, strings.TrimSpace(id)))
-	if st := must[burrow.Status](t)(h.Status(ctx)); st != burrow.StatusRunning {
+	h := must[*burrow.SandboxHandle](t)(burrow.GetSandboxByID(ctx, strings.TrimSpace(id)))
+	if st := must[burrow.SandboxInfo](t)(h.Info(ctx)).Status; st != burrow.StatusRunning {
 		t.Fatalf("status %s", st)
 	}
 	_ = cmd.Process.Kill() // SIGKILL
@@ -301,7 +326,7 @@ func TestObjectsAreFreedOnce(t *testing.T) {
 	}
 	base := settle()
 	for i := 0; i < 2000; i++ {
-		h := must[*burrow.Handle](t)(burrow.GetSandbox(ctx, "go-leak"))
+		h := must[*burrow.SandboxHandle](t)(burrow.GetSandbox(ctx, "go-leak"))
 		if h.ID() != sb.ID() {
 			t.Fatal("another id")
 		}
@@ -326,7 +351,7 @@ func TestAPanicOfTheCoreIsAnError(t *testing.T) {
 		t.Fatalf("a panicking call: %v", err)
 	}
 	os.Unsetenv("BURROW_FAULT")
-	must[time.Duration](t)(sb.Ping(ctx))
+	must[burrow.Ping](t)(sb.Ping(ctx))
 }
 
 func TestEverySentinelMatchesOnlyItsCode(t *testing.T) {

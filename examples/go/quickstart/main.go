@@ -26,8 +26,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	status, _ := sb.Status(ctx)
-	fmt.Printf("%s (%s) is %s\n", sb.Name(), sb.ID(), status)
+	fmt.Printf("%s (%s) is %s\n", sb.Name(), sb.ID(), sb.Status())
 
 	out, err := sb.Exec(ctx, []string{"echo", "hello from the sandbox"})
 	if err != nil {
@@ -44,7 +43,10 @@ func main() {
 	}
 	fmt.Printf("read back: %s\n", note)
 
-	info, err := sb.Stop(ctx)
+	if err := sb.Stop(ctx); err != nil {
+		log.Fatal(err)
+	}
+	info, err := sb.Info(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
