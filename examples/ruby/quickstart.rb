@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
-# The Ruby quickstart: a sandbox, a command, a file, a streamed command, a
-# stop. The block form of create destroys the sandbox when the block ends.
+# The Ruby quickstart: a sandbox, a ping, a command, a file, a streamed
+# command, a stop, a start by name and a listing. The block form of create
+# destroys the sandbox when the block ends.
 # Usage (after installing the gem): BURROW_IMAGE=python ruby quickstart.rb
 require "burrow"
 
@@ -9,7 +10,8 @@ image = ENV.fetch("BURROW_IMAGE", "python")
 
 # replace: true destroys a sandbox of that name left by an earlier run.
 Burrow::Sandbox.create("quickstart-rb", image: image, memory: 256, replace: true) do |sb|
-  puts "#{sb.name} (#{sb.id}) is #{sb.status}"
+  puts "#{sb.name} (#{sb.id}) is #{sb.status}" # a snapshot: no call
+  puts format("agent reachable in %.2f ms", sb.ping.latency * 1000) # latency: Float seconds
 
   out = sb.exec(["echo", "hello from the sandbox"])
   print out.stdout # exit_code, signal, timed_out; a non-zero exit is not an exception
@@ -25,6 +27,12 @@ Burrow::Sandbox.create("quickstart-rb", image: image, memory: 256, replace: true
 
   info = sb.stop
   puts "stopped: #{info.status} (#{info.last_run&.exit_reason})"
+
+  # Later, resume where you left off: the same sandbox, its configuration kept.
+  again = Burrow::Sandbox.start("quickstart-rb")
+  abort "not the same sandbox" unless again.id == sb.id
+  puts "started again: #{again.id}, generation #{again.generation}, #{again.info.config.memory} MiB"
+  Burrow::Sandbox.list.sandboxes.each { |h| puts "listed: #{h.name}: #{h.status}" }
 end
 
 begin
