@@ -1,28 +1,31 @@
 //! `burrow create`: define a sandbox without starting it. Also owns the
-//! configuration flags shared with `burrow run`.
+//! configuration flags shared with `burrow run` and `burrow up`, and how
+//! `create` and `run` name and define a sandbox (`[--name N] IMAGE`, a
+//! generated name when none is given).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use burrow::{Backend, DriverKind, Error, Mount, MountSource, OciRuntime, Sandbox, SandboxConfig};
+use burrow::{
+    Backend, DriverKind, Error, ErrorCode, Mount, MountSource, OciRuntime, Sandbox, SandboxConfig,
+    SandboxHandle,
+};
 use clap::builder::PossibleValuesParser;
 use clap::Args;
 
-use super::common::parse_pairs;
-use super::Ctx;
+use super::common::{generated_name, parse_mib, parse_pairs};
+use super::{Ctx, Usage};
 
-/// Configuration flags of a new sandbox.
+/// Configuration flags of a new sandbox (the image is the command's own:
+/// positional for `create` and `run`, `--image` for `up`).
 #[derive(Debug, Args)]
 pub(crate) struct SandboxOpts {
-    /// Image: a rootfs directory, an OCI layout (oci:DIR[:TAG]) or an imported name.
-    #[arg(long, value_name = "IMG")]
-    pub image: String,
     /// CPU limit in cores (fractions allowed).
     #[arg(long, value_name = "N")]
     pub cpus: Option<f64>,
-    /// Memory limit in MiB.
-    #[arg(long, value_name = "MB")]
+    /// Memory limit: MiB (1024), or with a unit (512M, 4G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_mib)]
     pub memory: Option<u64>,
     /// Maximum number of processes.
     #[arg(long, value_name = "N")]
@@ -77,9 +80,10 @@ pub(crate) struct SandboxOpts {
 }
 
 impl SandboxOpts {
-    /// The configuration these flags describe (validated by the library).
-    pub fn to_config(&self) -> burrow::Result<SandboxConfig> {
-        let mut c = SandboxConfig::new(self.image.clone());
+    /// The configuration these flags describe with `image` (validated by
+    /// the library).
+    pub fn to_config(&self, image: &str) -> burrow::Result<SandboxConfig> {
+        let mut c = SandboxConfig::new(image.to_owned());
         c.cpus = self.cpus;
         c.memory_mb = self.memory;
         c.pids_limit = self.pids;
@@ -148,10 +152,88 @@ fn parse_mount(spec: &str) -> burrow::Result<Mount> {
     Ok(Mount::new(source, target).read_only(read_only))
 }
 
+/// The name and image of `create` and `run`: `[--name N] IMAGE`, docker
+/// style (`--image IMG` is accepted for the image too).
+#[derive(Debug, Args)]
+pub(crate) struct NameImage {
+    /// Sandbox name (1..=128 bytes). Default: a generated one
+    /// (adjective-animal-NNNN), printed on the way.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Image: a rootfs directory, an OCI layout (oci:DIR[:TAG]) or an
+    /// imported name.
+    #[arg(value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// The image, as a flag (the same as IMAGE).
+    #[arg(long = "image", value_name = "IMG")]
+    pub image_flag: Option<String>,
+}
+
+impl NameImage {
+    /// The image given, once. `burrow VERB NAME --image IMG` (the name
+    /// first: the old form) is refused rather than read one way or the
+    /// other.
+    pub fn image(&self, verb: &str) -> Result<&str, Usage> {
+        match (&self.image, &self.image_flag) {
+            (Some(image), None) | (None, Some(image)) => Ok(image),
+            (None, None) => Err(Usage(format!(
+                "an image is required: burrow {verb} [--name NAME] IMAGE"
+            ))),
+            (Some(positional), Some(flag)) => Err(Usage(format!(
+                "two images given ({positional:?} and --image {flag:?}); the \
+                 positional argument is the image and the name is --name: \
+                 burrow {verb} --name {positional} {flag}"
+            ))),
+        }
+    }
+
+    /// Defines the sandbox: under `--name`, or else under a generated name,
+    /// another one while it is taken.
+    pub async fn define(
+        &self,
+        ctx: Ctx,
+        config: SandboxConfig,
+        detached: bool,
+        backend: Arc<dyn Backend>,
+    ) -> anyhow::Result<SandboxHandle> {
+        let define = |name: String| {
+            Sandbox::builder(name)
+                .config(config.clone())
+                .detached(detached)
+                .backend(backend.clone())
+                .define()
+        };
+        let Some(name) = &self.name else {
+            let handle = define_unique(generated_name, define).await?;
+            ctx.progress(format_args!("sandbox name: {}", handle.name()));
+            return Ok(handle);
+        };
+        Ok(define(name.clone()).await?)
+    }
+}
+
+/// `define` under the first name of `names` that is not taken (a few tries:
+/// with 32 * 32 * 9000 generated names, many taken in a row is no chance).
+async fn define_unique<F>(
+    mut names: impl FnMut() -> String,
+    define: impl Fn(String) -> F,
+) -> burrow::Result<SandboxHandle>
+where
+    F: std::future::Future<Output = burrow::Result<SandboxHandle>>,
+{
+    let mut attempts = 16;
+    loop {
+        match define(names()).await {
+            Err(e) if e.code() == ErrorCode::AlreadyExists && attempts > 1 => attempts -= 1,
+            other => return other,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct CreateArgs {
-    /// Sandbox name (1..=128 bytes).
-    name: String,
+    #[command(flatten)]
+    target: NameImage,
     #[command(flatten)]
     opts: SandboxOpts,
     /// Keep it running after the process that starts it exits (the CLI
@@ -161,15 +243,52 @@ pub(crate) struct CreateArgs {
 }
 
 pub(crate) async fn create(ctx: Ctx, args: CreateArgs) -> anyhow::Result<u8> {
-    let config = args.opts.to_config()?;
+    let config = args.opts.to_config(args.target.image("create")?)?;
     let backend: Arc<dyn Backend> = ctx.backend().await?;
-    let handle = Sandbox::builder(&args.name)
-        .config(config)
-        .detached(args.detached)
-        .backend(backend)
-        .define()
+    let handle = args
+        .target
+        .define(ctx, config, args.detached, backend)
         .await?;
     let info = handle.info().await?;
     ctx.print(&info, &info.id)?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A generated name that is taken is replaced by the next one.
+    #[tokio::test]
+    async fn a_taken_generated_name_is_retried() {
+        let home = tempfile::Builder::new()
+            .prefix("bu")
+            .tempdir_in("/tmp")
+            .expect("temp home");
+        let backend: Arc<dyn Backend> = Arc::new(
+            burrow::LocalBackend::open_at(home.path())
+                .await
+                .expect("backend"),
+        );
+        let define = |name: String| {
+            Sandbox::builder(name)
+                .image(home.path().to_string_lossy().into_owned())
+                .backend(backend.clone())
+                .define()
+        };
+        define("brave-otter-1234".into()).await.expect("first");
+        let mut names = ["brave-otter-1234", "brave-otter-1234", "calm-mole-4321"]
+            .into_iter()
+            .map(String::from);
+        let handle = define_unique(|| names.next().unwrap_or_default(), define)
+            .await
+            .expect("defined under the free name");
+        assert_eq!(handle.name(), "calm-mole-4321");
+        // A name that is always taken ends with the typed error.
+        let e = define_unique(|| "brave-otter-1234".into(), define)
+            .await
+            .err()
+            .map(|e| e.code());
+        assert_eq!(e, Some(ErrorCode::AlreadyExists));
+    }
 }

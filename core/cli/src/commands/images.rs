@@ -63,8 +63,9 @@ pub(crate) enum ImageCommand {
     Warm {
         /// Image: a registry reference, a rootfs directory or an OCI layout.
         image: String,
-        /// Memory of the sandboxes, in MiB (default 512).
-        #[arg(long, value_name = "MB")]
+        /// Memory of the sandboxes: MiB (512, the default), or with a unit
+        /// (512M, 1G).
+        #[arg(long, value_name = "SIZE", value_parser = super::common::parse_mib)]
         memory: Option<u64>,
         /// vCPUs of the sandboxes (fractions round up; default 1).
         #[arg(long, value_name = "N")]

@@ -1,15 +1,20 @@
-//! `burrow ls` (alias `ps`): a table of sandboxes, or their snapshots as JSON.
+//! `burrow ls` (alias `ps`): a table of sandboxes, or their snapshots as
+//! JSON; `burrow ps NAME` shows just that one (the same shape: a table of
+//! one row, a JSON array of one snapshot).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use burrow::{ListFilter, SandboxInfo, Status};
 use clap::Args;
 
-use super::common::{ago, parse_pairs, print_table};
+use super::common::{ago, parse_pairs, print_table, resolve};
 use super::Ctx;
 
 #[derive(Debug, Args)]
 pub(crate) struct LsArgs {
+    /// Only this sandbox (name or id); exits 3 when there is none.
+    #[arg(value_name = "SANDBOX", conflicts_with_all = ["status", "labels"])]
+    sandbox: Option<String>,
     /// Every status (the default already lists them all; kept for habit).
     #[arg(long, short = 'a')]
     all: bool,
@@ -23,14 +28,11 @@ pub(crate) struct LsArgs {
 }
 
 pub(crate) async fn ls(ctx: Ctx, args: LsArgs) -> anyhow::Result<u8> {
-    let mut filter = ListFilter::default().statuses(
-        args.status
-            .iter()
-            .map(|s| s.parse::<Status>())
-            .collect::<burrow::Result<Vec<_>>>()?,
-    );
-    filter.labels = parse_pairs("--label", &args.labels)?;
-    let mut list = ctx.backend().await?.list(&filter).await?;
+    let backend = ctx.backend().await?;
+    let mut list = match &args.sandbox {
+        Some(target) => vec![resolve(&backend, target).await?.info().await?],
+        None => listed(&backend, &args).await?,
+    };
     list.sort_by(|a, b| (a.created_at_ms, &a.name).cmp(&(b.created_at_ms, &b.name)));
     if ctx.json {
         ctx.print_json(&list)?;
@@ -38,6 +40,21 @@ pub(crate) async fn ls(ctx: Ctx, args: LsArgs) -> anyhow::Result<u8> {
         print_list(&list);
     }
     Ok(0)
+}
+
+/// Every sandbox the filters of `args` select.
+async fn listed(
+    backend: &std::sync::Arc<dyn burrow::Backend>,
+    args: &LsArgs,
+) -> anyhow::Result<Vec<SandboxInfo>> {
+    let mut filter = ListFilter::default().statuses(
+        args.status
+            .iter()
+            .map(|s| s.parse::<Status>())
+            .collect::<burrow::Result<Vec<_>>>()?,
+    );
+    filter.labels = parse_pairs("--label", &args.labels)?;
+    Ok(backend.list(&filter).await?)
 }
 
 fn print_list(list: &[SandboxInfo]) {

@@ -47,10 +47,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Define a sandbox without starting it; prints its id.
+    /// Define a sandbox without starting it: `create [--name N] IMAGE`;
+    /// prints its id.
     Create(create::CreateArgs),
-    /// Create and start a sandbox, then run a command in it or leave it
-    /// running detached (-d).
+    /// Run a command in a new sandbox: `run [--name N] IMAGE -- CMD...`.
+    ///
+    /// The sandbox is created and started, the command's output streamed,
+    /// and the sandbox removed when it ends (--keep leaves it stopped);
+    /// exits with the command's code. Without --name the sandbox gets a
+    /// generated name.
     Run(run::RunArgs),
     /// Converge on a running sandbox by name: create it if missing, start it
     /// if stopped; it is left running detached.
@@ -87,7 +92,7 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Open an interactive shell in a running sandbox.
     Shell(shell::ShellArgs),
-    /// List sandboxes.
+    /// List sandboxes (`ps NAME`: just that one).
     #[command(visible_alias = "ps")]
     Ls(ls::LsArgs),
     /// Show everything known about a sandbox as JSON.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use burrow::model::{Applies, Modify, ModifyPlan};
 use clap::Args;
 
-use super::common::{parse_pairs, print_table, resolve};
+use super::common::{parse_mib, parse_pairs, print_table, resolve};
 use super::{Ctx, Usage};
 
 #[derive(Debug, Args)]
@@ -20,8 +20,8 @@ pub(crate) struct ModifyArgs {
     /// Remove the CPU limit.
     #[arg(long)]
     no_cpus: bool,
-    /// Memory limit in MiB.
-    #[arg(long, value_name = "MB", conflicts_with = "no_memory")]
+    /// Memory limit: MiB (4096), or with a unit (512M, 4G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_mib, conflicts_with = "no_memory")]
     memory: Option<u64>,
     /// Remove the memory limit.
     #[arg(long)]

@@ -15,6 +15,10 @@ use super::Ctx;
 pub(crate) struct UpArgs {
     /// Sandbox name (1..=128 bytes).
     name: String,
+    /// Image: a rootfs directory, an OCI layout (oci:DIR[:TAG]) or an
+    /// imported name (used only when the sandbox is created).
+    #[arg(long, value_name = "IMG")]
+    image: String,
     /// Used only when the sandbox is created; an existing sandbox keeps its
     /// own configuration.
     #[command(flatten)]
@@ -22,7 +26,7 @@ pub(crate) struct UpArgs {
 }
 
 pub(crate) async fn up(ctx: Ctx, args: UpArgs) -> anyhow::Result<u8> {
-    let config = args.opts.to_config()?;
+    let config = args.opts.to_config(&args.image)?;
     let backend: Arc<dyn Backend> = ctx.backend().await?;
     ctx.progress(format_args!("bringing up sandbox {}...", args.name));
     let builder = Sandbox::builder(&args.name)
