@@ -46,8 +46,8 @@ RULES = [
     (r"\bAwaitable\[(\w+)\]", r"\1"),
     (r"    Awaitable,\n", ""),
     (r"\b_native\.ASYNC\b", "_native.SYNC"),
-    (r'__all__ = \["Sandbox", "SandboxHandle", "Fs", "Process"\]',
-     '__all__ = ["Sandbox", "SandboxHandle", "Fs", "Process", "configure"]'),
+    (r'__all__ = \["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process"\]',
+     '__all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process", "configure"]'),
     (r"from \. import _native\n", "from . import _native\nfrom ._common import configure\n"),
 ]
 

@@ -63,3 +63,53 @@ func ExampleSandbox_Spawn() {
 	// SHOUT
 	// 0
 }
+
+func ExampleStartSandbox() {
+	ctx := context.Background()
+	sb, err := burrow.CreateSandbox(ctx, "restartable", burrow.WithImage(exampleImage))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = sb.Stop(ctx)
+	fmt.Println(sb.Status()) // the record the stop answered, no call
+	again, err := burrow.StartSandbox(ctx, "restartable")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer again.Destroy(ctx)
+	fmt.Println(again.ID() == sb.ID(), again.Status(), again.Generation())
+	// Output:
+	// stopped
+	// true running 2
+}
+
+func ExampleListSandboxes() {
+	ctx := context.Background()
+	sb, err := burrow.CreateSandbox(ctx, "listed", burrow.WithImage(exampleImage),
+		burrow.WithLabels(map[string]string{"example": "list"}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Destroy(ctx)
+	page, _ := burrow.ListSandboxes(ctx, burrow.WithLabel("example", "list"))
+	for _, handle := range page.Sandboxes {
+		fmt.Printf("%s: %s\n", handle.Name(), handle.Status())
+	}
+	// Output: listed: running
+}
+
+func ExampleSandbox_Modify() {
+	ctx := context.Background()
+	sb, err := burrow.CreateSandbox(ctx, "resized", burrow.WithImage(exampleImage))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Destroy(ctx)
+	plan, _ := sb.Modify(ctx, burrow.ModifyOptions{CPUs: 2, MemoryMiB: 256})
+	fmt.Println(plan.Info.Config.CPUs, plan.Info.Config.MemoryMB)
+	// Output: 2 256
+}

@@ -31,11 +31,11 @@ async def main() -> None:
     sb = await Sandbox.create(
         "quickstart-py",
         image=image(),
-        memory_mb=256,
+        memory=256,  # MiB
         env={"GREETING": "hello"},
         replace=True,
     )
-    print(f"{sb.name} ({sb.id}) is {await sb.status()}")
+    print(f"{sb.name} ({sb.id}) is {sb.status}")
 
     out = await sb.exec(["sh", "-c", "echo $GREETING from the sandbox"])
     print(out.stdout_text, end="")
@@ -45,8 +45,13 @@ async def main() -> None:
     await sb.fs.write("/tmp/note.txt", "some text")
     print("read back:", await sb.fs.read_text("/tmp/note.txt"))
 
+    ping = await sb.ping()
+    print(f"agent reachable in {ping.latency * 1000:.1f} ms")
+
     info = await sb.stop()
     print(f"stopped: {info.status} ({info.last_run.exit_reason if info.last_run else None})")
+    sb = await Sandbox.start("quickstart-py")  # same id, its configuration kept
+    print(f"started again: {sb.status}, run {sb.generation}")
     await sb.destroy()
     print("destroyed")
 

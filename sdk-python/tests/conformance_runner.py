@@ -384,12 +384,11 @@ class Runner:
         from burrow import Sandbox
 
         try:
-            infos = await asyncio.wait_for(Sandbox.list(), 30)
+            page = await asyncio.wait_for(Sandbox.list(), 30)
         except Exception:  # noqa: BLE001 - cleanup only
             return
-        for info in infos:
+        for handle in page.sandboxes:
             try:
-                handle = await Sandbox.get_by_id(info.id)
                 await asyncio.wait_for(handle.destroy(), 60)
             except Exception:  # noqa: BLE001 - cleanup only
                 pass
@@ -692,7 +691,7 @@ class Runner:
                 kwargs["status"] = [Status(s) for s in step["status"]]
             if "labels" in step:
                 kwargs["labels"] = self.value(step["labels"])
-            return R("list", await Sandbox.list(**kwargs))
+            return R("list", (await Sandbox.list(**kwargs)).sandboxes)
         if op == "remove":
             if "name" in step:
                 await Sandbox.remove(self.value(step["name"]))
@@ -711,7 +710,8 @@ class Runner:
         if op == "info":
             return R("info", await target.info())
         if op == "status":
-            return R("value", await target.status())
+            # A fresh read (target.status is the snapshot, read without a call).
+            return R("value", (await target.info()).status)
         if op == "config":
             return R("value", _neutral_config(await self._as_handle(target).config()))
         if op in ("start", "connect_or_start", "connect"):
@@ -745,7 +745,7 @@ class Runner:
         if op == "detach":
             return R("info", await sb.detach())
         if op == "ping":
-            return R("value", await sb.ping())
+            return R("value", (await sb.ping()).latency)
         if op in ("exec", "spawn"):
             argv = self.value(step["argv"])
             kwargs = {}

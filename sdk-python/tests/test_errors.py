@@ -254,19 +254,21 @@ async def test_invalid_name(image, name):
     with pytest.raises(errors.InvalidNameError) as info:
         await Sandbox.define(name, image=image)
     assert_typed(info.value, "invalid_name")
-    assert await Sandbox.list() == []
+    assert (await Sandbox.list()).sandboxes == []
 
 
 async def test_invalid_config(image):
     from burrow import Sandbox, errors
 
-    for options in ({"cpus": 0}, {"memory_mb": 1}, {"workdir": "relative"}, {"env": {"A=B": "x"}}):
+    for options in (
+        {"cpus": 0}, {"memory": 1}, {"memory_mb": 1}, {"workdir": "relative"}, {"env": {"A=B": "x"}},
+    ):
         with pytest.raises(errors.InvalidConfigError) as info:
             await Sandbox.define("cfg", image=image, **options)
         assert_typed(info.value, "invalid_config")
     with pytest.raises(errors.InvalidConfigError):
         await Sandbox.create("cfg", image=image, cpus=0)
-    assert await Sandbox.list() == []
+    assert (await Sandbox.list()).sandboxes == []
 
 
 async def test_invalid_image():
@@ -310,7 +312,7 @@ async def test_wrong_python_types_are_type_errors(image):
         await Sandbox.create(123, image=image)
     with pytest.raises((TypeError, ValueError)):
         await Sandbox.define("t", image=image, env=["not", "a", "dict"])
-    assert await Sandbox.list() == []
+    assert (await Sandbox.list()).sandboxes == []
 
 
 async def test_sandbox_replaced(image):
@@ -356,11 +358,13 @@ async def test_timeout(image):
         await sb.wait_for_status(Status.STOPPED, timeout=0.5)
     assert_typed(info.value, "timeout")
     assert isinstance(info.value, TimeoutError)
+    assert info.value.after == 0.5
     assert info.value.after_ms == 500
     assert info.value.operation == "wait_for_status"
     with pytest.raises(TimeoutError):
         await sb.handle().wait_for_status([Status.STOPPED, Status.CRASHED], timeout=0.5)
-    assert await sb.status() == Status.RUNNING
+    assert sb.status == Status.RUNNING
+    assert (await sb.info()).status == Status.RUNNING
     await sb.destroy()
 
 
@@ -377,7 +381,7 @@ async def test_bad_durations_are_the_cores_invalid_argument(image):
             await call()
         assert_typed(info.value, "invalid_argument")
         assert info.value.subject
-    assert (await sb.status()).value == "running"
+    assert (await sb.info()).status.value == "running"
     await sb.destroy()
 
 

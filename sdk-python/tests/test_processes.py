@@ -47,7 +47,7 @@ async def test_processes_converge_on_one_name_per_round(burrow_home, image):
         assert info.generation == 1
         assert info.status == Status.RUNNING
         assert info.detached
-        assert len(await Sandbox.list()) == 1, f"round {round_}: exactly one sandbox created"
+        assert len((await Sandbox.list()).sandboxes) == 1, f"round {round_}: exactly one sandbox created"
         await (await Sandbox.get(name)).destroy()
 
 
@@ -83,8 +83,8 @@ def _fork_child_main(name: str, report_path: str, inherited_sb, inherited_proc) 
         out = await sb.exec(["echo", "from-child"])
         assert out.stdout == b"from-child\n", out
         await sb.fs.write("/tmp/child.txt", f"pid {os.getpid()}")
-        infos = await Sandbox.list()
-        assert [i.name for i in infos] == [name], infos
+        page = await Sandbox.list()
+        assert [h.name for h in page.sandboxes] == [name], page
         # objects made by the parent are re-bound to the same id (API.md)
         out = await inherited_sb.exec(["echo", "inherited"])
         assert out.stdout == b"inherited\n", out
@@ -145,7 +145,7 @@ async def test_fork_after_use(image):
     await proc.signal(9)
     status = await asyncio.wait_for(proc.wait(), 30)
     assert not status.ok, "the parent's process stream still works after the fork"
-    assert await sb.status() == Status.RUNNING
+    assert (await sb.info()).status == Status.RUNNING
     other = await Sandbox.create("after-fork", image=image)
     assert (await other.exec(["echo", "ok"])).stdout == b"ok\n"
     await other.destroy()

@@ -13,7 +13,7 @@ def test_sync_basics(image):
     assert sb.id.startswith("sb_")
     assert sb.name == "sync-basic"
     assert sb.generation == 1
-    assert sb.status() == Status.RUNNING
+    assert sb.status == Status.RUNNING
 
     out = sb.exec(["sh", "-c", "echo $WHO; echo err >&2; exit 4"])
     assert (out.stdout, out.stderr, out.exit_code, out.ok) == (b"sync\n", b"err\n", 4, False)
@@ -45,7 +45,7 @@ def test_sync_basics(image):
     again.destroy()
     with pytest.raises(errors.SandboxNotFoundError):
         burrow.sync.Sandbox.get("sync-basic")
-    assert burrow.sync.Sandbox.list() == []
+    assert burrow.sync.Sandbox.list().sandboxes == []
 
 
 def test_sync_errors_are_typed(image):
@@ -88,7 +88,7 @@ def test_with_block_destroy(image):
     with pytest.raises(errors.SandboxNotFoundError):
         burrow.sync.Sandbox.get("with-destroy")
     with burrow.sync.Sandbox.connect_or_create("with-destroy-2", image=image, destroy=True) as sb:
-        assert sb.status().value == "running"
+        assert sb.status.value == "running"
     with pytest.raises(errors.SandboxNotFoundError):
         burrow.sync.Sandbox.get("with-destroy-2")
 
@@ -103,7 +103,7 @@ def test_with_block_exception_propagates_and_stops(image):
     with pytest.raises(Boom):
         with burrow.sync.Sandbox.create("with-raise", image=image):
             raise Boom()
-    assert burrow.sync.Sandbox.get("with-raise").status() == Status.STOPPED
+    assert burrow.sync.Sandbox.get("with-raise").status == Status.STOPPED
 
 
 async def test_sync_refuses_a_running_event_loop(image):
@@ -118,10 +118,10 @@ async def test_async_with_block(image):
 
     async with await Sandbox.create("async-with", image=image) as sb:
         assert (await sb.exec(["echo", "in"])).stdout == b"in\n"
-    assert await (await Sandbox.get("async-with")).status() == Status.STOPPED
+    assert (await Sandbox.get("async-with")).status == Status.STOPPED
 
     async with await Sandbox.connect_or_create("async-with-d", image=image, destroy=True) as sb:
-        assert await sb.status() == Status.RUNNING
+        assert sb.status == Status.RUNNING
     with pytest.raises(errors.SandboxNotFoundError):
         await Sandbox.get("async-with-d")
 
@@ -133,3 +133,45 @@ async def test_async_with_block(image):
             raise Boom()
     with pytest.raises(errors.SandboxNotFoundError):
         await Sandbox.get("async-with-raise")
+
+
+def test_sync_start_by_name_list_page_modify_ping(image):
+    """The lifecycle document's shapes through the sync facade: start by
+    name, a list page of handles with a status snapshot, memory in MiB,
+    modify(cpus=, memory=), ping().latency, durations in seconds."""
+    import burrow.sync
+    from burrow import Ping, Status, errors
+
+    sb = burrow.sync.Sandbox.create("sync-shapes", image=image, memory=256, idle_timeout="5m")
+    assert sb.status == Status.RUNNING
+    config = sb.info().config
+    assert (config["memory_mb"], config["idle_timeout"]) == (256, 300)
+    ping = sb.ping()
+    assert isinstance(ping, Ping) and isinstance(ping.latency, float) and ping.latency > 0
+    plan = sb.modify(cpus=2, memory=512)
+    assert (plan.info.config["cpus"], plan.info.config["memory_mb"]) == (2, 512)
+    with pytest.raises(errors.InvalidStateError):
+        burrow.sync.Sandbox.start("sync-shapes")  # running: not startable
+    with pytest.raises(TypeError):
+        burrow.sync.Sandbox.create("other", image=image, memory=256, memory_mb=512)
+
+    sb.stop()
+    assert sb.status == Status.STOPPED, "the snapshot follows the record stop returned"
+    page = burrow.sync.Sandbox.list()
+    assert [(h.name, h.status) for h in page.sandboxes] == [("sync-shapes", Status.STOPPED)]
+    assert [i.id for i in page.infos] == [sb.id]
+    handle = page.sandboxes[0]
+    assert handle.id == sb.id
+
+    again = burrow.sync.Sandbox.start("sync-shapes")
+    assert (again.id, again.generation, again.status) == (sb.id, 2, Status.RUNNING)
+    assert handle.status == Status.STOPPED, "a snapshot, read without a call"
+    assert handle.info().status == Status.RUNNING
+    assert handle.status == Status.RUNNING, "updated by the fresh record"
+
+    # A listed handle stays bound to its id: it never acts on a replacement.
+    again.destroy()
+    burrow.sync.Sandbox.create("sync-shapes", image=image)
+    with pytest.raises(errors.SandboxReplacedError):
+        handle.info()
+    burrow.sync.Sandbox.get("sync-shapes").destroy()

@@ -55,6 +55,16 @@ impl NativeObject {
         matches!(&self.0, Object::Sandbox(sb) if sb.is_live())
     }
 
+    /// The status a sandbox object was made with (a lookup's, a list's, a
+    /// start's: the binding core's snapshot; `None` for other objects).
+    #[getter]
+    fn status(&self) -> Option<&'static str> {
+        match &self.0 {
+            Object::Sandbox(sb) => Some(sb.status().as_str()),
+            _ => None,
+        }
+    }
+
     /// The run generation a live sandbox is bound to.
     #[getter]
     fn generation(&self) -> u64 {

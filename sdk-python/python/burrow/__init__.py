@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit as _atexit
 
 from . import _native, errors
-from ._api import Fs, Process, Sandbox, SandboxHandle
+from ._api import Fs, Process, Sandbox, SandboxHandle, SandboxPage
 from ._common import configure
 from .types import (
     Applies,
@@ -34,6 +34,7 @@ from .types import (
     LogSource,
     Metrics,
     ModifyPlan,
+    Ping,
     RunInfo,
     SandboxInfo,
     Status,
@@ -42,6 +43,7 @@ from .types import (
 __all__ = [
     "Sandbox",
     "SandboxHandle",
+    "SandboxPage",
     "Fs",
     "Process",
     "SandboxInfo",
@@ -61,6 +63,7 @@ __all__ = [
     "LogLine",
     "LogSource",
     "Metrics",
+    "Ping",
     "configure",
     "errors",
 ]

@@ -7,6 +7,7 @@ every value judgement is the core's.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _native
@@ -21,6 +22,7 @@ from .types import (
     LogSource,
     Metrics,
     ModifyPlan,
+    Ping,
     SandboxInfo,
     Status,
 )
@@ -31,6 +33,9 @@ Volume = Union[Tuple[str, str], Tuple[str, str, bool]]
 Statuses = Union[Status, str, Sequence[Union[Status, str]]]
 Argv = Union[str, Sequence[str]]
 Data = Union[bytes, bytearray, memoryview, str]
+#: A duration: a number of seconds (``300``, ``0.5``), a ``timedelta``, or
+#: the core's duration text (``"5m"``, ``"1h30m"``).
+Duration = Union[float, int, str, timedelta]
 
 
 class _Unset:
@@ -71,11 +76,38 @@ def configure(
         _native.configure(os.fspath(home))
 
 
+def seconds(d: Optional[Duration]) -> Optional[Union[float, str]]:
+    """A duration as the core takes it: seconds (a float) or duration text
+    (the core parses and judges it)."""
+    if d is None:
+        return None
+    if isinstance(d, timedelta):
+        return d.total_seconds()
+    if isinstance(d, str):
+        return d
+    if isinstance(d, bool) or not isinstance(d, (int, float)):
+        raise TypeError(
+            f"a duration is a number of seconds, a timedelta or duration text, not {type(d).__name__}"
+        )
+    return float(d)
+
+
+def memory_of(memory: Any, memory_mb: Any, unset: Any = None) -> Any:
+    """The memory limit in MiB from ``memory`` or its alias ``memory_mb``
+    (``unset``: what "not given" is)."""
+    if memory is unset:
+        return memory_mb
+    if memory_mb is not unset and memory_mb != memory:
+        raise TypeError("memory and memory_mb are the same option (MiB): give one of them")
+    return memory
+
+
 def build_kwargs(
     *,
     image: Optional[str],
     driver: Optional[Union[str, Driver]],
     cpus: Optional[float],
+    memory: Optional[int],
     memory_mb: Optional[int],
     pids_limit: Optional[int],
     env: Optional[Mapping[str, str]],
@@ -83,10 +115,10 @@ def build_kwargs(
     labels: Optional[Mapping[str, str]],
     volumes: Optional[Sequence[Volume]],
     network: bool,
-    idle_timeout: Optional[float],
+    idle_timeout: Optional[Duration],
     idle_action: Optional[Union[str, IdleAction]],
-    max_duration: Optional[float],
-    startup_timeout: Optional[float],
+    max_duration: Optional[Duration],
+    startup_timeout: Optional[Duration],
     demand_start: Optional[bool],
     detached: bool,
 ) -> Dict[str, Any]:
@@ -105,17 +137,17 @@ def build_kwargs(
         "image": None if image is None else os.fspath(image),
         "driver": None if driver is None else str(Driver(driver) if isinstance(driver, Driver) else driver),
         "cpus": None if cpus is None else float(cpus),
-        "memory_mb": memory_mb,
+        "memory_mb": memory_of(memory, memory_mb),
         "pids_limit": pids_limit,
         "env": None if env is None else dict(env),
         "workdir": workdir,
         "labels": None if labels is None else dict(labels),
         "volumes": vols,
         "network": bool(network),
-        "idle_timeout": None if idle_timeout is None else float(idle_timeout),
+        "idle_timeout": seconds(idle_timeout),
         "idle_action": idle_action_name(idle_action),
-        "max_duration": None if max_duration is None else float(max_duration),
-        "startup_timeout": None if startup_timeout is None else float(startup_timeout),
+        "max_duration": seconds(max_duration),
+        "startup_timeout": seconds(startup_timeout),
         "demand_start": demand_start,
         "detached": bool(detached),
     }
@@ -163,6 +195,7 @@ def to_bytes(data: Data) -> bytes:
 def modify_changes(
     *,
     cpus: Any,
+    memory: Any,
     memory_mb: Any,
     env_set: Optional[Mapping[str, str]],
     env_unset: Optional[Sequence[str]],
@@ -175,12 +208,14 @@ def modify_changes(
     changes: Dict[str, Any] = {}
     for key, value in (
         ("cpus", cpus),
-        ("memory_mb", memory_mb),
-        ("idle_timeout", idle_timeout),
-        ("max_duration", max_duration),
+        ("memory_mb", memory_of(memory, memory_mb, UNSET)),
     ):
         if value is not UNSET:
             changes[key] = value
+    # A present None clears the timeout.
+    for key, value in (("idle_timeout", idle_timeout), ("max_duration", max_duration)):
+        if value is not UNSET:
+            changes[key] = seconds(value)
     if idle_action is not UNSET:
         # None (null) leaves it unchanged in the core, like leaving it out.
         changes["idle_action"] = idle_action_name(idle_action)
@@ -200,6 +235,10 @@ def modify_changes(
 
 def info(d: Any) -> SandboxInfo:
     return SandboxInfo._from_core(d)
+
+
+def ping(latency: Any) -> Ping:
+    return Ping(latency=float(latency))
 
 
 def infos(ds: Any) -> List[SandboxInfo]:

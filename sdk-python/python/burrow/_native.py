@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _core
 
@@ -25,6 +25,8 @@ in_flight = _core.in_flight
 _at_exit = _core._at_exit
 
 T = TypeVar("T")
+#: A duration as the core takes it: seconds, or duration text ("5m").
+Seconds = Union[float, str]
 
 
 def _no_loop() -> None:
@@ -88,10 +90,10 @@ class Calls:
         labels: Optional[Dict[str, str]] = None,
         volumes: Optional[Sequence[Tuple[str, str, bool]]] = None,
         network: bool = False,
-        idle_timeout: Optional[float] = None,
+        idle_timeout: Optional[Seconds] = None,
         idle_action: Optional[str] = None,
-        max_duration: Optional[float] = None,
-        startup_timeout: Optional[float] = None,
+        max_duration: Optional[Seconds] = None,
+        startup_timeout: Optional[Seconds] = None,
         demand_start: Optional[bool] = None,
         detached: bool = False,
     ) -> Any:
@@ -119,6 +121,15 @@ class Calls:
         self, statuses: Optional[Sequence[str]] = None, labels: Optional[Dict[str, str]] = None
     ) -> Any:
         return _call(None, "list", None, self._b, {"statuses": statuses, "labels": labels})
+
+    def start(self, name: str) -> Any:
+        return self._sandbox(_call(None, "start", None, self._b, {"name": name}))
+
+    def bind(self, id: str, name: str, status: str) -> NativeSandbox:
+        # Immediate: the core makes the handle without a lookup (no I/O;
+        # every call on it checks the identity).
+        body = json.dumps({"op": "bind", "id": id, "name": name, "status": status})
+        return NativeSandbox(_core.call(None, body, None, blocking=True), self._b)
 
     def remove(self, name: str) -> Any:
         return _call(None, "remove", None, self._b, {"name": name})
@@ -157,6 +168,11 @@ class NativeSandbox:
     def generation(self) -> int:
         return self._o.generation
 
+    @property
+    def status(self) -> str:
+        """The status the object was made with (the core's snapshot)."""
+        return str(self._o.status)
+
     def handle(self) -> NativeSandbox:
         # Immediate: a live sandbox knows its handle (no I/O but in a fork
         # child, which re-binds by id).
@@ -165,9 +181,6 @@ class NativeSandbox:
 
     def info(self) -> Any:
         return self._c("info")
-
-    def status(self) -> Any:
-        return self._c("status")
 
     def ping(self) -> Any:
         return self._c("ping")
@@ -190,7 +203,7 @@ class NativeSandbox:
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[str] = None,
         stdin: Optional[bytes] = None,
-        timeout: Optional[float] = None,
+        timeout: Optional[Seconds] = None,
     ) -> Any:
         return self._c("exec", stdin, argv=argv, env=env, cwd=cwd, timeout=timeout)
 
@@ -201,7 +214,7 @@ class NativeSandbox:
         cwd: Optional[str] = None,
         stdin: Optional[bytes] = None,
         keep_stdin: bool = False,
-        timeout: Optional[float] = None,
+        timeout: Optional[Seconds] = None,
     ) -> Any:
         res = self._c(
             "spawn", stdin, argv=argv, env=env, cwd=cwd, keep_stdin=keep_stdin, timeout=timeout
@@ -232,7 +245,7 @@ class NativeSandbox:
     def fs_rename(self, src: str, dst: str) -> Any:
         return _call(self._o, "fs_rename", None, self._b, {"from": src, "to": dst})
 
-    def stop(self, grace: Optional[float] = None) -> Any:
+    def stop(self, grace: Optional[Seconds] = None) -> Any:
         return self._c("stop", grace=grace)
 
     def kill(self) -> Any:
@@ -244,7 +257,7 @@ class NativeSandbox:
     def wait_until_stopped(self) -> Any:
         return self._c("wait_until_stopped")
 
-    def wait_for_status(self, statuses: Sequence[str], timeout: Optional[float] = None) -> Any:
+    def wait_for_status(self, statuses: Sequence[str], timeout: Optional[Seconds] = None) -> Any:
         return self._c("wait_for_status", statuses=statuses, call_timeout=timeout)
 
     def restart(self) -> Any:
@@ -324,7 +337,7 @@ class NativeLogStream:
         self._o = obj
         self._b = blocking
 
-    def next(self, timeout: Optional[float] = None) -> Any:
+    def next(self, timeout: Optional[Seconds] = None) -> Any:
         return _call(self._o, "next", None, self._b, {"call_timeout": timeout})
 
 

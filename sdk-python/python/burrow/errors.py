@@ -65,7 +65,10 @@ class BurrowError(Exception):
     subject: Optional[str] = None
     #: The reason, where the error has one.
     reason: Optional[str] = None
-    #: For ``timeout``: the deadline in milliseconds.
+    #: For ``timeout``: the deadline in seconds.
+    after: Optional[float] = None
+    #: For ``timeout``: the deadline in milliseconds (the core's field; the
+    #: same as :attr:`after`).
     after_ms: Optional[int] = None
 
     def __init__(
@@ -284,6 +287,7 @@ def _from_body(text: str) -> BurrowError:
     exc.subject = body.get("subject")
     exc.reason = body.get("reason")
     exc.after_ms = body.get("after_ms")
+    exc.after = None if exc.after_ms is None else exc.after_ms / 1000.0
     return exc
 
 

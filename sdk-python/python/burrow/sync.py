@@ -41,11 +41,12 @@ from .types import (
     LogSource,
     Metrics,
     ModifyPlan,
+    Ping,
     SandboxInfo,
     Status,
 )
 
-__all__ = ["Sandbox", "SandboxHandle", "Fs", "Process", "configure"]
+__all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process", "configure"]
 
 
 def _follow(
@@ -170,7 +171,15 @@ class Sandbox:
     def __init__(self, native: _native.NativeSandbox, *, destroy_on_exit: bool = False) -> None:
         self._n = native
         self._destroy_on_exit = destroy_on_exit
+        self._status = Status(native.status)
         self.fs = Fs(native)
+
+    def _seen(self, d: Any) -> SandboxInfo:
+        """A record returned by a call on this object (its status becomes
+        the snapshot)."""
+        info = c.info(d)
+        self._status = info.status
+        return info
 
     # -- creating and converging ------------------------------------------
 
@@ -182,6 +191,7 @@ class Sandbox:
         image: Optional[str] = None,
         driver: Optional[Union[str, Driver]] = None,
         cpus: Optional[float] = None,
+        memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -189,10 +199,10 @@ class Sandbox:
         labels: Optional[Mapping[str, str]] = None,
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
-        idle_timeout: Optional[float] = None,
+        idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
-        max_duration: Optional[float] = None,
-        startup_timeout: Optional[float] = None,
+        max_duration: Optional[c.Duration] = None,
+        startup_timeout: Optional[c.Duration] = None,
         demand_start: Optional[bool] = None,
         detached: bool = False,
         replace: bool = False,
@@ -201,9 +211,12 @@ class Sandbox:
         """Creates and starts a sandbox. Strict: a taken name is
         :class:`~burrow.errors.SandboxAlreadyExistsError` (``replace=True``
         destroys the holder first). ``destroy=True``: ``with`` destroys
-        it on exit instead of stopping it."""
+        it on exit instead of stopping it. ``memory`` is MiB (``memory_mb``
+        is its alias); durations are seconds, a ``timedelta`` or duration
+        text (``"5m"``)."""
         kw = c.build_kwargs(
-            image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
+            image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
+            pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
@@ -219,6 +232,7 @@ class Sandbox:
         image: Optional[str] = None,
         driver: Optional[Union[str, Driver]] = None,
         cpus: Optional[float] = None,
+        memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -226,10 +240,10 @@ class Sandbox:
         labels: Optional[Mapping[str, str]] = None,
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
-        idle_timeout: Optional[float] = None,
+        idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
-        max_duration: Optional[float] = None,
-        startup_timeout: Optional[float] = None,
+        max_duration: Optional[c.Duration] = None,
+        startup_timeout: Optional[c.Duration] = None,
         demand_start: Optional[bool] = None,
         detached: bool = False,
         destroy: bool = False,
@@ -238,7 +252,8 @@ class Sandbox:
         starts it if it is stopped, creates it if it is missing. Options
         apply only if this call creates it."""
         kw = c.build_kwargs(
-            image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
+            image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
+            pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
@@ -254,6 +269,7 @@ class Sandbox:
         image: Optional[str] = None,
         driver: Optional[Union[str, Driver]] = None,
         cpus: Optional[float] = None,
+        memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
@@ -261,21 +277,29 @@ class Sandbox:
         labels: Optional[Mapping[str, str]] = None,
         volumes: Optional[Sequence[c.Volume]] = None,
         network: bool = False,
-        idle_timeout: Optional[float] = None,
+        idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
-        max_duration: Optional[float] = None,
-        startup_timeout: Optional[float] = None,
+        max_duration: Optional[c.Duration] = None,
+        startup_timeout: Optional[c.Duration] = None,
         demand_start: Optional[bool] = None,
         detached: bool = False,
     ) -> SandboxHandle:
         """Persists the sandbox without starting it (status created)."""
         kw = c.build_kwargs(
-            image=image, driver=driver, cpus=cpus, memory_mb=memory_mb, pids_limit=pids_limit,
+            image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
+            pids_limit=pids_limit,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
         return SandboxHandle(_native.SYNC.build(name, "define", **kw))
+
+    @classmethod
+    def start(cls, name: str) -> Sandbox:
+        """Starts the sandbox now named ``name`` (created, stopped or
+        crashed; else :class:`~burrow.errors.InvalidStateError`): same id,
+        next generation, its persisted configuration."""
+        return cls(_native.SYNC.start(name))
 
     @staticmethod
     def get(name: str) -> SandboxHandle:
@@ -290,11 +314,17 @@ class Sandbox:
     @staticmethod
     def list(
         status: Optional[c.Statuses] = None, labels: Optional[Mapping[str, str]] = None
-    ) -> List[SandboxInfo]:
-        """Snapshots of the sandboxes with one of ``status`` (all if None)
-        carrying all of ``labels``."""
+    ) -> SandboxPage:
+        """The sandboxes with one of ``status`` (all if None) carrying all
+        of ``labels``: ``.sandboxes`` is a handle of each (its ``status``
+        the listed one), ``.infos`` the records as listed."""
         lbl = None if labels is None else dict(labels)
-        return c.infos(_native.SYNC.list(c.status_list(status), lbl))
+        infos = c.infos(_native.SYNC.list(c.status_list(status), lbl))
+        handles = [
+            SandboxHandle(_native.SYNC.bind(i.id, i.name, i.status.value), i.status)
+            for i in infos
+        ]
+        return SandboxPage(handles, infos)
 
     @staticmethod
     def remove(name: str) -> None:
@@ -316,24 +346,31 @@ class Sandbox:
         """The runtime generation (run) this object is connected to."""
         return self._n.generation
 
+    @property
+    def status(self) -> Status:
+        """The status this object last saw, read without a call: the one it
+        was made with, updated by every call on it that returns a record
+        (``info``, ``stop``, ``kill``, ``restart``, ``modify``, ...). A fresh
+        read is ``(sb.info()).status``."""
+        return self._status
+
     def handle(self) -> SandboxHandle:
         """The metadata handle of the same sandbox."""
-        return SandboxHandle(self._n.handle())
+        return SandboxHandle(self._n.handle(), self._status)
 
     def __repr__(self) -> str:
-        return f"Sandbox(id={self.id!r}, name={self.name!r})"
+        return f"Sandbox(id={self.id!r}, name={self.name!r}, status={self._status.value!r})"
 
     # -- status and activity -------------------------------------------------
 
     def info(self) -> SandboxInfo:
-        return c.info(self._n.info())
+        """A fresh record (its status becomes :attr:`status`)."""
+        return self._seen(self._n.info())
 
-    def status(self) -> Status:
-        return Status(self._n.status())
-
-    def ping(self) -> float:
-        """Round trip to the guest agent, in seconds (never activity)."""
-        return float(self._n.ping())
+    def ping(self) -> Ping:
+        """Round trip to the guest agent (``.latency``, seconds); a health
+        check only, never activity."""
+        return c.ping(self._n.ping())
 
     def touch(self) -> None:
         """Explicit keepalive (activity for the idle timeout)."""
@@ -348,7 +385,7 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         stdin: Optional[c.Data] = None,
-        timeout: Optional[float] = None,
+        timeout: Optional[c.Duration] = None,
     ) -> ExecResult:
         """Runs ``argv`` (a string runs through ``sh -c``) and collects its
         output. A non-zero exit is not an exception."""
@@ -357,7 +394,7 @@ class Sandbox:
             None if env is None else dict(env),
             cwd,
             None if stdin is None else c.to_bytes(stdin),
-            None if timeout is None else float(timeout),
+            c.seconds(timeout),
         )
         return c.exec_result(t)
 
@@ -368,7 +405,7 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         stdin: Union[bool, c.Data] = False,
-        timeout: Optional[float] = None,
+        timeout: Optional[c.Duration] = None,
     ) -> Process:
         """Starts ``argv`` with streamed output. ``stdin``: ``False`` (empty
         stdin), ``True`` (open: :meth:`Process.write`, then
@@ -385,70 +422,72 @@ class Sandbox:
             cwd,
             data,
             keep,
-            None if timeout is None else float(timeout),
+            c.seconds(timeout),
         )
         return Process(native)
 
     # -- lifecycle -------------------------------------------------------------
 
-    def stop(self, *, grace: Optional[float] = None) -> SandboxInfo:
+    def stop(self, *, grace: Optional[c.Duration] = None) -> SandboxInfo:
         """Graceful stop (``grace`` seconds between SIGTERM and SIGKILL)."""
-        return c.info(self._n.stop(None if grace is None else float(grace)))
+        return self._seen(self._n.stop(c.seconds(grace)))
 
     def kill(self) -> SandboxInfo:
-        return c.info(self._n.kill())
+        return self._seen(self._n.kill())
 
     def request_drain(self) -> SandboxInfo:
-        return c.info(self._n.request_drain())
+        return self._seen(self._n.request_drain())
 
     def wait_until_stopped(self) -> SandboxInfo:
         """Waits until the run this object is connected to has ended."""
-        return c.info(self._n.wait_until_stopped())
+        return self._seen(self._n.wait_until_stopped())
 
     def wait_for_status(
-        self, statuses: c.Statuses, *, timeout: Optional[float] = None
+        self, statuses: c.Statuses, *, timeout: Optional[c.Duration] = None
     ) -> SandboxInfo:
         """Waits until the status is one of ``statuses``
         (:class:`~burrow.errors.BurrowTimeoutError` after ``timeout``)."""
-        return c.info(
-            self._n.wait_for_status(
-                c.status_list(statuses) or [], None if timeout is None else float(timeout)
-            )
+        return self._seen(
+            self._n.wait_for_status(c.status_list(statuses) or [], c.seconds(timeout))
         )
 
     def restart(self) -> SandboxInfo:
         """Stop then start: same id, next generation; this object follows."""
-        return c.info(self._n.restart())
+        return self._seen(self._n.restart())
 
     def pause(self) -> SandboxInfo:
-        return c.info(self._n.pause())
+        return self._seen(self._n.pause())
 
     def resume(self) -> SandboxInfo:
-        return c.info(self._n.resume())
+        return self._seen(self._n.resume())
 
     def modify(
         self,
         *,
         cpus: Optional[float] = c.UNSET,
+        memory: Optional[int] = c.UNSET,
         memory_mb: Optional[int] = c.UNSET,
         env_set: Optional[Mapping[str, str]] = None,
         env_unset: Optional[Sequence[str]] = None,
         labels_set: Optional[Mapping[str, str]] = None,
         labels_unset: Optional[Sequence[str]] = None,
-        idle_timeout: Optional[float] = c.UNSET,
+        idle_timeout: Optional[c.Duration] = c.UNSET,
         idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
-        max_duration: Optional[float] = c.UNSET,
+        max_duration: Optional[c.Duration] = c.UNSET,
     ) -> ModifyPlan:
-        """Changes the configuration. A field left out is unchanged; ``None``
-        for cpus/memory_mb/idle_timeout/max_duration clears it.
-        ``idle_action`` is ``"stop"`` or ``"hibernate"`` (``None`` leaves it
-        unchanged, as leaving it out does)."""
+        """Changes the configuration (``sb.modify(cpus=4, memory=4096)``;
+        ``memory`` is MiB, ``memory_mb`` its alias). A field left out is
+        unchanged; ``None`` for cpus/memory/idle_timeout/max_duration clears
+        it. ``idle_action`` is ``"stop"`` or ``"hibernate"`` (``None``
+        leaves it unchanged, as leaving it out does)."""
         changes = c.modify_changes(
-            cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
+            cpus=cpus, memory=memory, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
             idle_action=idle_action, max_duration=max_duration,
         )  # fmt: skip
-        return c.plan(self._n.modify(changes))
+        plan = c.plan(self._n.modify(changes))
+        self._status = plan.info.status
+        return plan
 
     def metrics(self) -> Metrics:
         return c.metrics(self._n.metrics())
@@ -479,7 +518,7 @@ class Sandbox:
 
     def detach(self) -> SandboxInfo:
         """Lets the sandbox survive this process from now on."""
-        return c.info(self._n.detach())
+        return self._seen(self._n.detach())
 
     def destroy(self) -> None:
         """Stops the sandbox if needed, then removes exactly this sandbox."""
@@ -509,8 +548,23 @@ class SandboxHandle:
     """A metadata handle bound to one sandbox id (the sandbox may be
     stopped)."""
 
-    def __init__(self, native: _native.NativeHandle) -> None:
+    def __init__(self, native: _native.NativeHandle, status: Optional[Status] = None) -> None:
         self._n = native
+        self._status = Status(native.status) if status is None else status
+
+    def _seen(self, d: Any) -> SandboxInfo:
+        """A record returned by a call on this handle (its status becomes
+        the snapshot)."""
+        info = c.info(d)
+        self._status = info.status
+        return info
+
+    def _started(self, native: _native.NativeSandbox) -> Sandbox:
+        """The live sandbox a call on this handle made (its status becomes
+        the snapshot)."""
+        sb = Sandbox(native)
+        self._status = sb.status
+        return sb
 
     @property
     def id(self) -> str:
@@ -520,65 +574,70 @@ class SandboxHandle:
     def name(self) -> str:
         return self._n.name
 
+    @property
+    def status(self) -> Status:
+        """The status this handle last saw, read without a call: the one it
+        was made with (by a lookup, a list, a define), updated by every call
+        on it that returns a record or a started sandbox. A fresh read is
+        ``(handle.info()).status``."""
+        return self._status
+
     def __repr__(self) -> str:
-        return f"SandboxHandle(id={self.id!r}, name={self.name!r})"
+        return f"SandboxHandle(id={self.id!r}, name={self.name!r}, status={self._status.value!r})"
 
     def info(self) -> SandboxInfo:
-        return c.info(self._n.info())
-
-    def status(self) -> Status:
-        return Status(self._n.status())
+        """A fresh record (its status becomes :attr:`status`)."""
+        return self._seen(self._n.info())
 
     def config(self) -> Dict[str, Any]:
-        """The persisted configuration (the core's form)."""
+        """The persisted configuration (the core's form, durations in
+        seconds)."""
         return (self.info()).config
 
     def start(self) -> Sandbox:
         """Starts it (strict: created, stopped or crashed only)."""
-        return Sandbox(self._n.start())
+        return self._started(self._n.start())
 
     def connect_or_start(self) -> Sandbox:
         """Converges on the running sandbox (many callers, one start)."""
-        return Sandbox(self._n.connect_or_start())
+        return self._started(self._n.connect_or_start())
 
     def connect(self) -> Sandbox:
         """A live object for the running sandbox (no start)."""
-        return Sandbox(self._n.connect())
+        return self._started(self._n.connect())
 
-    def stop(self, *, grace: Optional[float] = None) -> SandboxInfo:
-        return c.info(self._n.stop(None if grace is None else float(grace)))
+    def stop(self, *, grace: Optional[c.Duration] = None) -> SandboxInfo:
+        return self._seen(self._n.stop(c.seconds(grace)))
 
     def kill(self) -> SandboxInfo:
-        return c.info(self._n.kill())
+        return self._seen(self._n.kill())
 
     def request_drain(self) -> SandboxInfo:
-        return c.info(self._n.request_drain())
+        return self._seen(self._n.request_drain())
 
     def pause(self) -> SandboxInfo:
-        return c.info(self._n.pause())
+        return self._seen(self._n.pause())
 
     def resume(self) -> SandboxInfo:
-        return c.info(self._n.resume())
+        return self._seen(self._n.resume())
 
     def touch(self) -> None:
         self._n.touch()
 
     def restart(self) -> Sandbox:
-        return Sandbox(self._n.restart())
+        return self._started(self._n.restart())
 
     def wait_for_status(
-        self, statuses: c.Statuses, *, timeout: Optional[float] = None
+        self, statuses: c.Statuses, *, timeout: Optional[c.Duration] = None
     ) -> SandboxInfo:
-        return c.info(
-            self._n.wait_for_status(
-                c.status_list(statuses) or [], None if timeout is None else float(timeout)
-            )
+        return self._seen(
+            self._n.wait_for_status(c.status_list(statuses) or [], c.seconds(timeout))
         )
 
     def wait_until_stopped(self) -> SandboxInfo:
         """Waits until the sandbox has no runtime (created, stopped or
         crashed)."""
-        return c.info(
+        return self._seen(
             self._n.wait_for_status(["created", "stopped", "crashed"], None)
         )
 
@@ -586,21 +645,24 @@ class SandboxHandle:
         self,
         *,
         cpus: Optional[float] = c.UNSET,
+        memory: Optional[int] = c.UNSET,
         memory_mb: Optional[int] = c.UNSET,
         env_set: Optional[Mapping[str, str]] = None,
         env_unset: Optional[Sequence[str]] = None,
         labels_set: Optional[Mapping[str, str]] = None,
         labels_unset: Optional[Sequence[str]] = None,
-        idle_timeout: Optional[float] = c.UNSET,
+        idle_timeout: Optional[c.Duration] = c.UNSET,
         idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
-        max_duration: Optional[float] = c.UNSET,
+        max_duration: Optional[c.Duration] = c.UNSET,
     ) -> ModifyPlan:
         changes = c.modify_changes(
-            cpus=cpus, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
+            cpus=cpus, memory=memory, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
             idle_action=idle_action, max_duration=max_duration,
         )  # fmt: skip
-        return c.plan(self._n.modify(changes))
+        plan = c.plan(self._n.modify(changes))
+        self._status = plan.info.status
+        return plan
 
     def metrics(self) -> Metrics:
         return c.metrics(self._n.metrics())
@@ -618,7 +680,7 @@ class SandboxHandle:
 
         def stopped() -> bool:
             try:
-                return (self.status()) not in c.RUNTIME_STATUSES
+                return (self.info()).status not in c.RUNTIME_STATUSES
             except BurrowError:
                 return True
 
@@ -632,3 +694,18 @@ class SandboxHandle:
     def destroy(self) -> None:
         """Kills (if running) and removes exactly this sandbox."""
         self._n.destroy()
+
+
+class SandboxPage:
+    """The result of :meth:`Sandbox.list`: ``sandboxes``, a handle of each
+    listed sandbox (``handle.status`` is the listed status), and ``infos``,
+    the records as listed (same order)."""
+
+    __slots__ = ("sandboxes", "infos")
+
+    def __init__(self, sandboxes: List[SandboxHandle], infos: List[SandboxInfo]) -> None:
+        self.sandboxes = sandboxes
+        self.infos = infos
+
+    def __repr__(self) -> str:
+        return f"SandboxPage(sandboxes={self.sandboxes!r})"

@@ -1,8 +1,10 @@
 """Value types of the burrow API: frozen dataclasses and enums.
 
 Enum values are the core's strings (``Status.RUNNING.value == "running"``).
-Times are timezone-aware UTC datetimes; durations in configurations are the
-core's milliseconds (``config`` is the core's configuration as a dict).
+Times are timezone-aware UTC datetimes. Every duration is a number of
+seconds (a float): in configurations (``config`` is the core's
+configuration as a dict, its durations turned from the core's milliseconds
+into seconds), in run timings and in :class:`Ping`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "ModifyPlan",
     "LogLine",
     "Metrics",
+    "Ping",
 ]
 
 
@@ -135,6 +138,26 @@ def _req_time(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
 
 
+#: The durations of the core's configuration (milliseconds in its serde form).
+_CONFIG_DURATIONS = ("idle_timeout", "max_duration", "startup_timeout")
+
+
+def _seconds(ms: Any) -> Any:
+    """Milliseconds of the core as seconds (a float); anything else as it is."""
+    if isinstance(ms, (int, float)) and not isinstance(ms, bool):
+        return ms / 1000.0
+    return ms
+
+
+def _config(d: Mapping[str, Any]) -> Dict[str, Any]:
+    """The core's configuration with its durations in seconds."""
+    config = dict(d)
+    for key in _CONFIG_DURATIONS:
+        if key in config:
+            config[key] = _seconds(config[key])
+    return config
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """One run (runtime generation) of a sandbox."""
@@ -145,6 +168,7 @@ class RunInfo:
     ended_at: Optional[datetime]
     exit_reason: Optional[ExitReason]
     detail: Optional[str]
+    #: Phase durations of the start, in seconds (``{"total": 0.41, ...}``).
     timings: Dict[str, Any] = field(default_factory=dict)
     supervisor_pid: Optional[int] = None
 
@@ -159,14 +183,20 @@ class RunInfo:
             ended_at=_time(d.get("ended_at_ms")),
             exit_reason=ExitReason(reason) if reason is not None else None,
             detail=d.get("detail"),
-            timings=dict(timings) if isinstance(timings, dict) else {},
+            timings=(
+                {str(k): _seconds(v) for k, v in timings.items()}
+                if isinstance(timings, dict)
+                else {}
+            ),
             supervisor_pid=d.get("supervisor_pid"),
         )
 
 
 @dataclass(frozen=True)
 class SandboxInfo:
-    """A snapshot of one sandbox."""
+    """A snapshot of one sandbox. ``config`` is the core's configuration
+    (its serde form) with every duration in seconds
+    (``config["idle_timeout"] == 300.0``)."""
 
     id: str
     name: str
@@ -186,7 +216,7 @@ class SandboxInfo:
             name=str(d["name"]),
             status=Status(d["status"]),
             generation=int(d["generation"]),
-            config=dict(d["config"]),
+            config=_config(d["config"]),
             detached=bool(d["detached"]),
             created_at=_req_time(d["created_at_ms"]),
             last_run=RunInfo._from_core(run) if run is not None else None,
@@ -342,3 +372,11 @@ class Metrics:
             io_write_bytes=d.get("io_write_bytes"),
             pids=d.get("pids"),
         )
+
+
+@dataclass(frozen=True)
+class Ping:
+    """The result of a ping: the round trip to the guest agent."""
+
+    #: Seconds (a float).
+    latency: float
