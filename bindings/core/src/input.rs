@@ -277,9 +277,13 @@ pub struct LogInput {
     /// Only the last lines.
     #[serde(default)]
     pub tail: Option<usize>,
-    /// One source (`guest`, `supervisor`); absent: all.
+    /// One source (`stdout`, `stderr`, `guest`, `supervisor`); absent: all.
     #[serde(default)]
     pub source: Option<String>,
+    /// Only lines written at or after this time (milliseconds since the
+    /// Unix epoch).
+    #[serde(default)]
+    pub since_ms: Option<u64>,
 }
 
 impl LogInput {
@@ -289,6 +293,9 @@ impl LogInput {
         let mut opts = LogOptions::default();
         opts.follow = follow;
         opts.tail = self.tail;
+        opts.since = self
+            .since_ms
+            .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
         if let Some(s) = &self.source {
             opts.sources = vec![s.parse::<LogSource>()?];
         }

@@ -24,7 +24,7 @@
 //! | DELETE | /v1/sandboxes/{id} | | 204 (remove) |
 //! | POST | /v1/sandboxes/{id}/destroy | | 204 |
 //! | GET | /v1/sandboxes/{id}/metrics | | [`Metrics`] |
-//! | GET | /v1/sandboxes/{id}/logs?source=&follow=&tail= | | NDJSON of [`LogFrame`] |
+//! | GET | /v1/sandboxes/{id}/logs?source=&follow=&tail=&since_ms= | | NDJSON of [`LogFrame`] |
 //! | GET | /v1/sandboxes/{id}/runtime?wake= | upgrade | 101, then protocol bytes |
 //! | POST | /v1/sessions | | NDJSON of [`SessionFrame`], held open |
 //!
@@ -188,6 +188,12 @@ pub fn logs_query(opts: &LogOptions) -> String {
     if let Some(t) = opts.tail {
         q.append_pair("tail", &t.to_string());
     }
+    if let Some(ms) = opts
+        .since
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+    {
+        q.append_pair("since_ms", &ms.as_millis().to_string());
+    }
     q.finish()
 }
 
@@ -196,11 +202,14 @@ pub fn parse_logs_query(query: &str) -> Result<LogOptions, Error> {
     let mut opts = LogOptions::default();
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         match &*k {
-            "source" => opts.sources.push(match &*v {
-                "guest" => LogSource::Guest,
-                "supervisor" => LogSource::Supervisor,
-                _ => return Err(bad_query("source", &v)),
-            }),
+            "source" => opts.sources.push(
+                v.parse::<LogSource>()
+                    .map_err(|_| bad_query("source", &v))?,
+            ),
+            "since_ms" => {
+                let ms: u64 = v.parse().map_err(|_| bad_query("since_ms", &v))?;
+                opts.since = Some(std::time::UNIX_EPOCH + Duration::from_millis(ms));
+            }
             "follow" => opts.follow = parse_bool("follow", &v)?,
             "tail" => opts.tail = Some(v.parse().map_err(|_| bad_query("tail", &v))?),
             other => {
@@ -580,9 +589,10 @@ mod tests {
         f.labels.insert("team".into(), "a=b&c".into());
         assert_eq!(parse_list_query(&list_query(&f)).unwrap(), f);
         let o = LogOptions {
-            sources: vec![LogSource::Supervisor],
+            sources: vec![LogSource::Supervisor, LogSource::Stdout],
             follow: true,
             tail: Some(5),
+            since: Some(std::time::UNIX_EPOCH + Duration::from_millis(1_796_319_601_123)),
         };
         assert_eq!(parse_logs_query(&logs_query(&o)).unwrap(), o);
         let err = parse_list_query("status=bogus").unwrap_err();

@@ -175,7 +175,7 @@ fn nanos(number: &str, unit_nanos: u128, text: &str) -> Result<u128, ParseDurati
 /// milliseconds.
 ///
 /// A negative or non-finite number is not a length of time: the builder
-/// that got one fails with [`crate::Error::InvalidConfig`] when it is used.
+/// that got one fails with [`crate::Error::InvalidArgument`] when it is used.
 pub trait IntoDuration {
     /// The duration, or `None` when the value is not one (negative, NaN,
     /// infinite, too large).

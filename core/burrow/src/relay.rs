@@ -47,6 +47,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::backend::RuntimeStream;
 use crate::error::{Error, Result};
+#[cfg(feature = "local")]
+use crate::logs::output::{OutputLog, Stream};
 use crate::model::SandboxId;
 use crate::runtime::client::{AgentClient, ConnectError};
 use crate::runtime::frames::read_frame;
@@ -93,9 +95,19 @@ pub struct RelayBuilder {
     control: Arc<dyn RelayControl>,
     env: BTreeMap<String, String>,
     hello_timeout: Duration,
+    /// Where the output of execs is copied (the sandbox's logs).
+    #[cfg(feature = "local")]
+    output: Option<Arc<OutputLog>>,
 }
 
 impl RelayBuilder {
+    /// Copies the stdout and stderr of every exec and shell into `log`.
+    #[cfg(feature = "local")]
+    pub(crate) fn output(mut self, log: Arc<OutputLog>) -> Self {
+        self.output = Some(log);
+        self
+    }
+
     /// Who answers control requests (default: [`NoControl`]).
     pub fn control(mut self, control: impl RelayControl) -> Self {
         self.control = Arc::new(control);
@@ -150,6 +162,8 @@ impl RelayBuilder {
                 idle,
                 activity: Mutex::new(Instant::now()),
                 env: RwLock::new(self.env),
+                #[cfg(feature = "local")]
+                output: self.output,
             }),
         }
     }
@@ -179,6 +193,9 @@ struct State {
     activity: Mutex<Instant>,
     /// Environment added to every exec.
     env: RwLock<BTreeMap<String, String>>,
+    /// Where the output of execs is copied.
+    #[cfg(feature = "local")]
+    output: Option<Arc<OutputLog>>,
 }
 
 impl Relay {
@@ -193,6 +210,8 @@ impl Relay {
             control: Arc::new(NoControl),
             env: BTreeMap::new(),
             hello_timeout: AGENT_HELLO_TIMEOUT,
+            #[cfg(feature = "local")]
+            output: None,
         }
     }
 
@@ -395,6 +414,11 @@ impl Relay {
                 exec.env.entry(k.clone()).or_insert_with(|| v.clone());
             }
         }
+        #[cfg(feature = "local")]
+        let mut tap = match (&body, &state.output) {
+            (Request::Exec(_), Some(log)) => Some(log.tap()),
+            _ => None,
+        };
         let mut handle = match state.agent.request(body) {
             Ok(h) => h,
             Err(_) => {
@@ -420,6 +444,14 @@ impl Relay {
         tokio::spawn(async move {
             let mut answered = false;
             while let Some(m) = handle.next().await {
+                #[cfg(feature = "local")]
+                if let Some(tap) = tap.as_mut() {
+                    match &m {
+                        GuestMsg::Stdout { data, .. } => tap.feed(Stream::Stdout, &data.0),
+                        GuestMsg::Stderr { data, .. } => tap.feed(Stream::Stderr, &data.0),
+                        _ => {}
+                    }
+                }
                 let m = match m {
                     GuestMsg::Stdout { data, .. } => GuestMsg::Stdout { id, data },
                     GuestMsg::Stderr { data, .. } => GuestMsg::Stderr { id, data },

@@ -226,7 +226,7 @@ async fn every_rust_sample_of_the_lifecycle_document_runs_as_written() -> R {
         .create()
         .await
         .unwrap_err();
-    assert_eq!(e.code(), ErrorCode::InvalidConfig);
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
     assert_eq!(
         Sandbox::get("worker").await.unwrap_err().code(),
         ErrorCode::NotFound

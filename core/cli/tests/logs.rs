@@ -1,12 +1,13 @@
 #![allow(clippy::unwrap_used)]
-//! Sandbox logs against real sandboxes: the guest log (the agent's stderr,
-//! captured by the supervisor) and the supervisor's events, read through the
-//! library and the CLI while running, after a stop, after a crash and after
-//! a failed start; follow mode; the size bound and rotation.
+//! Sandbox logs against real sandboxes: the output of the programs run in
+//! it (stdout and stderr, each line with its time), the guest log (the
+//! agent's stderr, captured by the supervisor) and the supervisor's events,
+//! read through the library and the CLI while running, after a stop, after
+//! a crash and after a failed start; `since`; follow mode; the size bound
+//! and rotation.
 //!
-//! Guest processes' own output goes to their caller, not to the log; to put
-//! lines we control into the guest log, a command writes to the agent's
-//! stderr (`/proc/1/fd/2`).
+//! To put lines we control into the guest log, a command writes to the
+//! agent's stderr (`/proc/1/fd/2`).
 
 mod common;
 
@@ -335,7 +336,7 @@ async fn the_guest_log_is_bounded_and_rotated() {
     let out = home
         .cli()
         .env("BURROW_LOG_MAX_BYTES", "4096")
-        .args(["run", "-d", "rot", "--image", &image])
+        .args(["up", "rot", "--image", &image])
         .output()
         .unwrap();
     assert!(
@@ -378,4 +379,113 @@ async fn the_guest_log_is_bounded_and_rotated() {
     assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
     assert!(numbers.len() > 4096 / 20, "both generations are read");
     sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn program_output_is_kept_with_its_source_and_time() {
+    let home = TestHome::new().await;
+    let sb = home.builder("output").create().await.unwrap();
+    let handle = sb.handle();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let out = sb
+        .exec([
+            "sh",
+            "-c",
+            "echo out-1; echo err-1 >&2; printf 'out-2\\nno-newline'",
+        ])
+        .await
+        .unwrap();
+    assert!(out.success());
+    // The caller still gets all of it.
+    assert_eq!(out.stdout_str(), "out-1\nout-2\nno-newline");
+    assert_eq!(
+        texts(&handle, LogSource::Stdout).await,
+        ["out-1", "out-2", "no-newline"]
+    );
+    assert_eq!(texts(&handle, LogSource::Stderr).await, ["err-1"]);
+    let lines = read(&handle, &only(LogSource::Stdout)).await;
+    assert!(
+        lines.iter().all(|l| l.time_ms.is_some_and(|t| t >= before)),
+        "{lines:?}"
+    );
+
+    // `since` a moment after the first exec: only what came later.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mark = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    sb.exec(["echo", "out-3"]).await.unwrap();
+    let later = read(&handle, &LogOptions::default().since(mark)).await;
+    let later: Vec<(LogSource, &str)> = later
+        .iter()
+        .filter(|l| l.source == LogSource::Stdout || l.source == LogSource::Stderr)
+        .map(|l| (l.source, l.text.as_str()))
+        .collect();
+    assert_eq!(later, [(LogSource::Stdout, "out-3")]);
+    // The guest's log has no times: `since` leaves it out.
+    let since_all = read(&handle, &LogOptions::default().since(mark)).await;
+    assert!(since_all.iter().all(|l| l.source != LogSource::Guest));
+
+    // Kept after the sandbox stops, and readable through the CLI with the
+    // same sources and times.
+    sb.stop().await.unwrap();
+    assert_eq!(
+        texts(&handle, LogSource::Stdout).await,
+        ["out-1", "out-2", "no-newline", "out-3"]
+    );
+    let out = home
+        .cli()
+        .args(["--json", "logs", "output", "--source", "stderr"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        (&lines[0]["source"], &lines[0]["text"]),
+        (&"stderr".into(), &"err-1".into())
+    );
+    assert!(lines[0]["time_ms"].as_u64().is_some_and(|t| t >= before));
+    let out = home
+        .cli()
+        .args(["logs", "output", "--source", "stdout", "--since", "1h"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "out-1\nout-2\nno-newline\nout-3\n"
+    );
+    let out = home
+        .cli()
+        .args(["logs", "output", "--since", "yesterday"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a bad --since is a usage error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_can_keep_its_output_out_of_its_logs() {
+    let home = TestHome::new().await;
+    let mut config = burrow::SandboxConfig::new(busybox_rootfs().to_string_lossy());
+    config.capture_output = false;
+    let sb = home.builder("quiet").config(config).create().await.unwrap();
+    let out = sb
+        .exec(["sh", "-c", "echo secret; echo secret >&2"])
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "secret\n");
+    assert!(!sb.info().await.unwrap().config.capture_output);
+    for source in [LogSource::Stdout, LogSource::Stderr] {
+        assert!(texts(&sb.handle(), source).await.is_empty(), "{source}");
+    }
 }

@@ -19,12 +19,16 @@
 #[cfg(feature = "local")]
 mod capture;
 #[cfg(feature = "local")]
+pub(crate) mod output;
+#[cfg(feature = "local")]
 mod read;
 #[cfg(feature = "local")]
 pub(crate) mod rotating;
 
 #[cfg(feature = "local")]
 use std::path::{Path, PathBuf};
+
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -49,6 +53,11 @@ pub const MAX_BYTES_ENV: &str = "BURROW_LOG_MAX_BYTES";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogSource {
+    /// The standard output of the programs run in the sandbox (execs,
+    /// shells), each line with its time.
+    Stdout,
+    /// Their standard error, each line with its time.
+    Stderr,
     /// The guest: the agent (PID 1) and the guest processes' reports.
     Guest,
     /// The supervisor's own events (start phases, stop reasons, warnings).
@@ -56,20 +65,38 @@ pub enum LogSource {
 }
 
 impl LogSource {
+    /// Every source, in the order a read of all of them returns them.
+    pub const ALL: [LogSource; 4] = [
+        LogSource::Stdout,
+        LogSource::Stderr,
+        LogSource::Supervisor,
+        LogSource::Guest,
+    ];
+
     /// File name of the current log of this source.
     pub fn file_name(self) -> &'static str {
         match self {
+            LogSource::Stdout => "stdout.log",
+            LogSource::Stderr => "stderr.log",
             LogSource::Guest => "guest.log",
             LogSource::Supervisor => "supervisor.log",
         }
     }
 
-    /// `guest` or `supervisor`.
+    /// `stdout`, `stderr`, `guest` or `supervisor`.
     pub fn as_str(self) -> &'static str {
         match self {
+            LogSource::Stdout => "stdout",
+            LogSource::Stderr => "stderr",
             LogSource::Guest => "guest",
             LogSource::Supervisor => "supervisor",
         }
+    }
+
+    /// Whether every line of this source carries its time (the program
+    /// output and the supervisor's events; the guest's log does not).
+    pub fn is_timed(self) -> bool {
+        !matches!(self, LogSource::Guest)
     }
 }
 
@@ -83,14 +110,13 @@ impl std::str::FromStr for LogSource {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<LogSource> {
-        match s {
-            "guest" => Ok(LogSource::Guest),
-            "supervisor" => Ok(LogSource::Supervisor),
-            other => Err(Error::InvalidArgument {
+        LogSource::ALL
+            .into_iter()
+            .find(|source| source.as_str() == s)
+            .ok_or_else(|| Error::InvalidArgument {
                 argument: "source".into(),
-                reason: format!("{other:?} is not a log source (guest, supervisor)"),
-            }),
-        }
+                reason: format!("{s:?} is not a log source (stdout, stderr, guest, supervisor)"),
+            })
     }
 }
 
@@ -104,6 +130,9 @@ pub struct LogOptions {
     pub follow: bool,
     /// Only the last N lines of each source (before following).
     pub tail: Option<usize>,
+    /// Only lines written at or after this time (the `tail` is of those).
+    /// The guest's log has no times: with `since`, it is left out.
+    pub since: Option<SystemTime>,
 }
 
 impl LogOptions {
@@ -127,6 +156,13 @@ impl LogOptions {
         self.tail = Some(lines);
         self
     }
+
+    /// Only lines written at or after `time`.
+    #[must_use]
+    pub fn since(mut self, time: SystemTime) -> Self {
+        self.since = Some(time);
+        self
+    }
 }
 
 /// One log line.
@@ -136,6 +172,21 @@ pub struct LogLine {
     pub source: LogSource,
     /// The line, without its newline.
     pub text: String,
+    /// When it was written, in milliseconds since the Unix epoch (`None`
+    /// for a source without times, the guest's log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_ms: Option<u64>,
+}
+
+impl LogLine {
+    /// A line of `source` without a time.
+    pub fn new(source: LogSource, text: impl Into<String>) -> LogLine {
+        LogLine {
+            source,
+            text: text.into(),
+            time_ms: None,
+        }
+    }
 }
 
 /// A stream of log lines. Lines of one source arrive in file order; lines
@@ -165,6 +216,72 @@ impl LogStream {
         }
         Ok(out)
     }
+}
+
+/// A UTC time in RFC 3339 form as `tracing` and most tools write it:
+/// `2026-12-03T17:40:01Z`, with optional fractional seconds
+/// (`...01.123456Z`) and `Z` or a `+HH:MM`/`-HH:MM` offset. `None` for
+/// anything else.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = text.get(r)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())?
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos: u64 = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            if i - start < 9 {
+                nanos = nanos * 10 + u64::from(b[i] - b'0');
+            }
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        for _ in (i - start)..9 {
+            nanos *= 10;
+        }
+    }
+    let offset_s: i64 = match &text[i..] {
+        "Z" | "z" => 0,
+        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
+            let secs = num(i + 1..i + 3)? * 3600 + num(i + 4..i + 6)? * 60;
+            if o.starts_with('-') {
+                -secs
+            } else {
+                secs
+            }
+        }
+        _ => return None,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_s;
+    let secs = u64::try_from(secs).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos as u32))
 }
 
 /// The log directory of a sandbox directory.
@@ -224,6 +341,26 @@ mod tests {
         assert_eq!(parse_max_bytes(Some("nonsense")), DEFAULT_MAX_BYTES);
         assert_eq!(parse_max_bytes(Some("0")), DEFAULT_MAX_BYTES);
         assert_eq!(parse_max_bytes(None), DEFAULT_MAX_BYTES);
+    }
+
+    #[test]
+    fn rfc3339_times_parse() {
+        let at = |t: &str| {
+            parse_rfc3339(t).map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis())
+        };
+        assert_eq!(at("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(at("2026-12-03T17:40:01.123456Z"), Some(1_796_319_601_123));
+        assert_eq!(at("2026-12-03T18:40:01+01:00"), Some(1_796_319_601_000));
+        assert_eq!(at("2000-02-29T00:00:00Z"), Some(951_782_400_000));
+        for bad in [
+            "",
+            "2026-12-03",
+            "2026-13-03T00:00:00Z",
+            "2026-12-03T17:40:01",
+            "x",
+        ] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
     }
 
     #[test]

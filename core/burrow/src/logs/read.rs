@@ -31,21 +31,45 @@ fn spawn_reader(
 ) -> Result<(LogStream, tokio::task::JoinHandle<()>)> {
     let dir = log_dir(sandbox_dir);
     let requested = if opts.sources.is_empty() {
-        &[LogSource::Supervisor, LogSource::Guest][..]
+        &LogSource::ALL[..]
     } else {
         &opts.sources[..]
     };
+    let since_ms = opts.since.map(|t| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    });
     let mut sources = Vec::new();
     for s in requested {
-        if !sources.contains(s) {
+        // A source without times has no lines "since" anything.
+        if !sources.contains(s) && (since_ms.is_none() || s.is_timed()) {
             sources.push(*s);
         }
     }
+    // With `since`, the tail is of the lines since then.
+    let mut read_opts = opts.clone();
+    if since_ms.is_some() {
+        read_opts.tail = None;
+    }
+    let keep = move |l: &LogLine| match since_ms {
+        Some(since) => l.time_ms.is_some_and(|t| t >= since),
+        None => true,
+    };
     let mut first = Vec::new();
     let mut followers = Vec::new();
     for source in sources {
-        let (lines, follower) = Follower::open(source, dir.join(source.file_name()), opts)?;
-        first.extend(lines.into_iter().map(|text| LogLine { source, text }));
+        let (lines, follower) = Follower::open(source, dir.join(source.file_name()), &read_opts)?;
+        let mut lines: Vec<LogLine> = lines
+            .into_iter()
+            .map(|text| to_line(source, text))
+            .filter(keep)
+            .collect();
+        if let (Some(n), Some(_)) = (opts.tail, since_ms) {
+            let skip = lines.len().saturating_sub(n);
+            lines.drain(..skip);
+        }
+        first.extend(lines);
         followers.push(follower);
     }
     let (tx, rx) = mpsc::channel(256);
@@ -69,10 +93,10 @@ fn spawn_reader(
                 match f.poll() {
                     Ok(lines) => {
                         for text in lines {
-                            let line = LogLine {
-                                source: f.source,
-                                text,
-                            };
+                            let line = to_line(f.source, text);
+                            if !keep(&line) {
+                                continue;
+                            }
                             if tx.send(Ok(line)).await.is_err() {
                                 return;
                             }
@@ -87,6 +111,37 @@ fn spawn_reader(
         }
     });
     Ok((LogStream::from_channel(rx), task))
+}
+
+/// A line of `source` as read from its file: the program output's lines
+/// start with their time (`<ms> <text>`), the supervisor's with the RFC 3339
+/// time of its `tracing` output (kept in the text); the guest's have none.
+fn to_line(source: LogSource, raw: String) -> LogLine {
+    match source {
+        LogSource::Stdout | LogSource::Stderr => {
+            let (time_ms, text) = super::output::parse_line(&raw);
+            let text = text.to_owned();
+            LogLine {
+                source,
+                text,
+                time_ms,
+            }
+        }
+        LogSource::Supervisor => {
+            let time_ms = raw
+                .split_whitespace()
+                .next()
+                .and_then(super::parse_rfc3339)
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as u64);
+            LogLine {
+                source,
+                text: raw,
+                time_ms,
+            }
+        }
+        LogSource::Guest => LogLine::new(source, raw),
+    }
 }
 
 /// The last `n` lines of the log at `path` (its rotated generation, then
@@ -346,6 +401,7 @@ mod tests {
             sources: vec![LogSource::Guest],
             follow: true,
             tail: None,
+            since: None,
         };
         let mut stream = open_local(dir.path(), &opts).unwrap();
         assert_eq!(next_text(&mut stream).await, "before");
@@ -388,6 +444,7 @@ mod tests {
             sources: vec![LogSource::Supervisor],
             follow: true,
             tail: Some(0),
+            since: None,
         };
         let mut stream = open_local(dir.path(), &opts).unwrap();
         tokio::time::sleep(FOLLOW_POLL * 2).await;

@@ -146,10 +146,11 @@ pub(super) fn invalid_duration(
     })
 }
 
-/// The error of a builder given a `field` value that is not a duration.
+/// The error of a builder given a `field` value that is not a duration
+/// (`invalid_argument`, as every SDK answers the same value).
 pub(super) fn not_a_duration(field: String) -> Error {
-    Error::InvalidConfig {
-        field,
+    Error::InvalidArgument {
+        argument: field,
         reason: "not a duration: give a Duration or a number of seconds, zero or more".to_owned(),
     }
 }

@@ -1,8 +1,10 @@
 //! `burrow logs`: print (or follow) a sandbox's captured logs through the
-//! library (`SandboxHandle::logs`): the guest's log and the supervisor's
-//! events, for running, stopped and crashed sandboxes alike.
+//! library (`SandboxHandle::logs`): the output of the programs that ran in
+//! it (stdout, stderr), the guest's log and the supervisor's events, for
+//! running, stopped and crashed sandboxes alike.
 
 use std::io::Write;
+use std::time::SystemTime;
 
 use burrow::{LogLine, LogOptions, LogSource};
 use clap::Args;
@@ -21,10 +23,27 @@ pub(crate) struct LogsArgs {
     /// Only the last N lines of each log (then follow, with -f).
     #[arg(short = 'n', long, value_name = "N")]
     tail: Option<usize>,
-    /// Only this log (repeatable); default: both, each line prefixed with
-    /// its source.
-    #[arg(long, value_name = "SOURCE", value_parser = ["guest", "supervisor"])]
+    /// Only this log (repeatable); default: all of them, each line
+    /// prefixed with its source.
+    #[arg(long, value_name = "SOURCE", value_parser = ["stdout", "stderr", "guest", "supervisor"])]
     source: Vec<String>,
+    /// Only lines written since then: a duration ago (`10m`, `1h30m`, `30`
+    /// seconds) or an RFC 3339 time (`2026-12-03T17:40:00Z`). The guest's
+    /// log has no times and is left out.
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    since: Option<SystemTime>,
+}
+
+/// `--since`: a duration ago, or an RFC 3339 time.
+fn parse_since(text: &str) -> Result<SystemTime, String> {
+    if let Some(t) = burrow::logs::parse_rfc3339(text) {
+        return Ok(t);
+    }
+    let ago = burrow::parse_duration(text)
+        .map_err(|e| format!("{e}; or give an RFC 3339 time such as 2026-12-03T17:40:00Z"))?;
+    Ok(SystemTime::now()
+        .checked_sub(ago)
+        .unwrap_or(SystemTime::UNIX_EPOCH))
 }
 
 pub(crate) async fn logs(ctx: Ctx, args: LogsArgs) -> anyhow::Result<u8> {
@@ -39,6 +58,7 @@ pub(crate) async fn logs(ctx: Ctx, args: LogsArgs) -> anyhow::Result<u8> {
     opts.sources = sources.clone();
     opts.follow = args.follow;
     opts.tail = args.tail;
+    opts.since = args.since;
     let handle = resolve(&ctx.backend().await?, &args.sandbox).await?;
     let mut stream = handle.logs(&opts).await?;
     // With a single source the lines are printed as they are.
@@ -58,12 +78,14 @@ pub(crate) async fn logs(ctx: Ctx, args: LogsArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// One line: `{"source": .., "text": ..}` with --json, else the text
-/// (after `source | ` when several sources are printed). False once stdout
-/// is closed.
+/// One line: `{"source": .., "text": .., "time_ms": ..}` with --json (no
+/// `time_ms` for the guest's log), else the text (after `source | ` when
+/// several sources are printed). False once stdout is closed.
 fn print(ctx: Ctx, line: &LogLine, prefixed: bool) -> bool {
     let text = if ctx.json {
-        json!({"source": line.source, "text": line.text}).to_string()
+        serde_json::to_value(line)
+            .unwrap_or_else(|_| json!({"source": line.source, "text": line.text}))
+            .to_string()
     } else if prefixed {
         format!("{:<10} | {}", line.source.as_str(), line.text)
     } else {

@@ -67,7 +67,7 @@ fn unavailable(msg: &str) -> GuestError {
     GuestError::new(GuestErrorCode::Unavailable, msg)
 }
 
-pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted: Booted) -> i32 {
+pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted: Booted) -> i32 {
     let Booted {
         mut guest,
         agent,
@@ -79,10 +79,17 @@ pub(super) async fn serve(args: SuperviseArgs, _home: Home, store: Store, booted
     } = booted;
     let run_started = Instant::now();
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
-    let relay = Relay::builder(&args.id, args.generation)
+    let mut relay = Relay::builder(&args.id, args.generation)
         .control(Controls { commands: cmd_tx })
-        .env(config.env.clone())
-        .with_agent(agent.clone());
+        .env(config.env.clone());
+    if config.capture_output {
+        let dir = crate::logs::log_dir(&home.sandbox_dir(&args.id));
+        match crate::logs::output::OutputLog::open(&dir) {
+            Ok(log) => relay = relay.output(log),
+            Err(e) => tracing::warn!(error = %e, "program output will not be kept in the logs"),
+        }
+    }
+    let relay = relay.with_agent(agent.clone());
     let mut idle_rx = relay.in_flight_changes();
     let mut policy = Policy {
         idle_timeout: None,
