@@ -13,10 +13,10 @@ cargo build -q -p burrow-cli
 [ -f demo/busybox/bin/busybox ] || bash scripts/make-demo-rootfs.sh demo/busybox
 echo "==> running the quickstart example"
 cargo run -q -p burrow --example quickstart -- "$PWD/demo/busybox"
-echo "==> the CLI: target/debug/burrow run quickstart-cli --image ./demo/busybox -- echo ..."
+echo "==> the CLI: target/debug/burrow run --name quickstart-cli ./demo/busybox -- echo ..."
 target/debug/burrow rm -f quickstart-cli >/dev/null 2>&1 || true # left by an interrupted run
-target/debug/burrow run quickstart-cli --image "$PWD/demo/busybox" -- echo "hello from the burrow CLI"
+target/debug/burrow run --name quickstart-cli "$PWD/demo/busybox" -- echo "hello from the burrow CLI"
 cat <<MSG
-==> done. Try: target/debug/burrow run -d web --image $PWD/demo/busybox; target/debug/burrow exec web -- uname -a
+==> done. Try: target/debug/burrow up web --image $PWD/demo/busybox; target/debug/burrow exec web -- uname -a
     cargo install --path core/cli puts burrow on your PATH; burrow doctor checks the drivers
 MSG

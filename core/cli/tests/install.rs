@@ -148,7 +148,7 @@ fn cargo_install_into_an_empty_prefix_runs_a_sandbox_with_no_environment() {
     let image = image.to_str().unwrap();
 
     // One command in a fresh sandbox.
-    let (code, stdout, all) = burrow(&["run", "fresh", "--image", image, "--", "echo", "ok"]);
+    let (code, stdout, all) = burrow(&["run", "--name", "fresh", image, "--", "echo", "ok"]);
     assert_eq!((code, stdout.as_str()), (Some(0), "ok\n"), "{all}");
 
     // The agent came out of the binary, into a content-addressed cache file
@@ -175,7 +175,7 @@ fn cargo_install_into_an_empty_prefix_runs_a_sandbox_with_no_environment() {
 
     // A detached sandbox is supervised by the lean burrow-supervisor that
     // was installed beside burrow.
-    let (code, _, all) = burrow(&["run", "-d", "kept", "--image", image]);
+    let (code, _, all) = burrow(&["up", "kept", "--image", image]);
     assert_eq!(code, Some(0), "{all}");
     let supervisors = common::supervisors_of(burrow_home.to_str().unwrap());
     assert_eq!(supervisors.len(), 1, "{supervisors:?}");

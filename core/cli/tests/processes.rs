@@ -106,7 +106,7 @@ async fn attached_sandbox_stops_with_its_owner_detached_survives() {
     let home = TestHome::new().await;
     let mut owner = home
         .cli()
-        .args(["run", "att", "--image", &image(), "--", "sleep", "1000"])
+        .args(["run", "--name", "att", &image(), "--", "sleep", "1000"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -277,8 +277,8 @@ async fn detach_lets_an_attached_sandbox_outlive_its_owner() {
         .cli()
         .args([
             "run",
+            "--name",
             "later-detached",
-            "--image",
             &image(),
             "--",
             "sleep",

@@ -274,7 +274,7 @@ async fn doctor_reports_each_driver_and_driver_choice_is_validated() {
     // Unknown drivers are refused, through every door, and create nothing.
     let out = home
         .cli()
-        .args(["--json", "create", "x", "--image", &image()])
+        .args(["--json", "create", &image(), "--name", "x"])
         .env("BURROW_DRIVER", "firecracker")
         .stdout(Stdio::piped())
         .output()
