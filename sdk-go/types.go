@@ -198,14 +198,18 @@ type LogSource string
 
 // The log sources.
 const (
+	LogStdout     LogSource = "stdout"
+	LogStderr     LogSource = "stderr"
 	LogGuest      LogSource = "guest"
 	LogSupervisor LogSource = "supervisor"
 )
 
-// LogLine is one line of a sandbox's log.
+// LogLine is one line of a sandbox's log. TimeMs is when it was written,
+// in milliseconds since the Unix epoch (nil for the guest's log).
 type LogLine struct {
 	Source LogSource `json:"source"`
 	Text   string    `json:"text"`
+	TimeMs *int64    `json:"time_ms,omitempty"`
 }
 
 // Applies is where a changed field lands.

@@ -231,9 +231,14 @@ export type ProcessEvent =
   | { kind: "stdout" | "stderr"; data: Buffer }
   | { kind: "exit"; exitCode: number | null; signal: number | null; timedOut: boolean };
 
+/** Which log: the programs' output (stdout, stderr), the guest's log, the supervisor's events. */
+export type LogSource = "stdout" | "stderr" | "guest" | "supervisor";
+
 /** A log line. */
 export interface LogLine {
-  source: "guest" | "supervisor";
+  source: LogSource;
+  /** When it was written, in milliseconds since the Unix epoch (absent for the guest's log). */
+  time_ms?: number;
   text: string;
 }
 
@@ -731,12 +736,12 @@ abstract class Lifecycle {
   async metrics(opts?: CallOptions): Promise<Metrics> {
     return toMetrics(await call(this.o, { op: "metrics" }, opts));
   }
-  logs(opts: CallOptions & { tail?: number; source?: "guest" | "supervisor" } = {}): Promise<LogLine[]> {
+  logs(opts: CallOptions & { tail?: number; source?: LogSource } = {}): Promise<LogLine[]> {
     return call(this.o, { op: "logs", tail: opts.tail, source: opts.source }, opts);
   }
   /** Lines as they are written, until the run stops (or `signal` aborts). */
   async *followLogs(
-    opts: { tail?: number; source?: "guest" | "supervisor"; signal?: AbortSignal } = {},
+    opts: { tail?: number; source?: LogSource; signal?: AbortSignal } = {},
   ): AsyncIterable<LogLine> {
     const cursor: NativeObject = await call(this.o, {
       op: "follow_logs",

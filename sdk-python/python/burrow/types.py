@@ -95,8 +95,11 @@ class IdleAction(str, enum.Enum):
 
 
 class LogSource(str, enum.Enum):
-    """Which log."""
+    """Which log: the programs' output (``stdout``, ``stderr``), the guest's
+    log, the supervisor's events."""
 
+    STDOUT = "stdout"
+    STDERR = "stderr"
     GUEST = "guest"
     SUPERVISOR = "supervisor"
 
@@ -341,14 +344,21 @@ class ModifyPlan:
 
 @dataclass(frozen=True)
 class LogLine:
-    """One log line (without its newline)."""
+    """One log line (without its newline). ``time_ms``: when it was written,
+    in milliseconds since the Unix epoch (``None`` for the guest's log)."""
 
     source: LogSource
     text: str
+    time_ms: Optional[int] = None
 
     @classmethod
     def _from_core(cls, d: Mapping[str, Any]) -> LogLine:
-        return cls(source=LogSource(d["source"]), text=str(d["text"]))
+        t = d.get("time_ms")
+        return cls(
+            source=LogSource(d["source"]),
+            text=str(d["text"]),
+            time_ms=None if t is None else int(t),
+        )
 
 
 @dataclass(frozen=True)

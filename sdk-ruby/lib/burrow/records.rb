@@ -139,9 +139,12 @@ module Burrow
   # A line of a sandbox's log.
   # @!attribute [r] source
   #   @return [Symbol] +:supervisor+ or +:guest+
-  LogLine = Struct.new(:source, :text, keyword_init: true) do
+  # A log line: +source+ (+:stdout+, +:stderr+, +:guest+, +:supervisor+),
+  # +text+, and +time_ms+ (when it was written, milliseconds since the Unix
+  # epoch; nil for the guest's log).
+  LogLine = Struct.new(:source, :text, :time_ms, keyword_init: true) do
     # @api private
-    def self.from_json(h) = new(source: h["source"].to_sym, text: h["text"])
+    def self.from_json(h) = new(source: h["source"].to_sym, text: h["text"], time_ms: h["time_ms"])
   end
 
   # How a command ended, with its output (binary Strings).

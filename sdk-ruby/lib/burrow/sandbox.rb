@@ -81,7 +81,7 @@ module Burrow
 
     # Log lines written so far.
     # @param tail [Integer, nil] only the last lines of each source
-    # @param source [Symbol, nil] +:supervisor+ or +:guest+ (nil: both)
+    # @param source [Symbol, nil] +:stdout+, +:stderr+, +:supervisor+ or +:guest+ (nil: all)
     # @return [Array<LogLine>]
     def logs(tail: nil, source: nil)
       call(op: "logs", tail: tail, source: source&.to_s).map { |l| LogLine.from_json(l) }
