@@ -111,9 +111,8 @@ fn usage_errors_exit_2() {
         &["--json", "run", "--name", "x", "/nonexistent"][..],
         // The command comes after `--`.
         &["--json", "run", "/nonexistent", "echo", "hi"][..],
-        // `run -d` (a background main process) is not there yet.
-        &["--json", "run", "-d", "/nonexistent", "--name", "x"][..],
-        &["--json", "run", "-d", "/nonexistent", "--", "sleep", "9"][..],
+        // `run -d` takes neither --keep nor --rm (it keeps running).
+        &["--json", "run", "-d", "--keep", "/nonexistent"][..],
         // --keep and --rm say opposite things.
         &[
             "--json",

@@ -269,6 +269,13 @@ pub struct SandboxConfig {
     /// each line, within the logs' size bound). On by default.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub capture_output: bool,
+    /// The sandbox's main process, started with every run once the sandbox
+    /// is Running; when it ends, the run ends (a graceful stop, reason
+    /// `completed`). An empty list runs the image's Entrypoint then Cmd.
+    /// `None` (the default): no main process; the sandbox runs until it is
+    /// stopped, reclaimed or reaches its maximum duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
 }
 
 fn yes() -> bool {
@@ -312,6 +319,7 @@ impl SandboxConfig {
             demand_start: None,
             startup_timeout: default_startup_timeout(),
             capture_output: true,
+            command: None,
         }
     }
 
@@ -367,6 +375,17 @@ impl SandboxConfig {
         if let Some(c) = self.cpus {
             if !c.is_finite() || c <= 0.0 || c > 1024.0 {
                 return bad("cpus", format!("{c} is not a CPU count between 0 and 1024"));
+            }
+        }
+        if let Some(argv) = &self.command {
+            if argv.first().is_some_and(|a| a.is_empty()) {
+                return bad("command", "the program name is empty".into());
+            }
+            if argv.len() > 4096 || argv.iter().any(|a| a.contains('\0') || a.len() > 65536) {
+                return bad(
+                    "command",
+                    "more than 4096 arguments, one over 64 KiB, or a NUL byte".into(),
+                );
             }
         }
         if let Some(m) = self.memory_mb {

@@ -121,6 +121,23 @@ impl SandboxBuilder {
         });
         self
     }
+    /// The main process: started with every run once the sandbox is
+    /// Running; when it ends, the run ends (reason `completed`). Its output
+    /// is in the sandbox's logs.
+    pub fn command<I, S>(mut self, argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.command = Some(argv.into_iter().map(Into::into).collect());
+        self
+    }
+    /// The image's Entrypoint then Cmd as the main process (see
+    /// [`Self::command`]).
+    pub fn image_command(mut self) -> Self {
+        self.config.command = Some(Vec::new());
+        self
+    }
     /// Outbound network access.
     pub fn network(mut self, on: bool) -> Self {
         self.config.network = on;

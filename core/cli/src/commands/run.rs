@@ -3,11 +3,13 @@
 //! afterwards (`--keep` leaves it stopped instead). Exits with the
 //! command's code.
 //!
-//! Not yet: `run -d` (the command as the sandbox's main process, in the
-//! background) and `run IMAGE` without a command (the image's own
-//! Entrypoint/Cmd); both wait for the engine's main process. Until then
-//! they are usage errors that say so, and `burrow up NAME --image IMG`
-//! leaves a sandbox running.
+//! `burrow run -d [--name N] IMAGE [-- CMD...]`: a detached sandbox whose
+//! main process is CMD (without one, the image's Entrypoint then Cmd),
+//! left running in the background; its output is in `burrow logs`, and the
+//! sandbox stops when the main process ends. Prints the sandbox's id.
+//!
+//! Not yet: `run IMAGE` in the foreground without a command (the image's
+//! own Entrypoint/Cmd, followed to its end); `run -d IMAGE` does run it.
 
 use std::sync::Arc;
 
@@ -25,10 +27,10 @@ pub(crate) struct RunArgs {
     target: NameImage,
     #[command(flatten)]
     opts: SandboxOpts,
-    /// Not yet: running the command as the sandbox's main process in the
-    /// background. Use `burrow up NAME --image IMG` to leave a sandbox
-    /// running.
-    #[arg(short = 'd', long)]
+    /// Run the command (or the image's Entrypoint/Cmd) as the sandbox's
+    /// main process in the background, in a detached sandbox that stops
+    /// when the main process ends; prints the sandbox's id.
+    #[arg(short = 'd', long, conflicts_with_all = ["keep", "rm", "interactive"])]
     detach: bool,
     /// Keep the sandbox (stopped) after the command instead of removing it.
     #[arg(long, conflicts_with = "rm")]
@@ -46,20 +48,23 @@ pub(crate) struct RunArgs {
 }
 
 pub(crate) async fn run(ctx: Ctx, args: RunArgs) -> anyhow::Result<u8> {
-    if args.detach {
-        return Err(Usage(
-            "not yet: `run -d` (the command as the sandbox's main process, in the \
-             background) waits for the engine's main process; to leave a sandbox \
-             running, use `burrow up NAME --image IMAGE`"
-                .into(),
-        )
-        .into());
-    }
     let image = args.target.image("run")?;
+    if args.detach {
+        let mut config = args.opts.to_config(image)?;
+        config.command = Some(args.cmd);
+        let backend: Arc<dyn Backend> = ctx.backend().await?;
+        let handle = args.target.define(ctx, config, true, backend).await?;
+        ctx.progress(format_args!("starting sandbox {}...", handle.name()));
+        let sandbox = handle.start().await?;
+        let info = sandbox.info().await?;
+        ctx.print(&info, &info.id)?;
+        return Ok(0);
+    }
     if args.cmd.is_empty() {
         return Err(Usage(format!(
             "give the command after `--`: burrow run [--name NAME] {image} -- CMD... \
-             (running the image's own entrypoint is not there yet)"
+             (`burrow run -d {image}` runs the image's own Entrypoint/Cmd in the \
+             background; in the foreground that is not there yet)"
         ))
         .into());
     }

@@ -9,6 +9,7 @@
 //! the agent, watches the owner of an attached sandbox, and records why the
 //! run ended.
 
+mod main_process;
 mod pages;
 mod serve;
 
@@ -365,6 +366,8 @@ struct Booted {
     socket: PathBuf,
     _runtime_lock: FileLock,
     name: String,
+    /// The main process to start, if the sandbox has one.
+    main: Option<Vec<String>>,
 }
 
 /// What a start hands to [`boot`].
@@ -441,6 +444,7 @@ async fn boot(
     crate::fault::point("supervisor.after_lock");
 
     let image = crate::image::prepare(home, &config.image).await?;
+    let main = main_process::argv(&config, &image.config)?;
     mark("image", &mut t);
 
     let mut mounts = Vec::new();
@@ -572,6 +576,7 @@ async fn boot(
         socket,
         _runtime_lock: runtime_lock,
         name,
+        main,
     })
 }
 

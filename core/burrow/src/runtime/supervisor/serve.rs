@@ -76,9 +76,11 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
         _runtime_lock,
         name,
         config,
+        main,
     } = booted;
     let run_started = Instant::now();
     let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
+    let main_tx = cmd_tx.clone();
     let mut relay = Relay::builder(&args.id, args.generation)
         .control(Controls { commands: cmd_tx })
         .env(config.env.clone());
@@ -90,6 +92,13 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
         }
     }
     let relay = relay.with_agent(agent.clone());
+    if let Some(argv) = main {
+        let identity = burrow_protocol::Identity {
+            sandbox_id: args.id.to_string(),
+            generation: args.generation,
+        };
+        super::main_process::spawn(&relay, identity, argv, main_tx);
+    }
     let mut idle_rx = relay.in_flight_changes();
     let mut policy = Policy {
         idle_timeout: None,
