@@ -142,6 +142,13 @@ pub struct BuildInput {
     /// Survives the process that created it.
     #[serde(default)]
     pub detached: bool,
+    /// The main process (an empty list: the image's Entrypoint then Cmd);
+    /// absent: none.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// Keep the programs' output in the logs (absent: yes).
+    #[serde(default)]
+    pub capture_output: Option<bool>,
 }
 
 impl BuildInput {
@@ -177,6 +184,10 @@ impl BuildInput {
             config.startup_timeout = t.0;
         }
         config.demand_start = self.demand_start;
+        config.command = self.command.clone();
+        if let Some(c) = self.capture_output {
+            config.capture_output = c;
+        }
         config
     }
 }

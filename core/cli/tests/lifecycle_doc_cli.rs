@@ -7,9 +7,9 @@
 //! (`images/named/python`). `core/cli/tests/lifecycle_doc.rs` is the Rust
 //! API's counterpart.
 //!
-//! Left out until the engine runs a sandbox's main process: the "Detached"
-//! line `burrow run -d python --name worker` (today a usage error that says
-//! it is not there yet). Everything else runs.
+//! The image `python` is an OCI layout of the busybox rootfs whose Cmd is a
+//! long `sleep` (standing in for python's own), so `burrow run -d python
+//! --name worker` has a main process to run.
 //!
 //! The lines are separate snippets of one page, so the glue between them (a
 //! start where a line needs a running sandbox, the `api` sandbox that
@@ -66,12 +66,25 @@ fn str_of<'a>(v: &'a Value, field: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {field} in {v}"))
 }
 
-/// A fresh home whose imported image `python` is the busybox demo rootfs.
+/// A fresh home whose imported image `python` is an OCI layout of the
+/// busybox demo rootfs with a Cmd (a long sleep).
 async fn home_with_python() -> TestHome {
     let home = TestHome::new().await;
     let named = home.path().join("images/named");
     std::fs::create_dir_all(&named).unwrap();
-    std::os::unix::fs::symlink(busybox_rootfs(), named.join("python")).unwrap();
+    let config = burrow::image::ImageConfig {
+        cmd: vec!["sleep".into(), "3600".into()],
+        ..Default::default()
+    };
+    burrow::internal::image::oci::write_layout(
+        named.join("python"),
+        &[burrow::internal::image::oci::LayerSpec::dir(
+            busybox_rootfs(),
+        )],
+        &config,
+        Some("latest"),
+    )
+    .unwrap();
     home
 }
 
@@ -86,13 +99,17 @@ async fn every_cli_line_of_the_lifecycle_document_runs_as_written() {
     assert_eq!(str_of(&v, "name"), "worker");
     assert_eq!(str_of(&v, "status"), "created");
     assert_eq!(v["detached"], false);
-    let id = str_of(&v, "id").to_owned();
-    // Detached: `burrow run -d python --name worker` is left out until the
-    // engine runs a sandbox's main process (see the module comment).
+    // Glue: the name is free again for the next line.
+    line(&home, "rm worker");
 
-    // Glue: the stop below is of a running sandbox.
-    let v = line(&home, "start worker");
-    assert_eq!(str_of(&v, "status"), "running");
+    // Detached: the image's Cmd as the main process, in the background.
+    let v = line(&home, "run -d python --name worker");
+    let id = str_of(&v, "id").to_owned();
+    let v = ps(&home, "worker");
+    assert_eq!(
+        (str_of(&v, "status"), &v["detached"]),
+        ("running", &true.into())
+    );
 
     // ---- Stop and restart
     let v = line(&home, "stop worker");

@@ -121,8 +121,7 @@ impl Rng {
 enum Kind {
     Up,
     Create,
-    // `run -d` joins once the engine runs a sandbox's main process (it is a
-    // usage error until then).
+    // `run -d` (a main process) is covered by main_process.rs.
     RunCmd,
     Start,
     Stop,
