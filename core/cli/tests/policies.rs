@@ -281,8 +281,11 @@ async fn startup_timeout_exceeded_is_crashed_and_cleaned_up() {
             "--image",
             &image,
             "--startup-timeout",
-            // Long enough for a VM under TCG to boot on the retry below.
-            if common::is_vm() { "8s" } else { "1s" },
+            // Long enough for the retry below to start within it on a
+            // loaded machine (a container's retry first removes the stale
+            // container, about a second under a CPU hog), and for a VM under
+            // TCG to boot.
+            if common::is_vm() { "8s" } else { "5s" },
         ])
         .env("BURROW_FAULT", "supervisor.after_launch")
         .output()
