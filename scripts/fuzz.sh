@@ -12,8 +12,8 @@
 #                          look for panics and escapes, not memory errors,
 #                          and run several times faster without ASan)
 #
-# Installs the nightly toolchain (minimal profile) and cargo-fuzz (pinned)
-# when they are missing. New inputs go to fuzz/work/<target>, crashes to
+# Installs the dated nightly of fuzz/rust-toolchain.toml (minimal profile)
+# and cargo-fuzz (pinned) when they are missing. New inputs go to fuzz/work/<target>, crashes to
 # fuzz/artifacts/<target> (both ignored by git). Longer runs by hand:
 # fuzz/README.md.
 set -euo pipefail
@@ -25,9 +25,10 @@ sanitizer=${BURROW_FUZZ_SANITIZER:-none}
 start=$(date +%s)
 step() { echo; echo "==> $* ($(( $(date +%s) - start ))s)"; }
 
-step "nightly toolchain and cargo-fuzz $CARGO_FUZZ_VERSION"
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-  rustup toolchain install nightly --profile minimal
+nightly=$(sed -n 's/^channel = "\(.*\)"/\1/p' fuzz/rust-toolchain.toml)
+step "$nightly toolchain and cargo-fuzz $CARGO_FUZZ_VERSION"
+if ! rustup run "$nightly" rustc --version >/dev/null 2>&1; then
+  rustup toolchain install "$nightly" --profile minimal
 fi
 if [ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
   cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
@@ -44,7 +45,7 @@ unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 step "build of every target (one build)"
 # 16 codegen units instead of cargo-fuzz's 1: on 2 cores the build is
 # what costs, not the few percent of fuzzing speed.
-cargo +nightly fuzz build --sanitizer "$sanitizer" --codegen-units 16
+cargo "+$nightly" fuzz build --sanitizer "$sanitizer" --codegen-units 16
 bin=fuzz/target/x86_64-unknown-linux-gnu/release
 
 # The unpack targets' scratch directories, on tmpfs when there is one.

@@ -43,8 +43,6 @@ RULES = [
     (r"\b__anext__\b", "__next__"),
     (r"\bStopAsyncIteration\b", "StopIteration"),
     (r"\bAsyncIterator\b", "Iterator"),
-    (r"\bAwaitable\[(\w+)\]", r"\1"),
-    (r"    Awaitable,\n", ""),
     (r"\b_native\.ASYNC\b", "_native.SYNC"),
     (r'__all__ = \["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process"\]',
      '__all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process", "configure"]'),

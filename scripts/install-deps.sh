@@ -16,6 +16,7 @@
 # cache, in its default place, makes a warm machine's build minutes shorter;
 # an empty one costs a cold machine about 10% more).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 need=()
 # ruby, ruby-dev and libclang-dev: the Ruby binding (bindings/ruby, magnus
@@ -63,9 +64,10 @@ done
 # Fuzzing (scripts/fuzz.sh, which checks the same): libFuzzer through
 # cargo-fuzz needs the nightly toolchain; schemathesis (the OpenAPI fuzzer)
 # needs python3's venv, installed from PyPI by scripts/schemathesis.sh.
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-  echo "==> adding the nightly Rust toolchain (cargo-fuzz)"
-  rustup toolchain install nightly --profile minimal
+nightly=$(sed -n 's/^channel = "\(.*\)"/\1/p' fuzz/rust-toolchain.toml)
+if ! rustup run "$nightly" rustc --version >/dev/null 2>&1; then
+  echo "==> adding the $nightly Rust toolchain (cargo-fuzz; fuzz/rust-toolchain.toml)"
+  rustup toolchain install "$nightly" --profile minimal
 fi
 if [ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz 0.13.2" ]; then
   echo "==> installing cargo-fuzz 0.13.2"

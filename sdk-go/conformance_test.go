@@ -972,6 +972,7 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		Touch(context.Context) error
 		Modify(context.Context, ...burrow.Change) (burrow.ModifyPlan, error)
 		Destroy(context.Context) error
+		FollowLogs(context.Context, func(burrow.LogLine) bool, ...burrow.LogOption) error
 	})
 	// Stop, Kill, RequestDrain and Detach answer only an error: the record
 	// a case checks is read after them.
@@ -1046,6 +1047,25 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		return info(l.WaitForStatus(wctx, ss...))
 	case "destroy":
 		return none(l.Destroy(ctx))
+	case "follow_logs":
+		// The stream ends by itself when the followed run ends; past the
+		// step's bound the context ends it (a timeout error).
+		limit := followTimeout
+		if to, ok := s["timeout"]; ok {
+			limit = num(to)
+		}
+		fctx, cancel := context.WithTimeout(ctx, secs(limit*r.scale))
+		defer cancel()
+		var opts []burrow.LogOption
+		if src, ok := s["source"].(string); ok {
+			opts = append(opts, burrow.WithSource(burrow.LogSource(src)))
+		}
+		texts := []any{}
+		err := l.FollowLogs(fctx, func(line burrow.LogLine) bool {
+			texts = append(texts, line.Text)
+			return true
+		}, opts...)
+		return &result{"value", texts}, err
 	}
 
 	sb, ok := t.(*burrow.Sandbox)
@@ -1123,6 +1143,10 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 	}
 	return nil, failf("unknown op %s", op)
 }
+
+// followTimeout is how long a follow_logs step waits for its stream to end
+// (seconds, scaled) unless the step says.
+const followTimeout = 60.0
 
 // spawned is a process with its output collected.
 type spawned struct {
@@ -1502,7 +1526,7 @@ func TestConformanceCasesAreWellFormed(t *testing.T) {
 	for _, op := range strings.Fields(`create connect_or_create define get get_by_id list handle info status config
 		start connect_or_start connect restart stop kill request_drain pause resume touch modify wait_for_status
 		wait_until_stopped destroy detach ping exec spawn fs_write fs_read fs_exists fs_mkdir fs_list
-		wait await sleep repeat race remove`) {
+		follow_logs wait await sleep repeat race remove`) {
 		known[op] = true
 	}
 	var walk func(s step, where string)

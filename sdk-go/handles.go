@@ -123,7 +123,9 @@ func (t *target) Logs(ctx context.Context, opts ...LogOption) ([]LogLine, error)
 func (t *target) Destroy(ctx context.Context) error { return t.unit(ctx, op{"op": "destroy"}) }
 
 // FollowLogs calls fn with each log line as it is written, until the run
-// stops, fn returns false, or ctx ends (then it returns ctx's error).
+// current when the follow begins ends (the core ends the stream after that
+// run's last lines; at once after the lines already written when none
+// runs), fn returns false, or ctx ends (then it returns ctx's error).
 func (t *target) FollowLogs(ctx context.Context, fn func(LogLine) bool, opts ...LogOption) error {
 	o := op{"op": "follow_logs"}
 	for _, f := range opts {
@@ -134,16 +136,8 @@ func (t *target) FollowLogs(ctx context.Context, fn func(LogLine) bool, opts ...
 		return err
 	}
 	for {
-		raw, _, err := call(ctx, cursor, op{"op": "next", "call_timeout": 1}, nil)
+		raw, _, err := call(ctx, cursor, op{"op": "next"}, nil)
 		if err != nil {
-			if e, ok := err.(*Error); ok && e.Code == ErrTimeout && e.cause == nil {
-				// No line for a second: go on while the run goes on.
-				st, serr := t.currentStatus(ctx)
-				if serr == nil && (st == StatusRunning || st == StatusDraining || st == StatusPaused || st == StatusStarting) {
-					continue
-				}
-				return nil
-			}
 			return err
 		}
 		if string(raw) == "null" {

@@ -293,11 +293,6 @@ func (t *target) unit(ctx context.Context, o op) error {
 	return err
 }
 
-// currentStatus reads the status (a call).
-func (t *target) currentStatus(ctx context.Context) (Status, error) {
-	return get[Status](ctx, t, op{"op": "status"})
-}
-
 func (t *target) stop(ctx context.Context, opts []StopOption) error {
 	o := op{"op": "stop"}
 	for _, f := range opts {

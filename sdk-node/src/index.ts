@@ -739,7 +739,12 @@ abstract class Lifecycle {
   logs(opts: CallOptions & { tail?: number; source?: LogSource } = {}): Promise<LogLine[]> {
     return call(this.o, { op: "logs", tail: opts.tail, source: opts.source }, opts);
   }
-  /** Lines as they are written, until the run stops (or `signal` aborts). */
+  /**
+   * Lines as they are written, until the run current when the follow
+   * begins ends (the core ends the stream after that run's last lines; at
+   * once after the lines already written when none runs), or `signal`
+   * aborts.
+   */
   async *followLogs(
     opts: { tail?: number; source?: LogSource; signal?: AbortSignal } = {},
   ): AsyncIterable<LogLine> {
@@ -749,17 +754,7 @@ abstract class Lifecycle {
       source: opts.source,
     }, opts);
     for (;;) {
-      let line: LogLine | null;
-      try {
-        line = await call(cursor, { op: "next", call_timeout: 1 }, { signal: opts.signal });
-      } catch (e) {
-        if (e instanceof TimeoutError) {
-          const st = await this.info().then((i) => i.status, () => "stopped" as Status);
-          if (st === "running" || st === "draining" || st === "paused" || st === "starting") continue;
-          return;
-        }
-        throw e;
-      }
+      const line: LogLine | null = await call(cursor, { op: "next" }, { signal: opts.signal });
       if (line === null) return;
       yield line;
     }

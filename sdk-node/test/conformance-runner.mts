@@ -67,7 +67,7 @@ const TARGET_OPS = [
   "handle", "info", "status", "config", "start", "connect_or_start", "connect",
   "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
   "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
-  "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list",
+  "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "follow_logs",
 ];
 const CONTROL_OPS = ["wait", "await", "sleep", "repeat", "race", "remove"];
 const KNOWN_OPS = new Set([...NAME_OPS, ...TARGET_OPS, ...CONTROL_OPS]);
@@ -91,6 +91,7 @@ const OP_KEYS: Record<string, string[]> = {
   fs_exists: ["sandbox", "path"],
   fs_mkdir: ["sandbox", "path", "parents"],
   fs_list: ["sandbox", "path"],
+  follow_logs: ["sandbox", "source", "timeout"],
   wait: ["process"],
   await: ["job"],
   sleep: ["seconds"],
@@ -114,6 +115,9 @@ const CAPABILITY_TAGS = new Set([
 const VALUE_OPERATORS = new Set(["var", "str_repeat"]);
 const MATCH_OPERATORS = new Set(["ne", "one_of", "present"]);
 const OPERATOR_MODIFIERS = new Set(["add", "times"]);
+
+/** How long a follow_logs step waits for its stream to end (seconds, scaled) unless the step says. */
+const FOLLOW_TIMEOUT = 60;
 
 /** A field that is not there (unlike `null`, a value). */
 const MISSING: unique symbol = Symbol("missing");
@@ -143,6 +147,7 @@ export function stepCapability(step: Step): string | null {
   const options = step.options ?? {};
   if (step.op === "pause" || step.op === "resume") return "pause";
   if (step.op === "modify") return "modify_live";
+  if (step.op === "follow_logs") return "logs";
   if (step.op === "detach") return "attached";
   if (step.op === "race" && step.processes) {
     const d = step.do ?? {};
@@ -838,6 +843,27 @@ export class Runner {
       case "destroy":
         await target.destroy();
         return { kind: "none" };
+      case "follow_logs": {
+        // The stream ends by itself when the followed run ends.
+        const limit = Number(step.timeout ?? FOLLOW_TIMEOUT) * this.scale;
+        const ac = new AbortController();
+        const timer = setTimeout(() => ac.abort(), limit * 1000);
+        const texts: string[] = [];
+        try {
+          for await (const line of target.followLogs({ source: step.source, signal: ac.signal })) {
+            texts.push(line.text);
+          }
+        } catch (e) {
+          if (!ac.signal.aborted) throw e;
+          throw new ERROR_CLASSES.timeout({
+            code: "timeout",
+            message: `follow_logs did not end within ${limit} s`,
+          });
+        } finally {
+          clearTimeout(timer);
+        }
+        return { kind: "value", obj: texts };
+      }
     }
 
     const sb = this.live(step);

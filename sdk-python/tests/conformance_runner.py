@@ -56,7 +56,7 @@ TARGET_OPS = {
     "handle", "info", "status", "config", "start", "connect_or_start", "connect",
     "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
     "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
-    "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list",
+    "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "follow_logs",
 }
 CONTROL_OPS = {"wait", "await", "sleep", "repeat", "race", "remove"}
 KNOWN_OPS = NAME_OPS | TARGET_OPS | CONTROL_OPS
@@ -82,6 +82,7 @@ OP_KEYS = {
     "fs_exists": {"sandbox", "path"},
     "fs_mkdir": {"sandbox", "path", "parents"},
     "fs_list": {"sandbox", "path"},
+    "follow_logs": {"sandbox", "source", "timeout"},
     "wait": {"process"},
     "await": {"job"},
     "sleep": {"seconds"},
@@ -171,6 +172,8 @@ def step_capability(step: dict) -> str | None:
         return "pause"
     if op == "modify":
         return "modify_live"
+    if op == "follow_logs":
+        return "logs"
     if op == "detach":
         return "attached"
     if op == "race" and step.get("processes"):
@@ -308,6 +311,17 @@ class _Collected:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+#: How long a follow_logs step waits for its stream to end (seconds, scaled)
+#: unless the step says.
+FOLLOW_TIMEOUT = 60.0
+
+
+class StepTimeout(Exception):
+    """A step of the runner's own that did not finish in time (code ``timeout``)."""
+
+    code = "timeout"
 
 
 def _describe_error(e: BaseException) -> str:
@@ -740,6 +754,18 @@ class Runner:
         if op == "destroy":
             await target.destroy()
             return R("none")
+        if op == "follow_logs":
+            # The stream ends by itself when the followed run ends.
+            source = step.get("source")
+            limit = float(step.get("timeout", FOLLOW_TIMEOUT)) * self.scale
+
+            async def texts() -> list[str]:
+                return [line.text async for line in target.follow_logs(source=source)]
+
+            try:
+                return R("value", await asyncio.wait_for(texts(), limit))
+            except asyncio.TimeoutError:
+                raise StepTimeout(f"follow_logs did not end within {limit} s") from None
 
         sb = self._live(step)
         if op == "detach":

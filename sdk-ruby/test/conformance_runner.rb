@@ -45,7 +45,7 @@ module Conformance
   NAME_OPS = %w[create connect_or_create define get get_by_id list].freeze
   TARGET_OPS = %w[handle info status config start connect_or_start connect restart stop kill request_drain
                   pause resume touch modify wait_for_status wait_until_stopped destroy detach ping exec spawn
-                  fs_write fs_read fs_exists fs_mkdir fs_list].freeze
+                  fs_write fs_read fs_exists fs_mkdir fs_list follow_logs].freeze
   CONTROL_OPS = %w[wait await sleep repeat race remove].freeze
   KNOWN_OPS = (NAME_OPS + TARGET_OPS + CONTROL_OPS).to_set.freeze
   PROCESS_RACE_OPS = %w[create connect_or_create connect_or_start].freeze
@@ -58,8 +58,12 @@ module Conformance
     "fs_write" => %w[sandbox path data], "fs_read" => %w[sandbox path], "fs_exists" => %w[sandbox path],
     "fs_mkdir" => %w[sandbox path parents], "fs_list" => %w[sandbox path], "wait" => %w[process],
     "await" => %w[job], "sleep" => %w[seconds], "repeat" => %w[seconds interval do],
-    "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name]
+    "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name],
+    "follow_logs" => %w[sandbox source timeout]
   }.freeze
+  # How long a follow_logs step waits for its stream to end (seconds,
+  # scaled) unless the step says.
+  FOLLOW_TIMEOUT = 60.0
   CREATE_OPTIONS = %w[image cpus memory_mb pids_limit env workdir labels network idle_timeout idle_action
                       max_duration startup_timeout demand_start detached replace].freeze
   # The changes a modify step may name (durations in seconds; null clears
@@ -96,6 +100,7 @@ module Conformance
     options = step["options"] || {}
     return "pause" if %w[pause resume].include?(step["op"])
     return "modify_live" if step["op"] == "modify"
+    return "logs" if step["op"] == "follow_logs"
     return "attached" if step["op"] == "detach"
     if step["op"] == "race" && step["processes"]
       d = step["do"] || {}
@@ -627,6 +632,7 @@ module Conformance
         timeout = step.key?("timeout") ? step["timeout"].to_f * @scale : nil
         return Result.new(:info, t.wait_for_status(*step["statuses"], timeout: timeout))
       when "destroy" then return Result.new(:none, t.destroy)
+      when "follow_logs" then return Result.new(:value, follow_texts(t, step))
       end
 
       sb = live(step)
@@ -651,6 +657,19 @@ module Conformance
       when "fs_list" then Result.new(:list, sb.fs.list(path))
       else raise Failure, "unknown op #{op}"
       end
+    end
+
+    # The texts of a followed log's lines, once the stream ended by itself
+    # (the followed run ended); past the step's bound, a Burrow::TimeoutError
+    # (the follower thread is killed, which cancels its call).
+    def follow_texts(target, step)
+      limit = (step["timeout"] || FOLLOW_TIMEOUT).to_f * @scale
+      follower = Thread.new { target.follow_logs(source: step["source"]).map(&:text) }
+      return follower.value if follower.join(limit)
+
+      follower.kill
+      follower.join
+      raise Burrow::TimeoutError.new("code" => "timeout", "message" => "follow_logs did not end within #{limit} s")
     end
 
     # -- race -----------------------------------------------------------------

@@ -310,7 +310,7 @@ impl From<&Error> for ErrorBody {
     fn from(e: &Error) -> Self {
         let mut b = ErrorBody {
             code: e.code().as_str().to_owned(),
-            message: e.to_string(),
+            message: crate::error::report(e),
             name: e.name().map(str::to_owned),
             id: e.sandbox_id().cloned(),
             status: e.status(),
@@ -345,9 +345,9 @@ impl From<&Error> for ErrorBody {
                 b.subject = Some(runtime.clone());
                 b.reason = Some(reason.clone());
             }
-            Error::Guest { operation, source } => {
+            Error::Guest { operation, failure } => {
                 b.operation = Some(operation.clone());
-                b.guest = Some(source.0.clone());
+                b.guest = Some(failure.0.clone());
             }
             Error::Store { reason, source } => {
                 b.reason = Some(match source {
@@ -456,7 +456,7 @@ impl ErrorBody {
             ErrorCode::Guest => match self.guest {
                 Some(g) => Error::Guest {
                     operation: self.operation.unwrap_or_default(),
-                    source: GuestFailure(g),
+                    failure: GuestFailure(g),
                 },
                 None => missing("guest error"),
             },
@@ -534,7 +534,7 @@ mod tests {
             },
             Error::Guest {
                 operation: "read".into(),
-                source: GuestFailure(burrow_protocol::GuestError::new(
+                failure: GuestFailure(burrow_protocol::GuestError::new(
                     burrow_protocol::GuestErrorCode::NotFound,
                     "nope",
                 )),
@@ -569,6 +569,11 @@ mod tests {
             assert_eq!(again.name(), e.name(), "{json}");
             assert_eq!(again.status(), e.status(), "{json}");
             assert_eq!(again.to_string(), e.to_string(), "{json}");
+            assert_eq!(
+                crate::error::report(&again),
+                crate::error::report(&e),
+                "{json}"
+            );
         }
     }
 

@@ -9,94 +9,48 @@ use crate::model::{SandboxId, Status};
 /// Result alias for burrow operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Stable, machine-readable error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ErrorCode {
-    /// See [`Error::SandboxReplaced`].
-    SandboxReplaced,
-    /// See [`Error::AlreadyExists`].
-    AlreadyExists,
-    /// See [`Error::NotFound`].
-    NotFound,
-    /// See [`Error::InvalidState`].
-    InvalidState,
-    /// See [`Error::InvalidName`].
-    InvalidName,
-    /// See [`Error::InvalidConfig`].
-    InvalidConfig,
-    /// See [`Error::InvalidImage`].
-    InvalidImage,
-    /// See [`Error::InvalidArgument`].
-    InvalidArgument,
-    /// See [`Error::Starting`].
-    Starting,
-    /// See [`Error::StartFailed`].
-    StartFailed,
-    /// See [`Error::Timeout`].
-    Timeout,
-    /// See [`Error::Runtime`].
-    RuntimeUnavailable,
-    /// See [`Error::Guest`].
-    Guest,
-    /// See [`Error::Protocol`].
-    Protocol,
-    /// See [`Error::Store`].
-    Store,
-    /// See [`Error::Io`].
-    Io,
-    /// See [`Error::Unauthorized`].
-    Unauthorized,
-    /// See [`Error::Unsupported`].
-    Unsupported,
-}
-
-impl ErrorCode {
-    /// Every code, in a stable order. SDK error tables are checked against this.
-    pub const ALL: &'static [ErrorCode] = &[
-        ErrorCode::SandboxReplaced,
-        ErrorCode::AlreadyExists,
-        ErrorCode::NotFound,
-        ErrorCode::InvalidState,
-        ErrorCode::InvalidName,
-        ErrorCode::InvalidConfig,
-        ErrorCode::InvalidImage,
-        ErrorCode::InvalidArgument,
-        ErrorCode::Starting,
-        ErrorCode::StartFailed,
-        ErrorCode::Timeout,
-        ErrorCode::RuntimeUnavailable,
-        ErrorCode::Guest,
-        ErrorCode::Protocol,
-        ErrorCode::Store,
-        ErrorCode::Io,
-        ErrorCode::Unauthorized,
-        ErrorCode::Unsupported,
-    ];
-
-    /// The code as a string (`"sandbox_replaced"`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::SandboxReplaced => "sandbox_replaced",
-            ErrorCode::AlreadyExists => "already_exists",
-            ErrorCode::NotFound => "not_found",
-            ErrorCode::InvalidState => "invalid_state",
-            ErrorCode::InvalidName => "invalid_name",
-            ErrorCode::InvalidConfig => "invalid_config",
-            ErrorCode::InvalidImage => "invalid_image",
-            ErrorCode::InvalidArgument => "invalid_argument",
-            ErrorCode::Starting => "starting",
-            ErrorCode::StartFailed => "start_failed",
-            ErrorCode::Timeout => "timeout",
-            ErrorCode::RuntimeUnavailable => "runtime_unavailable",
-            ErrorCode::Guest => "guest",
-            ErrorCode::Protocol => "protocol",
-            ErrorCode::Store => "store",
-            ErrorCode::Io => "io",
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::Unsupported => "unsupported",
-        }
+listed_enum! {
+    /// Stable, machine-readable error codes.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum ErrorCode {
+        /// See [`Error::SandboxReplaced`].
+        SandboxReplaced = "sandbox_replaced",
+        /// See [`Error::AlreadyExists`].
+        AlreadyExists = "already_exists",
+        /// See [`Error::NotFound`].
+        NotFound = "not_found",
+        /// See [`Error::InvalidState`].
+        InvalidState = "invalid_state",
+        /// See [`Error::InvalidName`].
+        InvalidName = "invalid_name",
+        /// See [`Error::InvalidConfig`].
+        InvalidConfig = "invalid_config",
+        /// See [`Error::InvalidImage`].
+        InvalidImage = "invalid_image",
+        /// See [`Error::InvalidArgument`].
+        InvalidArgument = "invalid_argument",
+        /// See [`Error::Starting`].
+        Starting = "starting",
+        /// See [`Error::StartFailed`].
+        StartFailed = "start_failed",
+        /// See [`Error::Timeout`].
+        Timeout = "timeout",
+        /// See [`Error::Runtime`].
+        RuntimeUnavailable = "runtime_unavailable",
+        /// See [`Error::Guest`].
+        Guest = "guest",
+        /// See [`Error::Protocol`].
+        Protocol = "protocol",
+        /// See [`Error::Store`].
+        Store = "store",
+        /// See [`Error::Io`].
+        Io = "io",
+        /// See [`Error::Unauthorized`].
+        Unauthorized = "unauthorized",
+        /// See [`Error::Unsupported`].
+        Unsupported = "unsupported",
     }
 }
 
@@ -216,12 +170,15 @@ pub enum Error {
         reason: String,
     },
     /// The guest agent answered with an error (file not found, ...).
-    #[error("guest error ({}) in {operation}: {}", .source.code_str(), .source.message())]
+    ///
+    /// The agent's error is in the text, so it is not also a
+    /// [`std::error::Error::source`]: a chain prints it once.
+    #[error("guest error ({}) in {operation}: {}", .failure.code_str(), .failure.message())]
     Guest {
         /// The operation.
         operation: String,
         /// The agent's error.
-        source: GuestFailure,
+        failure: GuestFailure,
     },
     /// The peer broke the protocol (bad frame, wrong identity, wrong version).
     #[error("protocol error: {reason}")]
@@ -399,6 +356,28 @@ impl Error {
     }
 }
 
+/// The whole text of `err`: its own message, then each
+/// [`source`](std::error::Error::source) after `": "`, every part once. A
+/// source whose text the message before it already holds is not repeated
+/// (some libraries put their source's text in their own message and also
+/// return it as the source). What the CLI prints and what a binding's
+/// error message carries.
+pub fn report(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut last = text.clone();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let part = e.to_string();
+        if !part.is_empty() && !last.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        last = part;
+        cur = e.source();
+    }
+    text
+}
+
 #[cfg(feature = "local")]
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
@@ -411,13 +390,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_are_unique_and_complete() {
+    fn codes_are_unique_and_their_wire_names() {
+        // ALL is generated from the enum's declaration (listed_enum!), so
+        // it holds every code; this checks the strings.
         let mut seen = std::collections::HashSet::new();
         for c in ErrorCode::ALL {
             assert!(seen.insert(c.as_str()), "duplicate code {c}");
-            let json = serde_json::to_string(c).unwrap();
+            let json = serde_json::to_string(&c).unwrap();
             assert_eq!(json, format!("\"{}\"", c.as_str()));
         }
         assert_eq!(seen.len(), ErrorCode::ALL.len());
+    }
+
+    #[test]
+    fn report_says_each_part_once() {
+        let io = Error::io(
+            "reading the config",
+            Some(std::path::Path::new("/x")),
+            std::io::Error::from_raw_os_error(2),
+        );
+        assert_eq!(
+            report(&io),
+            "reading the config (/x): No such file or directory (os error 2)"
+        );
+        let guest = Error::Guest {
+            operation: "exec".into(),
+            failure: GuestFailure(burrow_protocol::GuestError::new(
+                burrow_protocol::GuestErrorCode::NotFound,
+                "starting hi: No such file or directory (os error 2)",
+            )),
+        };
+        assert!(std::error::Error::source(&guest).is_none());
+        assert_eq!(
+            report(&guest),
+            "guest error (not_found) in exec: starting hi: No such file or directory (os error 2)"
+        );
+        // A source that repeats its text in its wrapper's message.
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {0}")]
+        struct Loud(#[source] std::io::Error);
+        let store = Error::store("opening db", Loud(std::io::Error::other("locked")));
+        assert_eq!(
+            report(&store),
+            "state database error: opening db: outer: locked"
+        );
     }
 }

@@ -22,6 +22,9 @@
 //! backend or a remote-only client needs, without SQLite, an OCI client or
 //! an HTTP stack.
 
+#[macro_use]
+mod listed;
+
 pub mod api;
 pub mod backend;
 mod duration;

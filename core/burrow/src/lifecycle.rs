@@ -16,36 +16,38 @@
 use crate::error::Error;
 use crate::model::{SandboxInfo, Status};
 
-/// A lifecycle operation, as far as the status it meets decides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Operation {
-    /// Strict start.
-    Start,
-    /// Converge on a running sandbox.
-    ConnectOrStart,
-    /// Graceful stop.
-    Stop,
-    /// Immediate stop.
-    Kill,
-    /// Stop once in-flight work is done.
-    Drain,
-    /// Survive the owner from now on.
-    Detach,
-    /// Delete the record.
-    Remove,
-    /// Suspend.
-    Pause,
-    /// Continue after a pause.
-    Resume,
-    /// Count as activity.
-    Touch,
-    /// Read resource usage.
-    Metrics,
-    /// Change the configuration.
-    Modify,
-    /// Run commands, file operations or tunnels (a runtime stream).
-    Exec,
+listed_enum! {
+    /// A lifecycle operation, as far as the status it meets decides it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Operation {
+        /// Strict start.
+        Start = "start",
+        /// Converge on a running sandbox.
+        ConnectOrStart = "connect_or_start",
+        /// Graceful stop.
+        Stop = "stop",
+        /// Immediate stop.
+        Kill = "kill",
+        /// Stop once in-flight work is done.
+        Drain = "drain",
+        /// Survive the owner from now on.
+        Detach = "detach",
+        /// Delete the record.
+        Remove = "remove",
+        /// Suspend.
+        Pause = "pause",
+        /// Continue after a pause.
+        Resume = "resume",
+        /// Count as activity.
+        Touch = "touch",
+        /// Read resource usage.
+        Metrics = "metrics",
+        /// Change the configuration.
+        Modify = "modify",
+        /// Run commands, file operations or tunnels (a runtime stream).
+        Exec = "exec",
+    }
 }
 
 /// What an operation does in a status.
@@ -64,42 +66,6 @@ pub enum Step {
 }
 
 impl Operation {
-    /// Every operation.
-    pub const ALL: [Operation; 13] = [
-        Operation::Start,
-        Operation::ConnectOrStart,
-        Operation::Stop,
-        Operation::Kill,
-        Operation::Drain,
-        Operation::Detach,
-        Operation::Remove,
-        Operation::Pause,
-        Operation::Resume,
-        Operation::Touch,
-        Operation::Metrics,
-        Operation::Modify,
-        Operation::Exec,
-    ];
-
-    /// The operation's name in errors (`"stop"`, `"connect_or_start"`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Start => "start",
-            Operation::ConnectOrStart => "connect_or_start",
-            Operation::Stop => "stop",
-            Operation::Kill => "kill",
-            Operation::Drain => "drain",
-            Operation::Detach => "detach",
-            Operation::Remove => "remove",
-            Operation::Pause => "pause",
-            Operation::Resume => "resume",
-            Operation::Touch => "touch",
-            Operation::Metrics => "metrics",
-            Operation::Modify => "modify",
-            Operation::Exec => "exec",
-        }
-    }
-
     /// What this operation does to a sandbox in `status`.
     pub fn step(self, status: Status) -> Step {
         use Status::*;

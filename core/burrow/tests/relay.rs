@@ -452,7 +452,7 @@ async fn handles_run_commands_files_and_processes_through_a_tcp_relay() {
     );
     assert!(sb.fs().exists(&file).await.unwrap());
     match sb.fs().read(&format!("{file}.missing")).await {
-        Err(Error::Guest { source, .. }) => assert_eq!(source.code(), GuestErrorCode::NotFound),
+        Err(Error::Guest { failure, .. }) => assert_eq!(failure.code(), GuestErrorCode::NotFound),
         other => panic!("expected a guest not_found, got {other:?}"),
     }
 

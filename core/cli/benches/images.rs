@@ -11,8 +11,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use burrow_test_support::stats::{ms, pct};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burrow::image::{ImageConfig, PullOptions, PullPolicy};
 use burrow::internal::image::oci::{write_layout, LayerEntry, LayerSpec};
@@ -21,16 +22,6 @@ use common::{busybox_rootfs, TestHome};
 
 const LAYERS: usize = 4;
 const LAYER_MB: usize = 24;
-
-fn pct(samples: &[Duration], p: f64) -> Duration {
-    let mut s = samples.to_vec();
-    s.sort();
-    s[((s.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 /// Incompressible bytes (xorshift), so the layers stay ~LAYER_MB compressed.
 fn noise(seed: u64, len: usize) -> Vec<u8> {

@@ -15,6 +15,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use burrow_test_support::stats::{ms, pct};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,15 +29,8 @@ struct Stats {
 
 impl Stats {
     fn pct(&self, p: f64) -> Duration {
-        let mut s = self.samples.clone();
-        s.sort();
-        let idx = ((s.len() as f64 - 1.0) * p).round() as usize;
-        s[idx]
+        pct(&self.samples, p)
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// A runc bundle over a read-only copy of the rootfs, running `args`.

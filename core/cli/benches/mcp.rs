@@ -28,6 +28,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use burrow_test_support::stats::pct;
 use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,10 +40,6 @@ use common::serve::pg::PgCluster;
 use common::serve::{http, ServeEnv, Server};
 use common::TestHome;
 use serde_json::{json, Value};
-
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -11,20 +11,11 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use burrow_test_support::stats::{ms, pct};
 use std::time::{Duration, Instant};
 
 use burrow::Status;
 use common::TestHome;
-
-fn pct(samples: &[Duration], p: f64) -> Duration {
-    let mut s = samples.to_vec();
-    s.sort();
-    s[((s.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 /// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {

@@ -23,6 +23,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use burrow_test_support::stats::pct_ms;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -94,11 +95,6 @@ impl Client {
     }
 }
 
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1e3
-}
-
 fn timed(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
     for _ in 0..20 {
         f();
@@ -153,12 +149,12 @@ async fn gateway_overhead(label: &str, database: String, iters: usize) {
          direct via tunnel: p50 {:.3} ms  p99 {:.3} ms\n  \
          through /gw/:      p50 {:.3} ms  p99 {:.3} ms\n  \
          overhead:          p50 {:+.3} ms  p99 {:+.3} ms",
-        pct(&direct, 0.5),
-        pct(&direct, 0.99),
-        pct(&gateway, 0.5),
-        pct(&gateway, 0.99),
-        pct(&gateway, 0.5) - pct(&direct, 0.5),
-        pct(&gateway, 0.99) - pct(&direct, 0.99),
+        pct_ms(&direct, 0.5),
+        pct_ms(&direct, 0.99),
+        pct_ms(&gateway, 0.5),
+        pct_ms(&gateway, 0.99),
+        pct_ms(&gateway, 0.5) - pct_ms(&direct, 0.5),
+        pct_ms(&gateway, 0.99) - pct_ms(&direct, 0.99),
     );
     drop(published);
     drop(server);

@@ -21,6 +21,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use burrow_test_support::stats::{ms, pct};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -61,16 +62,6 @@ int main(void) {
     return 1;
 }
 "#;
-
-fn pct(samples: &[Duration], p: f64) -> Duration {
-    let mut s = samples.to_vec();
-    s.sort();
-    s[((s.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 fn run(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -86,7 +86,10 @@ fn init_supervisor_logging(args: &supervisor::SuperviseArgs) {
             let _ = builder.with_writer(Arc::new(log)).try_init();
         }
         Err(e) => {
-            eprintln!("burrow __supervise: {e:#}; logging to stderr instead");
+            eprintln!(
+                "burrow __supervise: {}; logging to stderr instead",
+                burrow::error::report(e.as_ref())
+            );
             let _ = builder.with_writer(std::io::stderr).try_init();
         }
     }

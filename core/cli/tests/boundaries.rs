@@ -88,8 +88,8 @@ fn outcome<T>(r: &burrow::Result<T>) -> Outcome {
         Err(burrow::Error::InvalidState { status, .. }) => {
             Outcome::Err(ErrorCode::InvalidState, Some(*status))
         }
-        Err(burrow::Error::Guest { source, .. })
-            if source.code() == burrow::GuestErrorCode::ConnectionRefused =>
+        Err(burrow::Error::Guest { failure, .. })
+            if failure.code() == burrow::GuestErrorCode::ConnectionRefused =>
         {
             // A tunnel to a port nothing listens on: the call reached a live
             // agent, which is the tunnel's success here.

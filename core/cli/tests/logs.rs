@@ -230,17 +230,59 @@ async fn follow_yields_lines_written_later() {
     .await
     .unwrap();
     assert!(seen, "burrow logs -f printed the new line");
-    cli.kill().unwrap();
-    let _ = cli.wait();
 
-    // A supervisor event after the stream was opened.
+    // A supervisor event after the stream was opened: the run's last line.
     sb.stop().await.unwrap();
     let line = next_matching(&mut stream, |l| {
         l.source == LogSource::Supervisor && is_event(&l.text, "run ended")
     })
     .await;
     assert!(line.text.contains("reason=\"stopped\""), "{}", line.text);
-    drop(stream);
+    // The run has ended: so has its followed log, in the library and in
+    // `burrow logs -f` (which exits 0 by itself).
+    let end = tokio::time::timeout(Duration::from_secs(15), async {
+        while let Some(line) = stream.next().await {
+            line.unwrap();
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the followed log ends with its run");
+    let status = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = cli.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = cli.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        status.map(|s| s.code()),
+        Some(Some(0)),
+        "burrow logs -f exits once the run ended"
+    );
+
+    // Following a stopped sandbox: the lines already written, then the end.
+    let lines = tokio::time::timeout(
+        Duration::from_secs(15),
+        sb.logs(&LogOptions::default().follow(true))
+            .await
+            .unwrap()
+            .collect(),
+    )
+    .await
+    .expect("a follow of a stopped sandbox ends")
+    .unwrap();
+    assert!(
+        lines.iter().any(|l| l.text.contains("guest-marker-follow")),
+        "{lines:?}"
+    );
     sb.destroy().await.unwrap();
 }
 

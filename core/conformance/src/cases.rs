@@ -59,6 +59,7 @@ pub(crate) const TARGET_OPS: &[&str] = &[
     "fs_exists",
     "fs_mkdir",
     "fs_list",
+    "follow_logs",
 ];
 pub(crate) const CONTROL_OPS: &[&str] = &["wait", "await", "sleep", "repeat", "race", "remove"];
 /// The capability tags: a case carrying one needs that capability of the
@@ -144,6 +145,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "fs_write" => &["sandbox", "path", "data"],
         "fs_read" | "fs_exists" | "fs_list" => &["sandbox", "path"],
         "fs_mkdir" => &["sandbox", "path", "parents"],
+        "follow_logs" => &["sandbox", "source", "timeout"],
         "wait" => &["process"],
         "await" => &["job"],
         "sleep" => &["seconds"],
@@ -156,6 +158,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
 
 /// The capability (one of [`CAPABILITY_TAGS`]) a step needs by itself, if
 /// any: `pause`/`resume` need `pause`; `modify` needs `modify_live`;
+/// `follow_logs` needs `logs`;
 /// `detach`, and a race in processes whose callers own the attached sandbox
 /// they start, need `attached`; an `idle_timeout`, `idle_action` or
 /// `demand_start` option needs `idle_reclaim`.
@@ -165,6 +168,7 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
     match op {
         "pause" | "resume" => Some("pause"),
         "modify" => Some("modify_live"),
+        "follow_logs" => Some("logs"),
         "detach" => Some("attached"),
         "race" if step.get("processes").and_then(Value::as_bool) == Some(true) => step
             .get("do")

@@ -8,9 +8,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use burrow::{
-    ExecOptions, IdleAction, ListFilter, Modify, Sandbox, SandboxBuilder, SandboxConfig,
-    SandboxHandle, SandboxId, Status, StopOptions,
+    ExecOptions, IdleAction, ListFilter, LogOptions, LogSource, Modify, Sandbox, SandboxBuilder,
+    SandboxConfig, SandboxHandle, SandboxId, Status, StopOptions,
 };
+
+/// How long a `follow_logs` step waits for its stream to end, in seconds
+/// (scaled), unless the step says.
+const FOLLOW_TIMEOUT: f64 = 60.0;
 use serde_json::{json, Map, Value};
 
 use crate::interp::{op_of, Ctx, Obj};
@@ -347,6 +351,30 @@ impl Ctx {
             ("wait_until_stopped", _) => {
                 let info = Self::handle_of(&target)?.wait_for_status(&STOPPED).await?;
                 return Ok(R::Info(Box::new(info)));
+            }
+            ("follow_logs", _) => {
+                let mut opts = LogOptions::default().follow(true);
+                if step.contains_key("source") {
+                    opts = opts.sources([self.str_arg(step, "source")?.parse::<LogSource>()?]);
+                }
+                let after = Duration::from_secs_f64(
+                    step.get("timeout")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(FOLLOW_TIMEOUT)
+                        .max(0.0)
+                        * self.scale,
+                );
+                let stream = match &target {
+                    Obj::Sandbox(s) => s.logs(&opts).await?,
+                    _ => Self::handle_of(&target)?.logs(&opts).await?,
+                };
+                // The stream ends by itself when the followed run ends.
+                let lines = match tokio::time::timeout(after, stream.collect()).await {
+                    Ok(lines) => lines?,
+                    Err(_) => return Err(StepError::timeout("follow_logs", after).into()),
+                };
+                let texts: Vec<String> = lines.into_iter().map(|l| l.text).collect();
+                return Ok(R::Value(json!(texts)));
             }
             ("remove", _) => {
                 Self::handle_of(&target)?.remove().await?;

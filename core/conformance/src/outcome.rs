@@ -125,7 +125,7 @@ pub(crate) struct StepError {
 impl From<burrow::Error> for StepError {
     fn from(e: burrow::Error) -> Self {
         let guest_code = match &e {
-            burrow::Error::Guest { source, .. } => serde_json::to_value(source.code())
+            burrow::Error::Guest { failure, .. } => serde_json::to_value(failure.code())
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned)),
             _ => None,

@@ -15,6 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use burrow_test_support::stats::pct_ms;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,10 +23,8 @@ use std::time::{Duration, Instant};
 use burrow::{Backend, CreateRequest, Sandbox, SandboxConfig};
 use burrow_kube::{KubeBackend, KubeSettings};
 
-fn median_p90(mut v: Vec<Duration>) -> (f64, f64) {
-    v.sort();
-    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0;
-    (at(0.5), at(0.9))
+fn median_p90(v: Vec<Duration>) -> (f64, f64) {
+    (pct_ms(&v, 0.5), pct_ms(&v, 0.9))
 }
 
 fn kubectl() -> Command {

@@ -10,42 +10,41 @@ use crate::app::{router, AppState, Transport};
 use crate::config::{Listen, ServeConfig};
 use crate::store::{Store, StoreError};
 
-/// Why the server could not start (each is a clear, single message).
+/// Why the server could not start. Each thing is said once: an error of
+/// the engine is the `source()` (its own chain says why), an I/O error is
+/// in the text and not also a `source()`.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     /// The database is unusable.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The engine could not open its home.
-    #[error("cannot open the burrow home {home}: {source}")]
-    Engine {
-        /// The home.
-        home: String,
-        /// Why.
-        source: burrow::Error,
-    },
+    /// The engine could not open its home (the engine's error names the
+    /// home and says why).
+    #[error(transparent)]
+    Engine(burrow::Error),
     /// The home directory could not be created.
-    #[error("cannot create the burrow home {home}: {source}")]
+    #[error("cannot create the burrow home {home}: {error}")]
     Home {
         /// The home.
         home: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The Kubernetes backend could not reach its cluster (credentials that
     /// do not load, an unknown context, an API server that does not answer).
-    #[error("the kubernetes backend cannot start: {source}")]
+    #[error("the kubernetes backend cannot start")]
     Kubernetes {
         /// Why (naming where the credentials came from).
-        source: burrow::Error,
+        #[source]
+        error: burrow::Error,
     },
     /// A listener could not be bound.
-    #[error("cannot listen on {what}: {source}")]
+    #[error("cannot listen on {what}: {error}")]
     Listen {
         /// The address.
         what: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -53,9 +52,9 @@ pub enum StartupError {
 /// home is created first (0700, as the engine's): the default SQLite
 /// database lives in it.
 pub async fn open_store(config: &ServeConfig) -> Result<Store, StartupError> {
-    create_home(&config.home).map_err(|source| StartupError::Home {
+    create_home(&config.home).map_err(|error| StartupError::Home {
         home: config.home.display().to_string(),
-        source,
+        error,
     })?;
     Ok(Store::open(
         config.database.as_str(),
@@ -87,9 +86,9 @@ async fn bind(listen: &Listen, reuse_port: bool) -> Result<(Bound, String), Star
         Listen::Tcp(a) => a.to_string(),
         Listen::Unix(p) => format!("unix:{}", p.display()),
     };
-    let err = |source| StartupError::Listen {
+    let err = |error| StartupError::Listen {
         what: what(listen),
-        source,
+        error,
     };
     match listen {
         Listen::Tcp(addr) => {
@@ -141,7 +140,7 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
         crate::config::BackendKind::Kubernetes => {
             let backend = burrow_kube::KubeBackend::connect(config.kubernetes.clone())
                 .await
-                .map_err(|source| StartupError::Kubernetes { source })?;
+                .map_err(|error| StartupError::Kubernetes { error })?;
             // Which credentials won (an execution cluster's kubeconfig, the
             // pod's service account, ...): the one line an operator needs
             // when sandboxes land on the wrong cluster.
@@ -156,10 +155,7 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
         _ => Arc::new(
             LocalBackend::open_at(&config.home)
                 .await
-                .map_err(|source| StartupError::Engine {
-                    home: config.home.display().to_string(),
-                    source,
-                })?,
+                .map_err(StartupError::Engine)?,
         ),
     };
     run_with(config, engine).await

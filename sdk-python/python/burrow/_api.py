@@ -7,8 +7,6 @@ from types import TracebackType
 from typing import (
     Any,
     AsyncIterator,
-    Awaitable,
-    Callable,
     Dict,
     List,
     Mapping,
@@ -21,7 +19,7 @@ from typing import (
 
 from . import _common as c
 from . import _native
-from .errors import BurrowError, BurrowTimeoutError, SandboxNotFoundError
+from .errors import SandboxNotFoundError
 from .types import (
     DirEntry,
     Driver,
@@ -41,25 +39,11 @@ from .types import (
 __all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process"]
 
 
-async def _follow(
-    stream: _native.NativeLogStream, stopped: Callable[[], Awaitable[bool]]
-) -> AsyncIterator[LogLine]:
-    """Lines of a followed log until ``stopped()`` says the sandbox stopped
-    (then what is still being written is drained)."""
+async def _follow(stream: _native.NativeLogStream) -> AsyncIterator[LogLine]:
+    """Lines of a followed log; the core ends the stream once the followed
+    run has ended and its last lines were read."""
     while True:
-        try:
-            d = await stream.next(c.FOLLOW_CHECK)
-        except BurrowTimeoutError:
-            if not await stopped():
-                continue
-            while True:
-                try:
-                    d = await stream.next(c.FOLLOW_DRAIN)
-                except BurrowTimeoutError:
-                    return
-                if d is None:
-                    return
-                yield c.log_line(d)
+        d = await stream.next()
         if d is None:
             return
         yield c.log_line(d)
@@ -493,19 +477,11 @@ class Sandbox:
     async def follow_logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> AsyncIterator[LogLine]:
-        """Log lines as they are written, until this run of the sandbox
-        stops."""
+        """Log lines as they are written, until the run current when the
+        follow begins ends (at once, after the lines already written, when
+        none runs)."""
         stream = await self._n.follow_logs(tail, c.source_name(source))
-        generation = self.generation
-
-        async def stopped() -> bool:
-            try:
-                i = await self.info()
-            except BurrowError:
-                return True
-            return i.generation != generation or i.status not in c.RUNTIME_STATUSES
-
-        async for line in _follow(stream, stopped):
+        async for line in _follow(stream):
             yield line
 
     async def detach(self) -> SandboxInfo:
@@ -667,16 +643,11 @@ class SandboxHandle:
     async def follow_logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> AsyncIterator[LogLine]:
-        """Log lines as they are written, until the sandbox has no runtime."""
+        """Log lines as they are written, until the run current when the
+        follow begins ends (at once, after the lines already written, when
+        none runs)."""
         stream = await self._n.follow_logs(tail, c.source_name(source))
-
-        async def stopped() -> bool:
-            try:
-                return (await self.info()).status not in c.RUNTIME_STATUSES
-            except BurrowError:
-                return True
-
-        async for line in _follow(stream, stopped):
+        async for line in _follow(stream):
             yield line
 
     async def remove(self) -> None:

@@ -281,11 +281,3 @@ def log_line(d: Any) -> LogLine:
     return LogLine._from_core(d)
 
 
-#: Statuses in which a sandbox has a runtime (the core's ``has_runtime``).
-RUNTIME_STATUSES = frozenset({Status.STARTING, Status.RUNNING, Status.DRAINING, Status.PAUSED})
-
-#: How long a followed log keeps reading after its sandbox stopped (the
-#: core polls log files every 150 ms).
-FOLLOW_DRAIN = 0.5
-#: How often a followed log checks whether its sandbox stopped.
-FOLLOW_CHECK = 0.5

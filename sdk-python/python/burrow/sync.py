@@ -15,7 +15,6 @@ from types import TracebackType
 from typing import (
     Any,
     Iterator,
-    Callable,
     Dict,
     List,
     Mapping,
@@ -29,7 +28,7 @@ from typing import (
 from . import _common as c
 from . import _native
 from ._common import configure
-from .errors import BurrowError, BurrowTimeoutError, SandboxNotFoundError
+from .errors import SandboxNotFoundError
 from .types import (
     DirEntry,
     Driver,
@@ -49,25 +48,11 @@ from .types import (
 __all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process", "configure"]
 
 
-def _follow(
-    stream: _native.NativeLogStream, stopped: Callable[[], bool]
-) -> Iterator[LogLine]:
-    """Lines of a followed log until ``stopped()`` says the sandbox stopped
-    (then what is still being written is drained)."""
+def _follow(stream: _native.NativeLogStream) -> Iterator[LogLine]:
+    """Lines of a followed log; the core ends the stream once the followed
+    run has ended and its last lines were read."""
     while True:
-        try:
-            d = stream.next(c.FOLLOW_CHECK)
-        except BurrowTimeoutError:
-            if not stopped():
-                continue
-            while True:
-                try:
-                    d = stream.next(c.FOLLOW_DRAIN)
-                except BurrowTimeoutError:
-                    return
-                if d is None:
-                    return
-                yield c.log_line(d)
+        d = stream.next()
         if d is None:
             return
         yield c.log_line(d)
@@ -501,19 +486,11 @@ class Sandbox:
     def follow_logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> Iterator[LogLine]:
-        """Log lines as they are written, until this run of the sandbox
-        stops."""
+        """Log lines as they are written, until the run current when the
+        follow begins ends (at once, after the lines already written, when
+        none runs)."""
         stream = self._n.follow_logs(tail, c.source_name(source))
-        generation = self.generation
-
-        def stopped() -> bool:
-            try:
-                i = self.info()
-            except BurrowError:
-                return True
-            return i.generation != generation or i.status not in c.RUNTIME_STATUSES
-
-        for line in _follow(stream, stopped):
+        for line in _follow(stream):
             yield line
 
     def detach(self) -> SandboxInfo:
@@ -675,16 +652,11 @@ class SandboxHandle:
     def follow_logs(
         self, *, tail: Optional[int] = None, source: Optional[Union[LogSource, str]] = None
     ) -> Iterator[LogLine]:
-        """Log lines as they are written, until the sandbox has no runtime."""
+        """Log lines as they are written, until the run current when the
+        follow begins ends (at once, after the lines already written, when
+        none runs)."""
         stream = self._n.follow_logs(tail, c.source_name(source))
-
-        def stopped() -> bool:
-            try:
-                return (self.info()).status not in c.RUNTIME_STATUSES
-            except BurrowError:
-                return True
-
-        for line in _follow(stream, stopped):
+        for line in _follow(stream):
             yield line
 
     def remove(self) -> None:

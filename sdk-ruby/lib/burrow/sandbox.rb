@@ -87,8 +87,10 @@ module Burrow
       call(op: "logs", tail: tail, source: source&.to_s).map { |l| LogLine.from_json(l) }
     end
 
-    # Log lines as they are written, until the run stops. Without a block,
-    # an Enumerator.
+    # Log lines as they are written, until the run current when the follow
+    # begins ends (the core ends the stream after that run's last lines; at
+    # once after the lines already written when none runs). Without a
+    # block, an Enumerator.
     # @yieldparam line [LogLine]
     # @return [Enumerator, nil]
     def follow_logs(tail: nil, source: nil)
@@ -96,13 +98,7 @@ module Burrow
 
       cursor = call(op: "follow_logs", tail: tail, source: source&.to_s)
       loop do
-        line = begin
-          Burrow.call(cursor, { op: "next", call_timeout: 1 })
-        rescue Burrow::TimeoutError
-          break unless %i[running draining paused starting].include?(info.status)
-
-          next
-        end
+        line = Burrow.call(cursor, { op: "next" })
         break if line.nil?
 
         yield LogLine.from_json(line)

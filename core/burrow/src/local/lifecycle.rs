@@ -285,7 +285,7 @@ impl LocalBackend {
                     if (now.status, now.generation) == (info.status, info.generation) {
                         return Err(Error::Guest {
                             operation: operation.as_str().into(),
-                            source: crate::error::GuestFailure(g),
+                            failure: crate::error::GuestFailure(g),
                         });
                     }
                 }

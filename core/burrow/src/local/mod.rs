@@ -19,7 +19,7 @@ use crate::backend::{
     Backend, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions,
     StopOptions,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::image::{
     parse_reference, ImageSource, ImageSummary, PreparedImage, PruneReport, PullOptions,
 };
@@ -368,8 +368,33 @@ impl Backend for LocalBackend {
         self.do_metrics(name, id).await
     }
     async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
-        self.lookup(name, id).await?;
-        crate::logs::open_local(&self.home.sandbox_dir(id), opts)
+        let rec = self.lookup(name, id).await?;
+        let dir = self.home.sandbox_dir(id);
+        if !opts.follow {
+            return crate::logs::open_local(&dir, opts, None);
+        }
+        // A followed log ends with the run current now (the store is asked
+        // between looks for lines; a dead supervisor is reconciled there).
+        // With none, it is the lines already written.
+        let Some(run) = crate::logs::followed_run(&rec.info) else {
+            return crate::logs::open_local(&dir, &opts.clone().follow(false), None);
+        };
+        let run = Some(run);
+        let (me, name, id) = (self.clone(), name.to_owned(), id.clone());
+        let ended: crate::logs::RunEnded = Box::new(move || {
+            let (me, name, id) = (me.clone(), name.clone(), id.clone());
+            Box::pin(async move {
+                match me.lookup(&name, &id).await {
+                    Ok(now) => crate::logs::run_has_ended(run, Some(&now.info)),
+                    // Gone (removed, or the name reused): no run to follow.
+                    Err(e) if e.code() == ErrorCode::NotFound => true,
+                    Err(e) if e.code() == ErrorCode::SandboxReplaced => true,
+                    // The store failed this time: ask again at the next look.
+                    Err(_) => false,
+                }
+            })
+        });
+        crate::logs::open_local(&dir, opts, Some(ended))
     }
     async fn detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_detach(name, id).await

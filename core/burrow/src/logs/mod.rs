@@ -11,7 +11,8 @@
 //!
 //! Reading: `open_local` reads the rotated generation, then the current
 //! file, of each source; in follow mode it keeps polling and survives
-//! rotations (a new inode, or a file that shrank, is read from its start).
+//! rotations (a new inode, or a file that shrank, is read from its start),
+//! until the followed run ends ([`followed_run`], [`run_has_ended`]).
 //!
 //! Public: the types every backend's [`LogStream`] carries. The files
 //! themselves belong to the local engine (feature `local`).
@@ -38,7 +39,7 @@ use crate::error::{Error, Result};
 #[cfg(feature = "local")]
 pub(crate) use capture::capture;
 #[cfg(feature = "local")]
-pub(crate) use read::{open_local, read_tail};
+pub(crate) use read::{open_local, read_tail, RunEnded};
 #[cfg(feature = "local")]
 pub(crate) use rotating::RotatingFile;
 
@@ -126,7 +127,9 @@ impl std::str::FromStr for LogSource {
 pub struct LogOptions {
     /// Sources to read (empty: all).
     pub sources: Vec<LogSource>,
-    /// Keep reading as the logs grow, until the stream is dropped.
+    /// Keep reading as the logs grow, until the run that is current when
+    /// the follow begins ends (see [`followed_run`]) or the stream is
+    /// dropped.
     pub follow: bool,
     /// Only the last N lines of each source (before following).
     pub tail: Option<usize>,
@@ -143,7 +146,7 @@ impl LogOptions {
         self
     }
 
-    /// Keep reading as the logs grow.
+    /// Keep reading as the logs grow, until the current run ends.
     #[must_use]
     pub fn follow(mut self, follow: bool) -> Self {
         self.follow = follow;
@@ -162,6 +165,27 @@ impl LogOptions {
     pub fn since(mut self, time: SystemTime) -> Self {
         self.since = Some(time);
         self
+    }
+}
+
+/// The run a follow that begins now follows: the current run's
+/// generation while the sandbox has one (Starting through Paused), else
+/// none, and the follow ends once the lines already written are read.
+/// With [`run_has_ended`], the one rule of when a followed log ends, for
+/// every backend and SDK.
+pub fn followed_run(info: &crate::model::SandboxInfo) -> Option<u64> {
+    info.status.has_runtime().then_some(info.generation)
+}
+
+/// Whether the run a follow follows (`followed`, from [`followed_run`])
+/// has ended, given the sandbox as it is now (`None`: it is gone): it no
+/// longer has a runtime, or a newer run replaced it.
+pub fn run_has_ended(followed: Option<u64>, now: Option<&crate::model::SandboxInfo>) -> bool {
+    match (followed, now) {
+        (Some(generation), Some(info)) => {
+            !info.status.has_runtime() || info.generation != generation
+        }
+        _ => true,
     }
 }
 
@@ -203,7 +227,8 @@ impl LogStream {
         LogStream { rx }
     }
 
-    /// The next line; `None` at the end (never, in follow mode, until dropped).
+    /// The next line; `None` at the end (in follow mode: once the followed
+    /// run has ended and its last lines were read).
     pub async fn next(&mut self) -> Option<Result<LogLine>> {
         self.rx.recv().await
     }
@@ -332,6 +357,32 @@ mod fixtures {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::model::{SandboxConfig, SandboxId, SandboxInfo, Status};
+
+    #[test]
+    fn a_follow_follows_the_current_run_until_it_ends() {
+        let mut info = SandboxInfo::new(SandboxId::new(), "w", SandboxConfig::new("img"));
+        info.generation = 3;
+        for status in Status::ALL {
+            info.status = status;
+            let run = followed_run(&info);
+            assert_eq!(run.is_some(), status.has_runtime(), "{status}");
+            // Nothing to follow: over at once.
+            assert_eq!(run_has_ended(run, Some(&info)), !status.has_runtime());
+        }
+        info.status = Status::Running;
+        let run = followed_run(&info);
+        info.status = Status::Draining;
+        assert!(!run_has_ended(run, Some(&info)));
+        info.status = Status::Stopped;
+        assert!(run_has_ended(run, Some(&info)));
+        // Restarted between two looks: a new run, not the followed one.
+        info.status = Status::Running;
+        info.generation = 4;
+        assert!(run_has_ended(run, Some(&info)));
+        // Removed.
+        assert!(run_has_ended(run, None));
+    }
 
     #[test]
     #[cfg(feature = "local")]

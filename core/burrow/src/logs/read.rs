@@ -15,19 +15,36 @@ use crate::error::{Error, Result};
 /// How often follow mode looks for new lines.
 const FOLLOW_POLL: Duration = Duration::from_millis(150);
 
+/// How often a followed log asks whether its run has ended (every this
+/// many looks for new lines).
+const END_CHECK_EVERY: u32 = 2;
+
+/// Says whether the run a followed log follows has ended (see
+/// [`super::run_has_ended`]); asked between looks for new lines.
+pub(crate) type RunEnded =
+    Box<dyn FnMut() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send>;
+
 /// Opens the logs of the sandbox whose directory is `sandbox_dir`.
 ///
 /// Each source is read from its rotated generation, then its current file
 /// (`tail` counts across both). A missing log is empty. With `follow`, a
-/// task keeps polling for new complete lines until the stream is dropped.
-pub fn open_local(sandbox_dir: &Path, opts: &LogOptions) -> Result<LogStream> {
-    spawn_reader(sandbox_dir, opts).map(|(stream, _task)| stream)
+/// task keeps polling for new complete lines until the stream is dropped
+/// or, with `ended`, until `ended` says the followed run is over: then
+/// what was written up to that moment (and a poll interval more) is read
+/// and the stream ends.
+pub fn open_local(
+    sandbox_dir: &Path,
+    opts: &LogOptions,
+    ended: Option<RunEnded>,
+) -> Result<LogStream> {
+    spawn_reader(sandbox_dir, opts, ended).map(|(stream, _task)| stream)
 }
 
 /// [`open_local`], also returning the task that feeds the stream.
 fn spawn_reader(
     sandbox_dir: &Path,
     opts: &LogOptions,
+    mut ended: Option<RunEnded>,
 ) -> Result<(LogStream, tokio::task::JoinHandle<()>)> {
     let dir = log_dir(sandbox_dir);
     let requested = if opts.sources.is_empty() {
@@ -83,11 +100,23 @@ fn spawn_reader(
         if !follow {
             return;
         }
+        let mut looks = 0u32;
+        // Once the run is over: this look and one more, then the end (the
+        // lines its last moments wrote are read).
+        let mut final_looks: Option<u8> = None;
         loop {
             tokio::select! {
                 // Nobody reads any more: stop polling.
                 _ = tx.closed() => return,
                 _ = tokio::time::sleep(FOLLOW_POLL) => {}
+            }
+            looks = looks.wrapping_add(1);
+            if final_looks.is_none() && looks.is_multiple_of(END_CHECK_EVERY) {
+                if let Some(ended) = ended.as_mut() {
+                    if ended().await {
+                        final_looks = Some(2);
+                    }
+                }
             }
             for f in &mut followers {
                 match f.poll() {
@@ -106,6 +135,12 @@ fn spawn_reader(
                         let _ = tx.send(Err(e)).await;
                         return;
                     }
+                }
+            }
+            if let Some(left) = final_looks.as_mut() {
+                *left -= 1;
+                if *left == 0 {
+                    return;
                 }
             }
         }
@@ -339,7 +374,7 @@ mod tests {
         }
         assert!(f.rotated_path().exists());
 
-        let all = open_local(dir.path(), &LogOptions::default())
+        let all = open_local(dir.path(), &LogOptions::default(), None)
             .unwrap()
             .collect()
             .await
@@ -358,7 +393,7 @@ mod tests {
             tail: Some(current + 2),
             ..Default::default()
         };
-        let tail = open_local(dir.path(), &opts)
+        let tail = open_local(dir.path(), &opts, None)
             .unwrap()
             .collect()
             .await
@@ -370,7 +405,7 @@ mod tests {
     #[tokio::test]
     async fn missing_logs_are_empty_and_a_partial_last_line_is_read() {
         let dir = tempfile::tempdir().unwrap();
-        let all = open_local(dir.path(), &LogOptions::default())
+        let all = open_local(dir.path(), &LogOptions::default(), None)
             .unwrap()
             .collect()
             .await
@@ -382,7 +417,7 @@ mod tests {
             sources: vec![LogSource::Guest],
             ..Default::default()
         };
-        let all = open_local(dir.path(), &opts)
+        let all = open_local(dir.path(), &opts, None)
             .unwrap()
             .collect()
             .await
@@ -403,7 +438,7 @@ mod tests {
             tail: None,
             since: None,
         };
-        let mut stream = open_local(dir.path(), &opts).unwrap();
+        let mut stream = open_local(dir.path(), &opts, None).unwrap();
         assert_eq!(next_text(&mut stream).await, "before");
 
         // A partial line is held back until it is complete.
@@ -446,7 +481,7 @@ mod tests {
             tail: Some(0),
             since: None,
         };
-        let mut stream = open_local(dir.path(), &opts).unwrap();
+        let mut stream = open_local(dir.path(), &opts, None).unwrap();
         tokio::time::sleep(FOLLOW_POLL * 2).await;
         let f = RotatingFile::with_max_bytes(logs.join("supervisor.log"), 1000).unwrap();
         (&f).write_all(b"hello\n").unwrap();
@@ -462,7 +497,7 @@ mod tests {
             follow: true,
             ..Default::default()
         };
-        let (mut stream, task) = spawn_reader(dir.path(), &opts).unwrap();
+        let (mut stream, task) = spawn_reader(dir.path(), &opts, None).unwrap();
         assert_eq!(next_text(&mut stream).await, "a");
         assert!(!task.is_finished());
         drop(stream);
@@ -472,12 +507,44 @@ mod tests {
             .unwrap();
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_follow_ends_after_the_lines_written_before_its_run_ended() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let logs = logs_dir(&dir);
+        let f = RotatingFile::with_max_bytes(logs.join("stdout.log"), 1 << 20).unwrap();
+        (&f).write_all(b"1 first\n").unwrap();
+        let over = Arc::new(AtomicBool::new(false));
+        let asked = over.clone();
+        let ended: RunEnded = Box::new(move || {
+            let over = asked.load(Ordering::SeqCst);
+            Box::pin(async move { over })
+        });
+        let opts = LogOptions::default()
+            .sources([LogSource::Stdout])
+            .follow(true);
+        let (mut stream, task) = spawn_reader(dir.path(), &opts, Some(ended)).unwrap();
+        assert_eq!(next_text(&mut stream).await, "first");
+        // Still following: many polls later, nothing ended it.
+        tokio::time::sleep(FOLLOW_POLL * 20).await;
+        assert!(!task.is_finished());
+        // The last lines of the run, then its end: both lines arrive, then
+        // the end of the stream.
+        (&f).write_all(b"2 second\n3 last\n").unwrap();
+        over.store(true, Ordering::SeqCst);
+        assert_eq!(next_text(&mut stream).await, "second");
+        assert_eq!(next_text(&mut stream).await, "last");
+        assert!(stream.next().await.is_none(), "the stream ends");
+        task.await.unwrap();
+    }
+
     #[tokio::test]
     async fn non_follow_ends_and_its_task_too() {
         let dir = tempfile::tempdir().unwrap();
         let logs = logs_dir(&dir);
         std::fs::write(logs.join("guest.log"), b"a\n").unwrap();
-        let (stream, task) = spawn_reader(dir.path(), &LogOptions::default()).unwrap();
+        let (stream, task) = spawn_reader(dir.path(), &LogOptions::default(), None).unwrap();
         assert_eq!(stream.collect().await.unwrap().len(), 1);
         task.await.unwrap();
     }

@@ -5,51 +5,29 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// Lifecycle status of a sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Persisted, never started.
-    Created,
-    /// A start is in progress; it has a live owner or is reconciled to Crashed.
-    Starting,
-    /// The guest agent answered; commands can run.
-    Running,
-    /// Finishing in-flight work before stopping; no new work is accepted.
-    Draining,
-    /// Execution suspended.
-    Paused,
-    /// Stopped cleanly (or never to run again until started).
-    Stopped,
-    /// The runtime died or failed to start.
-    Crashed,
+listed_enum! {
+    /// Lifecycle status of a sandbox.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Status {
+        /// Persisted, never started.
+        Created = "created",
+        /// A start is in progress; it has a live owner or is reconciled to Crashed.
+        Starting = "starting",
+        /// The guest agent answered; commands can run.
+        Running = "running",
+        /// Finishing in-flight work before stopping; no new work is accepted.
+        Draining = "draining",
+        /// Execution suspended.
+        Paused = "paused",
+        /// Stopped cleanly (or never to run again until started).
+        Stopped = "stopped",
+        /// The runtime died or failed to start.
+        Crashed = "crashed",
+    }
 }
 
 impl Status {
-    /// Every status.
-    pub const ALL: [Status; 7] = [
-        Status::Created,
-        Status::Starting,
-        Status::Running,
-        Status::Draining,
-        Status::Paused,
-        Status::Stopped,
-        Status::Crashed,
-    ];
-
-    /// The status as a lowercase string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Created => "created",
-            Status::Starting => "starting",
-            Status::Running => "running",
-            Status::Draining => "draining",
-            Status::Paused => "paused",
-            Status::Stopped => "stopped",
-            Status::Crashed => "crashed",
-        }
-    }
-
     /// A runtime (supervisor) is expected to exist in this status.
     pub fn has_runtime(self) -> bool {
         matches!(

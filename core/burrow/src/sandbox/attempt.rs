@@ -180,7 +180,7 @@ impl Attempt {
                             self.finished = true;
                             return Err(Error::Guest {
                                 operation: self.operation.into(),
-                                source: GuestFailure(g),
+                                failure: GuestFailure(g),
                             });
                         }
                     };

@@ -17,7 +17,8 @@ use super::Ctx;
 pub(crate) struct LogsArgs {
     /// Sandbox name or id.
     sandbox: String,
-    /// Keep printing new lines until interrupted.
+    /// Keep printing new lines until the current run ends (or until
+    /// interrupted); for a sandbox that does not run, the lines so far.
     #[arg(short = 'f', long)]
     follow: bool,
     /// Only the last N lines of each log (then follow, with -f).

@@ -66,6 +66,12 @@ pub(crate) fn warn(text: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
+/// The whole text of a failed command's error: each part of its chain
+/// once ([`burrow::error::report`]).
+pub(crate) fn text(err: &anyhow::Error) -> String {
+    burrow::error::report(err.as_ref())
+}
+
 /// The `--json` error object of `err` and its exit code.
 pub(crate) fn error_body(err: &anyhow::Error) -> (serde_json::Value, u8) {
     let (code, exit, lib) = if err.downcast_ref::<Usage>().is_some() {
@@ -77,7 +83,7 @@ pub(crate) fn error_body(err: &anyhow::Error) -> (serde_json::Value, u8) {
     };
     let body = json!({
         "code": code,
-        "message": format!("{err:#}"),
+        "message": text(err),
         "sandbox_id": lib.and_then(|e| e.sandbox_id()),
         "name": lib.and_then(|e| e.name()),
         "status": lib.and_then(|e| e.status()),
@@ -144,7 +150,7 @@ impl Ctx {
         if self.json {
             say(json!({ "error": body }));
         } else {
-            warn(format_args!("burrow: {err:#}"));
+            warn(format_args!("burrow: {}", text(&err)));
         }
         ExitCode::from(exit)
     }

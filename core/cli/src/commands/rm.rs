@@ -4,7 +4,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::common::resolve;
-use super::output::{error_body, say, warn};
+use super::output::{error_body, say, text, warn};
 use super::Ctx;
 
 #[derive(Debug, Args)]
@@ -47,7 +47,7 @@ pub(crate) async fn rm(ctx: Ctx, args: RmArgs) -> anyhow::Result<u8> {
                 let e = anyhow::Error::new(e);
                 let (body, code) = error_body(&e);
                 if !ctx.json {
-                    warn(format_args!("burrow: {e:#}"));
+                    warn(format_args!("burrow: {}", text(&e)));
                 }
                 exit = if exit == 0 { code } else { exit };
                 errors.push(body);

@@ -59,10 +59,10 @@ enum TokenCommand {
 
 /// A configuration the server cannot use, as the library's
 /// `invalid_config` (exit code 6, `--json` code `invalid_config`).
-fn config_error(field: &str, reason: impl std::fmt::Display) -> anyhow::Error {
+fn config_error(field: &str, reason: &(dyn std::error::Error + 'static)) -> anyhow::Error {
     anyhow::Error::new(burrow::Error::InvalidConfig {
         field: field.to_owned(),
-        reason: reason.to_string(),
+        reason: burrow::error::report(reason),
     })
     .context("burrow serve cannot start")
 }
@@ -94,9 +94,9 @@ pub(crate) fn load_config(file: Option<&std::path::Path>) -> anyhow::Result<Serv
 /// configuration error; anything else is reported as it is.
 fn startup_error(e: StartupError) -> anyhow::Error {
     match e {
-        StartupError::Store(s @ StoreError::Open { .. }) => config_error("database", s),
-        StartupError::Listen { .. } => config_error("listen", e),
-        StartupError::Kubernetes { .. } => config_error("kubernetes", e),
+        StartupError::Store(s @ StoreError::Open { .. }) => config_error("database", &s),
+        StartupError::Listen { .. } => config_error("listen", &e),
+        StartupError::Kubernetes { .. } => config_error("kubernetes", &e),
         other => anyhow::Error::new(other).context("burrow serve cannot start"),
     }
 }

@@ -128,8 +128,8 @@ async fn run_start(
                     drop(t);
                     return Ok::<_, Error>(sandbox);
                 }
-                Err(Error::Guest { source, .. })
-                    if source.code() == GuestErrorCode::ConnectionRefused =>
+                Err(Error::Guest { failure, .. })
+                    if failure.code() == GuestErrorCode::ConnectionRefused =>
                 {
                     tokio::time::sleep(PORT_POLL).await;
                 }

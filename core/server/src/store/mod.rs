@@ -32,31 +32,38 @@ pub use calls::{CallHold, CallLocks};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
 
-/// Errors of the server's store.
+/// Errors of the server's store. The database's error is in the text, so
+/// it is not also a `source()`: a printed chain says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or opened.
-    #[error("cannot open the database {url}: {source}")]
+    #[error("cannot open the database {url}: {error}")]
     Open {
         /// The URL (password redacted).
         url: String,
         /// Why.
-        source: sqlx::Error,
+        error: sqlx::Error,
     },
     /// A migration failed.
-    #[error("migrating the database {url} failed: {source}")]
+    #[error("migrating the database {url} failed: {error}")]
     Migrate {
         /// The URL (password redacted).
         url: String,
         /// Why.
-        source: sqlx::migrate::MigrateError,
+        error: sqlx::migrate::MigrateError,
     },
     /// A statement failed.
     #[error("database error: {0}")]
-    Query(#[from] sqlx::Error),
+    Query(sqlx::Error),
     /// A row holds a value this version does not know.
     #[error("unexpected value in the database: {0}")]
     Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Query(e)
+    }
 }
 
 impl StoreError {
@@ -275,9 +282,9 @@ impl Store {
             }
             _ => url.to_owned(),
         };
-        let open_err = |source| StoreError::Open {
+        let open_err = |error| StoreError::Open {
             url: redacted.to_owned(),
-            source,
+            error,
         };
         let opts: AnyConnectOptions = url.parse().map_err(open_err)?;
         // One direct connection first: a pool only reports "timed out",
@@ -332,9 +339,9 @@ impl Store {
         migrator
             .run(&pool)
             .await
-            .map_err(|source| StoreError::Migrate {
+            .map_err(|error| StoreError::Migrate {
                 url: redacted.to_owned(),
-                source,
+                error,
             })?;
         let local_locks = calls::LocalHolds::default();
         let calls = Arc::new(match kind {

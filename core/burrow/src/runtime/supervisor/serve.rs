@@ -320,13 +320,15 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
     if let Err(e) = guest.cleanup().await {
         tracing::warn!(sandbox = %args.id, error = %e, "runtime cleanup failed");
     }
+    // Logged before the end is recorded: a followed log ends once it sees
+    // the end recorded, and then reads this line too.
+    tracing::info!(sandbox = %args.id, name = %name, reason = reason.as_str(), %detail, "run ended");
     if let Err(e) = store
         .finish_run(&args.id, args.generation, status, reason, Some(&detail))
         .await
     {
         tracing::error!(sandbox = %args.id, error = %e, "recording the end of the run failed");
     }
-    tracing::info!(sandbox = %args.id, name = %name, reason = reason.as_str(), %detail, "run ended");
     for w in waiters {
         let _ = w.send(Ok(Response::Done));
     }
