@@ -69,6 +69,11 @@ if ! rustup run "$nightly" rustc --version >/dev/null 2>&1; then
   echo "==> adding the $nightly Rust toolchain (cargo-fuzz; fuzz/rust-toolchain.toml)"
   rustup toolchain install "$nightly" --profile minimal
 fi
+# cargo deny (deny.toml: licenses, bans, sources), run by `cargo xtask lint`.
+if [ "$(cargo deny --version 2>/dev/null || true)" != "cargo-deny 0.20.2" ]; then
+  echo "==> installing cargo-deny 0.20.2"
+  cargo install -q cargo-deny --locked --version 0.20.2
+fi
 if [ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz 0.13.2" ]; then
   echo "==> installing cargo-fuzz 0.13.2"
   cargo install -q cargo-fuzz --locked --version 0.13.2

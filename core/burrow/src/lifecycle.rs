@@ -139,6 +139,46 @@ impl Operation {
     }
 }
 
+/// What a call that needs a run (exec, file operations, a tunnel: a
+/// runtime stream) does with the sandbox as it is now: the one
+/// open/demand-start decision of every backend ([`open_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Open {
+    /// A run is there: connect to it.
+    Connect,
+    /// A start is in progress (a demand start of another caller, or the run
+    /// that follows one that ended): wait until it settles, then decide
+    /// again.
+    WaitForStart,
+    /// Reclaimed for idleness, with demand start on: start it through the
+    /// normal start path, in a task of its own that completes (and records
+    /// its outcome) even if this caller gives up, then decide again.
+    DemandStart,
+    /// Not now: [`Operation::Exec`]'s [`Operation::refusal`].
+    Refuse,
+}
+
+/// The open/demand-start decision for `info`. `wake`: the call may start a
+/// reclaimed sandbox (calls that do work; a ping or a metrics read never
+/// wake one). `settled`: this caller found the run it was about to use
+/// ending and waited for its end, so a start that follows it is converged
+/// on, not refused.
+pub fn open_step(info: &SandboxInfo, wake: bool, settled: bool) -> Open {
+    let demand = wake && info.config.demand_start_enabled();
+    let reclaimed = info
+        .last_run
+        .as_ref()
+        .and_then(|r| r.exit_reason)
+        .is_some_and(crate::model::ExitReason::is_idle_reclaim);
+    match info.status {
+        _ if Operation::Exec.step(info.status) == Step::Act => Open::Connect,
+        Status::Starting if demand || settled => Open::WaitForStart,
+        Status::Stopped if demand && reclaimed => Open::DemandStart,
+        _ => Open::Refuse,
+    }
+}
+
 impl std::fmt::Display for Operation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -178,6 +218,50 @@ mod tests {
             assert_eq!(removable.contains(&s), !s.has_runtime(), "{s}");
             assert_eq!(startable.contains(&s), s.can_start(), "{s}");
         }
+    }
+
+    #[test]
+    fn open_connects_to_a_run_converges_on_starts_and_wakes_only_idle_reclaims() {
+        use crate::model::{ExitReason, RunInfo};
+        let mut info = SandboxInfo::new(
+            crate::model::SandboxId::new(),
+            "w",
+            crate::model::SandboxConfig::new("img"),
+        );
+        info.config.idle_timeout = Some(std::time::Duration::from_secs(60));
+        assert!(info.config.demand_start_enabled());
+        for status in Status::ALL {
+            info.status = status;
+            let expected = match status {
+                Status::Running => Open::Connect,
+                _ => Open::Refuse,
+            };
+            // Without a call that wakes, and with no reclaimed run.
+            assert_eq!(open_step(&info, false, false), expected, "{status}");
+        }
+        info.status = Status::Starting;
+        assert_eq!(open_step(&info, true, false), Open::WaitForStart);
+        assert_eq!(open_step(&info, false, true), Open::WaitForStart);
+        assert_eq!(open_step(&info, false, false), Open::Refuse);
+        // Stopped: woken only after an idle reclaim, by a call that wakes.
+        info.status = Status::Stopped;
+        let mut run = RunInfo::new(1, 0);
+        run.exit_reason = Some(ExitReason::Stopped);
+        info.last_run = Some(run.clone());
+        assert_eq!(open_step(&info, true, false), Open::Refuse);
+        for reason in [ExitReason::IdleTimeout, ExitReason::Hibernated] {
+            run.exit_reason = Some(reason);
+            info.last_run = Some(run.clone());
+            assert_eq!(
+                open_step(&info, true, false),
+                Open::DemandStart,
+                "{reason:?}"
+            );
+            assert_eq!(open_step(&info, false, false), Open::Refuse, "{reason:?}");
+        }
+        // Demand start off: refused.
+        info.config.demand_start = Some(false);
+        assert_eq!(open_step(&info, true, false), Open::Refuse);
     }
 
     #[test]

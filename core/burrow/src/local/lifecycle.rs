@@ -8,7 +8,7 @@ use tokio::net::UnixStream;
 use super::LocalBackend;
 use crate::backend::{RuntimeStream, StartOptions, StopOptions, RUN_END_BOUND};
 use crate::error::{Error, Result};
-use crate::lifecycle::{Operation, Step};
+use crate::lifecycle::{open_step, Open, Operation, Step};
 use crate::locks::FileLock;
 use crate::model::{DriverKind, ExitReason, SandboxId, SandboxInfo, Status};
 use crate::procs::ProcIdentity;
@@ -358,22 +358,15 @@ impl LocalBackend {
         let mut settled = false;
         loop {
             let info = self.lookup(name, id).await?.info;
-            let demand = wake && info.config.demand_start_enabled();
-            let reclaimed = info.status == Status::Stopped
-                && info
-                    .last_run
-                    .as_ref()
-                    .and_then(|r| r.exit_reason)
-                    .is_some_and(ExitReason::is_idle_reclaim);
-            match info.status {
-                _ if Operation::Exec.step(info.status) == Step::Act => {}
+            match open_step(&info, wake, settled) {
+                Open::Connect => {}
                 // Someone else's (demand) start is in progress: converge on it.
-                Status::Starting if demand || settled => {
+                Open::WaitForStart => {
                     self.wait_until(name, id, |i| i.status != Status::Starting)
                         .await?;
                     continue;
                 }
-                Status::Stopped if demand && reclaimed => {
+                Open::DemandStart => {
                     // Demand start: same id, same configuration, the normal
                     // start path. It runs in its own task, so it completes
                     // (and records its outcome) even if this caller gives up.
