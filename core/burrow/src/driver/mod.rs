@@ -1,4 +1,5 @@
-//! Drivers: how the supervisor runs a guest (container today, VM later).
+//! Drivers: how the supervisor runs a guest (a namespace container, a
+//! QEMU microVM).
 //!
 //! A driver turns a [`LaunchSpec`] into a running guest whose agent speaks the
 //! burrow protocol on the returned channel. Everything above this trait
@@ -6,14 +7,14 @@
 
 use std::fmt::Debug;
 use std::os::fd::RawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::Result;
 use crate::image::PreparedImage;
-use crate::model::{SandboxConfig, SandboxId};
+use crate::model::{DriverKind, OciRuntime, SandboxConfig, SandboxId};
 
 pub mod container;
 pub mod vm;
@@ -160,11 +161,76 @@ pub trait GuestProcess: Send + Sync + Debug {
     }
 }
 
-/// A way of running guests.
+/// What a driver's supervisor setup keeps running until the guest is
+/// launched (a helper thread); dropped then.
+pub type SupervisorAid = Box<dyn std::any::Any + Send>;
+
+/// A way of running guests, and everything the engine asks of one besides
+/// a launch. The engine holds a `Box<dyn Driver>` from [`for_kind`] (the
+/// one place that knows the drivers) and never names a concrete driver: a
+/// new driver is a new implementation and a new arm there.
 #[async_trait]
 pub trait Driver: Send + Sync + Debug {
     /// Short name (`container`).
     fn name(&self) -> &'static str;
+
+    /// Sets up the supervisor process for this driver, before its async
+    /// runtime starts, while it is still single-threaded (a mount namespace
+    /// applies to the whole process then). What it returns is kept until
+    /// the guest is launched. Default: nothing to do.
+    fn prepare_supervisor(&self) -> Result<Option<SupervisorAid>> {
+        Ok(None)
+    }
+
     /// Launches a guest. On error nothing of this generation is left running.
     async fn launch(&self, spec: &LaunchSpec) -> Result<Launched>;
+
+    /// Releases what a run whose supervisor died left in `runtime_dir`
+    /// (runtime state, cgroups, mounts, a guest process). Idempotent.
+    async fn reclaim_stale(&self, sandbox_id: &SandboxId, runtime_dir: &Path) -> Result<()>;
+
+    /// Whether a previous run still holding the runtime-lifetime lock past
+    /// its grace may be reclaimed by force ([`Driver::reclaim_stale`]): a
+    /// guest whose CPUs were stopped never exits by itself. Default: no
+    /// (the lock's holder is waited for).
+    fn reclaims_a_stuck_run(&self) -> bool {
+        false
+    }
+
+    /// Discards the saved guest of a hibernated sandbox (an explicit stop).
+    /// Returns whether there was one; a start that claimed it first keeps
+    /// it. Default: there never is one.
+    fn discard_saved(&self, _sandbox_dir: &Path) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Removes what this driver derived from images under `images_dir` for
+    /// the images whose keys are `removed`, and whatever else of its own is
+    /// stale. Returns the artifacts removed and the bytes freed. Default:
+    /// nothing derived.
+    fn prune(&self, _images_dir: &Path, _removed: &[String]) -> Result<(u64, u64)> {
+        Ok((0, 0))
+    }
+}
+
+/// The driver of `kind` (container ones under `runtime`): the one place
+/// that maps a [`DriverKind`] to its implementation.
+pub fn for_kind(kind: DriverKind, runtime: OciRuntime) -> Box<dyn Driver> {
+    match kind {
+        DriverKind::Container => Box::new(container::ContainerDriver::new(runtime)),
+        DriverKind::Vm => Box::new(vm::VmDriver),
+    }
+}
+
+/// The driver a sandbox of `config` runs under.
+pub fn for_config(config: &SandboxConfig) -> Box<dyn Driver> {
+    for_kind(config.driver.unwrap_or_default(), config.oci_runtime())
+}
+
+/// Every driver, for work over a whole home (pruning what they derived).
+pub fn all() -> Vec<Box<dyn Driver>> {
+    DriverKind::ALL
+        .into_iter()
+        .map(|k| for_kind(k, OciRuntime::default()))
+        .collect()
 }

@@ -10,7 +10,7 @@ use crate::backend::{RuntimeStream, StartOptions, StopOptions, RUN_END_BOUND};
 use crate::error::{Error, Result};
 use crate::lifecycle::{open_step, Open, Operation, Step};
 use crate::locks::FileLock;
-use crate::model::{DriverKind, ExitReason, SandboxId, SandboxInfo, Status};
+use crate::model::{ExitReason, SandboxId, SandboxInfo, Status};
 use crate::procs::ProcIdentity;
 use crate::runtime::client::{AgentClient, ConnectError};
 
@@ -127,7 +127,8 @@ impl LocalBackend {
         // The window a concurrent start lands in: the row read as
         // hibernated, the saved guest not yet taken.
         crate::fault::hold("stop.before_discard").await;
-        if !crate::driver::vm::discard_hibernation(&self.home.sandbox_dir(id))? {
+        let driver = crate::driver::for_config(&info.config);
+        if !driver.discard_saved(&self.home.sandbox_dir(id))? {
             let now = self.lookup(name, id).await?.info;
             if now.generation != info.generation {
                 return Ok(None);
@@ -324,13 +325,9 @@ impl LocalBackend {
         // A run that crashed may have left runtime state (container state,
         // cgroups, mount points) behind; release it before deleting.
         let runtime_dir = dir.join("runtime");
-        let reclaimed = match info.config.driver.unwrap_or_default() {
-            DriverKind::Container => {
-                crate::driver::container::reclaim_stale(info.config.oci_runtime(), id, &runtime_dir)
-                    .await
-            }
-            DriverKind::Vm => crate::driver::vm::reclaim_stale(&runtime_dir).await,
-        };
+        let reclaimed = crate::driver::for_config(&info.config)
+            .reclaim_stale(id, &runtime_dir)
+            .await;
         if let Err(e) = reclaimed {
             tracing::debug!(sandbox = %id, error = %e, "reclaiming stale runtime state");
         }

@@ -8,16 +8,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// How the sandbox is isolated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum DriverKind {
-    /// Namespace container under an OCI runtime binary.
-    #[default]
-    Container,
-    /// Its own QEMU microVM with burrow's guest kernel.
-    Vm,
+listed_enum! {
+    /// How the sandbox is isolated.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum DriverKind {
+        /// Namespace container under an OCI runtime binary.
+        #[default]
+        Container = "container",
+        /// Its own QEMU microVM with burrow's guest kernel.
+        Vm = "vm",
+    }
 }
 
 /// What idle reclaim does with a sandbox.
@@ -60,14 +62,6 @@ impl IdleAction {
 }
 
 impl DriverKind {
-    /// The name used in configuration (`container`, `vm`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DriverKind::Container => "container",
-            DriverKind::Vm => "vm",
-        }
-    }
-
     /// The smallest memory a VM can boot the agent in, in MiB.
     pub const VM_MIN_MEMORY_MB: u64 = 64;
     /// The most vCPUs a VM can have (CONFIG_NR_CPUS of burrow's guest

@@ -182,6 +182,17 @@ impl Driver for ContainerDriver {
         let span = tracing::info_span!("container_launch", sandbox = %spec.sandbox_id, name = %spec.name, generation = spec.generation);
         launch(spec).instrument(span).await
     }
+
+    /// A private mount namespace, and from the first moment the warmer of
+    /// the cgroup migration lock (the runtime's placement comes soon).
+    fn prepare_supervisor(&self) -> Result<Option<super::SupervisorAid>> {
+        prepare_supervisor_process()?;
+        Ok(Some(Box::new(MigrationLockWarmer::start())))
+    }
+
+    async fn reclaim_stale(&self, sandbox_id: &SandboxId, runtime_dir: &Path) -> Result<()> {
+        reclaim_stale(self.runtime, sandbox_id, runtime_dir).await
+    }
 }
 
 async fn launch(spec: &LaunchSpec) -> Result<Launched> {

@@ -75,6 +75,30 @@ impl Driver for VmDriver {
         let span = tracing::info_span!("vm_launch", sandbox = %spec.sandbox_id, name = %spec.name, generation = spec.generation);
         launch(spec).instrument(span).await
     }
+
+    async fn reclaim_stale(
+        &self,
+        _sandbox_id: &crate::model::SandboxId,
+        runtime_dir: &Path,
+    ) -> Result<()> {
+        reclaim_stale(runtime_dir).await
+    }
+
+    /// A VM whose CPUs were stopped (paused, or saved by a hibernation
+    /// whose supervisor died) never powers itself off.
+    fn reclaims_a_stuck_run(&self) -> bool {
+        true
+    }
+
+    fn discard_saved(&self, sandbox_dir: &Path) -> Result<bool> {
+        discard_hibernation(sandbox_dir)
+    }
+
+    /// Boot templates of removed images, or of a changed kernel, agent or
+    /// QEMU.
+    fn prune(&self, images_dir: &Path, removed: &[String]) -> Result<(u64, u64)> {
+        prune_templates(images_dir, removed)
+    }
 }
 
 /// What a working VM setup on this host consists of (for `burrow doctor`).

@@ -353,11 +353,13 @@ pub fn prune(home: &Home, in_use: &[String]) -> Result<PruneReport> {
             removed_keys.push(digest.hex().to_owned());
         }
     }
-    // VM boot templates of those images, or of a changed kernel, agent or
-    // QEMU.
-    let (templates, freed) = crate::driver::vm::prune_templates(&home.images_dir(), &removed_keys)?;
-    report.templates_removed = templates;
-    report.bytes_freed += freed;
+    // What the drivers derived from those images (the vm driver's boot
+    // templates; and its templates of a changed kernel, agent or QEMU).
+    for driver in crate::driver::all() {
+        let (derived, freed) = driver.prune(&home.images_dir(), &removed_keys)?;
+        report.templates_removed += derived;
+        report.bytes_freed += freed;
+    }
     // Forget resolutions whose images are gone.
     update_refs(home, |refs| {
         let before = refs.resolved.len();

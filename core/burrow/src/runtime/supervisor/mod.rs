@@ -25,9 +25,8 @@ use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::client::AgentClient;
-use crate::driver::container::{prepare_supervisor_process, ContainerDriver};
-use crate::driver::vm::VmDriver;
-use crate::driver::{Driver, GuestExit, GuestProcess, LaunchSpec, ResolvedMount};
+use crate::driver::SupervisorAid;
+use crate::driver::{GuestExit, GuestProcess, LaunchSpec, ResolvedMount};
 use crate::error::{Error, Result};
 use crate::locks::FileLock;
 use crate::logs::{LogSource, RotatingFile};
@@ -121,18 +120,14 @@ pub fn main(args: SuperviseArgs) -> i32 {
     });
     let mut ready = Ready(ready);
     // Must run while single-threaded: mount namespace changes apply per thread.
-    let prepared = match args.driver {
-        DriverKind::Container => prepare_supervisor_process(),
-        DriverKind::Vm => Ok(()),
+    let aid = match crate::driver::for_kind(args.driver, args.runtime).prepare_supervisor() {
+        Ok(aid) => aid,
+        Err(e) => {
+            ready.fail(&e.to_string());
+            tracing::error!(error = %e, "supervisor setup failed");
+            return 1;
+        }
     };
-    if let Err(e) = prepared {
-        ready.fail(&e.to_string());
-        tracing::error!(error = %e, "supervisor setup failed");
-        return 1;
-    }
-    // From the first moment: the runtime's cgroup placement comes soon.
-    let warmer = (args.driver == DriverKind::Container)
-        .then(crate::driver::container::MigrationLockWarmer::start);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -144,7 +139,7 @@ pub fn main(args: SuperviseArgs) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run(args, ready, entered, spawn_ms, warmer))
+    rt.block_on(run(args, ready, entered, spawn_ms, aid))
 }
 
 /// The readiness pipe back to the starter.
@@ -250,7 +245,7 @@ async fn run(
     mut ready: Ready,
     started: Instant,
     spawn_ms: Option<f64>,
-    warmer: Option<crate::driver::container::MigrationLockWarmer>,
+    aid: Option<SupervisorAid>,
 ) -> i32 {
     let home = match Home::at(&args.home) {
         Ok(h) => h,
@@ -285,7 +280,7 @@ async fn run(
         record,
         started,
         spawn_ms,
-        warmer,
+        aid,
     };
     match boot(&args, &home, start, &store, &mut guest_log).await {
         Ok(booted) => {
@@ -378,8 +373,9 @@ struct Start {
     started: Instant,
     /// From the starter's spawn to our entry, when known.
     spawn_ms: Option<f64>,
-    /// Keeps cgroup placement fast until the guest is launched.
-    warmer: Option<crate::driver::container::MigrationLockWarmer>,
+    /// What the driver's supervisor setup keeps running until the guest is
+    /// launched (the container driver's cgroup lock warmer).
+    aid: Option<SupervisorAid>,
 }
 
 /// How long a start waits for the previous runtime of its name to exit by
@@ -400,9 +396,10 @@ async fn boot(
         record: rec,
         started,
         spawn_ms,
-        warmer,
+        aid,
     } = start;
     let config = rec.info.config.clone();
+    let driver = crate::driver::for_config(&config);
     let name = rec.info.name.clone();
     let deadline = started + config.startup_timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
@@ -426,14 +423,13 @@ async fn boot(
     let lock_path = home.runtime_lock_path(&name);
     let mut runtime_lock =
         FileLock::acquire_within(&lock_path, left().min(STALE_RUNTIME_GRACE)).await?;
-    if runtime_lock.is_none() && config.driver == Some(DriverKind::Vm) {
-        // A VM whose CPUs were stopped (paused, or saved by a hibernation
-        // whose supervisor died) never powers itself off: after a grace
-        // for an orderly exit, the QEMU the runtime directory recorded is
-        // killed.
+    if runtime_lock.is_none() && driver.reclaims_a_stuck_run() {
+        // A guest whose CPUs were stopped (a VM paused, or saved by a
+        // hibernation whose supervisor died) never powers itself off: after
+        // a grace for an orderly exit, the driver reclaims it.
         let runtime_dir = home.sandbox_dir(&args.id).join("runtime");
-        tracing::warn!(sandbox = %args.id, "the previous VM is still running; killing it");
-        crate::driver::vm::reclaim_stale(&runtime_dir).await?;
+        tracing::warn!(sandbox = %args.id, driver = driver.name(), "the previous run is still there; reclaiming it");
+        driver.reclaim_stale(&args.id, &runtime_dir).await?;
         runtime_lock = FileLock::acquire_within(&lock_path, left()).await?;
     }
     let runtime_lock = runtime_lock.ok_or_else(|| Error::Timeout {
@@ -486,10 +482,6 @@ async fn boot(
         agent_log,
         inherit_fds: vec![runtime_lock.raw_fd()],
     };
-    let driver: Box<dyn Driver> = match config.driver.unwrap_or_default() {
-        DriverKind::Container => Box::new(ContainerDriver::new(config.oci_runtime())),
-        DriverKind::Vm => Box::new(VmDriver),
-    };
     // The run is Starting: a window for calls that meet a start.
     crate::fault::hold("supervisor.before_launch").await;
     let launched = tokio::time::timeout(left(), driver.launch(&spec))
@@ -504,8 +496,8 @@ async fn boot(
     for note in &launched.notes {
         tracing::warn!(sandbox = %args.id, "{note}");
     }
-    // The runtime has placed the container in its cgroups.
-    drop(warmer);
+    // The guest is placed (a container in its cgroups).
+    drop(aid);
     mark("launch", &mut t);
     crate::fault::point("supervisor.after_launch");
     let mut guest = launched.guest;
