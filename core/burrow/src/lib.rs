@@ -27,34 +27,22 @@ mod listed;
 
 pub mod api;
 pub mod backend;
+mod channel;
 mod duration;
 pub mod error;
 pub mod lifecycle;
 pub mod logs;
 pub mod model;
-pub mod relay;
-mod runtime;
 mod sandbox;
 mod select;
 
+/// The local engine: everything that runs sandboxes on this host.
 #[cfg(feature = "local")]
-mod driver;
-#[cfg(feature = "local")]
-mod fault;
-#[cfg(feature = "local")]
-pub mod image;
+mod engine;
 #[cfg(feature = "local")]
 pub mod internal;
 #[cfg(feature = "local")]
-pub mod local;
-#[cfg(feature = "local")]
-mod locks;
-#[cfg(feature = "local")]
-mod paths;
-#[cfg(feature = "local")]
-mod procs;
-#[cfg(feature = "local")]
-mod store;
+pub use engine::{image, local};
 
 #[cfg(feature = "remote")]
 pub mod remote;
@@ -68,9 +56,10 @@ pub use backend::{
 /// answers.
 pub use burrow_protocol as protocol;
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
-#[cfg(feature = "local")]
-pub use driver::vm::WarmTemplate;
+pub use channel::relay;
 pub use duration::{parse_duration, IntoDuration, ParseDurationError};
+#[cfg(feature = "local")]
+pub use engine::driver::vm::WarmTemplate;
 pub use error::{Error, ErrorCode, Result};
 #[cfg(feature = "local")]
 pub use local::{LocalBackend, LocalConfig};

@@ -17,31 +17,12 @@
 //! Public: the types every backend's [`LogStream`] carries. The files
 //! themselves belong to the local engine (feature `local`).
 
-#[cfg(feature = "local")]
-mod capture;
-#[cfg(feature = "local")]
-pub(crate) mod output;
-#[cfg(feature = "local")]
-mod read;
-#[cfg(feature = "local")]
-pub(crate) mod rotating;
-
-#[cfg(feature = "local")]
-use std::path::{Path, PathBuf};
-
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
-
-#[cfg(feature = "local")]
-pub(crate) use capture::capture;
-#[cfg(feature = "local")]
-pub(crate) use read::{open_local, read_tail, RunEnded};
-#[cfg(feature = "local")]
-pub(crate) use rotating::RotatingFile;
 
 /// Default size bound of one log file (the rotated generation doubles it).
 pub const DEFAULT_MAX_BYTES: u64 = 8 * 1024 * 1024;
@@ -309,50 +290,6 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     Some(std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos as u32))
 }
 
-/// The log directory of a sandbox directory.
-#[cfg(feature = "local")]
-pub(crate) fn log_dir(sandbox_dir: &Path) -> PathBuf {
-    sandbox_dir.join("logs")
-}
-
-/// The size bound of log files: `BURROW_LOG_MAX_BYTES`, else
-/// [`DEFAULT_MAX_BYTES`].
-#[cfg(feature = "local")]
-pub(crate) fn max_bytes_from_env() -> u64 {
-    parse_max_bytes(std::env::var(MAX_BYTES_ENV).ok().as_deref())
-}
-
-#[cfg(feature = "local")]
-fn parse_max_bytes(value: Option<&str>) -> u64 {
-    value
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(DEFAULT_MAX_BYTES)
-}
-
-/// The rotated generation of a log file: `<name>.1` beside it.
-#[cfg(feature = "local")]
-pub(crate) fn rotated_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".1");
-    path.with_file_name(name)
-}
-
-/// Helpers shared by the tests of the submodules.
-#[cfg(all(test, feature = "local"))]
-mod fixtures {
-    use std::path::Path;
-
-    /// The lines of the file at `path` (none when it does not exist).
-    pub(super) fn lines_of(path: &Path) -> Vec<String> {
-        std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -382,16 +319,6 @@ mod tests {
         assert!(run_has_ended(run, Some(&info)));
         // Removed.
         assert!(run_has_ended(run, None));
-    }
-
-    #[test]
-    #[cfg(feature = "local")]
-    fn the_bound_from_the_environment_must_be_a_positive_number() {
-        assert_eq!(parse_max_bytes(Some("12345")), 12345);
-        assert_eq!(parse_max_bytes(Some(" 4096 ")), 4096);
-        assert_eq!(parse_max_bytes(Some("nonsense")), DEFAULT_MAX_BYTES);
-        assert_eq!(parse_max_bytes(Some("0")), DEFAULT_MAX_BYTES);
-        assert_eq!(parse_max_bytes(None), DEFAULT_MAX_BYTES);
     }
 
     #[test]

@@ -14,9 +14,9 @@ use burrow_protocol::{GuestErrorCode, GuestMsg, Request, TtySize};
 
 use super::Sandbox;
 use crate::backend::RUN_END_BOUND;
+use crate::channel::client::RequestHandle;
 use crate::error::{Error, GuestFailure, Result};
 use crate::model::{ExitReason, SandboxInfo, Status};
-use crate::runtime::client::RequestHandle;
 
 /// How many times one request is sent again after meeting the end of a run.
 const MAX_RESENDS: u32 = 8;

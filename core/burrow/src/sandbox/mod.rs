@@ -30,9 +30,9 @@ pub use modify::{ModifyBuilder, Ping, SandboxPage};
 pub use tunnel::{PublishedPort, Tunnel};
 
 use crate::backend::{Backend, ListFilter, StopOptions};
+use crate::channel::client::{AgentClient, ConnectError, RequestHandle};
 use crate::error::{Error, Result};
 use crate::model::{SandboxId, SandboxInfo, Status};
-use crate::runtime::client::{AgentClient, ConnectError, RequestHandle};
 use crate::select::default_backend;
 
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);

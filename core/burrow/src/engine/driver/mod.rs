@@ -1,0 +1,236 @@
+//! Drivers: how the supervisor runs a guest (a namespace container, a
+//! QEMU microVM).
+//!
+//! A driver turns a [`LaunchSpec`] into a running guest whose agent speaks the
+//! burrow protocol on the returned channel. Everything above this trait
+//! (supervisor, lifecycle, SDKs) is driver-independent.
+
+use std::fmt::Debug;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::engine::image::PreparedImage;
+use crate::error::Result;
+use crate::model::{DriverKind, OciRuntime, SandboxConfig, SandboxId};
+
+pub mod container;
+pub mod vm;
+
+/// The first line of `<binary> --version` (for `burrow doctor`).
+pub(crate) async fn version_line(binary: &std::path::Path) -> std::io::Result<String> {
+    let out = tokio::process::Command::new(binary)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "`--version` failed ({})",
+            out.status
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// A resolved mount, ready for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedMount {
+    /// Host directory (volume directories already created).
+    pub host_path: PathBuf,
+    /// Absolute guest path.
+    pub target: String,
+    /// Read-only.
+    pub read_only: bool,
+    /// A named volume managed by burrow (a fresh, empty one is handed to the
+    /// guest's root user); host directories are never re-owned.
+    pub volume: bool,
+}
+
+/// Everything a driver needs to launch one runtime generation.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    /// Sandbox id.
+    pub sandbox_id: SandboxId,
+    /// Sandbox name (for hostnames and logs only).
+    pub name: String,
+    /// Runtime generation being started.
+    pub generation: u64,
+    /// Persisted configuration.
+    pub config: SandboxConfig,
+    /// The prepared image (read-only lower layer + defaults).
+    pub image: PreparedImage,
+    /// Persistent per-sandbox directory; the writable layer lives here and is
+    /// kept across stop/start.
+    pub sandbox_dir: PathBuf,
+    /// Scratch directory for this generation (bundle, runtime state); the
+    /// driver may delete and recreate it.
+    pub runtime_dir: PathBuf,
+    /// Image cache directory the driver may use for derived images.
+    pub images_dir: PathBuf,
+    /// Static guest agent binary.
+    pub agent_bin: PathBuf,
+    /// Resolved volumes and host mounts.
+    pub mounts: Vec<ResolvedMount>,
+    /// The guest log file (`logs/guest.log`); the supervisor writes it from
+    /// [`Launched::log`].
+    pub agent_log: PathBuf,
+    /// File descriptors the runtime process must inherit (the runtime-lifetime
+    /// lock). Everything else must be CLOEXEC.
+    pub inherit_fds: Vec<RawFd>,
+}
+
+/// How the guest runtime process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestExit {
+    /// Exit code of the runtime process.
+    pub code: Option<i32>,
+    /// Signal that killed it.
+    pub signal: Option<i32>,
+    /// What the driver knows beyond code and signal (a VM's unannounced
+    /// reset, ...).
+    pub detail: Option<&'static str>,
+}
+
+/// A launched guest.
+pub struct Launched {
+    /// Control of the guest's runtime process.
+    pub guest: Box<dyn GuestProcess>,
+    /// Agent -> host byte stream.
+    pub reader: Box<dyn AsyncRead + Send + Unpin>,
+    /// Host -> agent byte stream.
+    pub writer: Box<dyn AsyncWrite + Send + Unpin>,
+    /// The guest's log: the agent's stderr (which also carries the runtime's
+    /// own last words), open until the guest has exited. Whoever launches
+    /// keeps reading it to EOF (the supervisor copies it into
+    /// `logs/guest.log`): unread, a full pipe stalls the guest's logging;
+    /// dropped, the guest's log lines are lost. `None` when the driver keeps
+    /// no log.
+    pub log: Option<Box<dyn AsyncRead + Send + Unpin>>,
+    /// Plain-language notes for the sandbox log (e.g. "memory limit not
+    /// enforced: no memory cgroup controller").
+    pub notes: Vec<String>,
+}
+
+impl Debug for Launched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launched")
+            .field("guest", &self.guest)
+            .field("log", &self.log.is_some())
+            .field("notes", &self.notes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Control of a running guest.
+#[async_trait]
+pub trait GuestProcess: Send + Sync + Debug {
+    /// Waits until the runtime process has exited.
+    async fn wait(&mut self) -> Result<GuestExit>;
+    /// Kills the guest immediately (idempotent).
+    async fn kill(&mut self) -> Result<()>;
+    /// Suspends every guest process.
+    async fn pause(&mut self) -> Result<()>;
+    /// Resumes after [`GuestProcess::pause`].
+    async fn resume(&mut self) -> Result<()>;
+    /// Releases runtime state after exit (container state, mounts). Idempotent.
+    async fn cleanup(&mut self) -> Result<()>;
+    /// Changes the CPU and memory limits of the running guest. Returns notes
+    /// for limits the host cannot apply live.
+    async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>>;
+    /// Resource usage of the guest.
+    async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
+    /// Why this guest cannot be hibernated (None: it can be).
+    fn hibernation_blocker(&self) -> Option<String> {
+        Some("this driver cannot hibernate a guest".into())
+    }
+    /// Saves the whole guest (its agent suspended) next to the sandbox and
+    /// ends it; the next launch resumes it. On error the guest is left for
+    /// the caller to kill.
+    async fn hibernate(&mut self) -> Result<()> {
+        Err(crate::error::Error::Runtime {
+            runtime: "driver".into(),
+            reason: "this driver cannot hibernate a guest".into(),
+        })
+    }
+}
+
+/// What a driver's supervisor setup keeps running until the guest is
+/// launched (a helper thread); dropped then.
+pub type SupervisorAid = Box<dyn std::any::Any + Send>;
+
+/// A way of running guests, and everything the engine asks of one besides
+/// a launch. The engine holds a `Box<dyn Driver>` from [`for_kind`] (the
+/// one place that knows the drivers) and never names a concrete driver: a
+/// new driver is a new implementation and a new arm there.
+#[async_trait]
+pub trait Driver: Send + Sync + Debug {
+    /// Short name (`container`).
+    fn name(&self) -> &'static str;
+
+    /// Sets up the supervisor process for this driver, before its async
+    /// runtime starts, while it is still single-threaded (a mount namespace
+    /// applies to the whole process then). What it returns is kept until
+    /// the guest is launched. Default: nothing to do.
+    fn prepare_supervisor(&self) -> Result<Option<SupervisorAid>> {
+        Ok(None)
+    }
+
+    /// Launches a guest. On error nothing of this generation is left running.
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Launched>;
+
+    /// Releases what a run whose supervisor died left in `runtime_dir`
+    /// (runtime state, cgroups, mounts, a guest process). Idempotent.
+    async fn reclaim_stale(&self, sandbox_id: &SandboxId, runtime_dir: &Path) -> Result<()>;
+
+    /// Whether a previous run still holding the runtime-lifetime lock past
+    /// its grace may be reclaimed by force ([`Driver::reclaim_stale`]): a
+    /// guest whose CPUs were stopped never exits by itself. Default: no
+    /// (the lock's holder is waited for).
+    fn reclaims_a_stuck_run(&self) -> bool {
+        false
+    }
+
+    /// Discards the saved guest of a hibernated sandbox (an explicit stop).
+    /// Returns whether there was one; a start that claimed it first keeps
+    /// it. Default: there never is one.
+    fn discard_saved(&self, _sandbox_dir: &Path) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Removes what this driver derived from images under `images_dir` for
+    /// the images whose keys are `removed`, and whatever else of its own is
+    /// stale. Returns the artifacts removed and the bytes freed. Default:
+    /// nothing derived.
+    fn prune(&self, _images_dir: &Path, _removed: &[String]) -> Result<(u64, u64)> {
+        Ok((0, 0))
+    }
+}
+
+/// The driver of `kind` (container ones under `runtime`): the one place
+/// that maps a [`DriverKind`] to its implementation.
+pub fn for_kind(kind: DriverKind, runtime: OciRuntime) -> Box<dyn Driver> {
+    match kind {
+        DriverKind::Container => Box::new(container::ContainerDriver::new(runtime)),
+        DriverKind::Vm => Box::new(vm::VmDriver),
+    }
+}
+
+/// The driver a sandbox of `config` runs under.
+pub fn for_config(config: &SandboxConfig) -> Box<dyn Driver> {
+    for_kind(config.driver.unwrap_or_default(), config.oci_runtime())
+}
+
+/// Every driver, for work over a whole home (pruning what they derived).
+pub fn all() -> Vec<Box<dyn Driver>> {
+    DriverKind::ALL
+        .into_iter()
+        .map(|k| for_kind(k, OciRuntime::default()))
+        .collect()
+}

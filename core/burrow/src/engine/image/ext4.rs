@@ -1,0 +1,119 @@
+//! Images as ext4 disk images, for drivers that boot a guest from a block
+//! device (the VM driver). Built without root with `mkfs.ext4 -d`, once per
+//! image, cached next to the unpacked tree and shared read-only by every
+//! sandbox of the image.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::UNIX_EPOCH;
+
+use sha2::{Digest, Sha256};
+
+use super::PreparedImage;
+use crate::engine::paths::Home;
+use crate::error::{Error, Result};
+
+/// Free space left in the image on top of its content, in bytes.
+const HEADROOM: u64 = 64 << 20;
+
+/// The ext4 disk image of `image` (built on first use; later calls return
+/// the cached file). Blocking: call it from a blocking context.
+pub fn disk_image(home: &Home, image: &PreparedImage) -> Result<PathBuf> {
+    disk_image_in(&home.images_dir(), image)
+}
+
+/// [`disk_image`] with the cache under `images_dir` (the home's images
+/// directory).
+pub fn disk_image_in(images_dir: &Path, image: &PreparedImage) -> Result<PathBuf> {
+    let dir = images_dir.join("ext4");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io("creating the disk image cache", Some(&dir), e))?;
+    let key = cache_key(image);
+    let target = disk_path_in(images_dir, &key);
+    if target.is_file() {
+        return Ok(target);
+    }
+    let lock_path = dir.join(format!("{key}.lock"));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io("opening a lock file", Some(&lock_path), e))?;
+    lock.lock()
+        .map_err(|e| Error::io("locking", Some(&lock_path), e))?;
+    // Re-check under the lock: another process may have built it.
+    if target.is_file() {
+        return Ok(target);
+    }
+    let content = super::registry::tree_size(&image.rootfs);
+    // ext4 metadata (inodes, journal, block rounding) on top of the content.
+    let size = (content + content / 3 + HEADROOM).div_ceil(1 << 20) << 20;
+    let tmp = dir.join(format!(".tmp-{key}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let file = std::fs::File::create(&tmp)
+        .map_err(|e| Error::io("creating the disk image", Some(&tmp), e))?;
+    file.set_len(size)
+        .map_err(|e| Error::io("sizing the disk image", Some(&tmp), e))?;
+    drop(file);
+    let out = Command::new("mkfs.ext4")
+        .args([
+            "-q",
+            "-F",
+            "-L",
+            "burrow-root",
+            "-E",
+            "root_owner=0:0",
+            "-d",
+        ])
+        .arg(&image.rootfs)
+        .arg(&tmp)
+        .output()
+        .map_err(|e| Error::io("running mkfs.ext4 (package e2fsprogs)", None, e))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(
+            "building the ext4 disk image",
+            Some(&image.rootfs),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        ));
+    }
+    std::fs::rename(&tmp, &target)
+        .map_err(|e| Error::io("publishing the disk image", Some(&target), e))?;
+    Ok(target)
+}
+
+/// Where the disk of the image with cache key `key` is kept.
+pub(crate) fn disk_path_in(images_dir: &Path, key: &str) -> PathBuf {
+    images_dir.join("ext4").join(format!("{key}.ext4"))
+}
+
+/// Content digest for OCI and registry images; for a rootfs directory, its
+/// canonical path and modification time (a changed top level rebuilds).
+fn cache_key(image: &PreparedImage) -> String {
+    if let Some(d) = &image.digest {
+        return d.strip_prefix("sha256:").unwrap_or(d).to_string();
+    }
+    let mtime = std::fs::metadata(&image.rootfs)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut h = Sha256::new();
+    h.update(image.rootfs.as_os_str().as_encoded_bytes());
+    h.update(mtime.to_le_bytes());
+    hex::encode(&h.finalize()[..16])
+}
+
+/// Whether `path` looks like an ext4 image (superblock magic).
+pub fn is_ext4(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut magic = [0u8; 2];
+    f.seek(SeekFrom::Start(1024 + 0x38)).is_ok()
+        && f.read_exact(&mut magic).is_ok()
+        && magic == [0x53, 0xEF]
+}
