@@ -14,6 +14,7 @@ use burrow::{
     BackendExt, DirEntry, ExecEvent, ExecOutput, FileStat, LogLine, OciRuntime, Sandbox,
     SandboxHandle, SandboxId, Status,
 };
+use burrow::internal::fault::Fault;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -251,10 +252,8 @@ pub fn call(target: Option<&Object>, op: &str, data: Option<Vec<u8>>) -> CallFut
     Box::pin(async move {
         // Fault point of the SDKs' tests: a panic of the core must reach the
         // caller as an error (debug builds only).
-        if cfg!(debug_assertions)
-            && std::env::var("BURROW_FAULT").is_ok_and(|v| v == "binding.panic")
-        {
-            panic!("fault point binding.panic");
+        if burrow::internal::fault::enabled(Fault::BindingPanic) {
+            panic!("fault point {}", Fault::BindingPanic.as_str());
         }
         let (name, timeout, value) = envelope(&op)?;
         let run = async {

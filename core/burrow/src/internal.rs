@@ -96,7 +96,7 @@ pub mod image {
 /// Fault-injection points for crash-safety and race tests (debug builds
 /// only): `burrow serve` marks its own with these too.
 pub mod fault {
-    pub use crate::engine::fault::{enabled, hold, point};
+    pub use crate::engine::fault::{enabled, hold, point, Fault, FAULT_ENV, MARKER_ENV};
 }
 
 pub mod fuzz {

@@ -1,5 +1,6 @@
-//! The container driver against a real OCI runtime (runc; crun where
-//! installed) with a busybox rootfs. Needs root; skipped otherwise.
+//! The container driver against a real OCI runtime (runc and crun) with a
+//! busybox rootfs. Needs root and the runtimes: without them each test
+//! fails, unless `BURROW_TEST_ALLOW_MISSING=1` (then it says it skipped).
 //!
 //! The guest agent is replaced through the driver's `BURROW_AGENT_ARGS` test
 //! hook by busybox shell scripts, so these tests check the driver at the
@@ -25,21 +26,30 @@ const APPLETS: &[&str] = &[
     "rm", "test",
 ];
 
-fn usable(runtime: &str) -> bool {
+/// Whether this machine has what a test needs (root, `tool`, busybox).
+/// When it does not, the test fails, unless `BURROW_TEST_ALLOW_MISSING=1`
+/// says that a missing tool is expected here: then it is skipped, saying
+/// so (never a silent pass). CI installs every tool (scripts/install-deps.sh).
+fn usable(tool: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let found = std::env::var_os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
                 .chain([PathBuf::from("/usr/sbin")])
-                .any(|d| d.join(runtime).is_file())
+                .any(|d| d.join(tool).is_file())
         })
         .unwrap_or(false);
-    if !(root && found && Path::new("/bin/busybox").is_file()) {
-        eprintln!("skipping: needs root, {runtime} and busybox-static");
-        return false;
+    if root && found && Path::new("/bin/busybox").is_file() {
+        return true;
     }
-    true
+    let why = format!("needs root, {tool} and busybox-static");
+    assert!(
+        std::env::var("BURROW_TEST_ALLOW_MISSING").as_deref() == Ok("1"),
+        "{why} (set BURROW_TEST_ALLOW_MISSING=1 to skip where they are missing)"
+    );
+    eprintln!("SKIPPED (BURROW_TEST_ALLOW_MISSING=1): {why}");
+    false
 }
 
 /// A temporary burrow-like layout with a busybox image.
@@ -450,38 +460,12 @@ async fn network_gets_a_default_route() {
     let spec = fx.spec(1, c);
     // The network is attached after the container starts and before launch
     // returns: like the real agent, the script waits for the host first.
-    let script = "read _; ip route | grep -c ^default; read server; \
-                  if [ -n \"$server\" ]; then nslookup localhost $server 2>&1 | grep -c '^Server:'; fi; exec cat";
+    // (Outbound traffic is not checked here: tests talk to nothing beyond
+    // 127.0.0.1 and namespaces they make themselves.)
+    let script = "read _; ip route | grep -c ^default; exec cat";
     let (mut ch, mut guest, _) = Channel::new(launch(&spec, script).await.unwrap());
     ch.send("go\n").await;
     assert_eq!(ch.line().await.as_deref(), Some("1"));
-    // Outbound traffic: ask the host's name server, if the host itself can.
-    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let server = resolv
-        .lines()
-        .find_map(|l| l.strip_prefix("nameserver "))
-        .map(str::trim)
-        .filter(|s| !s.starts_with("127."));
-    let host_can = server.is_some_and(|s| {
-        std::process::Command::new("timeout")
-            .args(["5", "busybox", "nslookup", "localhost", s])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Server:"))
-    });
-    match server.filter(|_| host_can) {
-        Some(server) => {
-            ch.send(&format!("{server}\n")).await;
-            assert_eq!(
-                ch.line().await.as_deref(),
-                Some("1"),
-                "DNS over UDP through pasta"
-            );
-        }
-        None => {
-            eprintln!("skipping the outbound check: the host cannot reach a name server");
-            ch.send("\n").await;
-        }
-    }
     guest.kill().await.unwrap();
     guest.cleanup().await.unwrap();
 }

@@ -17,38 +17,31 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use burrow::internal::fault::Fault;
 use burrow::{ErrorCode, ExecOptions, ExitReason, Modify, Sandbox, SandboxHandle, Status};
+use burrow_test_support::fault::FaultWindow;
 use common::{busybox_rootfs, TestHome};
 
 /// A supervisor's end-of-run window, held open by its fault point.
-struct Window {
-    marker: PathBuf,
-    point: &'static str,
-}
+struct Window(FaultWindow);
 
 impl Window {
     /// After the socket is gone, before the end is recorded.
     fn new(home: &TestHome) -> Window {
-        Window::at(home, "supervisor.ending")
+        Window::at(home, Fault::SupervisorEnding)
     }
 
-    fn at(home: &TestHome, point: &'static str) -> Window {
-        Window {
-            marker: home.path().join("ending.marker"),
-            point,
-        }
+    fn at(home: &TestHome, point: Fault) -> Window {
+        Window(FaultWindow::new(home.path(), point.as_str()))
     }
 
     /// `burrow up NAME --image busybox ARGS...` whose supervisor holds the
     /// end of its run until released; returns the sandbox's handle.
     async fn up(&self, home: &TestHome, name: &str, args: &[&str]) -> SandboxHandle {
         let image = busybox_rootfs().to_string_lossy().into_owned();
-        let out = home
-            .cli()
-            .args(["up", name, "--image", &image])
-            .args(args)
-            .env("BURROW_FAULT", self.point)
-            .env("BURROW_FAULT_MARKER", &self.marker)
+        let out = self
+            .0
+            .arm(home.cli().args(["up", name, "--image", &image]).args(args))
             .output()
             .unwrap();
         assert!(
@@ -63,14 +56,12 @@ impl Window {
 
     /// Waits until the supervisor is in the window.
     async fn opened(&self) {
-        let ok = common::eventually(Duration::from_secs(60), || self.marker.exists()).await;
+        let ok = self.0.wait_open(Duration::from_secs(60)).await;
         assert!(ok, "the supervisor never reached the end of its run");
     }
 
     fn release(&self) {
-        let mut p = self.marker.clone().into_os_string();
-        p.push(".release");
-        std::fs::write(p, b"").unwrap();
+        self.0.release();
     }
 }
 
@@ -373,7 +364,7 @@ async fn a_hello_cut_off_by_the_end_of_the_run_waits_and_wakes() {
     // waits in the backlog and is reset when the listener closes, in the
     // middle of its hello.
     let home = TestHome::new().await;
-    let w = Window::at(&home, "supervisor.stopped_accepting");
+    let w = Window::at(&home, Fault::SupervisorStoppedAccepting);
     let handle = w.up(&home, "cut", &["--idle-timeout", "1s"]).await;
     let gen0 = handle.info().await.unwrap().generation;
     w.opened().await;
@@ -477,21 +468,16 @@ async fn a_listing_racing_a_removal_leaves_the_removed_sandbox_out() {
     assert_eq!(unsafe { libc::kill(sup as i32, libc::SIGKILL) }, 0);
     assert!(common::eventually(Duration::from_secs(10), || common::has_exited(sup)).await);
 
-    let marker = home.path().join("list.marker");
-    let lister = home
-        .cli()
-        .args(["--json", "ls"])
-        .env("BURROW_FAULT", "list.before_reconcile")
-        .env("BURROW_FAULT_MARKER", &marker)
+    let w = FaultWindow::new(home.path(), Fault::ListBeforeReconcile.as_str());
+    let lister = w
+        .arm(home.cli().args(["--json", "ls"]))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(common::eventually(Duration::from_secs(30), || marker.exists()).await);
+    assert!(w.wait_open(Duration::from_secs(30)).await);
     // In the window: the row is read; the removal takes it.
     sb.destroy().await.unwrap();
-    let mut release = marker.clone().into_os_string();
-    release.push(".release");
-    std::fs::write(release, b"").unwrap();
+    w.release();
     let out = tokio::task::spawn_blocking(move || lister.wait_with_output())
         .await
         .unwrap()
@@ -614,15 +600,13 @@ async fn calls_racing_a_restart_follow_it_or_see_it_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_finds_a_restart_starting_follows_it() {
     let home = TestHome::new().await;
-    let w = Window::at(&home, "supervisor.before_launch");
+    let w = Window::at(&home, Fault::SupervisorBeforeLaunch);
     let sb = home.builder("following").create().await.unwrap();
     let gen0 = sb.generation();
     assert_eq!(sb.exec(["true"]).await.unwrap().status.code, Some(0));
-    let restart = home
-        .cli()
-        .args(["restart", "following"])
-        .env("BURROW_FAULT", w.point)
-        .env("BURROW_FAULT_MARKER", &w.marker)
+    let restart = w
+        .0
+        .arm(home.cli().args(["restart", "following"]))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -667,7 +651,7 @@ async fn a_call_that_finds_a_restart_starting_follows_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_after_spawn_returns_waits_for_the_process() {
     let home = TestHome::new().await;
-    let w = Window::at(&home, "relay.before_request");
+    let w = Window::at(&home, Fault::RelayBeforeRequest);
     let sb = w.up(&home, "spawned", &[]).await.sandbox().await.unwrap();
     let spawner = sb.clone();
     let spawn = tokio::spawn(async move {

@@ -4,14 +4,16 @@
 //! filesystem of `target/test-images/busybox` (built by
 //! `scripts/make-demo-rootfs.sh`), the `burrow` binary of this target
 //! directory, which hosts the supervisor (`$BURROW_BIN`, else
-//! `target/debug/burrow`: build it with `cargo build -p burrow-cli`), and
-//! burrow homes that kill what still runs in them when dropped.
+//! `target/debug/burrow`: build it with `cargo build -p burrow-cli`),
+//! burrow homes that kill what still runs in them when dropped, and the
+//! handshake with burrow's fault points ([`fault::FaultWindow`]).
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Once, OnceLock};
 
+pub mod fault;
 pub mod stats;
 
 /// The root of the workspace (of this checkout).

@@ -41,7 +41,7 @@ impl LeaseGuard {
             loop {
                 tokio::time::sleep(every).await;
                 // Tests stall the heartbeats here, past the lease's expiry.
-                burrow::internal::fault::hold("gateway.before_heartbeat").await;
+                burrow::internal::fault::hold(burrow::internal::fault::Fault::GatewayBeforeHeartbeat).await;
                 if let Err(e) = st.store.heartbeat_lease(&l, now_ms() + ttl).await {
                     tracing::warn!(lease = %l, error = %e, "lease heartbeat failed");
                 }

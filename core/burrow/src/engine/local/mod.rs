@@ -338,7 +338,7 @@ impl Backend for LocalBackend {
         let records = self.store.list().await?;
         // The window a concurrent removal lands in: rows read, not yet
         // reconciled.
-        crate::engine::fault::hold("list.before_reconcile").await;
+        crate::engine::fault::hold(crate::engine::fault::Fault::ListBeforeReconcile).await;
         for rec in records {
             let info = match self.reconcile(rec).await {
                 Ok(rec) => rec.info,

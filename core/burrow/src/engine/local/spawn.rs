@@ -87,7 +87,7 @@ impl LocalBackend {
             .spawn()
             .map_err(|e| format!("spawning {}: {e}", bin.display()))?;
         drop(cmd);
-        crate::engine::fault::point("start.after_spawn");
+        crate::engine::fault::point(crate::engine::fault::Fault::StartAfterSpawn);
         let pid = child.id();
         // Dropping the handle is fine: tokio reaps the child in the background.
         drop(child);

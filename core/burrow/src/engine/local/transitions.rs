@@ -55,7 +55,7 @@ impl LocalBackend {
             };
             match claimed {
                 Some(generation) => {
-                    crate::engine::fault::point("start.after_claim");
+                    crate::engine::fault::point(crate::engine::fault::Fault::StartAfterClaim);
                     let detached = opts.detached.unwrap_or(info.detached);
                     // The boot runs in its own task: if the caller gives up
                     // (drops this future), the start still completes or is
@@ -126,7 +126,7 @@ impl LocalBackend {
         }
         // The window a concurrent start lands in: the row read as
         // hibernated, the saved guest not yet taken.
-        crate::engine::fault::hold("stop.before_discard").await;
+        crate::engine::fault::hold(crate::engine::fault::Fault::StopBeforeDiscard).await;
         let driver = crate::engine::driver::for_config(&info.config);
         if !driver.discard_saved(&self.home.sandbox_dir(id))? {
             let now = self.lookup(name, id).await?.info;
@@ -321,7 +321,7 @@ impl LocalBackend {
                 status: info.status,
             });
         }
-        crate::engine::fault::hold("remove.after_delete").await;
+        crate::engine::fault::hold(crate::engine::fault::Fault::RemoveAfterDelete).await;
         // A run that crashed may have left runtime state (container state,
         // cgroups, mount points) behind; release it before deleting.
         let runtime_dir = dir.join("runtime");

@@ -241,7 +241,7 @@ pub(super) fn mount_point(container_id: &str, record: &Path) -> Result<PathBuf> 
             ))
         }
     }
-    crate::engine::fault::point("supervisor.after_mount_point");
+    crate::engine::fault::point(crate::engine::fault::Fault::SupervisorAfterMountPoint);
     Ok(target)
 }
 

@@ -749,7 +749,7 @@ impl Puller<'_> {
             .blob(&self.parsed, digest, size, &desc.media_type)
             .await?;
         let write_err = |e: io::Error| Error::io("writing a download", Some(&tmp), e);
-        let fault_armed = cfg!(debug_assertions) && std::env::var_os("BURROW_FAULT").is_some();
+        let fault_armed = crate::engine::fault::enabled(crate::engine::fault::Fault::ImagePullMidDownload);
         let mut hasher = Sha256::new();
         let mut done: u64 = 0;
         let mut last_event = Instant::now();
@@ -778,7 +778,7 @@ impl Puller<'_> {
             }
             if fault_armed && done < size {
                 file.flush().await.map_err(write_err)?;
-                crate::engine::fault::point("image.pull.mid_download");
+                crate::engine::fault::point(crate::engine::fault::Fault::ImagePullMidDownload);
             }
         }
         file.flush().await.map_err(write_err)?;
