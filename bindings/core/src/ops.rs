@@ -10,11 +10,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use burrow::internal::fault::Fault;
 use burrow::{
     BackendExt, DirEntry, ExecEvent, ExecOutput, FileStat, LogLine, OciRuntime, Sandbox,
     SandboxHandle, SandboxId, Status,
 };
-use burrow::internal::fault::Fault;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use burrow::image::{
     ImageConfig, ImageReference, ImageSource, PreparedImage, PullEvent, PullOptions, PullPolicy,
 };
+use burrow::internal::fault::{Fault, FAULT_ENV};
 use burrow::internal::image::oci::{
     write_layout, LayerCompression, LayerEntry, LayerSpec, LayoutWriter, Platform, WrittenImage,
 };
@@ -28,6 +29,7 @@ use burrow::internal::image::{
 };
 use burrow::internal::Home;
 use burrow::{Error, ErrorCode};
+use burrow_test_support::fault::FaultWindow;
 use registry::TestRegistry;
 
 const AGENT: &str = "burrow/";
@@ -731,7 +733,7 @@ fn child_command(home: &Home, reference: &str, policy: &str) -> Command {
     .env(CHILD_HOME, home.root())
     .env(CHILD_REF, reference)
     .env(CHILD_POLICY, policy)
-    .env_remove("BURROW_FAULT")
+    .env_remove(FAULT_ENV)
     .env_remove("BURROW_INSECURE_REGISTRIES")
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
@@ -817,11 +819,11 @@ async fn four_processes_pulling_at_once_fetch_each_blob_once() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "the fault point exists in debug builds only"
+)]
 async fn an_interrupted_pull_restarts_cleanly() {
-    if !cfg!(debug_assertions) {
-        eprintln!("skipped: the fault point exists in debug builds only");
-        return;
-    }
     let reg = TestRegistry::start();
     let t = TestEnv::new(&reg);
     let big = noise(8 << 20, 99);
@@ -836,16 +838,15 @@ async fn an_interrupted_pull_restarts_cleanly() {
         "big/app:1",
     );
     let reference = reg.reference("big/app:1");
-    let marker = t.path("fault-marker");
-    let mut child = child_command(&t.home, &reference, "if-missing")
-        .env("BURROW_FAULT", "image.pull.mid_download")
-        .env("BURROW_FAULT_MARKER", &marker)
+    let w = FaultWindow::new(t.tmp.path(), Fault::ImagePullMidDownload.as_str());
+    let mut child = w
+        .arm(&mut child_command(&t.home, &reference, "if-missing"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !marker.exists() {
+    while !w.is_open() {
         assert!(
             Instant::now() < deadline,
             "the child never reached the fault point"

@@ -23,7 +23,9 @@ use burrow_test_support::fault::FaultWindow;
 use common::{busybox_rootfs, TestHome};
 
 /// A supervisor's end-of-run window, held open by its fault point.
-struct Window(FaultWindow);
+struct Window {
+    fault: FaultWindow,
+}
 
 impl Window {
     /// After the socket is gone, before the end is recorded.
@@ -32,7 +34,9 @@ impl Window {
     }
 
     fn at(home: &TestHome, point: Fault) -> Window {
-        Window(FaultWindow::new(home.path(), point.as_str()))
+        Window {
+            fault: FaultWindow::new(home.path(), point.as_str()),
+        }
     }
 
     /// `burrow up NAME --image busybox ARGS...` whose supervisor holds the
@@ -40,7 +44,7 @@ impl Window {
     async fn up(&self, home: &TestHome, name: &str, args: &[&str]) -> SandboxHandle {
         let image = busybox_rootfs().to_string_lossy().into_owned();
         let out = self
-            .0
+            .fault
             .arm(home.cli().args(["up", name, "--image", &image]).args(args))
             .output()
             .unwrap();
@@ -56,12 +60,12 @@ impl Window {
 
     /// Waits until the supervisor is in the window.
     async fn opened(&self) {
-        let ok = self.0.wait_open(Duration::from_secs(60)).await;
+        let ok = self.fault.wait_open(Duration::from_secs(60)).await;
         assert!(ok, "the supervisor never reached the end of its run");
     }
 
     fn release(&self) {
-        self.0.release();
+        self.fault.release();
     }
 }
 
@@ -605,7 +609,7 @@ async fn a_call_that_finds_a_restart_starting_follows_it() {
     let gen0 = sb.generation();
     assert_eq!(sb.exec(["true"]).await.unwrap().status.code, Some(0));
     let restart = w
-        .0
+        .fault
         .arm(home.cli().args(["restart", "following"]))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use burrow::image::ImageConfig;
+use burrow::internal::fault::{Fault, FAULT_ENV};
 use burrow::internal::image::oci::{write_layout, LayerSpec};
 use burrow::{
     Applies, Backend, ErrorCode, ExecOptions, ExitReason, Modify, Sandbox, SandboxHandle, Status,
@@ -287,7 +288,7 @@ async fn startup_timeout_exceeded_is_crashed_and_cleaned_up() {
             // TCG to boot.
             if common::is_vm() { "8s" } else { "5s" },
         ])
-        .env("BURROW_FAULT", "supervisor.after_launch")
+        .env(FAULT_ENV, Fault::SupervisorAfterLaunch.as_str())
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -7,7 +7,9 @@ mod common;
 use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
+use burrow::internal::fault::Fault;
 use burrow::{Backend, ErrorCode, ExitReason, SandboxHandle, Status};
+use burrow_test_support::fault::FaultWindow;
 use common::{busybox_rootfs, eventually, TestHome};
 
 fn image() -> String {
@@ -149,20 +151,13 @@ async fn attached_sandbox_stops_with_its_owner_detached_survives() {
 
 /// Runs `burrow up` with a fault point, waits until the point is reached and
 /// returns (child, pid written by the process that reached it).
-async fn up_until(home: &TestHome, name: &str, point: &str) -> (Child, u32) {
-    let marker = home.path().join(format!("fault-{name}"));
-    let child = up(home, name)
-        .env("BURROW_FAULT", point)
-        .env("BURROW_FAULT_MARKER", &marker)
-        .spawn()
-        .unwrap();
-    let reached = eventually(Duration::from_secs(60), || marker.exists()).await;
+async fn up_until(home: &TestHome, name: &str, fault: Fault) -> (Child, u32) {
+    let point = fault.as_str();
+    let w = FaultWindow::new(home.path(), point);
+    let child = w.arm(&mut up(home, name)).spawn().unwrap();
+    let reached = w.wait_open(Duration::from_secs(60)).await;
     assert!(reached, "fault point {point} was not reached");
-    let pid: u32 = std::fs::read_to_string(&marker)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = w.pid().expect("the pid in the marker");
     (child, pid)
 }
 
@@ -200,12 +195,13 @@ async fn assert_recovers(home: &TestHome, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creator_killed_at_each_start_step() {
     let home = TestHome::new().await;
-    for (i, point) in ["start.after_claim", "start.after_spawn"]
-        .iter()
+    for (i, fault) in [Fault::StartAfterClaim, Fault::StartAfterSpawn]
+        .into_iter()
         .enumerate()
     {
+        let point = fault.as_str();
         let name = format!("crash-creator-{i}");
-        let (mut child, pid) = up_until(&home, &name, point).await;
+        let (mut child, pid) = up_until(&home, &name, fault).await;
         assert_eq!(pid, child.id(), "the creating process reached {point}");
         sigkill(pid);
         let _ = child.wait();
@@ -216,15 +212,16 @@ async fn creator_killed_at_each_start_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn supervisor_killed_at_each_start_step() {
     let home = TestHome::new().await;
-    let points = [
-        "supervisor.before_handoff",
-        "supervisor.after_lock",
-        "supervisor.after_launch",
-        "supervisor.before_running",
+    let faults = [
+        Fault::SupervisorBeforeHandoff,
+        Fault::SupervisorAfterLock,
+        Fault::SupervisorAfterLaunch,
+        Fault::SupervisorBeforeRunning,
     ];
-    for (i, point) in points.iter().enumerate() {
+    for (i, fault) in faults.into_iter().enumerate() {
+        let point = fault.as_str();
         let name = format!("crash-sup-{i}");
-        let (child, pid) = up_until(&home, &name, point).await;
+        let (child, pid) = up_until(&home, &name, fault).await;
         assert_ne!(pid, child.id(), "the supervisor reached {point}");
         sigkill(pid);
         let out = child.wait_with_output().unwrap();
@@ -247,12 +244,13 @@ async fn supervisor_killed_at_each_start_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creator_and_supervisor_both_killed_mid_start() {
     let home = TestHome::new().await;
-    for (i, point) in ["supervisor.after_lock", "supervisor.before_running"]
-        .iter()
+    for (i, fault) in [Fault::SupervisorAfterLock, Fault::SupervisorBeforeRunning]
+        .into_iter()
         .enumerate()
     {
+        let point = fault.as_str();
         let name = format!("crash-both-{i}");
-        let (mut child, pid) = up_until(&home, &name, point).await;
+        let (mut child, pid) = up_until(&home, &name, fault).await;
         sigkill(child.id());
         let _ = child.wait();
         sigkill(pid);
@@ -401,23 +399,18 @@ async fn a_remove_in_progress_is_not_swept_by_another_process() {
         "the killed supervisor left its run behind"
     );
     // The remove holds after deleting the record, before reclaiming.
-    let marker = home.path().join("fault-rm");
-    let rm = home
-        .cli()
-        .args(["--json", "rm", "swept"])
-        .env("BURROW_FAULT", "remove.after_delete")
-        .env("BURROW_FAULT_MARKER", &marker)
+    let w = FaultWindow::new(home.path(), Fault::RemoveAfterDelete.as_str());
+    let rm = w
+        .arm(home.cli().args(["--json", "rm", "swept"]))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(60), || marker.exists()).await);
+    assert!(w.wait_open(Duration::from_secs(60)).await);
     let ls = home.cli().args(["--json", "ls"]).output().unwrap();
     assert!(ls.status.success());
     assert_eq!(json_of(&ls), serde_json::json!([]));
-    let mut release = marker.into_os_string();
-    release.push(".release");
-    std::fs::write(release, b"").unwrap();
+    w.release();
     let out = rm.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -437,7 +430,7 @@ async fn supervisor_killed_after_creating_a_mount_point() {
         return; // No rootfs mount points.
     }
     let home = TestHome::new().await;
-    let (child, pid) = up_until(&home, "mountpoint", "supervisor.after_mount_point").await;
+    let (child, pid) = up_until(&home, "mountpoint", Fault::SupervisorAfterMountPoint).await;
     sigkill(pid);
     let out = child.wait_with_output().unwrap();
     assert_eq!(

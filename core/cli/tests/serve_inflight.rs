@@ -14,14 +14,15 @@ mod common;
 
 use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use burrow::internal::fault::Fault;
 use burrow::{SandboxId, Status};
 use burrow_server::store::{now_ms, RuntimeState};
+use burrow_test_support::fault::FaultWindow;
 use common::gateway::{blocking, gw, setup, Setup};
 use common::serve::{call_retrying, read_body, read_head, send, web_command, Server};
 
@@ -225,16 +226,15 @@ impl Proxy {
     }
 }
 
-/// Replica A with `fault` held (debug builds: `BURROW_FAULT`), its marker
-/// in `dir`; and replica B.
-fn replicas(s: &Setup, fault: Option<(&str, &Path)>) -> (Server, Server) {
+/// Replica A with `fault`'s point held (debug builds: `BURROW_FAULT`); and
+/// replica B.
+fn replicas(s: &Setup, fault: Option<&FaultWindow>) -> (Server, Server) {
     let mut env = s.env.clone();
-    if let Some((point, dir)) = fault {
-        env.vars.push(("BURROW_FAULT".into(), point.into()));
-        env.vars.push((
-            "BURROW_FAULT_MARKER".into(),
-            dir.join("fault.marker").display().to_string(),
-        ));
+    if let Some(w) = fault {
+        env.vars.extend(
+            w.env()
+                .map(|(k, v)| (k.to_owned(), v.into_string().expect("UTF-8"))),
+        );
     }
     (env.start("a"), s.env.start("b"))
 }
@@ -243,7 +243,8 @@ fn replicas(s: &Setup, fault: Option<(&str, &Path)>) -> (Server, Server) {
 async fn a_call_whose_heartbeats_stall_past_its_lease_is_never_reclaimed() {
     let s = setup("inflight_heartbeat", &SHORT).await;
     let dir = tempfile::tempdir().unwrap();
-    let (a, _b) = replicas(&s, Some(("gateway.before_heartbeat", dir.path())));
+    let w = FaultWindow::new(dir.path(), Fault::GatewayBeforeHeartbeat.as_str());
+    let (a, _b) = replicas(&s, Some(&w));
     let id = s.started_target(&a, "hb").await;
     // Every heartbeat of A is held: the call's lease expires 1.5 s after it
     // opened and a reaper sweeps it, while the call goes on for 10 s.
@@ -253,7 +254,7 @@ async fn a_call_whose_heartbeats_stall_past_its_lease_is_never_reclaimed() {
         lease_gone,
         "the window never opened: the call's lease was never swept"
     );
-    std::fs::write(dir.path().join("fault.marker.release"), b"").unwrap();
+    w.release();
     // Once the call has ended, idle is reclaimed as ever.
     s.wait_state(&id, RuntimeState::Dormant, Duration::from_secs(30))
         .await;

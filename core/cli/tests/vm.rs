@@ -13,6 +13,7 @@ use std::io::Read;
 use std::process::Stdio;
 use std::time::Duration;
 
+use burrow::internal::fault::{Fault, FAULT_ENV};
 use burrow::{Backend, ErrorCode, ExitReason, SandboxHandle, Status};
 use common::{busybox_rootfs, eventually, TestHome};
 
@@ -166,7 +167,7 @@ async fn a_wedged_vm_is_caught_by_the_start_deadline_and_cleaned_up() {
             "--startup-timeout",
             "10s",
         ])
-        .env("BURROW_FAULT", "vm.start_paused")
+        .env(FAULT_ENV, Fault::VmStartPaused.as_str())
         .output()
         .unwrap();
     assert_eq!(

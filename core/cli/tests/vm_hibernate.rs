@@ -16,7 +16,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use burrow::internal::driver::vm::{is_hibernated, start_record, StartKind};
+use burrow::internal::fault::Fault;
 use burrow::{ExitReason, IdleAction, Sandbox, SandboxInfo, Status};
+use burrow_test_support::fault::FaultWindow;
 use common::{busybox_rootfs, TestHome};
 
 const IDLE: Duration = Duration::from_secs(2);
@@ -251,30 +253,17 @@ async fn what_cannot_be_saved_is_stopped_instead() {
     container.destroy().await.unwrap();
 }
 
-fn marker(home: &TestHome, name: &str) -> PathBuf {
-    home.path().join(format!("fault-{name}"))
-}
-
 /// Waits for the process at a fault point to write its pid, and kills it.
-async fn kill_at_fault(marker: &PathBuf) {
-    let pid = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            if let Ok(text) = std::fs::read_to_string(marker) {
-                if let Ok(pid) = text.trim().parse::<i32>() {
-                    return pid;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the fault point was reached");
+async fn kill_at_fault(w: &FaultWindow) {
+    let reached = w.wait_open(Duration::from_secs(60)).await;
+    assert!(reached, "the fault point was reached");
+    let pid = w.pid().expect("the pid in the marker");
     // SAFETY: kill(2) on the supervisor that announced itself at the
     // fault point.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
     // Gone for good before the test goes on: a dying process still looks
     // alive to the next call's liveness check.
-    let gone = common::eventually(Duration::from_secs(10), || common::has_exited(pid as u32)).await;
+    let gone = common::eventually(Duration::from_secs(10), || common::has_exited(pid)).await;
     assert!(gone, "the supervisor outlived SIGKILL");
 }
 
@@ -284,9 +273,9 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
 
     // Saving: the supervisor (started by this CLI, so with the fault in
     // its environment) is killed with the state written, not published.
-    let save_marker = marker(&home, "save");
-    let out = home
-        .cli()
+    let save = FaultWindow::new(home.path(), Fault::VmHibernateBeforePublish.as_str());
+    let out = save
+        .arm(&mut home.cli())
         .args([
             "--json",
             "up",
@@ -298,8 +287,6 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
         ])
         .args(["--idle-action", "hibernate", "--image"])
         .arg(busybox_rootfs())
-        .env("BURROW_FAULT", "vm.hibernate.before_publish")
-        .env("BURROW_FAULT_MARKER", &save_marker)
         .output()
         .unwrap();
     assert_eq!(
@@ -308,7 +295,7 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    kill_at_fault(&save_marker).await;
+    kill_at_fault(&save).await;
     let handle = burrow::SandboxHandle::get_in(home.dyn_backend(), "saver")
         .await
         .unwrap();
@@ -329,17 +316,14 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
     start_counter(&sb).await;
     let info = reclaimed(&sb).await;
     assert_eq!(reason(&info), Some(ExitReason::Hibernated));
-    let restore_marker = marker(&home, "restore");
-    let waker = home
-        .cli()
-        .args(["exec", "saver", "--", "true"])
-        .env("BURROW_FAULT", "vm.hibernate.loaded")
-        .env("BURROW_FAULT_MARKER", &restore_marker)
+    let restore = FaultWindow::new(home.path(), Fault::VmHibernateLoaded.as_str());
+    let waker = restore
+        .arm(home.cli().args(["exec", "saver", "--", "true"]))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    kill_at_fault(&restore_marker).await;
+    kill_at_fault(&restore).await;
     let _ = tokio::task::spawn_blocking(move || waker.wait_with_output())
         .await
         .unwrap();
@@ -356,42 +340,33 @@ async fn a_kill_while_saving_or_restoring_never_leaves_it_unstartable() {
     sb.destroy().await.unwrap();
 }
 
-/// A CLI call held at fault point `point` (its supervisors inherit the
-/// fault), with the marker that says the window is open.
+/// A CLI call held at fault point `fault` (its supervisors inherit the
+/// fault), with the window that says it is held.
 struct Held {
     child: std::process::Child,
-    marker: PathBuf,
+    window: FaultWindow,
 }
 
 impl Held {
-    async fn spawn(home: &TestHome, point: &str, args: &[&str]) -> Held {
-        let marker = marker(home, point);
-        // An earlier hold's marker and release would open it at once.
-        let _ = std::fs::remove_file(&marker);
-        let _ = std::fs::remove_file(Held::release_path(&marker));
-        let child = home
-            .cli()
-            .args(args)
-            .env("BURROW_FAULT", point)
-            .env("BURROW_FAULT_MARKER", &marker)
+    async fn spawn(home: &TestHome, fault: Fault, args: &[&str]) -> Held {
+        let point = fault.as_str();
+        // An earlier hold's marker and release are removed: they would
+        // open it at once.
+        let window = FaultWindow::new(home.path(), point);
+        let child = window
+            .arm(home.cli().args(args))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let open = common::eventually(Duration::from_secs(60), || marker.exists()).await;
+        let open = window.wait_open(Duration::from_secs(60)).await;
         assert!(open, "{point} was reached");
-        Held { child, marker }
-    }
-
-    fn release_path(marker: &std::path::Path) -> PathBuf {
-        let mut release = marker.as_os_str().to_owned();
-        release.push(".release");
-        release.into()
+        Held { child, window }
     }
 
     /// Lets it go on; returns its exit code and stdout.
     async fn release(self) -> (Option<i32>, String) {
-        std::fs::write(Held::release_path(&self.marker), b"").unwrap();
+        self.window.release();
         let child = self.child;
         let out = tokio::task::spawn_blocking(move || child.wait_with_output())
             .await
@@ -425,7 +400,7 @@ async fn hibernated(sb: &Sandbox) -> u64 {
 async fn held_stop(home: &TestHome) -> Held {
     Held::spawn(
         home,
-        "stop.before_discard",
+        Fault::StopBeforeDiscard,
         &["--json", "stop", "contested"],
     )
     .await
@@ -472,7 +447,7 @@ async fn a_stop_and_a_start_racing_for_a_saved_guest_never_both_get_it() {
     let stop = held_stop(&home).await;
     let start = Held::spawn(
         &home,
-        "vm.hibernate.before_claim",
+        Fault::VmHibernateBeforeClaim,
         &[
             "exec",
             "contested",

@@ -125,8 +125,7 @@ impl FaultWindow {
     /// Panics if it cannot be written.
     pub fn release(&self) {
         let path = self.release_path();
-        std::fs::write(&path, b"")
-            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        std::fs::write(&path, b"").unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     }
 }
 

@@ -322,7 +322,8 @@ impl Relay {
                     // Holds a request read off the connection and not yet
                     // taken (neither in flight nor refused).
                     #[cfg(feature = "local")]
-                    crate::engine::fault::hold(crate::engine::fault::Fault::RelayBeforeRequest).await;
+                    crate::engine::fault::hold(crate::engine::fault::Fault::RelayBeforeRequest)
+                        .await;
                     self.request(id, body, &routes, &out_tx)
                 }
                 HostMsg::Control { id, body } => self.control(id, body, &out_tx),

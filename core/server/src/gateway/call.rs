@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
+use burrow::internal::fault::Fault;
 use burrow::{Error, SandboxId};
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -41,7 +42,7 @@ impl LeaseGuard {
             loop {
                 tokio::time::sleep(every).await;
                 // Tests stall the heartbeats here, past the lease's expiry.
-                burrow::internal::fault::hold(burrow::internal::fault::Fault::GatewayBeforeHeartbeat).await;
+                burrow::internal::fault::hold(Fault::GatewayBeforeHeartbeat).await;
                 if let Err(e) = st.store.heartbeat_lease(&l, now_ms() + ttl).await {
                     tracing::warn!(lease = %l, error = %e, "lease heartbeat failed");
                 }

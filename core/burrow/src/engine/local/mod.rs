@@ -19,6 +19,7 @@ use crate::backend::{
     Backend, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions,
     StopOptions,
 };
+use crate::engine::fault::Fault;
 use crate::engine::image::{
     parse_reference, ImageSource, ImageSummary, PreparedImage, PruneReport, PullOptions,
 };
@@ -338,7 +339,7 @@ impl Backend for LocalBackend {
         let records = self.store.list().await?;
         // The window a concurrent removal lands in: rows read, not yet
         // reconciled.
-        crate::engine::fault::hold(crate::engine::fault::Fault::ListBeforeReconcile).await;
+        crate::engine::fault::hold(Fault::ListBeforeReconcile).await;
         for rec in records {
             let info = match self.reconcile(rec).await {
                 Ok(rec) => rec.info,

@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use super::LocalBackend;
+use crate::engine::fault::Fault;
 use crate::logs::LogSource;
 use crate::model::SandboxInfo;
 
@@ -87,7 +88,7 @@ impl LocalBackend {
             .spawn()
             .map_err(|e| format!("spawning {}: {e}", bin.display()))?;
         drop(cmd);
-        crate::engine::fault::point(crate::engine::fault::Fault::StartAfterSpawn);
+        crate::engine::fault::point(Fault::StartAfterSpawn);
         let pid = child.id();
         // Dropping the handle is fine: tokio reaps the child in the background.
         drop(child);

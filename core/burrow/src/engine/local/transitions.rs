@@ -8,6 +8,7 @@ use tokio::net::UnixStream;
 use super::LocalBackend;
 use crate::backend::{RuntimeStream, StartOptions, StopOptions, RUN_END_BOUND};
 use crate::channel::client::{AgentClient, ConnectError};
+use crate::engine::fault::Fault;
 use crate::engine::locks::FileLock;
 use crate::engine::procs::ProcIdentity;
 use crate::error::{Error, Result};
@@ -55,7 +56,7 @@ impl LocalBackend {
             };
             match claimed {
                 Some(generation) => {
-                    crate::engine::fault::point(crate::engine::fault::Fault::StartAfterClaim);
+                    crate::engine::fault::point(Fault::StartAfterClaim);
                     let detached = opts.detached.unwrap_or(info.detached);
                     // The boot runs in its own task: if the caller gives up
                     // (drops this future), the start still completes or is
@@ -126,7 +127,7 @@ impl LocalBackend {
         }
         // The window a concurrent start lands in: the row read as
         // hibernated, the saved guest not yet taken.
-        crate::engine::fault::hold(crate::engine::fault::Fault::StopBeforeDiscard).await;
+        crate::engine::fault::hold(Fault::StopBeforeDiscard).await;
         let driver = crate::engine::driver::for_config(&info.config);
         if !driver.discard_saved(&self.home.sandbox_dir(id))? {
             let now = self.lookup(name, id).await?.info;
@@ -321,7 +322,7 @@ impl LocalBackend {
                 status: info.status,
             });
         }
-        crate::engine::fault::hold(crate::engine::fault::Fault::RemoveAfterDelete).await;
+        crate::engine::fault::hold(Fault::RemoveAfterDelete).await;
         // A run that crashed may have left runtime state (container state,
         // cgroups, mount points) behind; release it before deleting.
         let runtime_dir = dir.join("runtime");

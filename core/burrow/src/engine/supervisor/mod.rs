@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::channel::client::AgentClient;
 use crate::engine::driver::SupervisorAid;
 use crate::engine::driver::{GuestExit, GuestProcess, LaunchSpec, ResolvedMount};
+use crate::engine::fault::Fault;
 use crate::engine::locks::FileLock;
 use crate::engine::logs::RotatingFile;
 use crate::engine::paths::Home;
@@ -264,7 +265,7 @@ async fn run(
         }
     };
     let me = ProcIdentity::current();
-    crate::engine::fault::point(crate::engine::fault::Fault::SupervisorBeforeHandoff);
+    crate::engine::fault::point(Fault::SupervisorBeforeHandoff);
     let record = match store.handoff(&args.id, args.generation, me).await {
         Ok(Some(record)) => record,
         Ok(None) => {
@@ -439,7 +440,7 @@ async fn boot(
         after: config.startup_timeout,
     })?;
     mark("runtime_lock", &mut t);
-    crate::engine::fault::point(crate::engine::fault::Fault::SupervisorAfterLock);
+    crate::engine::fault::point(Fault::SupervisorAfterLock);
 
     let image = crate::engine::image::prepare(home, &config.image).await?;
     let main = main_process::argv(&config, &image.config)?;
@@ -485,7 +486,7 @@ async fn boot(
         inherit_fds: vec![runtime_lock.raw_fd()],
     };
     // The run is Starting: a window for calls that meet a start.
-    crate::engine::fault::hold(crate::engine::fault::Fault::SupervisorBeforeLaunch).await;
+    crate::engine::fault::hold(Fault::SupervisorBeforeLaunch).await;
     let launched = tokio::time::timeout(left(), driver.launch(&spec))
         .await
         .map_err(|_| Error::Timeout {
@@ -501,7 +502,7 @@ async fn boot(
     // The guest is placed (a container in its cgroups).
     drop(aid);
     mark("launch", &mut t);
-    crate::engine::fault::point(crate::engine::fault::Fault::SupervisorAfterLaunch);
+    crate::engine::fault::point(Fault::SupervisorAfterLaunch);
     let mut guest = launched.guest;
 
     let identity = Identity {
@@ -533,7 +534,7 @@ async fn boot(
             .map_err(|e| Error::io("binding the supervisor socket", Some(&socket), e))?;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| Error::io("restricting the supervisor socket", Some(&socket), e))?;
-        crate::engine::fault::point(crate::engine::fault::Fault::SupervisorBeforeRunning);
+        crate::engine::fault::point(Fault::SupervisorBeforeRunning);
         timings.insert(
             "total".into(),
             serde_json::json!(started.elapsed().as_secs_f64() * 1000.0),

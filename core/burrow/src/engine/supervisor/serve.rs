@@ -13,6 +13,7 @@ use super::{
 };
 use crate::channel::relay::Relay;
 use crate::engine::driver::{GuestExit, GuestProcess};
+use crate::engine::fault::Fault;
 use crate::engine::paths::Home;
 use crate::engine::store::Store;
 use crate::error::Result;
@@ -260,13 +261,13 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
     relay.set_closing(true);
     // Connections made from here on wait in the listener's backlog, and are
     // reset when it closes: their hello is cut off.
-    crate::engine::fault::hold(crate::engine::fault::Fault::SupervisorStoppedAccepting).await;
+    crate::engine::fault::hold(Fault::SupervisorStoppedAccepting).await;
     drop(listener);
     let _ = std::fs::remove_file(&socket);
     // The window a caller can land in: no new connections, requests on open
     // ones refused unrun, the record still says the run lives. Callers wait
     // here for the end to be recorded (see `LocalBackend::settle_run`).
-    crate::engine::fault::hold(crate::engine::fault::Fault::SupervisorEnding).await;
+    crate::engine::fault::hold(Fault::SupervisorEnding).await;
 
     let (status, reason, detail) = match end {
         End::GuestExited(exit) => {

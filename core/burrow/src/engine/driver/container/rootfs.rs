@@ -22,6 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::engine::fault::Fault;
 use crate::error::{Error, Result};
 
 use super::{idmap, shift};
@@ -241,7 +242,7 @@ pub(super) fn mount_point(container_id: &str, record: &Path) -> Result<PathBuf> 
             ))
         }
     }
-    crate::engine::fault::point(crate::engine::fault::Fault::SupervisorAfterMountPoint);
+    crate::engine::fault::point(Fault::SupervisorAfterMountPoint);
     Ok(target)
 }
 

@@ -2,6 +2,7 @@
 //! the one a first start needs, and restoring a new guest from it.
 
 use super::*;
+use crate::engine::fault::Fault;
 
 /// The boot templates made (or found) ahead of the first start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -77,8 +78,11 @@ pub(super) fn templates_wanted() -> std::result::Result<(), String> {
     if std::env::var(TEMPLATES_ENV).is_ok_and(|v| v == "0") {
         return Err(format!("boot templates are off ({TEMPLATES_ENV}=0)"));
     }
-    if crate::engine::fault::enabled("vm.start_paused") {
-        return Err("the vm.start_paused fault point is on".into());
+    if crate::engine::fault::enabled(Fault::VmStartPaused) {
+        return Err(format!(
+            "the {} fault point is on",
+            Fault::VmStartPaused.as_str()
+        ));
     }
     Ok(())
 }
@@ -257,7 +261,7 @@ pub(super) async fn restore_template(
         if let Some(saved) = hibernated.take() {
             // Loaded, never run: a start killed here leaves the claimed
             // state, which the next start restores.
-            crate::engine::fault::point("vm.hibernate.loaded");
+            crate::engine::fault::point(Fault::VmHibernateLoaded);
             saved.consume()?;
         }
         let mut entropy = rand::random::<[u8; 32]>().to_vec();

@@ -27,6 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::fault::Fault;
 use crate::error::{Error, Result};
 
 /// The saved state's directory, under the sandbox's `vm/`.
@@ -92,7 +93,7 @@ where
         std::fs::write(&path, serde_json::to_vec(&meta).unwrap_or_default())
             .map_err(|e| Error::io("writing the hibernation record", Some(&path), e))?;
         // The window a kill -9 test lands in: saved, not yet published.
-        crate::engine::fault::point("vm.hibernate.before_publish");
+        crate::engine::fault::point(Fault::VmHibernateBeforePublish);
         let dir = target.vm_dir.join(DIR);
         remove(&dir)?;
         std::fs::rename(&tmp, &dir)

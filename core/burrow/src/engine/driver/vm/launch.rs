@@ -3,6 +3,7 @@
 //! guest), the agent's channel connected.
 
 use super::*;
+use crate::engine::fault::Fault;
 
 pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     let started = Instant::now();
@@ -60,7 +61,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     // machine; otherwise it is dropped and the sandbox starts afresh.
     // The window a concurrent stop's discard lands in: the run begun, the
     // saved guest not yet claimed.
-    crate::engine::fault::hold("vm.hibernate.before_claim").await;
+    crate::engine::fault::hold(Fault::VmHibernateBeforeClaim).await;
     let mut saved = match hibernate::claim(&spec.sandbox_dir) {
         Ok(saved) => saved,
         Err(e) => {
@@ -204,7 +205,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 shares: &shares,
                 agent_fd: None,
                 qmp_fd: None,
-                start_paused: crate::engine::fault::enabled("vm.start_paused"),
+                start_paused: crate::engine::fault::enabled(Fault::VmStartPaused),
                 tsc_khz: qemu::host_tsc_khz(),
                 memory_file: None,
                 incoming: false,

@@ -41,6 +41,7 @@ use super::oci::{
 };
 use super::spec::{Descriptor, Manifest, Platform};
 use super::{parse_reference, ImageSource, PreparedImage};
+use crate::engine::fault::Fault;
 use crate::engine::paths::Home;
 use crate::error::{Error, Result};
 
@@ -749,7 +750,7 @@ impl Puller<'_> {
             .blob(&self.parsed, digest, size, &desc.media_type)
             .await?;
         let write_err = |e: io::Error| Error::io("writing a download", Some(&tmp), e);
-        let fault_armed = crate::engine::fault::enabled(crate::engine::fault::Fault::ImagePullMidDownload);
+        let fault_armed = crate::engine::fault::enabled(Fault::ImagePullMidDownload);
         let mut hasher = Sha256::new();
         let mut done: u64 = 0;
         let mut last_event = Instant::now();
@@ -778,7 +779,7 @@ impl Puller<'_> {
             }
             if fault_armed && done < size {
                 file.flush().await.map_err(write_err)?;
-                crate::engine::fault::point(crate::engine::fault::Fault::ImagePullMidDownload);
+                crate::engine::fault::point(Fault::ImagePullMidDownload);
             }
         }
         file.flush().await.map_err(write_err)?;
