@@ -671,8 +671,7 @@ fn walk_cgroups() -> Vec<String> {
     found
 }
 
-#[path = "../../cli/tests/common/probe.rs"]
-mod probe;
+use burrow_test_support::probe;
 
 /// The i386 `getpid` probe (`int 0x80`), as an executable in `dir`; checked
 /// to work on the host, where no filter applies.

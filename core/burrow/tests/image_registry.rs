@@ -5,9 +5,6 @@
 //! shared blob store (corruption, interruption, concurrent processes),
 //! hostile layers, pull policies, insecure registries, image management.
 
-#[path = "../../cli/tests/common/registry.rs"]
-mod registry;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::ErrorKind;
@@ -30,7 +27,7 @@ use burrow::internal::image::{
 use burrow::internal::Home;
 use burrow::{Error, ErrorCode};
 use burrow_test_support::fault::FaultWindow;
-use registry::TestRegistry;
+use burrow_test_support::registry::TestRegistry;
 
 const AGENT: &str = "burrow/";
 

@@ -14,6 +14,9 @@ use std::process::Command;
 use std::sync::{Once, OnceLock};
 
 pub mod fault;
+pub mod pg;
+pub mod probe;
+pub mod registry;
 pub mod stats;
 
 /// The root of the workspace (of this checkout).

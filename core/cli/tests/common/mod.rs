@@ -8,8 +8,6 @@
 pub mod gateway;
 pub mod kube;
 pub mod mcp;
-pub mod probe;
-pub mod registry;
 pub mod serve;
 
 use std::path::{Path, PathBuf};
@@ -22,8 +20,8 @@ use burrow::{Backend, LocalBackend, SandboxBuilder};
 // Each test crate that includes this module uses a part of it.
 #[allow(unused_imports)]
 pub use burrow_test_support::{
-    agent_bin, busybox_rootfs, helm_bin, mcp_image, processes_with, schemathesis_bin,
-    workspace_root,
+    agent_bin, busybox_rootfs, helm_bin, mcp_image, probe, processes_with, registry,
+    schemathesis_bin, workspace_root,
 };
 
 pub fn burrow_bin() -> PathBuf {

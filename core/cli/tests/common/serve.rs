@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{agent_bin, burrow_bin};
 
-#[path = "../../../server/tests/common/pg.rs"]
-pub mod pg;
+pub use burrow_test_support::pg;
 
 /// A running `burrow serve` replica.
 pub struct Server {

@@ -4,4 +4,4 @@
 //! part of it, hence `dead_code` is allowed here.
 #![allow(dead_code)]
 
-pub mod pg;
+pub use burrow_test_support::pg;

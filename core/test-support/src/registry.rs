@@ -4,10 +4,7 @@
 //! access log) captured to a file. Images are pushed with `skopeo copy` from
 //! OCI layouts. The registry process is killed when the value is dropped.
 //!
-//! Shared by the burrow crate's tests through `#[path]`; depends on std and
-//! tempfile only.
-
-#![allow(dead_code)]
+//! Depends on std and tempfile only.
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream};
@@ -31,6 +28,7 @@ pub fn require_tools() {
 }
 
 /// A running registry.
+#[derive(Debug)]
 pub struct TestRegistry {
     child: Child,
     dir: tempfile::TempDir,
