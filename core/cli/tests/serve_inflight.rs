@@ -24,7 +24,9 @@ use burrow::{SandboxId, Status};
 use burrow_server::store::{now_ms, RuntimeState};
 use burrow_test_support::fault::FaultWindow;
 use common::gateway::{blocking, gw, setup, Setup};
-use common::serve::{call_retrying, read_body, read_head, send, web_command, Server};
+use common::serve::{
+    call_retrying, metric_sample, read_body, read_head, send, web_command, Server,
+};
 
 /// Short timers, so that a lease dies quickly once its heartbeats stop.
 const SHORT: [(&str, &str); 4] = [
@@ -384,4 +386,54 @@ async fn calls_landing_as_the_target_turns_idle_are_never_cut_by_either_replicas
         woken += usize::from(s.state(&id).await.unwrap().generation > row.generation);
     }
     eprintln!("{woken} of {rounds} calls met a reclaim and woke the target");
+}
+
+/// A call that finds its target dormant, and meets a start another replica
+/// finished while it was on its way to its own claim, paid no start: it is
+/// a warm call, not a cold one (counted cold before, which made the MCP
+/// round trip's count of cold calls flaky under load). The window is held
+/// open: replica A's call waits before its claim while B's call starts the
+/// target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_that_meets_a_start_finished_meanwhile_is_warm() {
+    let s = setup("inflight_converge", &[("IDLE_TIMEOUT", "60s")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let w = FaultWindow::new(dir.path(), Fault::GatewayBeforeClaim.as_str());
+    let (a, b) = replicas(&s, Some(&w));
+    let id = s.web_target(&b, "converge", web_command(0)).await;
+    let (url, token) = (gw(&a, &id, "index.html"), s.token.clone());
+    let held = std::thread::spawn(move || call_retrying(&url, &token, Duration::from_secs(60)).0);
+    assert!(
+        w.wait_open(Duration::from_secs(30)).await,
+        "A's call never reached its claim"
+    );
+    // Meanwhile B's call starts the target.
+    let (url, token) = (gw(&b, &id, "index.html"), s.token.clone());
+    let r = blocking(move || call_retrying(&url, &token, Duration::from_secs(60)).0).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.state(&id).await.unwrap().state, RuntimeState::Ready);
+    w.release();
+    let r = blocking(move || held.join().unwrap()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = |server: &Server, sample: &str| {
+        let (url, token) = (server.url.clone(), s.token.clone());
+        let sample = sample.to_owned();
+        move || metric_sample(&url, &token, &sample).unwrap_or(0)
+    };
+    let cold = r#"burrow_gateway_calls_total{outcome="cold"}"#;
+    let warm = r#"burrow_gateway_calls_total{outcome="warm"}"#;
+    let starts = r#"burrow_gateway_starts_total{result="ok"}"#;
+    let counts = blocking({
+        let (ac, aw, asx, bc, bs) = (
+            m(&a, cold),
+            m(&a, warm),
+            m(&a, starts),
+            m(&b, cold),
+            m(&b, starts),
+        );
+        move || (ac(), aw(), asx(), bc(), bs())
+    })
+    .await;
+    // A: no start, one warm call; B: the one start and the one cold call.
+    assert_eq!(counts, (0, 1, 0, 1, 1));
 }

@@ -61,6 +61,9 @@ listed_enum! {
         ImagePullMidDownload = "image.pull.mid_download",
         /// `burrow serve` gateway: holds a call's heartbeat, before renewing its lease.
         GatewayBeforeHeartbeat = "gateway.before_heartbeat",
+        /// `burrow serve` gateway: holds a call that found its target not
+        /// ready, before it claims the start.
+        GatewayBeforeClaim = "gateway.before_claim",
         /// Binding core: does not hang; every call panics (the SDKs' tests).
         BindingPanic = "binding.panic",
     }

@@ -193,17 +193,22 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
         TargetKind::Sandbox { port, command } => {
             let sid = parse_id(id)?;
             let port = *port;
+            // Cold: this call ran a start (not one that converged on a
+            // start someone else finished meanwhile).
             let (mut generation, mut cold) = match ready {
                 Some(g) => (g, false),
-                None => (start(state, id, &sid, port, command, None).await?, true),
+                None => {
+                    let r = start(state, id, &sid, port, command, None).await?;
+                    (r.generation, r.started)
+                }
             };
             let conn = match connect(state, id, &sid, generation, port).await {
                 Ok(c) => c,
                 Err(e) if !cold && gone(&e) => {
                     // Ready on record but not running (stopped outside the
                     // gateway, crashed): start it, once.
-                    generation = start(state, id, &sid, port, command, Some(generation)).await?;
-                    cold = true;
+                    let r = start(state, id, &sid, port, command, Some(generation)).await?;
+                    (generation, cold) = (r.generation, r.started);
                     connect(state, id, &sid, generation, port)
                         .await
                         .map_err(|e| upstream_error(state, id, &e.to_string()))?

@@ -16,9 +16,19 @@ const STALE_MARGIN: Duration = Duration::from_secs(5);
 /// How often a start probes the target port.
 const PORT_POLL: Duration = Duration::from_millis(50);
 
+/// How a call got a ready target from [`start`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ready {
+    /// The generation that is ready.
+    pub generation: i64,
+    /// This call ran the start (a cold call); `false` when someone else's
+    /// start finished between this call's look and its claim (it paid no
+    /// start: a warm call).
+    pub started: bool,
+}
+
 /// Makes the target ready: wins the start claim and runs the start, or
 /// answers 503 while someone else's start (or a reclaim) is under way.
-/// Returns the generation that is ready.
 pub(super) async fn start(
     state: &Arc<AppState>,
     id: &str,
@@ -26,7 +36,9 @@ pub(super) async fn start(
     port: u16,
     command: &Option<Vec<String>>,
     stale_ready: Option<i64>,
-) -> ApiResult<i64> {
+) -> ApiResult<Ready> {
+    // The window a start that another call finishes meanwhile lands in.
+    burrow::internal::fault::hold(burrow::internal::fault::Fault::GatewayBeforeClaim).await;
     let now = now_ms();
     let stale_before = now - ms(state.config.gateway.startup_timeout + STALE_MARGIN);
     let claimed = state
@@ -37,7 +49,10 @@ pub(super) async fn start(
         let row = state.store.runtime(id).await?;
         if let Some(row) = row.as_ref().filter(|r| r.state == RuntimeState::Ready) {
             // Someone else's start finished in between.
-            return Ok(row.generation);
+            return Ok(Ready {
+                generation: row.generation,
+                started: false,
+            });
         }
         let reaping = row.is_some_and(|r| r.state == RuntimeState::Reaping);
         state.metrics.inc(&state.metrics.gw_busy);
@@ -66,7 +81,10 @@ pub(super) async fn start(
         generation,
     ));
     match task.await {
-        Ok(Ok(())) => Ok(generation),
+        Ok(Ok(())) => Ok(Ready {
+            generation,
+            started: true,
+        }),
         Ok(Err(e)) => {
             state.metrics.inc(&state.metrics.gw_failed);
             Err(ApiError::bad_gateway(e))
