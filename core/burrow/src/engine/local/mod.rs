@@ -381,16 +381,18 @@ impl Backend for LocalBackend {
         let Some(run) = crate::logs::followed_run(&rec.info) else {
             return crate::engine::logs::open_local(&dir, &opts.clone().follow(false), None);
         };
-        let run = Some(run);
         let (me, name, id) = (self.clone(), name.to_owned(), id.clone());
         let ended: crate::engine::logs::RunEnded = Box::new(move || {
             let (me, name, id) = (me.clone(), name.clone(), id.clone());
             Box::pin(async move {
                 match me.lookup(&name, &id).await {
-                    Ok(now) => crate::logs::run_has_ended(run, Some(&now.info)),
+                    Ok(now) => crate::logs::run_has_ended(Some(run), Some(&now.info)),
                     // Gone (removed, or the name reused): no run to follow.
-                    Err(e) if e.code() == ErrorCode::NotFound => true,
-                    Err(e) if e.code() == ErrorCode::SandboxReplaced => true,
+                    Err(e)
+                        if matches!(e.code(), ErrorCode::NotFound | ErrorCode::SandboxReplaced) =>
+                    {
+                        true
+                    }
                     // The store failed this time: ask again at the next look.
                     Err(_) => false,
                 }
