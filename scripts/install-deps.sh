@@ -7,7 +7,7 @@
 # vm driver's QEMU and the guest kernel's sources and build tools
 # (scripts/build-kernel.sh), and PostgreSQL for `burrow serve`'s tests (they
 # run their own throwaway servers on free ports, see
-# core/server/tests/common/pg.rs, so the package's default cluster is not
+# core/test-support/src/pg.rs, so the package's default cluster is not
 # created), and Ruby with its headers and libclang for the Ruby binding,
 # and the host tools of the Kubernetes test cluster (CNI plugins, openssl,
 # iptables/nftables, curl; gcc and libc6-dev build its static pause binary;

@@ -25,8 +25,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use burrow_cli_testkit as common;
 
 use burrow_test_support::stats::pct;
 use std::process::Child;

@@ -8,8 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use burrow_cli_testkit as common;
 
 use burrow_test_support::stats::{ms, pct};
 use std::time::{Duration, Instant};

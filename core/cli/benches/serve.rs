@@ -20,8 +20,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use burrow_cli_testkit as common;
 
 use burrow_test_support::stats::pct_ms;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -11,7 +11,7 @@
 //! test races calls against reclaims without it, many rounds, from several
 //! processes.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -7,7 +7,7 @@
 //! printed its cause twice). The one place where message text is the
 //! subject of a test; everywhere else tests check codes.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use common::{busybox_rootfs, TestHome};
 

@@ -5,7 +5,7 @@
 //! that cannot work refused at render time, naming the value. Installing it
 //! into a real cluster is in `kube.rs`.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::path::PathBuf;
 use std::process::Output;

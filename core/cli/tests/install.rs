@@ -13,7 +13,7 @@
 //! test, which rerun build scripts (scrubbed below). Needs root and runc,
 //! as the other end-to-end suites.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

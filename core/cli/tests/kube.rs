@@ -8,7 +8,7 @@
 //! cluster's kubeconfig and `BURROW_K8S_BIN` its binaries; without them
 //! these tests fail, they are never skipped.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use common::kube::{kubeconfig, kubectl, Namespace};
 

@@ -14,7 +14,7 @@
 //! The server pods use the host's network (`hostNetwork`): the test
 //! cluster's API server and Postgres listen on the host's loopback only.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! End-to-end lifecycle tests in one process: real supervisors, real runc
 //! containers, real SQLite.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //! (a `destroy` of the previous `worker`, a start where a sample needs a
 //! running sandbox) is the test's, never an edit of a sample.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::time::Duration;
 

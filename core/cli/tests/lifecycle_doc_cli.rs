@@ -16,7 +16,7 @@
 //! `modify api` addresses) is the test's, never an edit of a line. Checks
 //! are on exit codes and `--json` fields, never on message text.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::process::Output;
 

@@ -9,7 +9,7 @@
 //! To put lines we control into the guest log, a command writes to the
 //! agent's stderr (`/proc/1/fd/2`).
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;

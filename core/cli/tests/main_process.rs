@@ -5,7 +5,7 @@
 //! Entrypoint/Cmd when no command is given, and a typed start failure when
 //! the image has none.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::time::Duration;
 

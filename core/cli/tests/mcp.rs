@@ -5,7 +5,7 @@
 //! example's MCP client (the same SDK) through `/gw/{id}/mcp`. The Kubernetes
 //! backend runs the same round trip in `kube.rs`.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::sync::OnceLock;
 use std::time::Duration;

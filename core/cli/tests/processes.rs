@@ -2,7 +2,7 @@
 //! Cross-process tests: several `burrow` processes racing on one name, owners
 //! and supervisors killed with SIGKILL at each step of a start.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::process::{Child, Output, Stdio};
 use std::time::Duration;
@@ -152,9 +152,18 @@ async fn attached_sandbox_stops_with_its_owner_detached_survives() {
 /// Runs `burrow up` with a fault point, waits until the point is reached and
 /// returns (child, pid written by the process that reached it).
 async fn up_until(home: &TestHome, name: &str, fault: Fault) -> (Child, u32) {
+    up_until_with(home, up(home, name), fault).await
+}
+
+/// [`up_until`] of a command of the caller's.
+async fn up_until_with(
+    home: &TestHome,
+    mut up: std::process::Command,
+    fault: Fault,
+) -> (Child, u32) {
     let point = fault.as_str();
     let w = FaultWindow::new(home.path(), point);
-    let child = w.arm(&mut up(home, name)).spawn().unwrap();
+    let child = w.arm(&mut up).spawn().unwrap();
     let reached = w.wait_open(Duration::from_secs(60)).await;
     assert!(reached, "fault point {point} was not reached");
     let pid = w.pid().expect("the pid in the marker");
@@ -426,11 +435,11 @@ async fn a_remove_in_progress_is_not_swept_by_another_process() {
 /// was created, and a kill in between left it forever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn supervisor_killed_after_creating_a_mount_point() {
-    if common::is_vm() {
-        return; // No rootfs mount points.
-    }
+    // Mount points are the container driver's: it runs in every suite.
     let home = TestHome::new().await;
-    let (child, pid) = up_until(&home, "mountpoint", Fault::SupervisorAfterMountPoint).await;
+    let mut on_container = up(&home, "mountpoint");
+    on_container.env(burrow::local::ENV_DRIVER, "container");
+    let (child, pid) = up_until_with(&home, on_container, Fault::SupervisorAfterMountPoint).await;
     sigkill(pid);
     let out = child.wait_with_output().unwrap();
     assert_eq!(

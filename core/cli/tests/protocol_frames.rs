@@ -2,7 +2,7 @@
 //! Malformed and hostile frames on a supervisor socket get a typed `Fatal`
 //! answer and a closed connection; the sandbox itself is untouched.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

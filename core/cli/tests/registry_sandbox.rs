@@ -3,7 +3,7 @@
 //! real registry on 127.0.0.1) runs with the image's environment, working
 //! directory and user; explicit builder options win over the image's.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::path::Path;
 

@@ -19,7 +19,7 @@
 //! (default 20). A longer run by hand: `BURROW_SCHEMATHESIS_EXAMPLES=500`;
 //! `BURROW_SCHEMATHESIS_SEED` repeats a run (the seed is printed).
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::process::Command;
 use std::sync::OnceLock;

@@ -4,7 +4,7 @@
 //! (the services behind the gateway are busybox httpd inside them), and a
 //! plain HTTP client.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! database connections stalled by a proxy the test holds, and then A
 //! killed with SIGKILL under a lease that has not expired.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -79,7 +79,17 @@ fn next(rx: &Receiver<Event>, within: Duration) -> Event {
     }
 }
 
-impl Setup {
+/// What this suite asks of the gateway setup beyond the shared helpers.
+trait InFlight {
+    async fn leases(&self, id: &SandboxId) -> i64;
+    async fn started_target(&self, via: &Server, name: &str) -> SandboxId;
+    async fn call_in_flight(&self, via: &Server, id: &SandboxId, secs: u32) -> Receiver<Event>;
+    async fn never_reclaimed(&self, id: &SandboxId, during: impl FnOnce() + Send + 'static)
+        -> bool;
+    async fn rest_then_reclaimed(&self, id: &SandboxId, rx: Receiver<Event>, secs: u32);
+}
+
+impl InFlight for Setup {
     /// Live leases of `id` (none once a stalled one was swept).
     async fn leases(&self, id: &SandboxId) -> i64 {
         sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE target_id = $1")
@@ -140,9 +150,7 @@ impl Setup {
         job.await.unwrap();
         lease_gone
     }
-}
 
-impl Setup {
     /// The rest of a call of `secs` (never reclaimed meanwhile), then the
     /// idle target reclaimed as ever.
     async fn rest_then_reclaimed(&self, id: &SandboxId, rx: Receiver<Event>, secs: u32) {

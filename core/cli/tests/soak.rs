@@ -46,7 +46,7 @@
 //! error code, warnings on stderr) and every kill is printed with the
 //! violations.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;

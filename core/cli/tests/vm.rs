@@ -7,7 +7,7 @@
 //! (lifecycle, policies, processes, logs) cover the rest against either
 //! driver.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::io::Read;
 use std::process::Stdio;

@@ -9,7 +9,7 @@
 //! restores never leaves the sandbox unstartable, and a removal takes the
 //! saved guest with it.
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -10,7 +10,7 @@
 //! How each start went is read from the driver's record
 //! (`runtime/start.json`, [`StartRecord`]).
 
-mod common;
+use burrow_cli_testkit as common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use burrow_protocol::{
@@ -44,6 +44,8 @@ use burrow_protocol::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, watch};
+// tokio's clock: the idle clock follows a paused test clock.
+use tokio::time::Instant;
 
 use crate::backend::RuntimeStream;
 use crate::channel::client::{AgentClient, ConnectError};

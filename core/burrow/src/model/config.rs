@@ -611,5 +611,4 @@ mod opt_duration_ms {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

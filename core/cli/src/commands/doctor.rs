@@ -54,13 +54,16 @@ pub(crate) async fn doctor(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
     }
     let vm = vm::check_support().await;
     let kernel = kernel::KernelHelp::probe();
-    // Every driver runs the same agent: without it nothing starts.
+    // Every driver runs the same agent: without it nothing starts. The
+    // default driver is usable if its check (among those above) passed.
+    let usable = [
+        (DriverKind::Container, container.is_ok()),
+        (DriverKind::Vm, vm.is_ok()),
+    ];
     let default_ok = agent.is_ok()
-        && match &default {
-            Ok(DriverKind::Container) => container.is_ok(),
-            Ok(DriverKind::Vm) => vm.is_ok(),
-            Ok(_) | Err(_) => false,
-        };
+        && usable
+            .iter()
+            .any(|(kind, ok)| *ok && default.as_ref().is_ok_and(|d| d == kind));
     if ctx.json {
         let entry = |r: Result<serde_json::Value, &burrow::Error>| match r {
             Ok(v) => json!({"ok": true, "details": v}),

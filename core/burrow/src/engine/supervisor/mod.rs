@@ -11,6 +11,7 @@
 
 mod main_process;
 mod pages;
+mod run;
 mod serve;
 
 use serve::serve;

@@ -1,72 +1,21 @@
-//! The supervisor's main loop while the runtime lives: client connections,
-//! control commands, the idle reaper, the max-duration timer, the owner
-//! watch, and the orderly end of the run.
+//! The supervisor while the runtime lives: the relay and the main process
+//! are set up, [`Run`] decides how the run ends, and the end is carried
+//! out here (the guest stopped, killed or hibernated) and recorded.
 
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{GuestError, GuestErrorCode, Request, Response};
+use burrow_protocol::{Request, Response};
 use tokio::sync::mpsc;
 
-use super::{
-    describe_exit, owner_watch, recv_signal, wait_owner, Booted, Command, Controls, Reply,
-    SuperviseArgs, DEFAULT_GRACE,
-};
+use super::run::{End, Inputs, Run, StoreRecord};
+use super::{describe_exit, owner_watch, Booted, Controls, SuperviseArgs, DEFAULT_GRACE};
 use crate::channel::relay::Relay;
 use crate::engine::driver::{GuestExit, GuestProcess};
 use crate::engine::fault::Fault;
 use crate::engine::paths::Home;
 use crate::engine::store::Store;
 use crate::error::Result;
-use crate::model::{ExitReason, IdleAction, SandboxConfig, Status};
-
-/// Why the serve loop ended.
-enum End {
-    Stop {
-        grace: Duration,
-        reason: ExitReason,
-    },
-    /// Idle reclaim of a sandbox configured to hibernate.
-    Hibernate,
-    Kill,
-    GuestExited(Result<GuestExit>),
-}
-
-/// Policies of the current run, re-read on reload.
-struct Policy {
-    idle_timeout: Option<Duration>,
-    idle_action: IdleAction,
-    max_deadline: Option<Instant>,
-    /// "idle reaper disabled" was logged for this run.
-    said_disabled: bool,
-}
-
-impl Policy {
-    fn apply(&mut self, config: &SandboxConfig, run_started: Instant) {
-        self.idle_timeout = config.idle_timeout;
-        self.idle_action = config.idle_action;
-        self.max_deadline = config.max_duration.and_then(|d| run_started.checked_add(d));
-        if config.idle_timeout == Some(Duration::ZERO) && !self.said_disabled {
-            tracing::info!("idle reaper disabled by explicit zero timeout");
-            self.said_disabled = true;
-        }
-    }
-
-    /// How often the reaper looks: a tenth of the timeout, within 50 ms..1 s.
-    fn tick(&self) -> Duration {
-        match self.idle_timeout.filter(|t| !t.is_zero()) {
-            Some(t) => (t / 10).clamp(Duration::from_millis(50), Duration::from_secs(1)),
-            None => Duration::from_secs(1),
-        }
-    }
-}
-
-fn reply(r: Reply, result: std::result::Result<Response, GuestError>) {
-    let _ = r.send(result);
-}
-
-fn unavailable(msg: &str) -> GuestError {
-    GuestError::new(GuestErrorCode::Unavailable, msg)
-}
+use crate::model::{ExitReason, Status};
 
 pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted: Booted) -> i32 {
     let Booted {
@@ -79,8 +28,7 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
         config,
         main,
     } = booted;
-    let run_started = Instant::now();
-    let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let main_tx = cmd_tx.clone();
     let mut relay = Relay::builder(&args.id, args.generation)
         .control(Controls { commands: cmd_tx })
@@ -100,164 +48,25 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
         };
         super::main_process::spawn(&relay, identity, argv, main_tx);
     }
-    let mut idle_rx = relay.in_flight_changes();
-    let mut policy = Policy {
-        idle_timeout: None,
-        idle_action: IdleAction::Stop,
-        max_deadline: None,
-        said_disabled: false,
+    let record = StoreRecord {
+        store: &store,
+        id: &args.id,
+        generation: args.generation,
     };
-    policy.apply(&config, run_started);
-    let mut owner = args.owner_pid.map(owner_watch);
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
-    let mut waiters: Vec<Reply> = Vec::new();
-    let mut draining = false;
-    let mut paused = false;
-    let mut tick = tokio::time::interval(policy.tick());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-
-    let end = loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    let relay = relay.clone();
-                    tokio::spawn(async move {
-                        let (rd, wr) = stream.into_split();
-                        relay.serve(rd, wr).await;
-                    });
-                }
-            }
-            exit = guest.wait() => break End::GuestExited(exit),
-            Some(cmd) = cmd_rx.recv() => match cmd {
-                Command::Stop { grace, reason, reply } => {
-                    waiters.extend(reply);
-                    break End::Stop { grace, reason };
-                }
-                Command::Kill { reply } => {
-                    waiters.extend(reply);
-                    break End::Kill;
-                }
-                Command::Drain { reply: r } => {
-                    if paused {
-                        reply(r, Err(unavailable("the sandbox is paused")));
-                        continue;
-                    }
-                    if !draining {
-                        draining = true;
-                        relay.set_closing(true);
-                        let _ = store.transition(&args.id, args.generation, &[Status::Running], Status::Draining).await;
-                    }
-                    reply(r, Ok(Response::Done));
-                    if relay.in_flight() == 0 {
-                        break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
-                    }
-                }
-                Command::Detach { reply: r } => {
-                    owner = None;
-                    if let Err(e) = store.set_detached(&args.id, true).await {
-                        tracing::warn!(sandbox = %args.id, error = %e, "recording detach failed");
-                    }
-                    reply(r, Ok(Response::Done));
-                }
-                Command::Touch { reply: r } => {
-                    relay.touch();
-                    reply(r, Ok(Response::Done));
-                }
-                Command::Pause { reply: r } => {
-                    if draining {
-                        reply(r, Err(unavailable("the sandbox is draining")));
-                    } else if paused {
-                        reply(r, Ok(Response::Done));
-                    } else {
-                        // Refuse new work first, then freeze, then publish:
-                        // nobody is handed a frozen sandbox as Running.
-                        relay.set_paused(true);
-                        match guest.pause().await {
-                            Ok(()) => {
-                                paused = true;
-                                let _ = store.transition(&args.id, args.generation, &[Status::Running], Status::Paused).await;
-                                reply(r, Ok(Response::Done));
-                            }
-                            Err(e) => {
-                                relay.set_paused(false);
-                                reply(r, Err(GuestError::new(GuestErrorCode::Io, format!("pausing failed: {e}"))));
-                            }
-                        }
-                    }
-                }
-                Command::Resume { reply: r } => {
-                    if !paused {
-                        reply(r, Ok(Response::Done));
-                        continue;
-                    }
-                    match guest.resume().await {
-                        Ok(()) => {
-                            paused = false;
-                            let _ = store.transition(&args.id, args.generation, &[Status::Paused], Status::Running).await;
-                            // A resume is use: the idle clock restarts.
-                            relay.touch();
-                            relay.set_paused(false);
-                            reply(r, Ok(Response::Done));
-                        }
-                        Err(e) => reply(r, Err(GuestError::new(GuestErrorCode::Io, format!("resuming failed: {e}")))),
-                    }
-                }
-                Command::Reload { reply: r } => {
-                    let result = reload(&store, &args, &relay, &mut policy, run_started, guest.as_mut()).await;
-                    tick = tokio::time::interval(policy.tick());
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    reply(r, result);
-                }
-                Command::Metrics { reply: r } => {
-                    let result = guest
-                        .metrics()
-                        .await
-                        .map(|metrics| Response::Metrics { metrics })
-                        .map_err(|e| GuestError::new(GuestErrorCode::Io, e.to_string()));
-                    reply(r, result);
-                }
-            },
-            _ = idle_rx.changed(), if draining => {
-                if relay.in_flight() == 0 {
-                    break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Drain };
-                }
-            }
-            _ = tick.tick() => {
-                if policy.max_deadline.is_some_and(|d| Instant::now() >= d) {
-                    tracing::info!(sandbox = %args.id, "maximum duration reached");
-                    break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::MaxDuration };
-                }
-                // Never reclaimed under a running command, while paused, or
-                // while draining (drain ends the run by itself).
-                if let Some(t) = policy.idle_timeout.filter(|t| !t.is_zero()) {
-                    if !paused && !draining && relay.in_flight() == 0 && relay.idle_for() >= t {
-                        // Close first, then look again: a request that slipped
-                        // in meanwhile has announced itself (see relay).
-                        relay.set_closing(true);
-                        if relay.in_flight() == 0 {
-                            tracing::info!(sandbox = %args.id, idle_timeout = ?t, action = policy.idle_action.as_str(), "idle: reclaiming");
-                            if policy.idle_action == IdleAction::Hibernate {
-                                match guest.hibernation_blocker() {
-                                    None => break End::Hibernate,
-                                    Some(why) => tracing::warn!(sandbox = %args.id, %why, "cannot hibernate; stopping instead"),
-                                }
-                            }
-                            break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::IdleTimeout };
-                        }
-                        relay.set_closing(false);
-                    }
-                }
-            }
-            _ = wait_owner(&mut owner) => {
-                tracing::info!(sandbox = %args.id, "owner process exited; stopping the attached sandbox");
-                break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::OwnerExited };
-            }
-            _ = recv_signal(&mut sigterm) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
-            _ = recv_signal(&mut sigint) => break End::Stop { grace: DEFAULT_GRACE, reason: ExitReason::Stopped },
-        }
+    let mut run = Run::new(&args.id, &relay, &record, guest.as_mut(), &config);
+    let signal = |kind| tokio::signal::unix::signal(kind).ok();
+    let mut inputs = Inputs {
+        listener: Some(&listener),
+        commands: cmd_rx,
+        owner: args.owner_pid.map(owner_watch),
+        sigterm: signal(tokio::signal::unix::SignalKind::terminate()),
+        sigint: signal(tokio::signal::unix::SignalKind::interrupt()),
     };
+    let end = run.until_end(&mut inputs).await;
+    let paused = run.paused;
+    let waiters = std::mem::take(&mut run.waiters);
+    drop(run);
+    drop(inputs);
     relay.set_closing(true);
     // Connections made from here on wait in the listener's backlog, and are
     // reset when it closes: their hello is cut off.
@@ -387,32 +196,4 @@ async fn hibernate(
         Err(_) => return Err(("the agent did not suspend within 30 s".into(), true)),
     }
     guest.hibernate().await.map_err(|e| (e.to_string(), true))
-}
-
-/// Applies the persisted configuration to the live run.
-async fn reload(
-    store: &Store,
-    args: &SuperviseArgs,
-    relay: &Relay,
-    policy: &mut Policy,
-    run_started: Instant,
-    guest: &mut dyn GuestProcess,
-) -> std::result::Result<Response, GuestError> {
-    let io = |e: crate::Error| GuestError::new(GuestErrorCode::Io, e.to_string());
-    let rec = store
-        .get_by_id(&args.id)
-        .await
-        .map_err(io)?
-        .ok_or_else(|| GuestError::new(GuestErrorCode::NotFound, "the sandbox record is gone"))?;
-    let config = rec.info.config;
-    policy.apply(&config, run_started);
-    relay.set_env(config.env.clone());
-    let notes = guest
-        .update(config.cpus, config.memory_mb)
-        .await
-        .map_err(io)?;
-    for n in notes {
-        tracing::warn!(sandbox = %args.id, "{n}");
-    }
-    Ok(Response::Done)
 }

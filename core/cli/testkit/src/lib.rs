@@ -1,32 +1,31 @@
-#![allow(clippy::unwrap_used)]
-//! Shared setup for the end-to-end tests: real supervisor processes, the real
-//! static guest agent, real runc containers over a busybox root filesystem,
-//! and a fresh burrow home (real SQLite file) per test.
+//! Shared setup of the CLI's end-to-end tests and benches: real supervisor
+//! processes, the real static guest agent, real runc containers over a
+//! busybox root filesystem, and a fresh burrow home (real SQLite file) per
+//! test.
 
-#![allow(dead_code)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    missing_debug_implementations
+)]
 
 pub mod gateway;
 pub mod kube;
 pub mod mcp;
 pub mod serve;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use burrow::{Backend, LocalBackend, SandboxBuilder};
 /// The environment shared with the other end-to-end suites.
-// Each test crate that includes this module uses a part of it.
-#[allow(unused_imports)]
 pub use burrow_test_support::{
-    agent_bin, busybox_rootfs, helm_bin, mcp_image, probe, processes_with, registry,
+    agent_bin, burrow_bin, busybox_rootfs, helm_bin, mcp_image, probe, processes_with, registry,
     schemathesis_bin, workspace_root,
 };
-
-pub fn burrow_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_burrow"))
-}
 
 static ENV: Once = Once::new();
 

@@ -1,0 +1,395 @@
+//! The state of one live run and the loop that decides how it ends: control
+//! commands, the idle reaper, the max-duration timer, drain, the owner
+//! watch and signals. What it does to the guest goes through
+//! [`GuestProcess`], what it records through [`RunRecord`], so the loop runs
+//! the same over a container, a VM, or a plain host process under a paused
+//! test clock (see the tests). The orderly end itself is in `serve`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use burrow_protocol::{GuestError, GuestErrorCode, Response};
+use tokio::net::UnixListener;
+use tokio::signal::unix::Signal;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use super::{recv_signal, wait_owner, Command, Reply, DEFAULT_GRACE};
+use crate::channel::relay::Relay;
+use crate::engine::driver::{GuestExit, GuestProcess};
+use crate::engine::store::Store;
+use crate::error::Result;
+use crate::model::{ExitReason, IdleAction, SandboxConfig, SandboxId, Status};
+
+#[cfg(test)]
+mod tests;
+
+/// Why a run's loop ended.
+#[derive(Debug)]
+pub(super) enum End {
+    Stop {
+        grace: Duration,
+        reason: ExitReason,
+    },
+    /// Idle reclaim of a sandbox configured to hibernate.
+    Hibernate,
+    Kill,
+    GuestExited(Result<GuestExit>),
+}
+
+/// What the loop reads from and writes to the sandbox's record.
+#[async_trait]
+pub(super) trait RunRecord: Send + Sync {
+    /// Moves this run's record from `from` to `to`; false when the record
+    /// was not in `from` (or no longer this run's).
+    async fn publish(&self, from: Status, to: Status) -> bool;
+    /// Records that the sandbox no longer follows its owner.
+    async fn set_detached(&self) -> Result<()>;
+    /// The persisted configuration (None: the record is gone).
+    async fn config(&self) -> Result<Option<SandboxConfig>>;
+}
+
+/// The [`RunRecord`] of a supervised run: its row in the store.
+pub(super) struct StoreRecord<'a> {
+    pub store: &'a Store,
+    pub id: &'a SandboxId,
+    pub generation: u64,
+}
+
+#[async_trait]
+impl RunRecord for StoreRecord<'_> {
+    async fn publish(&self, from: Status, to: Status) -> bool {
+        self.store
+            .transition(self.id, self.generation, &[from], to)
+            .await
+            .unwrap_or(false)
+    }
+    async fn set_detached(&self) -> Result<()> {
+        self.store.set_detached(self.id, true).await
+    }
+    async fn config(&self) -> Result<Option<SandboxConfig>> {
+        Ok(self.store.get_by_id(self.id).await?.map(|r| r.info.config))
+    }
+}
+
+/// Where events come from besides the guest and the relay.
+pub(super) struct Inputs<'a> {
+    /// Client connections, each served by the relay (None: no socket).
+    pub listener: Option<&'a UnixListener>,
+    /// Control commands from connection handlers and the main process.
+    pub commands: mpsc::UnboundedReceiver<Command>,
+    /// Finishes when the owner of an attached sandbox exits.
+    pub owner: Option<JoinHandle<()>>,
+    pub sigterm: Option<Signal>,
+    pub sigint: Option<Signal>,
+}
+
+/// Policies of the current run, re-read on reload.
+struct Policy {
+    idle_timeout: Option<Duration>,
+    idle_action: IdleAction,
+    max_deadline: Option<Instant>,
+    /// "idle reaper disabled" was logged for this run.
+    said_disabled: bool,
+}
+
+impl Policy {
+    fn apply(&mut self, config: &SandboxConfig, run_started: Instant) {
+        self.idle_timeout = config.idle_timeout;
+        self.idle_action = config.idle_action;
+        self.max_deadline = config.max_duration.and_then(|d| run_started.checked_add(d));
+        if config.idle_timeout == Some(Duration::ZERO) && !self.said_disabled {
+            tracing::info!("idle reaper disabled by explicit zero timeout");
+            self.said_disabled = true;
+        }
+    }
+
+    /// How often the reaper looks: a tenth of the timeout, within 50 ms..1 s.
+    fn tick(&self) -> Interval {
+        let every = match self.idle_timeout.filter(|t| !t.is_zero()) {
+            Some(t) => (t / 10).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            None => Duration::from_secs(1),
+        };
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tick
+    }
+}
+
+fn reply(r: Reply, result: std::result::Result<Response, GuestError>) {
+    let _ = r.send(result);
+}
+
+fn unavailable(msg: &str) -> GuestError {
+    GuestError::new(GuestErrorCode::Unavailable, msg)
+}
+
+fn io(e: impl std::fmt::Display) -> GuestError {
+    GuestError::new(GuestErrorCode::Io, e.to_string())
+}
+
+/// One live run: its policies, whether it drains or is paused, and who
+/// waits for its end.
+pub(super) struct Run<'a> {
+    id: &'a SandboxId,
+    relay: &'a Relay,
+    record: &'a dyn RunRecord,
+    guest: &'a mut dyn GuestProcess,
+    started: Instant,
+    policy: Policy,
+    draining: bool,
+    /// The guest is frozen (a stop thaws it first).
+    pub paused: bool,
+    /// Stop and kill callers, answered once the end is recorded.
+    pub waiters: Vec<Reply>,
+}
+
+impl<'a> Run<'a> {
+    /// A run that started now under `config`.
+    pub fn new(
+        id: &'a SandboxId,
+        relay: &'a Relay,
+        record: &'a dyn RunRecord,
+        guest: &'a mut dyn GuestProcess,
+        config: &SandboxConfig,
+    ) -> Self {
+        let started = Instant::now();
+        let mut policy = Policy {
+            idle_timeout: None,
+            idle_action: IdleAction::Stop,
+            max_deadline: None,
+            said_disabled: false,
+        };
+        policy.apply(config, started);
+        Run {
+            id,
+            relay,
+            record,
+            guest,
+            started,
+            policy,
+            draining: false,
+            paused: false,
+            waiters: Vec::new(),
+        }
+    }
+
+    /// Runs until something ends the run, and says what.
+    pub async fn until_end(&mut self, inputs: &mut Inputs<'_>) -> End {
+        let mut in_flight = self.relay.in_flight_changes();
+        let mut tick = self.policy.tick();
+        loop {
+            tokio::select! {
+                accepted = accept(inputs.listener) => {
+                    if let Ok((stream, _)) = accepted {
+                        let relay = self.relay.clone();
+                        tokio::spawn(async move {
+                            let (rd, wr) = stream.into_split();
+                            relay.serve(rd, wr).await;
+                        });
+                    }
+                }
+                exit = self.guest.wait() => return End::GuestExited(exit),
+                Some(cmd) = inputs.commands.recv() => {
+                    let reload = matches!(cmd, Command::Reload { .. });
+                    if matches!(cmd, Command::Detach { .. }) {
+                        // The owner's exit no longer ends the run.
+                        inputs.owner = None;
+                    }
+                    if let Some(end) = self.on_command(cmd).await {
+                        return end;
+                    }
+                    if reload {
+                        tick = self.policy.tick();
+                    }
+                }
+                _ = in_flight.changed(), if self.draining => {
+                    if self.relay.in_flight() == 0 {
+                        return drained();
+                    }
+                }
+                _ = tick.tick() => {
+                    if let Some(end) = self.on_tick() {
+                        return end;
+                    }
+                }
+                _ = wait_owner(&mut inputs.owner) => {
+                    tracing::info!(sandbox = %self.id, "owner process exited; stopping the attached sandbox");
+                    return stop(ExitReason::OwnerExited);
+                }
+                _ = recv_signal(&mut inputs.sigterm) => return stop(ExitReason::Stopped),
+                _ = recv_signal(&mut inputs.sigint) => return stop(ExitReason::Stopped),
+            }
+        }
+    }
+
+    /// Acts on one command; returns the end it asks for.
+    async fn on_command(&mut self, cmd: Command) -> Option<End> {
+        match cmd {
+            Command::Stop {
+                grace,
+                reason,
+                reply,
+            } => {
+                self.waiters.extend(reply);
+                return Some(End::Stop { grace, reason });
+            }
+            Command::Kill { reply } => {
+                self.waiters.extend(reply);
+                return Some(End::Kill);
+            }
+            Command::Drain { reply: r } => {
+                if self.paused {
+                    reply(r, Err(unavailable("the sandbox is paused")));
+                    return None;
+                }
+                if !self.draining {
+                    self.draining = true;
+                    self.relay.set_closing(true);
+                    self.record.publish(Status::Running, Status::Draining).await;
+                }
+                reply(r, Ok(Response::Done));
+                if self.relay.in_flight() == 0 {
+                    return Some(drained());
+                }
+            }
+            Command::Detach { reply: r } => {
+                if let Err(e) = self.record.set_detached().await {
+                    tracing::warn!(sandbox = %self.id, error = %e, "recording detach failed");
+                }
+                reply(r, Ok(Response::Done));
+            }
+            Command::Touch { reply: r } => {
+                self.relay.touch();
+                reply(r, Ok(Response::Done));
+            }
+            Command::Pause { reply: r } => reply(r, self.pause().await),
+            Command::Resume { reply: r } => reply(r, self.resume().await),
+            Command::Reload { reply: r } => reply(r, self.reload().await),
+            Command::Metrics { reply: r } => {
+                let result = self.guest.metrics().await;
+                reply(
+                    r,
+                    result
+                        .map(|metrics| Response::Metrics { metrics })
+                        .map_err(io),
+                );
+            }
+        }
+        None
+    }
+
+    async fn pause(&mut self) -> std::result::Result<Response, GuestError> {
+        if self.draining {
+            return Err(unavailable("the sandbox is draining"));
+        }
+        if self.paused {
+            return Ok(Response::Done);
+        }
+        // Refuse new work first, then freeze, then publish: nobody is
+        // handed a frozen sandbox as Running.
+        self.relay.set_paused(true);
+        match self.guest.pause().await {
+            Ok(()) => {
+                self.paused = true;
+                self.record.publish(Status::Running, Status::Paused).await;
+                Ok(Response::Done)
+            }
+            Err(e) => {
+                self.relay.set_paused(false);
+                Err(io(format_args!("pausing failed: {e}")))
+            }
+        }
+    }
+
+    async fn resume(&mut self) -> std::result::Result<Response, GuestError> {
+        if !self.paused {
+            return Ok(Response::Done);
+        }
+        self.guest
+            .resume()
+            .await
+            .map_err(|e| io(format_args!("resuming failed: {e}")))?;
+        self.paused = false;
+        self.record.publish(Status::Paused, Status::Running).await;
+        // A resume is use: the idle clock restarts.
+        self.relay.touch();
+        self.relay.set_paused(false);
+        Ok(Response::Done)
+    }
+
+    /// Applies the persisted configuration to the live run.
+    async fn reload(&mut self) -> std::result::Result<Response, GuestError> {
+        let config = self.record.config().await.map_err(io)?.ok_or_else(|| {
+            GuestError::new(GuestErrorCode::NotFound, "the sandbox record is gone")
+        })?;
+        self.policy.apply(&config, self.started);
+        self.relay.set_env(config.env.clone());
+        let notes = self
+            .guest
+            .update(config.cpus, config.memory_mb)
+            .await
+            .map_err(io)?;
+        for n in notes {
+            tracing::warn!(sandbox = %self.id, "{n}");
+        }
+        Ok(Response::Done)
+    }
+
+    /// The reaper's look: the max duration, then idleness.
+    fn on_tick(&mut self) -> Option<End> {
+        if self
+            .policy
+            .max_deadline
+            .is_some_and(|d| Instant::now() >= d)
+        {
+            tracing::info!(sandbox = %self.id, "maximum duration reached");
+            return Some(stop(ExitReason::MaxDuration));
+        }
+        // Never reclaimed under a running command, while paused, or while
+        // draining (drain ends the run by itself).
+        let t = self.policy.idle_timeout.filter(|t| !t.is_zero())?;
+        if self.paused || self.draining || self.relay.in_flight() > 0 || self.relay.idle_for() < t {
+            return None;
+        }
+        // Close first, then look again: a request that slipped in meanwhile
+        // has announced itself (see relay).
+        self.relay.set_closing(true);
+        if self.relay.in_flight() > 0 {
+            self.relay.set_closing(false);
+            return None;
+        }
+        let action = self.policy.idle_action;
+        tracing::info!(sandbox = %self.id, idle_timeout = ?t, action = action.as_str(), "idle: reclaiming");
+        if action == IdleAction::Hibernate {
+            match self.guest.hibernation_blocker() {
+                None => return Some(End::Hibernate),
+                Some(why) => {
+                    tracing::warn!(sandbox = %self.id, %why, "cannot hibernate; stopping instead")
+                }
+            }
+        }
+        Some(stop(ExitReason::IdleTimeout))
+    }
+}
+
+fn stop(reason: ExitReason) -> End {
+    End::Stop {
+        grace: DEFAULT_GRACE,
+        reason,
+    }
+}
+
+fn drained() -> End {
+    stop(ExitReason::Drain)
+}
+
+async fn accept(
+    listener: Option<&UnixListener>,
+) -> std::io::Result<(tokio::net::UnixStream, tokio::net::unix::SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
