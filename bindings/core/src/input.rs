@@ -149,6 +149,9 @@ pub struct BuildInput {
     /// Keep the programs' output in the logs (absent: yes).
     #[serde(default)]
     pub capture_output: Option<bool>,
+    /// Run even where a limit cannot be enforced (absent: no).
+    #[serde(default)]
+    pub best_effort_limits: bool,
 }
 
 impl BuildInput {
@@ -188,6 +191,7 @@ impl BuildInput {
         if let Some(c) = self.capture_output {
             config.capture_output = c;
         }
+        config.best_effort_limits = self.best_effort_limits;
         config
     }
 }

@@ -18,6 +18,7 @@ pub use crate::engine::paths::Home;
 pub mod supervisor {
     use std::path::Path;
 
+    pub use crate::engine::driver::container::rootless::remove_in_user_namespace;
     pub use crate::engine::logs::rotating::RotatingFile;
     pub use crate::engine::supervisor::{detach_from_starter, main, SuperviseArgs};
 
@@ -50,7 +51,7 @@ pub use crate::engine::procs::burrow_bin;
 /// The drivers (how the supervisor runs a guest).
 pub mod driver {
     pub use crate::engine::driver::{
-        Driver, GuestExit, GuestProcess, LaunchSpec, Launched, ResolvedMount,
+        for_kind, Driver, Enforceable, GuestExit, GuestProcess, LaunchSpec, Launched, ResolvedMount,
     };
 
     /// Namespace containers under an OCI runtime.

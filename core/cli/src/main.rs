@@ -1,6 +1,7 @@
 //! The `burrow` command line. Thin: parses input and calls the library.
-//! Also hosts the internal `__supervise` entry, which the library uses when
-//! the lean `burrow-supervisor` binary is not installed beside `burrow`.
+//! Also hosts the internal `__supervise` and `__remove` entries, which the
+//! library uses when the lean `burrow-supervisor` binary is not installed
+//! beside `burrow`.
 
 use std::process::ExitCode;
 
@@ -13,6 +14,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__supervise") {
         return supervise::supervise(&args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some("__remove") {
+        return supervise::remove(&args[2..]);
     }
     commands::main()
 }

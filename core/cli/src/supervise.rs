@@ -27,6 +27,23 @@ pub(crate) fn supervise(args: &[String]) -> ExitCode {
     }
 }
 
+/// `burrow __remove DIR`: internal, spawned by the library of an
+/// unprivileged user to remove a sandbox directory that holds files of its
+/// subordinate ids (it enters a user namespace: single-threaded here).
+pub(crate) fn remove(args: &[String]) -> ExitCode {
+    let [dir] = args else {
+        eprintln!("burrow __remove: expected one directory");
+        return ExitCode::from(2);
+    };
+    match supervisor::remove_in_user_namespace(std::path::Path::new(dir)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("burrow __remove: {}", burrow::error::report(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn parse_supervise(args: &[String]) -> Result<supervisor::SuperviseArgs, String> {
     let mut home = None;
     let mut id = None;

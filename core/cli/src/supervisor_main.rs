@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     // `__supervise` first, as with `burrow`, so both read alike in `ps`.
     let rest = match args.get(1).map(String::as_str) {
         Some("__supervise") => &args[2..],
+        Some("__remove") => return supervise::remove(&args[2..]),
         _ => {
             eprintln!("burrow-supervisor is started by the burrow library, not by hand");
             return ExitCode::from(2);

@@ -336,6 +336,16 @@ async fn max_duration_stops_the_run() {
 async fn pause_and_resume() {
     let home = TestHome::new().await;
     let sb = home.builder("pausing").create().await.unwrap();
+    if common::is_rootless() && !common::is_vm() && !common::enforceable().memory {
+        // No delegated cgroup to freeze in: a typed refusal, and the
+        // sandbox runs on untouched.
+        let err = sb.pause().await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Unsupported);
+        assert_eq!(sb.status().await.unwrap(), Status::Running);
+        assert_eq!(sb.exec(["echo", "on"]).await.unwrap().stdout_str(), "on\n");
+        sb.destroy().await.unwrap();
+        return;
+    }
     let info = sb.pause().await.unwrap();
     assert_eq!(info.status, Status::Paused);
     let err = sb.exec(["true"]).await.unwrap_err();
@@ -357,6 +367,10 @@ async fn pause_and_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modify_lands_where_the_plan_says() {
     let home = TestHome::new().await;
+    if !common::enforceable().memory {
+        limits_are_refused_unless_best_effort(&home).await;
+        return;
+    }
     let sb = home.builder("mod").memory_mb(256).create().await.unwrap();
     let changes = {
         let mut m = Modify::default();
@@ -460,15 +474,52 @@ async fn modify_lands_where_the_plan_says() {
     sb.destroy().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_snapshot_and_stream() {
-    let home = TestHome::new().await;
+/// Where limits cannot be enforced (an unprivileged user without a
+/// delegated cgroup): a limit asked for is a typed refusal that changes
+/// nothing, at create and at modify, unless the caller says best effort.
+async fn limits_are_refused_unless_best_effort(home: &TestHome) {
+    let err = home
+        .builder("limited")
+        .memory_mb(256)
+        .create()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unsupported);
+    let gone = home.backend.get("limited").await.unwrap_err();
+    assert_eq!(gone.code(), ErrorCode::NotFound);
+    let sb = home.builder("plain").create().await.unwrap();
+    let mut m = Modify::default();
+    m.memory_mb = Some(Some(128));
+    let err = sb.modify_with(&m).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unsupported);
+    assert_eq!(sb.info().await.unwrap().config.memory_mb, None);
+    sb.destroy().await.unwrap();
+    // Best effort: it runs, without the limit.
     let sb = home
-        .builder("metered")
-        .memory_mb(64)
+        .builder("best-effort")
+        .memory_mb(256)
+        .pids_limit(64)
+        .best_effort_limits(true)
         .create()
         .await
         .unwrap();
+    assert_eq!(
+        sb.exec(["echo", "ran"]).await.unwrap().stdout_str(),
+        "ran\n"
+    );
+    assert_eq!(sb.metrics().await.unwrap().memory_limit_bytes, None);
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_snapshot_and_stream() {
+    let home = TestHome::new().await;
+    let limited = common::enforceable().memory;
+    let mut builder = home.builder("metered");
+    if limited {
+        builder = builder.memory_mb(64);
+    }
+    let sb = builder.create().await.unwrap();
     sb.exec([
         "sh",
         "-c",
@@ -479,7 +530,8 @@ async fn metrics_snapshot_and_stream() {
     let m = sb.metrics().await.unwrap();
     assert!(m.cpu_usage_ns.unwrap() > 0);
     assert!(m.memory_bytes.unwrap() > 0);
-    assert_eq!(m.memory_limit_bytes, Some(64 * 1024 * 1024));
+    let limit = limited.then_some(64 * 1024 * 1024);
+    assert_eq!(m.memory_limit_bytes, limit);
     if common::is_vm() {
         // The host cannot count a VM's processes.
         assert_eq!(m.pids, None);

@@ -74,6 +74,11 @@ pub fn busybox_rootfs() -> PathBuf {
         .get_or_init(|| {
             let root = workspace_root();
             let dir = root.join("target/test-images/busybox");
+            // Built already (checked before the lock, which a test run as
+            // an unprivileged user over root's build could not take).
+            if dir.join(".complete").exists() {
+                return dir;
+            }
             let _guard = lock_file(&root.join("target/test-images/.lock"));
             if dir.join(".complete").exists() {
                 return dir;

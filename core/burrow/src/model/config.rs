@@ -216,6 +216,13 @@ pub struct SandboxConfig {
     /// Maximum number of processes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_limit: Option<u64>,
+    /// Run even where a limit asked for above cannot be enforced (an
+    /// unprivileged user without a delegated cgroup, a VM's process count):
+    /// each such limit is then left out with a note. Off by default: such a
+    /// sandbox is refused with [`Error::Unsupported`](crate::Error::Unsupported)
+    /// naming the limit.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub best_effort_limits: bool,
     /// Environment of every process in the sandbox (on top of the image's).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -280,6 +287,10 @@ fn is_true(b: &bool) -> bool {
     *b
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// Longest duration a configuration (or a stop's grace) accepts: 2^53 - 1
 /// milliseconds, about 285,000 years. Anything longer would not survive a
 /// JSON number in JavaScript, nor an `Instant` addition everywhere.
@@ -314,6 +325,7 @@ impl SandboxConfig {
             startup_timeout: default_startup_timeout(),
             capture_output: true,
             command: None,
+            best_effort_limits: false,
         }
     }
 

@@ -82,6 +82,14 @@ impl SandboxBuilder {
         self.config.pids_limit = Some(n);
         self
     }
+    /// Run even where the CPU, memory or process limits asked for cannot
+    /// be enforced (an unprivileged user without a delegated cgroup): each
+    /// such limit is left out, with a note. Off by default: such a sandbox
+    /// is refused with [`Error::Unsupported`](crate::Error::Unsupported).
+    pub fn best_effort_limits(mut self, yes: bool) -> Self {
+        self.config.best_effort_limits = yes;
+        self
+    }
     /// An environment variable for every process.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.env.insert(key.into(), value.into());

@@ -30,6 +30,11 @@ pub(crate) struct SandboxOpts {
     /// Maximum number of processes.
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
+    /// Run even where --cpus, --memory or --pids cannot be enforced (as an
+    /// unprivileged user without a delegated cgroup): such a limit is left
+    /// out with a note instead of refusing the sandbox.
+    #[arg(long)]
+    pub best_effort_limits: bool,
     /// Environment variable of every process (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
     pub env: Vec<String>,
@@ -87,6 +92,7 @@ impl SandboxOpts {
         c.cpus = self.cpus;
         c.memory_mb = self.memory;
         c.pids_limit = self.pids;
+        c.best_effort_limits = self.best_effort_limits;
         c.env = parse_pairs("--env", &self.env)?;
         c.workdir = self.workdir.clone();
         c.labels = parse_pairs("--label", &self.labels)?;

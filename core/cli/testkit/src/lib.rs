@@ -194,6 +194,18 @@ pub fn runtime() -> burrow::OciRuntime {
         .default_runtime
 }
 
+/// Which limits the suites' driver enforces here, for the user the tests
+/// run as (rootless without a delegated cgroup: none of a container's).
+pub fn enforceable() -> burrow::internal::driver::Enforceable {
+    burrow::internal::driver::for_kind(driver(), runtime()).enforceable()
+}
+
+/// Whether the tests run as an unprivileged user.
+pub fn is_rootless() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() != 0 }
+}
+
 /// Whether the suites run against the VM driver.
 pub fn is_vm() -> bool {
     driver() == burrow::DriverKind::Vm

@@ -161,6 +161,49 @@ pub trait GuestProcess: Send + Sync + Debug {
     }
 }
 
+/// Which limits a driver can enforce on this host, for this user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enforceable {
+    pub memory: bool,
+    pub cpus: bool,
+    pub pids: bool,
+    /// Why what cannot be enforced cannot.
+    pub why: String,
+}
+
+impl Enforceable {
+    /// Every limit.
+    pub fn all() -> Self {
+        Enforceable {
+            memory: true,
+            cpus: true,
+            pids: true,
+            why: String::new(),
+        }
+    }
+}
+
+/// Refuses a configuration that asks for a limit its driver cannot enforce
+/// here, unless it says limits are best effort.
+pub fn check_limits(config: &crate::model::SandboxConfig) -> Result<()> {
+    if config.best_effort_limits {
+        return Ok(());
+    }
+    let can = for_config(config).enforceable();
+    let asked = [
+        ("memory_mb", config.memory_mb.is_some(), can.memory),
+        ("cpus", config.cpus.is_some(), can.cpus),
+        ("pids_limit", config.pids_limit.is_some(), can.pids),
+    ];
+    match asked.iter().find(|(_, asked, ok)| *asked && !*ok) {
+        Some((field, ..)) => Err(crate::error::Error::unsupported(format!(
+            "enforcing {field} here ({}; ask for best-effort limits to run without it)",
+            can.why
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What a driver's supervisor setup keeps running until the guest is
 /// launched (a helper thread); dropped then.
 pub type SupervisorAid = Box<dyn std::any::Any + Send>;
@@ -180,6 +223,12 @@ pub trait Driver: Send + Sync + Debug {
     /// the guest is launched. Default: nothing to do.
     fn prepare_supervisor(&self) -> Result<Option<SupervisorAid>> {
         Ok(None)
+    }
+
+    /// Which limits this driver can enforce here, for this user. Default:
+    /// every one.
+    fn enforceable(&self) -> Enforceable {
+        Enforceable::all()
     }
 
     /// Launches a guest. On error nothing of this generation is left running.

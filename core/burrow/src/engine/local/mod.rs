@@ -168,7 +168,8 @@ impl LocalBackend {
                     continue;
                 };
                 tracing::info!(sandbox = %id, "removing the leftover directory of a removed sandbox");
-                let _ = std::fs::remove_dir_all(entry.path());
+                let _ =
+                    crate::engine::driver::container::rootless::remove_tree(&entry.path()).await;
             }
         }
     }
@@ -292,6 +293,7 @@ impl Backend for LocalBackend {
             self.config.demand_start_default,
         );
         req.config.validate()?;
+        crate::engine::driver::check_limits(&req.config)?;
         self.check_image(&req.config.image)?;
         // Persist local image paths absolute: later starts may come from
         // processes with another working directory.

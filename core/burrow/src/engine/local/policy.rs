@@ -49,6 +49,7 @@ impl LocalBackend {
             .wait_until(name, id, |i| i.status != Status::Starting)
             .await?;
         let config = changes.apply_to(&info.config)?;
+        crate::engine::driver::check_limits(&config)?;
         let mut plan = changes.plan(info.status, info.config.driver.unwrap_or_default());
         {
             // The per-name transition lock orders this write against starts:

@@ -282,6 +282,11 @@ impl LocalBackend {
             match self.control_answer(&info, body.clone()).await {
                 Ok(r) => return Ok((info, Some(r))),
                 Err(ControlError::Ended) => continue,
+                // What this host cannot do at all (a rootless pause
+                // without a cgroup freezer): the caller's typed refusal.
+                Err(ControlError::Refused(g)) if g.code == GuestErrorCode::Unsupported => {
+                    return Err(Error::unsupported(g.message));
+                }
                 Err(ControlError::Refused(g)) => {
                     let now = self.lookup(name, id).await?.info;
                     if (now.status, now.generation) == (info.status, info.generation) {
@@ -332,11 +337,9 @@ impl LocalBackend {
         if let Err(e) = reclaimed {
             tracing::debug!(sandbox = %id, error = %e, "reclaiming stale runtime state");
         }
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                // The record is gone; the next open sweeps the directory.
-                tracing::warn!(sandbox = %id, error = %e, "could not delete the sandbox directory");
-            }
+        if let Err(e) = crate::engine::driver::container::rootless::remove_tree(&dir).await {
+            // The record is gone; the next open sweeps the directory.
+            tracing::warn!(sandbox = %id, error = %e, "could not delete the sandbox directory");
         }
         // A supervisor that was killed leaves its socket behind (the next
         // run of the id would have replaced it; there is none now).

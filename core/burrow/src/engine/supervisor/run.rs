@@ -129,6 +129,17 @@ fn io(e: impl std::fmt::Display) -> GuestError {
     GuestError::new(GuestErrorCode::Io, e.to_string())
 }
 
+/// A driver's failure as an answer: what it cannot do at all is
+/// `unsupported` (the operation, as the message), the rest `io`.
+fn failed(what: &str, e: &crate::Error) -> GuestError {
+    match e {
+        crate::Error::Unsupported { operation } => {
+            GuestError::new(GuestErrorCode::Unsupported, operation.clone())
+        }
+        _ => io(format_args!("{what} failed: {e}")),
+    }
+}
+
 /// One live run: its policies, whether it drains or is paused, and who
 /// waits for its end.
 pub(super) struct Run<'a> {
@@ -298,7 +309,7 @@ impl<'a> Run<'a> {
             }
             Err(e) => {
                 self.relay.set_paused(false);
-                Err(io(format_args!("pausing failed: {e}")))
+                Err(failed("pausing", &e))
             }
         }
     }
@@ -310,7 +321,7 @@ impl<'a> Run<'a> {
         self.guest
             .resume()
             .await
-            .map_err(|e| io(format_args!("resuming failed: {e}")))?;
+            .map_err(|e| failed("resuming", &e))?;
         self.paused = false;
         self.record.publish(Status::Paused, Status::Running).await;
         // A resume is use: the idle clock restarts.
@@ -330,7 +341,7 @@ impl<'a> Run<'a> {
             .guest
             .update(config.cpus, config.memory_mb)
             .await
-            .map_err(io)?;
+            .map_err(|e| failed("updating the limits", &e))?;
         for n in notes {
             tracing::warn!(sandbox = %self.id, "{n}");
         }

@@ -19,15 +19,22 @@ pub(super) struct Controllers {
 
 impl Controllers {
     /// Reads `/proc/self/mountinfo` and the cgroup files of this process.
+    /// Rootless, only a cgroup v2 subtree delegated to the user (one whose
+    /// files it may write, as systemd's user slices are) offers any.
     pub(super) fn detect() -> Controllers {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        Self::from_host(
+        let rootless = rootless();
+        let c = Self::from_host(
             &mountinfo,
             &own,
             |p| std::fs::read_to_string(p).ok(),
             |p| p.exists(),
-        )
+        );
+        if rootless && !(c.unified && delegated(&own)) {
+            return Controllers::default();
+        }
+        c
     }
 
     fn from_host(
@@ -97,6 +104,30 @@ impl Controllers {
         }
         c
     }
+}
+
+/// Whether cgroups are an unprivileged user's: this process is not root,
+/// or root of a user namespace only (the rootless supervisor).
+pub(super) fn rootless() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    euid != 0 || super::rootless::in_user_namespace()
+}
+
+/// Whether this process may create cgroups below its own (v2): the
+/// directory and its `cgroup.subtree_control` are writable by it.
+fn delegated(own_cgroup: &str) -> bool {
+    let own = own_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/");
+    let dir = Path::new("/sys/fs/cgroup").join(own.trim_start_matches('/'));
+    let writable = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            // SAFETY: access(2) on a valid NUL-terminated path.
+            .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+    };
+    writable(&dir) && writable(&dir.join("cgroup.subtree_control"))
 }
 
 /// Removes the cgroups the runtime left behind for containers whose id

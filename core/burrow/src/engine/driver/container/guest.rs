@@ -222,6 +222,13 @@ impl GuestProcess for ContainerGuest {
     }
 
     async fn pause(&mut self) -> Result<()> {
+        // Rootless, the runtime freezes through a cgroup only if one was
+        // delegated to the user.
+        if super::rootless::in_user_namespace() && !super::cgroups::Controllers::detect().freezer {
+            return Err(Error::unsupported(
+                "pausing a rootless sandbox (no cgroup is delegated to this user to freeze it in)",
+            ));
+        }
         self.control("pause").await
     }
 
@@ -230,6 +237,12 @@ impl GuestProcess for ContainerGuest {
     }
 
     async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>> {
+        if cgroups::rootless() && !cgroups::Controllers::detect().memory {
+            // Nothing to change: the limits were accepted as best effort.
+            return Ok(vec![
+                "CPU and memory limits are not enforced for this rootless sandbox (no cgroup is delegated to the user)".into(),
+            ]);
+        }
         let mut args: Vec<String> = vec!["update".into()];
         if let Some(mb) = memory_mb {
             let bytes = mb * 1024 * 1024;
@@ -263,6 +276,16 @@ impl GuestProcess for ContainerGuest {
     }
 
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics> {
+        // Rootless without a delegated cgroup the runtime has no statistics:
+        // the container's processes are counted from /proc instead.
+        if cgroups::rootless() && !cgroups::Controllers::detect().memory {
+            let pid = self.generation.pid.ok_or_else(|| {
+                self.generation
+                    .runtime
+                    .error("the container's process is not known".into())
+            })?;
+            return Ok(super::procstats::of_pid_namespace(pid));
+        }
         let out = self
             .generation
             .runtime

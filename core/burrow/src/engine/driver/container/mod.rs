@@ -14,9 +14,9 @@
 //! before `launch` returns, so nothing the agent is asked to run can start
 //! without it.
 //!
-//! Root only for now: rootless operation (newuidmap mappings, an overlay the
-//! user may mount, a runtime state directory of the user's) is not
-//! implemented.
+//! As root, each container has a user namespace of its own over a range of
+//! host ids. As an unprivileged user, the supervisor first enters a user
+//! namespace of its own (`rootless.rs`), and its containers run in that one.
 //!
 //! [`GuestProcess::wait`]: super::GuestProcess::wait
 
@@ -40,7 +40,9 @@ mod guest;
 mod idmap;
 mod network;
 mod oci;
+mod procstats;
 mod rootfs;
+pub(crate) mod rootless;
 mod seccomp;
 mod shift;
 pub(crate) mod spec;
@@ -76,7 +78,13 @@ impl ContainerDriver {
 /// us, ours never reach the host. crun's need for a cgroup view without the
 /// hybrid cgroup2 mount is met per invocation, so no runtime is needed here.
 pub fn prepare_supervisor_process() -> Result<()> {
-    require_root()?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // An unprivileged user: root of a user namespace of its own.
+        let mapping = rootless::Mapping::for_current_user();
+        rootless::enter(&mapping)?;
+        tracing::debug!(?mapping, "entered a user namespace (rootless)");
+    }
     // SAFETY: plain syscalls; the caller guarantees we are single-threaded,
     // so the new namespace applies to the whole process.
     unsafe {
@@ -113,12 +121,26 @@ pub struct ContainerSupport {
     pub binary: std::path::PathBuf,
     /// Its version line.
     pub version: String,
+    /// `root`, or `rootless` (an unprivileged user, in a user namespace).
+    pub mode: &'static str,
+    /// Rootless: the ids mapped besides root (0: this user has no
+    /// subordinate ids, so images that run as another user cannot start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subordinate_ids: Option<u32>,
 }
 
-/// Checks that containers can run here with `runtime`: root, and the
-/// runtime binary present and answering `--version`.
+/// Checks that containers can run here with `runtime`: as root, or as a
+/// user who may create a user namespace; and the runtime binary present
+/// and answering `--version`.
 pub async fn check_support(runtime: OciRuntime) -> Result<ContainerSupport> {
-    require_root()?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let subordinate_ids = if root {
+        None
+    } else {
+        probe_user_namespace().await?;
+        Some(rootless::Mapping::for_current_user().extra_ids())
+    };
     let rt = Runtime::locate(runtime, "/nonexistent".into(), "/nonexistent".into())?;
     let version = super::version_line(&rt.binary)
         .await
@@ -126,15 +148,44 @@ pub async fn check_support(runtime: OciRuntime) -> Result<ContainerSupport> {
     Ok(ContainerSupport {
         binary: rt.binary,
         version,
+        mode: if root { "root" } else { "rootless" },
+        subordinate_ids,
     })
 }
 
+/// Whether this user may create a user namespace: a child that tries.
+async fn probe_user_namespace() -> Result<()> {
+    let mut probe = tokio::process::Command::new("/bin/true");
+    // SAFETY: the hook only calls unshare(2), which is async-signal-safe.
+    unsafe {
+        probe.pre_exec(|| match libc::unshare(libc::CLONE_NEWUSER) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+    }
+    match probe.status().await {
+        Ok(s) if s.success() => Ok(()),
+        outcome => Err(Error::Runtime {
+            runtime: "user namespace".into(),
+            reason: format!(
+                "an unprivileged user runs containers in a user namespace, and this host refuses one ({}); as root: sysctl -w user.max_user_namespaces=15000",
+                match outcome {
+                    Ok(s) => s.to_string(),
+                    Err(e) => e.to_string(),
+                }
+            ),
+        }),
+    }
+}
+
+/// The supervisor runs the driver as root: the host's, or its own user
+/// namespace's (see [`prepare_supervisor_process`]).
 fn require_root() -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(Error::Runtime {
             runtime: "container".into(),
-            reason: "the container driver needs root; rootless mode (unprivileged user namespaces) is not supported yet".into(),
+            reason: "the container driver runs in the supervisor, as root or as root of the supervisor's user namespace".into(),
         });
     }
     Ok(())
@@ -192,6 +243,21 @@ impl Driver for ContainerDriver {
 
     async fn reclaim_stale(&self, sandbox_id: &SandboxId, runtime_dir: &Path) -> Result<()> {
         reclaim_stale(self.runtime, sandbox_id, runtime_dir).await
+    }
+
+    fn enforceable(&self) -> super::Enforceable {
+        let c = cgroups::Controllers::detect();
+        let why = if cgroups::rootless() {
+            "an unprivileged user's containers are limited through a cgroup v2 subtree delegated to it, and none is".to_owned()
+        } else {
+            "this host lacks the cgroup controller".to_owned()
+        };
+        super::Enforceable {
+            memory: c.memory,
+            cpus: c.cpu,
+            pids: c.pids,
+            why,
+        }
     }
 }
 
@@ -258,7 +324,6 @@ pub async fn reclaim_stale(
     sandbox_id: &SandboxId,
     runtime_dir: &Path,
 ) -> Result<()> {
-    require_root()?;
     let runtime = Runtime::locate(
         runtime,
         runtime_dir.join("state"),
@@ -300,10 +365,17 @@ async fn start(
     notes: &mut Vec<String>,
     started: Instant,
 ) -> Result<Pipes> {
-    // Root filesystem.
-    let base = rootfs::mapping_base(&spec.sandbox_dir)?;
-    for m in spec.mounts.iter().filter(|m| m.volume) {
-        rootfs::adopt_fresh_volume(&m.host_path, base)?;
+    // Root filesystem. As root, the container's ids are a host range of
+    // its own; rootless, the supervisor's user namespace's (no base).
+    let base = if rootless::in_user_namespace() {
+        None
+    } else {
+        Some(rootfs::mapping_base(&spec.sandbox_dir)?)
+    };
+    if let Some(base) = base {
+        for m in spec.mounts.iter().filter(|m| m.volume) {
+            rootfs::adopt_fresh_volume(&m.host_path, base)?;
+        }
     }
     let target = rootfs::assemble(
         &spec.image.rootfs,
@@ -324,6 +396,9 @@ async fn start(
     // Process settings.
     let image = &spec.image;
     let (uid, gid) = users::resolve(&target, image.config.user.as_deref(), &image.reference)?;
+    if base.is_none() {
+        rootless::check_mapped(uid, gid, &image.reference)?;
+    }
     let hostname = spec::hostname(&spec.name);
     let files = generated_files(&generation.bundle, &hostname, spec.config.network, notes)?;
     let controllers = cgroups::Controllers::detect();

@@ -98,6 +98,20 @@ impl Runtime {
         for v in SCRUBBED_ENV {
             c.env_remove(v);
         }
+        if super::rootless::in_user_namespace() {
+            // Root of the supervisor's user namespace, not of the host: no
+            // cgroups of its own (runc would take a namespace's root for
+            // the host's), and with runsc, no host root at all.
+            match self.kind {
+                OciRuntime::Runc => {
+                    c.arg("--rootless=true");
+                }
+                OciRuntime::Runsc => {
+                    c.arg("--rootless").arg("--ignore-cgroups");
+                }
+                OciRuntime::Crun => {}
+            }
+        }
         if self.kind == OciRuntime::Runsc {
             // Root filesystem writes reach the bundle's rootfs, as with
             // runc (runsc's default keeps them in the sandbox's memory and

@@ -115,13 +115,42 @@ pub(super) async fn assemble(
     image_rootfs: &Path,
     images_dir: &Path,
     sandbox_dir: &Path,
-    base: u32,
+    base: Option<u32>,
     id: &str,
     record: &Path,
     mounts: &mut Vec<PathBuf>,
 ) -> Result<PathBuf> {
     let source = fs::canonicalize(image_rootfs)
         .map_err(|e| Error::io("resolving the image rootfs", Some(image_rootfs), e))?;
+    let Some(base) = base else {
+        // Rootless: an image this user unpacked is root's in the
+        // supervisor's namespace, which the container shares; one of
+        // another owner (a root-owned directory) is copied, made root's.
+        use std::os::unix::fs::MetadataExt;
+        let own = fs::metadata(&source).is_ok_and(|m| m.uid() == 0);
+        let lower = if own {
+            source
+        } else {
+            let images = images_dir.to_path_buf();
+            let owners = shift::Owners::Rootless {
+                mapped: super::rootless::mapped_ids().min(u64::from(u32::MAX)) as u32,
+            };
+            tokio::task::spawn_blocking(move || shift::shifted_lower(&source, &images, owners))
+                .await
+                .map_err(|e| {
+                    Error::io(
+                        "preparing the image rootfs",
+                        None,
+                        io::Error::other(e.to_string()),
+                    )
+                })??
+        };
+        let (upper, work) = writable_layer(sandbox_dir, None)?;
+        let target = mount_point(id, record)?;
+        mounts.push(target.clone());
+        mount_overlay(&lower, &upper, &work, &target)?;
+        return Ok(target);
+    };
     let mut idmapped = None;
     if std::env::var("BURROW_ID_SHIFT").as_deref() != Ok("copy") {
         let view = mount_point(&format!("{id}.lower"), record)?;
@@ -145,18 +174,20 @@ pub(super) async fn assemble(
         Some(view) => view.clone(),
         None => {
             let images = images_dir.to_path_buf();
-            tokio::task::spawn_blocking(move || shift::shifted_lower(&source, &images, base))
-                .await
-                .map_err(|e| {
-                    Error::io(
-                        "preparing the image rootfs",
-                        None,
-                        io::Error::other(e.to_string()),
-                    )
-                })??
+            tokio::task::spawn_blocking(move || {
+                shift::shifted_lower(&source, &images, shift::Owners::Shift(base))
+            })
+            .await
+            .map_err(|e| {
+                Error::io(
+                    "preparing the image rootfs",
+                    None,
+                    io::Error::other(e.to_string()),
+                )
+            })??
         }
     };
-    let (upper, work) = writable_layer(sandbox_dir, base)?;
+    let (upper, work) = writable_layer(sandbox_dir, Some(base))?;
     let target = mount_point(id, record)?;
     mounts.push(target.clone());
     mount_overlay(&lower, &upper, &work, &target)?;
@@ -176,8 +207,9 @@ pub(super) async fn assemble(
     Ok(target)
 }
 
-/// Creates the persistent upper and work directories (owned by `base`).
-pub(super) fn writable_layer(sandbox_dir: &Path, base: u32) -> Result<(PathBuf, PathBuf)> {
+/// Creates the persistent upper and work directories (owned by `base`, or
+/// by this user rootless).
+pub(super) fn writable_layer(sandbox_dir: &Path, base: Option<u32>) -> Result<(PathBuf, PathBuf)> {
     let upper = sandbox_dir.join("upper");
     let work = sandbox_dir.join("work");
     for dir in [&upper, &work] {
@@ -186,6 +218,7 @@ pub(super) fn writable_layer(sandbox_dir: &Path, base: u32) -> Result<(PathBuf, 
             .mode(0o755)
             .create(dir)
             .map_err(|e| Error::io("creating the writable layer", Some(dir), e))?;
+        let Some(base) = base else { continue };
         std::os::unix::fs::chown(dir, Some(base), Some(base)).map_err(|e| {
             Error::io(
                 "handing the writable layer to the container's root",
@@ -197,12 +230,16 @@ pub(super) fn writable_layer(sandbox_dir: &Path, base: u32) -> Result<(PathBuf, 
     Ok((upper, work))
 }
 
-/// Directory holding rootfs mount points: `BURROW_MOUNT_DIR` or `/run/burrow`.
+/// Directory holding rootfs mount points: `BURROW_MOUNT_DIR`, else
+/// `/run/burrow` as root and the user's runtime directory rootless.
 pub(super) fn mount_dir() -> PathBuf {
     std::env::var_os("BURROW_MOUNT_DIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/burrow"))
+        .unwrap_or_else(|| match super::rootless::in_user_namespace() {
+            true => super::rootless::runtime_dir().join("mounts"),
+            false => PathBuf::from("/run/burrow"),
+        })
 }
 
 /// Creates `<mount_dir>/<container_id>` after checking that the container's
@@ -215,7 +252,16 @@ pub(super) fn mount_point(container_id: &str, record: &Path) -> Result<PathBuf> 
         .mode(0o711)
         .create(&dir)
         .map_err(|e| Error::io("creating the rootfs mount directory", Some(&dir), e))?;
-    for ancestor in dir.ancestors() {
+    // Rootless, the container's root is this user: the directory must be
+    // this user's alone, and nothing else needs checking.
+    let ancestors = match super::rootless::in_user_namespace() {
+        true => {
+            super::rootless::check_own_dir(&dir)?;
+            None
+        }
+        false => Some(dir.ancestors()),
+    };
+    for ancestor in ancestors.into_iter().flatten() {
         let meta = fs::metadata(ancestor)
             .map_err(|e| Error::io("checking the rootfs mount directory", Some(ancestor), e))?;
         if meta.mode() & 0o001 == 0 {

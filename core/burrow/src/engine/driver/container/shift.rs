@@ -19,10 +19,23 @@ use crate::error::{Error, Result};
 
 use super::rootfs::{cstr, MAP_SIZE};
 
-/// The shifted copy of `source` for `base`, built on first use.
+/// Who owns the copy's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Owners {
+    /// Each id shifted by a base (root: the container's host range).
+    Shift(u32),
+    /// Rootless, in the supervisor's namespace of `mapped` ids: ids it maps
+    /// kept, others (the host's root, seen as the overflow id) made root.
+    Rootless { mapped: u32 },
+}
+
+/// The overflow id: what an id the namespace does not map reads as.
+const OVERFLOW_ID: u32 = 65534;
+
+/// The shifted copy of `source` for `owners`, built on first use.
 ///
 /// Blocking: call from a blocking thread.
-pub(super) fn shifted_lower(source: &Path, images_dir: &Path, base: u32) -> Result<PathBuf> {
+pub(super) fn shifted_lower(source: &Path, images_dir: &Path, owners: Owners) -> Result<PathBuf> {
     let source = fs::canonicalize(source)
         .map_err(|e| Error::io("resolving the image rootfs", Some(source), e))?;
     let meta = fs::metadata(&source)
@@ -30,7 +43,7 @@ pub(super) fn shifted_lower(source: &Path, images_dir: &Path, base: u32) -> Resu
     // The key changes when the root directory is replaced or its entries
     // change; deeper edits of a plain rootfs directory are not detected.
     let key = short_hash(&format!(
-        "{}\0{base}\0{}:{}\0{}.{}\0{}.{}",
+        "{}\0{owners:?}\0{}:{}\0{}.{}\0{}.{}",
         source.display(),
         meta.dev(),
         meta.ino(),
@@ -78,28 +91,28 @@ pub(super) fn shifted_lower(source: &Path, images_dir: &Path, base: u32) -> Resu
     }
     let started = std::time::Instant::now();
     let mut copier = Copier {
-        base,
+        owners,
         links: HashMap::new(),
         skipped: 0,
     };
     if let Err(e) = copier.copy(&source, &tmp, &meta) {
         let _ = fs::remove_dir_all(&tmp);
         return Err(Error::io(
-            format!("copying the image rootfs with ids shifted by {base}"),
+            format!("copying the image rootfs with owners {owners:?}"),
             Some(&source),
             e,
         ));
     }
     fs::rename(&tmp, &target)
         .map_err(|e| Error::io("publishing the shifted image", Some(&target), e))?;
-    tracing::info!(source = %source.display(), lower = %target.display(), base, skipped_special_files = copier.skipped,
+    tracing::info!(source = %source.display(), lower = %target.display(), ?owners, skipped_special_files = copier.skipped,
         elapsed_ms = started.elapsed().as_millis() as u64, "built shifted image rootfs");
     Ok(target)
 }
 
 /// Copies a tree with every owner shifted into the container's id range.
 struct Copier {
-    base: u32,
+    owners: Owners,
     /// First copy of each multiply-linked source inode, to link again.
     links: HashMap<(u64, u64), PathBuf>,
     /// Device nodes and sockets left out (unusable in a user namespace).
@@ -108,9 +121,13 @@ struct Copier {
 
 impl Copier {
     fn shift(&self, id: u32) -> u32 {
-        // Ids outside the mapped range cannot be represented; they become
-        // the overflow id (nobody) inside.
-        self.base + if id < MAP_SIZE { id } else { MAP_SIZE - 2 }
+        match self.owners {
+            // Ids outside the mapped range cannot be represented; they
+            // become the overflow id (nobody) inside.
+            Owners::Shift(base) => base + if id < MAP_SIZE { id } else { MAP_SIZE - 2 },
+            Owners::Rootless { mapped } if id == OVERFLOW_ID || id >= mapped => 0,
+            Owners::Rootless { .. } => id,
+        }
     }
 
     fn copy(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
@@ -200,7 +217,7 @@ mod tests {
         std::os::unix::fs::chown(src.join("bin/tool"), Some(1000), Some(70000)).unwrap();
         fs::set_permissions(src.join("bin/tool"), fs::Permissions::from_mode(0o4755)).unwrap();
         let images = t.path().join("images");
-        let lower = shifted_lower(&src, &images, 100000).unwrap();
+        let lower = shifted_lower(&src, &images, Owners::Shift(100000)).unwrap();
         let m = fs::metadata(lower.join("bin/tool")).unwrap();
         assert_eq!((m.uid(), m.gid()), (101000, 100000 + MAP_SIZE - 2));
         assert_eq!(m.mode() & 0o7777, 0o4755);
@@ -215,7 +232,29 @@ mod tests {
             PathBuf::from("tool")
         );
         // Cached: the same directory comes back.
-        assert_eq!(shifted_lower(&src, &images, 100000).unwrap(), lower);
-        assert_ne!(shifted_lower(&src, &images, 200000).unwrap(), lower);
+        assert_eq!(
+            shifted_lower(&src, &images, Owners::Shift(100000)).unwrap(),
+            lower
+        );
+        assert_ne!(
+            shifted_lower(&src, &images, Owners::Shift(200000)).unwrap(),
+            lower
+        );
+    }
+
+    #[test]
+    fn rootless_owners_keep_mapped_ids_and_make_the_rest_root() {
+        let c = Copier {
+            owners: Owners::Rootless { mapped: 65537 },
+            links: HashMap::new(),
+            skipped: 0,
+        };
+        assert_eq!((c.shift(0), c.shift(1000)), (0, 1000));
+        assert_eq!((c.shift(OVERFLOW_ID), c.shift(70000)), (0, 0));
+        let single = Copier {
+            owners: Owners::Rootless { mapped: 1 },
+            ..c
+        };
+        assert_eq!((single.shift(0), single.shift(1000)), (0, 0));
     }
 }

@@ -153,7 +153,9 @@ pub(super) struct SpecInput<'a> {
     pub uid: u32,
     pub gid: u32,
     pub hostname: String,
-    pub id_base: u32,
+    /// The host id of the container's root in a user namespace of its own
+    /// (None: rootless, the supervisor's namespace is shared).
+    pub id_base: Option<u32>,
     pub agent_bin: &'a Path,
     pub mounts: &'a [ResolvedMount],
     pub files: Vec<FileMount>,
@@ -176,18 +178,26 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
     } else {
         Vec::new()
     };
-    let mapping = json!([{ "containerID": 0, "hostID": input.id_base, "size": MAP_SIZE }]);
+    // devpts's tty group must be mapped: only with more ids than root.
+    let pts_gid = match input.id_base {
+        Some(_) => "gid=5",
+        None if super::rootless::mapped_ids() > 5 => "gid=5",
+        None => "mode=0620",
+    };
     let mut mounts = vec![
         json!({ "destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"] }),
         json!({ "destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"] }),
         json!({ "destination": "/dev/pts", "type": "devpts", "source": "devpts",
-                "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"] }),
+                "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", pts_gid] }),
         json!({ "destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"] }),
         json!({ "destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"] }),
         json!({ "destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"] }),
-        json!({ "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", "ro"] }),
         json!({ "destination": AGENT_PATH, "type": "bind", "source": input.agent_bin, "options": ["bind", "ro", "nosuid", "nodev"] }),
     ];
+    if input.id_base.is_some() {
+        // Rootless there is no cgroup of the container's own to show.
+        mounts.push(json!({ "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", "ro"] }));
+    }
     for f in &input.files {
         mounts.push(json!({ "destination": f.target, "type": "bind", "source": f.source, "options": ["bind", "ro", "nosuid", "nodev", "noexec"] }));
     }
@@ -215,18 +225,26 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
         "hostname": input.hostname,
         "mounts": mounts,
         "linux": {
-            "uidMappings": mapping,
-            "gidMappings": mapping,
             "namespaces": [
                 { "type": "pid" }, { "type": "network" }, { "type": "ipc" }, { "type": "uts" },
-                { "type": "mount" }, { "type": "user" }, { "type": "cgroup" },
+                { "type": "mount" },
             ],
-            "cgroupsPath": input.cgroups_path,
             "resources": input.resources.to_json(),
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
         },
     });
+    if let Some(base) = input.id_base {
+        // Rootless there is no path: runc then tolerates a cgroup it may
+        // not create (the limits it would hold were refused before).
+        doc["linux"]["cgroupsPath"] = json!(input.cgroups_path);
+        let mapping = json!([{ "containerID": 0, "hostID": base, "size": MAP_SIZE }]);
+        doc["linux"]["uidMappings"] = mapping.clone();
+        doc["linux"]["gidMappings"] = mapping;
+        if let Some(namespaces) = doc["linux"]["namespaces"].as_array_mut() {
+            namespaces.extend([json!({ "type": "user" }), json!({ "type": "cgroup" })]);
+        }
+    }
     if let Some(runtime) = input.seccomp_by_runtime {
         doc["linux"]["seccomp"] = seccomp::profile(runtime);
     }
@@ -492,7 +510,7 @@ mod tests {
             uid: 0,
             gid: 0,
             hostname: "h".into(),
-            id_base: 100000,
+            id_base: Some(100000),
             agent_bin: Path::new("/opt/agent"),
             mounts: &mounts,
             files: vec![],

@@ -84,6 +84,16 @@ pub struct VmDriver;
 
 #[async_trait]
 impl Driver for VmDriver {
+    fn enforceable(&self) -> super::Enforceable {
+        // QEMU holds the guest to its memory and CPUs; the guest's process
+        // count is the guest kernel's own.
+        super::Enforceable {
+            pids: false,
+            why: "a VM's processes are its own kernel's, not counted by the host".into(),
+            ..super::Enforceable::all()
+        }
+    }
+
     fn name(&self) -> &'static str {
         "vm"
     }
