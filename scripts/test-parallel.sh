@@ -15,6 +15,9 @@
 # target/test-logs/<binary>.log and is printed when it fails. The longest
 # binaries of the previous run (target/test-logs/durations) start first.
 # Doc tests run afterwards unless ARGS select test targets (--test ...).
+# With BURROW_TEST_USER set (root only), each binary runs as that
+# unprivileged user (scripts/rootless-user.sh), with its own HOME and no
+# XDG directories of root's: the rootless runs.
 # Exits non-zero if any binary (or the doc tests) failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +59,12 @@ run_one() {
   local name=$1 dir=$2 exe=$3 start status ms
   start=$(date +%s%N)
   status=0
-  (cd "$dir" && CARGO="$cargo_bin" CARGO_MANIFEST_DIR="$dir" "$exe" -q) \
+  local as=()
+  if [ -n "${BURROW_TEST_USER:-}" ]; then
+    as=(runuser -u "$BURROW_TEST_USER" -- env -u XDG_RUNTIME_DIR -u XDG_DATA_HOME -u XDG_CACHE_HOME
+      HOME="$(getent passwd "$BURROW_TEST_USER" | cut -d: -f6)" TMPDIR=/tmp)
+  fi
+  (cd "$dir" && CARGO="$cargo_bin" CARGO_MANIFEST_DIR="$dir" "${as[@]}" "$exe" -q) \
     >"$logs/$name.log" 2>&1 || status=$?
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   printf '%s %s %d.%d\n' "$status" "$name" $((ms / 1000)) $((ms % 1000 / 100))

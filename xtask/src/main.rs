@@ -26,9 +26,11 @@ usage: cargo xtask <command> [args]
                        environment (agent, demo image; the guest kernel when
                        BURROW_DRIVER=vm), e.g. `cargo xtask test -p burrow-cli
                        --test logs follow`
-  e2e [DRIVER]         the shared lifecycle suites against a driver:
+  e2e [DRIVER] [--rootless]
+                       the shared lifecycle suites against a driver:
                        container (default), vm (QEMU microVMs) or runsc
-                       (gVisor); root
+                       (gVisor); root. --rootless: run them as an
+                       unprivileged user (scripts/rootless-user.sh)
   all                  every test binary of the workspace (container
                        driver), with the Kubernetes test cluster, the MCP
                        image and helm; root
@@ -98,7 +100,15 @@ fn dispatch(args: &[String]) -> Result<(), String> {
             run(cargo(&env).arg("test").arg("-q").args(args))
         }
         ("e2e", []) => e2e(&mut env, "container"),
+        ("e2e", [flag]) if flag == "--rootless" => {
+            rootless(&mut env)?;
+            e2e(&mut env, "container")
+        }
         ("e2e", [driver]) => e2e(&mut env, driver),
+        ("e2e", [driver, flag]) if flag == "--rootless" => {
+            rootless(&mut env)?;
+            e2e(&mut env, driver)
+        }
         ("all", []) => all(&mut env),
         ("kube", []) => kube(&mut env),
         ("conformance", []) => conformance(&mut env, "container"),
@@ -189,6 +199,14 @@ fn driver_env(env: &mut Env, driver: &str) -> Result<(), String> {
         }
         other => return Err(format!("unknown driver {other:?}: container, vm or runsc")),
     }
+    Ok(())
+}
+
+/// The commands' tests run as the unprivileged user of
+/// scripts/rootless-user.sh (see scripts/test-parallel.sh).
+fn rootless(env: &mut Env) -> Result<(), String> {
+    let user = env::output(script(env, "scripts/rootless-user.sh"))?;
+    env.set("BURROW_TEST_USER", user.trim());
     Ok(())
 }
 

@@ -218,7 +218,24 @@ impl Drop for Home {
             // SAFETY: kill(2) on a pid just read from /proc.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
+        remove_rootless_home(self.dir.path());
     }
+}
+
+/// As an unprivileged user, removes a burrow home whose sandboxes left
+/// files of the user's subordinate ids (which only the supervisor program,
+/// in the user's namespace, can remove: `burrow __remove`); the home's
+/// `TempDir` then has nothing left to remove. Nothing to do as root.
+pub fn remove_rootless_home(dir: &Path) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 || std::fs::remove_dir_all(dir).is_ok() {
+        return;
+    }
+    let _ = Command::new(burrow_bin())
+        .arg("__remove")
+        .arg(dir)
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// Pids of processes whose argument vector satisfies `pred`.

@@ -118,6 +118,7 @@ impl Drop for TestHome {
         if std::thread::panicking() {
             dump_logs(self.dir.path());
         }
+        burrow_test_support::remove_rootless_home(self.dir.path());
     }
 }
 

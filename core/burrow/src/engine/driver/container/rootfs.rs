@@ -236,7 +236,7 @@ pub(super) fn mount_dir() -> PathBuf {
     std::env::var_os("BURROW_MOUNT_DIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| match super::rootless::in_user_namespace() {
+        .unwrap_or_else(|| match super::cgroups::rootless() {
             true => super::rootless::runtime_dir().join("mounts"),
             false => PathBuf::from("/run/burrow"),
         })
@@ -365,6 +365,9 @@ fn detach(target: &Path) -> Result<()> {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EINVAL) | Some(libc::ENOENT) => break,
+                // An unprivileged user outside the supervisor's namespace:
+                // the mount lived in that namespace, gone with it.
+                Some(libc::EPERM) if super::cgroups::rootless() => break,
                 _ => return Err(Error::io("unmounting the rootfs", Some(target), e)),
             }
         }
