@@ -44,8 +44,10 @@ step "tests (container driver; the demo image, the MCP example's image, helm, th
 cargo xtask all
 step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list (locally, through a server, and through a server on the cluster)"
 cargo xtask sdk python
-step "the shared lifecycle suites as an unprivileged user (scripts/rootless-user.sh): rootless containers in the user's own user namespace"
+step "as an unprivileged user (scripts/rootless-user.sh): the shared lifecycle suites and the conformance kit with rootless containers (the user's own user namespace), and the lifecycle suites against the vm driver"
 cargo xtask e2e container --rootless
+cargo xtask conformance container --rootless
+cargo xtask e2e vm --rootless
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
 cargo xtask e2e vm
 step "the shared lifecycle suites a third time, the container driver under runsc (gVisor, built with the cluster)"

@@ -35,7 +35,9 @@ usage: cargo xtask <command> [args]
                        driver), with the Kubernetes test cluster, the MCP
                        image and helm; root
   kube                 the Kubernetes backend's tests on the test cluster
-  conformance [DRIVER] the conformance kit on the local backend
+  conformance [DRIVER] [--rootless]
+                       the conformance kit on the local backend (as an
+                       unprivileged user with --rootless)
   sdk LANG             an SDK from its installed package: python, node, go,
                        ruby (python also through a server on the cluster)
   fuzz [SECONDS]       every fuzz target from its seeds (default 20 s each)
@@ -113,6 +115,10 @@ fn dispatch(args: &[String]) -> Result<(), String> {
         ("kube", []) => kube(&mut env),
         ("conformance", []) => conformance(&mut env, "container"),
         ("conformance", [driver]) => conformance(&mut env, driver),
+        ("conformance", [driver, flag]) if flag == "--rootless" => {
+            rootless(&mut env)?;
+            conformance(&mut env, driver)
+        }
         ("sdk", [lang]) => sdk(&mut env, lang),
         ("fuzz", []) => fuzz(&env, "20"),
         ("fuzz", [secs]) => fuzz(&env, secs),
@@ -250,11 +256,9 @@ fn conformance(env: &mut Env, driver: &str) -> Result<(), String> {
         env.set("BURROW_CONFORMANCE_TIME_SCALE", "3");
     }
     // --workspace, not -p: the dependencies' features stay those of the
-    // shared build, so nothing is compiled again.
-    run(cargo(env).args([
-        "test",
-        "-q",
-        "--workspace",
+    // shared build, so nothing is compiled again. Through
+    // scripts/test-parallel.sh, which runs it as BURROW_TEST_USER when set.
+    run(script(env, "scripts/test-parallel.sh").args([
         "--test",
         "local_container",
         "--no-fail-fast",

@@ -86,11 +86,17 @@ pub(crate) async fn doctor(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
         say(serde_json::to_string_pretty(&report)?);
     } else {
         match &container {
-            Ok(c) => say(format!(
-                "container  ok           {} ({})",
-                c.version,
-                c.binary.display()
-            )),
+            Ok(c) => {
+                say(format!(
+                    "container  ok           {} ({}), {}",
+                    c.version,
+                    c.binary.display(),
+                    c.mode
+                ));
+                if let Some(line) = rootless_hint(c) {
+                    say(format!("           {line}"));
+                }
+            }
             Err(e) => say(format!("container  unavailable  {e}")),
         }
         match &vm {
@@ -129,6 +135,23 @@ pub(crate) async fn doctor(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(if default_ok { 0 } else { UNUSABLE })
+}
+
+/// What an unprivileged user's containers lack here, and the one command
+/// (as root) that gives it.
+fn rootless_hint(c: &container::ContainerSupport) -> Option<String> {
+    match c.subordinate_ids {
+        Some(0) => {
+            let user = std::env::var("USER").unwrap_or_else(|_| "$USER".into());
+            Some(format!(
+                "no subordinate ids: images that run as another user than root cannot start; fix (as root): usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}"
+            ))
+        }
+        Some(n) => Some(format!(
+            "{n} subordinate ids; limits and pause need a cgroup v2 subtree delegated to this user (systemd's user slice); without one, ask for best-effort limits"
+        )),
+        None => None,
+    }
 }
 
 async fn kubernetes(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {

@@ -225,6 +225,12 @@ pub trait Driver: Send + Sync + Debug {
         Ok(None)
     }
 
+    /// Whether this driver can pause a guest here, for this user. Default:
+    /// yes.
+    fn pauses(&self) -> bool {
+        true
+    }
+
     /// Which limits this driver can enforce here, for this user. Default:
     /// every one.
     fn enforceable(&self) -> Enforceable {

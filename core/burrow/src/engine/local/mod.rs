@@ -280,7 +280,16 @@ impl LocalBackend {
 #[async_trait]
 impl Backend for LocalBackend {
     async fn capabilities(&self) -> Result<Capabilities> {
-        Ok(Capabilities::ALL)
+        // What the host's default driver can do for this user (a rootless
+        // container cannot be paused without a delegated cgroup).
+        let driver = crate::engine::driver::for_kind(
+            self.config.default_driver,
+            self.config.default_runtime,
+        );
+        Ok(Capabilities {
+            pause: driver.pauses(),
+            ..Capabilities::ALL
+        })
     }
 
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {

@@ -224,7 +224,7 @@ impl GuestProcess for ContainerGuest {
     async fn pause(&mut self) -> Result<()> {
         // Rootless, the runtime freezes through a cgroup only if one was
         // delegated to the user.
-        if super::rootless::in_user_namespace() && !super::cgroups::Controllers::detect().freezer {
+        if cgroups::rootless() && !cgroups::Controllers::detect().freezer {
             return Err(Error::unsupported(
                 "pausing a rootless sandbox (no cgroup is delegated to this user to freeze it in)",
             ));

@@ -245,6 +245,12 @@ impl Driver for ContainerDriver {
         reclaim_stale(self.runtime, sandbox_id, runtime_dir).await
     }
 
+    fn pauses(&self) -> bool {
+        // A rootless container freezes only in a cgroup delegated to the
+        // user (see ContainerGuest::pause).
+        !cgroups::rootless() || cgroups::Controllers::detect().freezer
+    }
+
     fn enforceable(&self) -> super::Enforceable {
         let c = cgroups::Controllers::detect();
         let why = if cgroups::rootless() {

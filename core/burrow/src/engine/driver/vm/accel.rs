@@ -66,7 +66,11 @@ pub async fn choose(qemu: &Path, kernel: &Path, agent: &Path) -> Result<AccelCho
     {
         return Ok(AccelChoice {
             accel: Accel::Tcg,
-            reason: format!("/dev/kvm is not usable ({e}); using TCG"),
+            reason: if e.kind() == std::io::ErrorKind::PermissionDenied {
+                format!("/dev/kvm is not usable ({e}); using TCG. For KVM (as root): usermod -aG kvm {}, then log in again", user_name())
+            } else {
+                format!("/dev/kvm is not usable ({e}); using TCG")
+            },
         });
     }
     let key = cache_key(qemu, kernel);
@@ -224,4 +228,11 @@ pub(super) fn cache_dir() -> PathBuf {
 
 fn cache_file() -> PathBuf {
     cache_dir().join("vm-accel.json")
+}
+
+/// The current user's name, for the fix it is told.
+fn user_name() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "$USER".into())
 }

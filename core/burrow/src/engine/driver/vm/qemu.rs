@@ -256,9 +256,18 @@ impl Machine<'_> {
                 "virtio-net-device,netdev=net0",
             ]);
         }
+        // As root, the guest's owners are the host's (passthrough). An
+        // unprivileged QEMU cannot give files away: with `none` the guest's
+        // chown is ignored and its files are the user's on the host.
+        // SAFETY: geteuid has no preconditions.
+        let model = if unsafe { libc::geteuid() } == 0 {
+            "passthrough"
+        } else {
+            "none"
+        };
         for (i, share) in self.shares.iter().enumerate() {
             let mut fsdev = OsString::from(format!(
-                "local,id=fs{i},security_model=passthrough,{}path=",
+                "local,id=fs{i},security_model={model},{}path=",
                 if share.read_only { "readonly=on," } else { "" }
             ));
             fsdev.push(escape_option(&share.path));
