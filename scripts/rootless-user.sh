@@ -16,4 +16,16 @@ for f in subuid subgid; do
     echo "$user:$last:65536" >>"/etc/$f"
   fi
 done
+# The user runs the test binaries of this checkout and reads its images:
+# every directory above it must be searchable by others (a checkout under a
+# 0700 home or work directory is not). Only the search bit is added, and
+# each change is said.
+dir=$(cd "$(dirname "$0")/.." && pwd)
+while [ "$dir" != / ]; do
+  if ! runuser -u "$user" -- test -x "$dir"; then
+    echo "rootless-user.sh: chmod o+x $dir (so that $user reaches the checkout)" >&2
+    chmod o+x "$dir"
+  fi
+  dir=$(dirname "$dir")
+done
 echo "$user"
