@@ -31,6 +31,12 @@ python3 scripts/gen-python-sync.py --check
 # compiled (a release build of the whole core would add minutes to CI).
 # BURROW_WHEEL_PROFILE=release builds the wheel you would ship.
 profile="${BURROW_WHEEL_PROFILE:-dev}"
+# The wheel carries the supervisor (bindings/core/build.rs): a release
+# build compiles one itself; this one embeds the workspace's, built once.
+if [ "$profile" = dev ] && [ -z "${BURROW_EMBED_SUPERVISOR:-}" ]; then
+  cargo build -q -p burrow-cli --bin burrow-supervisor
+  export BURROW_EMBED_SUPERVISOR="$root/target/debug/burrow-supervisor"
+fi
 echo "==> building the wheel (maturin, $profile profile)"
 rm -rf "$wheels"
 (cd sdk-python && "$tools/bin/maturin" build -q --profile "$profile" --out "$wheels")
@@ -49,9 +55,27 @@ echo "==> mypy --strict on the installed package and the examples"
 (cd /tmp && "$venv/bin/python" -m mypy --strict --no-incremental -p burrow)
 "$venv/bin/python" -m mypy --strict --no-incremental examples/python
 
+image="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
+echo "==> the wheel alone runs a sandbox: a fresh venv, no burrow on PATH, no BURROW_ variables$( [ "$(id -u)" = 0 ] && echo ', as an unprivileged user (rootless)')"
+run_as=()
+if [ "$(id -u)" = 0 ]; then
+  user=$(bash scripts/rootless-user.sh)
+  run_as=(runuser -u "$user" --)
+fi
+alone=$(mktemp -d /tmp/bpy-alone.XXXXXX)
+chmod 755 "$alone"
+cp "$wheel" sdk-python/checks/self_contained.py "$alone/"
+[ ${#run_as[@]} = 0 ] || chown -R "$user" "$alone"
+(cd "$alone" && "${run_as[@]}" env -i HOME="$alone" PATH=/usr/local/bin:/usr/bin:/bin bash -c '
+  set -e
+  python3 -m venv venv
+  venv/bin/pip install -q --no-index ./burrow-*.whl
+  venv/bin/python self_contained.py "$1"' _ "$image")
+"${run_as[@]}" rm -rf "$alone" 2>/dev/null || true
+rm -rf "$alone"
+
 export BURROW_BIN="${BURROW_BIN:-$root/target/debug/burrow}"
 export BURROW_AGENT_BIN="${BURROW_AGENT_BIN:-$(bash scripts/build-agent.sh)}"
-image="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
 
 echo "==> the Python examples (quickstart, 8-process convergence)"
 home=$(mktemp -d /tmp/bpx.XXXXXX)

@@ -36,8 +36,22 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The supervisor program built into this library by `build.rs` (empty
+/// when none was: a development build, or `BURROW_EMBED_SUPERVISOR=none`).
+static SUPERVISOR: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/burrow-supervisor"));
+
+/// Hands the embedded supervisor to the library (first call wins; an empty
+/// one is ignored), so an installed package runs sandboxes by itself.
+fn register_supervisor() {
+    burrow::internal::set_embedded_supervisor(burrow::internal::agent::EmbeddedAgent::new(
+        SUPERVISOR,
+        env!("BURROW_EMBEDDED_SUPERVISOR_SHA256"),
+    ));
+}
+
 /// This process's state, built on first use and rebuilt after a fork.
 pub fn state() -> Result<Arc<ProcState>, Failure> {
+    register_supervisor();
     let pid = std::process::id();
     let mut slot = lock(&STATE);
     if let Some(st) = slot.as_ref() {

@@ -46,7 +46,7 @@ pub mod agent {
     };
 }
 
-pub use crate::engine::procs::burrow_bin;
+pub use crate::engine::procs::{burrow_bin, set_embedded_supervisor, supervisor_bin};
 
 /// The drivers (how the supervisor runs a guest).
 pub mod driver {

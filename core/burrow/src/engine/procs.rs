@@ -82,13 +82,44 @@ pub fn burrow_bin() -> Option<PathBuf> {
     find_on_path("burrow")
 }
 
-/// The supervisor program: `$BURROW_SUPERVISOR_BIN`, else the lean
-/// `burrow-supervisor` next to the `burrow` binary, else `burrow` itself
-/// (its `__supervise` entry runs the same code, with more linked in).
-/// Either way it is started with `__supervise` as its first argument.
+static EMBEDDED_SUPERVISOR: std::sync::OnceLock<agent::EmbeddedAgent> = std::sync::OnceLock::new();
+
+/// Registers a `burrow-supervisor` program compiled into the running one
+/// (the SDKs' native libraries carry one, so that installing a package is
+/// enough to run sandboxes); call once, before any sandbox starts. Later
+/// calls and empty programs are ignored.
+pub fn set_embedded_supervisor(program: agent::EmbeddedAgent) {
+    let digest = program.sha256();
+    if !program.is_empty() && digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let _ = EMBEDDED_SUPERVISOR.set(program);
+    }
+}
+
+/// The supervisor program: `$BURROW_SUPERVISOR_BIN`; else, when
+/// `$BURROW_BIN` is set, the lean `burrow-supervisor` next to it or that
+/// `burrow` itself; else the embedded one ([`set_embedded_supervisor`]),
+/// written once to `<cache>/supervisor/<sha256>/burrow-supervisor`; else the
+/// lean `burrow-supervisor` next to the `burrow` binary found beside this
+/// program or on `PATH`, else that `burrow` (its `__supervise` entry runs
+/// the same code, with more linked in). Either way it is started with
+/// `__supervise` as its first argument.
 pub fn supervisor_bin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("BURROW_SUPERVISOR_BIN").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
+    }
+    let explicit = std::env::var_os("BURROW_BIN").is_some_and(|p| !p.is_empty());
+    if !explicit {
+        if let Some(program) = EMBEDDED_SUPERVISOR.get() {
+            match agent::cache_dir().map(|cache| {
+                agent::materialise_as(program, &cache, "supervisor", "burrow-supervisor")
+            }) {
+                Some(Ok(path)) => return Some(path),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "could not write the embedded supervisor to the cache")
+                }
+                None => tracing::warn!("no cache directory for the embedded supervisor"),
+            }
+        }
     }
     let burrow = burrow_bin()?;
     let lean = burrow.with_file_name("burrow-supervisor");

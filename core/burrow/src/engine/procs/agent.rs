@@ -250,7 +250,7 @@ fn not_found(reason: String) -> Error {
 
 /// The host-wide cache: `$BURROW_CACHE_DIR`, else `$XDG_CACHE_HOME/burrow`,
 /// else `$HOME/.cache/burrow`, else the passwd home's `.cache/burrow`.
-fn cache_dir() -> Option<PathBuf> {
+pub(crate) fn cache_dir() -> Option<PathBuf> {
     let var = |name| {
         std::env::var_os(name)
             .filter(|v| !v.is_empty())
@@ -300,8 +300,19 @@ fn passwd_home() -> Option<PathBuf> {
 /// runtime bind-mounting it, the vm driver reading it) sees either no file
 /// or a complete one, and every complete one has the same bytes.
 fn materialise(agent: &EmbeddedAgent, cache: &Path) -> std::io::Result<PathBuf> {
-    let dir = cache.join("agent").join(agent.sha256);
-    let path = dir.join(AGENT_FILE);
+    materialise_as(agent, cache, "agent", AGENT_FILE)
+}
+
+/// Writes an embedded program to `<cache>/<kind>/<sha256>/<file>` unless a
+/// good copy is already there (see [`materialise`]), and returns that path.
+pub(crate) fn materialise_as(
+    agent: &EmbeddedAgent,
+    cache: &Path,
+    kind: &str,
+    file: &str,
+) -> std::io::Result<PathBuf> {
+    let dir = cache.join(kind).join(agent.sha256);
+    let path = dir.join(file);
     if is_good_copy(&path, agent.bytes.len() as u64) {
         return Ok(path);
     }
@@ -310,7 +321,7 @@ fn materialise(agent: &EmbeddedAgent, cache: &Path) -> std::io::Result<PathBuf> 
         .mode(0o755)
         .create(&dir)?;
     let tmp = dir.join(format!(
-        ".{AGENT_FILE}.{}.{:x}.tmp",
+        ".{file}.{}.{:x}.tmp",
         std::process::id(),
         rand::random::<u64>()
     ));
