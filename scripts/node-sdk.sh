@@ -16,7 +16,11 @@ out="$root/target/node-sdk"
 echo "==> the native module (bindings/node, dev profile: reuses the tests' build)"
 # --workspace, not -p: the dependencies keep the features of the workspace
 # build, so nothing but the module itself is compiled.
-cargo build -q --workspace --lib
+# The module carries the supervisor (bindings/core/build.rs): the
+# workspace's, built once (a release build compiles one itself).
+cargo build -q -p burrow-cli --bin burrow-supervisor
+BURROW_EMBED_SUPERVISOR="${BURROW_EMBED_SUPERVISOR:-$root/target/debug/burrow-supervisor}" \
+  cargo build -q --workspace --lib
 cp "$root/target/debug/libburrow_node.so" sdk-node/burrow.node
 
 echo "==> the package: npm ci, tsc --strict, the ES module face"
@@ -39,6 +43,24 @@ tsc() {
 echo "==> the examples (examples/node) type-check with tsc --strict against the installed package"
 mkdir -p "$out/app/examples" && cp examples/node/*.ts "$out/app/examples/"
 (cd "$out/app" && tsc --noEmit --module commonjs examples/*.ts)
+
+image="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
+echo "==> the package alone runs a sandbox: installed into a fresh directory, no burrow on PATH, no BURROW_ variables$( [ "$(id -u)" = 0 ] && echo ', as an unprivileged user (rootless)')"
+run_as=()
+alone=$(mktemp -d /tmp/bnode-alone.XXXXXX)
+chmod 755 "$alone"
+cp "$out"/burrow-*.tgz sdk-node/checks/self_contained.mjs "$alone/"
+if [ "$(id -u)" = 0 ]; then
+  user=$(bash scripts/rootless-user.sh)
+  run_as=(runuser -u "$user" --)
+  chown -R "$user" "$alone"
+fi
+(cd "$alone" && "${run_as[@]}" env -i HOME="$alone" PATH="$(dirname "$(command -v node)"):/usr/bin:/bin" bash -c '
+  set -e
+  echo "{\"name\": \"alone\", \"private\": true}" >package.json
+  npm install --offline --no-audit --no-fund -s ./burrow-*.tgz
+  node self_contained.mjs "$1"' _ "$image")
+rm -rf "$alone"
 
 echo "==> node --test against the installed package"
 export BURROW_BIN="${BURROW_BIN:-$root/target/debug/burrow}"
