@@ -15,8 +15,10 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 out="$root/target/ruby-sdk"
 
-echo "==> the workspace's libraries (dev profile)"
-cargo build -q --workspace --lib
+echo "==> the workspace's libraries (dev profile; the native library carries the supervisor, built once)"
+cargo build -q -p burrow-cli --bin burrow-supervisor
+BURROW_EMBED_SUPERVISOR="${BURROW_EMBED_SUPERVISOR:-$root/target/debug/burrow-supervisor}" \
+  cargo build -q --workspace --lib
 
 echo "==> rbs validate of the signatures (sig/burrow.rbs; rbs ships with Debian's Ruby)"
 rbs_exe=$(ruby -e 'print Gem::Specification.find_by_name("rbs").bin_file("rbs")')
@@ -37,9 +39,26 @@ export GEM_HOME="$out/gems" GEM_PATH="$out/gems:$system_gems"
 BURROW_NATIVE_LIB="$root/target/debug/libburrow_native.so" \
   gem install -q --local --no-document "$out/burrow.gem" >/dev/null
 
+image="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
+echo "==> the gem alone runs a sandbox: no burrow on PATH, no BURROW_ variables$( [ "$(id -u)" = 0 ] && echo ', as an unprivileged user (rootless)')"
+run_as=()
+alone=$(mktemp -d /tmp/brb-alone.XXXXXX)
+chmod 755 "$alone"
+cp sdk-ruby/checks/self_contained.rb "$alone/"
+if [ "$(id -u)" = 0 ]; then
+  user=$(bash scripts/rootless-user.sh)
+  run_as=(runuser -u "$user" --)
+  chown -R "$user" "$alone"
+fi
+# The user's own view of the system's gems, and the fresh GEM_HOME.
+user_gems=$(cd "$alone" && "${run_as[@]}" env -i HOME="$alone" PATH=/usr/bin:/bin gem env gempath)
+(cd "$alone" && "${run_as[@]}" env -i HOME="$alone" PATH=/usr/bin:/bin GEM_HOME="$GEM_HOME" GEM_PATH="$GEM_HOME:$user_gems" \
+  ruby -w self_contained.rb "$image")
+rm -rf "$alone"
+
 export BURROW_BIN="${BURROW_BIN:-$root/target/debug/burrow}"
 export BURROW_AGENT_BIN="${BURROW_AGENT_BIN:-$(bash scripts/build-agent.sh)}"
-export BURROW_TEST_IMAGE="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
+export BURROW_TEST_IMAGE="$image"
 export BURROW_REPO_ROOT="$root"
 unset BURROW_URL BURROW_TOKEN BURROW_HOME
 cd "$out"
