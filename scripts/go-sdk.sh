@@ -20,8 +20,10 @@ module=github.com/burrow-dev/burrow/sdk-go
 version="v0.1.0-dev.$(cd sdk-go && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)"
 staticcheck_version=v0.8.2
 
-echo "==> libburrow.a (bindings/c, dev profile: reuses the tests' build)"
-cargo build -q --workspace --lib
+echo "==> libburrow.a (bindings/c, dev profile: reuses the tests' build; it carries the supervisor, built once)"
+cargo build -q -p burrow-cli --bin burrow-supervisor
+BURROW_EMBED_SUPERVISOR="${BURROW_EMBED_SUPERVISOR:-$root/target/debug/burrow-supervisor}" \
+  cargo build -q --workspace --lib
 rm -rf "$out" && mkdir -p "$out/lib" "$out/app"
 cp target/debug/libburrow.a "$out/lib/"
 cmp bindings/c/include/burrow.h sdk-go/include/burrow.h || {
@@ -78,6 +80,64 @@ echo "==> the examples (examples/go) build against it"
 # require the module the same way this one does).
 mkdir -p examples && cp -r "$root"/examples/go/*/ examples/
 go build -o /dev/null ./examples/...
+
+image="${BURROW_TEST_IMAGE:-$root/target/test-images/busybox}"
+echo "==> a program built on the module alone runs a sandbox: no burrow on PATH, no BURROW_ variables$( [ "$(id -u)" = 0 ] && echo ', as an unprivileged user (rootless)')"
+mkdir -p alone
+cat >alone/main.go <<'GO'
+// A program of a user's: the module, and nothing else of burrow's.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	burrow "github.com/burrow-dev/burrow/sdk-go"
+)
+
+func main() {
+	if p, err := exec.LookPath("burrow"); err == nil {
+		log.Fatalf("a burrow binary is on PATH: %s", p)
+	}
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "BURROW_") {
+			log.Fatalf("a BURROW_ variable is set: %s", kv)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := burrow.CreateSandbox(ctx, "self-contained", burrow.WithImage(os.Args[1]))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = sb.Destroy(ctx) }()
+	out, err := sb.Exec(ctx, []string{"sh", "-c", "echo hello from $(id -u)"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if string(out.Stdout) != "hello from 0\n" {
+		log.Fatalf("unexpected output %q", out.Stdout)
+	}
+	fmt.Printf("ok: %s (as uid %d)\n", strings.TrimSpace(string(out.Stdout)), os.Getuid())
+}
+GO
+go build -o alone/self-contained ./alone
+run_as=()
+alone=$(mktemp -d /tmp/bgo-alone.XXXXXX)
+chmod 755 "$alone"
+cp alone/self-contained "$alone/"
+if [ "$(id -u)" = 0 ]; then
+  user=$(bash "$root/scripts/rootless-user.sh")
+  run_as=(runuser -u "$user" --)
+  chown -R "$user" "$alone"
+fi
+(cd "$alone" && "${run_as[@]}" env -i HOME="$alone" PATH=/usr/bin:/bin ./self-contained "$image")
+rm -rf "$alone"
 
 echo "==> go test -race of the downloaded module"
 export BURROW_BIN="${BURROW_BIN:-$root/target/debug/burrow}"
