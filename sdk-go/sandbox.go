@@ -32,6 +32,12 @@ func WithMemory(mib uint64) Option { return set("memory_mb", mib) }
 // WithPidsLimit limits the number of processes.
 func WithPidsLimit(n uint64) Option { return set("pids_limit", n) }
 
+// WithBestEffortLimits runs the sandbox even where its CPU, memory or
+// process limit cannot be enforced for this user (an unprivileged user
+// without a delegated cgroup): such a limit is left out, instead of the
+// create failing with ErrUnsupported.
+func WithBestEffortLimits() Option { return set("best_effort_limits", true) }
+
 // merge adds kv to the string map under key.
 func merge(o op, key string, kv map[string]string) {
 	m, _ := o[key].(map[string]string)

@@ -927,6 +927,13 @@ export class SandboxBuilder {
     this.#o.pids_limit = n;
     return this;
   }
+  /** Run even where `cpus`, `memory` or `pidsLimit` cannot be enforced (an
+   * unprivileged user without a delegated cgroup): such a limit is left out
+   * instead of the create failing with `UnsupportedError`. */
+  bestEffortLimits(yes = true): this {
+    this.#o.best_effort_limits = yes;
+    return this;
+  }
   env(env: Record<string, string>): this {
     this.#o.env = { ...((this.#o.env as object) ?? {}), ...env };
     return this;

@@ -85,6 +85,7 @@ class Calls:
         cpus: Optional[float] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        best_effort_limits: bool = False,
         env: Optional[Dict[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Dict[str, str]] = None,
@@ -104,7 +105,8 @@ class Calls:
             vols = [{"source": s, "target": t, "read_only": ro} for (s, t, ro) in volumes]
         args = dict(
             name=name, mode=mode, image=image, driver=driver, cpus=cpus, memory_mb=memory_mb,
-            pids_limit=pids_limit, env=env, workdir=workdir, labels=labels, volumes=vols,
+            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
+            env=env, workdir=workdir, labels=labels, volumes=vols,
             network=network, idle_timeout=idle_timeout, idle_action=idle_action,
             max_duration=max_duration, startup_timeout=startup_timeout,
             demand_start=demand_start, detached=detached,

@@ -179,6 +179,7 @@ class Sandbox:
         memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        best_effort_limits: bool = False,
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -198,10 +199,13 @@ class Sandbox:
         destroys the holder first). ``destroy=True``: ``with`` destroys
         it on exit instead of stopping it. ``memory`` is MiB (``memory_mb``
         is its alias); durations are seconds, a ``timedelta`` or duration
-        text (``"5m"``)."""
+        text (``"5m"``). A limit (``cpus``, ``memory``, ``pids_limit``) the
+        host cannot enforce for this user (an unprivileged user without a
+        delegated cgroup) is :class:`~burrow.errors.UnsupportedError`
+        unless ``best_effort_limits=True``, which runs without it."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
-            pids_limit=pids_limit,
+            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
@@ -220,6 +224,7 @@ class Sandbox:
         memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        best_effort_limits: bool = False,
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -238,7 +243,7 @@ class Sandbox:
         apply only if this call creates it."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
-            pids_limit=pids_limit,
+            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
@@ -257,6 +262,7 @@ class Sandbox:
         memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        best_effort_limits: bool = False,
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -272,7 +278,7 @@ class Sandbox:
         """Persists the sandbox without starting it (status created)."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
-            pids_limit=pids_limit,
+            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,

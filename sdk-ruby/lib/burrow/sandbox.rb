@@ -225,7 +225,9 @@ module Burrow
       # With a block, yields it and destroys it after.
       #
       # @param options [Hash] +image+, +driver+, +runtime+, +cpus+, +memory+
-      #   (MiB), +pids_limit+, +env+, +workdir+, +labels+, +volumes+
+      #   (MiB), +pids_limit+, +best_effort_limits+ (run without a limit
+      #   this host cannot enforce for this user instead of
+      #   {UnsupportedError}), +env+, +workdir+, +labels+, +volumes+
       #   (+[{source:, target:, read_only:}]+), +network+, +idle_timeout+,
       #   +idle_action+ (+:stop+ or +:hibernate+), +max_duration+,
       #   +startup_timeout+ (seconds), +demand_start+, +detached+, +replace+
