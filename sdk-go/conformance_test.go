@@ -804,6 +804,10 @@ func (r *runner) options(s step) []burrow.Option {
 			out = append(out, burrow.WithMemory(uint64(num(v))))
 		case "pids_limit":
 			out = append(out, burrow.WithPidsLimit(uint64(num(v))))
+		case "best_effort_limits":
+			if v.(bool) {
+				out = append(out, burrow.WithBestEffortLimits())
+			}
 		case "env":
 			out = append(out, burrow.WithEnv(strs(v)))
 		case "workdir":

@@ -100,7 +100,7 @@ const OP_KEYS: Record<string, string[]> = {
   connect_or_start: ["sandbox", "name"],
 };
 const CREATE_OPTIONS = new Set([
-  "image", "cpus", "memory_mb", "pids_limit", "env", "workdir", "labels", "network",
+  "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir", "labels", "network",
   "idle_timeout", "idle_action", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
 ]);
 /** The changes a `modify` step may name (durations in seconds; null clears cpus, memory_mb, idle_timeout, max_duration). */
@@ -721,6 +721,7 @@ export class Runner {
     if (o.cpus !== undefined) b.cpus(o.cpus);
     if (o.memory_mb !== undefined) b.memory(o.memory_mb);
     if (o.pids_limit !== undefined) b.pidsLimit(o.pids_limit);
+    if (o.best_effort_limits !== undefined) b.bestEffortLimits(o.best_effort_limits);
     if (o.env !== undefined) b.env(o.env);
     if (o.workdir !== undefined) b.workdir(o.workdir);
     if (o.labels !== undefined) b.labels(o.labels);

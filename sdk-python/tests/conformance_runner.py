@@ -91,8 +91,8 @@ OP_KEYS = {
     "connect_or_start": {"sandbox", "name"},
 }
 CREATE_OPTIONS = {
-    "image", "cpus", "memory_mb", "pids_limit", "env", "workdir", "labels",
-    "network", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
+    "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir",
+    "labels", "network", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
     "demand_start", "detached", "replace",
 }
 # The changes a `modify` step may name (durations in seconds; null clears

@@ -64,7 +64,7 @@ module Conformance
   # How long a follow_logs step waits for its stream to end (seconds,
   # scaled) unless the step says.
   FOLLOW_TIMEOUT = 60.0
-  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit env workdir labels network idle_timeout idle_action
+  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network idle_timeout idle_action
                       max_duration startup_timeout demand_start detached replace].freeze
   # The changes a modify step may name (durations in seconds; null clears
   # cpus, memory_mb, idle_timeout and max_duration).

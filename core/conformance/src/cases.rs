@@ -93,6 +93,7 @@ const CREATE_OPTIONS: &[&str] = &[
     "cpus",
     "memory_mb",
     "pids_limit",
+    "best_effort_limits",
     "env",
     "workdir",
     "labels",

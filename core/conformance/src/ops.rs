@@ -117,6 +117,7 @@ impl Ctx {
             .get("pids_limit")
             .map(|v| as_u64("pids_limit", v))
             .transpose()?;
+        config.best_effort_limits = opt_bool(&opts, "best_effort_limits")?.unwrap_or(false);
         config.env = opt_map(&opts, "env")?;
         config.workdir = opt_str(&opts, "workdir")?;
         config.labels = opt_map(&opts, "labels")?;
