@@ -35,7 +35,7 @@ func WithPidsLimit(n uint64) Option { return set("pids_limit", n) }
 // WithBestEffortLimits runs the sandbox even where its CPU, memory or
 // process limit cannot be enforced for this user (an unprivileged user
 // without a delegated cgroup): such a limit is left out, instead of the
-// create failing with ErrUnsupported.
+// create failing with ErrInvalidConfig.
 func WithBestEffortLimits() Option { return set("best_effort_limits", true) }
 
 // merge adds kv to the string map under key.

@@ -929,7 +929,7 @@ export class SandboxBuilder {
   }
   /** Run even where `cpus`, `memory` or `pidsLimit` cannot be enforced (an
    * unprivileged user without a delegated cgroup): such a limit is left out
-   * instead of the create failing with `UnsupportedError`. */
+   * instead of the create failing with `InvalidConfigError`. */
   bestEffortLimits(yes = true): this {
     this.#o.best_effort_limits = yes;
     return this;

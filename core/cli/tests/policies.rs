@@ -484,14 +484,14 @@ async fn limits_are_refused_unless_best_effort(home: &TestHome) {
         .create()
         .await
         .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::Unsupported);
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
     let gone = home.backend.get("limited").await.unwrap_err();
     assert_eq!(gone.code(), ErrorCode::NotFound);
     let sb = home.builder("plain").create().await.unwrap();
     let mut m = Modify::default();
     m.memory_mb = Some(Some(128));
     let err = sb.modify_with(&m).await.unwrap_err();
-    assert_eq!(err.code(), ErrorCode::Unsupported);
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
     assert_eq!(sb.info().await.unwrap().config.memory_mb, None);
     sb.destroy().await.unwrap();
     // Best effort: it runs, without the limit.

@@ -201,7 +201,7 @@ class Sandbox:
         is its alias); durations are seconds, a ``timedelta`` or duration
         text (``"5m"``). A limit (``cpus``, ``memory``, ``pids_limit``) the
         host cannot enforce for this user (an unprivileged user without a
-        delegated cgroup) is :class:`~burrow.errors.UnsupportedError`
+        delegated cgroup) is :class:`~burrow.errors.InvalidConfigError`
         unless ``best_effort_limits=True``, which runs without it."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,

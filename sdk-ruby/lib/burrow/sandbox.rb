@@ -227,7 +227,7 @@ module Burrow
       # @param options [Hash] +image+, +driver+, +runtime+, +cpus+, +memory+
       #   (MiB), +pids_limit+, +best_effort_limits+ (run without a limit
       #   this host cannot enforce for this user instead of
-      #   {UnsupportedError}), +env+, +workdir+, +labels+, +volumes+
+      #   {InvalidConfigError}), +env+, +workdir+, +labels+, +volumes+
       #   (+[{source:, target:, read_only:}]+), +network+, +idle_timeout+,
       #   +idle_action+ (+:stop+ or +:hibernate+), +max_duration+,
       #   +startup_timeout+ (seconds), +demand_start+, +detached+, +replace+

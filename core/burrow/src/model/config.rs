@@ -219,7 +219,7 @@ pub struct SandboxConfig {
     /// Run even where a limit asked for above cannot be enforced (an
     /// unprivileged user without a delegated cgroup, a VM's process count):
     /// each such limit is then left out with a note. Off by default: such a
-    /// sandbox is refused with [`Error::Unsupported`](crate::Error::Unsupported)
+    /// sandbox is refused with [`Error::InvalidConfig`](crate::Error::InvalidConfig)
     /// naming the limit.
     #[serde(default, skip_serializing_if = "is_false")]
     pub best_effort_limits: bool,

@@ -85,7 +85,8 @@ impl SandboxBuilder {
     /// Run even where the CPU, memory or process limits asked for cannot
     /// be enforced (an unprivileged user without a delegated cgroup): each
     /// such limit is left out, with a note. Off by default: such a sandbox
-    /// is refused with [`Error::Unsupported`](crate::Error::Unsupported).
+    /// is refused with [`Error::InvalidConfig`](crate::Error::InvalidConfig)
+    /// naming the limit.
     pub fn best_effort_limits(mut self, yes: bool) -> Self {
         self.config.best_effort_limits = yes;
         self

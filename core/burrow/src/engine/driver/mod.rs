@@ -184,7 +184,8 @@ impl Enforceable {
 }
 
 /// Refuses a configuration that asks for a limit its driver cannot enforce
-/// here, unless it says limits are best effort.
+/// here, unless it says limits are best effort: `invalid_config`, naming
+/// the limit (the request as given cannot be honoured on this host).
 pub fn check_limits(config: &crate::model::SandboxConfig) -> Result<()> {
     if config.best_effort_limits {
         return Ok(());
@@ -196,10 +197,13 @@ pub fn check_limits(config: &crate::model::SandboxConfig) -> Result<()> {
         ("pids_limit", config.pids_limit.is_some(), can.pids),
     ];
     match asked.iter().find(|(_, asked, ok)| *asked && !*ok) {
-        Some((field, ..)) => Err(crate::error::Error::unsupported(format!(
-            "enforcing {field} here ({}; ask for best-effort limits to run without it)",
-            can.why
-        ))),
+        Some((field, ..)) => Err(crate::error::Error::InvalidConfig {
+            field: (*field).to_owned(),
+            reason: format!(
+                "this host cannot enforce it ({}); ask for best-effort limits to run without it",
+                can.why
+            ),
+        }),
         None => Ok(()),
     }
 }
