@@ -18,6 +18,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
+# The system packages need root; an ordinary user's run installs them
+# through sudo (the one step that does) and the Rust pieces as itself.
+as_root=()
+if [ "$(id -u)" != 0 ]; then
+  as_root=(sudo DEBIAN_FRONTEND=noninteractive)
+fi
+apt_install() {
+  if [ ${#as_root[@]} -gt 0 ] && ! command -v sudo >/dev/null; then
+    echo "install-deps: installing $* needs root: run this script as root once (sudo is not installed)" >&2
+    exit 1
+  fi
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" apt-get install -y -qq "$@" >/dev/null
+}
 need=()
 # ruby, ruby-dev and libclang-dev: the Ruby binding (bindings/ruby, magnus
 # and rb-sys, whose build script generates Ruby's bindings with libclang);
@@ -29,8 +43,7 @@ for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3 docker-regi
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing ${need[*]}"
-  apt-get update -qq
-  apt-get install -y -qq "${need[@]}" >/dev/null
+  apt_install "${need[@]}"
 fi
 # Debian's postgresql creates and starts a default cluster (15/main on port
 # 5432) when first installed; starting it can fail where there is no systemd
@@ -39,9 +52,9 @@ fi
 # alone (pg_lsclusters lists them).
 cc_dropin=/etc/postgresql-common/createcluster.d/burrow.conf
 if ! grep -qsx 'create_main_cluster = false' "$cc_dropin"; then
-  mkdir -p "${cc_dropin%/*}"
+  "${as_root[@]}" mkdir -p "${cc_dropin%/*}"
   printf '%s\n' '# Written by burrow scripts/install-deps.sh: tests run their own clusters.' \
-    'create_main_cluster = false' >"$cc_dropin"
+    'create_main_cluster = false' | "${as_root[@]}" tee "$cc_dropin" >/dev/null
 fi
 kneed=()
 for pkg in qemu-system-x86 linux-source-6.1 bc bison flex libelf-dev cpio xz-utils make gcc \
@@ -50,9 +63,8 @@ for pkg in qemu-system-x86 linux-source-6.1 bc bison flex libelf-dev cpio xz-uti
 done
 if [ ${#kneed[@]} -gt 0 ]; then
   echo "==> installing ${kneed[*]} (QEMU, the guest kernel build, PostgreSQL)"
-  apt-get update -qq
   # No recommends: linux-source would pull in linux-perf and friends.
-  apt-get install -y -qq --no-install-recommends "${kneed[@]}" >/dev/null
+  apt_install --no-install-recommends "${kneed[@]}"
 fi
 if ! rustup target list --installed | grep -qx x86_64-unknown-linux-musl; then
   echo "==> adding the x86_64-unknown-linux-musl Rust target (static guest agent)"
@@ -80,4 +92,4 @@ if [ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz 0.13.2" ]; the
 fi
 python3 -c 'import venv, ensurepip' 2>/dev/null || {
   echo "==> installing python3-venv (schemathesis)"
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null; }
+  apt_install --no-install-recommends python3-venv; }

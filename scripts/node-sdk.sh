@@ -21,14 +21,13 @@ echo "==> the native module (bindings/node, dev profile: reuses the tests' build
 cargo build -q -p burrow-cli --bin burrow-supervisor
 BURROW_EMBED_SUPERVISOR="${BURROW_EMBED_SUPERVISOR:-$root/target/debug/burrow-supervisor}" \
   cargo build -q --workspace --lib
-cp "$root/target/debug/libburrow_node.so" sdk-node/burrow.node
 
-echo "==> the package: npm ci, tsc --strict, the ES module face"
-(cd sdk-node && npm ci --no-audit --no-fund -s && npm run -s build)
+echo "==> the package's tools: npm ci (typescript, @types/node)"
+(cd sdk-node && npm ci --no-audit --no-fund -s)
 
-echo "==> npm pack, installed into a fresh directory"
+echo "==> npm pack (its prepack puts the module above at burrow.node, then tsc --strict and the ES module face), installed into a fresh directory"
 rm -rf "$out" && mkdir -p "$out/app"
-(cd sdk-node && npm pack -s --pack-destination "$out" >/dev/null)
+(cd sdk-node && BURROW_NODE_MODULE="$root/target/debug/libburrow_node.so" npm pack -s --pack-destination "$out" >/dev/null)
 cp sdk-node/test/*.test.*js sdk-node/test/*.mts "$out/app/"
 (cd "$out/app" && echo '{"name": "burrow-sdk-tests", "private": true}' >package.json &&
   npm install --no-audit --no-fund -s "$out"/burrow-*.tgz)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Ruby SDK (sdk-ruby: the gem burrow over the native extension
 # bindings/ruby), `gem build`s it with the Rust sources of the extension
-# inside (rust/, by sdk-ruby/vendor_rust.rb), installs the gem file into a
+# and the supervisor inside (rust/, put there by its gemspec), installs the gem file into a
 # FRESH GEM_HOME and runs its minitest suites against the installed gem,
 # never the source tree: the basics, ownership/fork/interrupts, and the
 # shared conformance list (tests/conformance/cases.json), locally and
@@ -24,11 +24,10 @@ echo "==> rbs validate of the signatures (sig/burrow.rbs; rbs ships with Debian'
 rbs_exe=$(ruby -e 'print Gem::Specification.find_by_name("rbs").bin_file("rbs")')
 (cd sdk-ruby && ruby "$rbs_exe" -I sig validate >/dev/null)
 
-echo "==> gem build (with the extension's Rust sources in rust/)"
-rm -rf "$out" && mkdir -p "$out/src"
-cp -r sdk-ruby/lib sdk-ruby/ext sdk-ruby/sig sdk-ruby/burrow.gemspec sdk-ruby/README.md sdk-ruby/API.md "$out/src/"
-ruby sdk-ruby/vendor_rust.rb "$root" "$out/src/rust"
-(cd "$out/src" && gem build -q burrow.gemspec -o "$out/burrow.gem" >/dev/null)
+echo "==> gem build in sdk-ruby/ (its gemspec puts the extension's Rust sources and the supervisor above in rust/)"
+rm -rf "$out" && mkdir -p "$out"
+(cd sdk-ruby && BURROW_EMBED_SUPERVISOR="$root/target/debug/burrow-supervisor" \
+  gem build -q burrow.gemspec -o "$out/burrow.gem" >/dev/null)
 
 # The system's gems (minitest, from Debian) stay visible; burrow is only in
 # the fresh GEM_HOME.

@@ -3,7 +3,10 @@
 import { Sandbox, MiB, SandboxNotFoundError } from "burrow";
 
 async function main(image: string): Promise<void> {
-  const sb = await Sandbox.builder("quickstart-ts").image(image).memory(MiB(256)).replace();
+  const sb = await Sandbox.builder("quickstart-ts").image(image).memory(MiB(256))
+    // Best effort: enforced where the host can (root, or a delegated cgroup), else run without.
+    .bestEffortLimits()
+    .replace();
   try {
     console.log(`${sb.name} (${sb.id}) is ${sb.status}`);
     const { latency } = await sb.ping();

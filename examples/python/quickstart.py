@@ -32,6 +32,8 @@ async def main() -> None:
         "quickstart-py",
         image=image(),
         memory=256,  # MiB
+        # Enforced where the host can (root, or a delegated cgroup), else run without.
+        best_effort_limits=True,
         env={"GREETING": "hello"},
         replace=True,
     )

@@ -9,7 +9,10 @@ require "burrow"
 image = ENV.fetch("BURROW_IMAGE", "python")
 
 # replace: true destroys a sandbox of that name left by an earlier run.
-Burrow::Sandbox.create("quickstart-rb", image: image, memory: 256, replace: true) do |sb|
+# best_effort_limits: the memory limit is enforced where the host can
+# (root, or a delegated cgroup), else the sandbox runs without it.
+Burrow::Sandbox.create("quickstart-rb", image: image, memory: 256, best_effort_limits: true,
+                                       replace: true) do |sb|
   puts "#{sb.name} (#{sb.id}) is #{sb.status}" # a snapshot: no call
   puts format("agent reachable in %.2f ms", sb.ping.latency * 1000) # latency: Float seconds
 

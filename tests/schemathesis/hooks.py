@@ -11,7 +11,9 @@ nothing else:
   directory (a mount's, or an image given as a path) that does not exist on
   the server's host, a second mount on one target, a change a `vm`
   sandbox's driver refuses (less than 64 MiB, more than 8 vCPUs: the
-  document cannot know the sandbox's driver).
+  document cannot know the sandbox's driver), a limit the driver cannot
+  enforce on the server's host (`pids_limit` of a `vm` sandbox; any limit
+  where no cgroup controller is there for it) without best-effort limits.
   And one that was not schema-valid after all: the stateful phase infers
   that the ids `GET /v1/gateway/targets` lists feed `PUT
   /v1/gateway/targets/{id}`, whose `id` must be a sandbox's; a URL
@@ -73,12 +75,17 @@ def _state_refusal(response) -> bool:
     return any(code == c and s.fullmatch(subject) for c, s in STATE_REFUSALS)
 
 
-def _vm_limit(case, response) -> bool:
+LIMITS = ("memory_mb", "cpus", "pids_limit")
+
+
+def _limit_refused(case, response) -> bool:
+    # A change's limits (PATCH) or a new sandbox's (its config): what the
+    # driver and the host can enforce is the server's, not the document's.
     err = _refusal(response)
     return (
-        case.method.upper() == "PATCH"
+        case.method.upper() in ("PATCH", "POST", "PUT")
         and err.get("code") == "invalid_config"
-        and err.get("subject") in ("memory_mb", "cpus")
+        and err.get("subject") in LIMITS
     )
 
 
@@ -108,7 +115,7 @@ def filter_failure(ctx, failure, case, response) -> bool:
     if failure.code == "ST202" and (
         _state_refusal(response)
         or _missing_image_path(case, response)
-        or _vm_limit(case, response)
+        or _limit_refused(case, response)
         or _inferred_non_sandbox_id(case)
     ):
         return False

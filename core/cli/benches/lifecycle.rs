@@ -5,6 +5,10 @@
 //! runtime's own run median), the runsc start against the runc start, and
 //! the median of each recorded phase of a start.
 //!
+//! The rootless rows: the same creates and execs by an unprivileged user
+//! (this bench run again as the user of scripts/rootless-user.sh, its
+//! samples read back), each beside root's figure of the same run.
+//!
 //! Run: `cargo bench -p burrow-cli --bench lifecycle` (as root). runsc is
 //! `$BURROW_RUNSC` or `runsc` on `PATH` (scripts/k8s/build.sh builds one
 //! under target/k8s/*/bin); without it its rows are left out, saying so.
@@ -152,6 +156,93 @@ fn print_phases(title: &str, phases: &[(String, f64)]) {
     }
 }
 
+/// Set in the bench's own run as the unprivileged user.
+const ROOTLESS_CHILD: &str = "BURROW_BENCH_ROOTLESS_CHILD";
+
+/// The names of the rootless rows, in the order the child prints them.
+const ROOTLESS_ROWS: [&str; 3] = [
+    "create -> Running (runc) rootless",
+    "create -> Running (crun) rootless",
+    "exec true (running) rootless",
+];
+
+/// The child's part: creates with runc and crun, and execs, as this
+/// (unprivileged) user; prints `ROW <index> <nanoseconds>` per sample.
+async fn rootless_child(iters: usize) {
+    let home = TestHome::new().await;
+    home.builder("warmup")
+        .create()
+        .await
+        .unwrap()
+        .destroy()
+        .await
+        .unwrap();
+    let runtimes = [burrow::OciRuntime::Runc, burrow::OciRuntime::Crun];
+    for (row, runtime) in runtimes.into_iter().enumerate() {
+        let (walls, _) = creates(&home, runtime, iters).await;
+        for w in walls {
+            println!("ROW {row} {}", w.as_nanos());
+        }
+    }
+    let sb = home.builder("bench-exec").create().await.unwrap();
+    sb.exec(["true"]).await.unwrap();
+    for _ in 0..iters * 10 {
+        let t = Instant::now();
+        let out = sb.exec(["true"]).await.unwrap();
+        println!("ROW 2 {}", t.elapsed().as_nanos());
+        assert_eq!(out.status.code, Some(0));
+    }
+    sb.destroy().await.unwrap();
+}
+
+/// This bench run again as the unprivileged user (scripts/rootless-user.sh
+/// makes it); its samples, one Stats per rootless row.
+fn rootless_rows(iters: usize) -> Vec<Stats> {
+    let root = common::workspace_root();
+    let user = Command::new("bash")
+        .arg(root.join("scripts/rootless-user.sh"))
+        .output()
+        .unwrap();
+    assert!(user.status.success(), "scripts/rootless-user.sh failed");
+    let user = String::from_utf8(user.stdout).unwrap().trim().to_owned();
+    let home = format!("/home/{user}");
+    println!("rootless rows: this bench again as {user}");
+    let out = Command::new("runuser")
+        .args(["-u", &user, "--", "env"])
+        .args(["-u", "XDG_RUNTIME_DIR", "-u", "XDG_DATA_HOME", "-u", "XDG_CACHE_HOME"])
+        .arg(format!("HOME={home}"))
+        .arg("TMPDIR=/tmp")
+        .arg(format!("{ROOTLESS_CHILD}=1"))
+        .arg(format!("BENCH_ITERS={iters}"))
+        .arg(std::env::current_exe().unwrap())
+        .arg("--bench")
+        .current_dir("/tmp")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the rootless run failed");
+    let mut rows: Vec<Stats> = ROOTLESS_ROWS
+        .iter()
+        .map(|name| Stats {
+            name,
+            samples: Vec::new(),
+        })
+        .collect();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut f = line.split_whitespace();
+        if f.next() != Some("ROW") {
+            continue;
+        }
+        let row: usize = f.next().unwrap().parse().unwrap();
+        let nanos: u64 = f.next().unwrap().parse().unwrap();
+        rows[row].samples.push(Duration::from_nanos(nanos));
+    }
+    for r in &rows {
+        assert!(!r.samples.is_empty(), "no samples of {}", r.name);
+    }
+    rows
+}
+
 fn main() {
     let iters: usize = std::env::var("BENCH_ITERS")
         .ok()
@@ -162,6 +253,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if std::env::var_os(ROOTLESS_CHILD).is_some() {
+        rt.block_on(rootless_child(iters));
+        return;
+    }
     let rootfs = busybox_rootfs();
     let scratch = tempfile::Builder::new()
         .prefix("bb")
@@ -284,6 +379,13 @@ fn main() {
         all
     });
 
+    // As root, the same rows as the unprivileged user, after root's own.
+    let rootless = if !common::is_rootless() {
+        rootless_rows(iters)
+    } else {
+        println!("rootless rows: this run is already unprivileged (its rows are the rootless ones)");
+        Vec::new()
+    };
     let base = results[0].pct(0.5);
     let crun_base = results[2].pct(0.5);
     let runsc_base = results.get(6).map(|s| s.pct(0.5));
@@ -311,6 +413,16 @@ fn main() {
             ms(s.pct(0.5)),
             ms(s.pct(0.9)),
             ms(s.pct(0.5)) / ms(anchor)
+        );
+    }
+    // Each rootless row against root's figure of the same operation.
+    for (s, of) in rootless.iter().zip([1, 3, 4]) {
+        println!(
+            "{:<36} {:>10.2} {:>10.2} {:>10.2} x root",
+            s.name,
+            ms(s.pct(0.5)),
+            ms(s.pct(0.9)),
+            ms(s.pct(0.5)) / ms(results[of].pct(0.5))
         );
     }
     if let Some(runsc) = results.get(7) {

@@ -22,7 +22,9 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	sb, err := burrow.ReplaceSandbox(ctx, "quickstart-go", burrow.WithImage(image), burrow.WithMemory(256))
+	sb, err := burrow.ReplaceSandbox(ctx, "quickstart-go", burrow.WithImage(image), burrow.WithMemory(256),
+		// Enforced where the host can (root, or a delegated cgroup), else run without.
+		burrow.WithBestEffortLimits())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -20,11 +20,15 @@ dlext = RbConfig::CONFIG["DLEXT"]
 # $BURROW_NATIVE_LIB: a library cargo already built (the repository's test
 # script builds it with the workspace, then installs the gem with it).
 prebuilt = ENV.fetch("BURROW_NATIVE_LIB", nil)
+# The supervisor the library embeds (bindings/core/build.rs): the gem's
+# rust/burrow-supervisor, unless $BURROW_EMBED_SUPERVISOR says otherwise.
+carried = File.join(source, "burrow-supervisor")
+embed = ENV.fetch("BURROW_EMBED_SUPERVISOR", File.file?(carried) ? carried : "")
 abort "cargo is needed to build burrow's native extension" unless prebuilt || system("cargo --version", out: File::NULL)
 build = if prebuilt
           "cp #{prebuilt} burrow_native.#{dlext}"
         else
-          "cargo build --manifest-path #{source}/Cargo.toml --workspace --lib --profile #{profile} " \
+          "BURROW_EMBED_SUPERVISOR='#{embed}' cargo build --manifest-path #{source}/Cargo.toml --workspace --lib --profile #{profile} " \
             "--target-dir #{target_dir}\n\tcp #{target_dir}/#{out_dir}/libburrow_native.so burrow_native.#{dlext}"
         end
 

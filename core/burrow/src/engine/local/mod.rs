@@ -302,8 +302,9 @@ impl Backend for LocalBackend {
             self.config.demand_start_default,
         );
         req.config.validate()?;
-        crate::engine::driver::check_limits(&req.config)?;
         self.check_image(&req.config.image)?;
+        // What this host can do comes after what the request names exists.
+        crate::engine::driver::check_limits(&req.config)?;
         // Persist local image paths absolute: later starts may come from
         // processes with another working directory.
         req.config.image =
