@@ -147,6 +147,20 @@ export BURROW_CONFORMANCE_CASES="$root/tests/conformance/cases.json"
 unset BURROW_URL
 go test -race -count=1 -timeout 30m "$module/..."
 
+if [ "$(id -u)" = 0 ]; then
+  echo "==> the conformance list again as an unprivileged user (rootless), the module alone: no burrow on PATH, no BURROW_BIN or BURROW_AGENT_BIN"
+  # The other tests ask for limits (WithMemory, ...), which an
+  # unprivileged user's host refuses without a delegated cgroup.
+  user=$(bash "$root/scripts/rootless-user.sh")
+  tdir=$(mktemp -d /tmp/bgo-test.XXXXXX)
+  chmod 755 "$tdir"
+  go test -c -o "$tdir/burrow.test" "$module"
+  (cd "$tdir" && runuser -u "$user" -- env -u BURROW_BIN -u BURROW_AGENT_BIN -u XDG_RUNTIME_DIR \
+    HOME="$(getent passwd "$user" | cut -d: -f6)" PATH=/usr/bin:/bin \
+    ./burrow.test -test.count=1 -test.timeout 20m -test.run 'TestConformance|TestBackendCapabilities')
+  rm -rf "$tdir"
+fi
+
 echo "==> the calls again with cgocheck2 (every pointer passed to C checked)"
 GOEXPERIMENT=cgocheck2 go test -count=1 -timeout 10m \
   -run 'TestLifecycle|TestTypedErrors|TestCancellation|TestObjectsAreFreed|TestManyGoroutines|Example' "$module"

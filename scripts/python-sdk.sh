@@ -92,6 +92,19 @@ echo "==> pytest (sdk-python/tests, against the installed wheel)"
 cd "$root/sdk-python/tests"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 .
 
+if [ "$(id -u)" = 0 ]; then
+  echo "==> pytest again as an unprivileged user (rootless), the package alone: no burrow on PATH, no BURROW_BIN or BURROW_AGENT_BIN"
+  # The lifecycle document's samples ask for limits (memory=1024, ...),
+  # which an unprivileged user's host refuses without a delegated cgroup:
+  # they run as root above; test_conformance's limits case asks for
+  # best-effort limits and runs here.
+  user=$(bash "$root/scripts/rootless-user.sh")
+  runuser -u "$user" -- env -u BURROW_BIN -u BURROW_AGENT_BIN -u XDG_RUNTIME_DIR \
+    HOME="$(getent passwd "$user" | cut -d: -f6)" PATH=/usr/bin:/bin BURROW_TEST_SELF_CONTAINED=1 \
+    BURROW_TEST_IMAGE="$image" "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 \
+    --ignore=test_lifecycle_doc.py .
+fi
+
 echo "==> the conformance list again, against the remote backend (a burrow serve per test)"
 BURROW_TEST_REMOTE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 test_conformance.py
 

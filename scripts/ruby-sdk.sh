@@ -77,6 +77,15 @@ echo "-- the conformance list through burrow serve:"
 cat "$out/remote-conformance.log"
 [ "$status" = 0 ] || exit 1
 
+if [ "$(id -u)" = 0 ]; then
+  echo "==> the conformance list again as an unprivileged user (rootless), the gem alone: no burrow on PATH, no BURROW_BIN or BURROW_AGENT_BIN"
+  # The other suites ask for limits (memory: ...), which an unprivileged
+  # user's host refuses without a delegated cgroup.
+  (cd /tmp && runuser -u "$user" -- env -u BURROW_BIN -u BURROW_AGENT_BIN -u XDG_RUNTIME_DIR \
+    HOME="$(getent passwd "$user" | cut -d: -f6)" PATH=/usr/bin:/bin GEM_PATH="$GEM_HOME:$user_gems" \
+    ruby -w "$root/sdk-ruby/test/test_conformance.rb")
+fi
+
 echo "==> the examples (examples/ruby) against the installed gem"
 home=$(mktemp -d /tmp/bre.XXXXXX)
 BURROW_HOME="$home" BURROW_IMAGE="$BURROW_TEST_IMAGE" ruby -w "$root/examples/ruby/quickstart.rb"

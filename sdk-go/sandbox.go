@@ -211,6 +211,22 @@ func RemoveSandbox(ctx context.Context, name string) error {
 	return err
 }
 
+// BackendCapabilities says what the backend can do beyond the lifecycle
+// every backend has (pause, live Modify, Metrics, ...); an operation it
+// lacks fails with ErrUnsupported. The local backend of an unprivileged
+// user without a delegated cgroup lacks Pause.
+func BackendCapabilities(ctx context.Context) (Capabilities, error) {
+	var caps Capabilities
+	raw, _, err := call(ctx, nil, op{"op": "capabilities"}, nil)
+	if err != nil {
+		return caps, err
+	}
+	if err := json.Unmarshal(raw, &caps); err != nil {
+		return caps, malformed(err)
+	}
+	return caps, nil
+}
+
 // A described object of the core.
 type described struct {
 	Kind       string `json:"kind"`

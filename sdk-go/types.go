@@ -165,6 +165,25 @@ type Metrics struct {
 	Pids             *uint64 `json:"pids"`
 }
 
+// Capabilities is what a backend can do beyond the lifecycle every backend
+// has (BackendCapabilities).
+type Capabilities struct {
+	// Pause: Pause and Resume.
+	Pause bool `json:"pause"`
+	// ModifyLive: live changes of a running sandbox's limits and environment.
+	ModifyLive bool `json:"modify_live"`
+	// Metrics: Metrics.
+	Metrics bool `json:"metrics"`
+	// Logs: Logs, including following.
+	Logs bool `json:"logs"`
+	// IdleReclaim: idle timeouts and demand start.
+	IdleReclaim bool `json:"idle_reclaim"`
+	// Attached: sandboxes attached to (and stopped with) their creating process.
+	Attached bool `json:"attached"`
+	// PersistentLayer: files written outside volumes survive a stop.
+	PersistentLayer bool `json:"persistent_layer"`
+}
+
 // FileKind is the kind of a path in the sandbox.
 type FileKind string
 

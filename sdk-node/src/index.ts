@@ -7,435 +7,40 @@
  * and the durations of returned records.
  */
 
-// eslint-disable-next-line @typescript-eslint/no-var-requires
-const native: Native = require("../../burrow.node");
+export * from "./types";
+export * from "./errors";
 
-interface NativeObject {
-  readonly kind: "sandbox" | "process" | "logs";
-  readonly id: string | null;
-  readonly name: string | null;
-  readonly live: boolean;
-  readonly generation: number;
-  /** A sandbox's status as the core made the object (a lookup's, a list's, a start's). */
-  readonly status: Status | null;
-}
-
-interface Native {
-  call(callId: number, target: NativeObject | null, op: string, data: Buffer | null): Promise<any>;
-  cancel(callId: number): boolean;
-  configure(home: string | null): void;
-  errorCodes(): string[];
-  inFlight(): number;
-}
-
-// ---------------------------------------------------------------------------
-// Types
-
-/** A sandbox's status. */
-export type Status =
-  | "created"
-  | "starting"
-  | "running"
-  | "draining"
-  | "paused"
-  | "stopped"
-  | "crashed";
-
-/** Why a run ended. */
-export type ExitReason =
-  | "stopped"
-  | "killed"
-  | "drain"
-  | "idle_timeout"
-  | "max_duration"
-  | "owner_exited"
-  | "completed"
-  | "crashed"
-  | "start_failed"
-  /** Reclaimed after being idle, its whole guest saved (`idleAction("hibernate")`): the next start resumes it. */
-  | "hibernated";
-
-/** An isolation driver. */
-export type Driver = "container" | "vm";
-
-/**
- * What idle reclaim does: `"stop"` (the default; the next start boots it
- * again) or `"hibernate"` (the vm driver saves the whole running guest,
- * memory, processes and device state, and the next start, a demand start
- * included, resumes it; where the guest cannot be saved, as under the
- * container driver, on the Kubernetes backend, for a VM with a host
- * directory mounted or a cold-booted VM, idle reclaim stops it as with
- * `"stop"`).
- */
-export type IdleAction = "stop" | "hibernate";
-
-/** An OCI runtime of the container driver. */
-export type Runtime = "runc" | "crun" | "runsc";
-
-/** A directory made visible inside the sandbox. */
-export interface Mount {
-  /** A host directory, or a named volume under the burrow home. */
-  source: { host: string } | { volume: string };
-  target: string;
-  readOnly: boolean;
-}
-
-/**
- * A sandbox's persisted configuration (the creator's: an existing
- * configuration always wins on reuse). Durations are seconds; `null` is
- * unset.
- */
-export interface SandboxConfig {
-  image: string;
-  /** The driver the backend recorded (null only in records older than drivers). */
-  driver: Driver | null;
-  runtime: Runtime;
-  cpus: number | null;
-  /** MiB. */
-  memory: number | null;
-  pidsLimit: number | null;
-  env: Record<string, string>;
-  workdir: string | null;
-  labels: Record<string, string>;
-  mounts: Mount[];
-  network: boolean;
-  /** Seconds. */
-  idleTimeout: number | null;
-  /** What idle reclaim does (`"stop"` when the record leaves it out). */
-  idleAction: IdleAction;
-  /** Seconds. */
-  maxDuration: number | null;
-  /** Null: on when an idle timeout is set. */
-  demandStart: boolean | null;
-  /** Seconds. */
-  startupTimeout: number;
-}
-
-/** A run of a sandbox. */
-export interface RunInfo {
-  generation: number;
-  supervisorPid: number | null;
-  startedAt: Date;
-  runningAt: Date | null;
-  endedAt: Date | null;
-  exitReason: ExitReason | null;
-  detail: string | null;
-}
-
-/** A sandbox's record. */
-export interface SandboxInfo {
-  id: string;
-  name: string;
-  status: Status;
-  config: SandboxConfig;
-  generation: number;
-  detached: boolean;
-  createdAt: Date;
-  updatedAt: Date;
-  /** The last (or current) run; null before the first start. */
-  lastRun: RunInfo | null;
-}
-
-/** A page of `Sandbox.list`: a handle of each sandbox listed. */
-export interface SandboxPage {
-  sandboxes: SandboxHandle[];
-}
-
-/** The filter of `Sandbox.list` (every field optional). */
-export interface ListFilter {
-  /** Only these statuses. */
-  status?: Status | Status[];
-  /** Only sandboxes with all of these labels. */
-  labels?: Record<string, string>;
-}
-
-/** The answer of `ping`. */
-export interface Ping {
-  /** The round trip, in seconds. */
-  latency: number;
-}
-
-/** Where a changed field lands. */
-export type Applies = "live" | "future_execs" | "next_start" | "immediately";
-
-/** The outcome of `modify`: where each change lands, and the new record. */
-export interface ModifyPlan {
-  changes: Array<{ field: string; applies: Applies; note: string | null }>;
-  info: SandboxInfo;
-}
-
-/** Changes of `modify`: a field left out is unchanged, `null` clears it. */
-export interface ModifyOptions extends CallOptions {
-  cpus?: number | null;
-  /** MiB (`memory: 4096` is 4 GiB). */
-  memory?: number | null;
-  /** Environment entries to set. */
-  env?: Record<string, string>;
-  /** Environment names to remove. */
-  unsetEnv?: string[];
-  /** Labels to set. */
-  labels?: Record<string, string>;
-  /** Label names to remove. */
-  unsetLabels?: string[];
-  /** Seconds, or duration text. */
-  idleTimeout?: Duration | null;
-  /** What idle reclaim does from now on (there is nothing to clear: `"stop"` is the default). */
-  idleAction?: IdleAction;
-  /** Seconds, or duration text. */
-  maxDuration?: Duration | null;
-}
-
-/** Resource usage of a running sandbox (null where the host does not expose it). */
-export interface Metrics {
-  cpuUsageNs: number | null;
-  memoryBytes: number | null;
-  memoryLimitBytes: number | null;
-  ioReadBytes: number | null;
-  ioWriteBytes: number | null;
-  pids: number | null;
-}
-
-/** The kind of a path in the sandbox. */
-export type FileKind = "file" | "dir" | "symlink" | "other";
-
-/** One directory entry. */
-export interface DirEntry {
-  name: string;
-  kind: FileKind;
-  size: number;
-}
-
-/** Metadata of a path in the sandbox (symlinks not followed). */
-export interface FileStat {
-  kind: FileKind;
-  size: number;
-  /** Permission bits. */
-  mode: number;
-  uid: number;
-  gid: number;
-  mtime: Date;
-  linkTarget: string | null;
-}
-
-/** How an exec ended, with its output. */
-export interface ExecResult {
-  stdout: Buffer;
-  stderr: Buffer;
-  exitCode: number | null;
-  signal: number | null;
-  timedOut: boolean;
-}
-
-/** A process event. */
-export type ProcessEvent =
-  | { kind: "stdout" | "stderr"; data: Buffer }
-  | { kind: "exit"; exitCode: number | null; signal: number | null; timedOut: boolean };
-
-/** Which log: the programs' output (stdout, stderr), the guest's log, the supervisor's events. */
-export type LogSource = "stdout" | "stderr" | "guest" | "supervisor";
-
-/** A log line. */
-export interface LogLine {
-  source: LogSource;
-  /** When it was written, in milliseconds since the Unix epoch (absent for the guest's log). */
-  time_ms?: number;
-  text: string;
-}
-
-/**
- * A duration: seconds (`300` is five minutes, `0.5` half a second), or
- * duration text such as `"1h30m"` or `"250ms"`.
- */
-export type Duration = number | string;
-
-/** Options of every call. */
-export interface CallOptions {
-  /** Aborting cancels the call (and what it runs in the guest). */
-  signal?: AbortSignal;
-  /** Bound of the whole call (seconds, or duration text); past it, `TimeoutError`. */
-  timeout?: Duration;
-}
-
-/** Mebibytes (`memory(MiB(512))`). */
-export const MiB = (n: number): number => n;
-/** Gibibytes, in mebibytes. */
-export const GiB = (n: number): number => n * 1024;
-
-function toBuffer(data: Buffer | string): Buffer {
-  return typeof data === "string" ? Buffer.from(data, "utf8") : data;
-}
-
-/** A record's duration (whole milliseconds in the core's JSON) in seconds. */
-function recordSeconds(ms: number | null | undefined): number | null {
-  return ms == null ? null : ms / 1000;
-}
-
-// ---------------------------------------------------------------------------
-// Errors
-
-/** The core's error body. */
-export interface ErrorBody {
-  code: string;
-  message: string;
-  name?: string;
-  id?: string;
-  actual_id?: string;
-  status?: Status;
-  operation?: string;
-  subject?: string;
-  reason?: string;
-  after_ms?: number;
-  guest?: { code: string; message: string };
-  path?: string;
-}
-
-/**
- * An error of the burrow core; one subclass per code. `name` is the class
- * name (as for every `Error`); the sandbox's name is `sandboxName`.
- */
-export class BurrowError extends Error {
-  /** The code of this class. */
-  static readonly CODE: string = "";
-  readonly code: string;
-  readonly sandboxId?: string;
-  readonly sandboxName?: string;
-  readonly status?: Status;
-  readonly actualId?: string;
-  readonly operation?: string;
-  readonly subject?: string;
-  readonly reason?: string;
-  /** A timeout's bound, in seconds (as every duration of this API). */
-  readonly after?: number;
-  /** The same bound in milliseconds (the core's `after_ms`). */
-  readonly afterMs?: number;
-  readonly body: ErrorBody;
-
-  constructor(body: ErrorBody) {
-    super(body.message);
-    this.name = new.target.name;
-    this.body = body;
-    this.code = body.code;
-    this.sandboxId = body.id;
-    this.sandboxName = body.name;
-    this.status = body.status;
-    this.actualId = body.actual_id;
-    this.operation = body.operation;
-    this.subject = body.subject;
-    this.reason = body.reason;
-    this.afterMs = body.after_ms;
-    this.after = body.after_ms === undefined ? undefined : body.after_ms / 1000;
-  }
-}
-
-function errorClass(code: string, className: string): typeof BurrowError {
-  const cls = {
-    [className]: class extends BurrowError {
-      static readonly CODE = code;
-    },
-  }[className];
-  return cls;
-}
-
-export const SandboxReplacedError = errorClass("sandbox_replaced", "SandboxReplacedError");
-export const SandboxAlreadyExistsError = errorClass("already_exists", "SandboxAlreadyExistsError");
-export const SandboxNotFoundError = errorClass("not_found", "SandboxNotFoundError");
-export const InvalidStateError = errorClass("invalid_state", "InvalidStateError");
-export const InvalidNameError = errorClass("invalid_name", "InvalidNameError");
-export const InvalidConfigError = errorClass("invalid_config", "InvalidConfigError");
-export const InvalidImageError = errorClass("invalid_image", "InvalidImageError");
-export const InvalidArgumentError = errorClass("invalid_argument", "InvalidArgumentError");
-export const StartingError = errorClass("starting", "StartingError");
-export const StartFailedError = errorClass("start_failed", "StartFailedError");
-export const TimeoutError = errorClass("timeout", "TimeoutError");
-export const RuntimeUnavailableError = errorClass("runtime_unavailable", "RuntimeUnavailableError");
-export const GuestError = errorClass("guest", "GuestError");
-export const ProtocolError = errorClass("protocol", "ProtocolError");
-export const StoreError = errorClass("store", "StoreError");
-export const BurrowIOError = errorClass("io", "BurrowIOError");
-export const UnauthorizedError = errorClass("unauthorized", "UnauthorizedError");
-export const UnsupportedError = errorClass("unsupported", "UnsupportedError");
-
-/** Every error class by its code (the core's list, checked by the tests). */
-export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Object.freeze(
-  Object.fromEntries(
-    [
-      SandboxReplacedError,
-      SandboxAlreadyExistsError,
-      SandboxNotFoundError,
-      InvalidStateError,
-      InvalidNameError,
-      InvalidConfigError,
-      InvalidImageError,
-      InvalidArgumentError,
-      StartingError,
-      StartFailedError,
-      TimeoutError,
-      RuntimeUnavailableError,
-      GuestError,
-      ProtocolError,
-      StoreError,
-      BurrowIOError,
-      UnauthorizedError,
-      UnsupportedError,
-    ].map((c) => [c.CODE, c]),
-  ),
-);
+import type {
+  Capabilities,
+  CallOptions,
+  DirEntry,
+  Duration,
+  ExecResult,
+  FileStat,
+  IdleAction,
+  ListFilter,
+  LogLine,
+  LogSource,
+  Metrics,
+  ModifyOptions,
+  ModifyPlan,
+  Ping,
+  ProcessEvent,
+  SandboxInfo,
+  Status,
+} from "./types";
+import {
+  InvalidConfigError,
+  InvalidStateError,
+  SandboxAlreadyExistsError,
+  SandboxNotFoundError,
+} from "./errors";
+import { native, NativeObject, call } from "./native";
+import { toBuffer, opt, toCapabilities, toInfo, toMetrics, toStat, exec } from "./records";
 
 /** The core's error codes, in order. */
 export function errorCodes(): string[] {
   return native.errorCodes();
-}
-
-function fromNative(e: unknown): unknown {
-  if (!(e instanceof Error)) return e;
-  let body: ErrorBody;
-  try {
-    body = JSON.parse(e.message) as ErrorBody;
-  } catch {
-    return e;
-  }
-  if (typeof body?.code !== "string") return e;
-  const cls = ERROR_CLASSES[body.code] ?? BurrowError;
-  return new cls(body);
-}
-
-// ---------------------------------------------------------------------------
-// Calls
-
-let nextCall = 0;
-
-function call(
-  target: NativeObject | null,
-  op: Record<string, unknown>,
-  opts: CallOptions = {},
-  data?: Buffer | null,
-): Promise<any> {
-  opts.signal?.throwIfAborted();
-  const body: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(op)) if (v !== undefined) body[k] = v;
-  if (opts.timeout !== undefined) body.call_timeout = opts.timeout;
-  nextCall = (nextCall % 0xffff_fffe) + 1;
-  const id = nextCall;
-  const pending = native.call(id, target, JSON.stringify(body), data ?? null);
-  const signal = opts.signal;
-  if (!signal) return pending.catch((e) => Promise.reject(fromNative(e)));
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      native.cancel(id);
-      reject(signal.reason);
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
-    pending.then(
-      (v) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(fromNative(e));
-      },
-    );
-  });
 }
 
 /** Sets the burrow home of the calls that follow (`null`: `$BURROW_HOME`). */
@@ -446,90 +51,6 @@ export function configure(options: { home?: string | null } = {}): void {
 /** Calls of this process still running in the core (diagnostics). */
 export function inFlight(): number {
   return native.inFlight();
-}
-
-// The core's records (snake_case JSON) in the SDK's types.
-const date = (ms: number): Date => new Date(ms);
-const optDate = (ms: number | null | undefined): Date | null => (ms == null ? null : new Date(ms));
-const opt = <T>(v: T | null | undefined): T | null => (v === undefined ? null : v);
-
-function toConfig(c: any): SandboxConfig {
-  return {
-    image: c.image,
-    driver: opt(c.driver),
-    runtime: c.runtime,
-    cpus: opt(c.cpus),
-    memory: opt(c.memory_mb),
-    pidsLimit: opt(c.pids_limit),
-    env: c.env ?? {},
-    workdir: opt(c.workdir),
-    labels: c.labels ?? {},
-    mounts: (c.mounts ?? []).map((m: any) => ({ source: m.source, target: m.target, readOnly: !!m.read_only })),
-    network: !!c.network,
-    idleTimeout: recordSeconds(c.idle_timeout),
-    idleAction: c.idle_action ?? "stop",
-    maxDuration: recordSeconds(c.max_duration),
-    demandStart: opt(c.demand_start),
-    startupTimeout: c.startup_timeout / 1000,
-  };
-}
-
-function toInfo(i: any): SandboxInfo {
-  const r = i.last_run;
-  return {
-    id: i.id,
-    name: i.name,
-    status: i.status,
-    config: toConfig(i.config),
-    generation: i.generation,
-    detached: i.detached,
-    createdAt: date(i.created_at_ms),
-    updatedAt: date(i.updated_at_ms),
-    lastRun: r
-      ? {
-          generation: r.generation,
-          supervisorPid: opt(r.supervisor_pid),
-          startedAt: date(r.started_at_ms),
-          runningAt: optDate(r.running_at_ms),
-          endedAt: optDate(r.ended_at_ms),
-          exitReason: opt(r.exit_reason),
-          detail: opt(r.detail),
-        }
-      : null,
-  };
-}
-
-function toMetrics(m: any): Metrics {
-  return {
-    cpuUsageNs: opt(m.cpu_usage_ns),
-    memoryBytes: opt(m.memory_bytes),
-    memoryLimitBytes: opt(m.memory_limit_bytes),
-    ioReadBytes: opt(m.io_read_bytes),
-    ioWriteBytes: opt(m.io_write_bytes),
-    pids: opt(m.pids),
-  };
-}
-
-function toStat(s: any): FileStat {
-  return {
-    kind: s.kind,
-    size: s.size,
-    mode: s.mode,
-    uid: s.uid,
-    gid: s.gid,
-    mtime: new Date(s.mtime * 1000),
-    linkTarget: opt(s.link_target),
-  };
-}
-
-function exec(r: any): ExecResult {
-  return {
-    stdout: r.stdout,
-    stderr: r.stderr,
-    exitCode: r.exitCode ?? null,
-    signal: r.signal ?? null,
-    timedOut: r.timedOut,
-  };
 }
 
 // ---------------------------------------------------------------------------
@@ -764,6 +285,11 @@ abstract class Lifecycle {
   }
 }
 
+/** A page of `Sandbox.list`: a handle of each sandbox listed. */
+export interface SandboxPage {
+  sandboxes: SandboxHandle[];
+}
+
 /** A metadata handle bound to one sandbox id (it may be stopped). */
 export class SandboxHandle extends Lifecycle {
   async start(opts?: CallOptions): Promise<Sandbox> {
@@ -829,6 +355,10 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
   /** Removes the sandbox `name` (created, stopped or crashed only). */
   static remove(name: string, opts?: CallOptions): Promise<void> {
     return call(null, { op: "remove", name }, opts);
+  }
+  /** What the backend can do beyond the lifecycle every backend has (`pause`, live `modify`, ...). */
+  static async capabilities(opts?: CallOptions): Promise<Capabilities> {
+    return toCapabilities(await call(null, { op: "capabilities" }, opts));
   }
 
   /** The run this object is bound to. */
@@ -1009,3 +539,4 @@ export class SandboxBuilder {
     return new SandboxHandle(await this.#build("define", opts));
   }
 }
+

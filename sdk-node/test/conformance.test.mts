@@ -10,7 +10,7 @@ import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { configure, errorCodes } from "burrow";
+import { Sandbox, UnsupportedError, configure, errorCodes } from "burrow";
 import { CODE_CLASSES, ConformanceFailure, Runner, loadDocument, validateCases, type Case } from "./conformance-runner.mjs";
 
 const image = process.env.BURROW_TEST_IMAGE;
@@ -32,13 +32,29 @@ test("the runner knows the class of every core code", () => {
   assert.deepEqual(Object.keys(CODE_CLASSES).sort(), [...errorCodes()].sort());
 });
 
-/** Runs `c` on a fresh home (and, remote, a fresh server). */
-async function runOnFreshHome(c: Case): Promise<void> {
+/** The capabilities `c` needs that the backend lacks, as the package reports them. */
+async function lacking(c: Case): Promise<string[]> {
+  const caps: Record<string, boolean> = { ...(await Sandbox.capabilities()) };
+  const camel = (t: string) => t.replace(/_([a-z])/g, (_, ch: string) => ch.toUpperCase());
+  return (c.tags ?? []).filter((t) => camel(t) in caps && !caps[camel(t)]);
+}
+
+/**
+ * Runs `c` on a fresh home (and, remote, a fresh server); with `onLacking`,
+ * a case needing a capability the backend lacks is not run: `onLacking`
+ * gets what it lacks (as the Rust kit reports such a case unsupported).
+ */
+async function runOnFreshHome(c: Case, onLacking?: (missing: string[]) => void): Promise<void> {
   const home = mkdtempSync("/tmp/bnc");
   let stopServer: (() => Promise<void>) | null = null;
   try {
     if (remote) stopServer = await serve(home);
     else configure({ home });
+    const missing = onLacking ? await lacking(c) : [];
+    if (missing.length > 0) {
+      onLacking!(missing);
+      return;
+    }
     await new Runner({ image: image!, home: remote ? null : home }).runCase(c);
   } finally {
     if (stopServer) await stopServer();
@@ -107,5 +123,33 @@ async function serve(home: string): Promise<() => Promise<void>> {
 }
 
 for (const c of doc.cases) {
-  test(c.id, () => runOnFreshHome(c));
+  test(c.id, (t) => runOnFreshHome(c, (missing) => t.skip(`unsupported by the backend (lacks ${missing.join(", ")})`)));
 }
+
+test("the package reports the backend's capabilities, and an operation it lacks is unsupported", async () => {
+  const home = mkdtempSync("/tmp/bnc");
+  configure({ home });
+  try {
+    const caps = await Sandbox.capabilities();
+    assert.deepEqual(Object.keys(caps).sort(), ["attached", "idleReclaim", "logs", "metrics", "modifyLive", "pause", "persistentLayer"]);
+    // The local engine run by root has every capability.
+    if (!remote && process.getuid!() === 0) assert.ok(Object.values(caps).every((v) => v), JSON.stringify(caps));
+    if (remote) return;
+    const sb = await Sandbox.builder("caps").image(image!).create();
+    try {
+      if (caps.pause) {
+        await sb.pause();
+        await sb.resume();
+      } else {
+        await assert.rejects(sb.pause(), UnsupportedError);
+      }
+      const info = await sb.info();
+      assert.deepEqual([info.status, info.generation], ["running", 1]);
+    } finally {
+      await sb.destroy();
+    }
+  } finally {
+    configure({});
+    rmSync(home, { recursive: true, force: true });
+  }
+});

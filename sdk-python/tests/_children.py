@@ -17,7 +17,8 @@ def _setup(configure: dict) -> None:
     import burrow
 
     for key, var in (("home", "BURROW_HOME"), ("burrow_bin", "BURROW_BIN"), ("agent_bin", "BURROW_AGENT_BIN")):
-        os.environ[var] = configure[key]
+        if key in configure:
+            os.environ[var] = configure[key]
     burrow.configure(**configure)
 
 

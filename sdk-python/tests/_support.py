@@ -25,6 +25,14 @@ def _env_path(var: str, default: Path) -> Path:
     return Path(value) if value else default
 
 
+def self_contained() -> bool:
+    """``BURROW_TEST_SELF_CONTAINED=1``: the tests give the package no
+    binary (no ``BURROW_BIN``, no ``BURROW_AGENT_BIN``): it runs sandboxes
+    with the supervisor its native library carries, as a user's install
+    does (scripts/python-sdk.sh runs the suites so as an unprivileged user)."""
+    return os.environ.get("BURROW_TEST_SELF_CONTAINED") == "1"
+
+
 def burrow_bin() -> Path:
     """The `burrow` binary hosting the supervisor ($BURROW_BIN, else target/debug/burrow)."""
     return _env_path("BURROW_BIN", REPO_ROOT / "target" / "debug" / "burrow")
@@ -73,10 +81,17 @@ def kubectl(*args: str) -> None:
 
 def missing_prerequisites() -> list[str]:
     problems = []
-    if not os.access(burrow_bin(), os.X_OK):
-        problems.append(f"no burrow binary at {burrow_bin()} (cargo build -p burrow-cli, or set BURROW_BIN)")
-    if not os.access(agent_bin(), os.X_OK):
-        problems.append(f"no guest agent at {agent_bin()} (bash scripts/build-agent.sh, or set BURROW_AGENT_BIN)")
+    if self_contained():
+        for var in ("BURROW_BIN", "BURROW_AGENT_BIN", "BURROW_SUPERVISOR_BIN"):
+            if os.environ.get(var):
+                problems.append(f"{var} is set, but BURROW_TEST_SELF_CONTAINED=1 runs without it")
+        if remote_mode():
+            problems.append("BURROW_TEST_SELF_CONTAINED=1 runs the local backend only (a server needs burrow)")
+    else:
+        if not os.access(burrow_bin(), os.X_OK):
+            problems.append(f"no burrow binary at {burrow_bin()} (cargo build -p burrow-cli, or set BURROW_BIN)")
+        if not os.access(agent_bin(), os.X_OK):
+            problems.append(f"no guest agent at {agent_bin()} (bash scripts/build-agent.sh, or set BURROW_AGENT_BIN)")
     if kube_mode():
         for var in ("BURROW_TEST_KUBECONFIG", "BURROW_K8S_BIN"):
             if not os.environ.get(var):
@@ -89,13 +104,13 @@ def missing_prerequisites() -> list[str]:
             f"no busybox image at {test_image()} (bash scripts/make-demo-rootfs.sh {test_image()},"
             " or set BURROW_TEST_IMAGE)"
         )
-    if os.geteuid() != 0:
-        problems.append("the tests run real sandboxes and must run as root")
     return problems
 
 
 def configure_kwargs(home: str) -> dict:
     """Arguments of burrow.configure() for `home` (also handed to child processes)."""
+    if self_contained():
+        return {"home": home}
     return {"home": home, "burrow_bin": str(burrow_bin()), "agent_bin": str(agent_bin())}
 
 
@@ -104,8 +119,9 @@ def point_at(home: str) -> dict:
     import burrow
 
     os.environ["BURROW_HOME"] = home
-    os.environ["BURROW_BIN"] = str(burrow_bin())
-    os.environ["BURROW_AGENT_BIN"] = str(agent_bin())
+    if not self_contained():
+        os.environ["BURROW_BIN"] = str(burrow_bin())
+        os.environ["BURROW_AGENT_BIN"] = str(agent_bin())
     kwargs = configure_kwargs(home)
     burrow.configure(**kwargs)
     return kwargs

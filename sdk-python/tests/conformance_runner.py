@@ -104,8 +104,8 @@ MODIFY_CHANGES = {
 RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # Tags naming a backend capability (burrow::Capabilities): a case carries the
 # tag of every capability its steps use (see step_capability). The Rust kit
-# reports such a case unsupported on a backend without that capability; this
-# runner's backends (local, remote) have every capability.
+# reports such a case unsupported on a backend without that capability, and
+# so does this runner's test (test_conformance.lacking).
 CAPABILITY_TAGS = {
     "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
 }

@@ -53,15 +53,28 @@ def serve(home)
   end
 end
 
-# Runs case +c+ on a fresh home (and, remote, a fresh server).
-def run_on_fresh_home(c)
+# The capability tags of +c+ the backend lacks, as the gem reports them.
+def lacking(c)
+  caps = Burrow::Sandbox.capabilities
+  (c["tags"] || []).select { |t| caps.members.include?(t.to_sym) && !caps[t.to_sym] }
+end
+
+# Runs case +c+ on a fresh home (and, remote, a fresh server); a case
+# needing a capability the backend lacks is skipped, as the Rust kit
+# reports it unsupported (+test+ skips it, when given).
+def run_on_fresh_home(c, test = nil)
   home = Dir.mktmpdir("brc", "/tmp")
+  run = lambda do |runner_home|
+    missing = test ? lacking(c) : []
+    test.skip("unsupported by the backend (lacks #{missing.join(', ')})") unless missing.empty?
+    Conformance::Runner.new(image: IMAGE, home: runner_home).run_case(c)
+  end
   begin
     if REMOTE
-      serve(home) { Conformance::Runner.new(image: IMAGE, home: nil).run_case(c) }
+      serve(home) { run.(nil) }
     else
       Burrow.configure(home: home)
-      Conformance::Runner.new(image: IMAGE, home: home).run_case(c)
+      run.(home)
     end
   ensure
     Burrow.configure
@@ -108,6 +121,35 @@ class TestConformance < Minitest::Test
   i_suck_and_my_tests_are_order_dependent!
 
   DOC["cases"].each do |c|
-    define_method("test_#{c['id']}") { run_on_fresh_home(c) }
+    define_method("test_#{c['id']}") { run_on_fresh_home(c, self) }
+  end
+end
+
+# The gem reports the backend's capabilities; an operation of one it lacks
+# raises UnsupportedError and changes nothing.
+class TestCapabilities < Minitest::Test
+  def test_the_backend_s_capabilities_and_what_it_lacks
+    home = Dir.mktmpdir("brc", "/tmp")
+    Burrow.configure(home: home) unless REMOTE
+    check = lambda do
+      caps = Burrow::Sandbox.capabilities
+      assert_equal %i[attached idle_reclaim logs metrics modify_live pause persistent_layer], caps.members.sort
+      # The local engine run by root has every capability.
+      assert(caps.to_h.values.all?, caps.inspect) if !REMOTE && Process.euid.zero?
+      Burrow::Sandbox.create("caps", image: IMAGE) do |sb|
+        if caps.pause
+          sb.pause
+          sb.resume
+        else
+          assert_raises(Burrow::UnsupportedError) { sb.pause }
+        end
+        info = sb.info
+        assert_equal [:running, 1], [info.status, info.generation]
+      end
+    end
+    REMOTE ? serve(home) { check.() } : check.()
+  ensure
+    Burrow.configure
+    FileUtils.rm_rf(home)
   end
 end

@@ -66,6 +66,9 @@ pub enum ModuleOp {
         /// The name.
         name: String,
     },
+    /// What the backend can do beyond the lifecycle every backend has
+    /// (`burrow::Capabilities`): pause, live changes, metrics, logs, ...
+    Capabilities,
 }
 
 /// Calls on a sandbox object.
@@ -351,6 +354,7 @@ async fn module(op: ModuleOp) -> Result<Output, Failure> {
             backend.remove_by_name(&name).await?;
             Ok(Output::Unit)
         }
+        ModuleOp::Capabilities => json(&backend.capabilities().await?),
     }
 }
 

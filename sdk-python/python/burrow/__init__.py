@@ -21,6 +21,7 @@ from ._api import Fs, Process, Sandbox, SandboxHandle, SandboxPage
 from ._common import configure
 from .types import (
     Applies,
+    Capabilities,
     DirEntry,
     Driver,
     ExecResult,
@@ -64,6 +65,7 @@ __all__ = [
     "LogSource",
     "Metrics",
     "Ping",
+    "Capabilities",
     "configure",
     "errors",
 ]

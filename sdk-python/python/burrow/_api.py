@@ -21,6 +21,7 @@ from . import _common as c
 from . import _native
 from .errors import SandboxNotFoundError
 from .types import (
+    Capabilities,
     DirEntry,
     Driver,
     ExecResult,
@@ -312,6 +313,13 @@ class Sandbox:
     async def remove(name: str) -> None:
         """Removes the sandbox ``name`` (created, stopped or crashed only)."""
         await _native.ASYNC.remove(name)
+
+    @staticmethod
+    async def capabilities() -> Capabilities:
+        """What the backend can do beyond the lifecycle every backend has
+        (``pause``, live ``modify``, ``metrics``, ...): an operation it
+        lacks raises :class:`~burrow.errors.UnsupportedError`."""
+        return Capabilities._from_core(await _native.ASYNC.capabilities())
 
     # -- identity ------------------------------------------------------------
 

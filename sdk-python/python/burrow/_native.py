@@ -136,6 +136,9 @@ class Calls:
     def remove(self, name: str) -> Any:
         return _call(None, "remove", None, self._b, {"name": name})
 
+    def capabilities(self) -> Any:
+        return _call(None, "capabilities", None, self._b, {})
+
 
 #: The calls of the async API.
 ASYNC = Calls(False)

@@ -30,6 +30,7 @@ from . import _native
 from ._common import configure
 from .errors import SandboxNotFoundError
 from .types import (
+    Capabilities,
     DirEntry,
     Driver,
     ExecResult,
@@ -321,6 +322,13 @@ class Sandbox:
     def remove(name: str) -> None:
         """Removes the sandbox ``name`` (created, stopped or crashed only)."""
         _native.SYNC.remove(name)
+
+    @staticmethod
+    def capabilities() -> Capabilities:
+        """What the backend can do beyond the lifecycle every backend has
+        (``pause``, live ``modify``, ``metrics``, ...): an operation it
+        lacks raises :class:`~burrow.errors.UnsupportedError`."""
+        return Capabilities._from_core(_native.SYNC.capabilities())
 
     # -- identity ------------------------------------------------------------
 

@@ -390,3 +390,38 @@ class Ping:
 
     #: Seconds (a float).
     latency: float
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the backend can do beyond the lifecycle every backend has. An
+    operation it lacks raises :class:`~burrow.errors.UnsupportedError`.
+    The local backend of an unprivileged user without a delegated cgroup
+    lacks ``pause``; a Kubernetes-backed server lacks several."""
+
+    #: ``pause`` and ``resume``.
+    pause: bool
+    #: Live changes of a running sandbox's limits and environment (``modify``).
+    modify_live: bool
+    #: ``metrics``.
+    metrics: bool
+    #: ``logs``, including following.
+    logs: bool
+    #: Idle timeouts and demand start.
+    idle_reclaim: bool
+    #: Sandboxes attached to (and stopped with) their creating process.
+    attached: bool
+    #: Files written outside volumes survive a stop.
+    persistent_layer: bool
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> Capabilities:
+        return cls(
+            pause=bool(d["pause"]),
+            modify_live=bool(d["modify_live"]),
+            metrics=bool(d["metrics"]),
+            logs=bool(d["logs"]),
+            idle_reclaim=bool(d["idle_reclaim"]),
+            attached=bool(d["attached"]),
+            persistent_layer=bool(d.get("persistent_layer", True)),
+        )

@@ -119,6 +119,16 @@ module Burrow
     def self.from_json(h) = new(**h.transform_keys(&:to_sym).slice(*members))
   end
 
+  # What the backend can do beyond the lifecycle every backend has
+  # (Sandbox.capabilities); an operation it lacks raises UnsupportedError.
+  # The local backend of an unprivileged user without a delegated cgroup
+  # lacks +pause+.
+  Capabilities = Struct.new(:pause, :modify_live, :metrics, :logs, :idle_reclaim, :attached, :persistent_layer,
+                            keyword_init: true) do
+    # @api private
+    def self.from_json(h) = new(**h.transform_keys(&:to_sym).slice(*members))
+  end
+
   # An entry of Fs#list.
   # @!attribute [r] kind
   #   @return [Symbol] +:file+, +:dir+, +:symlink+ or +:other+

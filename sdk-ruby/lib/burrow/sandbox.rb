@@ -284,6 +284,11 @@ module Burrow
       # @return [nil]
       def remove(name) = Burrow.call(nil, { op: "remove", name: name }) && nil
 
+      # What the backend can do beyond the lifecycle every backend has
+      # (pause, live modify, metrics, ...).
+      # @return [Capabilities]
+      def capabilities = Capabilities.from_json(Burrow.call(nil, { op: "capabilities" }))
+
       private
 
       def build(mode, name, options)

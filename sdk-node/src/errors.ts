@@ -1,0 +1,111 @@
+// The error classes: one per code of the core (re-exported by index.ts).
+
+import type { Status } from "./types";
+
+/** The core's error body. */
+export interface ErrorBody {
+  code: string;
+  message: string;
+  name?: string;
+  id?: string;
+  actual_id?: string;
+  status?: Status;
+  operation?: string;
+  subject?: string;
+  reason?: string;
+  after_ms?: number;
+  guest?: { code: string; message: string };
+  path?: string;
+}
+
+/**
+ * An error of the burrow core; one subclass per code. `name` is the class
+ * name (as for every `Error`); the sandbox's name is `sandboxName`.
+ */
+export class BurrowError extends Error {
+  /** The code of this class. */
+  static readonly CODE: string = "";
+  readonly code: string;
+  readonly sandboxId?: string;
+  readonly sandboxName?: string;
+  readonly status?: Status;
+  readonly actualId?: string;
+  readonly operation?: string;
+  readonly subject?: string;
+  readonly reason?: string;
+  /** A timeout's bound, in seconds (as every duration of this API). */
+  readonly after?: number;
+  /** The same bound in milliseconds (the core's `after_ms`). */
+  readonly afterMs?: number;
+  readonly body: ErrorBody;
+
+  constructor(body: ErrorBody) {
+    super(body.message);
+    this.name = new.target.name;
+    this.body = body;
+    this.code = body.code;
+    this.sandboxId = body.id;
+    this.sandboxName = body.name;
+    this.status = body.status;
+    this.actualId = body.actual_id;
+    this.operation = body.operation;
+    this.subject = body.subject;
+    this.reason = body.reason;
+    this.afterMs = body.after_ms;
+    this.after = body.after_ms === undefined ? undefined : body.after_ms / 1000;
+  }
+}
+
+function errorClass(code: string, className: string): typeof BurrowError {
+  const cls = {
+    [className]: class extends BurrowError {
+      static readonly CODE = code;
+    },
+  }[className];
+  return cls;
+}
+
+export const SandboxReplacedError = errorClass("sandbox_replaced", "SandboxReplacedError");
+export const SandboxAlreadyExistsError = errorClass("already_exists", "SandboxAlreadyExistsError");
+export const SandboxNotFoundError = errorClass("not_found", "SandboxNotFoundError");
+export const InvalidStateError = errorClass("invalid_state", "InvalidStateError");
+export const InvalidNameError = errorClass("invalid_name", "InvalidNameError");
+export const InvalidConfigError = errorClass("invalid_config", "InvalidConfigError");
+export const InvalidImageError = errorClass("invalid_image", "InvalidImageError");
+export const InvalidArgumentError = errorClass("invalid_argument", "InvalidArgumentError");
+export const StartingError = errorClass("starting", "StartingError");
+export const StartFailedError = errorClass("start_failed", "StartFailedError");
+export const TimeoutError = errorClass("timeout", "TimeoutError");
+export const RuntimeUnavailableError = errorClass("runtime_unavailable", "RuntimeUnavailableError");
+export const GuestError = errorClass("guest", "GuestError");
+export const ProtocolError = errorClass("protocol", "ProtocolError");
+export const StoreError = errorClass("store", "StoreError");
+export const BurrowIOError = errorClass("io", "BurrowIOError");
+export const UnauthorizedError = errorClass("unauthorized", "UnauthorizedError");
+export const UnsupportedError = errorClass("unsupported", "UnsupportedError");
+
+/** Every error class by its code (the core's list, checked by the tests). */
+export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Object.freeze(
+  Object.fromEntries(
+    [
+      SandboxReplacedError,
+      SandboxAlreadyExistsError,
+      SandboxNotFoundError,
+      InvalidStateError,
+      InvalidNameError,
+      InvalidConfigError,
+      InvalidImageError,
+      InvalidArgumentError,
+      StartingError,
+      StartFailedError,
+      TimeoutError,
+      RuntimeUnavailableError,
+      GuestError,
+      ProtocolError,
+      StoreError,
+      BurrowIOError,
+      UnauthorizedError,
+      UnsupportedError,
+    ].map((c) => [c.CODE, c]),
+  ),
+);

@@ -1,0 +1,107 @@
+// The core's records (snake_case JSON) in the SDK's types. Internal.
+
+import type { Capabilities, ExecResult, FileStat, Metrics, SandboxConfig, SandboxInfo } from "./types";
+
+export function toBuffer(data: Buffer | string): Buffer {
+  return typeof data === "string" ? Buffer.from(data, "utf8") : data;
+}
+
+/** A record's duration (whole milliseconds in the core's JSON) in seconds. */
+export function recordSeconds(ms: number | null | undefined): number | null {
+  return ms == null ? null : ms / 1000;
+}
+
+export const date = (ms: number): Date => new Date(ms);
+export const optDate = (ms: number | null | undefined): Date | null => (ms == null ? null : new Date(ms));
+export const opt = <T>(v: T | null | undefined): T | null => (v === undefined ? null : v);
+
+export function toConfig(c: any): SandboxConfig {
+  return {
+    image: c.image,
+    driver: opt(c.driver),
+    runtime: c.runtime,
+    cpus: opt(c.cpus),
+    memory: opt(c.memory_mb),
+    pidsLimit: opt(c.pids_limit),
+    env: c.env ?? {},
+    workdir: opt(c.workdir),
+    labels: c.labels ?? {},
+    mounts: (c.mounts ?? []).map((m: any) => ({ source: m.source, target: m.target, readOnly: !!m.read_only })),
+    network: !!c.network,
+    idleTimeout: recordSeconds(c.idle_timeout),
+    idleAction: c.idle_action ?? "stop",
+    maxDuration: recordSeconds(c.max_duration),
+    demandStart: opt(c.demand_start),
+    startupTimeout: c.startup_timeout / 1000,
+  };
+}
+
+export function toInfo(i: any): SandboxInfo {
+  const r = i.last_run;
+  return {
+    id: i.id,
+    name: i.name,
+    status: i.status,
+    config: toConfig(i.config),
+    generation: i.generation,
+    detached: i.detached,
+    createdAt: date(i.created_at_ms),
+    updatedAt: date(i.updated_at_ms),
+    lastRun: r
+      ? {
+          generation: r.generation,
+          supervisorPid: opt(r.supervisor_pid),
+          startedAt: date(r.started_at_ms),
+          runningAt: optDate(r.running_at_ms),
+          endedAt: optDate(r.ended_at_ms),
+          exitReason: opt(r.exit_reason),
+          detail: opt(r.detail),
+        }
+      : null,
+  };
+}
+
+export function toMetrics(m: any): Metrics {
+  return {
+    cpuUsageNs: opt(m.cpu_usage_ns),
+    memoryBytes: opt(m.memory_bytes),
+    memoryLimitBytes: opt(m.memory_limit_bytes),
+    ioReadBytes: opt(m.io_read_bytes),
+    ioWriteBytes: opt(m.io_write_bytes),
+    pids: opt(m.pids),
+  };
+}
+
+export function toStat(s: any): FileStat {
+  return {
+    kind: s.kind,
+    size: s.size,
+    mode: s.mode,
+    uid: s.uid,
+    gid: s.gid,
+    mtime: new Date(s.mtime * 1000),
+    linkTarget: opt(s.link_target),
+  };
+}
+
+export function exec(r: any): ExecResult {
+  return {
+    stdout: r.stdout,
+    stderr: r.stderr,
+    exitCode: r.exitCode ?? null,
+    signal: r.signal ?? null,
+    timedOut: r.timedOut,
+  };
+}
+
+export function toCapabilities(c: any): Capabilities {
+  return {
+    pause: !!c.pause,
+    modifyLive: !!c.modify_live,
+    metrics: !!c.metrics,
+    logs: !!c.logs,
+    idleReclaim: !!c.idle_reclaim,
+    attached: !!c.attached,
+    persistentLayer: c.persistent_layer ?? true,
+  };
+}
