@@ -209,7 +209,14 @@ fn rootless_rows(iters: usize) -> Vec<Stats> {
     println!("rootless rows: this bench again as {user}");
     let out = Command::new("runuser")
         .args(["-u", &user, "--", "env"])
-        .args(["-u", "XDG_RUNTIME_DIR", "-u", "XDG_DATA_HOME", "-u", "XDG_CACHE_HOME"])
+        .args([
+            "-u",
+            "XDG_RUNTIME_DIR",
+            "-u",
+            "XDG_DATA_HOME",
+            "-u",
+            "XDG_CACHE_HOME",
+        ])
         .arg(format!("HOME={home}"))
         .arg("TMPDIR=/tmp")
         .arg(format!("{ROOTLESS_CHILD}=1"))
@@ -383,7 +390,9 @@ fn main() {
     let rootless = if !common::is_rootless() {
         rootless_rows(iters)
     } else {
-        println!("rootless rows: this run is already unprivileged (its rows are the rootless ones)");
+        println!(
+            "rootless rows: this run is already unprivileged (its rows are the rootless ones)"
+        );
         Vec::new()
     };
     let base = results[0].pct(0.5);
