@@ -98,11 +98,18 @@ if [ "$(id -u)" = 0 ]; then
   # which an unprivileged user's host refuses without a delegated cgroup:
   # they run as root above; test_conformance's limits case asks for
   # best-effort limits and runs here.
+  # The user's own venv, of the system's python3 (root's may live where
+  # the user cannot reach), with the same wheel.
   user=$(bash "$root/scripts/rootless-user.sh")
-  runuser -u "$user" -- env -u BURROW_BIN -u BURROW_AGENT_BIN -u XDG_RUNTIME_DIR \
-    HOME="$(getent passwd "$user" | cut -d: -f6)" PATH=/usr/bin:/bin BURROW_TEST_SELF_CONTAINED=1 \
-    BURROW_TEST_IMAGE="$image" "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 \
-    --ignore=test_lifecycle_doc.py .
+  uvenv=$(mktemp -d /tmp/bpy-user.XXXXXX)
+  cp "$wheel" "$uvenv/"
+  chmod 755 "$uvenv" && chown -R "$user" "$uvenv"
+  as_user=(runuser -u "$user" -- env -i HOME="$(getent passwd "$user" | cut -d: -f6)" PATH=/usr/bin:/bin)
+  "${as_user[@]}" bash -c 'python3 -m venv "$1/venv" &&
+    "$1/venv/bin/pip" install -q "$1"/burrow-*.whl pytest pytest-asyncio pytest-xdist' _ "$uvenv"
+  "${as_user[@]}" BURROW_TEST_SELF_CONTAINED=1 BURROW_TEST_IMAGE="$image" \
+    "$uvenv/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --ignore=test_lifecycle_doc.py .
+  rm -rf "$uvenv"
 fi
 
 echo "==> the conformance list again, against the remote backend (a burrow serve per test)"
