@@ -405,6 +405,28 @@ async fn lock_descriptors_do_not_leak() {
     sb.destroy().await.unwrap();
 }
 
+/// runc and crun each run a sandbox of the container driver, as root and
+/// as an unprivileged user (rootless, each in its own mode; crun with the
+/// cgroup2 mount of a hybrid host out of its view, covered where an
+/// unprivileged user cannot unmount it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runc_and_crun_each_run_a_container() {
+    let home = TestHome::new().await;
+    for runtime in [burrow::OciRuntime::Runc, burrow::OciRuntime::Crun] {
+        let sb = home
+            .builder(&format!("with-{}", runtime.binary()))
+            .driver("container")
+            .runtime(runtime)
+            .create()
+            .await
+            .unwrap();
+        let out = sb.exec(["echo", "up"]).await.unwrap();
+        assert_eq!(out.stdout_str(), "up\n", "{runtime:?}");
+        assert_eq!(sb.info().await.unwrap().config.oci_runtime(), runtime);
+        sb.destroy().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_container_seccomp_filter_is_in_force() {
     // The container driver's filter, installed by the guest agent (a VM is

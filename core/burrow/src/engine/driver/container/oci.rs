@@ -101,7 +101,8 @@ impl Runtime {
         if super::rootless::in_user_namespace() {
             // Root of the supervisor's user namespace, not of the host: no
             // cgroups of its own (runc would take a namespace's root for
-            // the host's), and with runsc, no host root at all.
+            // the host's; crun refuses a cgroup v1 hybrid host outright),
+            // and with runsc, no host root at all.
             match self.kind {
                 OciRuntime::Runc => {
                     c.arg("--rootless=true");
@@ -109,7 +110,9 @@ impl Runtime {
                 OciRuntime::Runsc => {
                     c.arg("--rootless").arg("--ignore-cgroups");
                 }
-                OciRuntime::Crun => {}
+                OciRuntime::Crun => {
+                    c.arg("--cgroup-manager=disabled");
+                }
             }
         }
         if self.kind == OciRuntime::Runsc {
@@ -254,7 +257,9 @@ pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
 }
 
 /// crun refuses a hybrid cgroup layout, so it runs in a private mount
-/// namespace of its own without the cgroup2 mount. A `pre_exec` hook (raw
+/// namespace of its own without the cgroup2 mount: unmounted, or, where it
+/// cannot be (an unprivileged user's namespace, whose inherited mounts are
+/// locked), covered by an empty read-only tmpfs. A `pre_exec` hook (raw
 /// syscalls only); public for benchmarks that run crun beside burrow.
 pub fn crun_private_cgroup_view() -> io::Result<()> {
     // SAFETY: plain syscalls on constant, NUL-terminated strings.
@@ -273,7 +278,22 @@ pub fn crun_private_cgroup_view() -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
         // Not mounted (pure v1 or v2 hosts): nothing to hide.
-        libc::umount2(c"/sys/fs/cgroup/unified".as_ptr(), libc::MNT_DETACH);
+        let unified = c"/sys/fs/cgroup/unified";
+        if libc::umount2(unified.as_ptr(), libc::MNT_DETACH) != 0 {
+            let mut fs: libc::statfs = std::mem::zeroed();
+            if libc::statfs(unified.as_ptr(), &mut fs) == 0
+                && fs.f_type == libc::CGROUP2_SUPER_MAGIC
+                && libc::mount(
+                    c"none".as_ptr(),
+                    unified.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    c"size=4k".as_ptr().cast(),
+                ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
     }
     Ok(())
 }
