@@ -31,6 +31,7 @@ impl Backend for KubeBackend {
         req.config.runtime.get_or_insert(OciRuntime::Runc);
         req.config.validate()?;
         pods::validate_image(&req.config.image)?;
+        pods::check_limits(&req.config)?;
         let mut info = SandboxInfo::new(SandboxId::new(), &req.name, req.config);
         info.detached = true;
         let spec = Spec {

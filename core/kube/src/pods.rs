@@ -150,6 +150,20 @@ pub fn pod(
     }
 }
 
+/// Checks that the cluster can hold the sandbox to its limits: a pod's
+/// CPU and memory are its containers' resources, but its process count is
+/// the node's (the kubelet's `podPidsLimit`), so `pids_limit` is refused
+/// naming it unless the caller asked for best-effort limits.
+pub fn check_limits(config: &SandboxConfig) -> burrow::Result<()> {
+    if config.pids_limit.is_some() && !config.best_effort_limits {
+        return Err(burrow::Error::InvalidConfig {
+            field: "pids_limit".into(),
+            reason: "a pod's process count is its node's (the kubelet's podPidsLimit), not the sandbox's; ask for best-effort limits to run without it".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Checks that `image` is an image reference a cluster can pull
 /// (`[registry[:port]/]path[:tag][@algorithm:hex]`, the path lowercase):
 /// a host path or a typo is refused at create, not at every start.

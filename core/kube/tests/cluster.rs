@@ -111,6 +111,42 @@ async fn a_sandbox_runs_in_a_pod_and_its_record_outlives_it() {
     );
 }
 
+/// A process-count limit the cluster cannot hold a pod to is refused,
+/// naming it, and leaves no record; with best-effort limits it is kept in
+/// the configuration and the sandbox runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pids_limit_is_refused_unless_best_effort() {
+    let (b, _ns) = backend("pids").await;
+    let b: Arc<dyn Backend> = b;
+    let mut capped = config();
+    capped.pids_limit = Some(64);
+    let err = b
+        .create(CreateRequest::new("capped", capped.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    assert!(
+        matches!(&err, burrow::Error::InvalidConfig { field, .. } if field == "pids_limit"),
+        "{err:?}"
+    );
+    assert_eq!(
+        b.get("capped").await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+    capped.best_effort_limits = true;
+    let info = b
+        .create(CreateRequest::new("capped", capped))
+        .await
+        .unwrap();
+    assert_eq!(info.config.pids_limit, Some(64));
+    let running = b
+        .start("capped", &info.id, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(running.status, Status::Running);
+    b.destroy("capped", &info.id).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_receiver_is_refused() {
     let (b, _) = backend("stale").await;
