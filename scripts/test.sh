@@ -50,8 +50,9 @@ cargo xtask conformance container --rootless
 cargo xtask e2e vm --rootless
 step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
 cargo xtask e2e vm
-step "the shared lifecycle suites a third time, the container driver under runsc (gVisor, built with the cluster)"
+step "the shared lifecycle suites a third time, the container driver under runsc (gVisor, built with the cluster), as root and rootless"
 cargo xtask e2e runsc
+cargo xtask e2e runsc --rootless
 step "the conformance kit (tests/conformance/cases.json) against the local backend with the vm driver"
 cargo xtask conformance vm
 step "TypeScript SDK: native module (napi-rs), npm pack, installed into a fresh directory, node --test"

@@ -150,6 +150,19 @@ async fn qemu_killed_mid_run_is_crashed_and_synced_data_survives() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wedged_vm_is_caught_by_the_start_deadline_and_cleaned_up() {
     let home = TestHome::new().await;
+    // The clean retry below restores the image's boot template, warmed
+    // here without a deadline, instead of building it inside its 10 s
+    // (a template build under TCG on a loaded machine can take longer).
+    let warm = home
+        .cli()
+        .args(["image", "warm", &image()])
+        .output()
+        .unwrap();
+    assert!(
+        warm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&warm.stderr)
+    );
     // The fault starts QEMU with its CPUs stopped: the guest never boots and
     // QEMU never exits, like a VM hung by a broken accelerator.
     let out = home
