@@ -166,9 +166,9 @@ const ROOTLESS_ROWS: [&str; 3] = [
     "exec true (running) rootless",
 ];
 
-/// The child's part: creates with runc and crun, and execs, as this
-/// (unprivileged) user; prints `ROW <index> <nanoseconds>` per sample.
-async fn rootless_child(iters: usize) {
+/// A fresh home whose image is prepared (the shifted image copy is built
+/// once per image, by a first create).
+async fn warm_home() -> TestHome {
     let home = TestHome::new().await;
     home.builder("warmup")
         .create()
@@ -177,6 +177,26 @@ async fn rootless_child(iters: usize) {
         .destroy()
         .await
         .unwrap();
+    home
+}
+
+/// `n` execs of `true` on `sb` (after one unmeasured), their wall times.
+async fn execs(sb: &burrow::Sandbox, n: usize) -> Vec<Duration> {
+    sb.exec(["true"]).await.unwrap();
+    let mut walls = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = sb.exec(["true"]).await.unwrap();
+        walls.push(t.elapsed());
+        assert_eq!(out.status.code, Some(0));
+    }
+    walls
+}
+
+/// The child's part: creates with runc and crun, and execs, as this
+/// (unprivileged) user; prints `ROW <index> <nanoseconds>` per sample.
+async fn rootless_child(iters: usize) {
+    let home = warm_home().await;
     let runtimes = [burrow::OciRuntime::Runc, burrow::OciRuntime::Crun];
     for (row, runtime) in runtimes.into_iter().enumerate() {
         let (walls, _) = creates(&home, runtime, iters).await;
@@ -185,12 +205,8 @@ async fn rootless_child(iters: usize) {
         }
     }
     let sb = home.builder("bench-exec").create().await.unwrap();
-    sb.exec(["true"]).await.unwrap();
-    for _ in 0..iters * 10 {
-        let t = Instant::now();
-        let out = sb.exec(["true"]).await.unwrap();
-        println!("ROW 2 {}", t.elapsed().as_nanos());
-        assert_eq!(out.status.code, Some(0));
+    for w in execs(&sb, iters * 10).await {
+        println!("ROW 2 {}", w.as_nanos());
     }
     sb.destroy().await.unwrap();
 }
@@ -290,15 +306,7 @@ fn main() {
     }
 
     let results = rt.block_on(async {
-        let home = TestHome::new().await;
-        // Warm-up: the shifted image copy is built once per image.
-        home.builder("warmup")
-            .create()
-            .await
-            .unwrap()
-            .destroy()
-            .await
-            .unwrap();
+        let home = warm_home().await;
         let _ = runtime_run("runc", "warmup", &bundle, &runc_root, 3);
         let _ = runtime_run("crun", "warmup", &bundle, &crun_root, 3);
 
@@ -331,14 +339,7 @@ fn main() {
         }
 
         let sb = home.builder("bench-exec").create().await.unwrap();
-        sb.exec(["true"]).await.unwrap();
-        let mut exec = Vec::new();
-        for _ in 0..iters * 10 {
-            let t = Instant::now();
-            let out = sb.exec(["true"]).await.unwrap();
-            exec.push(t.elapsed());
-            assert_eq!(out.status.code, Some(0));
-        }
+        let exec = execs(&sb, iters * 10).await;
         let mut converge = Vec::new();
         for _ in 0..iters * 10 {
             let builder = home.builder("bench-exec");
