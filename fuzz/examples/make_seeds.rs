@@ -21,9 +21,9 @@ use burrow_fuzz::layout::Image;
 use burrow_fuzz::tarball::{Archive, Compression, Entry, Kind, Layer, Style, Tail, TarPath, Token};
 use burrow_protocol::vm::{VmBoot, VmMount};
 use burrow_protocol::{
-    encode, Bytes, Control, DirEntry, ExecRequest, ExitStatus, FileKind, FileStat, GuestError,
+    encode, encode_for, Bytes, Control, DirEntry, ExecRequest, ExitStatus, FileKind, FileStat, GuestError,
     GuestErrorCode, GuestMsg, HostMsg, Identity, Metrics, Request, Response, TtySize,
-    MAX_FRAME_LEN,
+    MAX_FRAME_LEN, PROTOCOL_VERSION,
 };
 
 fn main() {
@@ -83,6 +83,7 @@ fn protocol(dir: &Path) {
             HostMsg::Request {
                 id: 1,
                 body: Request::Exec(exec.clone()),
+                window: Some(1 << 20),
             },
         ),
         (
@@ -94,6 +95,7 @@ fn protocol(dir: &Path) {
                     mode: Some(0o600),
                     append: true,
                 },
+                window: None,
             },
         ),
         (
@@ -104,6 +106,7 @@ fn protocol(dir: &Path) {
                     from: "/a".into(),
                     to: "/b".into(),
                 },
+                window: None,
             },
         ),
         (
@@ -111,6 +114,7 @@ fn protocol(dir: &Path) {
             HostMsg::Request {
                 id: 4,
                 body: Request::Tunnel { port: 8080 },
+                window: None,
             },
         ),
         (
@@ -118,6 +122,7 @@ fn protocol(dir: &Path) {
             HostMsg::Request {
                 id: 5,
                 body: Request::Shutdown { grace_ms: 100 },
+                window: None,
             },
         ),
         (
@@ -156,6 +161,7 @@ fn protocol(dir: &Path) {
             },
         ),
         ("cancel", HostMsg::Cancel { id: 1 }),
+        ("window", HostMsg::Window { id: 1, bytes: 1 << 19 }),
     ];
     for (name, msg) in &host {
         write(dir, &format!("host-{name}"), &with_mode(0, &payload(msg)));
@@ -170,6 +176,7 @@ fn protocol(dir: &Path) {
         link_target: Some("/etc".into()),
     };
     let guest: Vec<(&str, GuestMsg)> = vec![
+        ("window", GuestMsg::Window { id: 1, bytes: 1 << 18 }),
         (
             "hello",
             GuestMsg::Hello {
@@ -316,6 +323,27 @@ fn protocol(dir: &Path) {
     let mut big = encode(&host[0].1);
     big.extend_from_slice(&(MAX_FRAME_LEN as u32 + 1).to_be_bytes());
     write(dir, "stream-too-large", &with_mode(1, &big));
+
+    // Protocol 2: binary data frames in a session, and as payloads.
+    let mut v2 = Vec::new();
+    for (_, m) in &host {
+        v2.extend(encode_for(m, PROTOCOL_VERSION));
+    }
+    for (_, m) in &guest {
+        v2.extend(encode_for(m, PROTOCOL_VERSION));
+    }
+    write(dir, "stream-session-v2", &with_mode(1, &v2));
+    write(dir, "stream-session-v2-5", &with_mode(11, &v2));
+    let data = HostMsg::Data {
+        id: 7,
+        data: Bytes(vec![1, 2, 3]),
+    };
+    write(dir, "binary-host-data", &with_mode(0, &encode_for(&data, PROTOCOL_VERSION)[4..]));
+    let out = GuestMsg::Stderr {
+        id: 7,
+        data: Bytes(vec![0; 40]),
+    };
+    write(dir, "binary-guest-stderr", &with_mode(0, &encode_for(&out, PROTOCOL_VERSION)[4..]));
 }
 
 fn full_config() -> SandboxConfig {

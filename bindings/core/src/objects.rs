@@ -150,7 +150,8 @@ impl ProcessObj {
     /// Starts the task that owns `process` (on the current runtime).
     pub(crate) fn start(process: burrow::Process) -> Self {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (ev_tx, ev_rx) = mpsc::channel(64);
+        // A few events: the output's credit follows the language's reads.
+        let (ev_tx, ev_rx) = mpsc::channel(4);
         tokio::spawn(pump(process, cmd_rx, ev_tx));
         ProcessObj {
             cmds: Owned::new(cmd_tx),
@@ -191,17 +192,20 @@ impl ProcessObj {
 /// Owns the core process: output events out, commands in. After the exit
 /// event it keeps answering commands (with the core's errors) until the
 /// object is gone; dropping the process then cancels the request.
+///
+/// Stdin goes in from a task of its own, in the order written: a write
+/// waits for the sandbox to take the input before it (flow control), and
+/// the output must keep flowing meanwhile.
 async fn pump(
     mut process: burrow::Process,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     events: mpsc::Sender<burrow::Result<ExecEvent>>,
 ) {
+    let (stdin_tx, stdin_rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_stdin(process.stdin(), stdin_rx));
     let apply = |process: &burrow::Process, cmd: Cmd| match cmd {
-        Cmd::Write(data, reply) => {
-            let _ = reply.send(process.write_stdin(&data));
-        }
-        Cmd::CloseStdin(reply) => {
-            let _ = reply.send(process.close_stdin());
+        Cmd::Write(..) | Cmd::CloseStdin(_) => {
+            let _ = stdin_tx.send(cmd);
         }
         Cmd::Signal(n, reply) => {
             let _ = reply.send(process.signal(n));
@@ -212,13 +216,13 @@ async fn pump(
         tokio::select! {
             cmd = cmds.recv() => match cmd {
                 Some(cmd) => apply(&process, cmd),
-                None => return,
+                None => break,
             },
             ev = process.next_event() => {
                 let last = !matches!(ev, Ok(Some(ExecEvent::Stdout(_) | ExecEvent::Stderr(_))));
                 if let Some(ev) = ev.transpose() {
                     if events.send(ev).await.is_err() {
-                        return;
+                        break;
                     }
                 }
                 streaming = !last;
@@ -226,8 +230,28 @@ async fn pump(
         }
     }
     drop(events);
+    if streaming {
+        writer.abort();
+        return;
+    }
     while let Some(cmd) = cmds.recv().await {
         apply(&process, cmd);
+    }
+    writer.abort();
+}
+
+/// Writes a process's stdin commands in order.
+async fn write_stdin(stdin: burrow::ProcessStdin, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    while let Some(cmd) = cmds.recv().await {
+        match cmd {
+            Cmd::Write(data, reply) => {
+                let _ = reply.send(stdin.write(&data).await);
+            }
+            Cmd::CloseStdin(reply) => {
+                let _ = reply.send(stdin.close().await);
+            }
+            Cmd::Signal(..) => {}
+        }
     }
 }
 

@@ -13,11 +13,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use burrow_protocol::vm::VmResume;
 use burrow_protocol::{
-    GuestError, GuestErrorCode, GuestMsg, HostMsg, Request, Response, PROTOCOL_VERSION,
+    GuestError, GuestErrorCode, GuestMsg, HostMsg, Request, Response, OLDEST_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 
 use crate::calls::CallsLock;
 use crate::channel::{self, Incoming, Outbox};
+use crate::flow::Flow;
 use crate::log::{info, warning};
 use crate::mailbox::{self, Event, Inbox, Input, Mailbox};
 use crate::reaper::{self, Processes, Signals};
@@ -146,28 +148,14 @@ pub struct Ctx {
     /// Host input and exit statuses for this request.
     pub inbox: Inbox,
     mailbox: Mailbox,
+    /// The request's credit ([`crate::flow`]).
+    pub flow: Flow,
 }
 
 impl Ctx {
     /// A sender into this request's inbox (for the process table).
     pub fn mailbox(&self) -> Mailbox {
         self.mailbox.clone()
-    }
-
-    /// Queues a `Stdout` frame.
-    pub fn stdout(&self, data: Vec<u8>) {
-        self.agent.out.send(GuestMsg::Stdout {
-            id: self.id,
-            data: data.into(),
-        });
-    }
-
-    /// Queues a `Stderr` frame.
-    pub fn stderr(&self, data: Vec<u8>) {
-        self.agent.out.send(GuestMsg::Stderr {
-            id: self.id,
-            data: data.into(),
-        });
     }
 }
 
@@ -277,13 +265,20 @@ fn hello() -> GuestMsg {
     }
 }
 
-/// Reads the host's hello (the first frame of a session).
+/// Reads the host's hello (the first frame of a session), which answers
+/// ours with the version the session speaks; the writer follows it.
 fn await_hello(agent: &Arc<Agent>, reader: &mut impl std::io::Read) {
     match channel::read_frame(reader) {
-        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) if version == PROTOCOL_VERSION => {}
+        Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. })))
+            if (OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) =>
+        {
+            agent.out.set_version(version);
+        }
         Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. }))) => fatal(
             agent,
-            &format!("host speaks protocol {version}, agent speaks {PROTOCOL_VERSION}"),
+            &format!(
+                "host speaks protocol {version}, agent speaks {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"
+            ),
         ),
         Ok(Some(_)) => fatal(agent, "the first host frame must be a hello"),
         Ok(None) => {
@@ -373,7 +368,7 @@ impl Dispatcher {
                 warning!("ignoring a repeated hello");
                 return;
             }
-            HostMsg::Request { id, body } => return self.start(id, body),
+            HostMsg::Request { id, body, window } => return self.start(id, body, window),
             HostMsg::Control { id, .. } => {
                 return self.respond(
                     id,
@@ -388,6 +383,11 @@ impl Dispatcher {
             HostMsg::Signal { id, signal } => (id, Input::Signal(signal)),
             HostMsg::Resize { id, size } => (id, Input::Resize(size)),
             HostMsg::Cancel { id } => (id, Input::Cancel),
+            HostMsg::Window { id, bytes } => {
+                // Credit for a request that just ended is normal: no log.
+                self.agent.requests.route(id, Input::Window(bytes));
+                return;
+            }
         };
         if !self.agent.requests.route(id, input) && !self.ignored.contains(&id) {
             // Normal after a request failed early (e.g. the rest of a
@@ -433,7 +433,7 @@ impl Dispatcher {
         );
     }
 
-    fn start(&mut self, id: u64, body: Request) {
+    fn start(&mut self, id: u64, body: Request, window: Option<u32>) {
         let agent = &self.agent;
         if agent.requests.contains(id) {
             return self.respond(
@@ -490,6 +490,7 @@ impl Dispatcher {
             agent: agent.clone(),
             inbox,
             mailbox,
+            flow: Flow::new(window),
         };
         let spawned = std::thread::Builder::new()
             .name(format!("req-{id}"))

@@ -148,10 +148,14 @@ impl Read for InputReader<'_> {
             if self.eof {
                 return Ok(0);
             }
-            match self.ctx.inbox.recv() {
+            match self.ctx.next_event() {
                 Some(Event::Input(Input::Data(data))) => {
-                    self.buf = data;
-                    self.pos = 0;
+                    // Taken off the queue: the host may send the next.
+                    if let Some(data) = self.ctx.admit(data) {
+                        self.ctx.consumed(data.len());
+                        self.buf = data;
+                        self.pos = 0;
+                    }
                 }
                 Some(Event::Input(Input::Eof)) => self.eof = true,
                 Some(Event::Input(Input::Cancel)) | None => {
@@ -213,13 +217,21 @@ struct ChunkWriter<'a> {
 }
 
 impl ChunkWriter<'_> {
+    /// Sends the buffer, as the credit allows.
     fn send(&mut self) -> io::Result<()> {
-        if self.cancelled || self.ctx.inbox.cancelled() {
-            self.cancelled = true;
-            return Err(io::Error::other("request cancelled"));
+        let mut sent = 0;
+        while sent < self.buf.len() {
+            let room = match self.ctx.await_credit(self.buf.len() - sent) {
+                Ok(room) if !self.cancelled => room,
+                _ => {
+                    self.cancelled = true;
+                    return Err(io::Error::other("request cancelled"));
+                }
+            };
+            self.ctx.stdout(self.buf[sent..sent + room].to_vec());
+            sent += room;
         }
-        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(MAX_CHUNK));
-        self.ctx.stdout(chunk);
+        self.buf.clear();
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{decode, decode_len, encode, FrameError, GuestMsg, HostMsg};
+use burrow_protocol::{decode, decode_frame, encode_for, read_raw, FrameError, GuestMsg, HostMsg};
 
 use crate::log::{info, warning};
 use crate::sys;
@@ -160,6 +160,8 @@ fn make_raw_if_tty(file: &File) {
 enum Out {
     Frame(GuestMsg),
     Flush(SyncSender<()>),
+    /// The session's protocol version, for the frames queued after it.
+    Version(u32),
 }
 
 /// Handle for sending frames to the host; cheap to clone.
@@ -177,6 +179,12 @@ impl Outbox {
     /// the channel broke are dropped.
     pub fn send(&self, msg: GuestMsg) {
         let _ = self.0.send(Out::Frame(msg));
+    }
+
+    /// Sets the protocol version the frames queued from now on are encoded
+    /// for (the version the host's hello settled on).
+    pub fn set_version(&self, version: u32) {
+        let _ = self.0.send(Out::Version(version));
     }
 
     /// Queues a frame unless the queue stays full until `deadline`.
@@ -232,6 +240,8 @@ fn writer_loop(rx: Receiver<Out>, file: File, started: mpsc::SyncSender<()>) {
     let _ = started.send(());
     drop(started);
     let mut broken = false;
+    // Until a hello settles it: protocol 1 (the hello itself is JSON).
+    let mut version = 1;
     loop {
         // Write whatever is queued, and flush only when the queue runs dry:
         // bursts of small frames then cost one syscall.
@@ -253,7 +263,7 @@ fn writer_loop(rx: Receiver<Out>, file: File, started: mpsc::SyncSender<()>) {
         match item {
             Out::Frame(msg) => {
                 if !broken {
-                    if let Err(e) = w.write_all(&encode(&msg)) {
+                    if let Err(e) = w.write_all(&encode_for(&msg, version)) {
                         broken = true;
                         warning!("channel write failed, dropping further frames: {e}");
                     }
@@ -265,6 +275,7 @@ fn writer_loop(rx: Receiver<Out>, file: File, started: mpsc::SyncSender<()>) {
                 }
                 let _ = ack.send(());
             }
+            Out::Version(v) => version = v,
         }
     }
 }
@@ -287,26 +298,19 @@ pub enum Incoming {
 /// Blocking read of one host frame. `Ok(None)` is a clean end of stream.
 /// Errors (`TooLarge`, `Truncated`, `Io`) leave the stream out of sync.
 pub fn read_frame(r: &mut impl Read) -> Result<Option<Incoming>, FrameError> {
-    let mut header = [0u8; 4];
-    let mut got = 0;
-    while got < header.len() {
-        match r.read(&mut header[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(FrameError::Truncated),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(FrameError::Io(e)),
-        }
+    let Some((header, body)) = read_raw(r)? else {
+        return Ok(None);
+    };
+    if header.binary {
+        // A binary frame owns its body; a bad one has no id to salvage.
+        return Ok(Some(match decode_frame(header, body) {
+            Ok(msg) => Incoming::Msg(msg),
+            Err(error) => Incoming::Malformed {
+                body: Vec::new(),
+                error,
+            },
+        }));
     }
-    let len = decode_len(header)?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(|e| {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            FrameError::Truncated
-        } else {
-            FrameError::Io(e)
-        }
-    })?;
     Ok(Some(match decode(&body) {
         Ok(msg) => Incoming::Msg(msg),
         Err(error) => Incoming::Malformed { body, error },

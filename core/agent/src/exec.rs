@@ -7,7 +7,10 @@
 //! (everything the process wrote is in the pipe when it exits; output still
 //! flowing from background processes that inherited the pipe is read for a
 //! short while and then dropped, so a daemonised child never holds the
-//! request open forever).
+//! request open forever). With flow control ([`crate::flow`]) an output
+//! leaves the poll set while the request has no credit: the pipe fills
+//! and the process blocks writing, and the time after exit counts only
+//! while there is credit, so a slow reader gets the whole output.
 
 use std::ffi::OsString;
 use std::io;
@@ -184,6 +187,10 @@ struct Session<'a> {
     timed_out: bool,
     status: Option<libc::c_int>,
     drain_until: Option<Instant>,
+    /// Since when the output waits for credit (the drain clock stops).
+    stalled_since: Option<Instant>,
+    /// The host abandoned the request: its output goes nowhere.
+    cancelled: bool,
     buf: Vec<u8>,
 }
 
@@ -205,6 +212,8 @@ impl<'a> Session<'a> {
             timed_out: false,
             status: None,
             drain_until: None,
+            stalled_since: None,
+            cancelled: false,
             buf: vec![0; MAX_CHUNK],
         }
     }
@@ -217,8 +226,11 @@ impl<'a> Session<'a> {
                 self.timed_out = true;
                 self.signal(libc::SIGKILL);
             }
+            let stalled = self.track_stall(now);
             if let Some(status) = self.status {
-                if self.outputs.is_empty() || self.drain_until.is_some_and(|d| now >= d) {
+                if self.outputs.is_empty()
+                    || (!stalled && self.drain_until.is_some_and(|d| now >= d))
+                {
                     return exit_status(status, self.timed_out);
                 }
             }
@@ -227,11 +239,12 @@ impl<'a> Session<'a> {
             fds.extend(
                 self.outputs
                     .iter()
-                    .map(|(fd, _)| sys::pollfd(Some(fd.as_raw_fd()), libc::POLLIN)),
+                    .map(|(fd, _)| sys::pollfd((!stalled).then(|| fd.as_raw_fd()), libc::POLLIN)),
             );
             let sink = self.input.as_ref().filter(|s| !s.pending.is_empty());
             fds.push(sys::pollfd(sink.map(|s| s.fd.as_raw_fd()), libc::POLLOUT));
             let wake_at = match (self.status, self.deadline) {
+                (Some(_), _) if stalled => None,
                 (Some(_), _) => self.drain_until,
                 (None, deadline) => deadline,
             };
@@ -263,18 +276,45 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Whether the output waits for credit; keeps the drain clock stopped
+    /// meanwhile.
+    fn track_stall(&mut self, now: Instant) -> bool {
+        let stalled = !self.outputs.is_empty() && self.ctx.out_credit(1) == 0;
+        match (stalled, self.stalled_since) {
+            (true, None) => self.stalled_since = Some(now),
+            (false, Some(since)) => {
+                self.stalled_since = None;
+                if let Some(d) = self.drain_until.as_mut() {
+                    *d += now - since;
+                }
+            }
+            _ => {}
+        }
+        stalled
+    }
+
     fn on_event(&mut self, event: Event) {
         match event {
             Event::Exited(status) => {
                 self.status = Some(status);
                 self.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
                 self.input = None;
-            }
-            Event::Input(Input::Data(data)) => {
-                if let Some(sink) = self.input.as_mut().filter(|s| !s.eof) {
-                    sink.pending.extend_from_slice(&data);
+                if self.cancelled {
+                    self.outputs.clear();
                 }
             }
+            Event::Input(Input::Data(data)) => {
+                let Some(data) = self.ctx.admit(data) else {
+                    return;
+                };
+                match self.input.as_mut().filter(|s| !s.eof) {
+                    Some(sink) => sink.pending.extend_from_slice(&data),
+                    // Nowhere to go (stdin closed): dropped, and its credit
+                    // handed back so the host's writer is not stuck.
+                    None => self.ctx.consumed(data.len()),
+                }
+            }
+            Event::Input(Input::Window(bytes)) => self.ctx.granted(bytes),
             Event::Input(Input::Eof) => {
                 if let Some(sink) = self.input.as_mut().filter(|s| !s.eof) {
                     sink.eof = true;
@@ -300,8 +340,9 @@ impl<'a> Session<'a> {
                 }
             }
             Event::Input(Input::Cancel) => {
+                self.cancelled = true;
                 if self.status.is_some() {
-                    self.drain_until = Some(Instant::now());
+                    self.outputs.clear();
                 } else {
                     self.signal(libc::SIGKILL);
                 }
@@ -324,7 +365,11 @@ impl<'a> Session<'a> {
 
     fn read_output(&mut self, i: usize) {
         let (fd, stderr) = &self.outputs[i];
-        match sys::read(fd.as_fd(), &mut self.buf) {
+        let room = self.ctx.out_credit(self.buf.len());
+        if room == 0 {
+            return; // the other stream spent the credit this round
+        }
+        match sys::read(fd.as_fd(), &mut self.buf[..room]) {
             Ok(0) => {
                 self.outputs.remove(i);
             }
@@ -354,10 +399,13 @@ impl<'a> Session<'a> {
         match sys::write(sink.fd.as_fd(), &sink.pending) {
             Ok(n) => {
                 sink.pending.drain(..n);
+                self.ctx.consumed(n);
             }
             Err(e) if sys::would_block(&e) => {}
             Err(_) => {
-                // EPIPE: the process closed its stdin. Drop what is left.
+                // EPIPE: the process closed its stdin. Drop what is left
+                // (and hand its credit back).
+                self.ctx.consumed(sink.pending.len());
                 self.input = None;
                 return;
             }

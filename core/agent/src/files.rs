@@ -21,10 +21,8 @@ pub fn read(ctx: &Ctx, path: &str) -> Result<Response, GuestError> {
     let mut file = File::open(&path).map_err(|e| io_err(&e, &path))?;
     let mut buf = vec![0u8; MAX_CHUNK];
     loop {
-        if ctx.inbox.cancelled() {
-            return Err(cancelled());
-        }
-        let n = match file.read(&mut buf) {
+        let room = ctx.await_credit(buf.len())?;
+        let n = match file.read(&mut buf[..room]) {
             Ok(0) => return Ok(Response::Done),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -53,9 +51,12 @@ pub fn write(
     }
     let mut file = open_for_write(&path, mode, append).map_err(|e| io_err(&e, &path))?;
     loop {
-        match ctx.inbox.recv() {
+        match ctx.next_event() {
             Some(Event::Input(Input::Data(data))) => {
-                file.write_all(&data).map_err(|e| io_err(&e, &path))?;
+                if let Some(data) = ctx.admit(data) {
+                    file.write_all(&data).map_err(|e| io_err(&e, &path))?;
+                    ctx.consumed(data.len());
+                }
             }
             Some(Event::Input(Input::Eof)) => break,
             Some(Event::Input(Input::Cancel)) | None => return Err(cancelled()),

@@ -25,6 +25,8 @@ pub enum Input {
     Resize(TtySize),
     /// Abandon the request.
     Cancel,
+    /// Output credit granted by the host ([`crate::flow`]).
+    Window(u32),
 }
 
 /// Anything a request's worker may be told.
@@ -90,14 +92,6 @@ impl Inbox {
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return out,
             }
         }
-    }
-
-    /// Whether a `Cancel` is queued. Other queued events are discarded: this
-    /// is for requests that take no input while they stream output.
-    pub fn cancelled(&self) -> bool {
-        self.drain()
-            .iter()
-            .any(|ev| matches!(ev, Event::Input(Input::Cancel)))
     }
 
     /// The eventfd to poll for readability.

@@ -22,6 +22,7 @@ mod calls;
 mod channel;
 mod exec;
 mod files;
+mod flow;
 mod fs;
 mod log;
 mod mailbox;

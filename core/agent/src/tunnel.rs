@@ -67,7 +67,7 @@ impl Tunnel<'_> {
         let mut buf = vec![0u8; MAX_CHUNK];
         while self.reading || self.writing {
             let mut events = 0;
-            if self.reading {
+            if self.reading && self.ctx.out_credit(1) > 0 {
                 events |= libc::POLLIN;
             }
             if self.writing && !self.pending.is_empty() {
@@ -91,7 +91,11 @@ impl Tunnel<'_> {
                 }
             }
             if self.reading && sys::readable(&fds[1]) {
-                self.read_sock(&mut buf);
+                // Without credit a zero-length read would look like EOF.
+                let room = self.ctx.out_credit(buf.len());
+                if room > 0 {
+                    self.read_sock(&mut buf[..room]);
+                }
             }
             if self.writing && sys::writable(&fds[1]) {
                 self.write_sock();
@@ -105,9 +109,17 @@ impl Tunnel<'_> {
 
     fn on_input(&mut self, input: Input) {
         match input {
-            Input::Data(data) if self.writing && !self.host_eof => {
-                self.pending.extend_from_slice(&data);
+            Input::Data(data) => {
+                let Some(data) = self.ctx.admit(data) else {
+                    return;
+                };
+                if self.writing && !self.host_eof {
+                    self.pending.extend_from_slice(&data);
+                } else {
+                    self.ctx.consumed(data.len());
+                }
             }
+            Input::Window(bytes) => self.ctx.granted(bytes),
             Input::Eof => self.host_eof = true,
             Input::Cancel => {
                 let _ = self.sock.shutdown(Shutdown::Both);
@@ -138,11 +150,13 @@ impl Tunnel<'_> {
         match self.sock.write(&self.pending) {
             Ok(n) => {
                 self.pending.drain(..n);
+                self.ctx.consumed(n);
             }
             Err(e) if sys::would_block(&e) || e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                 // The service stopped reading; it may still be sending.
                 self.writing = false;
+                self.ctx.consumed(self.pending.len());
                 self.pending.clear();
             }
             Err(e) => self.fail(e),

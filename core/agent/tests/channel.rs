@@ -45,6 +45,7 @@ fn request_before_hello_is_fatal() {
     agent.send(&HostMsg::Request {
         id: 1,
         body: Request::Ping,
+        window: None,
     });
     assert!(matches!(
         agent.next_unaddressed(),
@@ -123,6 +124,7 @@ fn duplicate_in_flight_id_is_rejected() {
     agent.send(&HostMsg::Request {
         id,
         body: Request::Ping,
+        window: None,
     });
     match agent.next_for(id) {
         GuestMsg::Response { result: Err(e), .. } => {
@@ -138,6 +140,7 @@ fn duplicate_in_flight_id_is_rejected() {
     agent.send(&HostMsg::Request {
         id,
         body: Request::Ping,
+        window: None,
     });
     assert_eq!(agent.collect(id).result, Ok(Response::Pong));
 }

@@ -72,7 +72,7 @@ pub use model::{
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;
 pub use sandbox::{
-    ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, ModifyBuilder, Ping, Process,
+    ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, ModifyBuilder, Ping, Process, ProcessStdin,
     PublishedPort, ReplaceBuilder, Sandbox, SandboxBuilder, SandboxHandle, SandboxPage, Tunnel,
 };
 pub use select::{default_backend, BackendSelection};

@@ -18,8 +18,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use burrow::model::RunInfo;
 use burrow::protocol::{
-    decode, decode_len, encode, Control, ExecRequest, GuestErrorCode, GuestMsg, HostMsg, Identity,
-    Request, Response, PROTOCOL_VERSION,
+    decode_frame, decode_header, encode, encode_for, Control, ExecRequest, GuestErrorCode,
+    GuestMsg, HostMsg, Identity, Request, Response, PROTOCOL_VERSION,
 };
 use burrow::relay::{Relay, RelayControl};
 use burrow::{
@@ -381,7 +381,10 @@ impl Raw {
         (raw, hello)
     }
     async fn send(&mut self, msg: &HostMsg) {
-        self.0.write_all(&encode(msg)).await.unwrap();
+        self.0
+            .write_all(&encode_for(msg, PROTOCOL_VERSION))
+            .await
+            .unwrap();
     }
     async fn recv(&mut self) -> Option<GuestMsg> {
         let mut header = [0u8; 4];
@@ -391,9 +394,10 @@ impl Raw {
         if read.is_err() {
             return None;
         }
-        let mut body = vec![0u8; decode_len(header).unwrap()];
+        let header = decode_header(header).unwrap();
+        let mut body = vec![0u8; header.len];
         self.0.read_exact(&mut body).await.unwrap();
-        Some(decode(&body).unwrap())
+        Some(decode_frame(header, body).unwrap())
     }
     /// Sends request `id` and waits for its response.
     async fn call(
@@ -401,7 +405,12 @@ impl Raw {
         id: u64,
         body: Request,
     ) -> Result<Response, burrow::protocol::GuestError> {
-        self.send(&HostMsg::Request { id, body }).await;
+        self.send(&HostMsg::Request {
+            id,
+            body,
+            window: None,
+        })
+        .await;
         self.response(id).await
     }
     /// The response to request `id`, skipping its streamed frames.
@@ -457,8 +466,8 @@ async fn handles_run_commands_files_and_processes_through_a_tcp_relay() {
     }
 
     let proc = sb.spawn(ExecOptions::new(["cat"])).await.unwrap();
-    proc.write_stdin(b"through stdin").unwrap();
-    proc.close_stdin().unwrap();
+    proc.write_stdin(b"through stdin").await.unwrap();
+    proc.close_stdin().await.unwrap();
     let out = proc.wait().await.unwrap();
     assert!(out.success());
     assert_eq!(out.stdout_str(), "through stdin");
@@ -572,6 +581,7 @@ async fn what_a_departed_client_left_running_is_cancelled() {
     raw.send(&HostMsg::Request {
         id: 7,
         body: exec(&["sh", "-c", "echo $$; exec sleep 60"]),
+        window: None,
     })
     .await;
     let pid: i32 = loop {
@@ -709,9 +719,10 @@ async fn without_a_control_the_relay_answers_unsupported() {
     for _ in 0..2 {
         let mut header = [0u8; 4];
         client.read_exact(&mut header).await.unwrap();
-        let mut body = vec![0u8; decode_len(header).unwrap()];
+        let header = decode_header(header).unwrap();
+        let mut body = vec![0u8; header.len];
         client.read_exact(&mut body).await.unwrap();
-        answers.push(decode::<GuestMsg>(&body).unwrap());
+        answers.push(decode_frame::<GuestMsg>(header, body).unwrap());
     }
     assert!(matches!(answers[0], GuestMsg::Hello { .. }));
     match &answers[1] {

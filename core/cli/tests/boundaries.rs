@@ -164,8 +164,8 @@ fn every_call(
     let sb = cached.clone();
     calls.push(spawn_call("spawn", Kind::Work, async move {
         let p = sb.spawn(ExecOptions::new(["cat"])).await?;
-        p.write_stdin(b"streamed")?;
-        p.close_stdin()?;
+        p.write_stdin(b"streamed").await?;
+        p.close_stdin().await?;
         let out = p.wait().await?;
         assert_eq!(out.stdout_str(), "streamed");
         Ok(())
@@ -671,7 +671,7 @@ async fn a_drain_after_spawn_returns_waits_for_the_process() {
     );
     w.release();
     let process = spawn.await.unwrap().unwrap();
-    process.close_stdin().unwrap();
+    process.close_stdin().await.unwrap();
     let info = sb.request_drain().await.unwrap();
     assert_eq!(info.status, Status::Draining);
     let out = process.wait().await.unwrap();
@@ -708,7 +708,7 @@ async fn drains_racing_spawns_always_wait_for_the_process() {
                 let sb = handle.connect_or_start().await.unwrap();
                 let process = sb.spawn(ExecOptions::new(["echo", "done"])).await.unwrap();
                 sb.request_drain().await.unwrap();
-                process.close_stdin().unwrap();
+                process.close_stdin().await.unwrap();
                 let out = process.wait().await;
                 assert!(
                     matches!(&out, Ok(o) if o.stdout_str() == "done\n" && o.status.code == Some(0)),

@@ -254,7 +254,7 @@ async fn tunnel_and_copy() {
         .spawn(ExecOptions::new(["sh", "-c", "echo pong | nc -l -p 7000"]))
         .await
         .unwrap();
-    server.close_stdin().unwrap();
+    server.close_stdin().await.unwrap();
     let mut attempt = 0;
     let reply = loop {
         attempt += 1;

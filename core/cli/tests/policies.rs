@@ -28,7 +28,7 @@ async fn drain_finishes_in_flight_work_and_refuses_new_work() {
         .spawn(ExecOptions::new(["sh", "-c", "sleep 3; echo finished"]))
         .await
         .unwrap();
-    long.close_stdin().unwrap();
+    long.close_stdin().await.unwrap();
     let t = Instant::now();
     let info = sb.request_drain().await.unwrap();
     assert_eq!(info.status, Status::Draining);

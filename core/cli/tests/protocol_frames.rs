@@ -8,11 +8,13 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use burrow_protocol::{encode, GuestErrorCode, GuestMsg, HostMsg, Identity, PROTOCOL_VERSION};
+use burrow_protocol::{
+    encode, GuestErrorCode, GuestMsg, HostMsg, Identity, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use common::TestHome;
 
 fn read_msg(s: &mut UnixStream) -> Option<GuestMsg> {
-    burrow_protocol::read_frame(s).ok().flatten()
+    burrow_protocol::read_message(s).ok().flatten()
 }
 
 fn expect_fatal(s: &mut UnixStream, code: GuestErrorCode) {
@@ -51,14 +53,31 @@ async fn bad_frames_are_refused_and_change_nothing() {
     s.write_all(b"{oops").unwrap();
     expect_fatal(&mut s, GuestErrorCode::Protocol);
 
-    // A wrong protocol version.
+    // A protocol version older than any spoken.
     let mut s = connect();
     s.write_all(&encode(&HostMsg::Hello {
-        version: PROTOCOL_VERSION + 1,
+        version: OLDEST_PROTOCOL_VERSION - 1,
         expect: None,
     }))
     .unwrap();
     expect_fatal(&mut s, GuestErrorCode::Protocol);
+
+    // A newer one is answered with this build's, and protocol 1 with 1.
+    for (offered, answered) in [
+        (PROTOCOL_VERSION + 1, PROTOCOL_VERSION),
+        (OLDEST_PROTOCOL_VERSION, OLDEST_PROTOCOL_VERSION),
+    ] {
+        let mut s = connect();
+        s.write_all(&encode(&HostMsg::Hello {
+            version: offered,
+            expect: None,
+        }))
+        .unwrap();
+        match read_msg(&mut s) {
+            Some(GuestMsg::Hello { version, .. }) => assert_eq!(version, answered),
+            other => panic!("expected hello, got {other:?}"),
+        }
+    }
 
     // A client expecting another sandbox (or another generation).
     let mut s = connect();
@@ -125,6 +144,7 @@ async fn bad_frames_are_refused_and_change_nothing() {
     s.write_all(&encode(&HostMsg::Request {
         id: 1,
         body: burrow_protocol::Request::Ping,
+        window: None,
     }))
     .unwrap();
     match read_msg(&mut s) {

@@ -420,7 +420,7 @@ impl Ctx {
                 }
                 // Spawned with an empty stdin, as every interpreter does.
                 let process = sb.spawn(opts).await?;
-                process.close_stdin()?;
+                process.close_stdin().await?;
                 Ok(R::Process(process))
             }
             "fs_write" => {

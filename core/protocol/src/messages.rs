@@ -25,7 +25,10 @@ pub struct Identity {
 pub enum HostMsg {
     /// First frame on a channel.
     Hello {
-        /// Must equal [`crate::PROTOCOL_VERSION`].
+        /// The protocol version the host speaks on this channel: from a
+        /// client of a supervisor, the highest it speaks (answered with the
+        /// version the channel then uses, or refused); to an agent, which
+        /// says hello first, the lower of the agent's and the host's.
         version: u32,
         /// The identity the client expects (supervisor socket only). The
         /// supervisor refuses the connection when it does not match.
@@ -38,6 +41,15 @@ pub enum HostMsg {
         id: u64,
         /// What to do.
         body: Request,
+        /// Flow control (protocol 2): the request's initial credit, in
+        /// payload bytes, in each direction. The guest sends at most this
+        /// many `Stdout`/`Stderr` bytes (both streams count against one
+        /// window) until the host grants more with [`HostMsg::Window`]; the
+        /// host sends at most this many `Data` bytes until the guest grants
+        /// more with [`GuestMsg::Window`]. `None`: no flow control (as in
+        /// protocol 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u32>,
     },
     /// A control request handled by the supervisor itself (never forwarded to
     /// the agent; the agent rejects it with `unsupported`).
@@ -78,6 +90,14 @@ pub enum HostMsg {
     Cancel {
         /// Request id.
         id: u64,
+    },
+    /// Flow control (protocol 2): the host consumed `bytes` more of the
+    /// request's output, and the guest may send that many more.
+    Window {
+        /// Request id.
+        id: u64,
+        /// Credit granted, in payload bytes.
+        bytes: u32,
     },
 }
 
@@ -126,6 +146,14 @@ pub enum GuestMsg {
     Fatal {
         /// Why.
         error: GuestError,
+    },
+    /// Flow control (protocol 2): the guest consumed `bytes` more of the
+    /// request's input, and the host may send that many more.
+    Window {
+        /// Request id.
+        id: u64,
+        /// Credit granted, in payload bytes.
+        bytes: u32,
     },
 }
 

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burrow_protocol::{
-    decode, decode_len, encode, ExecRequest, ExitStatus, GuestError, GuestMsg, HostMsg, Request,
-    Response, PROTOCOL_VERSION,
+    decode_frame, encode_for, read_raw, ExecRequest, ExitStatus, GuestError, GuestMsg, Header,
+    HostMsg, Request, Response, PROTOCOL_VERSION,
 };
 
 /// The agent binary under test.
@@ -28,7 +28,7 @@ pub struct Agent {
     child: Child,
     stdin: Option<ChildStdin>,
     /// Raw frame bodies from the agent.
-    frames: Receiver<Vec<u8>>,
+    frames: Receiver<(Header, Vec<u8>)>,
     /// Frames read while looking for another request's frames.
     stash: HashMap<u64, VecDeque<GuestMsg>>,
     /// Frames without a request id (Fatal, Hello).
@@ -104,15 +104,11 @@ impl Agent {
         let mut stdout = child.stdout.take().expect("stdout");
         let mut stderr = child.stderr.take().expect("stderr");
         let (tx, frames) = mpsc::channel();
-        std::thread::spawn(move || loop {
-            let mut header = [0u8; 4];
-            if stdout.read_exact(&mut header).is_err() {
-                break;
-            }
-            let len = decode_len(header).expect("frame length from the agent");
-            let mut body = vec![0u8; len];
-            if stdout.read_exact(&mut body).is_err() || tx.send(body).is_err() {
-                break;
+        std::thread::spawn(move || {
+            while let Ok(Some(frame)) = read_raw(&mut stdout) {
+                if tx.send(frame).is_err() {
+                    break;
+                }
             }
         });
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -172,7 +168,7 @@ impl Agent {
 
     /// Sends one message.
     pub fn send(&mut self, msg: &HostMsg) {
-        self.send_raw(&encode(msg));
+        self.send_raw(&encode_for(msg, PROTOCOL_VERSION));
     }
 
     /// Writes raw bytes to the channel.
@@ -191,8 +187,30 @@ impl Agent {
     pub fn request(&mut self, body: Request) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&HostMsg::Request { id, body });
+        self.send(&HostMsg::Request {
+            id,
+            body,
+            window: None,
+        });
         id
+    }
+
+    /// Sends a flow-controlled request (initial credit `window`) under a
+    /// fresh id.
+    pub fn request_windowed(&mut self, body: Request, window: u32) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&HostMsg::Request {
+            id,
+            body,
+            window: Some(window),
+        });
+        id
+    }
+
+    /// Grants request `id` more output credit.
+    pub fn window(&mut self, id: u64, bytes: u32) {
+        self.send(&HostMsg::Window { id, bytes });
     }
 
     /// Sends a request and collects everything it produced.
@@ -217,19 +235,29 @@ impl Agent {
         self.send(&HostMsg::Eof { id });
     }
 
-    /// Next raw frame body from the agent, `None` when the channel closed.
-    pub fn next_raw(&mut self) -> Option<Vec<u8>> {
+    /// Next raw frame from the agent, `None` when the channel closed.
+    pub fn next_raw(&mut self) -> Option<(Header, Vec<u8>)> {
         match self.frames.recv_timeout(FRAME_TIMEOUT) {
-            Ok(body) => Some(body),
+            Ok(frame) => Some(frame),
             Err(RecvTimeoutError::Disconnected) => None,
             Err(RecvTimeoutError::Timeout) => panic!("no frame from the agent in time"),
         }
     }
 
+    /// Next frame from the agent within `wait`: `Some(None)` when the
+    /// channel closed, `None` when nothing came.
+    pub fn next_within(&mut self, wait: Duration) -> Option<Option<GuestMsg>> {
+        match self.frames.recv_timeout(wait) {
+            Ok((header, body)) => Some(Some(decode_frame(header, body).expect("a frame"))),
+            Err(RecvTimeoutError::Disconnected) => Some(None),
+            Err(RecvTimeoutError::Timeout) => None,
+        }
+    }
+
     /// Next frame from the agent, `None` when the channel closed.
     fn next_frame(&mut self) -> Option<GuestMsg> {
-        let body = self.next_raw()?;
-        match decode(&body) {
+        let (header, body) = self.next_raw()?;
+        match decode_frame(header, body.clone()) {
             Ok(msg) => Some(msg),
             Err(e) => panic!(
                 "undecodable frame from the agent ({e}): {}",
@@ -328,6 +356,7 @@ pub fn frame_id(msg: &GuestMsg) -> Option<u64> {
         GuestMsg::Stdout { id, .. }
         | GuestMsg::Stderr { id, .. }
         | GuestMsg::Eof { id }
+        | GuestMsg::Window { id, .. }
         | GuestMsg::Response { id, .. } => Some(*id),
         GuestMsg::Hello { .. } | GuestMsg::Fatal { .. } => None,
     }

@@ -1,22 +1,34 @@
 //! A multiplexed client of the agent protocol. Many requests share one
-//! channel; each gets its own id and its own stream of frames.
+//! channel; each gets its own id and its own stream of frames (see
+//! [`super::request`] for one request's end, and its flow control).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use burrow_protocol::{
-    encode, Control, GuestError, GuestMsg, HostMsg, Identity, Request, Response, TtySize,
-    PROTOCOL_VERSION,
+    encode_for, Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Identity, Request,
+    Response, DEFAULT_WINDOW, FLOW_CONTROL_VERSION, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
 use super::frames::{read_frame, write_frame};
+pub use super::request::RequestHandle;
+use super::request::{lost, Credit, Mode};
 use crate::error::{Error, Result};
 
-type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<GuestMsg>>>>;
+/// Where the reader task delivers one request's frames.
+#[derive(Debug)]
+pub(super) struct Route {
+    pub(super) tx: mpsc::UnboundedSender<GuestMsg>,
+    pub(super) credit: Option<Arc<Credit>>,
+    /// Deliver the peer's `Window` frames too (a relay forwards them).
+    pub(super) windows: bool,
+}
+
+pub(super) type Pending = Arc<Mutex<HashMap<u64, Route>>>;
 
 /// What the other side said in its hello.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,18 +39,49 @@ pub struct PeerHello {
     pub identity: Option<Identity>,
 }
 
+/// How the hello exchange goes.
+#[derive(Debug, Clone)]
+pub enum Handshake {
+    /// A client of a relay (a supervisor's socket, a server's runtime
+    /// stream): says hello first, offering `version` and stating the
+    /// runtime it expects; the relay answers with the version they use.
+    Client {
+        /// The runtime the client means to reach.
+        expect: Option<Identity>,
+        /// The highest version offered ([`PROTOCOL_VERSION`]; 1 to reach
+        /// a supervisor of a build that speaks only protocol 1).
+        version: u32,
+    },
+    /// The guest agent, which says hello first: answered with the lower
+    /// of its version and this build's (an agent saved in a hibernated
+    /// VM by an older build speaks its own).
+    Agent,
+}
+
+impl Handshake {
+    /// A client of this build's protocol expecting `expect`.
+    pub fn client(expect: Option<Identity>) -> Handshake {
+        Handshake::Client {
+            expect,
+            version: PROTOCOL_VERSION,
+        }
+    }
+}
+
 /// A connected, multiplexed protocol client.
 #[derive(Debug, Clone)]
 pub struct AgentClient {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    tx: mpsc::UnboundedSender<HostMsg>,
-    pending: Pending,
+pub(super) struct Inner {
+    pub(super) tx: mpsc::UnboundedSender<HostMsg>,
+    pub(super) pending: Pending,
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
+    /// The protocol version of the channel.
+    version: u32,
     // Read by the supervisor (feature `local`), which checks the agent's hello.
     #[cfg_attr(not(feature = "local"), allow(dead_code))]
     hello: PeerHello,
@@ -53,138 +96,115 @@ pub enum ConnectError {
     Other(Error),
 }
 
+impl ConnectError {
+    /// Whether the peer refused the protocol version offered (a relay of
+    /// an older build refuses any version but its own).
+    pub fn version_refused(&self) -> bool {
+        matches!(self, ConnectError::Refused(g) if g.code == GuestErrorCode::Protocol)
+    }
+}
+
+fn protocol(why: String) -> ConnectError {
+    ConnectError::Other(Error::protocol(why))
+}
+
+/// The hello exchange; the version the channel speaks, and the peer's hello.
+async fn handshake<R, W>(
+    reader: &mut R,
+    writer: &mut W,
+    how: Handshake,
+) -> std::result::Result<(u32, PeerHello), ConnectError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let send = |version, expect| HostMsg::Hello { version, expect };
+    let (offered, expect) = match how {
+        Handshake::Client { expect, version } => (version, Some(expect)),
+        Handshake::Agent => (PROTOCOL_VERSION, None),
+    };
+    if let Some(expect) = &expect {
+        write_frame(writer, &send(offered, expect.clone()))
+            .await
+            .map_err(|e| protocol(format!("sending hello: {e}")))?;
+    }
+    let (version, hello) = match read_frame::<_, GuestMsg>(reader).await {
+        Ok(Some(GuestMsg::Hello {
+            version,
+            agent_version,
+            identity,
+        })) => (
+            version,
+            PeerHello {
+                agent_version,
+                identity,
+            },
+        ),
+        Ok(Some(GuestMsg::Fatal { error })) => return Err(ConnectError::Refused(error)),
+        Ok(Some(other)) => return Err(protocol(format!("expected hello, got {other:?}"))),
+        Ok(None) => return Err(protocol("channel closed during hello".into())),
+        Err(e) => return Err(protocol(format!("reading hello: {e}"))),
+    };
+    // A relay answers with a version it chose from what was offered; an
+    // agent states its own, and the channel speaks the lower one.
+    let version = if expect.is_some() {
+        version
+    } else {
+        version.min(PROTOCOL_VERSION)
+    };
+    if !(OLDEST_PROTOCOL_VERSION..=offered).contains(&version) {
+        return Err(protocol(format!(
+            "peer speaks protocol {version}, this build speaks {OLDEST_PROTOCOL_VERSION} to {offered}"
+        )));
+    }
+    if expect.is_none() {
+        write_frame(writer, &send(version, None))
+            .await
+            .map_err(|e| protocol(format!("sending hello: {e}")))?;
+    }
+    Ok((version, hello))
+}
+
 impl AgentClient {
     /// Performs the hello exchange (bounded by `timeout`) and starts the
     /// reader and writer tasks.
     pub async fn connect<R, W>(
         mut reader: R,
         mut writer: W,
-        expect: Option<Identity>,
+        how: Handshake,
         timeout: Duration,
     ) -> std::result::Result<AgentClient, ConnectError>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let handshake = async {
-            write_frame(
-                &mut writer,
-                &HostMsg::Hello {
-                    version: PROTOCOL_VERSION,
-                    expect,
-                },
-            )
-            .await
-            .map_err(|e| ConnectError::Other(Error::protocol(format!("sending hello: {e}"))))?;
-            match read_frame::<_, GuestMsg>(&mut reader).await {
-                Ok(Some(GuestMsg::Hello {
-                    version,
-                    agent_version,
-                    identity,
-                })) => {
-                    if version != PROTOCOL_VERSION {
-                        return Err(ConnectError::Other(Error::protocol(format!(
-                            "peer speaks protocol {version}, this build speaks {PROTOCOL_VERSION}"
-                        ))));
-                    }
-                    Ok(PeerHello {
-                        agent_version,
-                        identity,
-                    })
+        let (version, hello) =
+            match tokio::time::timeout(timeout, handshake(&mut reader, &mut writer, how)).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(ConnectError::Other(Error::Timeout {
+                        operation: "protocol hello".into(),
+                        after: timeout,
+                    }))
                 }
-                Ok(Some(GuestMsg::Fatal { error })) => Err(ConnectError::Refused(error)),
-                Ok(Some(other)) => Err(ConnectError::Other(Error::protocol(format!(
-                    "expected hello, got {other:?}"
-                )))),
-                Ok(None) => Err(ConnectError::Other(Error::protocol(
-                    "channel closed during hello",
-                ))),
-                Err(e) => Err(ConnectError::Other(Error::protocol(format!(
-                    "reading hello: {e}"
-                )))),
-            }
-        };
-        let hello = match tokio::time::timeout(timeout, handshake).await {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(ConnectError::Other(Error::Timeout {
-                    operation: "protocol hello".into(),
-                    after: timeout,
-                }))
-            }
-        };
-        let (tx, mut rx) = mpsc::unbounded_channel::<HostMsg>();
+            };
+        let (tx, rx) = mpsc::unbounded_channel::<HostMsg>();
         let pending: Pending = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
-        // Writer: one task owns the write half so frames never interleave.
-        let closed_w = closed.clone();
-        tokio::spawn(async move {
-            let mut w = BufWriter::new(writer);
-            while let Some(msg) = rx.recv().await {
-                if w.write_all(&encode(&msg)).await.is_err() {
-                    break;
-                }
-                // Batch whatever is already queued, then flush once.
-                let mut failed = false;
-                while let Ok(more) = rx.try_recv() {
-                    if w.write_all(&encode(&more)).await.is_err() {
-                        failed = true;
-                        break;
-                    }
-                }
-                if failed || w.flush().await.is_err() {
-                    break;
-                }
-            }
-            closed_w.store(true, Ordering::SeqCst);
-            let _ = w.shutdown().await;
-        });
-        // Reader: dispatch by request id; on EOF/error every pending request
-        // sees its stream end.
-        let pending_r = pending.clone();
-        let closed_r = closed.clone();
-        tokio::spawn(async move {
-            loop {
-                match read_frame::<_, GuestMsg>(&mut reader).await {
-                    Ok(Some(msg)) => {
-                        let (id, last) = match &msg {
-                            GuestMsg::Stdout { id, .. }
-                            | GuestMsg::Stderr { id, .. }
-                            | GuestMsg::Eof { id } => (*id, false),
-                            GuestMsg::Response { id, .. } => (*id, true),
-                            GuestMsg::Fatal { error } => {
-                                tracing::warn!(%error, "peer closed the channel");
-                                break;
-                            }
-                            GuestMsg::Hello { .. } => continue,
-                        };
-                        let mut map = pending_r.lock().unwrap_or_else(|p| p.into_inner());
-                        let sender = if last {
-                            map.remove(&id)
-                        } else {
-                            map.get(&id).cloned()
-                        };
-                        drop(map);
-                        if let Some(s) = sender {
-                            let _ = s.send(msg);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reading from the sandbox channel failed");
-                        break;
-                    }
-                }
-            }
-            closed_r.store(true, Ordering::SeqCst);
-            pending_r.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        });
+        tokio::spawn(write_loop(writer, rx, version, closed.clone()));
+        tokio::spawn(read_loop(
+            reader,
+            pending.clone(),
+            tx.clone(),
+            closed.clone(),
+        ));
         Ok(AgentClient {
             inner: Arc::new(Inner {
                 tx,
                 pending,
                 next_id: AtomicU64::new(1),
                 closed,
+                version,
                 hello,
             }),
         })
@@ -197,40 +217,91 @@ impl AgentClient {
         &self.inner.hello
     }
 
+    /// The protocol version of the channel.
+    pub fn version(&self) -> u32 {
+        self.inner.version
+    }
+
     /// Whether the channel is gone.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst) || self.inner.tx.is_closed()
     }
 
-    fn open(&self, make: impl FnOnce(u64) -> HostMsg) -> Result<RequestHandle> {
+    fn open(&self, mode: Mode, make: impl FnOnce(u64) -> HostMsg) -> Result<RequestHandle> {
         if self.is_closed() {
             return Err(lost());
         }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
+        let credit = mode.window().map(|w| {
+            Arc::new(Credit {
+                out_left: AtomicI64::new(i64::from(w)),
+                input: Semaphore::new(w as usize),
+            })
+        });
         self.inner
             .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
-        let handle = RequestHandle {
-            id,
-            rx,
-            client: self.clone(),
-            finished: false,
-        };
+            .insert(
+                id,
+                Route {
+                    tx,
+                    credit: credit.clone(),
+                    windows: matches!(mode, Mode::Relayed(_)),
+                },
+            );
+        let handle = RequestHandle::new(id, rx, self.clone(), mode, credit);
         self.inner.tx.send(make(id)).map_err(|_| lost())?;
         Ok(handle)
     }
 
-    /// Starts an agent request.
+    /// Starts an agent request; on a channel of protocol 2 it is flow
+    /// controlled with [`DEFAULT_WINDOW`], its credit granted back as
+    /// [`RequestHandle::next`] hands out output.
     pub fn request(&self, body: Request) -> Result<RequestHandle> {
-        self.open(|id| HostMsg::Request { id, body })
+        let window = (self.inner.version >= FLOW_CONTROL_VERSION).then_some(DEFAULT_WINDOW);
+        self.open(Mode::Auto(window), |id| HostMsg::Request {
+            id,
+            body,
+            window,
+        })
+    }
+
+    /// Starts an agent request on behalf of a relay's client, whose
+    /// `window` it carries: the client grants the credit
+    /// ([`RequestHandle::grant`]), and the peer's `Window` frames come out
+    /// of [`RequestHandle::next`] for the client.
+    pub fn request_relayed(&self, body: Request, window: Option<u32>) -> Result<RequestHandle> {
+        let window = window.filter(|_| self.inner.version >= FLOW_CONTROL_VERSION);
+        self.open(Mode::Relayed(window), |id| HostMsg::Request {
+            id,
+            body,
+            window,
+        })
     }
 
     /// Starts a supervisor control request.
     pub fn control(&self, body: Control) -> Result<RequestHandle> {
-        self.open(|id| HostMsg::Control { id, body })
+        self.open(Mode::Auto(None), |id| HostMsg::Control { id, body })
+    }
+
+    /// Grants the peer `bytes` more output credit for request `id` (a
+    /// relay passing its client's grant on); nothing for a request that
+    /// has ended or is not flow controlled.
+    pub fn grant(&self, id: u64, bytes: u32) {
+        let credit = self
+            .inner
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .and_then(|r| r.credit.clone());
+        if let Some(c) = credit {
+            // Counted before the peer can act on it.
+            c.out_left.fetch_add(i64::from(bytes), Ordering::SeqCst);
+            let _ = self.send(HostMsg::Window { id, bytes });
+        }
     }
 
     /// Sends a raw frame (used by relays).
@@ -246,107 +317,126 @@ impl AgentClient {
     }
 }
 
-fn lost() -> Error {
-    Error::protocol("the connection to the sandbox was lost")
-}
-
-/// One in-flight request.
-#[derive(Debug)]
-pub struct RequestHandle {
-    id: u64,
-    rx: mpsc::UnboundedReceiver<GuestMsg>,
-    client: AgentClient,
-    finished: bool,
-}
-
-impl RequestHandle {
-    /// The request id on the channel.
-    // Used by the supervisor (feature `local`).
-    #[cfg_attr(not(feature = "local"), allow(dead_code))]
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Sends input data (stdin, file content, tunnel bytes), chunked.
-    pub fn send_data(&self, data: &[u8]) -> Result<()> {
-        for chunk in data.chunks(burrow_protocol::MAX_CHUNK) {
-            self.client.send(HostMsg::Data {
-                id: self.id,
-                data: chunk.into(),
-            })?;
+/// Writer: one task owns the write half so frames never interleave.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::UnboundedReceiver<HostMsg>,
+    version: u32,
+    closed: Arc<AtomicBool>,
+) {
+    let mut w = BufWriter::with_capacity(256 * 1024, writer);
+    while let Some(msg) = rx.recv().await {
+        if w.write_all(&encode_for(&msg, version)).await.is_err() {
+            break;
         }
-        Ok(())
-    }
-
-    /// Ends the input.
-    pub fn send_eof(&self) -> Result<()> {
-        self.client.send(HostMsg::Eof { id: self.id })
-    }
-
-    /// Signals the request's process.
-    pub fn signal(&self, signal: i32) -> Result<()> {
-        self.client.send(HostMsg::Signal {
-            id: self.id,
-            signal,
-        })
-    }
-
-    /// Resizes the request's pty.
-    pub fn resize(&self, size: TtySize) -> Result<()> {
-        self.client.send(HostMsg::Resize { id: self.id, size })
-    }
-
-    /// Waits until the peer has read this request: it reads a connection's
-    /// frames in order and answers a control frame as it reads it (a relay
-    /// with the supervisor's status, an agent with a refusal), so once a
-    /// control frame sent after the request is answered, the request was
-    /// read before it, and taken or refused (the refusal is then already on
-    /// this request's way). A lost connection ends the wait too: the
-    /// request's own frames tell what became of it.
-    pub async fn delivered(&self) {
-        if let Ok(barrier) = self.client.control(Control::Status) {
-            let _ = barrier.response().await;
-        }
-    }
-
-    /// The next frame of this request; `None` when the channel was lost
-    /// before the response (after the response, also `None`).
-    pub async fn next(&mut self) -> Option<GuestMsg> {
-        if self.finished {
-            return None;
-        }
-        let msg = self.rx.recv().await;
-        if matches!(msg, Some(GuestMsg::Response { .. }) | None) {
-            self.finished = true;
-        }
-        msg
-    }
-
-    /// Waits for the response, discarding streamed data.
-    // Used by the supervisor (feature `local`).
-    #[cfg_attr(not(feature = "local"), allow(dead_code))]
-    pub async fn response(mut self) -> Result<std::result::Result<Response, GuestError>> {
-        while let Some(msg) = self.next().await {
-            if let GuestMsg::Response { result, .. } = msg {
-                return Ok(result);
+        // Batch whatever is already queued, then flush once.
+        let mut failed = false;
+        while let Ok(more) = rx.try_recv() {
+            if w.write_all(&encode_for(&more, version)).await.is_err() {
+                failed = true;
+                break;
             }
         }
-        Err(lost())
+        if failed || w.flush().await.is_err() {
+            break;
+        }
+    }
+    closed.store(true, Ordering::SeqCst);
+    let _ = w.shutdown().await;
+}
+
+/// Reader: dispatches frames by request id, applies the peer's windows
+/// and enforces ours; on EOF or an error every pending request sees its
+/// stream end.
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut reader: R,
+    pending: Pending,
+    tx: mpsc::UnboundedSender<HostMsg>,
+    closed: Arc<AtomicBool>,
+) {
+    let lock = || pending.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let msg = match read_frame::<_, GuestMsg>(&mut reader).await {
+            Ok(Some(msg)) => msg,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading from the sandbox channel failed");
+                break;
+            }
+        };
+        let id = match &msg {
+            GuestMsg::Stdout { id, data } | GuestMsg::Stderr { id, data } => {
+                let mut map = lock();
+                let Some(route) = map.get(id) else { continue };
+                let overran = route.credit.as_ref().is_some_and(|c| {
+                    let n = data.0.len() as i64;
+                    c.out_left.fetch_sub(n, Ordering::SeqCst) < n
+                });
+                if overran {
+                    // A peer that ignores the window would grow this
+                    // process's memory: the request fails instead.
+                    let route = map.remove(id).expect("looked up above");
+                    drop(map);
+                    overrun(*id, route, &tx);
+                    continue;
+                }
+                let _ = route.tx.send(msg);
+                continue;
+            }
+            GuestMsg::Window { id, bytes } => {
+                let map = lock();
+                if let Some(route) = map.get(id) {
+                    if let Some(c) = &route.credit {
+                        c.input.add_permits(*bytes as usize);
+                    }
+                    if route.windows {
+                        let _ = route.tx.send(msg);
+                    }
+                }
+                continue;
+            }
+            GuestMsg::Eof { id } => *id,
+            GuestMsg::Response { id, .. } => {
+                let route = lock().remove(id);
+                if let Some(route) = route {
+                    if let Some(c) = &route.credit {
+                        c.input.close();
+                    }
+                    let _ = route.tx.send(msg);
+                }
+                continue;
+            }
+            GuestMsg::Fatal { error } => {
+                tracing::warn!(%error, "peer closed the channel");
+                break;
+            }
+            GuestMsg::Hello { .. } => continue,
+        };
+        if let Some(route) = lock().get(&id) {
+            let _ = route.tx.send(msg);
+        }
+    }
+    closed.store(true, Ordering::SeqCst);
+    for (_, route) in lock().drain() {
+        if let Some(c) = &route.credit {
+            c.input.close();
+        }
     }
 }
 
-impl Drop for RequestHandle {
-    fn drop(&mut self) {
-        if !self.finished {
-            // Abandoned mid-flight (caller dropped the future): tell the peer
-            // so the process / tunnel does not linger, and stop routing.
-            let _ = self.client.send(HostMsg::Cancel { id: self.id });
-        }
-        self.client
-            .inner
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
+/// The peer sent more output than request `id` had credit for: the
+/// request ends with a protocol error and is cancelled in the peer.
+fn overrun(id: u64, route: Route, tx: &mpsc::UnboundedSender<HostMsg>) {
+    tracing::warn!(id, "the peer overran a request's flow-control window");
+    if let Some(c) = &route.credit {
+        c.input.close();
     }
+    let _ = tx.send(HostMsg::Cancel { id });
+    let _ = route.tx.send(GuestMsg::Response {
+        id,
+        result: Err(GuestError::new(
+            GuestErrorCode::Protocol,
+            "the sandbox sent more output than the request's window allows",
+        )),
+    });
 }

@@ -1,18 +1,21 @@
 //! Async reading and writing of protocol frames.
 
-use burrow_protocol::{decode, decode_len, encode, FrameError};
-use serde::de::DeserializeOwned;
+use burrow_protocol::{
+    decode_data_prefix, decode_frame, decode_header, encode, FrameError, Message, DATA_PREFIX_LEN,
+};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Reads one frame; `Ok(None)` on a clean EOF at a frame boundary.
-pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
+/// Reads one message frame, JSON or binary; `Ok(None)` on a clean EOF at
+/// a frame boundary. A binary frame's payload is read straight into its
+/// own buffer.
+pub async fn read_frame<R: AsyncRead + Unpin, M: Message>(
     r: &mut R,
-) -> Result<Option<T>, FrameError> {
-    let mut header = [0u8; 4];
+) -> Result<Option<M>, FrameError> {
+    let mut word = [0u8; 4];
     let mut got = 0;
     while got < 4 {
-        let n = r.read(&mut header[got..]).await.map_err(FrameError::Io)?;
+        let n = r.read(&mut word[got..]).await.map_err(FrameError::Io)?;
         if n == 0 {
             return if got == 0 {
                 Ok(None)
@@ -22,19 +25,31 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
         }
         got += n;
     }
-    let len = decode_len(header)?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await.map_err(|e| {
+    let header = decode_header(word)?;
+    if header.binary && header.len >= DATA_PREFIX_LEN {
+        let mut prefix = [0u8; DATA_PREFIX_LEN];
+        read_exact(r, &mut prefix).await?;
+        let (kind, id) = decode_data_prefix(prefix)?;
+        let mut payload = vec![0u8; header.len - DATA_PREFIX_LEN];
+        read_exact(r, &mut payload).await?;
+        return M::from_data(kind, id, payload).map(Some);
+    }
+    let mut body = vec![0u8; header.len];
+    read_exact(r, &mut body).await?;
+    decode_frame(header, body).map(Some)
+}
+
+async fn read_exact<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8]) -> Result<(), FrameError> {
+    r.read_exact(buf).await.map(|_| ()).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             FrameError::Truncated
         } else {
             FrameError::Io(e)
         }
-    })?;
-    decode(&body).map(Some)
+    })
 }
 
-/// Writes one frame and flushes.
+/// Writes one JSON frame and flushes.
 pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
     w: &mut W,
     msg: &T,

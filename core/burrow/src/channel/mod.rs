@@ -9,3 +9,4 @@
 pub(crate) mod client;
 pub(crate) mod frames;
 pub mod relay;
+pub(crate) mod request;

@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use burrow_protocol::{
-    encode, Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Identity, Request, Response,
-    PROTOCOL_VERSION,
+    encode_for, Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Identity, Request,
+    Response, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, watch};
@@ -48,7 +48,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::backend::RuntimeStream;
-use crate::channel::client::{AgentClient, ConnectError};
+use crate::channel::client::{AgentClient, ConnectError, Handshake};
 use crate::channel::frames::read_frame;
 #[cfg(feature = "local")]
 use crate::engine::logs::output::{OutputLog, Stream};
@@ -138,7 +138,7 @@ impl RelayBuilder {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let agent = AgentClient::connect(reader, writer, None, self.hello_timeout)
+        let agent = AgentClient::connect(reader, writer, Handshake::Agent, self.hello_timeout)
             .await
             .map_err(|e| match e {
                 ConnectError::Refused(g) => {
@@ -254,19 +254,34 @@ impl Relay {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (out_tx, out_rx) = mpsc::unbounded_channel::<GuestMsg>();
-        let writer = tokio::spawn(write_frames(writer, out_rx));
+        // The connection's version, once the hello settled it; what is
+        // written before (a refusal, the hello) is JSON in any version.
+        let (version_tx, version_rx) = watch::channel(OLDEST_PROTOCOL_VERSION);
+        let writer = tokio::spawn(write_frames(writer, out_rx, version_rx));
         let fatal = |code, msg: String| GuestMsg::Fatal {
             error: GuestError::new(code, msg),
         };
-        // Hello: the client states which runtime it expects to reach.
+        // Hello: the client states which runtime it expects to reach, and
+        // the highest protocol it speaks; the answer is the version used:
+        // the lower of the client's, this build's and the agent channel's
+        // (flow control needs both hops).
         let hello =
             tokio::time::timeout(CLIENT_HELLO_TIMEOUT, read_frame::<_, HostMsg>(&mut reader)).await;
+        let mut version = OLDEST_PROTOCOL_VERSION;
         let refusal = match hello {
-            Ok(Ok(Some(HostMsg::Hello { version, expect }))) => {
-                if version != PROTOCOL_VERSION {
+            Ok(Ok(Some(HostMsg::Hello {
+                version: offered,
+                expect,
+            }))) => {
+                version = offered
+                    .min(PROTOCOL_VERSION)
+                    .min(self.state.agent.version());
+                if offered < OLDEST_PROTOCOL_VERSION {
                     Some(fatal(
                         GuestErrorCode::Protocol,
-                        format!("protocol {version} is not {PROTOCOL_VERSION}"),
+                        format!(
+                            "protocol {offered} is older than {OLDEST_PROTOCOL_VERSION}, the oldest this supervisor speaks"
+                        ),
                     ))
                 } else if let Some(e) = expect.filter(|e| *e != self.state.identity) {
                     let me = &self.state.identity;
@@ -293,10 +308,11 @@ impl Relay {
             return;
         }
         let _ = out_tx.send(GuestMsg::Hello {
-            version: PROTOCOL_VERSION,
+            version,
             agent_version: self.agent_version().to_owned(),
             identity: Some(self.state.identity.clone()),
         });
+        let _ = version_tx.send(version);
 
         let routes: Routes = Arc::default();
         loop {
@@ -320,13 +336,18 @@ impl Relay {
                     let _ = out_tx.send(fatal(GuestErrorCode::Protocol, "duplicate hello".into()));
                     break;
                 }
-                HostMsg::Request { id, body } => {
+                HostMsg::Request { id, body, window } => {
                     // Holds a request read off the connection and not yet
                     // taken (neither in flight nor refused).
                     #[cfg(feature = "local")]
                     crate::engine::fault::hold(crate::engine::fault::Fault::RelayBeforeRequest)
                         .await;
-                    self.request(id, body, &routes, &out_tx)
+                    self.request(id, body, window, &routes, &out_tx)
+                }
+                HostMsg::Window { id, bytes } => {
+                    if let Some(aid) = route(id) {
+                        self.state.agent.grant(aid, bytes);
+                    }
                 }
                 HostMsg::Control { id, body } => self.control(id, body, &out_tx),
                 HostMsg::Data { id, data } => {
@@ -364,6 +385,7 @@ impl Relay {
         &self,
         id: u64,
         mut body: Request,
+        window: Option<u32>,
         routes: &Routes,
         out: &mpsc::UnboundedSender<GuestMsg>,
     ) {
@@ -422,7 +444,7 @@ impl Relay {
             (Request::Exec(_), Some(log)) => Some(log.tap()),
             _ => None,
         };
-        let mut handle = match state.agent.request(body) {
+        let mut handle = match state.agent.request_relayed(body, window) {
             Ok(h) => h,
             Err(_) => {
                 self.release();
@@ -459,6 +481,7 @@ impl Relay {
                     GuestMsg::Stdout { data, .. } => GuestMsg::Stdout { id, data },
                     GuestMsg::Stderr { data, .. } => GuestMsg::Stderr { id, data },
                     GuestMsg::Eof { .. } => GuestMsg::Eof { id },
+                    GuestMsg::Window { bytes, .. } => GuestMsg::Window { id, bytes },
                     GuestMsg::Response { result, .. } => {
                         answered = true;
                         GuestMsg::Response { id, result }
@@ -568,15 +591,21 @@ impl Relay {
 /// Client request id → agent request id, per client connection.
 type Routes = Arc<Mutex<HashMap<u64, u64>>>;
 
-/// Writes a client's frames, batching what is queued before each flush.
-async fn write_frames<W: AsyncWrite + Unpin>(writer: W, mut rx: mpsc::UnboundedReceiver<GuestMsg>) {
-    let mut w = BufWriter::new(writer);
+/// Writes a client's frames, batching what is queued before each flush,
+/// encoded for the connection's version (settled by the hello).
+async fn write_frames<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::UnboundedReceiver<GuestMsg>,
+    version: watch::Receiver<u32>,
+) {
+    let mut w = BufWriter::with_capacity(256 * 1024, writer);
     while let Some(msg) = rx.recv().await {
-        if w.write_all(&encode(&msg)).await.is_err() {
+        let v = *version.borrow();
+        if w.write_all(&encode_for(&msg, v)).await.is_err() {
             return;
         }
         while let Ok(more) = rx.try_recv() {
-            if w.write_all(&encode(&more)).await.is_err() {
+            if w.write_all(&encode_for(&more, v)).await.is_err() {
                 return;
             }
         }

@@ -10,8 +10,11 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use burrow_protocol::{GuestErrorCode, GuestMsg, Request, TtySize};
 
+use super::input::{self, InputSide};
 use super::Sandbox;
 use crate::backend::RUN_END_BOUND;
 use crate::channel::client::RequestHandle;
@@ -20,9 +23,6 @@ use crate::model::{ExitReason, SandboxInfo, Status};
 
 /// How many times one request is sent again after meeting the end of a run.
 const MAX_RESENDS: u32 = 8;
-
-/// Input kept for a resend until the run shows it took the request.
-const REPLAY_LIMIT: usize = 1 << 20;
 
 /// How a request ended without an answer from its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,22 +35,6 @@ pub(crate) enum Cut {
     Taken,
 }
 
-/// Input frames sent before the run showed that it took the request.
-#[derive(Debug, Default)]
-struct Replay {
-    frames: Vec<Input>,
-    bytes: usize,
-    /// Too much input to keep: a refusal can no longer be retried.
-    overflowed: bool,
-}
-
-#[derive(Debug, Clone)]
-enum Input {
-    Data(Vec<u8>),
-    Eof,
-    Resize(TtySize),
-}
-
 /// A request in flight, re-sent across lifecycle boundaries while unrun.
 #[derive(Debug)]
 pub(crate) struct Attempt {
@@ -60,11 +44,8 @@ pub(crate) struct Attempt {
     wake: bool,
     handle: RequestHandle,
     generation: u64,
-    /// A frame other than a refusal arrived: the run took the request.
-    taken: bool,
-    /// Input to send again with a resend (`None` once taken or given up).
-    /// Behind a lock so that input can be sent through a shared reference.
-    replay: std::sync::Mutex<Option<Replay>>,
+    /// Stdin, file content, pty sizes: written through shared references.
+    input: Arc<InputSide>,
     resends: u32,
     finished: bool,
 }
@@ -85,10 +66,9 @@ impl Attempt {
             operation,
             body,
             wake,
+            input: Arc::new(InputSide::new(handle.input())),
             handle,
             generation,
-            taken: false,
-            replay: std::sync::Mutex::new(Some(Replay::default())),
             resends: 0,
             finished: false,
         })
@@ -102,56 +82,34 @@ impl Attempt {
         self.handle.delivered().await;
     }
 
-    fn replay(&self) -> std::sync::MutexGuard<'_, Option<Replay>> {
-        self.replay.lock().unwrap_or_else(|p| p.into_inner())
+    /// The input side, to write through while the output is read.
+    pub(crate) fn input(&self) -> Arc<InputSide> {
+        self.input.clone()
     }
 
-    fn record(&self, input: Input) {
-        if self.taken {
-            return;
-        }
-        if let Some(r) = self.replay().as_mut() {
-            if let Input::Data(d) = &input {
-                r.bytes += d.len();
-            }
-            if r.bytes > REPLAY_LIMIT {
-                r.overflowed = true;
-                r.frames.clear();
-            } else if !r.overflowed {
-                r.frames.push(input);
-            }
-        }
-    }
-
-    /// Sends input data (stdin, file content, tunnel bytes).
-    pub(crate) fn send_data(&self, data: &[u8]) -> Result<()> {
-        self.record(Input::Data(data.to_vec()));
-        self.sent(self.handle.send_data(data))
+    /// Sends input data (stdin, file content, tunnel bytes), waiting for
+    /// credit.
+    pub(crate) async fn send_data(&self, data: &[u8]) -> Result<()> {
+        self.input.send_data(data).await
     }
 
     /// Ends the input.
-    pub(crate) fn send_eof(&self) -> Result<()> {
-        self.record(Input::Eof);
-        self.sent(self.handle.send_eof())
+    pub(crate) async fn send_eof(&self) -> Result<()> {
+        self.input.send_eof().await
     }
 
     /// Resizes the request's pty.
-    pub(crate) fn resize(&self, size: TtySize) -> Result<()> {
-        self.record(Input::Resize(size));
-        self.sent(self.handle.resize(size))
+    pub(crate) async fn resize(&self, size: TtySize) -> Result<()> {
+        self.input.resize(size).await
     }
 
     /// Signals the request's process (not replayed: a resent request is a
     /// process that never saw the earlier one's signals).
     pub(crate) fn signal(&self, signal: i32) -> Result<()> {
-        self.sent(self.handle.signal(signal))
-    }
-
-    /// A send on a connection that just closed is not an error of its own:
-    /// the next frame (or its absence) tells what happened to the request.
-    fn sent(&self, r: Result<()>) -> Result<()> {
-        match r {
-            Err(_) if !self.taken => Ok(()),
+        match self.handle.signal(signal) {
+            // On a connection that just closed: the next frame (or its
+            // absence) tells what happened to the request.
+            Err(_) if !self.input.taken() => Ok(()),
             other => other,
         }
     }
@@ -165,7 +123,7 @@ impl Attempt {
         }
         loop {
             let Some(msg) = self.handle.next().await else {
-                if self.taken {
+                if self.input.taken() {
                     return Err(self.cut(Cut::Taken).await);
                 }
                 self.resend().await?;
@@ -174,7 +132,7 @@ impl Attempt {
             match msg {
                 GuestMsg::Response { result: Err(g), .. } => {
                     let cut = match g.code {
-                        GuestErrorCode::Unavailable if !self.taken => Cut::Unrun,
+                        GuestErrorCode::Unavailable if !self.input.taken() => Cut::Unrun,
                         GuestErrorCode::Unavailable | GuestErrorCode::Aborted => Cut::Taken,
                         _ => {
                             self.finished = true;
@@ -194,8 +152,7 @@ impl Attempt {
                     return Ok(Some(msg));
                 }
                 other => {
-                    self.taken = true;
-                    *self.replay() = None;
+                    self.input.set_taken();
                     return Ok(Some(other));
                 }
             }
@@ -234,7 +191,10 @@ impl Attempt {
     /// The run did not take the request: once it settled, send it again
     /// (with its input) where the sandbox runs now.
     async fn resend(&mut self) -> Result<()> {
-        let replay = self.replay().take();
+        // Writers wait while the request moves to its new run.
+        let input = self.input.clone();
+        let _order = input.order.lock().await;
+        let replay = input.take_replay();
         let replay = match replay {
             Some(r) if !r.overflowed => r,
             // The input is gone: report the boundary as a lost request.
@@ -272,16 +232,11 @@ impl Attempt {
                 return Err(e);
             }
         };
-        for frame in &replay.frames {
-            let _ = match frame {
-                Input::Data(d) => handle.send_data(d),
-                Input::Eof => handle.send_eof(),
-                Input::Resize(s) => handle.resize(*s),
-            };
-        }
+        let target = handle.input();
         self.handle = handle;
         self.generation = generation;
-        *self.replay() = Some(replay);
+        input::replay(&target, &replay).await;
+        input.resent(target, replay);
         Ok(())
     }
 }

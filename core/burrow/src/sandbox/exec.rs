@@ -1,11 +1,13 @@
 //! Running processes in a sandbox.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use burrow_protocol::{ExecRequest, GuestMsg, Request, Response, TtySize};
 
 use super::attempt::Attempt;
+use super::input::InputSide;
 use super::Sandbox;
 use crate::error::{Error, Result};
 
@@ -143,6 +145,28 @@ pub enum ExecEvent {
     Exit(ExitStatus),
 }
 
+/// The stdin of a [`Process`] (see [`Process::stdin`]); cheap to clone.
+/// Writes from clones go in the order they are made.
+#[derive(Debug, Clone)]
+pub struct ProcessStdin {
+    input: Arc<InputSide>,
+}
+
+impl ProcessStdin {
+    /// Writes to the process's stdin; see [`Process::write_stdin`].
+    pub async fn write(&self, data: &[u8]) -> Result<()> {
+        self.input.send_data(data).await
+    }
+    /// Closes the process's stdin.
+    pub async fn close(&self) -> Result<()> {
+        self.input.send_eof().await
+    }
+    /// Resizes the pty of a shell.
+    pub async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        self.input.resize(TtySize { rows, cols }).await
+    }
+}
+
 /// A process running in a sandbox, with streamed output.
 ///
 /// If the run ends before it takes the process (an idle reclaim, a restart),
@@ -155,21 +179,33 @@ pub struct Process {
 }
 
 impl Process {
-    /// Writes to the process's stdin.
-    pub fn write_stdin(&self, data: &[u8]) -> Result<()> {
-        self.attempt.send_data(data)
+    /// Writes to the process's stdin. Waits while the sandbox has not yet
+    /// taken the previous input (flow control: at most 1 MiB in flight):
+    /// a process that does not read its stdin holds its writer, not
+    /// memory. A process whose output fills while it reads its stdin needs
+    /// its output read meanwhile: write from another task through
+    /// [`Process::stdin`], or with [`tokio::join!`].
+    pub async fn write_stdin(&self, data: &[u8]) -> Result<()> {
+        self.attempt.send_data(data).await
     }
-    /// Closes the process's stdin.
-    pub fn close_stdin(&self) -> Result<()> {
-        self.attempt.send_eof()
+    /// Closes the process's stdin (after the input written before).
+    pub async fn close_stdin(&self) -> Result<()> {
+        self.attempt.send_eof().await
+    }
+    /// The process's stdin, as a handle that writes while the output is
+    /// read elsewhere ([`Process::next_event`] takes `&mut self`).
+    pub fn stdin(&self) -> ProcessStdin {
+        ProcessStdin {
+            input: self.attempt.input(),
+        }
     }
     /// Sends a signal to the process group.
     pub fn signal(&self, signal: i32) -> Result<()> {
         self.attempt.signal(signal)
     }
     /// Resizes the pty of a shell.
-    pub fn resize(&self, rows: u16, cols: u16) -> Result<()> {
-        self.attempt.resize(TtySize { rows, cols })
+    pub async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        self.attempt.resize(TtySize { rows, cols }).await
     }
 
     /// The next output event; `Ok(None)` after [`ExecEvent::Exit`].
@@ -252,9 +288,14 @@ impl Sandbox {
     async fn start_process(&self, opts: ExecOptions, keep: bool) -> Result<Process> {
         opts.validate()?;
         let attempt = Attempt::start(self, "exec", opts.to_request(keep, None)).await?;
-        if let Some(data) = &opts.stdin {
-            attempt.send_data(data)?;
-            attempt.send_eof()?;
+        if let Some(data) = opts.stdin.clone() {
+            // From a task: the output is read while the input goes in.
+            let input = attempt.input();
+            tokio::spawn(async move {
+                if input.send_data(&data).await.is_ok() {
+                    let _ = input.send_eof().await;
+                }
+            });
         }
         Ok(Process { attempt })
     }

@@ -45,8 +45,10 @@ impl<'a> Fs<'a> {
     ) -> Result<(Vec<u8>, Response)> {
         let mut attempt = Attempt::start(self.sandbox, op, body).await?;
         if let Some(data) = input {
-            attempt.send_data(data)?;
-            attempt.send_eof()?;
+            // The guest takes file content without sending anything back,
+            // so this waits only for the guest's writes.
+            attempt.send_data(data).await?;
+            attempt.send_eof().await?;
         }
         let mut out = Vec::new();
         while let Some(msg) = attempt.next().await? {

@@ -11,6 +11,7 @@ mod builder;
 mod exec;
 mod fs;
 mod handle;
+mod input;
 mod modify;
 mod tunnel;
 
@@ -18,19 +19,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{GuestErrorCode, Identity, Request, Response};
+use burrow_protocol::{
+    GuestErrorCode, Identity, Request, Response, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 
 use attempt::Attempt;
 
 pub use builder::{ReplaceBuilder, SandboxBuilder};
-pub use exec::{ExecEvent, ExecOptions, ExecOutput, ExitStatus, Process};
+pub use exec::{ExecEvent, ExecOptions, ExecOutput, ExitStatus, Process, ProcessStdin};
 pub use fs::Fs;
 pub use handle::SandboxHandle;
 pub use modify::{ModifyBuilder, Ping, SandboxPage};
 pub use tunnel::{PublishedPort, Tunnel};
 
 use crate::backend::{Backend, ListFilter, StopOptions};
-use crate::channel::client::{AgentClient, ConnectError, RequestHandle};
+use crate::channel::client::{AgentClient, ConnectError, Handshake, RequestHandle};
 use crate::error::{Error, Result};
 use crate::model::{SandboxId, SandboxInfo, Status};
 use crate::select::default_backend;
@@ -157,6 +160,9 @@ impl Sandbox {
         // A restart may land between reading the generation and the hello
         // (a newer run answers), or the run may be ending (the hello is cut
         // off): both are decided again on what the sandbox is then.
+        // A supervisor started by an older build (still running after an
+        // upgrade) may speak only protocol 1: offered again with that.
+        let mut version = PROTOCOL_VERSION;
         for _ in 0..8 {
             let bound = self.inner.generation.load(Ordering::SeqCst);
             let stream = match self
@@ -185,9 +191,11 @@ impl Sandbox {
                 sandbox_id: self.inner.id.to_string(),
                 generation,
             };
-            match AgentClient::connect(stream.reader, stream.writer, Some(expect), HELLO_TIMEOUT)
-                .await
-            {
+            let how = Handshake::Client {
+                expect: Some(expect),
+                version,
+            };
+            match AgentClient::connect(stream.reader, stream.writer, how, HELLO_TIMEOUT).await {
                 Ok(c) => {
                     self.inner.generation.store(generation, Ordering::SeqCst);
                     *slot = Some((c.clone(), generation));
@@ -195,6 +203,10 @@ impl Sandbox {
                 }
                 Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch => {
                     continue
+                }
+                Err(e) if e.version_refused() && version > OLDEST_PROTOCOL_VERSION => {
+                    version = OLDEST_PROTOCOL_VERSION;
+                    continue;
                 }
                 Err(ConnectError::Refused(g)) => {
                     return Err(Error::protocol(format!(

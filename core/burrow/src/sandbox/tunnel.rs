@@ -54,43 +54,47 @@ impl Sandbox {
             first => first,
         };
         let mut handle = attempt.into_handle();
-        tokio::spawn(async move {
+        // Host to guest on a task of its own: a write waiting for credit
+        // never stops the other direction from being read.
+        let input = handle.input();
+        let upstream = tokio::spawn(async move {
             let mut buf = vec![0u8; burrow_protocol::MAX_CHUNK];
-            let mut host_open = true;
-            let mut msg = pending_first;
             loop {
-                if let Some(m) = msg.take() {
-                    match m {
-                        GuestMsg::Stdout { data, .. } if wr.write_all(&data.0).await.is_err() => {
-                            break
-                        }
-                        GuestMsg::Stdout { .. } => {}
-                        GuestMsg::Eof { .. } => {
-                            let _ = wr.shutdown().await;
-                        }
-                        GuestMsg::Response { .. } => break,
-                        _ => {}
+                match rd.read(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        let _ = input.send_eof();
+                        return;
                     }
-                    continue;
-                }
-                tokio::select! {
-                    m = handle.next() => match m {
-                        Some(m) => msg = Some(m),
-                        None => break,
-                    },
-                    n = rd.read(&mut buf), if host_open => match n {
-                        Ok(0) | Err(_) => {
-                            host_open = false;
-                            let _ = handle.send_eof();
+                    Ok(n) => {
+                        if input.send_data(&buf[..n]).await.is_err() {
+                            return;
                         }
-                        Ok(n) => {
-                            if handle.send_data(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                    },
+                    }
                 }
             }
+        });
+        tokio::spawn(async move {
+            let mut msg = pending_first;
+            loop {
+                let m = match msg.take() {
+                    Some(m) => m,
+                    None => match handle.next().await {
+                        Some(m) => m,
+                        None => break,
+                    },
+                };
+                match m {
+                    // Waits while the application does not read: the
+                    // window then holds the guest's side.
+                    GuestMsg::Stdout { data, .. } if wr.write_all(&data.0).await.is_err() => break,
+                    GuestMsg::Eof { .. } => {
+                        let _ = wr.shutdown().await;
+                    }
+                    GuestMsg::Response { .. } => break,
+                    _ => {}
+                }
+            }
+            upstream.abort();
             let _ = wr.shutdown().await;
         });
         Ok(theirs)

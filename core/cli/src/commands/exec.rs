@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 
-use burrow::{ExecEvent, ExecOptions, Process, Sandbox};
+use burrow::{ExecEvent, ExecOptions, ProcessStdin, Sandbox};
 use clap::Args;
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
@@ -61,12 +61,11 @@ pub(crate) async fn stream(
     stdin: bool,
 ) -> anyhow::Result<u8> {
     let mut process = sandbox.spawn(opts).await?;
-    let mut input = if stdin {
-        Some(stdin_chunks())
+    if stdin {
+        feed_stdin(process.stdin());
     } else {
-        process.close_stdin()?;
-        None
-    };
+        process.close_stdin().await?;
+    }
     let mut out = Sink {
         json: ctx.json,
         stdout: Vec::new(),
@@ -86,7 +85,6 @@ pub(crate) async fn stream(
                 Some(ExecEvent::Exit(status)) => break status,
                 None => anyhow::bail!("the process ended without an exit status"),
             },
-            chunk = next_chunk(&mut input) => forward_stdin(&process, &mut input, chunk)?,
             _ = int.recv() => {
                 // Ctrl-C: interrupt, then kill, then give up waiting.
                 interrupts += 1;
@@ -144,15 +142,17 @@ pub(crate) fn write_all(w: &mut impl Write, data: &[u8]) {
     let _ = w.write_all(data).and_then(|()| w.flush());
 }
 
-/// Our stdin as chunks, read on a plain thread (a blocked read must not
-/// hold up the runtime's shutdown). The channel closes at EOF.
-pub(crate) fn stdin_chunks() -> mpsc::Receiver<Vec<u8>> {
-    let (tx, rx) = mpsc::channel(8);
+/// Feeds our stdin to the process, closing its stdin at our EOF, from a
+/// task of its own: a write may wait for the sandbox to take the input
+/// before it while the output must go on flowing. Our stdin is read on a
+/// plain thread (a blocked read must not hold up the runtime's shutdown).
+pub(crate) fn feed_stdin(stdin: ProcessStdin) {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(2);
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 32 * 1024];
-        let mut stdin = std::io::stdin().lock();
+        let mut ours = std::io::stdin().lock();
         loop {
-            match stdin.read(&mut buf) {
+            match ours.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
                     if tx.blocking_send(buf[..n].to_vec()).is_err() {
@@ -164,28 +164,12 @@ pub(crate) fn stdin_chunks() -> mpsc::Receiver<Vec<u8>> {
             }
         }
     });
-    rx
-}
-
-/// The next stdin chunk; never resolves once stdin is done (`None`).
-pub(crate) async fn next_chunk(input: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {
-    match input {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Passes a stdin chunk on; at EOF closes the process's stdin.
-pub(crate) fn forward_stdin(
-    process: &Process,
-    input: &mut Option<mpsc::Receiver<Vec<u8>>>,
-    chunk: Option<Vec<u8>>,
-) -> burrow::Result<()> {
-    match chunk {
-        Some(data) => process.write_stdin(&data),
-        None => {
-            *input = None;
-            process.close_stdin()
+    tokio::spawn(async move {
+        while let Some(data) = rx.recv().await {
+            if stdin.write(&data).await.is_err() {
+                return;
+            }
         }
-    }
+        let _ = stdin.close().await;
+    });
 }

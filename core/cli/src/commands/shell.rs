@@ -9,7 +9,7 @@ use clap::Args;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::common::{exit_code_of, resolve};
-use super::exec::{forward_stdin, next_chunk, stdin_chunks, stream, write_all};
+use super::exec::{feed_stdin, stream, write_all};
 use super::Ctx;
 
 #[derive(Debug, Args)]
@@ -48,7 +48,7 @@ pub(crate) async fn shell(ctx: Ctx, args: ShellArgs) -> anyhow::Result<u8> {
 
 /// Moves bytes until the shell exits.
 async fn pump(process: &mut Process) -> anyhow::Result<u8> {
-    let mut input = Some(stdin_chunks());
+    feed_stdin(process.stdin());
     let mut winch = signal(SignalKind::window_change())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut hup = signal(SignalKind::hangup())?;
@@ -60,10 +60,12 @@ async fn pump(process: &mut Process) -> anyhow::Result<u8> {
                 Some(ExecEvent::Exit(status)) => return Ok(exit_code_of(&status)),
                 None => anyhow::bail!("the shell ended without an exit status"),
             },
-            chunk = next_chunk(&mut input) => forward_stdin(process, &mut input, chunk)?,
             _ = winch.recv() => {
+                // In order with the input, which may be waiting for the
+                // output this loop reads: from a task.
                 let (rows, cols) = window_size();
-                process.resize(rows, cols)?;
+                let stdin = process.stdin();
+                tokio::spawn(async move { stdin.resize(rows, cols).await });
             }
             _ = term.recv() => process.signal(libc::SIGTERM)?,
             _ = hup.recv() => process.signal(libc::SIGHUP)?,

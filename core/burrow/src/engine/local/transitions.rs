@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use burrow_protocol::{Control, GuestErrorCode, Identity, Response};
+use burrow_protocol::{Control, GuestErrorCode, Identity, Response, OLDEST_PROTOCOL_VERSION};
 use tokio::net::UnixStream;
 
 use super::LocalBackend;
 use crate::backend::{RuntimeStream, StartOptions, StopOptions, RUN_END_BOUND};
-use crate::channel::client::{AgentClient, ConnectError};
+use crate::channel::client::{AgentClient, ConnectError, Handshake};
 use crate::engine::fault::Fault;
 use crate::engine::locks::FileLock;
 use crate::engine::procs::ProcIdentity;
@@ -470,7 +470,14 @@ impl LocalBackend {
             sandbox_id: info.id.to_string(),
             generation: info.generation,
         };
-        let client = match AgentClient::connect(r, w, Some(expect), CONTROL_HELLO).await {
+        // Protocol 1, which every supervisor speaks (one started by an
+        // older build too): control requests stream nothing, so they need
+        // none of protocol 2's flow control.
+        let how = Handshake::Client {
+            expect: Some(expect),
+            version: OLDEST_PROTOCOL_VERSION,
+        };
+        let client = match AgentClient::connect(r, w, how, CONTROL_HELLO).await {
             Ok(c) => c,
             // A newer generation answers: ours is already gone.
             Err(ConnectError::Refused(g)) if g.code == GuestErrorCode::IdentityMismatch => {

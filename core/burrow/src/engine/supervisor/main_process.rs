@@ -84,7 +84,7 @@ async fn run(
     let client = AgentClient::connect(
         stream.reader,
         stream.writer,
-        Some(identity),
+        crate::channel::client::Handshake::client(Some(identity)),
         Duration::from_secs(10),
     )
     .await

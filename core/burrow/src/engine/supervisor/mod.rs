@@ -25,7 +25,7 @@ use burrow_protocol::{Control, GuestError, Identity, Response};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::channel::client::AgentClient;
+use crate::channel::client::{AgentClient, Handshake};
 use crate::engine::driver::SupervisorAid;
 use crate::engine::driver::{GuestExit, GuestProcess, LaunchSpec, ResolvedMount};
 use crate::engine::fault::Fault;
@@ -510,7 +510,14 @@ async fn boot(
         sandbox_id: args.id.to_string(),
         generation: args.generation,
     };
-    let agent = match AgentClient::connect(launched.reader, launched.writer, None, left()).await {
+    let agent = match AgentClient::connect(
+        launched.reader,
+        launched.writer,
+        Handshake::Agent,
+        left(),
+    )
+    .await
+    {
         Ok(a) => a,
         Err(e) => {
             let _ = guest.kill().await;

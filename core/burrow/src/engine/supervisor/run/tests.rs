@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::time::sleep;
 
 use super::*;
-use crate::channel::client::{AgentClient, RequestHandle};
+use crate::channel::client::{AgentClient, Handshake, RequestHandle};
 use crate::channel::frames::{read_frame, write_frame};
 
 /// CPU and memory limits a guest was updated to.
@@ -157,18 +157,18 @@ fn fake_agent(mut rd: ReadHalf<DuplexStream>, mut wr: WriteHalf<DuplexStream>) -
     let (req_tx, requests) = mpsc::unbounded_channel();
     let (answer, mut answer_rx) = mpsc::unbounded_channel::<u64>();
     tokio::spawn(async move {
+        // An agent says hello first; the host answers.
+        let hello = GuestMsg::Hello {
+            version: PROTOCOL_VERSION,
+            agent_version: "test".into(),
+            identity: None,
+        };
+        write_frame(&mut wr, &hello).await.unwrap();
         loop {
             tokio::select! {
                 frame = read_frame::<_, HostMsg>(&mut rd) => match frame {
-                    Ok(Some(HostMsg::Hello { .. })) => {
-                        let hello = GuestMsg::Hello {
-                            version: PROTOCOL_VERSION,
-                            agent_version: "test".into(),
-                            identity: None,
-                        };
-                        write_frame(&mut wr, &hello).await.unwrap();
-                    }
-                    Ok(Some(HostMsg::Request { id, body: Request::Ping })) => {
+                    Ok(Some(HostMsg::Hello { .. })) => {}
+                    Ok(Some(HostMsg::Request { id, body: Request::Ping, .. })) => {
                         let pong = GuestMsg::Response { id, result: Ok(Response::Done) };
                         write_frame(&mut wr, &pong).await.unwrap();
                     }
@@ -238,7 +238,7 @@ impl Fixture {
         let relay = self.relay.clone();
         tokio::spawn(async move { relay.serve(rd, wr).await });
         let (rd, wr) = split(client_end);
-        AgentClient::connect(rd, wr, None, Duration::from_secs(10))
+        AgentClient::connect(rd, wr, Handshake::client(None), Duration::from_secs(10))
             .await
             .unwrap()
     }
