@@ -47,7 +47,7 @@ usage: cargo xtask <command> [args]
   ci                   everything CI runs (scripts/test.sh)
 
 The lifecycle suites are core/cli/tests/{lifecycle,policies,processes,logs,
-registry_sandbox}.rs. Artifacts are built once per content under target/:
+registry_sandbox,flow}.rs. Artifacts are built once per content under target/:
 the agent (target/agent), the demo image (target/test-images), the guest
 kernel (target/kernel), the cluster and runsc (target/k8s).";
 
@@ -58,6 +58,7 @@ const SUITES: &[&str] = &[
     "processes",
     "logs",
     "registry_sandbox",
+    "flow",
 ];
 
 fn main() -> ExitCode {
