@@ -42,7 +42,8 @@ usage: cargo xtask <command> [args]
                        ruby (python also through a server on the cluster)
   fuzz [SECONDS]       every fuzz target from its seeds (default 20 s each)
   bench [NAME]         a benchmark of core/cli/benches (lifecycle, policies,
-                       images, vm, serve, mcp) or kube (core/kube/benches)
+                       images, vm, serve, mcp, throughput) or kube
+                       (core/kube/benches)
   deny                 cargo deny: licenses, bans, sources
   ci                   everything CI runs (scripts/test.sh)
 
@@ -298,8 +299,9 @@ fn bench(env: &mut Env, name: &str) -> Result<(), String> {
                 run(cargo(env).args(["bench", "-p", "burrow-kube", "--bench", "kube"]))
             })
         }
-        "vm" | "lifecycle" | "policies" | "images" | "serve" | "mcp" => {
-            if name == "vm" {
+        "vm" | "lifecycle" | "policies" | "images" | "serve" | "mcp" | "throughput" => {
+            if name == "vm" || name == "throughput" {
+                // The throughput bench's vm rows need the guest kernel.
                 env.kernel()?;
             }
             if name == "mcp" {
@@ -308,7 +310,7 @@ fn bench(env: &mut Env, name: &str) -> Result<(), String> {
             run(cargo(env).args(["bench", "-p", "burrow-cli", "--bench", name]))
         }
         other => Err(format!(
-            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, kube"
+            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, throughput, kube"
         )),
     }
 }

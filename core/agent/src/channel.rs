@@ -12,9 +12,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{decode, decode_frame, encode_for, read_raw, FrameError, GuestMsg, HostMsg};
+use burrow_protocol::{
+    decode, decode_frame, read_raw, write_message, FrameError, GuestMsg, HostMsg, MAX_CHUNK,
+};
 
 use crate::log::{info, warning};
 use crate::sys;
@@ -164,9 +167,17 @@ enum Out {
     Version(u32),
 }
 
+/// Data buffers kept for reuse: a chunk sent is handed back by the writer
+/// (allocating and freeing one per chunk would map and unmap its pages
+/// every time).
+type Pool = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// Buffers the pool keeps at most.
+const POOL_SIZE: usize = 16;
+
 /// Handle for sending frames to the host; cheap to clone.
 #[derive(Clone)]
-pub struct Outbox(SyncSender<Out>);
+pub struct Outbox(SyncSender<Out>, Pool);
 
 impl std::fmt::Debug for Outbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,6 +186,15 @@ impl std::fmt::Debug for Outbox {
 }
 
 impl Outbox {
+    /// A buffer of [`MAX_CHUNK`] bytes (not zeroed: whatever it held) for
+    /// a data frame's payload; the writer takes it back once sent.
+    pub fn buffer(&self) -> Vec<u8> {
+        let reused = self.1.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut buf = reused.unwrap_or_default();
+        buf.resize(MAX_CHUNK, 0);
+        buf
+    }
+
     /// Queues a frame, blocking while the queue is full. Frames sent after
     /// the channel broke are dropped.
     pub fn send(&self, msg: GuestMsg) {
@@ -224,18 +244,23 @@ impl Outbox {
 /// buffer allocated (a microVM template is saved right after: a restored
 /// guest does not finish starting the thread).
 pub fn start_writer(file: File) -> io::Result<Outbox> {
+    // A pipe to the host holds more than its default 64 KiB: fewer
+    // wake-ups on both sides of bulk output.
+    sys::grow_pipe(file.as_fd());
     let (tx, rx) = mpsc::sync_channel(OUTBOX_DEPTH);
     let (started, running) = mpsc::sync_channel(1);
+    let pool = Pool::default();
+    let writer_pool = pool.clone();
     std::thread::Builder::new()
         .name("writer".into())
-        .spawn(move || writer_loop(rx, file, started))?;
+        .spawn(move || writer_loop(rx, file, started, writer_pool))?;
     running
         .recv()
         .map_err(|_| io::Error::other("the writer thread ended as it started"))?;
-    Ok(Outbox(tx))
+    Ok(Outbox(tx, pool))
 }
 
-fn writer_loop(rx: Receiver<Out>, file: File, started: mpsc::SyncSender<()>) {
+fn writer_loop(rx: Receiver<Out>, file: File, started: mpsc::SyncSender<()>, pool: Pool) {
     let mut w = BufWriter::with_capacity(256 * 1024, file);
     let _ = started.send(());
     drop(started);
@@ -263,9 +288,15 @@ fn writer_loop(rx: Receiver<Out>, file: File, started: mpsc::SyncSender<()>) {
         match item {
             Out::Frame(msg) => {
                 if !broken {
-                    if let Err(e) = w.write_all(&encode_for(&msg, version)) {
+                    if let Err(e) = write_message(&mut w, &msg, version) {
                         broken = true;
                         warning!("channel write failed, dropping further frames: {e}");
+                    }
+                }
+                if let GuestMsg::Stdout { data, .. } | GuestMsg::Stderr { data, .. } = msg {
+                    let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+                    if pool.len() < POOL_SIZE && data.0.capacity() >= MAX_CHUNK {
+                        pool.push(data.0);
                     }
                 }
             }

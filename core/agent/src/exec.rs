@@ -17,7 +17,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use burrow_protocol::{ExecRequest, ExitStatus, GuestError, GuestErrorCode, Response, MAX_CHUNK};
+use burrow_protocol::{ExecRequest, ExitStatus, GuestError, GuestErrorCode, Response};
 
 use crate::agent::Ctx;
 use crate::log::{info, warning};
@@ -114,6 +114,7 @@ fn start_pipes<'a>(ctx: &'a Ctx, plan: &Plan, with_stdin: bool) -> io::Result<Se
         .flatten()
     {
         sys::set_nonblocking(fd.as_fd(), true)?;
+        sys::grow_pipe(fd.as_fd());
     }
     let stdio = Stdio::Fds {
         stdin: in_child.as_fd(),
@@ -214,7 +215,7 @@ impl<'a> Session<'a> {
             drain_until: None,
             stalled_since: None,
             cancelled: false,
-            buf: vec![0; MAX_CHUNK],
+            buf: ctx.agent.out.buffer(),
         }
     }
 
@@ -374,7 +375,9 @@ impl<'a> Session<'a> {
                 self.outputs.remove(i);
             }
             Ok(n) => {
-                let data = self.buf[..n].to_vec();
+                // The buffer goes out whole; a pooled one takes its place.
+                let mut data = std::mem::replace(&mut self.buf, self.ctx.agent.out.buffer());
+                data.truncate(n);
                 if *stderr {
                     self.ctx.stderr(data);
                 } else {

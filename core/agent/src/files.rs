@@ -6,7 +6,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use burrow_protocol::{GuestError, GuestErrorCode, Response, MAX_CHUNK};
+use burrow_protocol::{GuestError, GuestErrorCode, Response};
 
 use crate::agent::{cancelled, Ctx};
 use crate::fs::{abs_path, io_err};
@@ -19,7 +19,7 @@ const DEFAULT_MODE: u32 = 0o644;
 pub fn read(ctx: &Ctx, path: &str) -> Result<Response, GuestError> {
     let path = abs_path(path)?;
     let mut file = File::open(&path).map_err(|e| io_err(&e, &path))?;
-    let mut buf = vec![0u8; MAX_CHUNK];
+    let mut buf = ctx.agent.out.buffer();
     loop {
         let room = ctx.await_credit(buf.len())?;
         let n = match file.read(&mut buf[..room]) {
@@ -28,7 +28,9 @@ pub fn read(ctx: &Ctx, path: &str) -> Result<Response, GuestError> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(io_err(&e, &path)),
         };
-        ctx.stdout(buf[..n].to_vec());
+        let mut data = std::mem::replace(&mut buf, ctx.agent.out.buffer());
+        data.truncate(n);
+        ctx.stdout(data);
     }
 }
 

@@ -38,6 +38,18 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Pipe capacity asked for bulk streams: what an unprivileged process may
+/// set by default (`/proc/sys/fs/pipe-max-size`).
+const PIPE_SIZE: libc::c_int = 1 << 20;
+
+/// Grows the pipe `fd` belongs to (either end) to [`PIPE_SIZE`], so bulk
+/// output takes fewer wake-ups; anything but a pipe, or a refusal (a
+/// lower limit, a user over its pipe quota), leaves it as it is.
+pub fn grow_pipe(fd: BorrowedFd<'_>) {
+    // SAFETY: F_SETPIPE_SZ takes an int and only resizes the pipe buffer.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+}
+
 /// Opens `/dev/null` read-write (CLOEXEC). When the root filesystem has no
 /// `/dev/null`, returns the read end of a pipe whose write end is already
 /// closed: it reads as EOF, which is what a child's stdin needs.

@@ -8,7 +8,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use burrow_protocol::{GuestError, GuestErrorCode, GuestMsg, Response, MAX_CHUNK};
+use burrow_protocol::{GuestError, GuestErrorCode, GuestMsg, Response};
 
 use crate::agent::Ctx;
 use crate::log::warning;
@@ -64,7 +64,7 @@ struct Tunnel<'a> {
 
 impl Tunnel<'_> {
     fn run(&mut self) {
-        let mut buf = vec![0u8; MAX_CHUNK];
+        let mut buf = self.ctx.agent.out.buffer();
         while self.reading || self.writing {
             let mut events = 0;
             if self.reading && self.ctx.out_credit(1) > 0 {
@@ -94,7 +94,7 @@ impl Tunnel<'_> {
                 // Without credit a zero-length read would look like EOF.
                 let room = self.ctx.out_credit(buf.len());
                 if room > 0 {
-                    self.read_sock(&mut buf[..room]);
+                    self.read_sock(&mut buf, room);
                 }
             }
             if self.writing && sys::writable(&fds[1]) {
@@ -137,10 +137,16 @@ impl Tunnel<'_> {
         }
     }
 
-    fn read_sock(&mut self, buf: &mut [u8]) {
-        match self.sock.read(buf) {
+    /// Reads at most `room` bytes into `buf` and sends them (the buffer
+    /// goes out whole; a pooled one takes its place).
+    fn read_sock(&mut self, buf: &mut Vec<u8>, room: usize) {
+        match self.sock.read(&mut buf[..room]) {
             Ok(0) => self.close_reading(),
-            Ok(n) => self.ctx.stdout(buf[..n].to_vec()),
+            Ok(n) => {
+                let mut data = std::mem::replace(buf, self.ctx.agent.out.buffer());
+                data.truncate(n);
+                self.ctx.stdout(data);
+            }
             Err(e) if sys::would_block(&e) || e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => self.fail(e),
         }

@@ -23,6 +23,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::runtimes::{runc_bundle, runtime_command};
 use common::{busybox_rootfs, TestHome};
 
 struct Stats {
@@ -36,30 +37,6 @@ impl Stats {
     }
 }
 
-/// A runc bundle over a read-only copy of the rootfs, running `args`.
-fn runc_bundle(dir: &Path, rootfs: &Path, args: &[&str]) {
-    std::fs::create_dir_all(dir).unwrap();
-    let status = Command::new("runc")
-        .args(["spec", "--rootless"])
-        .current_dir(dir)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let mut spec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
-    spec["root"]["path"] = rootfs.to_string_lossy().into_owned().into();
-    spec["root"]["readonly"] = true.into();
-    spec["process"]["terminal"] = false.into();
-    spec["process"]["args"] = args.iter().map(|a| serde_json::Value::from(*a)).collect();
-    // Keep within this host's hard limits (no CAP_SYS_RESOURCE here).
-    spec["process"]["rlimits"] = serde_json::json!([]);
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_vec_pretty(&spec).unwrap(),
-    )
-    .unwrap();
-}
-
 /// `runtime run` of the bundle, `iters` times. `runtime` is a binary name
 /// or path; runsc gets the driver's flags (writes kept, no network).
 fn runtime_run(
@@ -69,24 +46,12 @@ fn runtime_run(
     root: &Path,
     iters: usize,
 ) -> Stats {
-    use std::os::unix::process::CommandExt;
     let mut samples = Vec::new();
     for i in 0..iters {
         let id = format!("bench-run-{i}");
-        let mut cmd = Command::new(runtime);
-        if runtime.ends_with("runsc") {
-            cmd.args(["--overlay2=none", "--network=none"]);
-        }
-        if runtime == "crun" {
-            // SAFETY: the driver's own hook for crun: raw syscalls only.
-            unsafe {
-                cmd.pre_exec(burrow::internal::driver::container::crun_private_cgroup_view);
-            }
-        }
+        let mut cmd = runtime_command(runtime, root);
         let t = Instant::now();
         let status = cmd
-            .arg("--root")
-            .arg(root)
             .args(["run", "--bundle"])
             .arg(bundle)
             .arg(&id)

@@ -65,8 +65,9 @@ pub const DATA_PREFIX_LEN: usize = 9;
 /// ([`MAX_CHUNK`]), so only a broken or hostile peer reaches this.
 pub const MAX_FRAME_LEN: usize = 4 * 1024 * 1024;
 
-/// Largest data chunk a sender puts in one frame (stdout, file content, tunnel).
-pub const MAX_CHUNK: usize = 64 * 1024;
+/// Largest data chunk a sender puts in one frame (stdout, file content,
+/// tunnel): 256 KiB, a quarter of [`DEFAULT_WINDOW`].
+pub const MAX_CHUNK: usize = 256 * 1024;
 
 /// Errors reading or writing frames.
 #[derive(Debug, thiserror::Error)]
@@ -204,21 +205,55 @@ impl Message for HostMsg {
     }
 }
 
+/// How a message goes on the wire for a peer of protocol `version`.
+#[derive(Debug)]
+pub enum Wire<'a> {
+    /// A binary data frame: its length word and prefix, then the payload
+    /// (written as is, without a copy).
+    Data([u8; 4 + DATA_PREFIX_LEN], &'a [u8]),
+    /// A whole JSON frame.
+    Json(Vec<u8>),
+}
+
+/// The wire form of `msg` for a peer of protocol `version`: its data
+/// frames binary from [`FLOW_CONTROL_VERSION`] on.
+pub fn wire<M: Message>(msg: &M, version: u32) -> Wire<'_> {
+    match msg.data() {
+        Some((kind, id, payload)) if version >= FLOW_CONTROL_VERSION => {
+            let len = (DATA_PREFIX_LEN + payload.len()) as u32;
+            let mut head = [0u8; 4 + DATA_PREFIX_LEN];
+            // A payload is at most a few MiB, far below the flag bit.
+            head[..4].copy_from_slice(&(len | BINARY_FLAG).to_be_bytes());
+            head[4] = kind as u8;
+            head[5..].copy_from_slice(&id.to_be_bytes());
+            Wire::Data(head, payload)
+        }
+        _ => Wire::Json(encode(msg)),
+    }
+}
+
 /// Encodes a message as a complete frame for a peer of protocol
 /// `version`: its data frames binary from [`FLOW_CONTROL_VERSION`] on.
 pub fn encode_for<M: Message>(msg: &M, version: u32) -> Vec<u8> {
-    match msg.data() {
-        Some((kind, id, payload)) if version >= FLOW_CONTROL_VERSION => {
-            let len = DATA_PREFIX_LEN + payload.len();
-            let mut out = Vec::with_capacity(4 + len);
-            // A payload is at most MAX_CHUNK, far below the flag bit.
-            out.extend_from_slice(&(len as u32 | BINARY_FLAG).to_be_bytes());
-            out.push(kind as u8);
-            out.extend_from_slice(&id.to_be_bytes());
-            out.extend_from_slice(payload);
-            out
+    match wire(msg, version) {
+        Wire::Data(head, payload) => [&head[..], payload].concat(),
+        Wire::Json(frame) => frame,
+    }
+}
+
+/// Writes `msg` for a peer of protocol `version` (see [`wire`]), without
+/// flushing.
+pub fn write_message<W: Write, M: Message>(
+    w: &mut W,
+    msg: &M,
+    version: u32,
+) -> std::io::Result<()> {
+    match wire(msg, version) {
+        Wire::Data(head, payload) => {
+            w.write_all(&head)?;
+            w.write_all(payload)
         }
-        _ => encode(msg),
+        Wire::Json(frame) => w.write_all(&frame),
     }
 }
 

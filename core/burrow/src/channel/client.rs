@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use burrow_protocol::{
-    encode_for, Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Identity, Request,
-    Response, DEFAULT_WINDOW, FLOW_CONTROL_VERSION, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Identity, Request, Response,
+    DEFAULT_WINDOW, FLOW_CONTROL_VERSION, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::frames::{read_frame, write_frame};
+use super::frames::{read_frame, write_frame, write_message};
 pub use super::request::RequestHandle;
 use super::request::{lost, Credit, Mode};
 use crate::error::{Error, Result};
@@ -326,13 +326,13 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 ) {
     let mut w = BufWriter::with_capacity(256 * 1024, writer);
     while let Some(msg) = rx.recv().await {
-        if w.write_all(&encode_for(&msg, version)).await.is_err() {
+        if write_message(&mut w, &msg, version).await.is_err() {
             break;
         }
         // Batch whatever is already queued, then flush once.
         let mut failed = false;
         while let Ok(more) = rx.try_recv() {
-            if w.write_all(&encode_for(&more, version)).await.is_err() {
+            if write_message(&mut w, &more, version).await.is_err() {
                 failed = true;
                 break;
             }

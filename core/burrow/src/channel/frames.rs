@@ -1,7 +1,8 @@
 //! Async reading and writing of protocol frames.
 
 use burrow_protocol::{
-    decode_data_prefix, decode_frame, decode_header, encode, FrameError, Message, DATA_PREFIX_LEN,
+    decode_data_prefix, decode_frame, decode_header, encode, wire, FrameError, Message, Wire,
+    DATA_PREFIX_LEN,
 };
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -56,4 +57,20 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
 ) -> Result<(), FrameError> {
     w.write_all(&encode(msg)).await.map_err(FrameError::Io)?;
     w.flush().await.map_err(FrameError::Io)
+}
+
+/// Writes one message for a peer of protocol `version`, without flushing:
+/// a data frame's payload goes out as is, not copied into a frame first.
+pub async fn write_message<W: AsyncWrite + Unpin, M: Message>(
+    w: &mut W,
+    msg: &M,
+    version: u32,
+) -> std::io::Result<()> {
+    match wire(msg, version) {
+        Wire::Data(head, payload) => {
+            w.write_all(&head).await?;
+            w.write_all(payload).await
+        }
+        Wire::Json(frame) => w.write_all(&frame).await,
+    }
 }

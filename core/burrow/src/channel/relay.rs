@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use burrow_protocol::{
-    encode_for, Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Identity, Request,
-    Response, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    Control, GuestError, GuestErrorCode, GuestMsg, HostMsg, Identity, Request, Response,
+    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, watch};
@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 use crate::backend::RuntimeStream;
 use crate::channel::client::{AgentClient, ConnectError, Handshake};
-use crate::channel::frames::read_frame;
+use crate::channel::frames::{read_frame, write_message};
 #[cfg(feature = "local")]
 use crate::engine::logs::output::{OutputLog, Stream};
 use crate::error::{Error, Result};
@@ -601,11 +601,11 @@ async fn write_frames<W: AsyncWrite + Unpin>(
     let mut w = BufWriter::with_capacity(256 * 1024, writer);
     while let Some(msg) = rx.recv().await {
         let v = *version.borrow();
-        if w.write_all(&encode_for(&msg, v)).await.is_err() {
+        if write_message(&mut w, &msg, v).await.is_err() {
             return;
         }
         while let Ok(more) = rx.try_recv() {
-            if w.write_all(&encode_for(&more, v)).await.is_err() {
+            if write_message(&mut w, &more, v).await.is_err() {
                 return;
             }
         }

@@ -13,6 +13,7 @@
 pub mod gateway;
 pub mod kube;
 pub mod mcp;
+pub mod runtimes;
 pub mod serve;
 
 use std::path::Path;

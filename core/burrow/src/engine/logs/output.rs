@@ -2,11 +2,17 @@
 //! to stdout and stderr, copied by the relay as it passes (`Tap`) into
 //! `stdout.log` and `stderr.log`, one line per line with the time it was
 //! completed in milliseconds since the Unix epoch (`<ms> <text>`).
+//!
+//! The copy is rate limited ([`Budget`]): a program that streams bulk
+//! output (a gigabyte to its caller) must not pay a disk write of it, nor
+//! flush the log's rotation window with it. What goes past the budget is
+//! left out of the log (never out of the stream to the caller), and one
+//! line says how much once logging resumes.
 
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use super::RotatingFile;
 use crate::error::Result;
@@ -15,11 +21,51 @@ use crate::logs::LogSource;
 /// Longest line kept whole; a longer one is cut into lines of this size.
 const MAX_LINE: usize = 16 * 1024;
 
+/// Output logged at most, in a burst: the size bound of a log file.
+const BURST: f64 = crate::logs::DEFAULT_MAX_BYTES as f64;
+
+/// Output logged at most, sustained: 1 MiB/s.
+const RATE: f64 = (1 << 20) as f64;
+
+/// A token bucket of output bytes, shared by a sandbox's taps.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    tokens: f64,
+    at: Instant,
+    /// Bytes left out since the last logged ones.
+    dropped: u64,
+}
+
+impl Budget {
+    fn new(now: Instant) -> Budget {
+        Budget {
+            tokens: BURST,
+            at: now,
+            dropped: 0,
+        }
+    }
+
+    /// Whether `n` bytes may be logged at `now`; if so, also how many were
+    /// left out before them (to be said once).
+    fn take(&mut self, n: usize, now: Instant) -> Option<u64> {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * RATE;
+        self.tokens = (self.tokens + refill).min(BURST);
+        self.at = now;
+        if self.tokens < n as f64 {
+            self.dropped += n as u64;
+            return None;
+        }
+        self.tokens -= n as f64;
+        Some(std::mem::take(&mut self.dropped))
+    }
+}
+
 /// The two output logs of one sandbox.
 #[derive(Debug)]
 pub(crate) struct OutputLog {
     stdout: RotatingFile,
     stderr: RotatingFile,
+    budget: Mutex<Budget>,
 }
 
 impl OutputLog {
@@ -28,6 +74,7 @@ impl OutputLog {
         Ok(Arc::new(OutputLog {
             stdout: RotatingFile::open(dir.join(LogSource::Stdout.file_name()))?,
             stderr: RotatingFile::open(dir.join(LogSource::Stderr.file_name()))?,
+            budget: Mutex::new(Budget::new(Instant::now())),
         }))
     }
 
@@ -61,10 +108,32 @@ impl Tap {
     /// Copies `data` of `stream`: its completed lines go to the log, in
     /// one write (one time for all of them: they arrived together).
     pub(crate) fn feed(&mut self, stream: Stream, data: &[u8]) {
+        let taken = self
+            .log
+            .budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(data.len(), Instant::now());
         let (pending, sink) = self.parts(stream);
-        pending.extend_from_slice(data);
         let stamp = now_ms().to_string();
         let mut batch = Vec::new();
+        match taken {
+            // Over the budget: left out, with the line it was part of.
+            None => {
+                pending.clear();
+                return;
+            }
+            Some(0) => {}
+            Some(dropped) => {
+                pending.clear();
+                let note = format!(
+                    "[burrow: {dropped} bytes of output were left out of this log (more than {} MiB/s)]",
+                    RATE as u64 >> 20
+                );
+                push_line(&mut batch, &stamp, note.as_bytes());
+            }
+        }
+        pending.extend_from_slice(data);
         let mut start = 0;
         while let Some(n) = pending[start..].iter().position(|b| *b == b'\n') {
             push_line(&mut batch, &stamp, &pending[start..start + n]);
@@ -184,6 +253,22 @@ mod tests {
         let lines = lines_of(&dir.path().join("stdout.log"));
         let lens: Vec<usize> = lines.iter().map(|l| parse_line(l).1.len()).collect();
         assert_eq!(lens, [MAX_LINE, MAX_LINE, 5]);
+    }
+
+    #[test]
+    fn the_budget_leaves_bulk_out_and_says_so_once() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(t0);
+        assert_eq!(b.take(BURST as usize, t0), Some(0));
+        assert_eq!(b.take(10, t0), None);
+        assert_eq!(b.take(20, t0), None);
+        // A second later a second's worth is back, and the gap is told.
+        let t1 = t0 + std::time::Duration::from_secs(1);
+        assert_eq!(b.take(100, t1), Some(30));
+        assert_eq!(b.take(100, t1), Some(0));
+        // Never more than the burst, however long the pause.
+        let t2 = t1 + std::time::Duration::from_secs(3600);
+        assert_eq!(b.take(BURST as usize + 1, t2), None);
     }
 
     #[test]
