@@ -72,7 +72,8 @@ pub use model::{
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;
 pub use sandbox::{
-    ExecEvent, ExecOptions, ExecOutput, ExitStatus, Fs, ModifyBuilder, Ping, Process, ProcessStdin,
-    PublishedPort, ReplaceBuilder, Sandbox, SandboxBuilder, SandboxHandle, SandboxPage, Tunnel,
+    ExecEvent, ExecOptions, ExecOutput, ExitStatus, FileReader, FileWriter, Fs, ModifyBuilder,
+    Ping, Process, ProcessStdin, PublishedPort, ReplaceBuilder, Sandbox, SandboxBuilder,
+    SandboxHandle, SandboxPage, Tunnel,
 };
 pub use select::{default_backend, BackendSelection};

@@ -11,8 +11,42 @@ use burrow_cli_testkit as common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use burrow::{Backend, ExecEvent, ExecOptions, Process, Sandbox};
 use common::{busybox_rootfs, TestHome};
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// Size of the files streamed in and out.
+const FILE_BYTES: u64 = 64 << 20;
+
+/// The byte at `pos` of a streamed file.
+fn pattern(pos: u64) -> u8 {
+    (pos % 251) as u8
+}
+
+/// An endless-looking source of `left` pattern bytes, made as read.
+struct Pattern {
+    pos: u64,
+    left: u64,
+}
+
+impl AsyncRead for Pattern {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let n = (buf.remaining() as u64).min(self.left);
+        let start = self.pos;
+        let bytes: Vec<u8> = (start..start + n).map(pattern).collect();
+        buf.put_slice(&bytes);
+        self.pos += n;
+        self.left -= n;
+        Poll::Ready(Ok(()))
+    }
+}
 
 /// Lines of `seq` output the big streams carry (about 26 MB).
 const LINES: u64 = 3_400_000;
@@ -180,6 +214,58 @@ async fn vanished_reader(sb: &Sandbox, server: Option<u32>) {
     assert_eq!(out.stdout_str(), "still\n");
 }
 
+/// A file streamed in from a source made as it is read, and out to a
+/// reader that stalls: memory stays flat, every byte arrives in order.
+async fn file_streams(sb: &Sandbox, server: Option<u32>) {
+    let watched = Watched::new(sb, server).await;
+    let mut source = Pattern {
+        pos: 0,
+        left: FILE_BYTES,
+    };
+    let written = sb
+        .fs()
+        .write_from("/tmp/stream", &mut source)
+        .await
+        .unwrap();
+    assert_eq!(written, FILE_BYTES);
+    watched.assert_bounded("after streaming a file in");
+    let mut reader = sb.fs().open_read("/tmp/stream").await.unwrap();
+    tokio::time::sleep(stall()).await;
+    watched.assert_bounded("with a file reader stalled");
+    let mut pos = 0u64;
+    while let Some(chunk) = reader.next_chunk().await.unwrap() {
+        for b in chunk {
+            assert_eq!(b, pattern(pos), "byte {pos}");
+            pos += 1;
+        }
+    }
+    assert_eq!(pos, FILE_BYTES);
+    watched.assert_bounded("after reading the file");
+    sb.fs().remove("/tmp/stream", false).await.unwrap();
+    // A missing file is the open's error, typed.
+    match sb.fs().open_read("/tmp/missing").await.unwrap_err() {
+        burrow::Error::Guest { failure, .. } => {
+            assert_eq!(failure.code(), burrow::protocol::GuestErrorCode::NotFound)
+        }
+        other => panic!("expected a guest not_found, got {other:?}"),
+    }
+}
+
+/// The collected form keeps what its limit says, and says it cut.
+async fn output_limit(sb: &Sandbox) {
+    let out = sb.exec_with(seq().output_limit(1000)).await.unwrap();
+    assert_eq!(out.status.code, Some(0));
+    assert_eq!(out.stdout.len(), 1000);
+    assert!(out.stdout.starts_with(b"1\n2\n3\n"));
+    assert!(out.truncated);
+    let out = sb
+        .exec_with(ExecOptions::new(["echo", "short"]).output_limit(1000))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "short\n");
+    assert!(!out.truncated);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_that_stall_crawl_or_vanish_cost_a_window() {
     let home = TestHome::new().await;
@@ -187,6 +273,8 @@ async fn readers_that_stall_crawl_or_vanish_cost_a_window() {
     stalled_reader(&sb, None).await;
     slow_reader(&sb, None).await;
     vanished_reader(&sb, None).await;
+    file_streams(&sb, None).await;
+    output_limit(&sb).await;
     sb.destroy().await.unwrap();
 }
 
@@ -206,6 +294,8 @@ async fn through_burrow_serve_too() {
     stalled_reader(&sb, pid).await;
     slow_reader(&sb, pid).await;
     vanished_reader(&sb, pid).await;
+    file_streams(&sb, pid).await;
+    output_limit(&sb).await;
     sb.destroy().await.unwrap();
     drop(server);
 }

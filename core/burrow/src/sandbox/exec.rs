@@ -28,6 +28,11 @@ pub struct ExecOptions {
     pub stdin: Option<Vec<u8>>,
     /// Kill the process after this long.
     pub timeout: Option<Duration>,
+    /// The collected forms ([`Sandbox::exec_with`], [`Process::wait`])
+    /// keep at most this many bytes of each of stdout and stderr, and say
+    /// so in [`ExecOutput::truncated`]; the rest is read and dropped (the
+    /// process runs to its end). `None`: everything is kept.
+    pub output_limit: Option<usize>,
 }
 
 impl ExecOptions {
@@ -64,6 +69,13 @@ impl ExecOptions {
     /// Sets a timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Keeps at most `bytes` of each output stream in the collected
+    /// result (see [`ExecOptions::output_limit`]).
+    pub fn output_limit(mut self, bytes: usize) -> Self {
+        self.output_limit = Some(bytes);
         self
     }
 
@@ -117,6 +129,9 @@ pub struct ExecOutput {
     pub stdout: Vec<u8>,
     /// Everything it wrote to stderr.
     pub stderr: Vec<u8>,
+    /// Output went past the [`ExecOptions::output_limit`]: `stdout` or
+    /// `stderr` holds only its first bytes.
+    pub truncated: bool,
 }
 
 impl ExecOutput {
@@ -176,6 +191,8 @@ impl ProcessStdin {
 #[derive(Debug)]
 pub struct Process {
     attempt: Attempt,
+    /// What the collected form keeps of each stream.
+    output_limit: Option<usize>,
 }
 
 impl Process {
@@ -237,17 +254,25 @@ impl Process {
     }
 
     async fn collect(&mut self) -> Result<ExecOutput> {
+        let limit = self.output_limit.unwrap_or(usize::MAX);
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
+        let mut truncated = false;
+        let mut keep = |into: &mut Vec<u8>, d: &[u8]| {
+            let room = limit.saturating_sub(into.len());
+            truncated |= d.len() > room;
+            into.extend_from_slice(&d[..d.len().min(room)]);
+        };
         while let Some(ev) = self.next_event().await? {
             match ev {
-                ExecEvent::Stdout(d) => stdout.extend_from_slice(&d),
-                ExecEvent::Stderr(d) => stderr.extend_from_slice(&d),
+                ExecEvent::Stdout(d) => keep(&mut stdout, &d),
+                ExecEvent::Stderr(d) => keep(&mut stderr, &d),
                 ExecEvent::Exit(status) => {
                     return Ok(ExecOutput {
                         status,
                         stdout,
                         stderr,
+                        truncated,
                     })
                 }
             }
@@ -297,7 +322,10 @@ impl Sandbox {
                 }
             });
         }
-        Ok(Process { attempt })
+        Ok(Process {
+            attempt,
+            output_limit: opts.output_limit,
+        })
     }
 
     /// Starts an interactive shell (`argv`, default `/bin/sh`) on a pty.
@@ -307,6 +335,9 @@ impl Sandbox {
         let body = opts.to_request(true, Some(TtySize { rows, cols }));
         let attempt = Attempt::start(self, "shell", body).await?;
         attempt.delivered().await;
-        Ok(Process { attempt })
+        Ok(Process {
+            attempt,
+            output_limit: None,
+        })
     }
 }

@@ -15,7 +15,7 @@ pub struct Fs<'a> {
     sandbox: &'a Sandbox,
 }
 
-fn guest_path(argument: &str, p: &str) -> Result<()> {
+pub(super) fn guest_path(argument: &str, p: &str) -> Result<()> {
     if p.starts_with('/') && !p.contains('\0') && p.len() <= 4096 {
         Ok(())
     } else {
@@ -33,6 +33,10 @@ fn unexpected(op: &str, r: Response) -> Error {
 impl<'a> Fs<'a> {
     pub(super) fn new(sandbox: &'a Sandbox) -> Self {
         Fs { sandbox }
+    }
+
+    pub(super) fn sandbox(&self) -> &'a Sandbox {
+        self.sandbox
     }
 
     /// Streams a request's `Stdout` frames into a buffer and returns them
