@@ -215,6 +215,10 @@ pub struct ExecInput {
     /// Kill the process after this long.
     #[serde(default)]
     pub timeout: Option<Seconds>,
+    /// `exec` only: keep at most this many bytes of each of stdout and
+    /// stderr (the result says `truncated`).
+    #[serde(default)]
+    pub output_limit: Option<usize>,
 }
 
 impl ExecInput {
@@ -231,6 +235,7 @@ impl ExecInput {
         opts.cwd = self.cwd.clone();
         opts.stdin = stdin;
         opts.timeout = opt_duration(self.timeout);
+        opts.output_limit = self.output_limit;
         opts
     }
 }

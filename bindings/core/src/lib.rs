@@ -38,7 +38,7 @@ pub mod run;
 
 pub use burrow::{ExecEvent, ExecOutput};
 pub use failure::Failure;
-pub use objects::{LogCursor, Object, ProcessObj, SandboxObj};
+pub use objects::{FileReadObj, FileWriteObj, LogCursor, Object, ProcessObj, SandboxObj};
 pub use ops::{answer_json, call, CallFuture, LogOp, ModuleOp, Output, ProcessOp, SandboxOp};
 
 /// The core's error codes, in order (`burrow::ErrorCode::ALL`): every SDK

@@ -1,6 +1,6 @@
 //! The opaque objects a language holds: a sandbox (live, or a metadata
-//! handle), a streaming process and a followed log, each a pull cursor
-//! where it streams.
+//! handle), a streaming process, a followed log and files read or written
+//! as streams, each a pull cursor where it streams.
 //!
 //! Each holds its core object tagged with the pid that made it. In a fork
 //! child a sandbox is re-bound to the same id on the child's own backend
@@ -9,7 +9,10 @@
 
 use std::sync::Arc;
 
-use burrow::{ExecEvent, LogLine, LogStream, Sandbox, SandboxHandle, SandboxId, Status};
+use burrow::{
+    ExecEvent, FileReader, FileWriter, LogLine, LogStream, Sandbox, SandboxHandle, SandboxId,
+    Status,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::failure::Failure;
@@ -278,6 +281,66 @@ impl LogCursor {
     }
 }
 
+/// A sandbox's file read as a stream: a pull cursor of chunks, flow
+/// controlled (a language that stops pulling holds the guest's reader).
+#[derive(Debug)]
+pub struct FileReadObj {
+    reader: Owned<Arc<tokio::sync::Mutex<FileReader>>>,
+}
+
+impl FileReadObj {
+    pub(crate) fn new(reader: FileReader) -> Self {
+        FileReadObj {
+            reader: Owned::new(Arc::new(tokio::sync::Mutex::new(reader))),
+        }
+    }
+
+    /// The next chunk, `None` at the end of the file.
+    pub(crate) async fn next(&self) -> Result<Option<Vec<u8>>, Failure> {
+        let reader = self.reader.get().cloned().ok_or_else(moved)?;
+        let mut reader = reader.lock().await;
+        Ok(reader.next_chunk().await?)
+    }
+}
+
+/// A sandbox's file written as a stream: `write` each chunk (waiting for
+/// the guest to take the one before), then `finish`.
+#[derive(Debug)]
+pub struct FileWriteObj {
+    writer: Owned<Arc<tokio::sync::Mutex<Option<FileWriter>>>>,
+}
+
+impl FileWriteObj {
+    pub(crate) fn new(writer: FileWriter) -> Self {
+        FileWriteObj {
+            writer: Owned::new(Arc::new(tokio::sync::Mutex::new(Some(writer)))),
+        }
+    }
+
+    async fn slot(&self) -> Result<tokio::sync::OwnedMutexGuard<Option<FileWriter>>, Failure> {
+        let writer = self.writer.get().cloned().ok_or_else(moved)?;
+        Ok(writer.lock_owned().await)
+    }
+
+    fn finished() -> Failure {
+        Failure::argument("file", "the file was finished already")
+    }
+
+    /// Appends `data`.
+    pub(crate) async fn write(&self, data: &[u8]) -> Result<(), Failure> {
+        let mut slot = self.slot().await?;
+        let writer = slot.as_mut().ok_or_else(Self::finished)?;
+        Ok(writer.write(data).await?)
+    }
+
+    /// Ends the file; the bytes written.
+    pub(crate) async fn finish(&self) -> Result<u64, Failure> {
+        let mut slot = self.slot().await?;
+        let writer = slot.take().ok_or_else(Self::finished)?;
+        Ok(writer.finish().await?)
+    }
+}
+
 /// Any object a language holds: what a call acts on.
 #[derive(Debug, Clone)]
 pub enum Object {
@@ -287,6 +350,10 @@ pub enum Object {
     Process(Arc<ProcessObj>),
     /// A followed log.
     Logs(Arc<LogCursor>),
+    /// A file being read as a stream.
+    FileRead(Arc<FileReadObj>),
+    /// A file being written as a stream.
+    FileWrite(Arc<FileWriteObj>),
 }
 
 impl Object {
@@ -305,6 +372,8 @@ impl Object {
             }),
             Object::Process(_) => serde_json::json!({"kind": "process"}),
             Object::Logs(_) => serde_json::json!({"kind": "logs"}),
+            Object::FileRead(_) => serde_json::json!({"kind": "file_reader"}),
+            Object::FileWrite(_) => serde_json::json!({"kind": "file_writer"}),
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::input::{
     statuses, stop_options, BuildInput, BuildMode, ExecInput, ListInput, LogInput, ModifyInput,
     Seconds,
 };
-use crate::objects::{Bound, LogCursor, Object, ProcessObj, SandboxObj};
+use crate::objects::{Bound, FileReadObj, FileWriteObj, LogCursor, Object, ProcessObj, SandboxObj};
 use crate::process::backend;
 use crate::run::bounded;
 
@@ -107,6 +107,22 @@ pub enum SandboxOp {
         /// Permission bits.
         #[serde(default)]
         mode: Option<u32>,
+    },
+    /// Opens a file to read as a stream (a file reader object).
+    FsOpenRead {
+        /// Absolute path.
+        path: String,
+    },
+    /// Opens a file to write as a stream (a file writer object).
+    FsOpenWrite {
+        /// Absolute path.
+        path: String,
+        /// Permission bits of a new file.
+        #[serde(default)]
+        mode: Option<u32>,
+        /// Append instead of truncating.
+        #[serde(default)]
+        append: bool,
     },
     /// Lists a directory.
     FsList {
@@ -218,6 +234,24 @@ pub enum LogOp {
     Next,
 }
 
+/// Calls on a file reader.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FileReadOp {
+    /// The next chunk (bytes), `None` at the end of the file.
+    Next,
+}
+
+/// Calls on a file writer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FileWriteOp {
+    /// Appends the call's data.
+    Write,
+    /// Ends the file: the number of bytes written (JSON).
+    Finish,
+}
+
 /// What a call returns, for the adapter to convert.
 #[derive(Debug)]
 pub enum Output {
@@ -265,6 +299,19 @@ pub fn call(target: Option<&Object>, op: &str, data: Option<Vec<u8>>) -> CallFut
                 Some(Object::Sandbox(sb)) => sandbox(&sb, parse(&name, value)?, data).await,
                 Some(Object::Process(p)) => process(&p, parse(&name, value)?, data).await,
                 Some(Object::Logs(l)) => logs(&l, parse(&name, value)?).await,
+                Some(Object::FileRead(f)) => match parse(&name, value)? {
+                    FileReadOp::Next => Ok(match f.next().await? {
+                        Some(chunk) => Output::Bytes(chunk),
+                        None => Output::Unit,
+                    }),
+                },
+                Some(Object::FileWrite(f)) => match parse(&name, value)? {
+                    FileWriteOp::Write => {
+                        f.write(&data.unwrap_or_default()).await?;
+                        Ok(Output::Unit)
+                    }
+                    FileWriteOp::Finish => json(&f.finish().await?),
+                },
             }
         };
         bounded(&name, timeout, run).await
@@ -453,6 +500,12 @@ async fn live(sb: Sandbox, op: SandboxOp, data: Option<Vec<u8>>) -> Result<Outpu
             ))))
         }
         Op::FsRead { path } => Ok(Output::Bytes(fs.read(&path).await?)),
+        Op::FsOpenRead { path } => Ok(Output::Object(Object::FileRead(Arc::new(
+            FileReadObj::new(fs.open_read(&path).await?),
+        )))),
+        Op::FsOpenWrite { path, mode, append } => Ok(Output::Object(Object::FileWrite(Arc::new(
+            FileWriteObj::new(fs.open_write(&path, mode, append).await?),
+        )))),
         Op::FsWrite { path, mode } => {
             let data = data.unwrap_or_default();
             done(fs.write_with(&path, &data, mode, false).await)
@@ -541,6 +594,7 @@ pub fn answer_json(outcome: Result<Output, Failure>) -> (String, Option<Object>)
                 Output::Exec(e) => json!({
                     "stdout": b64(e.stdout),
                     "stderr": b64(e.stderr),
+                    "truncated": e.truncated,
                     "exit_code": e.status.code,
                     "signal": e.status.signal,
                     "timed_out": e.status.timed_out,

@@ -31,13 +31,15 @@ pub struct NativeObject {
 
 #[napi]
 impl NativeObject {
-    /// `sandbox`, `process` or `logs`.
+    /// `sandbox`, `process`, `logs`, `file_reader` or `file_writer`.
     #[napi(getter)]
     pub fn kind(&self) -> String {
         match &self.inner {
             CoreObject::Sandbox(_) => "sandbox",
             CoreObject::Process(_) => "process",
             CoreObject::Logs(_) => "logs",
+            CoreObject::FileRead(_) => "file_reader",
+            CoreObject::FileWrite(_) => "file_writer",
         }
         .to_owned()
     }
@@ -94,6 +96,7 @@ pub struct ExecResult {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
+    pub truncated: bool,
 }
 
 /// A process event: `stdout`/`stderr` with `data`, or `exit`.
@@ -148,6 +151,7 @@ fn value(out: Output) -> Value {
             exit_code: e.status.code,
             signal: e.status.signal,
             timed_out: e.status.timed_out,
+            truncated: e.truncated,
         }),
         Output::Event(Some(ev)) => Value::Event(match ev {
             ExecEvent::Stdout(d) => stream_event("stdout", d),

@@ -33,6 +33,7 @@ pub(crate) fn output(py: Python<'_>, out: Output) -> PyResult<Py<PyAny>> {
             out.status.code,
             out.status.signal,
             out.status.timed_out,
+            out.truncated,
         )
             .into_py_any(py),
         Output::Event(None) => Ok(py.None()),

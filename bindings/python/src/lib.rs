@@ -21,13 +21,15 @@ pub(crate) struct NativeObject(pub(crate) Object);
 
 #[pymethods]
 impl NativeObject {
-    /// `sandbox`, `process` or `logs`.
+    /// `sandbox`, `process`, `logs`, `file_reader` or `file_writer`.
     #[getter]
     fn kind(&self) -> &'static str {
         match &self.0 {
             Object::Sandbox(_) => "sandbox",
             Object::Process(_) => "process",
             Object::Logs(_) => "logs",
+            Object::FileRead(_) => "file_reader",
+            Object::FileWrite(_) => "file_writer",
         }
     }
 
@@ -83,6 +85,8 @@ impl NativeObject {
             ),
             Object::Process(_) => "NativeObject(process)".into(),
             Object::Logs(_) => "NativeObject(logs)".into(),
+            Object::FileRead(_) => "NativeObject(file_reader)".into(),
+            Object::FileWrite(_) => "NativeObject(file_writer)".into(),
         }
     }
 }

@@ -248,9 +248,14 @@ def infos(ds: Any) -> List[SandboxInfo]:
 
 
 def exec_result(t: Any) -> ExecResult:
-    stdout, stderr, code, signal, timed_out = t
+    stdout, stderr, code, signal, timed_out, truncated = t
     return ExecResult(
-        stdout=bytes(stdout), stderr=bytes(stderr), exit_code=code, signal=signal, timed_out=bool(timed_out)
+        stdout=bytes(stdout),
+        stderr=bytes(stderr),
+        exit_code=code,
+        signal=signal,
+        timed_out=bool(timed_out),
+        truncated=bool(truncated),
     )
 
 

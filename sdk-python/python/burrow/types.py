@@ -237,6 +237,9 @@ class ExecResult:
     exit_code: Optional[int]
     signal: Optional[int]
     timed_out: bool
+    #: Output went past the ``output_limit`` given: ``stdout`` or
+    #: ``stderr`` holds only its first bytes.
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
