@@ -6,6 +6,9 @@
 //! time each, while a chaos thread SIGKILLs, every 0.5 to 2 s, either a random
 //! in-flight `burrow` process or a random supervisor of the home. Real
 //! supervisors, runc containers over the busybox rootfs, one SQLite home.
+//! Beside them a stalled reader (`stalled`) runs `burrow exec` of a big
+//! output whose stdout nobody reads for seconds at a time, checking that
+//! memory stays flat and the output arrives whole and in order.
 //!
 //! Every command must end with JSON on stdout: a result, or a typed error
 //! (`not_found`, `invalid_state`, `start_failed`, ...). Never a panic, an exit
@@ -47,6 +50,9 @@
 //! violations.
 
 use burrow_cli_testkit as common;
+
+#[path = "soak/stalled.rs"]
+mod stalled;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
@@ -316,6 +322,8 @@ struct Stats {
     kills_callers: u64,
     kills_supervisors: u64,
     snapshots: u64,
+    /// Stalled-reader rounds, and those whose exec read to its end.
+    stalled: (u64, u64),
 }
 
 /// How a command ended.
@@ -923,7 +931,7 @@ fn consistency(info: &SandboxInfo) -> Vec<String> {
         "{} ({}) {} gen {}",
         info.name, info.id, info.status, info.generation
     );
-    if !NAMES.contains(&info.name.as_str()) {
+    if !NAMES.contains(&info.name.as_str()) && info.name != stalled::NAME {
         p.push(format!("{who}: a name no worker uses"));
     }
     if (info.status == Status::Created) != (info.generation == 0) {
@@ -1468,6 +1476,8 @@ fn mixed_operations_under_kill_9() {
         let rng = Rng(seeds.next());
         let soak_ref = &soak;
         s.spawn(move || chaos(soak_ref, rng, deadline));
+        let rng = Rng(seeds.next());
+        s.spawn(move || stalled::stalled_reader(soak_ref, rng, deadline));
         // The monitor, on this thread.
         let mut tracker = Tracker::default();
         let mut panics = HashSet::new();
@@ -1499,7 +1509,7 @@ fn mixed_operations_under_kill_9() {
     let st = soak.stats.lock().unwrap();
     let codes: Vec<String> = st.codes.iter().map(|(c, n)| format!("{c} {n}")).collect();
     let summary = format!(
-        "soak: seed={seed} seconds={seconds} ops={} (ok {} / typed errors {} [{}] / command exits {} / killed {}) kills: callers {} supervisors {} ; snapshots {} ; invariant checks passed: {} ; wall {:.0} s",
+        "soak: seed={seed} seconds={seconds} ops={} (ok {} / typed errors {} [{}] / command exits {} / killed {}) kills: callers {} supervisors {} ; snapshots {} ; stalled reads {} ({} whole) ; invariant checks passed: {} ; wall {:.0} s",
         st.ops,
         st.ok,
         st.typed,
@@ -1509,6 +1519,8 @@ fn mixed_operations_under_kill_9() {
         st.kills_callers,
         st.kills_supervisors,
         st.snapshots,
+        st.stalled.0,
+        st.stalled.1,
         soak.checks.load(Ordering::Relaxed) - soak.violations.lock().unwrap().len() as u64,
         soak.now().as_secs_f64()
     );
