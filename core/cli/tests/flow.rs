@@ -251,6 +251,78 @@ async fn file_streams(sb: &Sandbox, server: Option<u32>) {
     }
 }
 
+/// Stdin to a process that does not read it: the writer waits (the
+/// input costs a window, not memory) until the process goes; and a
+/// process that echoes its input, written from one task and read from
+/// another, moves much more than a window without a deadlock.
+async fn stdin_flow(sb: &Sandbox, server: Option<u32>) {
+    let watched = Watched::new(sb, server).await;
+    let mut sleeper = sb.spawn(ExecOptions::new(["sleep", "60"])).await.unwrap();
+    let stdin = sleeper.stdin();
+    let writer = tokio::spawn(async move {
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..32 {
+            stdin.write(&chunk).await?;
+        }
+        Ok::<(), burrow::Error>(())
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !writer.is_finished(),
+        "32 MiB went into a process that reads nothing"
+    );
+    watched.assert_bounded("with stdin unread");
+    sleeper.signal(9).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), writer)
+        .await
+        .expect("the writer is let go once the process ended")
+        .unwrap()
+        .unwrap();
+    loop {
+        match sleeper.next_event().await.unwrap() {
+            Some(ExecEvent::Exit(status)) => {
+                assert_eq!(status.signal, Some(9));
+                break;
+            }
+            Some(_) => {}
+            None => panic!("no exit"),
+        }
+    }
+
+    let total: usize = 24 << 20;
+    let mut cat = sb.spawn(ExecOptions::new(["cat"])).await.unwrap();
+    let stdin = cat.stdin();
+    let writer = tokio::spawn(async move {
+        let mut pos = 0u64;
+        while (pos as usize) < total {
+            let chunk: Vec<u8> = (pos..pos + (1 << 20)).map(pattern).collect();
+            stdin.write(&chunk).await?;
+            pos += chunk.len() as u64;
+        }
+        stdin.close().await
+    });
+    let mut pos = 0u64;
+    loop {
+        match cat.next_event().await.unwrap() {
+            Some(ExecEvent::Stdout(d)) => {
+                for b in d {
+                    assert_eq!(b, pattern(pos), "echoed byte {pos}");
+                    pos += 1;
+                }
+            }
+            Some(ExecEvent::Stderr(_)) => {}
+            Some(ExecEvent::Exit(status)) => {
+                assert_eq!(status.code, Some(0));
+                break;
+            }
+            None => panic!("no exit"),
+        }
+    }
+    assert_eq!(pos as usize, total);
+    writer.await.unwrap().unwrap();
+    watched.assert_bounded("after echoing through cat");
+}
+
 /// The collected form keeps what its limit says, and says it cut.
 async fn output_limit(sb: &Sandbox) {
     let out = sb.exec_with(seq().output_limit(1000)).await.unwrap();
@@ -274,6 +346,7 @@ async fn readers_that_stall_crawl_or_vanish_cost_a_window() {
     slow_reader(&sb, None).await;
     vanished_reader(&sb, None).await;
     file_streams(&sb, None).await;
+    stdin_flow(&sb, None).await;
     output_limit(&sb).await;
     sb.destroy().await.unwrap();
 }
@@ -295,6 +368,7 @@ async fn through_burrow_serve_too() {
     slow_reader(&sb, pid).await;
     vanished_reader(&sb, pid).await;
     file_streams(&sb, pid).await;
+    stdin_flow(&sb, pid).await;
     output_limit(&sb).await;
     sb.destroy().await.unwrap();
     drop(server);
