@@ -10,3 +10,6 @@ pub(crate) mod client;
 pub(crate) mod frames;
 pub mod relay;
 pub(crate) mod request;
+
+#[cfg(test)]
+mod tests;
