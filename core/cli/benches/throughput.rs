@@ -5,8 +5,10 @@
 //! - exec stdout of `head -c N /dev/zero` in a container sandbox, beside
 //!   `runc exec` and `crun exec` of the same command in a container of
 //!   the same rootfs (target: burrow >= 0.8x runc);
-//! - with `BURROW_VM_KERNEL` set: the same exec in a vm sandbox, beside
-//!   the guest's own `dd` from /dev/zero to /dev/null;
+//! - with `BURROW_VM_KERNEL` set: the same exec in a vm sandbox (of
+//!   BENCH_VM_BYTES, default 256 MiB: under TCG a guest copies slowly),
+//!   beside the guest's own `dd` from /dev/zero to /dev/null and the same
+//!   `head` piped into a `cat` in the guest (what the guest's pipes do);
 //! - `fs().write` and `fs().read` of N bytes, beside this host writing and
 //!   reading a file of N bytes under /tmp;
 //! - a tunnel carrying N bytes from a guest `nc`, beside the same `nc`
@@ -96,16 +98,11 @@ async fn exec_rate(sb: &Sandbox, bytes: u64) -> (u64, Duration) {
     (n, t.elapsed())
 }
 
-/// The guest's own `dd` rate from /dev/zero to /dev/null (MB/s, timed
-/// in the guest by busybox `time`: "real\t0m 1.23s").
-async fn guest_dd(sb: &Sandbox, bytes: u64) -> f64 {
-    let count = bytes / 65536;
+/// The rate of `script` moving `bytes` in the guest (MB/s, timed in the
+/// guest by busybox `time`: "real\t0m 1.23s").
+async fn guest_rate(sb: &Sandbox, script: &str, bytes: u64) -> f64 {
     let out = sb
-        .exec([
-            "sh",
-            "-c",
-            &format!("time dd if=/dev/zero of=/dev/null bs=65536 count={count} 2>/dev/null"),
-        ])
+        .exec(["sh", "-c", &format!("time sh -c '{script}'")])
         .await
         .unwrap();
     let text = out.stderr_str();
@@ -116,7 +113,7 @@ async fn guest_dd(sb: &Sandbox, bytes: u64) -> f64 {
     let (min, sec) = real.trim().split_once('m').unwrap();
     let secs: f64 = min.trim().parse::<f64>().unwrap() * 60.0
         + sec.trim().trim_end_matches('s').parse::<f64>().unwrap();
-    (count * 65536) as f64 / secs.max(0.01) / 1e6
+    bytes as f64 / secs.max(0.01) / 1e6
 }
 
 /// A tunnel to a guest `nc` that sends `bytes` zeros, read to its end.
@@ -292,9 +289,16 @@ fn main() {
                 .await
                 .unwrap()
         });
-        let vm_exec = best(iters, || rt.block_on(exec_rate(&vm, bytes)));
-        let dd = rt.block_on(guest_dd(&vm, bytes));
+        let vm_bytes = env_num("BENCH_VM_BYTES", 256 << 20);
+        println!("\nvm (TCG here: no usable KVM), {vm_bytes} bytes:");
+        let vm_exec = best(iters, || rt.block_on(exec_rate(&vm, vm_bytes)));
+        let count = vm_bytes / 65536;
+        let dd = format!("dd if=/dev/zero of=/dev/null bs=65536 count={count}");
+        let dd = rt.block_on(guest_rate(&vm, &dd, count * 65536));
+        let pipe = format!("head -c {vm_bytes} /dev/zero | cat > /dev/null");
+        let pipe = rt.block_on(guest_rate(&vm, &pipe, vm_bytes));
         row("vm exec stdout", vm_exec, "guest dd to /dev/null", dd);
+        row("vm exec stdout", vm_exec, "guest head | cat", pipe);
         rt.block_on(vm.destroy()).unwrap();
     } else {
         println!("vm rows left out: BURROW_VM_KERNEL is not set (scripts/build-kernel.sh)");
