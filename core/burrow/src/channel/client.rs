@@ -60,6 +60,8 @@ pub enum Handshake {
 
 impl Handshake {
     /// A client of this build's protocol expecting `expect`.
+    // Used by the supervisor (feature `local`) and the tests.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub fn client(expect: Option<Identity>) -> Handshake {
         Handshake::Client {
             expect,
