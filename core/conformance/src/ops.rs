@@ -413,6 +413,10 @@ impl Ctx {
                     opts.timeout = Some(seconds("timeout", &self.arg(step, "timeout")?)?);
                 }
                 if op == "exec" {
+                    if step.contains_key("output_limit") {
+                        let limit = as_u64("output_limit", &self.arg(step, "output_limit")?)?;
+                        opts.output_limit = Some(usize::try_from(limit).unwrap_or(usize::MAX));
+                    }
                     if step.contains_key("stdin") {
                         opts.stdin = Some(self.str_arg(step, "stdin")?.into_bytes());
                     }
@@ -430,6 +434,26 @@ impl Ctx {
             }
             "fs_read" => {
                 let data = sb.fs().read(&self.str_arg(step, "path")?).await?;
+                Ok(R::Value(json!(String::from_utf8_lossy(&data))))
+            }
+            "fs_write_stream" => {
+                let (path, data) = (self.str_arg(step, "path")?, self.str_arg(step, "data")?);
+                let chunks = match step.get("chunks") {
+                    None => 1,
+                    Some(v) => as_u64("chunks", &self.resolve(v).map_err(E::Kit)?)?.max(1),
+                };
+                let mut file = sb.fs().open_write(&path, None, false).await?;
+                for piece in split_chunks(data.as_bytes(), chunks) {
+                    file.write(piece).await?;
+                }
+                Ok(R::Value(json!(file.finish().await?)))
+            }
+            "fs_read_stream" => {
+                let mut file = sb.fs().open_read(&self.str_arg(step, "path")?).await?;
+                let mut data = Vec::new();
+                while let Some(chunk) = file.next_chunk().await? {
+                    data.extend_from_slice(&chunk);
+                }
                 Ok(R::Value(json!(String::from_utf8_lossy(&data))))
             }
             "fs_exists" => Ok(R::Value(json!(
@@ -467,6 +491,14 @@ fn argv(v: &Value) -> Result<Vec<String>, E> {
             .collect(),
         other => kit(format!("argv must be a list or a string, not {other}")),
     }
+}
+
+/// `data` cut into `chunks` pieces of `ceil(len / chunks)` bytes (the
+/// last one shorter; none for empty data), as every interpreter cuts an
+/// `fs_write_stream`'s data.
+fn split_chunks(data: &[u8], chunks: u64) -> std::slice::Chunks<'_, u8> {
+    let chunks = usize::try_from(chunks).unwrap_or(usize::MAX).max(1);
+    data.chunks(data.len().div_ceil(chunks).max(1))
 }
 
 fn statuses(v: &Value) -> Result<Vec<Status>, E> {

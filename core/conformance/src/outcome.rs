@@ -83,6 +83,8 @@ pub(crate) struct ExecResult {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Output went past the step's `output_limit`.
+    pub truncated: bool,
 }
 
 impl From<ExecOutput> for ExecResult {
@@ -93,6 +95,7 @@ impl From<ExecOutput> for ExecResult {
             exit_code: o.status.code,
             signal: o.status.signal,
             timed_out: o.status.timed_out,
+            truncated: o.truncated,
         }
     }
 }
@@ -105,6 +108,7 @@ impl ExecResult {
             "exit_code" => json!(self.exit_code),
             "signal" => json!(self.signal),
             "timed_out" => json!(self.timed_out),
+            "truncated" => json!(self.truncated),
             "ok" => json!(self.exit_code == Some(0) && !self.timed_out),
             _ => return None,
         })
