@@ -44,8 +44,9 @@ RULES = [
     (r"\bStopAsyncIteration\b", "StopIteration"),
     (r"\bAsyncIterator\b", "Iterator"),
     (r"\b_native\.ASYNC\b", "_native.SYNC"),
-    (r'__all__ = \["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process"\]',
-     '__all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process", "configure"]'),
+    (r"\bc\.achunks\b", "c.chunks"),
+    (r"\bc\.AsyncByteSource\b", "c.ByteSource"),
+    (r'(__all__ = \[[^\]]*"Process")\]', r'\1, "configure"]'),
     (r"from \. import _native\n", "from . import _native\nfrom ._common import configure\n"),
 ]
 

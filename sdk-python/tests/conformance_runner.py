@@ -56,7 +56,8 @@ TARGET_OPS = {
     "handle", "info", "status", "config", "start", "connect_or_start", "connect",
     "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
     "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
-    "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "follow_logs",
+    "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
+    "fs_read_stream", "follow_logs",
 }
 CONTROL_OPS = {"wait", "await", "sleep", "repeat", "race", "remove"}
 KNOWN_OPS = NAME_OPS | TARGET_OPS | CONTROL_OPS
@@ -75,10 +76,12 @@ OP_KEYS = {
     "stop": {"sandbox", "grace"},
     "modify": {"sandbox", "changes"},
     "wait_for_status": {"sandbox", "statuses", "timeout"},
-    "exec": {"sandbox", "argv", "stdin", "env", "cwd", "timeout"},
+    "exec": {"sandbox", "argv", "stdin", "env", "cwd", "timeout", "output_limit"},
     "spawn": {"sandbox", "argv", "env", "cwd", "timeout"},
     "fs_write": {"sandbox", "path", "data"},
     "fs_read": {"sandbox", "path"},
+    "fs_write_stream": {"sandbox", "path", "data", "chunks"},
+    "fs_read_stream": {"sandbox", "path"},
     "fs_exists": {"sandbox", "path"},
     "fs_mkdir": {"sandbox", "path", "parents"},
     "fs_list": {"sandbox", "path"},
@@ -307,10 +310,19 @@ class _Collected:
     exit_code: int | None
     signal: int | None
     timed_out: bool
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+def _split_chunks(data: bytes, chunks: int) -> list[bytes]:
+    """``data`` cut into ``chunks`` pieces of ``ceil(len / chunks)`` bytes
+    (the last one shorter; none for empty data), as every interpreter cuts
+    an ``fs_write_stream``'s data."""
+    size = max(1, -(-len(data) // max(1, chunks)))
+    return [data[i : i + size] for i in range(0, len(data), size)]
 
 
 #: How long a follow_logs step waits for its stream to end (seconds, scaled)
@@ -619,7 +631,7 @@ class Runner:
         if kind == "exec":
             if key in ("stdout", "stderr"):
                 return getattr(obj, key)
-            if key in ("exit_code", "signal", "timed_out", "ok"):
+            if key in ("exit_code", "signal", "timed_out", "truncated", "ok"):
                 return getattr(obj, key)
             return _MISSING
         if kind == "value":
@@ -780,6 +792,8 @@ class Runner:
                     kwargs[k] = self.value(step[k])
             if "timeout" in step:
                 kwargs["timeout"] = float(step["timeout"])
+            if "output_limit" in step:
+                kwargs["output_limit"] = int(self.value(step["output_limit"]))
             if op == "exec":
                 return R("exec", await sb.exec(argv, **kwargs))
             return R("process", await sb.spawn(argv, **kwargs))
@@ -789,6 +803,12 @@ class Runner:
             return R("none")
         if op == "fs_read":
             return R("value", await sb.fs.read(path))
+        if op == "fs_write_stream":
+            data = self.value(step["data"]).encode()
+            pieces = _split_chunks(data, int(self.value(step.get("chunks", 1))))
+            return R("value", await sb.fs.write_stream(path, iter(pieces)))
+        if op == "fs_read_stream":
+            return R("value", b"".join([chunk async for chunk in await sb.fs.open_read(path)]))
         if op == "fs_exists":
             return R("value", await sb.fs.exists(path))
         if op == "fs_mkdir":

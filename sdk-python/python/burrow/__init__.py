@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit as _atexit
 
 from . import _native, errors
-from ._api import Fs, Process, Sandbox, SandboxHandle, SandboxPage
+from ._api import FileReader, FileWriter, Fs, Process, Sandbox, SandboxHandle, SandboxPage
 from ._common import configure
 from .types import (
     Applies,
@@ -46,6 +46,8 @@ __all__ = [
     "SandboxHandle",
     "SandboxPage",
     "Fs",
+    "FileReader",
+    "FileWriter",
     "Process",
     "SandboxInfo",
     "RunInfo",

@@ -37,7 +37,7 @@ from .types import (
     Status,
 )
 
-__all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "Process"]
+__all__ = ["Sandbox", "SandboxHandle", "SandboxPage", "Fs", "FileReader", "FileWriter", "Process"]
 
 
 async def _follow(stream: _native.NativeLogStream) -> AsyncIterator[LogLine]:
@@ -105,6 +105,72 @@ class Process:
         return self._exit
 
 
+class FileReader:
+    """A sandbox file being read as a stream (from :meth:`Fs.open_read`):
+    ``async for chunk in reader`` yields its bytes in chunks (at most
+    256 KiB each) until the end of the file. Flow controlled: while the
+    chunks are not taken, the sandbox waits (memory stays flat).
+    :meth:`close` (or leaving ``async with``) before the end abandons the
+    read."""
+
+    def __init__(self, native: _native.NativeFileReader) -> None:
+        self._n: Optional[_native.NativeFileReader] = native
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self.read_chunk()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def read_chunk(self) -> Optional[bytes]:
+        """The next chunk; ``None`` at the end of the file (or once closed)."""
+        if self._n is None:
+            return None
+        chunk = await self._n.next()
+        if chunk is None:
+            self._n = None
+            return None
+        return bytes(chunk)
+
+    def close(self) -> None:
+        """Abandons the rest of the read (nothing more is read)."""
+        self._n = None
+
+    async def __aenter__(self) -> FileReader:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+class FileWriter:
+    """A sandbox file being written as a stream (from :meth:`Fs.open_write`):
+    :meth:`write` appends (waiting while the sandbox has not taken the
+    previous MiB), :meth:`finish` completes the file. A failure of the guest
+    (a missing directory, no space) is raised by :meth:`finish` at the
+    latest. Dropped unfinished, the write is abandoned (what was written
+    stays)."""
+
+    def __init__(self, native: _native.NativeFileWriter) -> None:
+        self._n = native
+
+    async def write(self, data: c.Data) -> None:
+        await self._n.write(c.to_bytes(data))
+
+    async def finish(self) -> int:
+        """Ends the file and waits until the sandbox has it: the number of
+        bytes written."""
+        return int(await self._n.finish())
+
+
 class Fs:
     """File operations in a running sandbox (``sb.fs``); paths are absolute
     guest paths."""
@@ -120,6 +186,42 @@ class Fs:
 
     async def write(self, path: str, data: c.Data, *, mode: Optional[int] = None) -> None:
         await self._n.fs_write(path, c.to_bytes(data), mode)
+
+    async def open_read(self, path: str) -> FileReader:
+        """Opens a file to read as a stream of chunks; a missing file (or a
+        directory) is the error here."""
+        return FileReader(await self._n.fs_open_read(path))
+
+    async def read_stream(self, path: str) -> AsyncIterator[bytes]:
+        """The file's bytes in chunks (``async for chunk in
+        sb.fs.read_stream(path)``); a missing file is raised by the first
+        step of the iteration."""
+        reader = await self.open_read(path)
+        async for chunk in reader:
+            yield chunk
+
+    async def open_write(
+        self, path: str, *, mode: Optional[int] = None, append: bool = False
+    ) -> FileWriter:
+        """Opens a file to write as a stream: created (with ``mode``, default
+        0o644) or truncated, or appended to with ``append=True``."""
+        return FileWriter(await self._n.fs_open_write(path, mode, append))
+
+    async def write_stream(
+        self,
+        path: str,
+        source: c.AsyncByteSource,
+        *,
+        mode: Optional[int] = None,
+        append: bool = False,
+    ) -> int:
+        """Writes a file from ``source``, chunk by chunk: an (async) iterable
+        of bytes, or a binary file object (read until it is exhausted), or
+        bytes. The number of bytes written."""
+        writer = await self.open_write(path, mode=mode, append=append)
+        async for chunk in c.achunks(source):
+            await writer.write(chunk)
+        return await writer.finish()
 
     async def list(self, path: str) -> List[DirEntry]:
         return c.dir_entries(await self._n.fs_list(path))
@@ -376,15 +478,20 @@ class Sandbox:
         cwd: Optional[str] = None,
         stdin: Optional[c.Data] = None,
         timeout: Optional[c.Duration] = None,
+        output_limit: Optional[int] = None,
     ) -> ExecResult:
         """Runs ``argv`` (a string runs through ``sh -c``) and collects its
-        output. A non-zero exit is not an exception."""
+        output. A non-zero exit is not an exception. With ``output_limit``
+        (bytes), at most that many bytes of each of stdout and stderr are
+        kept (the rest is read and dropped; the process runs to its end)
+        and ``ExecResult.truncated`` says whether any was dropped."""
         t = await self._n.exec(
             c.argv_list(argv),
             None if env is None else dict(env),
             cwd,
             None if stdin is None else c.to_bytes(stdin),
             c.seconds(timeout),
+            output_limit,
         )
         return c.exec_result(t)
 

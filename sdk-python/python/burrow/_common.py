@@ -6,9 +6,25 @@ every value judgement is the core's.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 from datetime import timedelta
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    AsyncIterable,
+    AsyncIterator,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from . import _native
 from .types import (
@@ -192,6 +208,69 @@ def to_bytes(data: Data) -> bytes:
     if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"expected bytes or str, not {type(data).__name__}")
+
+
+#: How much of a file object ``Fs.write_stream`` asks for at a time (the
+#: core's largest chunk).
+STREAM_CHUNK = 256 * 1024
+
+
+class Readable(Protocol):
+    """A binary file object (``open(p, "rb")``, ``io.BytesIO``, a pipe):
+    what ``Fs.write_stream`` reads with ``read(n)`` until it returns empty.
+    In the async API ``read`` may also be a coroutine (aiofiles)."""
+
+    def read(self, size: int = ..., /) -> Any: ...
+
+
+#: What the synchronous ``Fs.write_stream`` writes: bytes (or text, UTF-8),
+#: a binary file object, or an iterable of chunks.
+ByteSource = Union[Data, Readable, Iterable[Data]]
+#: What the async ``Fs.write_stream`` writes: also an async iterable.
+AsyncByteSource = Union[Data, Readable, AsyncIterable[Data], Iterable[Data]]
+
+
+def chunks(source: ByteSource) -> Iterator[bytes]:
+    """The chunks of ``source`` (see :data:`ByteSource`)."""
+    if isinstance(source, (bytes, bytearray, memoryview, str)):
+        if len(source):
+            yield to_bytes(source)
+        return
+    read = getattr(source, "read", None)
+    if callable(read):
+        while True:
+            block = read(STREAM_CHUNK)
+            if not block:
+                return
+            yield to_bytes(block)
+    if not isinstance(source, Iterable):
+        raise TypeError(
+            f"expected bytes, a binary file or an iterable of bytes, not {type(source).__name__}"
+        )
+    for block in source:
+        yield to_bytes(block)
+
+
+async def achunks(source: AsyncByteSource) -> AsyncIterator[bytes]:
+    """The chunks of ``source`` (see :data:`AsyncByteSource`); a plain
+    file object is read in a worker thread, off the event loop."""
+    if isinstance(source, AsyncIterable):
+        async for block in source:
+            yield to_bytes(block)
+        return
+    read = getattr(source, "read", None)
+    if callable(read) and not isinstance(source, (bytes, bytearray, memoryview, str)):
+        coroutine = inspect.iscoroutinefunction(read)
+        while True:
+            if coroutine:
+                block = await read(STREAM_CHUNK)
+            else:
+                block = await asyncio.to_thread(read, STREAM_CHUNK)
+            if not block:
+                return
+            yield to_bytes(block)
+    for chunk in chunks(source):
+        yield chunk
 
 
 def modify_changes(

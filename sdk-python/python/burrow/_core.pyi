@@ -6,6 +6,14 @@ target object (``None``: the module). ``blocking=False`` (default) returns
 an ``asyncio.Future`` bound to the running loop (``RuntimeError`` without
 one); ``True`` blocks with the GIL released and returns the value. A
 failure raises the ``burrow.errors`` class of its code.
+
+Objects (``NativeObject.kind``): ``"sandbox"`` (live or a handle),
+``"process"`` (``next``, ``write``, ``close_stdin``, ``signal``), ``"logs"``
+(``next``), ``"file_reader"`` (from ``fs_open_read``; ``next``: bytes, or
+``None`` at the end of the file) and ``"file_writer"`` (from
+``fs_open_write``; ``write`` with the call's data, ``finish``: the number of
+bytes written). ``exec`` returns the tuple ``(stdout, stderr, exit_code,
+signal, timed_out, truncated)``.
 """
 
 from __future__ import annotations

@@ -209,8 +209,11 @@ class NativeSandbox:
         cwd: Optional[str] = None,
         stdin: Optional[bytes] = None,
         timeout: Optional[Seconds] = None,
+        output_limit: Optional[int] = None,
     ) -> Any:
-        return self._c("exec", stdin, argv=argv, env=env, cwd=cwd, timeout=timeout)
+        return self._c(
+            "exec", stdin, argv=argv, env=env, cwd=cwd, timeout=timeout, output_limit=output_limit
+        )
 
     def spawn(
         self,
@@ -231,6 +234,13 @@ class NativeSandbox:
 
     def fs_write(self, path: str, data: bytes, mode: Optional[int] = None) -> Any:
         return self._c("fs_write", data, path=path, mode=mode)
+
+    def fs_open_read(self, path: str) -> Any:
+        return self._obj(self._c("fs_open_read", path=path), NativeFileReader)
+
+    def fs_open_write(self, path: str, mode: Optional[int] = None, append: bool = False) -> Any:
+        res = self._c("fs_open_write", path=path, mode=mode, append=append)
+        return self._obj(res, NativeFileWriter)
 
     def fs_list(self, path: str) -> Any:
         return self._c("fs_list", path=path)
@@ -344,6 +354,37 @@ class NativeLogStream:
 
     def next(self, timeout: Optional[Seconds] = None) -> Any:
         return _call(self._o, "next", None, self._b, {"call_timeout": timeout})
+
+
+class NativeFileReader:
+    """A sandbox file read as a stream: a pull cursor of chunks (bytes,
+    ``None`` at the end). Dropping it abandons the read in the guest."""
+
+    __slots__ = ("_o", "_b")
+
+    def __init__(self, obj: _core.NativeObject, blocking: bool) -> None:
+        self._o = obj
+        self._b = blocking
+
+    def next(self) -> Any:
+        return _call(self._o, "next", None, self._b, {})
+
+
+class NativeFileWriter:
+    """A sandbox file written as a stream: ``write`` waits while the
+    sandbox has not taken the previous MiB; ``finish`` is the byte count."""
+
+    __slots__ = ("_o", "_b")
+
+    def __init__(self, obj: _core.NativeObject, blocking: bool) -> None:
+        self._o = obj
+        self._b = blocking
+
+    def write(self, data: bytes) -> Any:
+        return _call(self._o, "write", data, self._b, {})
+
+    def finish(self) -> Any:
+        return _call(self._o, "finish", None, self._b, {})
 
 
 __all__: List[str] = []
