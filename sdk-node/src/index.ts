@@ -37,6 +37,12 @@ import {
 } from "./errors";
 import { native, NativeObject, call } from "./native";
 import { toBuffer, opt, toCapabilities, toInfo, toMetrics, toStat, exec } from "./records";
+import { FileWriter, openRead, openWrite, writeStream } from "./files";
+import type { ByteSource, WriteStreamOptions } from "./files";
+import type { ReadableStream } from "node:stream/web";
+
+export { FileWriter } from "./files";
+export type { ByteSource, WriteStreamOptions } from "./files";
 
 /** The core's error codes, in order. */
 export function errorCodes(): string[] {
@@ -64,6 +70,12 @@ export interface ExecOptions extends CallOptions {
   stdin?: Buffer | string;
   /** Kill the process after this long (seconds, or duration text). */
   processTimeout?: Duration;
+  /**
+   * `exec` only: keep at most this many bytes of each of stdout and stderr
+   * (the rest is read and dropped; the process runs to its end);
+   * `ExecResult.truncated` says whether any was dropped.
+   */
+  outputLimit?: number;
 }
 
 /** File operations in a running sandbox (absolute guest paths). */
@@ -100,6 +112,29 @@ export class Fs {
   }
   rename(from: string, to: string, opts?: CallOptions): Promise<void> {
     return call(this.#o, { op: "fs_rename", from, to }, opts);
+  }
+  /**
+   * Opens a file to read as a stream of chunks (at most 256 KiB each): a
+   * web `ReadableStream`, so `for await (const chunk of stream)`,
+   * `stream.pipeTo(...)` or `Readable.fromWeb(stream)`. A chunk is read
+   * from the sandbox only when asked for (memory stays flat);
+   * `stream.cancel()` abandons the rest. A missing file rejects here.
+   */
+  readStream(path: string, opts?: CallOptions): Promise<ReadableStream<Uint8Array>> {
+    return openRead(this.#o, path, opts);
+  }
+  /**
+   * Writes a file (created with `mode`, default 0o644, or truncated; or
+   * appended to) from `source`, chunk by chunk: an async iterable (a Node
+   * `Readable`, a generator), a web `ReadableStream`, an iterable of
+   * chunks, or bytes. Resolves to the number of bytes written.
+   */
+  writeStream(path: string, source: ByteSource, opts?: WriteStreamOptions): Promise<number> {
+    return writeStream(this.#o, path, source, opts);
+  }
+  /** Opens a file to write chunk by chunk: `write`, then `finish`. */
+  openWrite(path: string, opts?: WriteStreamOptions): Promise<FileWriter> {
+    return openWrite(this.#o, path, opts);
   }
 }
 
@@ -377,7 +412,14 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
     const stdin = opts.stdin === undefined ? null : toBuffer(opts.stdin);
     const r = await call(
       this.o,
-      { op: "exec", argv, env: opts.env, cwd: opts.cwd, timeout: opts.processTimeout },
+      {
+        op: "exec",
+        argv,
+        env: opts.env,
+        cwd: opts.cwd,
+        timeout: opts.processTimeout,
+        output_limit: opts.outputLimit,
+      },
       opts,
       stdin,
     );

@@ -9,7 +9,7 @@ import { BurrowError, ERROR_CLASSES, type ErrorBody } from "./errors";
 export const native: Native = require("../../burrow.node");
 
 export interface NativeObject {
-  readonly kind: "sandbox" | "process" | "logs";
+  readonly kind: "sandbox" | "process" | "logs" | "file_reader" | "file_writer";
   readonly id: string | null;
   readonly name: string | null;
   readonly live: boolean;

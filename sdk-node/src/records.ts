@@ -91,6 +91,7 @@ export function exec(r: any): ExecResult {
     exitCode: r.exitCode ?? null,
     signal: r.signal ?? null,
     timedOut: r.timedOut,
+    truncated: !!r.truncated,
   };
 }
 

@@ -189,6 +189,8 @@ export interface ExecResult {
   exitCode: number | null;
   signal: number | null;
   timedOut: boolean;
+  /** Output went past `outputLimit`: stdout or stderr holds only its first bytes. */
+  truncated: boolean;
 }
 
 /** A process event. */

@@ -67,7 +67,8 @@ const TARGET_OPS = [
   "handle", "info", "status", "config", "start", "connect_or_start", "connect",
   "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
   "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
-  "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "follow_logs",
+  "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
+  "fs_read_stream", "follow_logs",
 ];
 const CONTROL_OPS = ["wait", "await", "sleep", "repeat", "race", "remove"];
 const KNOWN_OPS = new Set([...NAME_OPS, ...TARGET_OPS, ...CONTROL_OPS]);
@@ -84,10 +85,12 @@ const OP_KEYS: Record<string, string[]> = {
   stop: ["sandbox", "grace"],
   modify: ["sandbox", "changes"],
   wait_for_status: ["sandbox", "statuses", "timeout"],
-  exec: ["sandbox", "argv", "stdin", "env", "cwd", "timeout"],
+  exec: ["sandbox", "argv", "stdin", "env", "cwd", "timeout", "output_limit"],
   spawn: ["sandbox", "argv", "env", "cwd", "timeout"],
   fs_write: ["sandbox", "path", "data"],
   fs_read: ["sandbox", "path"],
+  fs_write_stream: ["sandbox", "path", "data", "chunks"],
+  fs_read_stream: ["sandbox", "path"],
   fs_exists: ["sandbox", "path"],
   fs_mkdir: ["sandbox", "path", "parents"],
   fs_list: ["sandbox", "path"],
@@ -335,6 +338,7 @@ interface Collected {
   exitCode: number | null;
   signal: number | null;
   timedOut: boolean;
+  truncated?: boolean;
 }
 
 type Kind = "sandbox" | "handle" | "info" | "plan" | "exec" | "value" | "list" | "process" | "none";
@@ -680,6 +684,8 @@ export class Runner {
             return e.signal;
           case "timed_out":
             return e.timedOut;
+          case "truncated":
+            return e.truncated ?? false;
           case "ok":
             return e.exitCode === 0 && !e.timedOut;
         }
@@ -880,6 +886,7 @@ export class Runner {
         const opts: Record<string, any> = {};
         for (const k of ["env", "cwd", "stdin"]) if (k in step) opts[k] = this.value(step[k]);
         if ("timeout" in step) opts.processTimeout = Number(step.timeout);
+        if ("output_limit" in step) opts.outputLimit = Number(this.value(step.output_limit));
         if (op === "exec") return { kind: "exec", obj: await sb.exec(full, opts) };
         return { kind: "process", obj: await sb.spawn(full, opts) };
       }
@@ -891,6 +898,16 @@ export class Runner {
         return { kind: "none" };
       case "fs_read":
         return { kind: "value", obj: await sb.fs.read(path) };
+      case "fs_write_stream": {
+        const data = Buffer.from(String(this.value(step.data)), "utf8");
+        const chunks = splitChunks(data, Number(this.value(step.chunks ?? 1)));
+        return { kind: "value", obj: await sb.fs.writeStream(path, chunks) };
+      }
+      case "fs_read_stream": {
+        const parts: Uint8Array[] = [];
+        for await (const chunk of await sb.fs.readStream(path)) parts.push(chunk);
+        return { kind: "value", obj: Buffer.concat(parts) };
+      }
       case "fs_exists":
         return { kind: "value", obj: await sb.fs.exists(path) };
       case "fs_mkdir":
@@ -992,6 +1009,18 @@ export class Runner {
 }
 
 /** Collects a spawned process: all of its output, then its exit. */
+/**
+ * `data` cut into `chunks` pieces of `ceil(len / chunks)` bytes (the last
+ * one shorter; none for empty data), as every interpreter cuts an
+ * `fs_write_stream`'s data.
+ */
+function splitChunks(data: Buffer, chunks: number): Buffer[] {
+  const size = Math.max(1, Math.ceil(data.length / Math.max(1, chunks)));
+  const out: Buffer[] = [];
+  for (let i = 0; i < data.length; i += size) out.push(data.subarray(i, i + size));
+  return out;
+}
+
 async function collect(proc: Process): Promise<Collected> {
   const out: Buffer[] = [];
   const err: Buffer[] = [];
