@@ -4,6 +4,7 @@ package burrow_test
 
 import (
 	"context"
+	"io"
 	"strings"
 	"time"
 
@@ -194,7 +195,7 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 	case "wait":
 		p := r.objects[s["process"].(string)].(*spawned)
 		st, err := p.proc.Wait()
-		return &result{"exec", collected{p.stdout.Bytes(), p.stderr.Bytes(), st}}, err
+		return &result{"exec", collected{p.stdout.Bytes(), p.stderr.Bytes(), st, false}}, err
 	case "connect_or_start":
 		if _, ok := s["name"]; ok {
 			h, err := burrow.GetSandbox(ctx, name)
@@ -359,11 +360,14 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 			if in, ok := r.value(s["stdin"]).(string); ok {
 				opts = append(opts, burrow.WithStdin(strings.NewReader(in)))
 			}
+			if limit, ok := r.value(s["output_limit"]).(float64); ok {
+				opts = append(opts, burrow.WithOutputLimit(int(limit)))
+			}
 			out, err := sb.Exec(ctx, argv, opts...)
 			if err != nil {
 				return nil, err
 			}
-			return &result{"exec", collected{out.Stdout, out.Stderr, out.ExitStatus}}, nil
+			return &result{"exec", collected{out.Stdout, out.Stderr, out.ExitStatus, out.Truncated}}, nil
 		}
 		p := &spawned{}
 		opts = append(opts, burrow.WithStdout(&p.stdout), burrow.WithStderr(&p.stderr))
@@ -376,6 +380,34 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 	case "fs_read":
 		b, err := fs.ReadFile(ctx, path)
 		return &result{"value", string(b)}, err
+	case "fs_write_stream":
+		chunks := 1
+		if n, ok := r.value(s["chunks"]).(float64); ok {
+			chunks = int(n)
+		}
+		w, err := fs.OpenWrite(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		for _, piece := range splitChunks([]byte(r.value(s["data"]).(string)), chunks) {
+			if _, err := w.Write(piece); err != nil {
+				_ = w.Close()
+				return nil, err
+			}
+		}
+		if err := w.Close(); err != nil {
+			return nil, err
+		}
+		return &result{"value", float64(w.Written())}, nil
+	case "fs_read_stream":
+		rd, err := fs.OpenRead(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		defer rd.Close()
+		var b strings.Builder
+		_, err = io.Copy(&b, rd)
+		return &result{"value", b.String()}, err
 	case "fs_exists":
 		b, err := fs.Exists(ctx, path)
 		return &result{"value", b}, err
@@ -389,4 +421,16 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		return &result{"list", entries}, err
 	}
 	return nil, failf("unknown op %s", op)
+}
+
+// splitChunks cuts data into chunks pieces of ceil(len / chunks) bytes
+// (the last one shorter; none for empty data), as every interpreter cuts
+// an fs_write_stream's data.
+func splitChunks(data []byte, chunks int) [][]byte {
+	size := max(1, (len(data)+max(1, chunks)-1)/max(1, chunks))
+	var out [][]byte
+	for i := 0; i < len(data); i += size {
+		out = append(out, data[i:min(i+size, len(data))])
+	}
+	return out
 }

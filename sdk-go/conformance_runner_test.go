@@ -631,6 +631,8 @@ func (r *runner) topField(ctx context.Context, res *result, key string, cache ma
 			return float64(e.status.Signal)
 		case "timed_out":
 			return e.status.TimedOut
+		case "truncated":
+			return e.truncated
 		case "ok":
 			return e.status.Success()
 		}

@@ -92,6 +92,7 @@ type outcome struct {
 type collected struct {
 	stdout, stderr []byte
 	status         burrow.ExitStatus
+	truncated      bool
 }
 
 type raceReport struct {
@@ -265,7 +266,7 @@ func TestConformanceCasesAreWellFormed(t *testing.T) {
 	for _, op := range strings.Fields(`create connect_or_create define get get_by_id list handle info status config
 		start connect_or_start connect restart stop kill request_drain pause resume touch modify wait_for_status
 		wait_until_stopped destroy detach ping exec spawn fs_write fs_read fs_exists fs_mkdir fs_list
-		follow_logs wait await sleep repeat race remove`) {
+		fs_write_stream fs_read_stream follow_logs wait await sleep repeat race remove`) {
 		known[op] = true
 	}
 	var walk func(s step, where string)

@@ -30,13 +30,23 @@ import (
 // object is an object of the core (a sandbox, a handle, a process, a
 // followed log), freed when the Go value becomes unreachable.
 type object struct {
-	ptr *C.BurrowObject
+	ptr     *C.BurrowObject
+	cleanup runtime.Cleanup
 }
 
 func newObject(ptr *C.BurrowObject) *object {
 	o := &object{ptr: ptr}
-	runtime.AddCleanup(o, func(p *C.BurrowObject) { C.burrow_object_free(p) }, ptr)
+	o.cleanup = runtime.AddCleanup(o, func(p *C.BurrowObject) { C.burrow_object_free(p) }, ptr)
 	return o
+}
+
+// release frees the object now instead of when it becomes unreachable (a
+// file stream closed early: the core drops it, abandoning the transfer).
+// The object must not be used again.
+func (o *object) release() {
+	o.cleanup.Stop()
+	C.burrow_object_free(o.ptr)
+	o.ptr = nil
 }
 
 // reply is what the library's callback hands back.

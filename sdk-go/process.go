@@ -18,6 +18,8 @@ type execConfig struct {
 	stdin   io.Reader
 	stdout  io.Writer
 	stderr  io.Writer
+	// limit is the output limit of Exec; -1: none.
+	limit int
 }
 
 // WithExecEnv adds environment variables of the command.
@@ -49,6 +51,11 @@ func WithStdout(w io.Writer) ExecOption { return func(c *execConfig) { c.stdout 
 // (Spawn).
 func WithStderr(w io.Writer) ExecOption { return func(c *execConfig) { c.stderr = w } }
 
+// WithOutputLimit keeps at most n bytes of each of stdout and stderr in
+// the result of Exec (the rest is read and dropped; the command runs to its
+// end); ExecResult.Truncated says whether any was dropped. Exec only.
+func WithOutputLimit(n int) ExecOption { return func(c *execConfig) { c.limit = n } }
+
 func execOp(name string, argv []string, c *execConfig) op {
 	o := op{"op": name, "argv": argv}
 	if c.env != nil {
@@ -64,7 +71,7 @@ func execOp(name string, argv []string, c *execConfig) op {
 }
 
 func execConfigOf(opts []ExecOption) *execConfig {
-	c := &execConfig{}
+	c := &execConfig{limit: -1}
 	for _, f := range opts {
 		f(c)
 	}
@@ -82,19 +89,24 @@ func (s *Sandbox) Exec(ctx context.Context, argv []string, opts ...ExecOption) (
 			return nil, err
 		}
 	}
-	raw, _, err := s.do(ctx, execOp("exec", argv, c), data)
+	o := execOp("exec", argv, c)
+	if c.limit >= 0 {
+		o["output_limit"] = c.limit
+	}
+	raw, _, err := s.do(ctx, o, data)
 	if err != nil {
 		return nil, err
 	}
 	var w struct {
-		Stdout []byte `json:"stdout"`
-		Stderr []byte `json:"stderr"`
+		Stdout    []byte `json:"stdout"`
+		Stderr    []byte `json:"stderr"`
+		Truncated bool   `json:"truncated"`
 		wireExit
 	}
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return nil, malformed(err)
 	}
-	return &ExecResult{Stdout: w.Stdout, Stderr: w.Stderr, ExitStatus: w.status()}, nil
+	return &ExecResult{Stdout: w.Stdout, Stderr: w.Stderr, Truncated: w.Truncated, ExitStatus: w.status()}, nil
 }
 
 // Process is a command started by Spawn. Its output goes to the writers

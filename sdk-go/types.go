@@ -138,6 +138,9 @@ type Mount struct {
 type ExecResult struct {
 	Stdout []byte
 	Stderr []byte
+	// Truncated: output went past WithOutputLimit, Stdout or Stderr holds
+	// only its first bytes.
+	Truncated bool
 	ExitStatus
 }
 
