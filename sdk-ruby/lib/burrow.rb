@@ -95,3 +95,4 @@ module Burrow
 end
 
 require "burrow/sandbox"
+require "burrow/files"

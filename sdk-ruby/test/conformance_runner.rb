@@ -45,7 +45,7 @@ module Conformance
   NAME_OPS = %w[create connect_or_create define get get_by_id list].freeze
   TARGET_OPS = %w[handle info status config start connect_or_start connect restart stop kill request_drain
                   pause resume touch modify wait_for_status wait_until_stopped destroy detach ping exec spawn
-                  fs_write fs_read fs_exists fs_mkdir fs_list follow_logs].freeze
+                  fs_write fs_read fs_exists fs_mkdir fs_list fs_write_stream fs_read_stream follow_logs].freeze
   CONTROL_OPS = %w[wait await sleep repeat race remove].freeze
   KNOWN_OPS = (NAME_OPS + TARGET_OPS + CONTROL_OPS).to_set.freeze
   PROCESS_RACE_OPS = %w[create connect_or_create connect_or_start].freeze
@@ -54,9 +54,10 @@ module Conformance
     "create" => %w[name options], "connect_or_create" => %w[name options], "define" => %w[name options],
     "get" => %w[name], "get_by_id" => %w[id], "list" => %w[status labels], "remove" => %w[name sandbox],
     "stop" => %w[sandbox grace], "modify" => %w[sandbox changes], "wait_for_status" => %w[sandbox statuses timeout],
-    "exec" => %w[sandbox argv stdin env cwd timeout], "spawn" => %w[sandbox argv env cwd timeout],
+    "exec" => %w[sandbox argv stdin env cwd timeout output_limit], "spawn" => %w[sandbox argv env cwd timeout],
     "fs_write" => %w[sandbox path data], "fs_read" => %w[sandbox path], "fs_exists" => %w[sandbox path],
     "fs_mkdir" => %w[sandbox path parents], "fs_list" => %w[sandbox path], "wait" => %w[process],
+    "fs_write_stream" => %w[sandbox path data chunks], "fs_read_stream" => %w[sandbox path],
     "await" => %w[job], "sleep" => %w[seconds], "repeat" => %w[seconds interval do],
     "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name],
     "follow_logs" => %w[sandbox source timeout]
@@ -512,7 +513,7 @@ module Conformance
       when :plan then key == "changes" ? obj.changes : Conformance.info_field(obj.info, key)
       when :exec
         case key
-        when "stdout", "stderr", "exit_code", "signal", "timed_out" then obj.public_send(key)
+        when "stdout", "stderr", "exit_code", "signal", "timed_out", "truncated" then obj.public_send(key)
         when "ok" then obj.exit_code == 0 && !obj.timed_out # rubocop:disable Style/NumericPredicate (nil when signalled)
         else MISSING
         end
@@ -644,6 +645,7 @@ module Conformance
         opts = {}
         %w[env cwd stdin].each { |k| opts[k.to_sym] = value(step[k]) if step.key?(k) }
         opts[:timeout] = step["timeout"].to_f if step.key?("timeout")
+        opts[:output_limit] = Integer(value(step["output_limit"])) if step.key?("output_limit")
         return Result.new(:exec, sb.exec(argv, **opts)) if op == "exec"
 
         return Result.new(:process, sb.spawn(argv, **opts))
@@ -655,8 +657,19 @@ module Conformance
       when "fs_exists" then Result.new(:value, sb.fs.exist?(path))
       when "fs_mkdir" then Result.new(:none, sb.fs.mkdir(path, parents: step["parents"] ? true : false))
       when "fs_list" then Result.new(:list, sb.fs.list(path))
+      when "fs_write_stream"
+        Result.new(:value, sb.fs.write_stream(path, split_chunks(value(step["data"]).b, value(step["chunks"] || 1))))
+      when "fs_read_stream" then Result.new(:value, sb.fs.open_read(path).each.reduce(+"".b, :<<))
       else raise Failure, "unknown op #{op}"
       end
+    end
+
+    # +data+ cut into +chunks+ pieces of ceil(len / chunks) bytes (the last
+    # one shorter; none for empty data), as every interpreter cuts an
+    # fs_write_stream's data.
+    def split_chunks(data, chunks)
+      size = [(data.bytesize + [chunks.to_i, 1].max - 1) / [chunks.to_i, 1].max, 1].max
+      (0...data.bytesize).step(size).map { |i| data.byteslice(i, size) }
     end
 
     # The texts of a followed log's lines, once the stream ended by itself

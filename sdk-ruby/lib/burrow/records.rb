@@ -158,9 +158,13 @@ module Burrow
   end
 
   # How a command ended, with its output (binary Strings).
-  ExecResult = Struct.new(:stdout, :stderr, :exit_code, :signal, :timed_out, keyword_init: true) do
+  ExecResult = Struct.new(:stdout, :stderr, :exit_code, :signal, :timed_out, :truncated, keyword_init: true) do
     # Exit code 0 and not timed out.
     def success? = exit_code == 0 && !timed_out # rubocop:disable Style/NumericPredicate (nil when signalled)
+
+    # Output went past the +output_limit+ given: +stdout+ or +stderr+ holds
+    # only its first bytes.
+    def truncated? = truncated == true
   end
 
   # How a spawned command ended.

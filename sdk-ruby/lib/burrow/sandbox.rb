@@ -374,11 +374,16 @@ module Burrow
     # @param env [Hash{String=>String}, nil]
     # @param cwd [String, nil]
     # @param timeout [Numeric, nil] seconds, then it is killed (+timed_out+)
+    # @param output_limit [Integer, nil] keep at most this many bytes of
+    #   each of stdout and stderr (the rest is read and dropped; the command
+    #   runs to its end); +truncated?+ says whether any was dropped
     # @return [ExecResult]
-    def exec(argv, stdin: nil, env: nil, cwd: nil, timeout: nil)
-      r = call({ op: "exec", argv: Burrow.argv(argv), env: env, cwd: cwd, timeout: timeout }, stdin)
+    def exec(argv, stdin: nil, env: nil, cwd: nil, timeout: nil, output_limit: nil)
+      r = call({ op: "exec", argv: Burrow.argv(argv), env: env, cwd: cwd, timeout: timeout,
+                 output_limit: output_limit }, stdin)
       ExecResult.new(stdout: Base64.decode64(r["stdout"]), stderr: Base64.decode64(r["stderr"]),
-                     exit_code: r["exit_code"], signal: r["signal"], timed_out: r["timed_out"])
+                     exit_code: r["exit_code"], signal: r["signal"], timed_out: r["timed_out"],
+                     truncated: r["truncated"] == true)
     end
 
     # Starts +argv+ with streamed output. With a block, yields each chunk
@@ -506,49 +511,8 @@ module Burrow
       err = +"".b
       each { |stream, data| (stream == :stdout ? out : err) << data }
       s = @exit_status
-      ExecResult.new(stdout: out, stderr: err, exit_code: s&.exit_code, signal: s&.signal, timed_out: s&.timed_out)
+      ExecResult.new(stdout: out, stderr: err, exit_code: s&.exit_code, signal: s&.signal, timed_out: s&.timed_out,
+                     truncated: false)
     end
-  end
-
-  # File operations in a running sandbox (absolute guest paths; contents
-  # are binary Strings).
-  class Fs
-    # @api private
-    def initialize(native)
-      @native = native
-    end
-
-    # @return [String] the content (binary)
-    def read(path) = Base64.decode64(call(op: "fs_read", path: path))
-
-    # Writes +data+ (creating or truncating the file).
-    # @param mode [Integer, nil] permission bits
-    def write(path, data, mode: nil) = call({ op: "fs_write", path: path, mode: mode }, data) && nil
-
-    # @return [Array<DirEntry>]
-    def list(path) = call(op: "fs_list", path: path).map { |e| DirEntry.from_json(e) }
-
-    # @return [FileStat]
-    def stat(path) = FileStat.from_json(call(op: "fs_stat", path: path))
-
-    # @return [Boolean]
-    def exist?(path) = call(op: "fs_exists", path: path)
-
-    # Makes a directory (+parents: true+: with its parents, and no error
-    # if it exists).
-    # @return [nil]
-    def mkdir(path, parents: false) = call(op: "fs_mkdir", path: path, parents: parents) && nil
-
-    # Removes a file, or a directory (+recursive: true+: with its contents).
-    # @return [nil]
-    def remove(path, recursive: false) = call(op: "fs_remove", path: path, recursive: recursive) && nil
-
-    # Renames +from+ to +to+ (both in the sandbox).
-    # @return [nil]
-    def rename(from, to) = call(op: "fs_rename", from: from, to: to) && nil
-
-    private
-
-    def call(op, data = nil) = Burrow.call(@native, op, data)
   end
 end
