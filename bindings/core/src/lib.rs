@@ -30,6 +30,7 @@
 //! ```
 
 mod failure;
+mod files;
 pub mod input;
 mod objects;
 mod ops;
@@ -38,7 +39,8 @@ pub mod run;
 
 pub use burrow::{ExecEvent, ExecOutput};
 pub use failure::Failure;
-pub use objects::{FileReadObj, FileWriteObj, LogCursor, Object, ProcessObj, SandboxObj};
+pub use files::{FileReadObj, FileWriteObj};
+pub use objects::{LogCursor, Object, ProcessObj, SandboxObj};
 pub use ops::{answer_json, call, CallFuture, LogOp, ModuleOp, Output, ProcessOp, SandboxOp};
 
 /// The core's error codes, in order (`burrow::ErrorCode::ALL`): every SDK

@@ -9,13 +9,11 @@
 
 use std::sync::Arc;
 
-use burrow::{
-    ExecEvent, FileReader, FileWriter, LogLine, LogStream, Sandbox, SandboxHandle, SandboxId,
-    Status,
-};
+use burrow::{ExecEvent, LogLine, LogStream, Sandbox, SandboxHandle, SandboxId, Status};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::failure::Failure;
+use crate::files::{FileReadObj, FileWriteObj};
 use crate::process::{backend, Owned, Slot};
 
 /// What a sandbox object is bound to in the process that made it.
@@ -113,7 +111,7 @@ impl SandboxObj {
 
 const MOVED: &str = "this object belongs to the process that made it (before a fork)";
 
-fn moved() -> Failure {
+pub(crate) fn moved() -> Failure {
     Failure::argument("object", MOVED)
 }
 
@@ -278,66 +276,6 @@ impl LogCursor {
         let stream = self.stream.get().cloned().ok_or_else(moved)?;
         let mut stream = stream.lock().await;
         Ok(stream.next().await.transpose()?)
-    }
-}
-
-/// A sandbox's file read as a stream: a pull cursor of chunks, flow
-/// controlled (a language that stops pulling holds the guest's reader).
-#[derive(Debug)]
-pub struct FileReadObj {
-    reader: Owned<Arc<tokio::sync::Mutex<FileReader>>>,
-}
-
-impl FileReadObj {
-    pub(crate) fn new(reader: FileReader) -> Self {
-        FileReadObj {
-            reader: Owned::new(Arc::new(tokio::sync::Mutex::new(reader))),
-        }
-    }
-
-    /// The next chunk, `None` at the end of the file.
-    pub(crate) async fn next(&self) -> Result<Option<Vec<u8>>, Failure> {
-        let reader = self.reader.get().cloned().ok_or_else(moved)?;
-        let mut reader = reader.lock().await;
-        Ok(reader.next_chunk().await?)
-    }
-}
-
-/// A sandbox's file written as a stream: `write` each chunk (waiting for
-/// the guest to take the one before), then `finish`.
-#[derive(Debug)]
-pub struct FileWriteObj {
-    writer: Owned<Arc<tokio::sync::Mutex<Option<FileWriter>>>>,
-}
-
-impl FileWriteObj {
-    pub(crate) fn new(writer: FileWriter) -> Self {
-        FileWriteObj {
-            writer: Owned::new(Arc::new(tokio::sync::Mutex::new(Some(writer)))),
-        }
-    }
-
-    async fn slot(&self) -> Result<tokio::sync::OwnedMutexGuard<Option<FileWriter>>, Failure> {
-        let writer = self.writer.get().cloned().ok_or_else(moved)?;
-        Ok(writer.lock_owned().await)
-    }
-
-    fn finished() -> Failure {
-        Failure::argument("file", "the file was finished already")
-    }
-
-    /// Appends `data`.
-    pub(crate) async fn write(&self, data: &[u8]) -> Result<(), Failure> {
-        let mut slot = self.slot().await?;
-        let writer = slot.as_mut().ok_or_else(Self::finished)?;
-        Ok(writer.write(data).await?)
-    }
-
-    /// Ends the file; the bytes written.
-    pub(crate) async fn finish(&self) -> Result<u64, Failure> {
-        let mut slot = self.slot().await?;
-        let writer = slot.take().ok_or_else(Self::finished)?;
-        Ok(writer.finish().await?)
     }
 }
 

@@ -19,11 +19,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
+use crate::files::{FileReadObj, FileWriteObj};
 use crate::input::{
     statuses, stop_options, BuildInput, BuildMode, ExecInput, ListInput, LogInput, ModifyInput,
     Seconds,
 };
-use crate::objects::{Bound, FileReadObj, FileWriteObj, LogCursor, Object, ProcessObj, SandboxObj};
+use crate::objects::{Bound, LogCursor, Object, ProcessObj, SandboxObj};
 use crate::process::backend;
 use crate::run::bounded;
 
@@ -238,8 +239,11 @@ pub enum LogOp {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FileReadOp {
-    /// The next chunk (bytes), `None` at the end of the file.
+    /// The next chunk (bytes), `None` at the end of the file (and after
+    /// `close`).
     Next,
+    /// Abandons the rest of the read (a pending `next` ends with `None`).
+    Close,
 }
 
 /// Calls on a file writer.
@@ -250,6 +254,8 @@ pub enum FileWriteOp {
     Write,
     /// Ends the file: the number of bytes written (JSON).
     Finish,
+    /// Abandons the write (what was written stays); later calls fail.
+    Close,
 }
 
 /// What a call returns, for the adapter to convert.
@@ -304,6 +310,7 @@ pub fn call(target: Option<&Object>, op: &str, data: Option<Vec<u8>>) -> CallFut
                         Some(chunk) => Output::Bytes(chunk),
                         None => Output::Unit,
                     }),
+                    FileReadOp::Close => f.close().await.map(|()| Output::Unit),
                 },
                 Some(Object::FileWrite(f)) => match parse(&name, value)? {
                     FileWriteOp::Write => {
@@ -311,6 +318,7 @@ pub fn call(target: Option<&Object>, op: &str, data: Option<Vec<u8>>) -> CallFut
                         Ok(Output::Unit)
                     }
                     FileWriteOp::Finish => json(&f.finish().await?),
+                    FileWriteOp::Close => f.close().await.map(|()| Output::Unit),
                 },
             }
         };

@@ -338,3 +338,95 @@ fn a_call_timeout_or_a_cancel_leaves_nothing_running() {
     wait_until("the cancelled sleep ends in the guest", || !sleeping(&sb));
     go(Some(&sb), json!({"op": "destroy"}), None).unwrap();
 }
+
+/// `close` on a file stream ends a pending pull at once and abandons the
+/// transfer in the guest; later calls on the object fail (a writer) or
+/// report the end (a reader); the sandbox serves other calls throughout.
+#[test]
+fn closing_a_file_stream_ends_it_at_once() {
+    let sb = create("binding-close");
+    // A FIFO whose writer writes one line, then nothing: a second `next`
+    // stays pending.
+    go(
+        Some(&sb),
+        json!({"op": "exec", "argv": ["mkfifo", "/tmp/pipe"]}),
+        None,
+    )
+    .unwrap();
+    let holder = object(
+        go(
+            Some(&sb),
+            json!({"op": "spawn", "argv": ["sh", "-c", "(echo first; sleep 30) >/tmp/pipe"]}),
+            None,
+        )
+        .unwrap(),
+    );
+    let reader = object(
+        go(
+            Some(&sb),
+            json!({"op": "fs_open_read", "path": "/tmp/pipe"}),
+            None,
+        )
+        .unwrap(),
+    );
+    match go(Some(&reader), json!({"op": "next"}), None).unwrap() {
+        Output::Bytes(b) => assert_eq!(b, b"first\n"),
+        other => panic!("expected bytes, got {other:?}"),
+    }
+    let (tx, rx) = mpsc::channel();
+    let pending = reader.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(go(Some(&pending), json!({"op": "next"}), None));
+    });
+    if let Ok(early) = rx.recv_timeout(Duration::from_millis(300)) {
+        panic!("nothing is written: the pull waits, got {early:?}");
+    }
+    assert!(matches!(
+        go(Some(&reader), json!({"op": "close"}), None).unwrap(),
+        Output::Unit
+    ));
+    let ended = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the pending pull ends");
+    assert!(matches!(ended.unwrap(), Output::Unit), "a closed read ends");
+    assert!(matches!(
+        go(Some(&reader), json!({"op": "next"}), None).unwrap(),
+        Output::Unit
+    ));
+    go(Some(&holder), json!({"op": "signal", "signal": 9}), None).unwrap();
+
+    let writer = object(
+        go(
+            Some(&sb),
+            json!({"op": "fs_open_write", "path": "/tmp/w"}),
+            None,
+        )
+        .unwrap(),
+    );
+    go(Some(&writer), json!({"op": "write"}), Some(b"kept")).unwrap();
+    go(Some(&writer), json!({"op": "close"}), None).unwrap();
+    for op in ["write", "finish"] {
+        let f = go(Some(&writer), json!({ "op": op }), Some(b"x")).unwrap_err();
+        assert_eq!(f.code(), "invalid_argument", "{op} after close");
+    }
+    // Closing twice is harmless, and the sandbox serves new streams.
+    go(Some(&writer), json!({"op": "close"}), None).unwrap();
+    let again = object(
+        go(
+            Some(&sb),
+            json!({"op": "fs_open_write", "path": "/tmp/w"}),
+            None,
+        )
+        .unwrap(),
+    );
+    go(Some(&again), json!({"op": "write"}), Some(b"new")).unwrap();
+    assert_eq!(
+        json_of(go(Some(&again), json!({"op": "finish"}), None).unwrap()),
+        3
+    );
+    match go(Some(&sb), json!({"op": "fs_read", "path": "/tmp/w"}), None).unwrap() {
+        Output::Bytes(b) => assert_eq!(b, b"new"),
+        other => panic!("expected bytes, got {other:?}"),
+    }
+    go(Some(&sb), json!({"op": "destroy"}), None).unwrap();
+}
