@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO_FUZZ_VERSION=0.13.2
 seconds=${BURROW_FUZZ_SECONDS:-25}
-targets=${BURROW_FUZZ_TARGETS:-protocol config text oci_manifest unpack}
+targets=${BURROW_FUZZ_TARGETS:-protocol config text net oci_manifest unpack}
 sanitizer=${BURROW_FUZZ_SANITIZER:-none}
 start=$(date +%s)
 step() { echo; echo "==> $* ($(( $(date +%s) - start ))s)"; }

@@ -34,6 +34,7 @@ fn main() {
     protocol(&out.join("protocol"));
     config(&out.join("config"));
     text(&out.join("text"));
+    net(&out.join("net"));
     oci_manifest(&out.join("oci_manifest"));
     unpack(&out.join("unpack"));
     println!("seeds written under {}", out.display());
@@ -465,6 +466,43 @@ fn text(dir: &Path) {
     ];
     for (i, t) in texts.iter().enumerate() {
         write(dir, &format!("text-{i}"), t.as_bytes());
+    }
+}
+
+fn net(dir: &Path) {
+    use burrow_net::dns;
+    let mut answer = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0];
+    answer.extend_from_slice(b"\x03www\x07Example\x03com\x00\x00\x01\x00\x01");
+    answer.extend_from_slice(&[0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 60, 0, 6, 3, b'c', b'd', b'n', 0xc0, 16]);
+    answer.extend_from_slice(&[0xc0, 45, 0, 1, 0, 1, 0, 0, 1, 0, 0, 4, 198, 18, 0, 7]);
+    let messages = [
+        dns::query(7, "pypi.org", dns::TYPE_A),
+        dns::query(8, "files.pythonhosted.org", dns::TYPE_AAAA),
+        answer,
+        dns::error_response(9, dns::NXDOMAIN),
+    ];
+    for (i, m) in messages.iter().enumerate() {
+        write(dir, &format!("dns-{i}"), &[&[0u8][..], m].concat());
+    }
+    let rules = [
+        "pypi.org:443",
+        "*.github.com",
+        "tcp:*:22,80-90",
+        "udp:10.0.0.0/8:53",
+        "[2001:db8::/32]:443",
+        "192.0.2.7",
+    ];
+    for (i, r) in rules.iter().enumerate() {
+        write(dir, &format!("rule-{i}"), &[&[1u8][..], r.as_bytes()].concat());
+    }
+    let policies = [
+        r#"{"allow": ["pypi.org:443", "*.pythonhosted.org"], "deny": ["10.0.0.0/8"]}"#,
+        r#""all""#,
+        "true",
+        r#"{"allow": []}"#,
+    ];
+    for (i, p) in policies.iter().enumerate() {
+        write(dir, &format!("policy-{i}"), &[&[2u8][..], p.as_bytes()].concat());
     }
 }
 
