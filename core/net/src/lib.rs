@@ -7,7 +7,10 @@
 //! - [`dns`]: DNS messages as the host-side resolver reads and writes them
 //!   (bounded, never trusting a length or a pointer it was sent).
 
+pub mod addrs;
 pub mod dns;
+pub mod link;
+mod netlink;
 pub mod policy;
 
 pub use policy::{Network, Policy, Proto, Rule, RuleError, Verdict, Why};
