@@ -12,5 +12,6 @@ pub mod dns;
 pub mod link;
 mod netlink;
 pub mod policy;
+pub mod stack;
 
 pub use policy::{Network, Policy, Proto, Rule, RuleError, Verdict, Why};

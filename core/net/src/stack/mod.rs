@@ -1,0 +1,358 @@
+//! The stack: one per sandbox, in its supervisor. It is the guest's
+//! gateway and DNS server; it terminates each of the guest's connections
+//! and opens the host-side socket only after the policy allowed it, and it
+//! counts what went through and what was refused.
+
+mod frames;
+mod io;
+mod resolver;
+mod tcp;
+mod udp;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use smoltcp::iface::{Config, Interface};
+use smoltcp::wire::{HardwareAddress, IpCidr};
+use tokio::sync::watch;
+
+use crate::addrs;
+use crate::policy::{Policy, Proto, Verdict, Why};
+
+pub use io::{packet_link, stream_link, Link};
+pub use resolver::upstream_from_resolv_conf;
+
+use frames::{classify, Class, Queues, STACK_MAC};
+
+/// What went through a sandbox's network, since its stack started.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Bytes the guest sent (TCP payload and UDP datagrams).
+    pub bytes_out: AtomicU64,
+    /// Bytes the guest received.
+    pub bytes_in: AtomicU64,
+    /// Connections and UDP flows opened.
+    pub connections: AtomicU64,
+    /// Connections, flows, names and answers refused.
+    pub refusals: AtomicU64,
+    /// DNS questions asked.
+    pub dns_queries: AtomicU64,
+}
+
+/// A reading of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CounterValues {
+    /// Bytes the guest sent.
+    pub bytes_out: u64,
+    /// Bytes the guest received.
+    pub bytes_in: u64,
+    /// Connections and UDP flows opened.
+    pub connections: u64,
+    /// Connections, flows, names and answers refused.
+    pub refusals: u64,
+    /// DNS questions asked.
+    pub dns_queries: u64,
+}
+
+impl Counters {
+    /// The values now.
+    pub fn read(&self) -> CounterValues {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CounterValues {
+            bytes_out: r(&self.bytes_out),
+            bytes_in: r(&self.bytes_in),
+            connections: r(&self.connections),
+            refusals: r(&self.refusals),
+            dns_queries: r(&self.dns_queries),
+        }
+    }
+}
+
+/// What was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A connection (TCP) or flow (UDP), with the names its address was
+    /// resolved from.
+    Connection {
+        /// TCP or UDP.
+        proto: Proto,
+        /// The destination.
+        dst: SocketAddrV4,
+        /// The names the guest resolved to this address.
+        names: Vec<String>,
+    },
+    /// A name the guest asked for.
+    Name(String),
+    /// An address an allowed name resolved to (rebinding).
+    Answer(String, Ipv4Addr),
+}
+
+/// A refusal, with the rule or range that decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// What was refused.
+    pub target: Target,
+    /// Why.
+    pub verdict: Verdict,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.target {
+            Target::Connection { proto, dst, names } if names.is_empty() => {
+                write!(f, "refused {} {dst}", proto.as_str())?
+            }
+            Target::Connection { proto, dst, names } => {
+                write!(f, "refused {} {dst} ({})", proto.as_str(), names.join(", "))?
+            }
+            Target::Name(n) => write!(f, "refused name {n}")?,
+            Target::Answer(n, ip) => write!(f, "refused answer {ip} for {n}")?,
+        }
+        write!(f, ": {}", self.verdict)
+    }
+}
+
+/// A refusal of a limit rather than of a rule.
+pub(crate) fn limit_verdict(what: &str) -> Verdict {
+    Verdict {
+        allowed: false,
+        why: Why::Special(format!("the limit of {what}")),
+    }
+}
+
+/// Called with each refusal (the supervisor writes it to the sandbox's
+/// log).
+pub type OnRefusal = Arc<dyn Fn(&Refusal) + Send + Sync>;
+
+/// What a stack is given.
+pub struct StackConfig {
+    /// The rules; a new value applies at once, closing what it forbids.
+    pub policy: watch::Receiver<Policy>,
+    /// The name servers the stack asks.
+    pub upstream: Vec<SocketAddr>,
+    /// The counters it keeps.
+    pub counters: Arc<Counters>,
+    /// Told of each refusal.
+    pub on_refusal: OnRefusal,
+    /// The link's MTU (IP bytes per frame).
+    pub mtu: usize,
+}
+
+impl fmt::Debug for StackConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StackConfig")
+            .field("policy", &*self.policy.borrow())
+            .field("upstream", &self.upstream)
+            .field("mtu", &self.mtu)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the stack's tasks share.
+pub(crate) struct Ctx {
+    policy: watch::Receiver<Policy>,
+    upstream: Vec<SocketAddr>,
+    names: resolver::Names,
+    counters: Arc<Counters>,
+    on_refusal: OnRefusal,
+    host: Mutex<(Option<Instant>, HashSet<IpAddr>)>,
+    mtu: usize,
+}
+
+impl fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ctx").finish_non_exhaustive()
+    }
+}
+
+impl Ctx {
+    fn policy(&self) -> Policy {
+        self.policy.borrow().clone()
+    }
+
+    fn refused(&self, refusal: Refusal) {
+        self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        (self.on_refusal)(&refusal);
+    }
+
+    /// Checks a connection to `dst` (with the names the guest resolved it
+    /// from); the refusal to report otherwise.
+    fn check(&self, proto: Proto, dst: SocketAddrV4) -> Result<(), Refusal> {
+        let names = self.names.of(*dst.ip());
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let ip = IpAddr::V4(*dst.ip());
+        let verdict = self
+            .policy
+            .borrow()
+            .check(ip, dst.port(), proto, &refs, self.host_own(ip));
+        if verdict.allowed {
+            Ok(())
+        } else {
+            Err(Refusal {
+                target: Target::Connection { proto, dst, names },
+                verdict,
+            })
+        }
+    }
+
+    /// Whether `ip` is one of the host's addresses (read again at most
+    /// every two seconds).
+    fn host_own(&self, ip: IpAddr) -> bool {
+        let mut host = self.host.lock().unwrap_or_else(|p| p.into_inner());
+        if host.0.is_none_or(|t| t.elapsed() > Duration::from_secs(2)) {
+            *host = (Some(Instant::now()), host_addresses());
+        }
+        host.1.contains(&ip.to_canonical())
+    }
+}
+
+/// The addresses of the host's interfaces.
+fn host_addresses() -> HashSet<IpAddr> {
+    let mut out = HashSet::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list`, freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return out;
+    }
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: a non-null ifa_addr points to a sockaddr of the
+            // family it names.
+            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: the family is AF_INET, so this is a sockaddr_in.
+                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+                out.insert(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: the family is AF_INET6, so this is a sockaddr_in6.
+                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+                out.insert(IpAddr::V6(sin6.sin6_addr.s6_addr.into()));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    out
+}
+
+/// Runs a stack on `link` until the link closes (the sandbox stopped).
+pub async fn run(mut link: Link, cfg: StackConfig) {
+    let ctx = Arc::new(Ctx {
+        policy: cfg.policy.clone(),
+        upstream: cfg.upstream,
+        names: resolver::Names::default(),
+        counters: cfg.counters,
+        on_refusal: cfg.on_refusal,
+        host: Mutex::new((None, HashSet::new())),
+        mtu: cfg.mtu,
+    });
+    let mut policy = cfg.policy;
+    let mut policy_open = true;
+    let mut dev = Queues::new(cfg.mtu);
+    let mut iface = Interface::new(
+        Config::new(HardwareAddress::Ethernet(STACK_MAC)),
+        &mut dev,
+        smol_now(),
+    );
+    iface.update_ip_addrs(|a| {
+        let _ = a.push(IpCidr::new(addrs::GATEWAY.into(), addrs::GUEST_PREFIX));
+    });
+    iface.set_any_ip(true);
+    let mut tcp = tcp::Tcp::new();
+    let mut udp = udp::Udp::new();
+    let mut last_expiry = Instant::now();
+    loop {
+        // Everything smoltcp and the connections can do now.
+        loop {
+            iface.poll(smol_now(), &mut dev, &mut tcp.sockets);
+            if !tcp.service(&ctx) {
+                break;
+            }
+        }
+        while let Some(frame) = dev.tx.pop_front() {
+            if link.tx.send(frame).await.is_err() {
+                return;
+            }
+        }
+        if last_expiry.elapsed() > Duration::from_secs(1) {
+            udp.expire();
+            last_expiry = Instant::now();
+        }
+        let delay = iface
+            .poll_delay(smol_now(), &tcp.sockets)
+            .map(|d| Duration::from_micros(d.total_micros()))
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        tokio::select! {
+            frame = link.rx.recv() => {
+                let Some(frame) = frame else { return };
+                ingress(&ctx, &mut dev, &mut tcp, &mut udp, &link.tx, frame);
+                // Take what else is queued, a bounded batch.
+                for _ in 0..64 {
+                    match link.rx.try_recv() {
+                        Ok(frame) => ingress(&ctx, &mut dev, &mut tcp, &mut udp, &link.tx, frame),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Some(done) = tcp.done_rx.recv() => {
+                if let Some(frame) = tcp.connected(&ctx, done) {
+                    dev.rx.push_back(frame);
+                }
+            }
+            () = tcp.wake.notified() => {}
+            changed = policy.changed(), if policy_open => {
+                if changed.is_err() {
+                    policy_open = false;
+                } else {
+                    policy.borrow_and_update();
+                    tcp.recheck(&ctx);
+                    udp.recheck(&ctx);
+                }
+            }
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+fn ingress(
+    ctx: &Arc<Ctx>,
+    dev: &mut Queues,
+    tcp: &mut tcp::Tcp,
+    udp: &mut udp::Udp,
+    out: &tokio::sync::mpsc::Sender<Vec<u8>>,
+    frame: Vec<u8>,
+) {
+    match classify(&frame) {
+        Class::Syn { src, dst } => {
+            if let Some(frame) = tcp.syn(ctx, src, dst, frame) {
+                dev.rx.push_back(frame);
+            }
+        }
+        Class::Udp {
+            mac,
+            src,
+            dst,
+            payload,
+        } => udp.datagram(ctx, out, mac, src, dst, &frame[payload]),
+        Class::Stack => dev.rx.push_back(frame),
+        Class::Drop => {}
+    }
+}
+
+fn smol_now() -> smoltcp::time::Instant {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    smoltcp::time::Instant::from_micros(start.elapsed().as_micros() as i64)
+}

@@ -1,0 +1,130 @@
+"""The guest's side of burrow-net's stack tests, run in the guest's network
+namespace with the system's python3. One action per run; prints one line.
+
+  tcp HOST PORT [SEND]     connect, send, print what came back or ERR <name>
+  hold HOST PORT           connect, print READY, then read until EOF/error
+  udp HOST PORT MSG        send a datagram, print the reply or ERR timeout
+  dns NAME [tcp]           ask 10.0.2.3, print "<rcode> <a> <a>..."
+  fetch NAME PORT          resolve NAME at 10.0.2.3, connect to its first A
+  bulk HOST PORT           read until EOF, print the byte count
+"""
+import errno
+import socket
+import struct
+import sys
+
+DNS = "10.0.2.3"
+
+
+def err(e):
+    if isinstance(e, socket.timeout):
+        return "ERR timeout"
+    return "ERR " + errno.errorcode.get(e.errno, str(e.errno))
+
+
+def query(name, qtype=1):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return q + b"\x00" + struct.pack(">HH", qtype, 1)
+
+
+def skip_name(msg, i):
+    while True:
+        n = msg[i]
+        if n & 0xC0 == 0xC0:
+            return i + 2
+        if n == 0:
+            return i + 1
+        i += 1 + n
+
+
+def parse(msg):
+    rcode = msg[3] & 0xF
+    qd, an = struct.unpack(">HH", msg[4:8])
+    i = 12
+    for _ in range(qd):
+        i = skip_name(msg, i) + 4
+    addrs = []
+    for _ in range(an):
+        i = skip_name(msg, i)
+        rtype, _, _, rdlen = struct.unpack(">HHIH", msg[i : i + 10])
+        i += 10
+        if rtype == 1:
+            addrs.append(socket.inet_ntoa(msg[i : i + 4]))
+        i += rdlen
+    return rcode, addrs
+
+
+def dns(name, tcp=False):
+    q = query(name)
+    if tcp:
+        s = socket.create_connection((DNS, 53), timeout=5)
+        s.sendall(struct.pack(">H", len(q)) + q)
+        n = struct.unpack(">H", recv_exact(s, 2))[0]
+        return parse(recv_exact(s, n))
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.sendto(q, (DNS, 53))
+    return parse(s.recv(4096))
+
+
+def recv_exact(s, n):
+    out = b""
+    while len(out) < n:
+        b = s.recv(n - len(out))
+        if not b:
+            raise OSError(errno.ECONNRESET, "short")
+        out += b
+    return out
+
+
+def main(argv):
+    act = argv[0]
+    try:
+        if act == "tcp":
+            s = socket.create_connection((argv[1], int(argv[2])), timeout=5)
+            if len(argv) > 3:
+                s.sendall(argv[3].encode())
+                s.shutdown(socket.SHUT_WR)
+            print(s.recv(1000).decode() or "EOF")
+        elif act == "hold":
+            s = socket.create_connection((argv[1], int(argv[2])), timeout=5)
+            s.settimeout(30)
+            print("READY", flush=True)
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    print("EOF")
+                    break
+        elif act == "udp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(2)
+            s.sendto(argv[3].encode(), (argv[1], int(argv[2])))
+            print(s.recv(1000).decode())
+        elif act == "dns":
+            rcode, addrs = dns(argv[1], len(argv) > 2)
+            print(" ".join([str(rcode)] + addrs))
+        elif act == "fetch":
+            rcode, addrs = dns(argv[1])
+            if not addrs:
+                print("NOADDR %d" % rcode)
+                return
+            s = socket.create_connection((addrs[0], int(argv[2])), timeout=5)
+            print(s.recv(1000).decode() or "EOF")
+        elif act == "bulk":
+            s = socket.create_connection((argv[1], int(argv[2])), timeout=10)
+            total = 0
+            while True:
+                b = s.recv(1 << 20)
+                if not b:
+                    break
+                total += len(b)
+            print(total)
+        else:
+            print("ERR usage")
+    except OSError as e:
+        print(err(e))
+
+
+main(sys.argv[1:])
