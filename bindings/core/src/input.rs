@@ -121,9 +121,10 @@ pub struct BuildInput {
     /// Volumes and host directories.
     #[serde(default)]
     pub volumes: Vec<VolumeInput>,
-    /// Network access.
+    /// Network access: `false`/`"none"`, `true`/`"all"`, or a policy
+    /// `{"allow": [RULE...], "deny": [RULE...]}`.
     #[serde(default)]
-    pub network: bool,
+    pub network: burrow::Network,
     /// Idle timeout (reclaim after no activity).
     #[serde(default)]
     pub idle_timeout: Option<Seconds>,
@@ -179,7 +180,7 @@ impl BuildInput {
                 Mount::new(source, v.target.clone()).read_only(v.read_only)
             })
             .collect();
-        config.network = self.network;
+        config.network = self.network.clone();
         config.idle_timeout = opt_duration(self.idle_timeout);
         config.idle_action = self.idle_action.unwrap_or_default();
         config.max_duration = opt_duration(self.max_duration);

@@ -18,6 +18,7 @@ pub use crate::engine::paths::Home;
 pub mod supervisor {
     use std::path::Path;
 
+    pub use crate::engine::driver::container::network::make_and_send_link;
     pub use crate::engine::driver::container::rootless::remove_in_user_namespace;
     pub use crate::engine::logs::rotating::RotatingFile;
     pub use crate::engine::supervisor::{detach_from_starter, main, SuperviseArgs};

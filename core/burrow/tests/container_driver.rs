@@ -450,13 +450,13 @@ async fn mounts_limits_user_and_network_off(runtime: OciRuntime) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_gets_a_default_route() {
-    if !usable("runc") || !usable("pasta") {
+    if !usable("runc") {
         return;
     }
     let _serial = SERIAL.lock().await;
     let fx = Fixture::new();
     let mut c = config(OciRuntime::Runc);
-    c.network = true;
+    c.network = burrow::Network::All;
     let spec = fx.spec(1, c);
     // The network is attached after the container starts and before launch
     // returns: like the real agent, the script waits for the host first.

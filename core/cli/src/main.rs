@@ -1,5 +1,5 @@
 //! The `burrow` command line. Thin: parses input and calls the library.
-//! Also hosts the internal `__supervise` and `__remove` entries, which the
+//! Also hosts the internal `__supervise`, `__remove` and `__link` entries, which the
 //! library uses when the lean `burrow-supervisor` binary is not installed
 //! beside `burrow`.
 
@@ -17,6 +17,9 @@ fn main() -> ExitCode {
     }
     if args.get(1).map(String::as_str) == Some("__remove") {
         return supervise::remove(&args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some("__link") {
+        return supervise::link(&args[2..]);
     }
     commands::main()
 }

@@ -44,6 +44,26 @@ pub(crate) fn remove(args: &[String]) -> ExitCode {
     }
 }
 
+/// `burrow __link PID FD`: internal, spawned by a supervisor to give the
+/// container of PID its network link (it enters the container's user
+/// namespace: single-threaded here) and hand it back over the socket FD.
+pub(crate) fn link(args: &[String]) -> ExitCode {
+    let (Some(pid), Some(fd)) = (
+        args.first().and_then(|a| a.parse::<i32>().ok()),
+        args.get(1).and_then(|a| a.parse::<i32>().ok()),
+    ) else {
+        eprintln!("burrow __link: expected a process id and a descriptor");
+        return ExitCode::from(2);
+    };
+    match supervisor::make_and_send_link(pid, fd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("burrow __link: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn parse_supervise(args: &[String]) -> Result<supervisor::SuperviseArgs, String> {
     let mut home = None;
     let mut id = None;

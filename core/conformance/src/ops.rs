@@ -121,7 +121,10 @@ impl Ctx {
         config.env = opt_map(&opts, "env")?;
         config.workdir = opt_str(&opts, "workdir")?;
         config.labels = opt_map(&opts, "labels")?;
-        config.network = opt_bool(&opts, "network")?.unwrap_or(false);
+        if let Some(v) = opts.get("network").filter(|v| !v.is_null()) {
+            config.network =
+                serde_json::from_value(v.clone()).or_else(|e| kit(format!("network: {e}")))?;
+        }
         config.idle_timeout = opts
             .get("idle_timeout")
             .map(|v| seconds("idle_timeout", v))

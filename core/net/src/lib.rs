@@ -6,12 +6,18 @@
 //!   form and the verdict on each connection and each name.
 //! - [`dns`]: DNS messages as the host-side resolver reads and writes them
 //!   (bounded, never trusting a length or a pointer it was sent).
+//! - [`stack`] (feature `stack`): the per-sandbox network stack that
+//!   enforces a policy, and [`link`], the link it is given into a
+//!   container's network namespace.
 
 pub mod addrs;
 pub mod dns;
+#[cfg(feature = "stack")]
 pub mod link;
+#[cfg(feature = "stack")]
 mod netlink;
 pub mod policy;
+#[cfg(feature = "stack")]
 pub mod stack;
 
 pub use policy::{Network, Policy, Proto, Rule, RuleError, Verdict, Why};

@@ -352,6 +352,26 @@ pub struct Metrics {
     pub io_write_bytes: Option<u64>,
     /// Number of processes.
     pub pids: Option<u64>,
+    /// What went through the sandbox's network stack since it started
+    /// (absent without a network, or where the driver has no stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkCounters>,
+}
+
+/// A sandbox's network counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkCounters {
+    /// Bytes the guest sent (TCP payload and UDP datagrams).
+    pub bytes_out: u64,
+    /// Bytes the guest received.
+    pub bytes_in: u64,
+    /// Connections and UDP flows opened.
+    pub connections: u64,
+    /// Connections, flows, DNS names and DNS answers refused by the policy.
+    pub refusals: u64,
+    /// DNS questions the guest asked.
+    pub dns_queries: u64,
 }
 
 /// Successful outcomes.

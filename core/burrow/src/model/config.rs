@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use burrow_net::{
+    Network, Policy as NetworkPolicy, Rule as NetworkRule, RuleError as NetworkRuleError,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -235,9 +238,11 @@ pub struct SandboxConfig {
     /// Volumes and host directories.
     #[serde(default)]
     pub mounts: Vec<Mount>,
-    /// Outbound network access (user-mode networking). Off by default.
+    /// Outbound network access: none (the default), all (anything
+    /// public), or a policy of allow and deny rules, enforced by the
+    /// sandbox's own network stack (see docs/networking.md).
     #[serde(default)]
-    pub network: bool,
+    pub network: Network,
     /// Reclaim the sandbox after this long without activity (0 disables).
     #[serde(
         default,
@@ -317,7 +322,7 @@ impl SandboxConfig {
             workdir: None,
             labels: BTreeMap::new(),
             mounts: Vec::new(),
-            network: false,
+            network: Network::None,
             idle_timeout: None,
             idle_action: IdleAction::Stop,
             max_duration: None,
@@ -399,19 +404,27 @@ impl SandboxConfig {
                 return bad("memory_mb", format!("{m} MiB is outside 16 MiB..4 TiB"));
             }
         }
-        if self.network
+        if let Network::Policy(p) = &self.network {
+            if let Err(e) = p.validate() {
+                return bad("network", e.to_string());
+            }
+        }
+        if self.network.is_enabled()
             && self.driver == Some(DriverKind::Container)
             && self.runtime == Some(OciRuntime::Runsc)
         {
             return bad(
                 "network",
-                "the container driver has no user-mode networking under runsc yet \
-                 (gVisor reads the network namespace before pasta can attach to it); \
+                "the container driver has no network under runsc yet \
+                 (gVisor reads the network namespace before the stack can attach to it); \
                  use runc or crun, or the vm driver"
                     .into(),
             );
         }
         if self.driver == Some(DriverKind::Vm) {
+            if let Some(reason) = vm_network_gap(&self.network) {
+                return bad("network", reason.into());
+            }
             if let Some(m) = self.memory_mb {
                 if m < DriverKind::VM_MIN_MEMORY_MB {
                     return bad(
@@ -624,3 +637,12 @@ mod opt_duration_ms {
 
 #[cfg(test)]
 mod tests;
+
+/// Why the vm driver cannot run with `network` (None: it can): it has no
+/// policy stack yet, only anything-public networking.
+pub(crate) fn vm_network_gap(network: &Network) -> Option<&'static str> {
+    matches!(network, Network::Policy(_)).then_some(
+        "the vm driver does not enforce network policies yet: use `all` or `none`, \
+         or the container driver",
+    )
+}

@@ -7,9 +7,10 @@ mod modify;
 mod name;
 mod status;
 
+pub(crate) use config::vm_network_gap;
 pub use config::{
-    DriverKind, IdleAction, Mount, MountSource, OciRuntime, SandboxConfig, MAX_DURATION,
-    MAX_PIDS_LIMIT,
+    DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
+    NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT,
 };
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};

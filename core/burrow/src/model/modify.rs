@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DriverKind, IdleAction, SandboxConfig, SandboxInfo, Status};
+use super::{DriverKind, IdleAction, Network, SandboxConfig, SandboxInfo, Status};
 use crate::error::Result;
 
 /// Requested changes. `None` leaves a field alone; for limits and timeouts
@@ -37,6 +37,9 @@ pub struct Modify {
     pub idle_action: Option<IdleAction>,
     /// Maximum duration of each run.
     pub max_duration: Option<Option<Duration>>,
+    /// The network setting (a running container's stack applies it at
+    /// once, closing connections it no longer allows).
+    pub network: Option<Network>,
 }
 
 /// Where a change takes effect.
@@ -58,7 +61,7 @@ pub enum Applies {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldChange {
     /// Field name (`cpus`, `memory_mb`, `env`, `labels`, `idle_timeout`,
-    /// `idle_action`, `max_duration`).
+    /// `idle_action`, `max_duration`, `network`).
     pub field: String,
     /// Where it lands.
     pub applies: Applies,
@@ -107,6 +110,9 @@ impl Modify {
         }
         if let Some(v) = self.max_duration {
             c.max_duration = v;
+        }
+        if let Some(v) = &self.network {
+            c.network = v.clone();
         }
         c.validate()?;
         Ok(c)
@@ -173,6 +179,19 @@ impl Modify {
                 });
             }
         }
+        if self.network.is_some() {
+            out.push(if !live {
+                later("network")
+            } else if driver == DriverKind::Vm {
+                change(
+                    "network",
+                    Applies::NextStart,
+                    Some("a VM's network changes at its next start"),
+                )
+            } else {
+                change("network", Applies::Live, None)
+            });
+        }
         out
     }
 }
@@ -222,6 +241,12 @@ struct ModifyWire {
         with = "double_option"
     )]
     max_duration_ms: Option<Option<u64>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "value_only"
+    )]
+    network: Option<Network>,
 }
 
 fn to_ms(d: Duration) -> u64 {
@@ -240,6 +265,7 @@ impl From<Modify> for ModifyWire {
             idle_timeout_ms: m.idle_timeout.map(|o| o.map(to_ms)),
             idle_action: m.idle_action,
             max_duration_ms: m.max_duration.map(|o| o.map(to_ms)),
+            network: m.network,
         }
     }
 }
@@ -256,6 +282,7 @@ impl From<ModifyWire> for Modify {
             idle_timeout: w.idle_timeout_ms.map(|o| o.map(Duration::from_millis)),
             idle_action: w.idle_action,
             max_duration: w.max_duration_ms.map(|o| o.map(Duration::from_millis)),
+            network: w.network,
         }
     }
 }

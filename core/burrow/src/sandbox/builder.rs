@@ -8,7 +8,9 @@ use super::{Sandbox, SandboxHandle};
 use crate::backend::{Backend, CreateRequest, StartOptions};
 use crate::duration::IntoDuration;
 use crate::error::{Error, Result};
-use crate::model::{DriverKind, IdleAction, Mount, MountSource, OciRuntime, SandboxConfig};
+use crate::model::{
+    DriverKind, IdleAction, Mount, MountSource, Network, OciRuntime, SandboxConfig,
+};
 use crate::select::default_backend;
 
 /// Collects options for a new sandbox. Options apply only when the sandbox is
@@ -147,9 +149,14 @@ impl SandboxBuilder {
         self.config.command = Some(Vec::new());
         self
     }
-    /// Outbound network access.
-    pub fn network(mut self, on: bool) -> Self {
-        self.config.network = on;
+    /// Outbound network access: `true` (anything public), `false` (none,
+    /// the default), [`Network::All`], [`Network::None`], or a
+    /// [`NetworkPolicy`] of allow and deny rules
+    /// (`NetworkPolicy::allow(["pypi.org", "*.pythonhosted.org"])`).
+    ///
+    /// [`NetworkPolicy`]: crate::NetworkPolicy
+    pub fn network(mut self, network: impl Into<Network>) -> Self {
+        self.config.network = network.into();
         self
     }
     /// Idle timeout (reclaim after this long without activity): a

@@ -114,6 +114,14 @@ impl<'a> ModifyBuilder<'a> {
         self
     }
 
+    /// The network setting (see [`crate::SandboxBuilder::network`]): a
+    /// running container's stack applies it at once and closes the
+    /// connections it no longer allows.
+    pub fn network(mut self, network: impl Into<crate::Network>) -> Self {
+        self.changes.network = Some(network.into());
+        self
+    }
+
     /// The changes collected so far.
     pub fn changes(&self) -> &Modify {
         &self.changes

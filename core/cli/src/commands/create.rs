@@ -48,9 +48,19 @@ pub(crate) struct SandboxOpts {
     /// volume, kept when the sandbox is removed.
     #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
     pub volumes: Vec<String>,
-    /// Enable outbound network access.
-    #[arg(long)]
+    /// Outbound network access to anything public (private ranges and
+    /// the host stay unreachable unless an --allow rule names them).
+    #[arg(long, conflicts_with = "allow")]
     pub network: bool,
+    /// Network access only to what RULE allows (repeatable): a domain
+    /// (pypi.org), its subdomains (*.github.com), an IP or CIDR, with an
+    /// optional protocol and ports (tcp:10.0.0.5:5432, udp:*:53, host:80-90).
+    #[arg(long, value_name = "RULE")]
+    pub allow: Vec<String>,
+    /// Refuse what RULE matches even where an allow rule matches
+    /// (repeatable; alone, it refuses that from anything public).
+    #[arg(long, value_name = "RULE")]
+    pub deny: Vec<String>,
     /// Isolation driver: container (namespaces under an OCI runtime) or vm
     /// (a QEMU microVM). Default: the backend's ($BURROW_DRIVER where the
     /// sandbox runs: here, or on the server with BURROW_URL), else container.
@@ -101,7 +111,7 @@ impl SandboxOpts {
             .iter()
             .map(|v| parse_mount(v))
             .collect::<burrow::Result<_>>()?;
-        c.network = self.network;
+        c.network = network_setting(self.network, &self.allow, &self.deny)?;
         // None: the backend's default (this host's $BURROW_DRIVER, or the
         // server's with BURROW_URL).
         c.driver = self
@@ -297,4 +307,27 @@ mod tests {
             .map(|e| e.code());
         assert_eq!(e, Some(ErrorCode::AlreadyExists));
     }
+}
+
+/// The network of `--network`, `--allow` and `--deny`.
+pub(crate) fn network_setting(
+    all: bool,
+    allow: &[String],
+    deny: &[String],
+) -> burrow::Result<burrow::Network> {
+    let invalid = |e: burrow::NetworkRuleError| burrow::Error::InvalidConfig {
+        field: "network".into(),
+        reason: e.to_string(),
+    };
+    if allow.is_empty() && deny.is_empty() {
+        return Ok(all.into());
+    }
+    let policy = if allow.is_empty() {
+        burrow::NetworkPolicy::allow(["*"])
+    } else {
+        burrow::NetworkPolicy::allow(allow)
+    };
+    Ok(burrow::Network::Policy(
+        policy.and_then(|p| p.and_deny(deny)).map_err(invalid)?,
+    ))
 }

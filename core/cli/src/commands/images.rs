@@ -244,7 +244,7 @@ pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
             let mut config = burrow::SandboxConfig::new(image.clone());
             config.memory_mb = memory;
             config.cpus = cpus;
-            config.network = network;
+            config.network = network.into();
             ctx.progress(format_args!("warming the VM boot template of {image}..."));
             let started = std::time::Instant::now();
             let warm = backend.warm_vm_template(&config).await?;

@@ -117,6 +117,7 @@ mod tests {
             io_read_bytes: None,
             io_write_bytes: Some(0),
             pids: Some(3),
+            network: None,
         };
         assert_eq!(
             row(&m),

@@ -282,6 +282,32 @@ impl Policy {
         }
     }
 
+    /// A policy allowing `rules` (their text form: `pypi.org`,
+    /// `*.github.com`, `tcp:10.0.0.0/8:5432`, ...).
+    pub fn allow<I, S>(rules: I) -> Result<Policy, RuleError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let p = Policy {
+            allow: parse_all(rules)?,
+            deny: Vec::new(),
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// This policy, denying `rules` as well (deny wins over allow).
+    pub fn and_deny<I, S>(mut self, rules: I) -> Result<Policy, RuleError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.deny.extend(parse_all(rules)?);
+        self.validate()?;
+        Ok(self)
+    }
+
     /// Checks the policy's own limits (the rules parsed already).
     pub fn validate(&self) -> Result<(), RuleError> {
         if self.allow.len() > MAX_RULES || self.deny.len() > MAX_RULES {
@@ -371,6 +397,14 @@ impl Policy {
     }
 }
 
+fn parse_all<I, S>(rules: I) -> Result<Vec<Rule>, RuleError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    rules.into_iter().map(|r| r.as_ref().parse()).collect()
+}
+
 /// A sandbox's network setting.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum Network {
@@ -397,6 +431,23 @@ impl Network {
             Network::All => Some(Policy::all()),
             Network::Policy(p) => Some(p.clone()),
         }
+    }
+}
+
+impl From<bool> for Network {
+    /// `true`: [`Network::All`]; `false`: [`Network::None`].
+    fn from(on: bool) -> Network {
+        if on {
+            Network::All
+        } else {
+            Network::None
+        }
+    }
+}
+
+impl From<Policy> for Network {
+    fn from(p: Policy) -> Network {
+        Network::Policy(p)
     }
 }
 

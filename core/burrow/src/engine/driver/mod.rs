@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::model::{DriverKind, OciRuntime, SandboxConfig, SandboxId};
 
 pub mod container;
+pub(crate) mod net;
 pub mod vm;
 
 /// The first line of `<binary> --version` (for `burrow doctor`).
@@ -144,6 +145,11 @@ pub trait GuestProcess: Send + Sync + Debug {
     /// Changes the CPU and memory limits of the running guest. Returns notes
     /// for limits the host cannot apply live.
     async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>>;
+    /// Applies a new network setting to the running guest's stack. Returns
+    /// a note when it cannot be applied live.
+    fn set_network(&mut self, _network: &burrow_net::Network) -> Option<String> {
+        Some("this driver changes a sandbox's network at its next start".into())
+    }
     /// Resource usage of the guest.
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
     /// Why this guest cannot be hibernated (None: it can be).

@@ -51,6 +51,19 @@ impl LocalBackend {
         let config = changes.apply_to(&info.config)?;
         crate::engine::driver::check_limits(&config)?;
         let mut plan = changes.plan(info.status, info.config.driver.unwrap_or_default());
+        if !info.config.network.is_enabled() {
+            // No stack in the running guest to change.
+            for c in plan
+                .iter_mut()
+                .filter(|c| c.field == "network" && c.applies == Applies::Live)
+            {
+                c.applies = Applies::NextStart;
+                c.note = Some(
+                    "the sandbox runs without a network: the setting applies at its next start"
+                        .into(),
+                );
+            }
+        }
         {
             // The per-name transition lock orders this write against starts:
             // a start claimed after it reads the new configuration.

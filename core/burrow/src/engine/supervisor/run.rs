@@ -342,7 +342,8 @@ impl<'a> Run<'a> {
             .update(config.cpus, config.memory_mb)
             .await
             .map_err(|e| failed("updating the limits", &e))?;
-        for n in notes {
+        let network = self.guest.set_network(&config.network);
+        for n in notes.into_iter().chain(network) {
             tracing::warn!(sandbox = %self.id, "{n}");
         }
         Ok(Response::Done)

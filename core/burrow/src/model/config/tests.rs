@@ -116,7 +116,7 @@ fn the_backend_fills_only_what_the_configuration_leaves_open() {
 #[test]
 fn runsc_containers_refuse_networking() {
     let mut c = SandboxConfig::new("img");
-    c.network = true;
+    c.network = burrow_net::Network::All;
     c.resolve_defaults(DriverKind::Container, OciRuntime::Runsc, true);
     match c.validate().unwrap_err() {
         Error::InvalidConfig { field, .. } => assert_eq!(field, "network"),

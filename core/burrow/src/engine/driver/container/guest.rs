@@ -13,9 +13,9 @@ use crate::error::{Error, Result};
 use crate::model::OciRuntime;
 
 use super::cgroups;
-use super::network::Network;
 use super::oci::Runtime;
 use super::rootfs;
+use crate::engine::driver::net::NetStack;
 
 /// How long a killed container gets to be reaped by its runtime process
 /// before that process is killed too.
@@ -32,7 +32,7 @@ pub(super) struct Generation {
     pub mounts: Vec<PathBuf>,
     /// Bundle directory (config.json and generated files).
     pub bundle: PathBuf,
-    pub network: Option<Network>,
+    pub network: Option<NetStack>,
     /// The container's host pid, once it runs.
     pub pid: Option<i32>,
     released: bool,
@@ -57,9 +57,8 @@ impl Generation {
         if self.released {
             return Ok(());
         }
-        if let Some(mut net) = self.network.take() {
-            net.stop().await;
-        }
+        // The stack ends with its link.
+        self.network.take();
         let deleted = self.runtime.delete_force(&self.id).await;
         self.forget_incomplete_state();
         cgroups::remove_leftovers(|name| name == self.id);
@@ -115,7 +114,7 @@ impl Drop for Generation {
             let _ = rootfs::unmount(&m);
         }
         let _ = std::fs::remove_dir_all(&self.bundle);
-        // The network helper is killed when `self.network` drops.
+        // The network stack ends when `self.network` drops.
     }
 }
 
@@ -275,7 +274,42 @@ impl GuestProcess for ContainerGuest {
         Ok(Vec::new())
     }
 
+    fn set_network(&mut self, network: &burrow_net::Network) -> Option<String> {
+        match &self.generation.network {
+            Some(stack) => {
+                stack.set(network);
+                None
+            }
+            None if network.is_enabled() => Some(
+                "the sandbox runs without a network: the setting applies at its next start".into(),
+            ),
+            None => None,
+        }
+    }
+
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics> {
+        let mut m = self.resource_metrics().await?;
+        if let Some(stack) = &self.generation.network {
+            m.network = Some(stack.counters());
+        }
+        Ok(m)
+    }
+
+    async fn cleanup(&mut self) -> Result<()> {
+        if self.exit.is_none() {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.record(status);
+                }
+                _ => self.kill().await?,
+            }
+        }
+        self.generation.release().await
+    }
+}
+
+impl ContainerGuest {
+    async fn resource_metrics(&mut self) -> Result<burrow_protocol::Metrics> {
         // Rootless without a delegated cgroup the runtime has no statistics:
         // the container's processes are counted from /proc instead.
         if cgroups::rootless() && !cgroups::Controllers::detect().memory {
@@ -301,18 +335,6 @@ impl GuestProcess for ContainerGuest {
             m.memory_limit_bytes = self.generation.pid.and_then(cgroups::memory_limit);
         }
         Ok(m)
-    }
-
-    async fn cleanup(&mut self) -> Result<()> {
-        if self.exit.is_none() {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    self.record(status);
-                }
-                _ => self.kill().await?,
-            }
-        }
-        self.generation.release().await
     }
 }
 
@@ -342,5 +364,6 @@ fn parse_stats(out: &str) -> burrow_protocol::Metrics {
         io_read_bytes: io("read"),
         io_write_bytes: io("write"),
         pids: u(&d["pids"]["current"]),
+        network: None,
     }
 }

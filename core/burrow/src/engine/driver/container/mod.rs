@@ -38,7 +38,7 @@ mod bpf;
 mod cgroups;
 mod guest;
 mod idmap;
-mod network;
+pub(crate) mod network;
 mod oci;
 mod procstats;
 mod rootfs;
@@ -406,7 +406,11 @@ async fn start(
         rootless::check_mapped(uid, gid, &image.reference)?;
     }
     let hostname = spec::hostname(&spec.name);
-    let files = generated_files(&generation.bundle, &hostname, spec.config.network, notes)?;
+    let files = generated_files(
+        &generation.bundle,
+        &hostname,
+        spec.config.network.is_enabled(),
+    )?;
     let controllers = cgroups::Controllers::detect();
     let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
     notes.extend(limit_notes);
@@ -467,8 +471,8 @@ async fn start(
         "container started"
     );
     generation.pid = Some(pid);
-    if spec.config.network {
-        match network::Network::attach(pid, &spec.runtime_dir.join("network.log")).await {
+    if spec.config.network.is_enabled() {
+        match network::attach(pid, &spec.config.network, &spec.sandbox_id.to_string()).await {
             Ok(net) => generation.network = Some(net),
             Err(e) => {
                 stop_runtime(&mut child, generation).await;
@@ -486,21 +490,13 @@ async fn start(
 }
 
 /// `/etc/hosts`, `/etc/hostname` and, with networking, `/etc/resolv.conf`.
-fn generated_files(
-    bundle: &Path,
-    hostname: &str,
-    network: bool,
-    notes: &mut Vec<String>,
-) -> Result<Vec<spec::FileMount>> {
+fn generated_files(bundle: &Path, hostname: &str, network: bool) -> Result<Vec<spec::FileMount>> {
     let mut files = vec![
         ("hosts", "/etc/hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
         ("hostname", "/etc/hostname", format!("{hostname}\n")),
     ];
     if network {
-        match network::resolv_conf(&fs::read_to_string("/etc/resolv.conf").unwrap_or_default()) {
-            Some(text) => files.push(("resolv.conf", "/etc/resolv.conf", text)),
-            None => notes.push("DNS not configured: the host has no non-loopback name server to hand to the sandbox".into()),
-        }
+        files.push(("resolv.conf", "/etc/resolv.conf", network::resolv_conf()));
     }
     files
         .into_iter()
@@ -527,7 +523,7 @@ async fn spawn_run(
     pid_file: &Path,
 ) -> Result<tokio::process::Child> {
     let mut cmd = generation.runtime.command();
-    if generation.runtime.kind == OciRuntime::Runsc && !spec.config.network {
+    if generation.runtime.kind == OciRuntime::Runsc && !spec.config.network.is_enabled() {
         // gVisor's own loopback and nothing else (`sandbox`, its default,
         // copies the host namespace's interfaces, where loopback is down).
         cmd.arg("--network=none");

@@ -74,6 +74,7 @@ pub(super) fn of_pid_namespace(init: i32) -> Metrics {
         memory_limit_bytes: None,
         io_read_bytes: None,
         io_write_bytes: None,
+        network: None,
         pids: Some(count),
     }
 }

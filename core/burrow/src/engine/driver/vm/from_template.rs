@@ -51,7 +51,7 @@ pub async fn warm_template(
         choice.accel,
         memory_mb,
         cpus,
-        config.network,
+        config.network.is_enabled(),
         config.mounts.len(),
     )?;
     let fresh = TemplateInputs {

@@ -7,6 +7,12 @@ use crate::engine::fault::Fault;
 
 pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     let started = Instant::now();
+    if let Some(reason) = crate::model::vm_network_gap(&spec.config.network) {
+        return Err(Error::InvalidConfig {
+            field: "network".into(),
+            reason: reason.into(),
+        });
+    }
     let qemu_bin = locate_qemu()?;
     let kernel = locate_kernel()?;
     let dir = &spec.runtime_dir;
@@ -77,7 +83,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 choice.accel,
                 memory_mb,
                 cpus,
-                spec.config.network,
+                spec.config.network.is_enabled(),
                 shares.len(),
             )?;
             let fresh = TemplateInputs {
@@ -201,7 +207,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 accel: choice.accel,
                 cpus,
                 memory_mb,
-                network: spec.config.network,
+                network: spec.config.network.is_enabled(),
                 shares: &shares,
                 agent_fd: None,
                 qmp_fd: None,
@@ -447,6 +453,7 @@ pub(super) fn boot_config(spec: &LaunchSpec, shares: &[Share]) -> Result<VmBoot>
         resolv_conf: spec
             .config
             .network
+            .is_enabled()
             .then(|| format!("nameserver {}\n", qemu::GUEST_DNS)),
         mounts: shares
             .iter()
