@@ -28,8 +28,13 @@ fn root() -> bool {
 fn far() -> &'static Child {
     static FAR: OnceLock<Child> = OnceLock::new();
     FAR.get_or_init(|| {
+        // A lab an earlier run left (its holder outlives a killed run
+        // by at most ten minutes): its host end goes, and the pair with it.
+        let _ = Command::new("sh")
+            .args(["-c", "for i in $(ip -o addr show to 198.18.10.1/24 | cut -d' ' -f2); do ip link del \"$i\"; done"])
+            .status();
         let far = Command::new("unshare")
-            .args(["--net", "sleep", "3600"])
+            .args(["--net", "sleep", "600"])
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -41,7 +46,7 @@ fn far() -> &'static Child {
                 "ip link add {host_if} type veth peer name farv netns {f}
                  ip addr add 198.18.10.1/24 dev {host_if}
                  ip link set {host_if} up
-                 ip route add 10.9.10.0/24 dev {host_if}
+                 ip route replace 10.9.10.0/24 dev {host_if}
                  nsenter -t {f} -n sh -ec '
                    ip link set lo up
                    for a in 198.18.10.2/24 198.18.10.3/24 198.18.10.4/24 10.9.10.2/24; do ip addr add $a dev farv; done
@@ -144,7 +149,7 @@ async fn a_policy_lets_through_what_it_allows_and_logs_what_it_refuses() {
         return;
     }
     let home = home().await;
-    let policy = NetworkPolicy::allow(["a.test", "udp:*:53"])
+    let policy = NetworkPolicy::allow(["a.test"])
         .unwrap()
         .and_deny(["rebind.test"])
         .unwrap();
@@ -158,10 +163,10 @@ async fn a_policy_lets_through_what_it_allows_and_logs_what_it_refuses() {
     // By name: resolved by the stack, connected through it.
     assert_eq!(sh(&sb, "nc a.test 80 </dev/null").await, "A");
     // A name not allowed does not resolve; its address is not reachable.
-    assert_eq!(
-        sh(&sb, "nslookup b.test >/dev/null 2>&1; echo $?").await,
-        "1"
-    );
+    let lookup = sh(&sb, "nslookup b.test 2>&1").await;
+    assert!(!lookup.contains("198.18.10.3"), "{lookup}");
+    let lookup = sh(&sb, "nslookup a.test 2>&1").await;
+    assert!(lookup.contains("198.18.10.2"), "{lookup}");
     assert_eq!(
         sh(&sb, "nc -w 5 198.18.10.3 80 </dev/null; echo $?").await,
         "1"
@@ -183,7 +188,7 @@ async fn a_policy_lets_through_what_it_allows_and_logs_what_it_refuses() {
         "{logs}"
     );
     assert!(logs.contains("refused name b.test"), "{logs}");
-    sb.handle().remove().await.unwrap();
+    sb.kill().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,7 +241,7 @@ async fn modify_changes_the_policy_live_and_closes_what_it_forbids() {
         sh(&sb, "nc -w 5 198.18.10.3 80 </dev/null; echo $?").await,
         "1"
     );
-    sb.handle().remove().await.unwrap();
+    sb.kill().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,6 +264,10 @@ async fn a_bad_policy_is_a_typed_error_and_creates_nothing() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), burrow::ErrorCode::InvalidConfig);
-    let all = home.backend.list(&burrow::ListFilter::default()).await.unwrap();
+    let all = home
+        .backend
+        .list(&burrow::ListFilter::default())
+        .await
+        .unwrap();
     assert!(all.is_empty());
 }

@@ -270,6 +270,7 @@ fn bodies_use_the_wire_names() {
         m.idle_timeout = Some(None);
         m.idle_action = Some(burrow::IdleAction::Hibernate);
         m.max_duration = Some(Some(std::time::Duration::from_secs(1)));
+        m.network = Some(burrow::Network::All);
         m
     };
     let modify = serde_json::to_value(modify).expect("modify");
@@ -280,7 +281,11 @@ fn bodies_use_the_wire_names() {
         .cloned()
         .collect();
     assert_eq!(modify, keys("Modify"));
-    let metrics = serde_json::to_value(burrow::Metrics::default()).expect("metrics");
+    let metrics = burrow::Metrics {
+        network: Some(Default::default()),
+        ..Default::default()
+    };
+    let metrics = serde_json::to_value(metrics).expect("metrics");
     let metrics: BTreeSet<String> = metrics
         .as_object()
         .expect("object")

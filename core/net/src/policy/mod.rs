@@ -454,8 +454,10 @@ impl From<Policy> for Network {
 impl Serialize for Network {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Network::None => s.serialize_str("none"),
-            Network::All => s.serialize_str("all"),
+            // As booleans, the form before policies, which every client
+            // already reads.
+            Network::None => s.serialize_bool(false),
+            Network::All => s.serialize_bool(true),
             Network::Policy(p) => p.serialize(s),
         }
     }

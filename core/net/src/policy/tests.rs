@@ -241,7 +241,8 @@ fn network_settings_read_old_flags_words_and_policies() {
     let text = serde_json::to_string(&n).unwrap();
     assert_eq!(text, r#"{"allow":["pypi.org:443"],"deny":["10.0.0.0/8"]}"#);
     assert_eq!(serde_json::from_str::<Network>(&text).unwrap(), n);
-    assert_eq!(serde_json::to_string(&Network::All).unwrap(), "\"all\"");
+    assert_eq!(serde_json::to_string(&Network::All).unwrap(), "true");
+    assert_eq!(serde_json::to_string(&Network::None).unwrap(), "false");
 
     for bad in [
         r#""some""#,
