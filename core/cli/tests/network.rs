@@ -1,89 +1,46 @@
 #![allow(clippy::unwrap_used)]
 //! Sandboxes' networks end to end: real containers whose traffic goes
-//! through their stack, to servers in a network namespace this test makes
-//! (198.18.10.0/24 behind a veth pair; never anything past this machine).
-//! Root only: the far namespace hangs off the host's own namespace (the
-//! stack's own tests in core/net run the same rules rootless).
+//! through their own stack, to servers on this host's loopback (which a
+//! guest reaches at its gateway, 10.0.2.2, where a rule names 127.0.0.1)
+//! and a DNS server there that the stacks ask. Nothing else is reached;
+//! root and rootless alike. (Names leading to far addresses, and the rest
+//! of the rules, are core/net's lab tests, in namespaces of their own.)
 
 use burrow_cli_testkit as common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
-use std::os::fd::AsRawFd;
-use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use burrow::{Applies, Network, NetworkPolicy, Sandbox};
 use common::TestHome;
 
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+/// The loopback servers (once per test binary): their ports, A, B and a
+/// held connection's; and a DNS server whose port is given to the stacks.
+struct Servers {
+    a: u16,
+    b: u16,
+    hold: u16,
 }
 
-/// The far namespace (once per test binary): servers at 198.18.10.2 (A),
-/// .3 (B), a DNS server at .4 for a.test/b.test/rebind.test, and the
-/// private 10.9.10.2 (P).
-fn far() -> &'static Child {
-    static FAR: OnceLock<Child> = OnceLock::new();
-    FAR.get_or_init(|| {
-        // A lab an earlier run left (its holder outlives a killed run
-        // by at most ten minutes): its host end goes, and the pair with it.
-        let _ = Command::new("sh")
-            .args(["-c", "for i in $(ip -o addr show to 198.18.10.1/24 | cut -d' ' -f2); do ip link del \"$i\"; done"])
-            .status();
-        let far = Command::new("unshare")
-            .args(["--net", "sleep", "600"])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let f = far.id();
-        std::thread::sleep(Duration::from_millis(100));
-        let host_if = format!("bh{}", std::process::id() % 100000);
-        let st = Command::new("sh")
-            .args(["-ec", &format!(
-                "ip link add {host_if} type veth peer name farv netns {f}
-                 ip addr add 198.18.10.1/24 dev {host_if}
-                 ip link set {host_if} up
-                 ip route replace 10.9.10.0/24 dev {host_if}
-                 nsenter -t {f} -n sh -ec '
-                   ip link set lo up
-                   for a in 198.18.10.2/24 198.18.10.3/24 198.18.10.4/24 10.9.10.2/24; do ip addr add $a dev farv; done
-                   ip link set farv up
-                   ip route add default dev farv'"
-            )])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        serve(f);
-        far
-    })
-}
-
-fn serve(pid: u32) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
-        // SAFETY: setns on an open namespace file; only this thread moves.
-        assert_eq!(
-            unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
-        for (ip, name) in [
-            ("198.18.10.2", "A"),
-            ("198.18.10.3", "B"),
-            ("10.9.10.2", "P"),
-        ] {
-            let l = TcpListener::bind((ip, 80)).unwrap();
+fn servers() -> &'static Servers {
+    static S: OnceLock<Servers> = OnceLock::new();
+    S.get_or_init(|| {
+        let greet = |name: &'static [u8]| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
             std::thread::spawn(move || {
                 for c in l.incoming().flatten() {
                     let mut c = c;
-                    let _ = c.write_all(name.as_bytes());
+                    let _ = c.write_all(name);
                 }
             });
-        }
-        let hold = TcpListener::bind("198.18.10.2:81").unwrap();
+            port
+        };
+        let (a, b) = (greet(b"A"), greet(b"B"));
+        let hold = TcpListener::bind("127.0.0.1:0").unwrap();
+        let hold_port = hold.local_addr().unwrap().port();
         std::thread::spawn(move || {
             for c in hold.incoming().flatten() {
                 std::thread::spawn(move || {
@@ -91,14 +48,22 @@ fn serve(pid: u32) {
                     let _ = c.write_all(b"held\n");
                     let mut buf = [0u8; 64];
                     while matches!(c.read(&mut buf), Ok(n) if n > 0) {}
+                    // Held after the guest's end too (its nc shuts its
+                    // side at once): only the stack closes it.
+                    std::thread::sleep(Duration::from_secs(60));
                 });
             }
         });
-        let dns = UdpSocket::bind("198.18.10.4:53").unwrap();
+        let dns = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // The stacks ask this server (the supervisors inherit this).
+        std::env::set_var("BURROW_DNS_SERVERS", dns.local_addr().unwrap().to_string());
         std::thread::spawn(move || serve_dns(dns));
-        tx.send(()).unwrap();
-    });
-    rx.recv().unwrap();
+        Servers {
+            a,
+            b,
+            hold: hold_port,
+        }
+    })
 }
 
 fn serve_dns(sock: UdpSocket) {
@@ -132,9 +97,7 @@ fn serve_dns(sock: UdpSocket) {
 }
 
 async fn home() -> TestHome {
-    far();
-    // The stacks ask the far DNS server (the supervisors inherit this).
-    std::env::set_var("BURROW_DNS_SERVERS", "198.18.10.4");
+    servers();
     TestHome::new().await
 }
 
@@ -143,15 +106,36 @@ async fn sh(sb: &Sandbox, script: &str) -> String {
     out.stdout_str().trim().to_owned()
 }
 
+/// The process's stdout until it ends with `end` (or the process ends).
+async fn read_until(p: &mut burrow::Process, end: &str) -> String {
+    let mut out = Vec::new();
+    while !out.ends_with(end.as_bytes()) {
+        match p.next_event().await.unwrap() {
+            Some(burrow::ExecEvent::Stdout(b)) => out.extend_from_slice(&b),
+            Some(burrow::ExecEvent::Stderr(_)) => {}
+            Some(burrow::ExecEvent::Exit(_)) | None => break,
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// `nc` to the host's loopback port `port` through the gateway: what came
+/// back, or the exit status after `!` when it failed.
+async fn nc(sb: &Sandbox, port: u16) -> String {
+    sh(
+        sb,
+        &format!("nc -w 5 10.0.2.2 {port} </dev/null || echo \"!$?\""),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_lets_through_what_it_allows_and_logs_what_it_refuses() {
-    if !root() {
-        return;
-    }
     let home = home().await;
-    let policy = NetworkPolicy::allow(["a.test"])
+    let s = servers();
+    let policy = NetworkPolicy::allow([format!("tcp:127.0.0.1:{}", s.a), "*.test".into()])
         .unwrap()
-        .and_deny(["rebind.test"])
+        .and_deny(["b.test"])
         .unwrap();
     let sb = home
         .builder("policy")
@@ -160,87 +144,87 @@ async fn a_policy_lets_through_what_it_allows_and_logs_what_it_refuses() {
         .await
         .unwrap();
     assert_eq!(sh(&sb, "cat /etc/resolv.conf").await, "nameserver 10.0.2.3");
-    // By name: resolved by the stack, connected through it.
-    assert_eq!(sh(&sb, "nc a.test 80 </dev/null").await, "A");
-    // A name not allowed does not resolve; its address is not reachable.
-    let lookup = sh(&sb, "nslookup b.test 2>&1").await;
-    assert!(!lookup.contains("198.18.10.3"), "{lookup}");
+    assert_eq!(nc(&sb, s.a).await, "A");
+    // Another port of the host: the host is refused unless named.
+    assert_eq!(nc(&sb, s.b).await, "!1");
+    // Names: answered by the stack from the host's DNS server, only where
+    // allowed; an answer rebinding to a private address is dropped.
     let lookup = sh(&sb, "nslookup a.test 2>&1").await;
     assert!(lookup.contains("198.18.10.2"), "{lookup}");
+    let lookup = sh(&sb, "nslookup b.test 2>&1").await;
+    assert!(!lookup.contains("198.18.10.3"), "{lookup}");
+    let lookup = sh(&sb, "nslookup rebind.test 2>&1").await;
+    assert!(!lookup.contains("10.9.10.2"), "{lookup}");
+    // A private address by IP: refused before any connection.
     assert_eq!(
-        sh(&sb, "nc -w 5 198.18.10.3 80 </dev/null; echo $?").await,
-        "1"
-    );
-    // Private ranges stay closed.
-    assert_eq!(
-        sh(&sb, "nc -w 5 10.9.10.2 80 </dev/null; echo $?").await,
-        "1"
+        sh(&sb, "nc -w 5 10.9.10.2 80 </dev/null || echo \"!$?\"").await,
+        "!1"
     );
     let m = sb.metrics().await.unwrap();
     let net = m.network.expect("network counters");
     assert_eq!(net.connections, 1);
-    assert!(net.refusals >= 3, "{net:?}");
-    assert!(net.dns_queries >= 2, "{net:?}");
     assert_eq!(net.bytes_in, 1);
+    assert!(net.refusals >= 4, "{net:?}");
+    assert!(net.dns_queries >= 3, "{net:?}");
     let logs = burrow_test_support::logs_of(home.dir.path());
+    let host_refusal = format!(
+        "refused tcp 127.0.0.1:{}: denied: host is not named by any rule",
+        s.b
+    );
+    assert!(logs.contains(&host_refusal), "{logs}");
     assert!(
-        logs.contains("refused tcp 198.18.10.3:80: denied: no allow rule matches"),
+        logs.contains("refused name b.test: denied by rule b.test"),
         "{logs}"
     );
-    assert!(logs.contains("refused name b.test"), "{logs}");
+    assert!(
+        logs.contains("refused answer 10.9.10.2 for rebind.test"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("refused tcp 10.9.10.2:80: denied: 10.0.0.0/8 is not named by any rule"),
+        "{logs}"
+    );
     sb.kill().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modify_changes_the_policy_live_and_closes_what_it_forbids() {
-    if !root() {
-        return;
-    }
     let home = home().await;
+    let s = servers();
     let sb = home
         .builder("live")
-        .network(NetworkPolicy::allow(["198.18.10.2"]).unwrap())
+        .network(NetworkPolicy::allow([format!("tcp:127.0.0.1:{}", s.hold)]).unwrap())
         .create()
         .await
         .unwrap();
     // A connection held open, then forbidden.
     let held = sb
         .spawn(burrow::ExecOptions::new([
-            "sh",
-            "-c",
-            "nc 198.18.10.2 81 </dev/null; echo closed",
+            "sh".to_string(),
+            "-c".into(),
+            format!("nc 10.0.2.2 {} </dev/null; echo closed", s.hold),
         ]))
         .await
         .unwrap();
-    assert_eq!(
-        sh(&sb, "nc -w 5 198.18.10.3 80 </dev/null; echo $?").await,
-        "1"
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(nc(&sb, s.a).await, "!1");
+    let mut held = held;
+    assert_eq!(read_until(&mut held, "held\n").await, "held\n");
     let plan = sb
         .modify()
-        .network(NetworkPolicy::allow(["198.18.10.3"]).unwrap())
+        .network(NetworkPolicy::allow([format!("tcp:127.0.0.1:{}", s.a)]).unwrap())
         .apply()
         .await
         .unwrap();
     assert_eq!(plan.changes[0].field, "network");
     assert_eq!(plan.changes[0].applies, Applies::Live);
-    let out = tokio::time::timeout(Duration::from_secs(20), held.wait())
+    let rest = tokio::time::timeout(Duration::from_secs(20), read_until(&mut held, "closed\n"))
         .await
-        .expect("the forbidden connection was closed")
-        .unwrap();
-    assert!(
-        out.stdout_str().ends_with("closed\n"),
-        "{:?}",
-        out.stdout_str()
-    );
-    assert_eq!(sh(&sb, "nc -w 5 198.18.10.3 80 </dev/null").await, "B");
+        .expect("the forbidden connection was closed");
+    assert_eq!(rest, "closed\n");
+    assert_eq!(nc(&sb, s.a).await, "A");
     // `none`: nothing at all any more.
     sb.modify().network(Network::None).apply().await.unwrap();
-    assert_eq!(
-        sh(&sb, "nc -w 5 198.18.10.3 80 </dev/null; echo $?").await,
-        "1"
-    );
+    assert_eq!(nc(&sb, s.a).await, "!1");
     sb.kill().await.unwrap();
 }
 

@@ -192,3 +192,33 @@ async fn a_bulk_download_arrives_whole() {
     assert_eq!(got, lab::BULK.to_string());
     assert_eq!(lab.counters.read().bytes_in, lab::BULK as u64);
 }
+
+#[tokio::test]
+async fn the_gateway_reaches_the_hosts_loopback_only_where_named() {
+    if !lab::inside("the_gateway_reaches_the_hosts_loopback_only_where_named") {
+        return;
+    }
+    let lab = Lab::new(policy(&["198.18.0.2"], &[]));
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for c in server.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &c, b"H");
+        }
+    });
+    assert_eq!(
+        lab.guest(&["tcp", "10.0.2.2", &port]).await,
+        "ERR ECONNREFUSED"
+    );
+    let last = lab.refusals().pop().unwrap();
+    assert_eq!(last.verdict.why, Why::Special("host".into()));
+    lab.policy
+        .send(policy(&[&format!("tcp:127.0.0.1:{port}")], &[]))
+        .unwrap();
+    assert_eq!(lab.guest(&["tcp", "10.0.2.2", &port]).await, "H");
+    // Other addresses of the guest's network lead nowhere.
+    assert_eq!(
+        lab.guest(&["tcp", "10.0.2.9", &port]).await,
+        "ERR ECONNREFUSED"
+    );
+}

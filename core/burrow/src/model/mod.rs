@@ -7,6 +7,7 @@ mod modify;
 mod name;
 mod status;
 
+#[cfg(feature = "local")]
 pub(crate) use config::vm_network_gap;
 pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,

@@ -270,6 +270,29 @@ pub(crate) async fn create(ctx: Ctx, args: CreateArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// The network of `--network`, `--allow` and `--deny`.
+pub(crate) fn network_setting(
+    all: bool,
+    allow: &[String],
+    deny: &[String],
+) -> burrow::Result<burrow::Network> {
+    let invalid = |e: burrow::NetworkRuleError| burrow::Error::InvalidConfig {
+        field: "network".into(),
+        reason: e.to_string(),
+    };
+    if allow.is_empty() && deny.is_empty() {
+        return Ok(all.into());
+    }
+    let policy = if allow.is_empty() {
+        burrow::NetworkPolicy::allow(["*"])
+    } else {
+        burrow::NetworkPolicy::allow(allow)
+    };
+    Ok(burrow::Network::Policy(
+        policy.and_then(|p| p.and_deny(deny)).map_err(invalid)?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,27 +330,4 @@ mod tests {
             .map(|e| e.code());
         assert_eq!(e, Some(ErrorCode::AlreadyExists));
     }
-}
-
-/// The network of `--network`, `--allow` and `--deny`.
-pub(crate) fn network_setting(
-    all: bool,
-    allow: &[String],
-    deny: &[String],
-) -> burrow::Result<burrow::Network> {
-    let invalid = |e: burrow::NetworkRuleError| burrow::Error::InvalidConfig {
-        field: "network".into(),
-        reason: e.to_string(),
-    };
-    if allow.is_empty() && deny.is_empty() {
-        return Ok(all.into());
-    }
-    let policy = if allow.is_empty() {
-        burrow::NetworkPolicy::allow(["*"])
-    } else {
-        burrow::NetworkPolicy::allow(allow)
-    };
-    Ok(burrow::Network::Policy(
-        policy.and_then(|p| p.and_deny(deny)).map_err(invalid)?,
-    ))
 }

@@ -40,6 +40,9 @@ type Key = (SocketAddrV4, SocketAddrV4);
 #[derive(Debug)]
 pub(crate) struct Connected {
     key: Key,
+    /// Where the host side connected (the guest's destination, or the
+    /// host's loopback for the gateway's address).
+    target: SocketAddrV4,
     stream: std::io::Result<TcpStream>,
 }
 
@@ -53,8 +56,9 @@ struct Conn {
     out: Option<(Vec<u8>, usize)>,
     host_eof: bool,
     closing: bool,
-    /// Checked again when the policy changes (not the stack's own DNS).
-    checked: bool,
+    /// The host side's address, checked again when the policy changes
+    /// (`None`: the stack's own DNS server).
+    checked: Option<SocketAddrV4>,
     since: Instant,
     task: JoinHandle<()>,
 }
@@ -109,25 +113,26 @@ impl Tcp {
             // The guest's retransmission of a held SYN.
             return None;
         }
-        if in_guest_net(dst) {
-            if *dst.ip() == addrs::DNS && dst.port() == 53 {
-                self.accept_dns(ctx, key);
-            }
-            // Anything else on the guest's own network: reset.
+        if *dst.ip() == addrs::DNS && dst.port() == 53 {
+            self.accept_dns(ctx, key);
             return Some(frame);
         }
+        // Anything else on the guest's own network: reset.
+        let Some(target) = host_side(dst) else {
+            return Some(frame);
+        };
         if self.conns.len() + self.held.len() >= MAX_CONNECTIONS {
             ctx.refused(Refusal {
                 target: Target::Connection {
                     proto: Proto::Tcp,
-                    dst,
+                    dst: target,
                     names: Vec::new(),
                 },
                 verdict: super::limit_verdict("connections"),
             });
             return Some(frame);
         }
-        if let Err(refusal) = ctx.check(Proto::Tcp, dst) {
+        if let Err(refusal) = ctx.check(Proto::Tcp, target) {
             ctx.refused(refusal);
             return Some(frame);
         }
@@ -136,14 +141,18 @@ impl Tcp {
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(
                 CONNECT_TIMEOUT,
-                TcpStream::connect(SocketAddr::V4(dst)),
+                TcpStream::connect(SocketAddr::V4(target)),
             )
             .await
             {
                 Ok(r) => r,
                 Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
             };
-            let _ = done.send(Connected { key, stream });
+            let _ = done.send(Connected {
+                key,
+                target,
+                stream,
+            });
         });
         None
     }
@@ -152,7 +161,7 @@ impl Tcp {
     /// smoltcp, to a socket that now listens for it, or to none (a reset).
     pub(crate) fn connected(&mut self, ctx: &Arc<Ctx>, done: Connected) -> Option<Vec<u8>> {
         let frame = self.held.remove(&done.key)?;
-        let (_, dst) = done.key;
+        let dst = done.target;
         let stream = match done.stream {
             Ok(s) => s,
             Err(e) => {
@@ -168,7 +177,7 @@ impl Tcp {
         let _ = stream.set_nodelay(true);
         ctx.counters.connections.fetch_add(1, Ordering::Relaxed);
         let wake = self.wake.clone();
-        self.listen(done.key, true, frame, |up, down| {
+        self.listen(done.key, Some(dst), frame, |up, down| {
             tokio::spawn(pump(stream, up, down, wake))
         })
     }
@@ -177,7 +186,7 @@ impl Tcp {
     fn accept_dns(&mut self, ctx: &Arc<Ctx>, key: Key) {
         let (ctx, wake) = (ctx.clone(), self.wake.clone());
         // The SYN itself goes to smoltcp by the caller.
-        let _ = self.listen(key, false, Vec::new(), |up, down| {
+        let _ = self.listen(key, None, Vec::new(), |up, down| {
             tokio::spawn(dns_over_tcp(ctx, up, down, wake))
         });
     }
@@ -185,7 +194,7 @@ impl Tcp {
     fn listen(
         &mut self,
         key: Key,
-        checked: bool,
+        checked: Option<SocketAddrV4>,
         frame: Vec<u8>,
         start: impl FnOnce(mpsc::Receiver<Vec<u8>>, mpsc::Sender<Vec<u8>>) -> JoinHandle<()>,
     ) -> Option<Vec<u8>> {
@@ -266,10 +275,10 @@ impl Tcp {
     /// Resets the connections the policy no longer allows.
     pub(crate) fn recheck(&mut self, ctx: &Ctx) {
         for (handle, conn) in &self.conns {
-            if !conn.checked {
+            let Some(target) = conn.checked else {
                 continue;
-            }
-            if let Err(refusal) = ctx.check(Proto::Tcp, conn.key.1) {
+            };
+            if let Err(refusal) = ctx.check(Proto::Tcp, target) {
                 ctx.refused(refusal);
                 self.sockets.get_mut::<tcp::Socket>(*handle).abort();
             }
@@ -416,6 +425,17 @@ async fn dns_over_tcp(
     }
     drop(down);
     wake.notify_one();
+}
+
+/// Where the host side of a connection to `dst` goes: `dst` itself, the
+/// host's loopback for the gateway's address (so the host's own services
+/// are reachable where a rule names 127.0.0.1), or nowhere for the rest
+/// of the guest's own network.
+pub(crate) fn host_side(dst: SocketAddrV4) -> Option<SocketAddrV4> {
+    if *dst.ip() == addrs::GATEWAY {
+        return Some(SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, dst.port()));
+    }
+    (!in_guest_net(dst)).then_some(dst)
 }
 
 /// Whether `dst` is on the guest's own network (the stack's addresses).

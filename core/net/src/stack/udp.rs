@@ -18,7 +18,7 @@ use crate::addrs;
 use crate::policy::Proto;
 
 use super::frames::udp_frame;
-use super::tcp::in_guest_net;
+use super::tcp::host_side;
 use super::{resolver, Ctx};
 
 /// Flows per sandbox at most (the least recently used goes).
@@ -75,9 +75,12 @@ impl Udp {
             self.dns_question(ctx, out, mac, src, dst, payload);
             return;
         }
-        if in_guest_net(dst) || dst.ip().is_multicast() {
+        if dst.ip().is_multicast() {
             return;
         }
+        let Some(target) = host_side(dst) else {
+            return;
+        };
         let key = (src, dst);
         if let Some(flow) = self.flows.get_mut(&key) {
             flow.last = Instant::now();
@@ -89,14 +92,14 @@ impl Udp {
             }
             return;
         }
-        if let Err(refusal) = ctx.check(Proto::Udp, dst) {
+        if let Err(refusal) = ctx.check(Proto::Udp, target) {
             ctx.refused(refusal);
             return;
         }
-        let (send, recv) = match open(dst) {
+        let (send, recv) = match open(target) {
             Ok(s) => s,
             Err(e) => {
-                tracing::debug!(%dst, error = %e, "host-side UDP socket failed");
+                tracing::debug!(%target, error = %e, "host-side UDP socket failed");
                 return;
             }
         };
@@ -158,14 +161,16 @@ impl Udp {
 
     /// Closes the flows the policy no longer allows.
     pub(crate) fn recheck(&mut self, ctx: &Ctx) {
-        self.flows
-            .retain(|(_, dst), _| match ctx.check(Proto::Udp, *dst) {
-                Ok(()) => true,
-                Err(refusal) => {
+        self.flows.retain(
+            |(_, dst), _| match host_side(*dst).map(|t| ctx.check(Proto::Udp, t)) {
+                Some(Ok(())) => true,
+                Some(Err(refusal)) => {
                     ctx.refused(refusal);
                     false
                 }
-            });
+                None => false,
+            },
+        );
     }
 }
 
