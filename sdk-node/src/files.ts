@@ -68,8 +68,8 @@ async function* chunksOf(source: ByteSource): AsyncGenerator<Buffer> {
  * A sandbox file being written as a stream (from `Fs.openWrite`): `write`
  * appends (resolving once the sandbox has taken the previous MiB),
  * `finish` completes the file. A failure of the guest (a missing directory,
- * no space) rejects `finish` at the latest. Left unfinished, the write is
- * abandoned (what was written stays).
+ * no space) rejects `finish` at the latest. `abandon` (or leaving it
+ * unfinished) abandons the write; what was written stays.
  */
 export class FileWriter {
   readonly #o: NativeObject;
@@ -84,6 +84,13 @@ export class FileWriter {
   async finish(opts?: CallOptions): Promise<number> {
     return Number(await call(this.#o, { op: "finish" }, opts));
   }
+  /**
+   * Abandons the write at once: a later `write` or `finish` rejects with
+   * `InvalidArgumentError`.
+   */
+  abandon(opts?: CallOptions): Promise<void> {
+    return call(this.#o, { op: "close" }, opts);
+  }
 }
 
 /** @internal */
@@ -95,8 +102,11 @@ export async function openRead(sb: NativeObject, path: string, opts: CallOptions
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
+        const obj = o;
+        if (obj === null) return;
+        const chunk: Buffer | null = await call(obj, { op: "next" }, opts);
+        // Cancelled meanwhile: the stream is done already.
         if (o === null) return;
-        const chunk: Buffer | null = await call(o, { op: "next" }, opts);
         if (chunk === null) {
           o = null;
           controller.close();
@@ -104,8 +114,12 @@ export async function openRead(sb: NativeObject, path: string, opts: CallOptions
           controller.enqueue(chunk);
         }
       },
-      cancel() {
+      // A cancel (`reader.cancel()`, a `for await` left early) ends a
+      // pending pull at once and releases the guest's file.
+      async cancel() {
+        const obj = o;
         o = null;
+        if (obj !== null) await call(obj, { op: "close" }, opts);
       },
     },
     { highWaterMark: 0 },
@@ -125,6 +139,12 @@ export async function writeStream(
   opts: WriteStreamOptions = {},
 ): Promise<number> {
   const writer = await openWrite(sb, path, opts);
-  for await (const chunk of chunksOf(source)) await writer.write(chunk, opts);
+  try {
+    for await (const chunk of chunksOf(source)) await writer.write(chunk, opts);
+  } catch (e) {
+    // The source (or a write) failed: the guest stops at once.
+    await writer.abandon(opts).catch(() => {});
+    throw e;
+  }
   return writer.finish(opts);
 }

@@ -127,3 +127,38 @@ test("exec outputLimit truncates each stream", async () => {
     await sb.destroy();
   }
 });
+
+test("cancelling a read ends a pending pull at once; an abandoned writer refuses writes", async () => {
+  const sb = await Sandbox.builder("node-stream-close").image(image).create();
+  try {
+    // A FIFO whose writer sends one line, then holds it open for 30 s.
+    await sb.exec(["sh", "-c", "rm -f /tmp/p; mkfifo /tmp/p; (echo first; sleep 30) > /tmp/p &"]);
+    const reader = (await sb.fs.readStream("/tmp/p")).getReader();
+    const first = await reader.read();
+    assert.equal(Buffer.from(first.value!).toString(), "first\n");
+    const pending = reader.read();
+    let settled = false;
+    void pending.then(() => (settled = true));
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(settled, false, "the second pull waits on the held FIFO");
+    const started = Date.now();
+    await reader.cancel();
+    assert.equal((await pending).done, true);
+    assert.ok(Date.now() - started < 5000);
+    assert.equal((await sb.exec(["echo", "ok"])).stdout.toString(), "ok\n");
+
+    const w = await sb.fs.openWrite("/tmp/w.txt");
+    await w.write("kept");
+    await w.abandon();
+    await assert.rejects(w.write("more"), (e: BurrowError) => e instanceof InvalidArgumentError && e.code === "invalid_argument");
+
+    // A source that fails abandons the write and rejects with its error.
+    async function* failing() {
+      yield "half";
+      throw new RangeError("the source failed");
+    }
+    await assert.rejects(sb.fs.writeStream("/tmp/x.txt", failing()), RangeError);
+  } finally {
+    await sb.destroy();
+  }
+});

@@ -153,3 +153,77 @@ def test_sync_streams_and_output_limit(image, tmp_path):
         assert (out.stdout, out.truncated) == (b"1\n2\n3\n", True)
     finally:
         sb.destroy()
+
+
+# A FIFO whose writer sends one line and then holds it open for 30 s: a
+# reader's second pull waits until closed.
+_HELD_FIFO = "rm -f /tmp/p; mkfifo /tmp/p; (echo first; sleep 30) > /tmp/p &"
+
+
+async def test_closing_a_stream_ends_it_at_once(image):
+    import asyncio
+    import time
+
+    from burrow import Sandbox, errors
+
+    async with await Sandbox.create("stream-close", image=image, destroy=True) as sb:
+        await sb.exec(["sh", "-c", _HELD_FIFO])
+        reader = await sb.fs.open_read("/tmp/p")
+        assert await reader.read_chunk() == b"first\n"
+        pending = asyncio.ensure_future(reader.read_chunk())
+        await asyncio.sleep(0.3)
+        assert not pending.done(), "the second pull waits on the held FIFO"
+        started = time.monotonic()
+        await reader.close()
+        assert await asyncio.wait_for(pending, 5) is None
+        assert time.monotonic() - started < 5
+        assert await reader.read_chunk() is None
+        assert (await sb.exec(["echo", "ok"])).stdout == b"ok\n"
+
+        # A writer abandoned: later writes are refused, by their class.
+        writer = await sb.fs.open_write("/tmp/w.txt")
+        await writer.write(b"kept")
+        await writer.abandon()
+        with pytest.raises(errors.InvalidArgumentError) as info:
+            await writer.write(b"more")
+        assert info.value.code == "invalid_argument"
+
+        # `async with`: an exception abandons, a normal exit finishes.
+        with pytest.raises(RuntimeError):
+            async with await sb.fs.open_write("/tmp/x.txt") as w:
+                await w.write(b"half")
+                raise RuntimeError("the source failed")
+        async with await sb.fs.open_write("/tmp/y.txt") as w:
+            await w.write(b"whole")
+        assert await sb.fs.read("/tmp/y.txt") == b"whole"
+
+
+def test_sync_close_and_abandon(image):
+    import threading
+    import time
+
+    import burrow.sync
+    from burrow import errors
+
+    sb = burrow.sync.Sandbox.create("sync-stream-close", image=image)
+    try:
+        sb.exec(["sh", "-c", _HELD_FIFO])
+        reader = sb.fs.open_read("/tmp/p")
+        assert reader.read_chunk() == b"first\n"
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(reader.read_chunk()))
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive(), "the second pull waits on the held FIFO"
+        reader.close()
+        t.join(5)
+        assert not t.is_alive() and got == [None]
+        writer = sb.fs.open_write("/tmp/w.txt")
+        writer.abandon()
+        with pytest.raises(errors.InvalidArgumentError):
+            writer.finish()
+        with sb.fs.open_write("/tmp/z.txt") as w:
+            w.write("done")
+        assert sb.fs.read("/tmp/z.txt") == b"done"
+    finally:
+        sb.destroy()

@@ -117,4 +117,36 @@ class TestStreams < Minitest::Test
       refute_predicate sb.exec(%w[echo whole]), :truncated?
     end
   end
+
+  def test_close_ends_a_waiting_read_and_abandon_refuses_writes
+    Burrow::Sandbox.create("rb-stream-close", image: IMAGE) do |sb|
+      # A FIFO whose writer sends one line, then holds it open for 30 s.
+      sb.exec(["sh", "-c", "rm -f /tmp/p; mkfifo /tmp/p; (echo first; sleep 30) > /tmp/p &"])
+      reader = sb.fs.open_read("/tmp/p")
+      assert_equal "first\n", reader.read_chunk
+      waiting = Thread.new { reader.read_chunk }
+      sleep 0.3
+      assert waiting.alive?, "the second pull waits on the held FIFO"
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      reader.close
+      assert_nil waiting.value
+      assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 5
+      assert_equal "ok\n", sb.exec(%w[echo ok]).stdout
+
+      writer = sb.fs.open_write("/tmp/w.txt")
+      writer.write("kept")
+      writer.abandon
+      e = assert_raises(Burrow::InvalidArgumentError) { writer.write("more") }
+      assert_equal "invalid_argument", e.code
+
+      # A block that raises abandons the write and the error goes on.
+      assert_raises(RangeError) do
+        sb.fs.open_write("/tmp/x.txt") do |w|
+          w.write("half")
+          raise RangeError, "the source failed"
+        end
+      end
+      assert_equal 5, sb.fs.open_write("/tmp/y.txt") { |w| w.write("whole") }
+    end
+  end
 end

@@ -369,6 +369,10 @@ class NativeFileReader:
     def next(self) -> Any:
         return _call(self._o, "next", None, self._b, {})
 
+    def close(self) -> Any:
+        """Ends a pending ``next`` at once and releases the guest's file."""
+        return _call(self._o, "close", None, self._b, {})
+
 
 class NativeFileWriter:
     """A sandbox file written as a stream: ``write`` waits while the
@@ -385,6 +389,10 @@ class NativeFileWriter:
 
     def finish(self) -> Any:
         return _call(self._o, "finish", None, self._b, {})
+
+    def close(self) -> Any:
+        """Abandons the write; later writes fail (invalid_argument)."""
+        return _call(self._o, "close", None, self._b, {})
 
 
 __all__: List[str] = []

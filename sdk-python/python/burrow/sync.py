@@ -27,6 +27,7 @@ from typing import (
 
 from . import _common as c
 from . import _native
+from ._sync_files import FileReader, FileWriter
 from ._common import configure
 from .errors import SandboxNotFoundError
 from .types import (
@@ -112,72 +113,6 @@ class Process:
         if self._exit is None:
             raise RuntimeError("the process ended without an exit status")
         return self._exit
-
-
-class FileReader:
-    """A sandbox file being read as a stream (from :meth:`Fs.open_read`):
-    ``for chunk in reader`` yields its bytes in chunks (at most
-    256 KiB each) until the end of the file. Flow controlled: while the
-    chunks are not taken, the sandbox waits (memory stays flat).
-    :meth:`close` (or leaving ``with``) before the end abandons the
-    read."""
-
-    def __init__(self, native: _native.NativeFileReader) -> None:
-        self._n: Optional[_native.NativeFileReader] = native
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        chunk = self.read_chunk()
-        if chunk is None:
-            raise StopIteration
-        return chunk
-
-    def read_chunk(self) -> Optional[bytes]:
-        """The next chunk; ``None`` at the end of the file (or once closed)."""
-        if self._n is None:
-            return None
-        chunk = self._n.next()
-        if chunk is None:
-            self._n = None
-            return None
-        return bytes(chunk)
-
-    def close(self) -> None:
-        """Abandons the rest of the read (nothing more is read)."""
-        self._n = None
-
-    def __enter__(self) -> FileReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.close()
-
-
-class FileWriter:
-    """A sandbox file being written as a stream (from :meth:`Fs.open_write`):
-    :meth:`write` appends (waiting while the sandbox has not taken the
-    previous MiB), :meth:`finish` completes the file. A failure of the guest
-    (a missing directory, no space) is raised by :meth:`finish` at the
-    latest. Dropped unfinished, the write is abandoned (what was written
-    stays)."""
-
-    def __init__(self, native: _native.NativeFileWriter) -> None:
-        self._n = native
-
-    def write(self, data: c.Data) -> None:
-        self._n.write(c.to_bytes(data))
-
-    def finish(self) -> int:
-        """Ends the file and waits until the sandbox has it: the number of
-        bytes written."""
-        return int(self._n.finish())
 
 
 class Fs:

@@ -55,20 +55,32 @@ module Burrow
     def read_stream(path, &block)
       return enum_for(:read_stream, path) unless block
 
-      open_read(path).each(&block)
+      reader = open_read(path)
+      begin
+        reader.each(&block)
+      ensure
+        # A block left early (break, an exception) releases the file.
+        reader.close
+      end
       nil
     end
 
     # Opens a file to write as a stream: created (with +mode+, default
     # 0644) or truncated, or appended to with +append: true+. With a block,
     # yields the writer, finishes the file when the block returns and
-    # answers the number of bytes written.
+    # answers the number of bytes written; a block that raises abandons
+    # the write.
     # @return [FileWriter, Integer]
     def open_write(path, mode: nil, append: false)
       writer = FileWriter.new(call(op: "fs_open_write", path: path, mode: mode, append: append))
       return writer unless block_given?
 
-      yield writer
+      begin
+        yield writer
+      rescue Exception # rubocop:disable Lint/RescueException -- re-raised
+        writer.abandon
+        raise
+      end
       writer.finish
     end
 
@@ -134,9 +146,10 @@ module Burrow
         @buf = nil
         return chunk
       end
-      return nil if @native.nil?
+      native = @native
+      return nil if native.nil?
 
-      data = Burrow.call(@native, { op: "next" })
+      data = Burrow.call(native, { op: "next" })
       if data.nil?
         @native = nil
         return nil
@@ -185,11 +198,15 @@ module Burrow
       outbuf ? outbuf.replace(out) : out
     end
 
-    # Abandons what is left of the read (nothing more is read).
+    # Abandons what is left of the read at once: a {#read_chunk} waiting
+    # in another thread answers nil, and the guest's file is released.
     # @return [nil]
     def close
+      native = @native
       @native = nil
       @buf = nil
+      Burrow.call(native, { op: "close" }) if native
+      nil
     end
 
     # Whether the read has ended or was closed.
@@ -242,5 +259,13 @@ module Burrow
       @written = Burrow.call(native, { op: "finish" })
     end
     alias close finish
+
+    # Abandons the write at once: a later {#write} or {#finish} raises
+    # {InvalidArgumentError}.
+    # @return [nil]
+    def abandon
+      Burrow.call(@native, { op: "close" }) if @native
+      nil
+    end
   end
 end
