@@ -253,6 +253,9 @@ struct ConfigIn {
     labels: Vec<(String, String)>,
     mounts: Vec<MountIn>,
     network: bool,
+    /// Allow and deny rules (text form): a policy when either is given.
+    allow: Vec<String>,
+    deny: Vec<String>,
     idle_timeout: Option<Dur>,
     max_duration: Option<Dur>,
     demand_start: Option<bool>,
@@ -294,7 +297,13 @@ impl ConfigIn {
                 Mount::new(source, m.target.clone()).read_only(m.read_only)
             })
             .collect();
-        c.network = self.network;
+        let parsed = |rules: &[String]| rules.iter().map(|r| r.parse()).collect::<Result<Vec<_>, _>>();
+        c.network = match (parsed(&self.allow), parsed(&self.deny)) {
+            (Ok(allow), Ok(deny)) if !allow.is_empty() || !deny.is_empty() => {
+                burrow::Network::Policy(burrow::NetworkPolicy { allow, deny })
+            }
+            _ => self.network.into(),
+        };
         c.idle_timeout = self.idle_timeout.as_ref().map(Dur::get);
         c.max_duration = self.max_duration.as_ref().map(Dur::get);
         c.demand_start = self.demand_start;

@@ -7,6 +7,8 @@ namespace with the system's python3. One action per run; prints one line.
   dns NAME [tcp]           ask 10.0.2.3, print "<rcode> <a> <a>..."
   fetch NAME PORT          resolve NAME at 10.0.2.3, connect to its first A
   bulk HOST PORT           read until EOF, print the byte count
+  connects HOST PORT N     connect (and read the greeting) N times, print
+                           the median microseconds of one
 """
 import errno
 import socket
@@ -121,6 +123,18 @@ def main(argv):
                     break
                 total += len(b)
             print(total)
+        elif act == "connects":
+            import time
+
+            times = []
+            for _ in range(int(argv[3])):
+                t = time.perf_counter()
+                s = socket.create_connection((argv[1], int(argv[2])), timeout=5)
+                s.recv(16)
+                times.append(time.perf_counter() - t)
+                s.close()
+            times.sort()
+            print(int(times[len(times) // 2] * 1e6))
         else:
             print("ERR usage")
     except OSError as e:
