@@ -13,4 +13,4 @@ pub const DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 /// The prefix length of the guest's network.
 pub const GUEST_PREFIX: u8 = 24;
 /// The link MTU.
-pub const MTU: usize = 1500;
+pub const MTU: usize = 65520;

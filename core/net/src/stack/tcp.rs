@@ -28,7 +28,7 @@ use super::{resolver, Ctx, Refusal, Target};
 const CHUNK: usize = 32 * 1024;
 const CHUNKS: usize = 4;
 /// smoltcp's buffers per connection, each way.
-const SOCKET_BUFFER: usize = 128 * 1024;
+const SOCKET_BUFFER: usize = 256 * 1024;
 /// Connections (open and being opened) per sandbox at most.
 pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// How long the host side gets to connect.
