@@ -56,9 +56,11 @@ pub(crate) fn rule(text: &str) -> Result<Rule, RuleError> {
     }
     let mut proto = None;
     for p in [Proto::Tcp, Proto::Udp] {
+        // Any case, as the host that follows (`TCP:example.com`).
         if let Some(r) = rest
-            .strip_prefix(p.as_str())
-            .and_then(|r| r.strip_prefix(':'))
+            .get(..4)
+            .filter(|head| head.eq_ignore_ascii_case(&format!("{}:", p.as_str())))
+            .map(|_| &rest[4..])
         {
             proto = Some(p);
             rest = r;
@@ -108,7 +110,14 @@ fn host(h: &str) -> Result<Host, String> {
     }
     match h.strip_prefix("*.") {
         Some(d) => Ok(Host::Subdomains(domain(d)?)),
-        None => Ok(Host::Domain(domain(h)?)),
+        None => {
+            let d = domain(h)?;
+            if d == "tcp" || d == "udp" {
+                // Its text (`tcp:443`) would read back as the protocol.
+                return Err(format!("a host named {d:?} reads as a protocol"));
+            }
+            Ok(Host::Domain(d))
+        }
     }
 }
 

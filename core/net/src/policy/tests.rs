@@ -20,6 +20,13 @@ fn ip(s: &str) -> IpAddr {
 }
 
 #[test]
+fn a_host_named_like_a_protocol_is_refused() {
+    for text in ["tcp", "Tcp.", "UDP:443", "tcp:tcp", "Udp:udp:53"] {
+        assert!(text.parse::<Rule>().is_err(), "{text}");
+    }
+}
+
+#[test]
 fn rules_round_trip_through_their_canonical_text() {
     for (text, canonical) in [
         ("pypi.org", "pypi.org"),
@@ -32,6 +39,10 @@ fn rules_round_trip_through_their_canonical_text() {
         ("[2001:db8::1/32]:443", "[2001:db8::/32]:443"),
         ("_svc.example.com", "_svc.example.com"),
         ("0.0.0.0/0", "0.0.0.0/0"),
+        // The protocol in any case (found by fuzzing: `Tcp:` was read as
+        // a host named tcp, whose canonical text read back as TCP).
+        ("Tcp:80-90", "tcp:80-90"),
+        ("UDP:Example.com:53", "udp:example.com:53"),
     ] {
         let r = rule(text);
         assert_eq!(r.to_string(), canonical, "{text}");
