@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Generates the synchronous facade `burrow.sync` (sdk-python/python/burrow/
-sync.py) from the async API (`burrow._api`), so the two never drift.
+sync.py) from the async API (`burrow._api`), and its file streams
+(`burrow._sync_files`) from the async ones (`burrow._files`), so the two
+never drift.
 
 The async API awaits only calls of the core (`burrow._native`), whose
 objects carry their mode; the facade is the same source with the `async`
@@ -9,7 +11,8 @@ counterparts, and the module's calls taken in the blocking mode
 (`_native.SYNC`, which refuses to run inside an event loop).
 
 Usage: python3 scripts/gen-python-sync.py [--check]
-  --check: exit 1 if sync.py is not what this script generates (CI).
+  --check: exit 1 if sync.py or _sync_files.py is not what this script
+           generates (CI).
 """
 
 import pathlib
@@ -17,13 +20,14 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SRC = ROOT / "sdk-python/python/burrow/_api.py"
-DST = ROOT / "sdk-python/python/burrow/sync.py"
+PKG = ROOT / "sdk-python/python/burrow"
 
-HEADER = '''"""The synchronous facade: the async API with blocking methods.
+NOTICE = """GENERATED from ``burrow/{src}`` by ``scripts/gen-python-sync.py``: do not
+edit by hand (CI checks it is up to date)."""
 
-GENERATED from ``burrow/_api.py`` by ``scripts/gen-python-sync.py``: do not
-edit by hand (CI checks it is up to date).
+API_HEADER = '''"""The synchronous facade: the async API with blocking methods.
+
+{notice}
 
 Each call runs on the binding's runtime with the GIL released (other Python
 threads keep running; Ctrl-C cancels the call). Not for use inside a running
@@ -31,7 +35,15 @@ event loop: there every call raises ``RuntimeError`` (use the async API).
 """
 '''
 
-# (pattern, replacement), applied in order to the source after its docstring.
+FILES_HEADER = '''"""Files read and written as streams (the blocking API): see ``Fs.open_read``
+and ``Fs.open_write``.
+
+{notice}
+"""
+'''
+
+# (pattern, replacement), applied in order to every module's source after its
+# docstring; each must match in one module at least.
 RULES = [
     (r"\basync def ", "def "),
     (r"\basync for ", "for "),
@@ -46,31 +58,70 @@ RULES = [
     (r"\b_native\.ASYNC\b", "_native.SYNC"),
     (r"\bc\.achunks\b", "c.chunks"),
     (r"\bc\.AsyncByteSource\b", "c.ByteSource"),
-    (r'(__all__ = \[[^\]]*"Process")\]', r'\1, "configure"]'),
-    (r"from \. import _native\n", "from . import _native\nfrom ._common import configure\n"),
+]
+
+# (async source, sync module, header, rules of that module alone: applied
+# first, each must match there).
+MODULES = [
+    (
+        "_api.py",
+        "sync.py",
+        API_HEADER,
+        [
+            (r'(__all__ = \[[^\]]*"Process")\]', r'\1, "configure"]'),
+            (r"from \. import _native\n", "from . import _native\nfrom ._common import configure\n"),
+            (r"from \._files import ", "from ._sync_files import "),
+        ],
+    ),
+    (
+        "_files.py",
+        "_sync_files.py",
+        FILES_HEADER,
+        [
+            # `aclose` is the async generators' name; the blocking reader
+            # has `close` alone (as files have).
+            (r"\n    async def aclose\(self\) -> None:\n(?:        .*\n)+", ""),
+            (r"\banother task\b", "another thread"),
+        ],
+    ),
 ]
 
 
-def generate() -> str:
-    text = SRC.read_text()
-    if not text.startswith('"""'):
-        sys.exit(f"{SRC}: expected a module docstring first")
-    end = text.index('"""', 3) + 3
-    body = text[end:]
-    for pattern, replacement in RULES:
-        body, n = re.subn(pattern, replacement, body)
+def generate() -> dict:
+    """Each sync module's path and text."""
+    out = {}
+    used = {pattern: 0 for pattern, _ in RULES}
+    for src_name, dst_name, header, own in MODULES:
+        src = PKG / src_name
+        text = src.read_text()
+        if not text.startswith('"""'):
+            sys.exit(f"{src}: expected a module docstring first")
+        end = text.index('"""', 3) + 3
+        body = text[end:]
+        for pattern, replacement in own:
+            body, n = re.subn(pattern, replacement, body)
+            if n == 0:
+                sys.exit(f"rule {pattern!r} matched nothing in {src}: update {__file__}")
+        for pattern, replacement in RULES:
+            body, n = re.subn(pattern, replacement, body)
+            used[pattern] += n
+        notice = NOTICE.format(src=src_name)
+        out[PKG / dst_name] = header.format(notice=notice) + body
+    for pattern, n in used.items():
         if n == 0:
-            sys.exit(f"rule {pattern!r} matched nothing in {SRC}: update {__file__}")
-    return HEADER + body
+            sys.exit(f"rule {pattern!r} matched nothing in any module: update {__file__}")
+    return out
 
 
 def main() -> None:
     out = generate()
     if sys.argv[1:] == ["--check"]:
-        if DST.read_text() != out:
-            sys.exit(f"{DST} is out of date: run python3 scripts/gen-python-sync.py")
+        stale = [str(dst) for dst, text in out.items() if dst.read_text() != text]
+        if stale:
+            sys.exit(f"{', '.join(stale)} out of date: run python3 scripts/gen-python-sync.py")
         return
-    DST.write_text(out)
+    for dst, text in out.items():
+        dst.write_text(text)
 
 
 if __name__ == "__main__":

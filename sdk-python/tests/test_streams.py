@@ -155,9 +155,44 @@ def test_sync_streams_and_output_limit(image, tmp_path):
         sb.destroy()
 
 
-# A FIFO whose writer sends one line and then holds it open for 30 s: a
-# reader's second pull waits until closed.
-_HELD_FIFO = "rm -f /tmp/p; mkfifo /tmp/p; (echo first; sleep 30) > /tmp/p &"
+# Guest-side witnesses that a stream released the guest's file (while the
+# SDK object is still referenced, so no garbage collection did it):
+# - /tmp/p, a FIFO whose writer sends one line and then nothing until
+#   /tmp/go exists (a second pull waits); then it writes a line every 0.1 s,
+#   which fails (SIGPIPE/EPIPE) only once no reader holds the FIFO, and
+#   /tmp/gone appears.
+# - /tmp/q, a FIFO read by `cat`, which ends (and /tmp/q.done appears) only
+#   once no writer holds it.
+_HELD_FIFO = (
+    "rm -f /tmp/p /tmp/go /tmp/gone; mkfifo /tmp/p; "
+    "( (echo first; until [ -e /tmp/go ]; do sleep 0.1; done; "
+    "while echo more; do sleep 0.1; done) > /tmp/p; echo $? > /tmp/gone ) "
+    "</dev/null >/dev/null 2>&1 &"
+)
+_READ_FIFO = (
+    "rm -f /tmp/q /tmp/q.done; mkfifo /tmp/q; "
+    "(cat /tmp/q > /tmp/q.out; echo $? > /tmp/q.done) </dev/null >/dev/null 2>&1 &"
+)
+
+
+async def _appears(sb, path: str, seconds: float = 10) -> bool:
+    import asyncio
+
+    for _ in range(int(seconds * 10)):
+        if await sb.fs.exists(path):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+def _sync_appears(sb, path: str, seconds: float = 10) -> bool:
+    import time
+
+    for _ in range(int(seconds * 10)):
+        if sb.fs.exists(path):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 async def test_closing_a_stream_ends_it_at_once(image):
@@ -178,24 +213,66 @@ async def test_closing_a_stream_ends_it_at_once(image):
         assert await asyncio.wait_for(pending, 5) is None
         assert time.monotonic() - started < 5
         assert await reader.read_chunk() is None
+        await reader.aclose()  # closing twice is harmless
+        # The guest's reader is gone: the FIFO's writer fails.
+        await sb.fs.write("/tmp/go", b"")
+        assert await _appears(sb, "/tmp/gone"), "the guest still holds the FIFO"
         assert (await sb.exec(["echo", "ok"])).stdout == b"ok\n"
 
-        # A writer abandoned: later writes are refused, by their class.
-        writer = await sb.fs.open_write("/tmp/w.txt")
+        # A writer abandoned: the guest's file is closed at once, later
+        # writes and finish are refused, by their class.
+        await sb.exec(["sh", "-c", _READ_FIFO])
+        writer = await sb.fs.open_write("/tmp/q")
         await writer.write(b"kept")
         await writer.abandon()
+        assert await _appears(sb, "/tmp/q.done"), "the guest still holds the FIFO"
         with pytest.raises(errors.InvalidArgumentError) as info:
             await writer.write(b"more")
         assert info.value.code == "invalid_argument"
+        with pytest.raises(errors.InvalidArgumentError):
+            await writer.finish()
+        await writer.abandon()  # abandoning twice is harmless
 
         # `async with`: an exception abandons, a normal exit finishes.
         with pytest.raises(RuntimeError):
             async with await sb.fs.open_write("/tmp/x.txt") as w:
                 await w.write(b"half")
                 raise RuntimeError("the source failed")
+        with pytest.raises(errors.InvalidArgumentError):
+            await w.finish()
         async with await sb.fs.open_write("/tmp/y.txt") as w:
             await w.write(b"whole")
         assert await sb.fs.read("/tmp/y.txt") == b"whole"
+
+
+async def test_streams_left_early_release_the_file(image):
+    from burrow import Sandbox
+
+    async with await Sandbox.create("stream-early", image=image, destroy=True) as sb:
+        # read_stream closed after its first chunk closes the reader.
+        await sb.exec(["sh", "-c", _HELD_FIFO])
+        stream = sb.fs.read_stream("/tmp/p")
+        assert await stream.__anext__() == b"first\n"
+        await stream.aclose()
+        await sb.fs.write("/tmp/go", b"")
+        assert await _appears(sb, "/tmp/gone"), "the guest still holds the FIFO"
+
+        # write_stream whose source raises abandons the writer, and the
+        # source's exception is the one raised.
+        class SourceFailed(Exception):
+            pass
+
+        async def failing():
+            yield b"part"
+            raise SourceFailed()
+
+        await sb.exec(["sh", "-c", _READ_FIFO])
+        with pytest.raises(SourceFailed) as info:
+            await sb.fs.write_stream("/tmp/q", failing())
+        # `info` keeps write_stream's frame (and its writer) alive: only
+        # the abandon can have released the FIFO.
+        assert await _appears(sb, "/tmp/q.done"), "the guest still holds the FIFO"
+        assert info.type is SourceFailed
 
 
 def test_sync_close_and_abandon(image):
@@ -218,12 +295,36 @@ def test_sync_close_and_abandon(image):
         reader.close()
         t.join(5)
         assert not t.is_alive() and got == [None]
-        writer = sb.fs.open_write("/tmp/w.txt")
+        sb.fs.write("/tmp/go", b"")
+        assert _sync_appears(sb, "/tmp/gone"), "the guest still holds the FIFO"
+
+        sb.exec(["sh", "-c", _READ_FIFO])
+        writer = sb.fs.open_write("/tmp/q")
+        writer.write(b"kept")
         writer.abandon()
-        with pytest.raises(errors.InvalidArgumentError):
+        assert _sync_appears(sb, "/tmp/q.done"), "the guest still holds the FIFO"
+        with pytest.raises(errors.InvalidArgumentError) as info:
             writer.finish()
+        assert info.value.code == "invalid_argument"
+
+        # `with`: an exception abandons, a normal exit finishes.
+        with pytest.raises(RuntimeError):
+            with sb.fs.open_write("/tmp/x.txt") as w:
+                w.write(b"half")
+                raise RuntimeError("the source failed")
+        with pytest.raises(errors.InvalidArgumentError):
+            w.write(b"more")
         with sb.fs.open_write("/tmp/z.txt") as w:
             w.write("done")
         assert sb.fs.read("/tmp/z.txt") == b"done"
+
+        # A blocking read_stream left early (the generator closed) closes
+        # its reader.
+        sb.exec(["sh", "-c", _HELD_FIFO])
+        stream = sb.fs.read_stream("/tmp/p")
+        assert next(stream) == b"first\n"
+        stream.close()
+        sb.fs.write("/tmp/go", b"")
+        assert _sync_appears(sb, "/tmp/gone"), "the guest still holds the FIFO"
     finally:
         sb.destroy()

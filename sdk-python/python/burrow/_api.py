@@ -130,10 +130,11 @@ class Fs:
     async def read_stream(self, path: str) -> AsyncIterator[bytes]:
         """The file's bytes in chunks (``async for chunk in
         sb.fs.read_stream(path)``); a missing file is raised by the first
-        step of the iteration."""
-        reader = await self.open_read(path)
-        async for chunk in reader:
-            yield chunk
+        step of the iteration. Left early (``break``, an exception), the
+        read is closed when the iteration is closed."""
+        async with await self.open_read(path) as reader:
+            async for chunk in reader:
+                yield chunk
 
     async def open_write(
         self, path: str, *, mode: Optional[int] = None, append: bool = False
@@ -152,11 +153,12 @@ class Fs:
     ) -> int:
         """Writes a file from ``source``, chunk by chunk: an (async) iterable
         of bytes, or a binary file object (read until it is exhausted), or
-        bytes. The number of bytes written."""
-        writer = await self.open_write(path, mode=mode, append=append)
-        async for chunk in c.achunks(source):
-            await writer.write(chunk)
-        return await writer.finish()
+        bytes. The number of bytes written. If ``source`` raises, the write
+        is abandoned (what was written stays) and the exception propagates."""
+        async with await self.open_write(path, mode=mode, append=append) as writer:
+            async for chunk in c.achunks(source):
+                await writer.write(chunk)
+            return await writer.finish()
 
     async def list(self, path: str) -> List[DirEntry]:
         return c.dir_entries(await self._n.fs_list(path))

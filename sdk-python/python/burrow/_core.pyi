@@ -10,9 +10,11 @@ failure raises the ``burrow.errors`` class of its code.
 Objects (``NativeObject.kind``): ``"sandbox"`` (live or a handle),
 ``"process"`` (``next``, ``write``, ``close_stdin``, ``signal``), ``"logs"``
 (``next``), ``"file_reader"`` (from ``fs_open_read``; ``next``: bytes, or
-``None`` at the end of the file) and ``"file_writer"`` (from
+``None`` at the end of the file; ``close``: a pending ``next`` returns
+``None`` at once, the guest's file is released) and ``"file_writer"`` (from
 ``fs_open_write``; ``write`` with the call's data, ``finish``: the number of
-bytes written). ``exec`` returns the tuple ``(stdout, stderr, exit_code,
+bytes written; ``close``: the write is abandoned, later calls raise
+``InvalidArgumentError``). ``exec`` returns the tuple ``(stdout, stderr, exit_code,
 signal, timed_out, truncated)``.
 """
 

@@ -1,5 +1,10 @@
 """Files read and written as streams (the blocking API): see ``Fs.open_read``
-and ``Fs.open_write``."""
+and ``Fs.open_write``.
+
+GENERATED from ``burrow/_files.py`` by ``scripts/gen-python-sync.py``: do not
+edit by hand (CI checks it is up to date).
+"""
+
 
 from __future__ import annotations
 

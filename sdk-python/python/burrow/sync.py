@@ -27,8 +27,8 @@ from typing import (
 
 from . import _common as c
 from . import _native
-from ._sync_files import FileReader, FileWriter
 from ._common import configure
+from ._sync_files import FileReader, FileWriter
 from .errors import SandboxNotFoundError
 from .types import (
     Capabilities,
@@ -139,10 +139,11 @@ class Fs:
     def read_stream(self, path: str) -> Iterator[bytes]:
         """The file's bytes in chunks (``for chunk in
         sb.fs.read_stream(path)``); a missing file is raised by the first
-        step of the iteration."""
-        reader = self.open_read(path)
-        for chunk in reader:
-            yield chunk
+        step of the iteration. Left early (``break``, an exception), the
+        read is closed when the iteration is closed."""
+        with self.open_read(path) as reader:
+            for chunk in reader:
+                yield chunk
 
     def open_write(
         self, path: str, *, mode: Optional[int] = None, append: bool = False
@@ -161,11 +162,12 @@ class Fs:
     ) -> int:
         """Writes a file from ``source``, chunk by chunk: an (async) iterable
         of bytes, or a binary file object (read until it is exhausted), or
-        bytes. The number of bytes written."""
-        writer = self.open_write(path, mode=mode, append=append)
-        for chunk in c.chunks(source):
-            writer.write(chunk)
-        return writer.finish()
+        bytes. The number of bytes written. If ``source`` raises, the write
+        is abandoned (what was written stays) and the exception propagates."""
+        with self.open_write(path, mode=mode, append=append) as writer:
+            for chunk in c.chunks(source):
+                writer.write(chunk)
+            return writer.finish()
 
     def list(self, path: str) -> List[DirEntry]:
         return c.dir_entries(self._n.fs_list(path))
