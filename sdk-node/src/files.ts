@@ -85,12 +85,21 @@ export class FileWriter {
     return Number(await call(this.#o, { op: "finish" }, opts));
   }
   /**
-   * Abandons the write at once: a later `write` or `finish` rejects with
-   * `InvalidArgumentError`.
+   * Abandons the write at once (a pending `write` ends): the guest's file
+   * is closed, what was written stays, and a later `write` or `finish`
+   * rejects with `InvalidArgumentError`. Abandoning twice is harmless.
    */
   abandon(opts?: CallOptions): Promise<void> {
     return call(this.#o, { op: "close" }, opts);
   }
+}
+
+/**
+ * Closes a file stream's object now rather than when it is collected. No
+ * signal: the stream may be ending because the caller's signal aborted.
+ */
+function release(o: NativeObject): Promise<void> {
+  return call(o, { op: "close" }).catch(() => {});
 }
 
 /** @internal */
@@ -104,7 +113,16 @@ export async function openRead(sb: NativeObject, path: string, opts: CallOptions
       async pull(controller) {
         const obj = o;
         if (obj === null) return;
-        const chunk: Buffer | null = await call(obj, { op: "next" }, opts);
+        let chunk: Buffer | null;
+        try {
+          chunk = await call(obj, { op: "next" }, opts);
+        } catch (e) {
+          // A failed (or aborted, or timed out) pull errors the stream:
+          // the guest's file is released with it.
+          o = null;
+          await release(obj);
+          throw e;
+        }
         // Cancelled meanwhile: the stream is done already.
         if (o === null) return;
         if (chunk === null) {
@@ -119,7 +137,7 @@ export async function openRead(sb: NativeObject, path: string, opts: CallOptions
       async cancel() {
         const obj = o;
         o = null;
-        if (obj !== null) await call(obj, { op: "close" }, opts);
+        if (obj !== null) await release(obj);
       },
     },
     { highWaterMark: 0 },
@@ -142,8 +160,9 @@ export async function writeStream(
   try {
     for await (const chunk of chunksOf(source)) await writer.write(chunk, opts);
   } catch (e) {
-    // The source (or a write) failed: the guest stops at once.
-    await writer.abandon(opts).catch(() => {});
+    // The source (or a write, or the signal) failed: the guest stops at
+    // once (the abandon without the signal, which may be what aborted).
+    await writer.abandon().catch(() => {});
     throw e;
   }
   return writer.finish(opts);

@@ -118,7 +118,10 @@ export class Fs {
    * web `ReadableStream`, so `for await (const chunk of stream)`,
    * `stream.pipeTo(...)` or `Readable.fromWeb(stream)`. A chunk is read
    * from the sandbox only when asked for (memory stays flat);
-   * `stream.cancel()` abandons the rest. A missing file rejects here.
+   * `stream.cancel()` (or a `for await` left early) abandons the rest at
+   * once: a pending read ends (`done`) and the guest's file is released;
+   * a pull that fails or whose `signal` aborts releases it too. A missing
+   * file rejects here.
    */
   readStream(path: string, opts?: CallOptions): Promise<ReadableStream<Uint8Array>> {
     return openRead(this.#o, path, opts);
@@ -127,12 +130,17 @@ export class Fs {
    * Writes a file (created with `mode`, default 0o644, or truncated; or
    * appended to) from `source`, chunk by chunk: an async iterable (a Node
    * `Readable`, a generator), a web `ReadableStream`, an iterable of
-   * chunks, or bytes. Resolves to the number of bytes written.
+   * chunks, or bytes. Resolves to the number of bytes written; a source
+   * that throws (or the `signal` aborting) abandons the write and rejects
+   * with that error.
    */
   writeStream(path: string, source: ByteSource, opts?: WriteStreamOptions): Promise<number> {
     return writeStream(this.#o, path, source, opts);
   }
-  /** Opens a file to write chunk by chunk: `write`, then `finish`. */
+  /**
+   * Opens a file to write chunk by chunk: `write`, then `finish` (or
+   * `abandon`, which closes the guest's file at once).
+   */
   openWrite(path: string, opts?: WriteStreamOptions): Promise<FileWriter> {
     return openWrite(this.#o, path, opts);
   }

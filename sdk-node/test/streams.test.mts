@@ -128,36 +128,132 @@ test("exec outputLimit truncates each stream", async () => {
   }
 });
 
-test("cancelling a read ends a pending pull at once; an abandoned writer refuses writes", async () => {
-  const sb = await Sandbox.builder("node-stream-close").image(image).create();
+// Guest-side witnesses that a stream released the guest's file (while the
+// SDK's object is still referenced, so no collection did it):
+// - /tmp/p, a FIFO whose writer sends one line and then nothing until
+//   /tmp/go exists (a second pull waits); then it writes a line every
+//   0.1 s, which fails (SIGPIPE/EPIPE) only once no reader holds the FIFO,
+//   and /tmp/gone appears.
+// - /tmp/q, a FIFO read by `cat`, which ends (and /tmp/q.done appears) only
+//   once no writer holds it.
+const HELD_FIFO =
+  "rm -f /tmp/p /tmp/go /tmp/gone; mkfifo /tmp/p; " +
+  "( (echo first; until [ -e /tmp/go ]; do sleep 0.1; done; " +
+  "while echo more; do sleep 0.1; done) > /tmp/p; echo $? > /tmp/gone ) " +
+  "</dev/null >/dev/null 2>&1 &";
+const READ_FIFO =
+  "rm -f /tmp/q /tmp/q.done; mkfifo /tmp/q; " +
+  "(cat /tmp/q > /tmp/q.out; echo $? > /tmp/q.done) </dev/null >/dev/null 2>&1 &";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Whether `path` exists in the sandbox within `ms`. */
+async function appears(sb: Sandbox, path: string, ms = 10_000): Promise<boolean> {
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(100)) {
+    if (await sb.fs.exists(path)) return true;
+  }
+  return false;
+}
+
+/** Lets the FIFO's writer go on, and whether it then finds no reader. */
+async function readerReleased(sb: Sandbox): Promise<boolean> {
+  await sb.fs.write("/tmp/go", "");
+  return appears(sb, "/tmp/gone");
+}
+
+const invalidArgument = (e: unknown) => e instanceof InvalidArgumentError && e.code === "invalid_argument";
+
+test("cancelling a read stream ends a pending pull at once and releases the guest's file", async () => {
+  const sb = await Sandbox.builder("node-stream-cancel").image(image).create();
   try {
-    // A FIFO whose writer sends one line, then holds it open for 30 s.
-    await sb.exec(["sh", "-c", "rm -f /tmp/p; mkfifo /tmp/p; (echo first; sleep 30) > /tmp/p &"]);
+    await sb.exec(["sh", "-c", HELD_FIFO]);
     const reader = (await sb.fs.readStream("/tmp/p")).getReader();
     const first = await reader.read();
     assert.equal(Buffer.from(first.value!).toString(), "first\n");
     const pending = reader.read();
     let settled = false;
     void pending.then(() => (settled = true));
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300);
     assert.equal(settled, false, "the second pull waits on the held FIFO");
     const started = Date.now();
     await reader.cancel();
     assert.equal((await pending).done, true);
     assert.ok(Date.now() - started < 5000);
+    assert.ok(await readerReleased(sb), "the guest still holds the FIFO");
     assert.equal((await sb.exec(["echo", "ok"])).stdout.toString(), "ok\n");
+  } finally {
+    await sb.destroy();
+  }
+});
 
-    const w = await sb.fs.openWrite("/tmp/w.txt");
+test("a read stream left early or aborted releases the guest's file", async () => {
+  const sb = await Sandbox.builder("node-stream-early").image(image).create();
+  try {
+    // A `for await` left early cancels the stream.
+    await sb.exec(["sh", "-c", HELD_FIFO]);
+    const stream = await sb.fs.readStream("/tmp/p");
+    for await (const chunk of stream) {
+      assert.equal(Buffer.from(chunk).toString(), "first\n");
+      break;
+    }
+    assert.ok(await readerReleased(sb), "the guest still holds the FIFO (for await)");
+
+    // The call's signal aborting a pending pull errors the stream with the
+    // abort, and the file is released with it.
+    await sb.exec(["sh", "-c", HELD_FIFO]);
+    const ac = new AbortController();
+    const reader = (await sb.fs.readStream("/tmp/p", { signal: ac.signal })).getReader();
+    assert.equal(Buffer.from((await reader.read()).value!).toString(), "first\n");
+    const pending = reader.read();
+    await sleep(300);
+    ac.abort();
+    await assert.rejects(pending, { name: "AbortError" });
+    assert.ok(await readerReleased(sb), "the guest still holds the FIFO (abort)");
+  } finally {
+    await sb.destroy();
+  }
+});
+
+test("an abandoned writer closes the guest's file and refuses later calls", async () => {
+  const sb = await Sandbox.builder("node-stream-abandon").image(image).create();
+  try {
+    await sb.exec(["sh", "-c", READ_FIFO]);
+    const w = await sb.fs.openWrite("/tmp/q");
     await w.write("kept");
     await w.abandon();
-    await assert.rejects(w.write("more"), (e: BurrowError) => e instanceof InvalidArgumentError && e.code === "invalid_argument");
+    assert.ok(await appears(sb, "/tmp/q.done"), "the guest still holds the FIFO");
+    await assert.rejects(w.write("more"), invalidArgument);
+    // Not finished: finish is refused too, by its class.
+    await assert.rejects(w.finish(), invalidArgument);
+    await w.abandon(); // abandoning twice is harmless
+    assert.equal((await sb.exec(["echo", "ok"])).stdout.toString(), "ok\n");
+  } finally {
+    await sb.destroy();
+  }
+});
 
-    // A source that fails abandons the write and rejects with its error.
+test("writeStream abandons the write when its source throws or its signal aborts", async () => {
+  const sb = await Sandbox.builder("node-stream-source").image(image).create();
+  try {
+    await sb.exec(["sh", "-c", READ_FIFO]);
     async function* failing() {
       yield "half";
       throw new RangeError("the source failed");
     }
-    await assert.rejects(sb.fs.writeStream("/tmp/x.txt", failing()), RangeError);
+    await assert.rejects(sb.fs.writeStream("/tmp/q", failing()), RangeError);
+    assert.ok(await appears(sb, "/tmp/q.done"), "the guest still holds the FIFO (source)");
+
+    // The signal aborts between two chunks: the abandon is not refused for
+    // the aborted signal.
+    await sb.exec(["sh", "-c", READ_FIFO]);
+    const ac = new AbortController();
+    async function* aborting() {
+      yield "part";
+      ac.abort();
+      yield "more";
+    }
+    await assert.rejects(sb.fs.writeStream("/tmp/q", aborting(), { signal: ac.signal }), { name: "AbortError" });
+    assert.ok(await appears(sb, "/tmp/q.done"), "the guest still holds the FIFO (abort)");
   } finally {
     await sb.destroy();
   }
