@@ -118,10 +118,40 @@ class TestStreams < Minitest::Test
     end
   end
 
-  def test_close_ends_a_waiting_read_and_abandon_refuses_writes
+  # Guest-side witnesses that a stream released the guest's file (while
+  # the SDK's object is still referenced, so no collection did it):
+  # - /tmp/p, a FIFO whose writer sends one line and then nothing until
+  #   /tmp/go exists (a second pull waits); then it writes a line every
+  #   0.1 s, which fails (SIGPIPE/EPIPE) only once no reader holds the
+  #   FIFO, and /tmp/gone appears.
+  # - /tmp/q, a FIFO read by `cat`, which ends (and /tmp/q.done appears)
+  #   only once no writer holds it.
+  HELD_FIFO = "rm -f /tmp/p /tmp/go /tmp/gone; mkfifo /tmp/p; " \
+              "( (echo first; until [ -e /tmp/go ]; do sleep 0.1; done; " \
+              "while echo more; do sleep 0.1; done) > /tmp/p; echo $? > /tmp/gone ) " \
+              "</dev/null >/dev/null 2>&1 &"
+  READ_FIFO = "rm -f /tmp/q /tmp/q.done; mkfifo /tmp/q; " \
+              "(cat /tmp/q > /tmp/q.out; echo $? > /tmp/q.done) </dev/null >/dev/null 2>&1 &"
+
+  # Whether +path+ exists in the sandbox within +seconds+.
+  def appears?(sb, path, seconds = 10)
+    (seconds * 10).times do
+      return true if sb.fs.exist?(path)
+
+      sleep 0.1
+    end
+    false
+  end
+
+  # Lets the FIFO's writer go on: whether it then finds no reader.
+  def reader_released?(sb)
+    sb.fs.write("/tmp/go", "")
+    appears?(sb, "/tmp/gone")
+  end
+
+  def test_close_ends_a_waiting_read_at_once_and_releases_the_file
     Burrow::Sandbox.create("rb-stream-close", image: IMAGE) do |sb|
-      # A FIFO whose writer sends one line, then holds it open for 30 s.
-      sb.exec(["sh", "-c", "rm -f /tmp/p; mkfifo /tmp/p; (echo first; sleep 30) > /tmp/p &"])
+      sb.exec(["sh", "-c", HELD_FIFO])
       reader = sb.fs.open_read("/tmp/p")
       assert_equal "first\n", reader.read_chunk
       waiting = Thread.new { reader.read_chunk }
@@ -131,22 +161,82 @@ class TestStreams < Minitest::Test
       reader.close
       assert_nil waiting.value
       assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 5
+      assert_nil reader.read_chunk
+      assert_predicate reader, :closed?
+      reader.close # closing twice is harmless
+      assert reader_released?(sb), "the guest still holds the FIFO"
       assert_equal "ok\n", sb.exec(%w[echo ok]).stdout
 
-      writer = sb.fs.open_write("/tmp/w.txt")
+      # read_stream's block left early closes its reader.
+      sb.exec(["sh", "-c", HELD_FIFO])
+      sb.fs.read_stream("/tmp/p") do |chunk|
+        assert_equal "first\n", chunk
+        break
+      end
+      assert reader_released?(sb), "the guest still holds the FIFO (read_stream)"
+    end
+  end
+
+  def test_abandon_closes_the_file_and_refuses_later_calls
+    Burrow::Sandbox.create("rb-stream-abandon", image: IMAGE) do |sb|
+      sb.exec(["sh", "-c", READ_FIFO])
+      writer = sb.fs.open_write("/tmp/q")
       writer.write("kept")
       writer.abandon
+      assert_predicate writer, :abandoned?
+      assert appears?(sb, "/tmp/q.done"), "the guest still holds the FIFO"
       e = assert_raises(Burrow::InvalidArgumentError) { writer.write("more") }
       assert_equal "invalid_argument", e.code
+      # Not finished: finish is refused too, by its class.
+      e = assert_raises(Burrow::InvalidArgumentError) { writer.finish }
+      assert_equal "invalid_argument", e.code
+      assert_nil writer.abandon # abandoning again does nothing
+      assert_equal "ok\n", sb.exec(%w[echo ok]).stdout
+    end
+  end
 
-      # A block that raises abandons the write and the error goes on.
+  def test_open_write_block_abandons_on_raise_and_finishes_otherwise
+    Burrow::Sandbox.create("rb-stream-block", image: IMAGE) do |sb|
+      # A block that raises abandons the write (the file is released at
+      # once) and the error goes on.
+      sb.exec(["sh", "-c", READ_FIFO])
+      kept = nil
       assert_raises(RangeError) do
-        sb.fs.open_write("/tmp/x.txt") do |w|
+        sb.fs.open_write("/tmp/q") do |w|
+          kept = w
           w.write("half")
           raise RangeError, "the source failed"
         end
       end
+      assert_predicate kept, :abandoned?
+      assert appears?(sb, "/tmp/q.done"), "the guest still holds the FIFO (raise)"
+      assert_raises(Burrow::InvalidArgumentError) { kept.finish }
+
+      # A block left by break finishes the file.
+      sb.exec(["sh", "-c", READ_FIFO])
+      sb.fs.open_write("/tmp/q") do |w|
+        kept = w
+        w.write("early")
+        break
+      end
+      refute_predicate kept, :abandoned?
+      assert appears?(sb, "/tmp/q.done"), "the guest still holds the FIFO (break)"
+      assert_equal 5, kept.finish # finished already: the same count
+
+      # write_stream's source raising abandons the write.
+      sb.exec(["sh", "-c", READ_FIFO])
+      failing = Enumerator.new do |y|
+        y << "part"
+        raise RangeError, "the source failed"
+      end
+      assert_raises(RangeError) { sb.fs.write_stream("/tmp/q", failing) }
+      assert appears?(sb, "/tmp/q.done"), "the guest still holds the FIFO (write_stream)"
+
+      # A block that abandoned the writer itself answers nil; one that
+      # returns answers the bytes written.
+      assert_nil(sb.fs.open_write("/tmp/x.txt") { |w| w.abandon })
       assert_equal 5, sb.fs.open_write("/tmp/y.txt") { |w| w.write("whole") }
+      assert_equal "whole", sb.fs.read("/tmp/y.txt")
     end
   end
 end

@@ -67,28 +67,41 @@ module Burrow
 
     # Opens a file to write as a stream: created (with +mode+, default
     # 0644) or truncated, or appended to with +append: true+. With a block,
-    # yields the writer, finishes the file when the block returns and
-    # answers the number of bytes written; a block that raises abandons
-    # the write.
-    # @return [FileWriter, Integer]
+    # yields the writer, finishes the file when the block is left (it
+    # returns, or +break+ or +throw+ leave it) and answers the number of
+    # bytes written; a block that raises (or whose thread is killed)
+    # abandons the write at once and the exception goes on. A block that
+    # abandoned the writer itself answers nil.
+    # @return [FileWriter, Integer, nil]
     def open_write(path, mode: nil, append: false)
       writer = FileWriter.new(call(op: "fs_open_write", path: path, mode: mode, append: append))
       return writer unless block_given?
 
+      outcome = :left # by break or throw (or a killed thread), unless set below
       begin
         yield writer
+        outcome = :returned
       rescue Exception # rubocop:disable Lint/RescueException -- re-raised
-        writer.abandon
+        outcome = :raised
+        FileWriter.abandon_quietly(writer)
         raise
+      ensure
+        # Never left to the garbage collector: a block left by break or
+        # throw finishes the file (as a File.open block closes its file),
+        # a killed thread abandons it.
+        if outcome == :left && !writer.abandoned?
+          Thread.current.status == "aborting" ? FileWriter.abandon_quietly(writer) : writer.finish
+        end
       end
-      writer.finish
+      writer.abandoned? ? nil : writer.finish
     end
 
     # Writes a file from +source+, chunk by chunk: an IO (anything with
     # +read(n)+: a File, a pipe, a StringIO; read until its end), an
     # Enumerable of Strings (an Enumerator, an Array), or a String.
     # Answers the number of bytes written; a failure of the guest (a
-    # missing directory) raises.
+    # missing directory) raises; a source that raises abandons the write
+    # (what was written stays) and its exception goes on.
     # @return [Integer]
     def write_stream(path, source, mode: nil, append: false)
       chunks = Fs.chunks(source) # a wrong source raises before the file is touched
@@ -220,13 +233,15 @@ module Burrow
   # enough for +IO.copy_stream+ (+write+, +<<+). +write+ waits while the
   # sandbox has not taken the previous MiB (flow control); {#finish}
   # completes the file, and raises a failure of the guest (a missing
-  # directory, no space) at the latest. Left unfinished, the write is
-  # abandoned (what was written stays).
+  # directory, no space) at the latest. {#abandon} (or leaving it
+  # unfinished, at the latest when it is collected) abandons the write
+  # (what was written stays).
   class FileWriter
     # @api private
     def initialize(native)
       @native = native
       @written = nil
+      @abandoned = false
     end
 
     # Appends the Strings; answers the number of bytes written.
@@ -260,11 +275,28 @@ module Burrow
     end
     alias close finish
 
-    # Abandons the write at once: a later {#write} or {#finish} raises
-    # {InvalidArgumentError}.
+    # Abandons the write at once (a {#write} waiting in another thread
+    # ends): the guest's file is closed with what was written, and a later
+    # {#write} or {#finish} raises {InvalidArgumentError}. Abandoning
+    # twice, or a finished file, does nothing.
     # @return [nil]
     def abandon
-      Burrow.call(@native, { op: "close" }) if @native
+      return nil if @native.nil?
+
+      @abandoned = true
+      Burrow.call(@native, { op: "close" })
+      nil
+    end
+
+    # Whether {#abandon} was called (before the file was finished).
+    def abandoned? = @abandoned
+
+    # Abandons +writer+ on the way out of a failure, which an error of
+    # the abandon must not hide.
+    # @api private
+    def self.abandon_quietly(writer)
+      writer.abandon
+    rescue StandardError
       nil
     end
   end
