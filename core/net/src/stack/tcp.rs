@@ -6,7 +6,7 @@
 //! queues: a side that stops reading closes the other side's window.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -443,5 +443,5 @@ pub(crate) fn in_guest_net(dst: SocketAddrV4) -> bool {
     let mask = u32::MAX << (32 - u32::from(addrs::GUEST_PREFIX));
     (u32::from(*dst.ip()) & mask) == (u32::from(addrs::GATEWAY) & mask)
         || dst.ip().is_broadcast()
-        || matches!(IpAddr::V4(*dst.ip()), IpAddr::V4(ip) if ip.is_unspecified())
+        || dst.ip().is_unspecified()
 }

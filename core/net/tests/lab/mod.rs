@@ -140,21 +140,24 @@ impl Lab {
         }
     }
 
+    /// guest.py with `args`, in the guest's namespace.
+    fn guest_cmd(&self, args: &[&str]) -> tokio::process::Command {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/guest.py");
+        let mut cmd = tokio::process::Command::new("nsenter");
+        cmd.args([
+            "-t",
+            &self.guest.id().to_string(),
+            "-n",
+            "/usr/bin/python3",
+            script,
+        ])
+        .args(args);
+        cmd
+    }
+
     /// Runs guest.py with `args` in the guest's namespace; its one line.
     pub async fn guest(&self, args: &[&str]) -> String {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/guest.py");
-        let out = tokio::process::Command::new("nsenter")
-            .args([
-                "-t",
-                &self.guest.id().to_string(),
-                "-n",
-                "/usr/bin/python3",
-                script,
-            ])
-            .args(args)
-            .output()
-            .await
-            .unwrap();
+        let out = self.guest_cmd(args).output().await.unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -165,16 +168,7 @@ impl Lab {
 
     /// Runs guest.py in the background.
     pub fn guest_bg(&self, args: &[&str]) -> tokio::process::Child {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/guest.py");
-        tokio::process::Command::new("nsenter")
-            .args([
-                "-t",
-                &self.guest.id().to_string(),
-                "-n",
-                "/usr/bin/python3",
-                script,
-            ])
-            .args(args)
+        self.guest_cmd(args)
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
