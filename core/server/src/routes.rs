@@ -47,17 +47,28 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-/// Parses a JSON body into `T`; bad JSON is `invalid_argument`.
+/// Parses a JSON body into `T`; bad JSON is `invalid_argument`, its
+/// argument the path of the field that is wrong (`config.network.deny[0]`)
+/// or `body` when it is the whole.
 pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
     let body: &[u8] = if body.is_empty() { b"{}" } else { body };
-    let bad = |e: serde_json::Error| Error::InvalidArgument {
-        argument: "body".into(),
-        reason: e.to_string(),
-    };
-    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(bad)?;
+    let mut value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| Error::InvalidArgument {
+            argument: "body".into(),
+            reason: e.to_string(),
+        })?;
     structs_are_objects(&value)?;
     integral_numbers(&mut value);
-    serde_json::from_value(value).map_err(bad)
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let argument = match e.path().to_string() {
+            p if p == "." => "body".to_string(),
+            p => p,
+        };
+        Error::InvalidArgument {
+            argument,
+            reason: e.into_inner().to_string(),
+        }
+    })
 }
 
 /// serde reads a struct from a JSON array too (its fields in order): every
@@ -452,5 +463,25 @@ mod tests {
         assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument);
         let s: StopBody = json_body(&body(r#"{"grace_ms": 60589.0}"#)).unwrap();
         assert_eq!(s.grace_ms, 60589);
+    }
+
+    #[test]
+    fn a_bad_field_is_named_by_its_path() {
+        let body = |s: &str| Bytes::from(s.to_owned());
+        let argument = |e: Error| match e {
+            Error::InvalidArgument { argument, .. } => argument,
+            other => panic!("not invalid_argument: {other:?}"),
+        };
+        let e = json_body::<CreateRequest>(&body(
+            r#"{"name":"a","config":{"image":"i","network":{"allow":["pypi.org"],"deny":["x.org","0000"]}}}"#,
+        ))
+        .unwrap_err();
+        assert_eq!(argument(e), "config.network.deny[1]");
+        let e = json_body::<Modify>(&body(r#"{"network":{"allow":["a.org:9-8"]}}"#)).unwrap_err();
+        assert_eq!(argument(e), "network.allow[0]");
+        let e = json_body::<Modify>(&body(r#"{"memory_mb":"x"}"#)).unwrap_err();
+        assert_eq!(argument(e), "memory_mb");
+        let e = json_body::<Modify>(&body("{")).unwrap_err();
+        assert_eq!(argument(e), "body");
     }
 }
