@@ -54,14 +54,14 @@ impl<T> Closable<T> {
         }
     }
 
-    /// Closes the stream: a pending call ends, the core object is dropped
-    /// (abandoning the transfer in the guest).
-    async fn close(&self) -> Result<(), Failure> {
+    /// Closes the stream: a pending call ends; the core object, if the
+    /// stream had not ended yet, is the caller's to abandon.
+    async fn close(&self) -> Result<Option<T>, Failure> {
         let inner = self.inner.get().cloned().ok_or_else(moved)?;
         self.closed.store(true, Ordering::Release);
         self.notify.notify_waiters();
-        inner.lock().await.take();
-        Ok(())
+        let taken = inner.lock().await.take();
+        Ok(taken)
     }
 }
 
@@ -100,7 +100,7 @@ impl FileReadObj {
 
     /// Abandons the rest of the read.
     pub(crate) async fn close(&self) -> Result<(), Failure> {
-        self.reader.close().await
+        self.reader.close().await.map(drop)
     }
 }
 
@@ -143,8 +143,12 @@ impl FileWriteObj {
     }
 
     /// Abandons the write (what was written stays; a finished file is
-    /// unchanged).
+    /// unchanged); once this returns, the sandbox writes nothing more of
+    /// it.
     pub(crate) async fn close(&self) -> Result<(), Failure> {
-        self.writer.close().await
+        if let Some(writer) = self.writer.close().await? {
+            writer.abandon().await;
+        }
+        Ok(())
     }
 }

@@ -405,6 +405,12 @@ fn closing_a_file_stream_ends_it_at_once() {
     );
     go(Some(&writer), json!({"op": "write"}), Some(b"kept")).unwrap();
     go(Some(&writer), json!({"op": "close"}), None).unwrap();
+    // Once `close` returned the sandbox let go of the file: what was
+    // written is there, and nothing of this writer lands later.
+    match go(Some(&sb), json!({"op": "fs_read", "path": "/tmp/w"}), None).unwrap() {
+        Output::Bytes(b) => assert_eq!(b, b"kept"),
+        other => panic!("expected bytes, got {other:?}"),
+    }
     for op in ["write", "finish"] {
         let f = go(Some(&writer), json!({ "op": op }), Some(b"x")).unwrap_err();
         assert_eq!(f.code(), "invalid_argument", "{op} after close");

@@ -118,6 +118,12 @@ impl RequestHandle {
         })
     }
 
+    /// Abandons the request in the peer (its process killed, its file
+    /// let go); the request still ends with a response.
+    pub fn cancel(&self) -> Result<()> {
+        self.client.send(HostMsg::Cancel { id: self.id })
+    }
+
     /// Grants the peer `bytes` more output credit (a relay passing its
     /// client's grant on).
     pub fn grant(&self, bytes: u32) {

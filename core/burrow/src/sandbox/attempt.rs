@@ -159,6 +159,20 @@ impl Attempt {
         }
     }
 
+    /// Abandons the request and waits until the sandbox let go of it (its
+    /// response, or the end of its run): nothing of it happens after this.
+    pub(crate) async fn abandon(mut self) {
+        if self.finished || self.handle.cancel().is_err() {
+            return;
+        }
+        while let Some(msg) = self.handle.next().await {
+            if matches!(msg, GuestMsg::Response { .. }) {
+                break;
+            }
+        }
+        self.finished = true;
+    }
+
     /// The request's handle, once the run took it (nothing is resent after
     /// that), for callers that pump frames and input at once.
     pub(crate) fn into_handle(self) -> RequestHandle {

@@ -53,7 +53,8 @@ impl FileReader {
 
 /// A file of a sandbox being written chunk by chunk ([`Fs::open_write`]).
 /// The file is complete once [`FileWriter::finish`] returned; dropping
-/// the writer before that abandons the write (what was written stays).
+/// the writer before that abandons the write (what was written stays), as
+/// [`FileWriter::abandon`] does, which also waits for the sandbox.
 #[derive(Debug)]
 pub struct FileWriter {
     attempt: Attempt,
@@ -80,6 +81,13 @@ impl FileWriter {
             }
         }
         Err(Error::protocol("write ended without a response"))
+    }
+
+    /// Abandons the write and waits until the sandbox let go of the file:
+    /// what was written stays, and nothing more lands in it after this
+    /// returns (dropping the writer abandons it too, without the wait).
+    pub async fn abandon(self) {
+        self.attempt.abandon().await;
     }
 }
 
