@@ -130,7 +130,7 @@ def _descending_port_range(case, response) -> bool:
     # ends before it starts (`9000-8000`): no regular expression says
     # "not above". The subject is the rule's path in the body.
     err = _refusal(response)
-    m = RULE_PATH.fullmatch(err.get("subject", "")) if err.get("code") == "invalid_argument" else None
+    m = RULE_PATH.fullmatch(err.get("subject", "")) if err.get("code") == "invalid_config" else None
     if m is None:
         return False
     body = case.body if isinstance(case.body, dict) else {}

@@ -15,6 +15,8 @@ use burrow::{
 };
 use serde::{Deserialize, Deserializer};
 
+use crate::failure::Failure;
+
 /// A duration: seconds (a non-negative finite number) or duration text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seconds(pub Duration);
@@ -124,7 +126,7 @@ pub struct BuildInput {
     /// Network access: `false`/`"none"`, `true`/`"all"`, or a policy
     /// `{"allow": [RULE...], "deny": [RULE...]}`.
     #[serde(default)]
-    pub network: burrow::Network,
+    pub network: Option<serde_json::Value>,
     /// Idle timeout (reclaim after no activity).
     #[serde(default)]
     pub idle_timeout: Option<Seconds>,
@@ -158,7 +160,7 @@ pub struct BuildInput {
 impl BuildInput {
     /// The core configuration; the driver and runtime are applied by the
     /// builder (the core parses them).
-    pub(crate) fn config(&self) -> SandboxConfig {
+    pub(crate) fn config(&self) -> Result<SandboxConfig, Failure> {
         let mut config = SandboxConfig::new(self.image.clone().unwrap_or_default());
         config.cpus = self.cpus;
         config.memory_mb = self.memory_mb;
@@ -180,7 +182,7 @@ impl BuildInput {
                 Mount::new(source, v.target.clone()).read_only(v.read_only)
             })
             .collect();
-        config.network = self.network.clone();
+        config.network = network(self.network.as_ref())?.unwrap_or_default();
         config.idle_timeout = opt_duration(self.idle_timeout);
         config.idle_action = self.idle_action.unwrap_or_default();
         config.max_duration = opt_duration(self.max_duration);
@@ -193,7 +195,22 @@ impl BuildInput {
             config.capture_output = c;
         }
         config.best_effort_limits = self.best_effort_limits;
-        config
+        Ok(config)
+    }
+}
+
+/// A `network` given as JSON (`null`: none given); a policy whose rule
+/// does not parse is an invalid configuration, as in the core's API.
+fn network(v: Option<&serde_json::Value>) -> Result<Option<burrow::Network>, Failure> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| {
+            burrow::Error::InvalidConfig {
+                field: "network".into(),
+                reason: e.to_string(),
+            }
+            .into()
+        }),
     }
 }
 
@@ -273,10 +290,13 @@ pub struct ModifyInput {
     /// Maximum duration.
     #[serde(default, deserialize_with = "present")]
     pub max_duration: Option<Option<Seconds>>,
+    /// The network (`false`, `true` or a policy).
+    #[serde(default)]
+    pub network: Option<serde_json::Value>,
 }
 
 impl ModifyInput {
-    pub(crate) fn modify(&self) -> Modify {
+    pub(crate) fn modify(&self) -> Result<Modify, Failure> {
         let mut m = Modify::default();
         m.cpus = self.cpus;
         m.memory_mb = self.memory_mb;
@@ -287,7 +307,8 @@ impl ModifyInput {
         m.idle_timeout = self.idle_timeout.map(opt_duration);
         m.idle_action = self.idle_action;
         m.max_duration = self.max_duration.map(opt_duration);
-        m
+        m.network = network(self.network.as_ref())?;
+        Ok(m)
     }
 }
 

@@ -374,7 +374,7 @@ async fn module(op: ModuleOp) -> Result<Output, Failure> {
             let mut builder = Sandbox::builder(input.name.clone())
                 .backend(backend)
                 .detached(input.detached)
-                .config(input.config());
+                .config(input.config()?);
             // No driver: the backend's default (the server's with BURROW_URL).
             if let Some(d) = &input.driver {
                 builder = builder.driver(d);
@@ -443,7 +443,7 @@ async fn sandbox(
         Op::RequestDrain => json(&either!(bound, x => x.request_drain().await?)),
         Op::Pause => json(&either!(bound, x => x.pause().await?)),
         Op::Resume => json(&either!(bound, x => x.resume().await?)),
-        Op::Modify(changes) => json(&either!(bound, x => x.modify_with(&changes.modify()).await?)),
+        Op::Modify(changes) => json(&either!(bound, x => x.modify_with(&changes.modify()?).await?)),
         Op::Metrics => json(&either!(bound, x => x.metrics().await?)),
         Op::Destroy => done(either!(bound, x => x.destroy().await)),
         Op::Logs(input) => {

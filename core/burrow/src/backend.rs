@@ -179,6 +179,12 @@ pub struct Capabilities {
     /// older server's answer, where it was always so: `true`.
     #[serde(default = "yes")]
     pub persistent_layer: bool,
+    /// A network policy (allow and deny rules, `Network::Policy`) is
+    /// enforced, and changed live with [`Backend::modify`]. Without it a
+    /// policy is refused (`invalid_config`). Absent from an older server's
+    /// answer: `false`.
+    #[serde(default)]
+    pub network_policy: bool,
 }
 
 fn yes() -> bool {
@@ -195,6 +201,7 @@ impl Capabilities {
         idle_reclaim: true,
         attached: true,
         persistent_layer: true,
+        network_policy: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -206,6 +213,7 @@ impl Capabilities {
         idle_reclaim: false,
         attached: false,
         persistent_layer: false,
+        network_policy: false,
     };
 }
 

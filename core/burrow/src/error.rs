@@ -378,6 +378,16 @@ pub fn report(err: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// A network rule that does not parse is an invalid `network` field.
+impl From<crate::NetworkRuleError> for Error {
+    fn from(e: crate::NetworkRuleError) -> Self {
+        Error::InvalidConfig {
+            field: "network".into(),
+            reason: e.to_string(),
+        }
+    }
+}
+
 #[cfg(feature = "local")]
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {

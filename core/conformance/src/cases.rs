@@ -77,6 +77,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "idle_reclaim",
     "attached",
     "persistent_layer",
+    "network_policy",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
@@ -120,6 +121,7 @@ const MODIFY_CHANGES: &[&str] = &[
     "idle_timeout",
     "idle_action",
     "max_duration",
+    "network",
 ];
 const RACE_EXPECT_KEYS: &[&str] = &["outcomes", "same_id", "starts", "each"];
 const CASE_KEYS: &[&str] = &[
@@ -187,6 +189,9 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
             .and_then(Value::as_object)
             .filter(|d| crate::ops::owns_what_it_starts(d))
             .map(|_| "attached"),
+        _ if opts.is_some_and(|o| o.get("network").is_some_and(Value::is_object)) => {
+            Some("network_policy")
+        }
         _ if opts.is_some_and(|o| {
             ["idle_timeout", "idle_action", "demand_start"]
                 .iter()

@@ -519,6 +519,7 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "idle_reclaim" => caps.idle_reclaim,
         "attached" => caps.attached,
         "persistent_layer" => caps.persistent_layer,
+        "network_policy" => caps.network_policy,
         _ => false,
     }
 }

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use burrow::{
-    ExecOptions, IdleAction, ListFilter, LogOptions, LogSource, Modify, Sandbox, SandboxBuilder,
-    SandboxConfig, SandboxHandle, SandboxId, Status, StopOptions,
+    ExecOptions, IdleAction, ListFilter, LogOptions, LogSource, Modify, Network, NetworkPolicy,
+    Sandbox, SandboxBuilder, SandboxConfig, SandboxHandle, SandboxId, Status, StopOptions,
 };
 
 /// How long a `follow_logs` step waits for its stream to end, in seconds
@@ -122,8 +122,7 @@ impl Ctx {
         config.workdir = opt_str(&opts, "workdir")?;
         config.labels = opt_map(&opts, "labels")?;
         if let Some(v) = opts.get("network").filter(|v| !v.is_null()) {
-            config.network =
-                serde_json::from_value(v.clone()).or_else(|e| kit(format!("network: {e}")))?;
+            config.network = network(v)?;
         }
         config.idle_timeout = opts
             .get("idle_timeout")
@@ -175,6 +174,7 @@ impl Ctx {
                 "max_duration" => {
                     m.max_duration = Some(nullable(v, |v| seconds("max_duration", v))?);
                 }
+                "network" => m.network = Some(network(v)?),
                 other => return kit(format!("unknown change {other:?}")),
             }
         }
@@ -552,6 +552,33 @@ fn nullable<T>(v: &Value, read: impl FnOnce(&Value) -> Result<T, E>) -> Result<O
 }
 
 /// An idle action by its name (`stop`, `hibernate`).
+/// A `network` as a Rust caller builds it: `true`/`false`, `"all"`/
+/// `"none"`, or a policy made with `NetworkPolicy::allow(..).and_deny(..)`,
+/// whose rule errors are the step's (`invalid_config`).
+fn network(v: &Value) -> Result<Network, E> {
+    let rules = |key: &str, p: &Map<String, Value>| -> Result<Vec<String>, E> {
+        p.get(key).map_or(Ok(Vec::new()), |v| str_list(key, v))
+    };
+    match v {
+        Value::Bool(on) => Ok((*on).into()),
+        Value::String(w) if w == "all" => Ok(Network::All),
+        Value::String(w) if w == "none" => Ok(Network::None),
+        Value::Object(p) => {
+            if let Some(k) = p.keys().find(|k| *k != "allow" && *k != "deny") {
+                return kit(format!("unknown network policy key {k:?}"));
+            }
+            let (allow, deny) = (rules("allow", p)?, rules("deny", p)?);
+            let policy = NetworkPolicy::allow(allow)
+                .and_then(|pol| pol.and_deny(deny))
+                .map_err(|e| E::from(burrow::Error::from(e)))?;
+            Ok(Network::Policy(policy))
+        }
+        other => kit(format!(
+            "network must be a boolean, \"all\", \"none\" or a policy, not {other}"
+        )),
+    }
+}
+
 fn idle_action(v: &Value) -> Result<IdleAction, E> {
     match v.as_str().and_then(IdleAction::parse) {
         Some(a) => Ok(a),

@@ -161,6 +161,12 @@ pub fn check_limits(config: &SandboxConfig) -> burrow::Result<()> {
             reason: "a pod's process count is its node's (the kubelet's podPidsLimit), not the sandbox's; ask for best-effort limits to run without it".into(),
         });
     }
+    if matches!(config.network, burrow::Network::Policy(_)) {
+        return Err(burrow::Error::InvalidConfig {
+            field: "network".into(),
+            reason: "a pod's network is its cluster's: this backend does not enforce a network policy (allow and deny rules)".into(),
+        });
+    }
     Ok(())
 }
 

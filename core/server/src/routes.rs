@@ -48,8 +48,9 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 /// Parses a JSON body into `T`; bad JSON is `invalid_argument`, its
-/// argument the path of the field that is wrong (`config.network.deny[0]`)
-/// or `body` when it is the whole.
+/// argument the path of the field that is wrong (`config.cpus`) or `body`
+/// when it is the whole; a bad `network` is `invalid_config`, its field
+/// that path (`config.network.deny[1]`), as the core's API has it.
 pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
     let body: &[u8] = if body.is_empty() { b"{}" } else { body };
     let mut value: serde_json::Value =
@@ -60,13 +61,21 @@ pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
     structs_are_objects(&value)?;
     integral_numbers(&mut value);
     serde_path_to_error::deserialize(value).map_err(|e| {
-        let argument = match e.path().to_string() {
-            p if p == "." => "body".to_string(),
-            p => p,
-        };
+        let in_network = e
+            .path()
+            .iter()
+            .any(|s| matches!(s, serde_path_to_error::Segment::Map { key } if key == "network"));
+        let (path, reason) = (e.path().to_string(), e.into_inner().to_string());
+        if in_network {
+            // A network rule that does not parse, as the core's API says it.
+            return Error::InvalidConfig {
+                field: path,
+                reason,
+            };
+        }
         Error::InvalidArgument {
-            argument,
-            reason: e.into_inner().to_string(),
+            argument: if path == "." { "body".into() } else { path },
+            reason,
         }
     })
 }
@@ -469,17 +478,22 @@ mod tests {
     fn a_bad_field_is_named_by_its_path() {
         let body = |s: &str| Bytes::from(s.to_owned());
         let argument = |e: Error| match e {
-            Error::InvalidArgument { argument, .. } => argument,
-            other => panic!("not invalid_argument: {other:?}"),
+            Error::InvalidArgument { argument, .. }
+            | Error::InvalidConfig {
+                field: argument, ..
+            } => argument,
+            other => panic!("not invalid_argument or invalid_config: {other:?}"),
         };
         let e = json_body::<CreateRequest>(&body(
             r#"{"name":"a","config":{"image":"i","network":{"allow":["pypi.org"],"deny":["x.org","0000"]}}}"#,
         ))
         .unwrap_err();
+        assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig);
         assert_eq!(argument(e), "config.network.deny[1]");
         let e = json_body::<Modify>(&body(r#"{"network":{"allow":["a.org:9-8"]}}"#)).unwrap_err();
         assert_eq!(argument(e), "network.allow[0]");
         let e = json_body::<Modify>(&body(r#"{"memory_mb":"x"}"#)).unwrap_err();
+        assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument);
         assert_eq!(argument(e), "memory_mb");
         let e = json_body::<Modify>(&body("{")).unwrap_err();
         assert_eq!(argument(e), "body");

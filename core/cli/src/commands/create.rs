@@ -276,10 +276,6 @@ pub(crate) fn network_setting(
     allow: &[String],
     deny: &[String],
 ) -> burrow::Result<burrow::Network> {
-    let invalid = |e: burrow::NetworkRuleError| burrow::Error::InvalidConfig {
-        field: "network".into(),
-        reason: e.to_string(),
-    };
     if allow.is_empty() && deny.is_empty() {
         return Ok(all.into());
     }
@@ -289,7 +285,7 @@ pub(crate) fn network_setting(
         burrow::NetworkPolicy::allow(allow)
     };
     Ok(burrow::Network::Policy(
-        policy.and_then(|p| p.and_deny(deny)).map_err(invalid)?,
+        policy.and_then(|p| p.and_deny(deny))?,
     ))
 }
 

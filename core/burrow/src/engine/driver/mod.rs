@@ -241,6 +241,12 @@ pub trait Driver: Send + Sync + Debug {
         true
     }
 
+    /// Whether this driver enforces a network policy (under this runtime).
+    /// Default: no.
+    fn enforces_network_policy(&self) -> bool {
+        false
+    }
+
     /// Which limits this driver can enforce here, for this user. Default:
     /// every one.
     fn enforceable(&self) -> Enforceable {

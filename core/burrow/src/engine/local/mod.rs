@@ -288,6 +288,7 @@ impl Backend for LocalBackend {
         );
         Ok(Capabilities {
             pause: driver.pauses(),
+            network_policy: driver.enforces_network_policy(),
             ..Capabilities::ALL
         })
     }

@@ -251,6 +251,11 @@ impl Driver for ContainerDriver {
         !cgroups::rootless() || cgroups::Controllers::detect().freezer
     }
 
+    fn enforces_network_policy(&self) -> bool {
+        // gVisor has no network here yet (SandboxConfig::validate).
+        self.runtime != OciRuntime::Runsc
+    }
+
     fn enforceable(&self) -> super::Enforceable {
         let c = cgroups::Controllers::detect();
         let why = if cgroups::rootless() {
