@@ -2,7 +2,8 @@
 //! What only the vm driver has: a guest kernel of its own (isolation from
 //! the host's filesystem, its own memory and CPUs), QEMU as the runtime
 //! process (killed -> Crashed), a wedged QEMU caught by the start deadline,
-//! user-mode networking, and `burrow doctor`. Every test here asks for the
+//! its network card's frames through the sandbox's policy stack, and
+//! `burrow doctor`. Every test here asks for the
 //! vm driver explicitly, whatever `BURROW_DRIVER` says; the shared suites
 //! (lifecycle, policies, processes, logs) cover the rest against either
 //! driver.
@@ -216,7 +217,7 @@ async fn a_wedged_vm_is_caught_by_the_start_deadline_and_cleaned_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn user_mode_networking_reaches_the_host_gateway() {
+async fn the_vms_network_goes_through_its_policy_stack() {
     let home = TestHome::new().await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -228,20 +229,49 @@ async fn user_mode_networking_reaches_the_host_gateway() {
         conn.read_to_string(&mut got).unwrap();
         got
     });
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = closed.local_addr().unwrap().port();
+    drop(closed);
+    let policy = burrow::NetworkPolicy::allow([format!("tcp:127.0.0.1:{port}")]).unwrap();
     let sb = home
         .builder("net")
         .driver("vm")
-        .network(true)
+        .network(policy)
         .create()
         .await
         .unwrap();
     let resolv = sb.fs().read("/etc/resolv.conf").await.unwrap();
     assert_eq!(String::from_utf8_lossy(&resolv), "nameserver 10.0.2.3\n");
-    // QEMU's user-mode network maps the gateway to the host's loopback.
-    let script = format!("echo hello-from-the-guest | nc -w 5 10.0.2.2 {port}");
-    let out = sb.exec(["sh", "-c", script.as_str()]).await.unwrap();
+    // The gateway is the host's loopback, where a rule names 127.0.0.1.
+    let send = |port: u16| format!("echo hello-from-the-guest | nc -w 5 10.0.2.2 {port}");
+    let out = sb.exec(["sh", "-c", send(port).as_str()]).await.unwrap();
     assert_eq!(out.status.code, Some(0), "{}", out.stderr_str());
     assert_eq!(accept.join().unwrap(), "hello-from-the-guest\n");
+    // Another port of the host is named by no rule: refused by the stack.
+    let out = sb.exec(["sh", "-c", send(other).as_str()]).await.unwrap();
+    assert_ne!(out.status.code, Some(0));
+    let net = sb
+        .metrics()
+        .await
+        .unwrap()
+        .network
+        .expect("network counters");
+    assert_eq!(net.connections, 1, "{net:?}");
+    assert!(net.refusals >= 1, "{net:?}");
+    assert_eq!(
+        net.bytes_out,
+        "hello-from-the-guest\n".len() as u64,
+        "{net:?}"
+    );
+    // A change of the policy lands in the running VM's stack.
+    let plan = sb
+        .modify()
+        .network(burrow::Network::None)
+        .apply()
+        .await
+        .unwrap();
+    let change = plan.changes.iter().find(|c| c.field == "network").unwrap();
+    assert_eq!(change.applies, burrow::Applies::Live);
     sb.destroy().await.unwrap();
 }
 

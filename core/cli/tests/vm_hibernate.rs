@@ -171,6 +171,51 @@ async fn a_hibernated_guest_resumes_on_demand_with_its_processes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_guest_has_its_policy_stack_again() {
+    let home = TestHome::new().await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = std::thread::spawn(move || {
+        use std::io::Write;
+        for _ in 0..2 {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.write_all(b"hi").unwrap();
+        }
+    });
+    let sb = home
+        .builder("netsleeper")
+        .driver("vm")
+        .idle_timeout(IDLE)
+        .idle_action(IdleAction::Hibernate)
+        .network(burrow::NetworkPolicy::allow([format!("tcp:127.0.0.1:{port}")]).unwrap())
+        .create()
+        .await
+        .unwrap();
+    let fetch = format!("nc -w 5 10.0.2.2 {port} </dev/null");
+    let out = sb.exec(["sh", "-c", fetch.as_str()]).await.unwrap();
+    assert_eq!(out.stdout_str(), "hi", "{}", out.stderr_str());
+    let info = reclaimed(&sb).await;
+    assert_eq!(reason(&info), Some(ExitReason::Hibernated));
+    // Woken by the next call: restored with a new link to a new stack,
+    // which enforces the same policy.
+    let out = sb.exec(["sh", "-c", fetch.as_str()]).await.unwrap();
+    assert_eq!(out.stdout_str(), "hi", "{}", out.stderr_str());
+    assert_eq!(
+        start_kind(&home, &sb.info().await.unwrap()),
+        StartKind::Hibernation
+    );
+    let net = sb
+        .metrics()
+        .await
+        .unwrap()
+        .network
+        .expect("network counters");
+    assert_eq!(net.connections, 1, "the new stack's own count: {net:?}");
+    served.join().unwrap();
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_or_a_config_change_discards_the_saved_guest() {
     let home = TestHome::new().await;
     let sb = hibernating(&home, "discard").await;

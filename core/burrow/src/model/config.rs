@@ -422,9 +422,6 @@ impl SandboxConfig {
             );
         }
         if self.driver == Some(DriverKind::Vm) {
-            if let Some(reason) = vm_network_gap(&self.network) {
-                return bad("network", reason.into());
-            }
             if let Some(m) = self.memory_mb {
                 if m < DriverKind::VM_MIN_MEMORY_MB {
                     return bad(
@@ -637,12 +634,3 @@ mod opt_duration_ms {
 
 #[cfg(test)]
 mod tests;
-
-/// Why the vm driver cannot run with `network` (None: it can): it has no
-/// policy stack yet, only anything-public networking.
-pub(crate) fn vm_network_gap(network: &Network) -> Option<&'static str> {
-    matches!(network, Network::Policy(_)).then_some(
-        "the vm driver does not enforce network policies yet: use `all` or `none`, \
-         or the container driver",
-    )
-}

@@ -8,7 +8,6 @@ mod name;
 mod status;
 
 #[cfg(feature = "local")]
-pub(crate) use config::vm_network_gap;
 pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
     NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT,

@@ -180,16 +180,10 @@ impl Modify {
             }
         }
         if self.network.is_some() {
-            out.push(if !live {
-                later("network")
-            } else if driver == DriverKind::Vm {
-                change(
-                    "network",
-                    Applies::NextStart,
-                    Some("a VM's network changes at its next start"),
-                )
-            } else {
+            out.push(if live {
                 change("network", Applies::Live, None)
+            } else {
+                later("network")
             });
         }
         out

@@ -58,6 +58,22 @@ impl NetStack {
         self.policy.send_replace(rules(network));
     }
 
+    /// Applies `network` to a guest's stack, `stack` (None: the guest runs
+    /// without a network, which a setting that enables one gets at its
+    /// next start: the note says so).
+    pub(crate) fn set_on(stack: Option<&NetStack>, network: &Network) -> Option<String> {
+        match stack {
+            Some(stack) => {
+                stack.set(network);
+                None
+            }
+            None if network.is_enabled() => Some(
+                "the sandbox runs without a network: the setting applies at its next start".into(),
+            ),
+            None => None,
+        }
+    }
+
     /// The counters now.
     pub(crate) fn counters(&self) -> burrow_protocol::NetworkCounters {
         let CounterValues {

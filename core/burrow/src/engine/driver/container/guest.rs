@@ -275,16 +275,7 @@ impl GuestProcess for ContainerGuest {
     }
 
     fn set_network(&mut self, network: &burrow_net::Network) -> Option<String> {
-        match &self.generation.network {
-            Some(stack) => {
-                stack.set(network);
-                None
-            }
-            None if network.is_enabled() => Some(
-                "the sandbox runs without a network: the setting applies at its next start".into(),
-            ),
-            None => None,
-        }
+        NetStack::set_on(self.generation.network.as_ref(), network)
     }
 
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics> {

@@ -124,6 +124,7 @@ async fn probe_with(qemu: &Path, kernel: &Path, initramfs: &Path) -> Result<Acce
         network: false,
         shares: &[],
         agent_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&guest_end)),
+        net_fd: None,
         qmp_fd: None,
         start_paused: false,
         tsc_khz: None,

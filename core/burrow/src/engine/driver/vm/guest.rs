@@ -9,6 +9,7 @@ use burrow_protocol::Metrics;
 
 use super::hibernate::Target;
 use super::qmp::Qmp;
+use crate::engine::driver::net::NetStack;
 use crate::engine::driver::{GuestExit, GuestProcess};
 use crate::error::{Error, Result};
 
@@ -25,6 +26,8 @@ pub(super) struct VmGuest {
     exit: Option<GuestExit>,
     /// Where it is saved when hibernated, or why it cannot be.
     hibernation: std::result::Result<Target, String>,
+    /// The stack its network card's frames go through (None: no card).
+    network: Option<NetStack>,
 }
 
 impl VmGuest {
@@ -34,6 +37,7 @@ impl VmGuest {
         runtime_dir: PathBuf,
         memory_mb: u64,
         hibernation: std::result::Result<Target, String>,
+        network: Option<NetStack>,
     ) -> Self {
         VmGuest {
             child,
@@ -42,6 +46,7 @@ impl VmGuest {
             memory_mb,
             exit: None,
             hibernation,
+            network,
         }
     }
 
@@ -161,6 +166,10 @@ impl GuestProcess for VmGuest {
         self.kill().await
     }
 
+    fn set_network(&mut self, network: &burrow_net::Network) -> Option<String> {
+        NetStack::set_on(self.network.as_ref(), network)
+    }
+
     async fn metrics(&mut self) -> Result<Metrics> {
         let pid = self
             .child
@@ -168,6 +177,7 @@ impl GuestProcess for VmGuest {
             .ok_or_else(|| super::qemu::unavailable("QEMU has exited".into()))?;
         let mut m = process_metrics(pid);
         m.memory_limit_bytes = Some(self.memory_mb << 20);
+        m.network = self.network.as_ref().map(NetStack::counters);
         if let Ok(status) = self.qmp.status().await {
             if status != "running" && status != "paused" {
                 tracing::warn!(status, "the VM is in an unexpected run state");

@@ -3,16 +3,11 @@
 //! guest), the agent's channel connected.
 
 use super::*;
+use crate::engine::driver::net::NetStack;
 use crate::engine::fault::Fault;
 
 pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     let started = Instant::now();
-    if let Some(reason) = crate::model::vm_network_gap(&spec.config.network) {
-        return Err(Error::InvalidConfig {
-            field: "network".into(),
-            reason: reason.into(),
-        });
-    }
     let qemu_bin = locate_qemu()?;
     let kernel = locate_kernel()?;
     let dir = &spec.runtime_dir;
@@ -210,6 +205,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 network: spec.config.network.is_enabled(),
                 shares: &shares,
                 agent_fd: None,
+                net_fd: None,
                 qmp_fd: None,
                 start_paused: crate::engine::fault::enabled(Fault::VmStartPaused),
                 tsc_khz: qemu::host_tsc_khz(),
@@ -258,6 +254,15 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
             record.reason.as_deref().unwrap_or("no template")
         )),
     };
+    // The guest's frames go through the sandbox's stack, which enforces
+    // its policy (QEMU's own user-mode network is not used).
+    let network = vm.net.map(|link| {
+        NetStack::start(
+            burrow_net::stack::stream_link(link, burrow_net::addrs::MTU),
+            &spec.config.network,
+            spec.sandbox_id.as_str(),
+        )
+    });
     let (reader, writer) = vm.agent.into_split();
     Ok(Launched {
         guest: Box::new(VmGuest::new(
@@ -266,6 +271,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
             dir.clone(),
             memory_mb,
             hibernation,
+            network,
         )),
         reader: Box::new(reader),
         writer: Box::new(writer),
@@ -321,6 +327,9 @@ pub(super) struct Started {
     pub(super) child: tokio::process::Child,
     pub(super) qmp: qmp::Qmp,
     pub(super) agent: tokio::net::UnixStream,
+    /// The network card's link (a machine with one): the sandbox's stack
+    /// serves it; a template build just holds it.
+    pub(super) net: Option<tokio::net::UnixStream>,
 }
 
 impl Started {
@@ -357,6 +366,15 @@ pub(super) async fn start_qemu(
         .map_err(|e| Error::io("creating the agent channel", None, e))?;
     let (qmp_host, qmp_guest) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| Error::io("creating the QMP channel", None, e))?;
+    let net = if machine.network {
+        let (host, guest) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| Error::io("creating the network link", None, e))?;
+        machine.net_fd = Some(guest.as_raw_fd());
+        inherit.push(guest.as_raw_fd());
+        Some((host, guest))
+    } else {
+        None
+    };
     machine.agent_fd = Some(agent_guest.as_raw_fd());
     machine.qmp_fd = Some(qmp_guest.as_raw_fd());
     inherit.extend([agent_guest.as_raw_fd(), qmp_guest.as_raw_fd()]);
@@ -367,12 +385,22 @@ pub(super) async fn start_qemu(
     }
     // Only QEMU holds the guest ends now: when it exits, ours see EOF.
     drop((agent_guest, qmp_guest));
+    let net = net.map(|(host, guest)| {
+        drop(guest);
+        host
+    });
     let setup = async {
         let qmp = qmp::Qmp::handshake(to_tokio(qmp_host)?).await?;
-        Ok::<_, Error>((qmp, to_tokio(agent_host)?))
+        let net = net.map(to_tokio).transpose()?;
+        Ok::<_, Error>((qmp, to_tokio(agent_host)?, net))
     };
     match setup.await {
-        Ok((qmp, agent)) => Ok(Started { child, qmp, agent }),
+        Ok((qmp, agent, net)) => Ok(Started {
+            child,
+            qmp,
+            agent,
+            net,
+        }),
         Err(e) => {
             let _ = child.start_kill();
             let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;

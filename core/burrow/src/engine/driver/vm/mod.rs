@@ -84,6 +84,10 @@ pub struct VmDriver;
 
 #[async_trait]
 impl Driver for VmDriver {
+    fn enforces_network_policy(&self) -> bool {
+        true
+    }
+
     fn enforceable(&self) -> super::Enforceable {
         // QEMU holds the guest to its memory and CPUs; the guest's process
         // count is the guest kernel's own.

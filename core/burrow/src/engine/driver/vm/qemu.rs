@@ -14,11 +14,12 @@ pub(super) const ROOT_SERIAL: &str = "burrow-root";
 /// Serial number of the writable disk.
 pub(super) const DATA_SERIAL: &str = "burrow-data";
 
-/// Guest address and gateway of QEMU's user-mode network.
-pub(super) const GUEST_IP: &str = "10.0.2.15";
-const GATEWAY: &str = "10.0.2.2";
-/// QEMU's user-mode DNS forwarder.
-pub(super) const GUEST_DNS: &str = "10.0.2.3";
+/// The guest's address and gateway on the link to the sandbox's network
+/// stack (burrow-net, the container driver's layout).
+pub(super) const GUEST_IP: std::net::Ipv4Addr = burrow_net::addrs::GUEST_IP;
+const GATEWAY: std::net::Ipv4Addr = burrow_net::addrs::GATEWAY;
+/// The stack's DNS server.
+pub(super) const GUEST_DNS: std::net::Ipv4Addr = burrow_net::addrs::DNS;
 
 /// How the guest's CPU is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -61,8 +62,12 @@ pub(super) struct Machine<'a> {
     pub accel: Accel,
     pub cpus: u32,
     pub memory_mb: u64,
+    /// With a network card, whose frames go through `net_fd`.
     pub network: bool,
     pub shares: &'a [Share],
+    /// Connected stream socket (inherited) carrying the network card's
+    /// frames to the sandbox's stack (filled in with the other channels).
+    pub net_fd: Option<RawFd>,
     /// Connected socket (inherited) carrying the agent's port (None: no
     /// port, for bare boots).
     pub agent_fd: Option<RawFd>,
@@ -248,12 +253,18 @@ impl Machine<'_> {
                 "chardev=qmp,mode=control",
             ]);
         }
-        if self.network {
+        if let Some(fd) = self.net_fd.filter(|_| self.network) {
+            // Frames as 4-byte length-prefixed records on the socket, to
+            // the stack that enforces the sandbox's policy; the card tells
+            // the guest the link's MTU.
             push(&[
                 "-netdev",
-                "user,id=net0",
+                &format!("socket,id=net0,fd={fd}"),
                 "-device",
-                "virtio-net-device,netdev=net0",
+                &format!(
+                    "virtio-net-device,netdev=net0,host_mtu={}",
+                    burrow_net::addrs::MTU
+                ),
             ]);
         }
         // As root, the guest's owners are the host's (passthrough). An
@@ -352,6 +363,7 @@ pub fn bare_boot_args(
         network: false,
         shares: &[],
         agent_fd: None,
+        net_fd: None,
         qmp_fd: None,
         start_paused: false,
         tsc_khz: host_tsc_khz(),
@@ -459,6 +471,7 @@ mod tests {
             network: true,
             shares,
             agent_fd: Some(7),
+            net_fd: Some(9),
             qmp_fd: Some(8),
             start_paused: false,
             tsc_khz: Some(2_500_000),
@@ -498,7 +511,8 @@ mod tests {
         assert!(has("socket,id=agent,fd=7"));
         assert!(has("socket,id=qmp,fd=8"));
         assert!(has("virtserialport,chardev=agent,name=burrow.agent"));
-        assert!(has("virtio-net-device,netdev=net0"));
+        assert!(has("socket,id=net0,fd=9"));
+        assert!(has("virtio-net-device,netdev=net0,host_mtu=65520"));
         assert!(has(
             "local,id=fs0,security_model=passthrough,readonly=on,path=/data/v"
         ));

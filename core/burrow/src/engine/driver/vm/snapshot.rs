@@ -128,6 +128,7 @@ impl BareVm {
             network: false,
             shares: &[],
             agent_fd: None,
+            net_fd: None,
             qmp_fd: Some(qmp_guest.as_raw_fd()),
             start_paused: false,
             tsc_khz: super::qemu::host_tsc_khz(),

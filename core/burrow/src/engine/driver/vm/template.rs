@@ -48,8 +48,9 @@ use crate::error::{Error, Result};
 
 /// Directory of the templates, under the images directory.
 pub const TEMPLATES_DIR: &str = "vm-templates";
-/// Bumped when a template's layout or boot protocol changes.
-pub(super) const FORMAT: u32 = 2;
+/// Bumped when a template's layout, boot protocol or devices change (3:
+/// the network card's frames go to a socket, not QEMU's user network).
+pub(super) const FORMAT: u32 = 3;
 /// How long a template guest may take to boot to the agent's word.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a failed build keeps later starts from trying again.
@@ -383,6 +384,7 @@ pub(super) fn machine<'a>(
         network: inputs.network,
         shares,
         agent_fd: None,
+        net_fd: None,
         qmp_fd: None,
         start_paused: false,
         tsc_khz: inputs.tsc_khz,
