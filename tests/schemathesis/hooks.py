@@ -10,8 +10,9 @@ nothing else:
   (`positive_data_acceptance`, ST202): a `session` that is not live, a host
   directory (a mount's, or an image given as a path) that does not exist on
   the server's host, a second mount on one target, a change a `vm`
-  sandbox's driver refuses (less than 64 MiB, more than 8 vCPUs, a network
-  policy: the document cannot know the sandbox's driver), a limit the driver cannot
+  sandbox's driver refuses (less than 64 MiB, more than 8 vCPUs: the
+  document cannot know the sandbox's driver), a network for a `runsc`
+  sandbox (which has none yet), a limit the driver cannot
   enforce on the server's host (`pids_limit` of a `vm` sandbox; any limit
   where no cgroup controller is there for it) without best-effort limits.
   And one that was not schema-valid after all: the stateful phase infers
@@ -92,9 +93,8 @@ def _limit_refused(case, response) -> bool:
 
 
 def _network_refused(case, response) -> bool:
-    # A network policy where the driver cannot enforce one yet (the `vm`
-    # driver; the `runsc` runtime takes no network at all): a new
-    # sandbox's config says which, a change's sandbox is the server's.
+    # A network where the runtime has none yet (`runsc`): a new sandbox's
+    # config says so, a change's sandbox is the server's.
     err = _refusal(response)
     if err.get("code") != "invalid_config" or err.get("subject") != "network":
         return False
@@ -102,7 +102,7 @@ def _network_refused(case, response) -> bool:
         return True
     body = case.body if isinstance(case.body, dict) else {}
     config = body.get("config") or {}
-    return config.get("driver") == "vm" or config.get("runtime") == "runsc"
+    return config.get("runtime") == "runsc"
 
 
 def _inferred_non_sandbox_id(case) -> bool:
