@@ -117,7 +117,14 @@ test("a call's timeout leaves no process in the guest and no task in the core", 
     // As child_process.spawn({ signal }): aborting kills the process.
     const ac = new AbortController();
     const proc = await sb.spawn(["sleep", "30"], { signal: ac.signal });
-    assert.equal((await sb.exec(["pidof", "sleep"])).exitCode, 0);
+    // The spawn answers once the process is forked; it is `sleep` once it
+    // has exec'd.
+    let running = false;
+    for (let i = 0; i < 300 && !running; i++) {
+      running = (await sb.exec(["pidof", "sleep"])).exitCode === 0;
+      if (!running) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(running, "the spawned sleep runs in the guest");
     ac.abort();
     const status = await proc.wait();
     assert.equal(status.signal, 9);
