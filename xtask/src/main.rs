@@ -60,6 +60,7 @@ const SUITES: &[&str] = &[
     "logs",
     "registry_sandbox",
     "flow",
+    "ports",
 ];
 
 fn main() -> ExitCode {

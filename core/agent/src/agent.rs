@@ -564,6 +564,7 @@ fn handle(ctx: &Ctx, body: Request) -> Result<Response, GuestError> {
         Request::CopyIn { path } => archive::copy_in(ctx, &path),
         Request::CopyOut { path } => archive::copy_out(ctx, &path),
         Request::Tunnel { port } => tunnel::run(ctx, port),
+        Request::UdpTunnel { port } => crate::udp_tunnel::run(ctx, port),
         Request::Sync => {
             fs::sync();
             Ok(Response::Done)

@@ -33,6 +33,7 @@ mod shutdown;
 mod spawn;
 mod sys;
 mod tunnel;
+mod udp_tunnel;
 mod vm;
 
 use std::path::{Path, PathBuf};

@@ -87,3 +87,46 @@ fn tunnel_cancel_closes_it() {
     assert_eq!(out.result, Ok(Response::Done));
     server.join().expect("server");
 }
+
+#[test]
+fn udp_tunnel_carries_datagrams_both_ways() {
+    // An echo server that answers each datagram with it, reversed.
+    let server = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let port = server.local_addr().expect("addr").port();
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 65_536];
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let (n, from) = server.recv_from(&mut buf).expect("recv");
+            seen.push(buf[..n].to_vec());
+            let mut back = buf[..n].to_vec();
+            back.reverse();
+            server.send_to(&back, from).expect("send");
+        }
+        seen
+    });
+    let mut agent = Agent::start();
+    let id = agent.request(Request::UdpTunnel { port });
+    match agent.next_for(id) {
+        GuestMsg::Stdout { data, .. } => assert!(data.0.is_empty(), "ready marker"),
+        other => panic!("expected the empty ready datagram, got {other:?}"),
+    }
+    let big: Vec<u8> = (0..60_000).map(|i| (i % 251) as u8).collect();
+    let sent = [b"one".to_vec(), b"two!".to_vec(), big];
+    for d in &sent {
+        agent.data(id, d);
+        // Datagrams keep their boundaries.
+        match agent.next_for(id) {
+            GuestMsg::Stdout { data, .. } => {
+                let mut want = d.clone();
+                want.reverse();
+                assert_eq!(data.0, want);
+            }
+            other => panic!("expected an answer datagram, got {other:?}"),
+        }
+    }
+    agent.eof(id);
+    let out = agent.collect(id);
+    assert_eq!(out.result, Ok(Response::Done));
+    assert_eq!(echo.join().expect("server"), sent.to_vec());
+}

@@ -242,7 +242,10 @@ fn bad_query(what: &str, value: &str) -> Error {
 pub fn http_status(code: ErrorCode) -> u16 {
     match code {
         ErrorCode::NotFound => 404,
-        ErrorCode::AlreadyExists | ErrorCode::SandboxReplaced | ErrorCode::InvalidState => 409,
+        ErrorCode::AlreadyExists
+        | ErrorCode::SandboxReplaced
+        | ErrorCode::InvalidState
+        | ErrorCode::PortUnavailable => 409,
         ErrorCode::InvalidName
         | ErrorCode::InvalidConfig
         | ErrorCode::InvalidImage
@@ -330,6 +333,10 @@ impl From<&Error> for ErrorBody {
             }
             Error::InvalidImage { image, reason } => {
                 b.subject = Some(image.clone());
+                b.reason = Some(reason.clone());
+            }
+            Error::PortUnavailable { address, reason } => {
+                b.subject = Some(address.clone());
                 b.reason = Some(reason.clone());
             }
             Error::InvalidArgument { argument, reason } => {
@@ -433,6 +440,10 @@ impl ErrorBody {
                 image: subject,
                 reason,
             },
+            ErrorCode::PortUnavailable => Error::PortUnavailable {
+                address: subject,
+                reason,
+            },
             ErrorCode::InvalidArgument => Error::InvalidArgument {
                 argument: subject,
                 reason,
@@ -509,6 +520,10 @@ mod tests {
             },
             Error::InvalidImage {
                 image: "x".into(),
+                reason: "r".into(),
+            },
+            Error::PortUnavailable {
+                address: "127.0.0.1:80/tcp".into(),
                 reason: "r".into(),
             },
             Error::InvalidArgument {

@@ -51,6 +51,8 @@ listed_enum! {
         Unauthorized = "unauthorized",
         /// See [`Error::Unsupported`].
         Unsupported = "unsupported",
+        /// See [`Error::PortUnavailable`].
+        PortUnavailable = "port_unavailable",
     }
 }
 
@@ -132,6 +134,16 @@ pub enum Error {
     InvalidArgument {
         /// Which argument.
         argument: String,
+        /// Why.
+        reason: String,
+    },
+    /// A published port's host address cannot be listened on (another
+    /// process has it, or the address is not this host's): the start did
+    /// not happen.
+    #[error("host port {address} cannot be published: {reason}")]
+    PortUnavailable {
+        /// The host address (`127.0.0.1:8080/tcp`).
+        address: String,
         /// Why.
         reason: String,
     },
@@ -273,6 +285,7 @@ impl Error {
             Error::Io { .. } => ErrorCode::Io,
             Error::Unauthorized { .. } => ErrorCode::Unauthorized,
             Error::Unsupported { .. } => ErrorCode::Unsupported,
+            Error::PortUnavailable { .. } => ErrorCode::PortUnavailable,
         }
     }
 

@@ -66,8 +66,9 @@ pub use local::{LocalBackend, LocalConfig};
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, IdleAction, Modify, ModifyPlan, Mount,
-    MountSource, Network, NetworkPolicy, NetworkRule, NetworkRuleError, OciRuntime, SandboxConfig,
-    SandboxId, SandboxInfo, Status, MAX_DURATION, MAX_PIDS_LIMIT,
+    MountSource, Network, NetworkPolicy, NetworkRule, NetworkRuleError, OciRuntime, PortMapping,
+    PortMappingError, PortProtocol, SandboxConfig, SandboxId, SandboxInfo, Status, MAX_DURATION,
+    MAX_PIDS_LIMIT, MAX_PORTS,
 };
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;

@@ -161,6 +161,13 @@ pub fn check_limits(config: &SandboxConfig) -> burrow::Result<()> {
             reason: "a pod's process count is its node's (the kubelet's podPidsLimit), not the sandbox's; ask for best-effort limits to run without it".into(),
         });
     }
+    if !config.ports.is_empty() {
+        return Err(burrow::Error::InvalidConfig {
+            field: "ports".into(),
+            reason: "a pod's ports are published by the cluster (a Service), not by this backend"
+                .into(),
+        });
+    }
     if matches!(config.network, burrow::Network::Policy(_)) {
         return Err(burrow::Error::InvalidConfig {
             field: "network".into(),

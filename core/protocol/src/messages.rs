@@ -242,6 +242,14 @@ pub enum Request {
         /// TCP port inside the guest.
         port: u16,
     },
+    /// Exchange UDP datagrams with `127.0.0.1:port` inside the guest, from a
+    /// socket of its own: each `Data` frame is one datagram sent, each
+    /// `Stdout` frame one received (the first, empty, says the socket is
+    /// ready). `Eof` or `Cancel` ends it. Response: [`Response::Done`].
+    UdpTunnel {
+        /// UDP port inside the guest.
+        port: u16,
+    },
     /// Flush filesystem buffers (sync). Response: [`Response::Done`].
     Sync,
     /// The host is about to save the whole VM (hibernation). Refused while

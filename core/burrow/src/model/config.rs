@@ -243,6 +243,10 @@ pub struct SandboxConfig {
     /// sandbox's own network stack (see docs/networking.md).
     #[serde(default)]
     pub network: Network,
+    /// Host ports whose connections or datagrams reach ports of the
+    /// sandbox's loopback, while it runs (`8080:80`, `0.0.0.0:5353:53/udp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<super::ports::PortMapping>,
     /// Reclaim the sandbox after this long without activity (0 disables).
     #[serde(
         default,
@@ -323,6 +327,7 @@ impl SandboxConfig {
             labels: BTreeMap::new(),
             mounts: Vec::new(),
             network: Network::None,
+            ports: Vec::new(),
             idle_timeout: None,
             idle_action: IdleAction::Stop,
             max_duration: None,
@@ -382,6 +387,9 @@ impl SandboxConfig {
                 "image",
                 "the image reference is too long or contains NUL".into(),
             );
+        }
+        if let Err(reason) = super::ports::validate(&self.ports) {
+            return bad("ports", reason);
         }
         if let Some(c) = self.cpus {
             if !c.is_finite() || c <= 0.0 || c > 1024.0 {

@@ -5,6 +5,7 @@ mod id;
 mod info;
 mod modify;
 mod name;
+mod ports;
 mod status;
 
 #[cfg(feature = "local")]
@@ -16,4 +17,5 @@ pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
 pub use modify::{Applies, FieldChange, Modify, ModifyPlan};
 pub use name::validate_name;
+pub use ports::{PortMapping, PortMappingError, PortProtocol, MAX_PORTS};
 pub use status::Status;

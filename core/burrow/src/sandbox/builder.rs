@@ -159,6 +159,14 @@ impl SandboxBuilder {
         self.config.network = network.into();
         self
     }
+    /// Publishes a port while the sandbox runs: host `8080` on 127.0.0.1
+    /// to the sandbox's `80` is `.port(PortMapping::tcp(8080, 80))`; the
+    /// text form is [`PortMapping`]'s `FromStr`
+    /// (`"0.0.0.0:5353:53/udp".parse()?`).
+    pub fn port(mut self, mapping: crate::model::PortMapping) -> Self {
+        self.config.ports.push(mapping);
+        self
+    }
     /// Idle timeout (reclaim after this long without activity): a
     /// [`Duration`] or a number of seconds (`.idle_timeout(300)`).
     pub fn idle_timeout(mut self, d: impl IntoDuration) -> Self {

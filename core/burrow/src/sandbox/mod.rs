@@ -14,7 +14,7 @@ mod fs_stream;
 mod handle;
 mod input;
 mod modify;
-mod tunnel;
+pub(crate) mod tunnel;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

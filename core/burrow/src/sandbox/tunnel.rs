@@ -4,16 +4,68 @@
 use std::net::SocketAddr;
 
 use burrow_protocol::{GuestMsg, Request};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use super::attempt::Attempt;
 use super::Sandbox;
+use crate::channel::request::RequestHandle;
 use crate::error::{Error, Result};
 
 /// A byte stream to `127.0.0.1:port` inside the sandbox.
 pub type Tunnel = DuplexStream;
+
+/// Relays a connected tunnel request and a byte stream both ways, on tasks
+/// of their own, until both directions ended; `first` is a frame of the
+/// request already read. The host-to-guest side waits for credit without
+/// stopping the other direction; the guest-to-host side waits while `wr`
+/// is not written (the window then holds the guest's side).
+pub(crate) fn relay<R, W>(mut handle: RequestHandle, first: Option<GuestMsg>, mut rd: R, mut wr: W)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let input = handle.input();
+    let upstream = tokio::spawn(async move {
+        let mut buf = vec![0u8; burrow_protocol::MAX_CHUNK];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    let _ = input.send_eof();
+                    return;
+                }
+                Ok(n) => {
+                    if input.send_data(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut msg = first;
+        loop {
+            let m = match msg.take() {
+                Some(m) => m,
+                None => match handle.next().await {
+                    Some(m) => m,
+                    None => break,
+                },
+            };
+            match m {
+                GuestMsg::Stdout { data, .. } if wr.write_all(&data.0).await.is_err() => break,
+                GuestMsg::Eof { .. } => {
+                    let _ = wr.shutdown().await;
+                }
+                GuestMsg::Response { .. } => break,
+                _ => {}
+            }
+        }
+        upstream.abort();
+        let _ = wr.shutdown().await;
+    });
+}
 
 /// A guest port published on a host loopback address. Dropping it stops
 /// accepting new connections.
@@ -46,57 +98,14 @@ impl Sandbox {
         // final response. A run that ends first is ridden through (the
         // request is sent again where the sandbox runs then).
         let (mine, theirs) = tokio::io::duplex(256 * 1024);
-        let (mut rd, mut wr) = tokio::io::split(mine);
+        let (rd, wr) = tokio::io::split(mine);
         let pending_first = match attempt.next().await? {
             Some(GuestMsg::Response { .. }) | None => {
                 return Err(Error::protocol("the tunnel ended before it was connected"))
             }
             first => first,
         };
-        let mut handle = attempt.into_handle();
-        // Host to guest on a task of its own: a write waiting for credit
-        // never stops the other direction from being read.
-        let input = handle.input();
-        let upstream = tokio::spawn(async move {
-            let mut buf = vec![0u8; burrow_protocol::MAX_CHUNK];
-            loop {
-                match rd.read(&mut buf).await {
-                    Ok(0) | Err(_) => {
-                        let _ = input.send_eof();
-                        return;
-                    }
-                    Ok(n) => {
-                        if input.send_data(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-        tokio::spawn(async move {
-            let mut msg = pending_first;
-            loop {
-                let m = match msg.take() {
-                    Some(m) => m,
-                    None => match handle.next().await {
-                        Some(m) => m,
-                        None => break,
-                    },
-                };
-                match m {
-                    // Waits while the application does not read: the
-                    // window then holds the guest's side.
-                    GuestMsg::Stdout { data, .. } if wr.write_all(&data.0).await.is_err() => break,
-                    GuestMsg::Eof { .. } => {
-                        let _ = wr.shutdown().await;
-                    }
-                    GuestMsg::Response { .. } => break,
-                    _ => {}
-                }
-            }
-            upstream.abort();
-            let _ = wr.shutdown().await;
-        });
+        relay(attempt.into_handle(), pending_first, rd, wr);
         Ok(theirs)
     }
 

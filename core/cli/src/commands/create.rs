@@ -61,6 +61,15 @@ pub(crate) struct SandboxOpts {
     /// (repeatable; alone, it refuses that from anything public).
     #[arg(long, value_name = "RULE")]
     pub deny: Vec<String>,
+    /// Publish a port while the sandbox runs (repeatable): connections to
+    /// HOST_PORT on HOST_IP (default 127.0.0.1) reach GUEST_PORT on the
+    /// sandbox's loopback; /udp for datagrams. No network is needed.
+    #[arg(
+        short = 'p',
+        long = "publish",
+        value_name = "[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]"
+    )]
+    pub publish: Vec<String>,
     /// Isolation driver: container (namespaces under an OCI runtime) or vm
     /// (a QEMU microVM). Default: the backend's ($BURROW_DRIVER where the
     /// sandbox runs: here, or on the server with BURROW_URL), else container.
@@ -112,6 +121,11 @@ impl SandboxOpts {
             .map(|v| parse_mount(v))
             .collect::<burrow::Result<_>>()?;
         c.network = network_setting(self.network, &self.allow, &self.deny)?;
+        c.ports = self
+            .publish
+            .iter()
+            .map(|p| p.parse::<burrow::PortMapping>())
+            .collect::<Result<_, _>>()?;
         // None: the backend's default (this host's $BURROW_DRIVER, or the
         // server's with BURROW_URL).
         c.driver = self

@@ -57,6 +57,26 @@ async fn listed(
     Ok(backend.list(&filter).await?)
 }
 
+/// The published ports as `HOST->GUEST` (`127.0.0.1:8080->80/tcp`), `-`
+/// for none.
+fn ports(ports: &[burrow::PortMapping]) -> String {
+    if ports.is_empty() {
+        return "-".into();
+    }
+    ports
+        .iter()
+        .map(|p| {
+            format!(
+                "{}->{}/{}",
+                p.host_addr(),
+                p.guest_port,
+                p.protocol.as_str()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn print_list(list: &[SandboxInfo]) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -79,6 +99,7 @@ fn print_list(list: &[SandboxInfo]) {
                 i.generation.to_string(),
                 ago(now - i.created_at_ms),
                 last_exit.to_owned(),
+                ports(&i.config.ports),
             ]
         })
         .collect();
@@ -91,6 +112,7 @@ fn print_list(list: &[SandboxInfo]) {
             "GENERATION",
             "CREATED",
             "LAST EXIT",
+            "PORTS",
         ],
         &rows,
     );

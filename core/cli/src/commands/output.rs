@@ -32,7 +32,10 @@ pub(crate) fn exit_code(code: ErrorCode) -> u8 {
     match code {
         ErrorCode::NotFound => 3,
         ErrorCode::AlreadyExists => 4,
-        ErrorCode::InvalidState | ErrorCode::Starting | ErrorCode::SandboxReplaced => 5,
+        ErrorCode::InvalidState
+        | ErrorCode::Starting
+        | ErrorCode::SandboxReplaced
+        | ErrorCode::PortUnavailable => 5,
         ErrorCode::InvalidName
         | ErrorCode::InvalidConfig
         | ErrorCode::InvalidImage

@@ -100,6 +100,10 @@ impl LocalBackend {
                         Some(&reason),
                     )
                     .await?;
+                // A published port another process has: its own code.
+                if let Some(e) = crate::engine::supervisor::port_failure(&reason) {
+                    return Err(e);
+                }
                 Err(Error::StartFailed {
                     name: info.name.clone(),
                     id: info.id.clone(),

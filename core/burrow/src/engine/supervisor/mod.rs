@@ -11,6 +11,8 @@
 
 mod main_process;
 mod pages;
+mod ports;
+pub(crate) use ports::from_start_detail as port_failure;
 mod run;
 mod serve;
 
@@ -367,6 +369,8 @@ struct Booted {
     name: String,
     /// The main process to start, if the sandbox has one.
     main: Option<Vec<String>>,
+    /// The published ports, served while the run lasts.
+    ports: ports::Served,
 }
 
 /// What a start hands to [`boot`].
@@ -486,6 +490,9 @@ async fn boot(
         agent_log,
         inherit_fds: vec![runtime_lock.raw_fd()],
     };
+    // Published ports first: a host address another process has fails
+    // the start before anything boots.
+    let ports = ports::bind(&config.ports)?;
     // The run is Starting: a window for calls that meet a start.
     crate::engine::fault::hold(Fault::SupervisorBeforeLaunch).await;
     let launched = tokio::time::timeout(left(), driver.launch(&spec))
@@ -532,6 +539,14 @@ async fn boot(
     };
     mark("agent_hello", &mut t);
     let _ = identity;
+    let ports = match ports.serve(&agent) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = guest.kill().await;
+            let _ = guest.cleanup().await;
+            return Err(e);
+        }
+    };
 
     let socket = home.socket_path(&args.id);
     let published = async {
@@ -580,6 +595,7 @@ async fn boot(
         _runtime_lock: runtime_lock,
         name,
         main,
+        ports,
     })
 }
 

@@ -27,6 +27,7 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
         name,
         config,
         main,
+        ports,
     } = booted;
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let main_tx = cmd_tx.clone();
@@ -127,6 +128,7 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
             }
         },
     };
+    ports.close().await;
     if let Err(e) = guest.cleanup().await {
         tracing::warn!(sandbox = %args.id, error = %e, "runtime cleanup failed");
     }
