@@ -127,6 +127,9 @@ pub struct BuildInput {
     /// `{"allow": [RULE...], "deny": [RULE...]}`.
     #[serde(default)]
     pub network: Option<serde_json::Value>,
+    /// Published ports (`[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]`).
+    #[serde(default)]
+    pub ports: Vec<String>,
     /// Idle timeout (reclaim after no activity).
     #[serde(default)]
     pub idle_timeout: Option<Seconds>,
@@ -183,6 +186,14 @@ impl BuildInput {
             })
             .collect();
         config.network = network(self.network.as_ref())?.unwrap_or_default();
+        config.ports = self
+            .ports
+            .iter()
+            .map(|p| {
+                p.parse::<burrow::PortMapping>()
+                    .map_err(burrow::Error::from)
+            })
+            .collect::<Result<_, _>>()?;
         config.idle_timeout = opt_duration(self.idle_timeout);
         config.idle_action = self.idle_action.unwrap_or_default();
         config.max_duration = opt_duration(self.max_duration);

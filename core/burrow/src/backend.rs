@@ -185,6 +185,11 @@ pub struct Capabilities {
     /// answer: `false`.
     #[serde(default)]
     pub network_policy: bool,
+    /// Published ports (`SandboxConfig::ports`), served while a sandbox
+    /// runs. Without it ports are refused (`invalid_config`). Absent from
+    /// an older server's answer: `false`.
+    #[serde(default)]
+    pub published_ports: bool,
 }
 
 fn yes() -> bool {
@@ -202,6 +207,7 @@ impl Capabilities {
         attached: true,
         persistent_layer: true,
         network_policy: true,
+        published_ports: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -214,6 +220,7 @@ impl Capabilities {
         attached: false,
         persistent_layer: false,
         network_policy: false,
+        published_ports: false,
     };
 }
 

@@ -78,6 +78,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "attached",
     "persistent_layer",
     "network_policy",
+    "published_ports",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
@@ -101,6 +102,7 @@ const CREATE_OPTIONS: &[&str] = &[
     "workdir",
     "labels",
     "network",
+    "ports",
     "idle_timeout",
     "idle_action",
     "max_duration",
@@ -192,6 +194,7 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
         _ if opts.is_some_and(|o| o.get("network").is_some_and(Value::is_object)) => {
             Some("network_policy")
         }
+        _ if opts.is_some_and(|o| o.contains_key("ports")) => Some("published_ports"),
         _ if opts.is_some_and(|o| {
             ["idle_timeout", "idle_action", "demand_start"]
                 .iter()

@@ -520,6 +520,7 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "attached" => caps.attached,
         "persistent_layer" => caps.persistent_layer,
         "network_policy" => caps.network_policy,
+        "published_ports" => caps.published_ports,
         _ => false,
     }
 }

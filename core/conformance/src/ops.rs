@@ -124,6 +124,17 @@ impl Ctx {
         if let Some(v) = opts.get("network").filter(|v| !v.is_null()) {
             config.network = network(v)?;
         }
+        if let Some(v) = opts.get("ports") {
+            // As a Rust caller parses them: a bad one is the step's
+            // `invalid_config`.
+            config.ports = str_list("ports", v)?
+                .iter()
+                .map(|p| {
+                    p.parse::<burrow::PortMapping>()
+                        .map_err(burrow::Error::from)
+                })
+                .collect::<Result<_, _>>()?;
+        }
         config.idle_timeout = opts
             .get("idle_timeout")
             .map(|v| seconds("idle_timeout", v))
