@@ -256,6 +256,8 @@ struct ConfigIn {
     /// Allow and deny rules (text form): a policy when either is given.
     allow: Vec<String>,
     deny: Vec<String>,
+    /// Published ports (text form): the ones that parse.
+    ports: Vec<String>,
     idle_timeout: Option<Dur>,
     max_duration: Option<Dur>,
     demand_start: Option<bool>,
@@ -304,11 +306,34 @@ impl ConfigIn {
             }
             _ => self.network.into(),
         };
+        c.ports = self
+            .ports
+            .iter()
+            .filter_map(|p| port_text(p))
+            .collect();
         c.idle_timeout = self.idle_timeout.as_ref().map(Dur::get);
         c.max_duration = self.max_duration.as_ref().map(Dur::get);
         c.demand_start = self.demand_start;
         c.startup_timeout = self.startup_timeout.get();
         c
+    }
+}
+
+/// A published port's text: a refusal is `invalid_config` as an error of
+/// the library; one that parses reads back the same from its canonical
+/// text, and that text is canonical already.
+fn port_text(text: &str) -> Option<burrow::PortMapping> {
+    match text.parse::<burrow::PortMapping>() {
+        Ok(p) => {
+            let canonical = p.to_string();
+            assert_eq!(canonical.parse::<burrow::PortMapping>().ok(), Some(p), "{text:?}");
+            assert_eq!(canonical.parse::<burrow::PortMapping>().unwrap().to_string(), canonical);
+            Some(p)
+        }
+        Err(e) => {
+            assert_eq!(burrow::Error::from(e).code(), ErrorCode::InvalidConfig);
+            None
+        }
     }
 }
 
