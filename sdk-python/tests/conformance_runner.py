@@ -49,6 +49,7 @@ CODE_CLASSES = {
     "io": "BurrowIOError",
     "unauthorized": "UnauthorizedError",
     "unsupported": "UnsupportedError",
+    "port_unavailable": "PortUnavailableError",
 }
 
 NAME_OPS = {"create", "connect_or_create", "define", "get", "get_by_id", "list"}
@@ -95,14 +96,14 @@ OP_KEYS = {
 }
 CREATE_OPTIONS = {
     "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir",
-    "labels", "network", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
+    "labels", "network", "ports", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
     "demand_start", "detached", "replace",
 }
 # The changes a `modify` step may name (durations in seconds; null clears
 # cpus, memory_mb, idle_timeout and max_duration).
 MODIFY_CHANGES = {
     "cpus", "memory_mb", "env_set", "env_unset", "labels_set", "labels_unset",
-    "idle_timeout", "idle_action", "max_duration",
+    "idle_timeout", "idle_action", "max_duration", "network",
 }
 RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # Tags naming a backend capability (burrow::Capabilities): a case carries the
@@ -111,6 +112,7 @@ RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # so does this runner's test (test_conformance.lacking).
 CAPABILITY_TAGS = {
     "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
+    "network_policy", "published_ports",
 }
 VALUE_OPERATORS = {"var", "str_repeat"}
 MATCH_OPERATORS = {"ne", "one_of", "present"}
@@ -185,6 +187,10 @@ def step_capability(step: dict) -> str | None:
             do.get("options") or {}
         ).get("detached", False)
         return "attached" if owns else None
+    if isinstance(options.get("network"), dict):
+        return "network_policy"
+    if "ports" in options:
+        return "published_ports"
     if {"idle_timeout", "idle_action", "demand_start"} & set(options):
         return "idle_reclaim"
     return None
@@ -669,6 +675,7 @@ class Runner:
     def _options(self, step: dict) -> dict:
         opts = dict(self.value(step.get("options") or {}))
         opts.setdefault("image", self.image)
+        _typed_network(opts)
         if "volumes" in opts:
             opts["volumes"] = [tuple(v) for v in opts["volumes"]]
         return opts
@@ -756,7 +763,9 @@ class Runner:
         if op == "modify":
             # The changes' names are the keywords of modify (durations in
             # seconds, None clears).
-            return R("plan", await target.modify(**self.value(step["changes"])))
+            changes = dict(self.value(step["changes"]))
+            _typed_network(changes)
+            return R("plan", await target.modify(**changes))
         if op == "wait_for_status":
             kwargs = {}
             if "timeout" in step:
@@ -917,6 +926,16 @@ def _equal(expected: Any, actual: Any) -> bool:
     if isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
         return abs(expected - actual) < 1e-9
     return _norm(expected) == _norm(actual)
+
+
+def _typed_network(args: dict) -> None:
+    """A policy given as JSON becomes the package's NetworkPolicy: the typed
+    API is what the case exercises."""
+    from burrow import NetworkPolicy
+
+    net = args.get("network")
+    if isinstance(net, dict):
+        args["network"] = NetworkPolicy(allow=net.get("allow", ()), deny=net.get("deny", ()))
 
 
 def _info_field(info: Any, key: str) -> Any:

@@ -34,6 +34,7 @@ TABLE = {
     "io": "BurrowIOError",
     "unauthorized": "UnauthorizedError",
     "unsupported": "UnsupportedError",
+    "port_unavailable": "PortUnavailableError",
 }
 # core/burrow/src/error.rs, ErrorCode::ALL, in its order.
 CORE_ALL = list(TABLE)
@@ -331,6 +332,24 @@ async def test_sandbox_replaced(image):
         assert info.value.actual_id == new.id
     assert (await new.info()).generation == new.generation
     await new.destroy()
+
+
+async def test_port_unavailable(image):
+    import socket
+
+    from burrow import Sandbox
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        h = await Sandbox.define("err-port", image=image, ports=[f"{port}:80"])
+        with pytest.raises(Exception) as info:
+            await h.start()
+        assert_typed(info.value, "port_unavailable")
+    # Free again: the next start serves it.
+    sb = await h.start()
+    await sb.destroy()
 
 
 async def test_start_failed(image):

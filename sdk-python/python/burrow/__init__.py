@@ -35,6 +35,7 @@ from .types import (
     LogSource,
     Metrics,
     ModifyPlan,
+    NetworkPolicy,
     Ping,
     RunInfo,
     SandboxInfo,
@@ -68,6 +69,7 @@ __all__ = [
     "Metrics",
     "Ping",
     "Capabilities",
+    "NetworkPolicy",
     "configure",
     "errors",
 ]

@@ -23,6 +23,7 @@ from ._files import FileReader, FileWriter
 from .errors import SandboxNotFoundError
 from .types import (
     Capabilities,
+    NetworkPolicy,
     DirEntry,
     Driver,
     ExecResult,
@@ -215,7 +216,8 @@ class Sandbox:
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
         volumes: Optional[Sequence[c.Volume]] = None,
-        network: bool = False,
+        network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
+        ports: Optional[Sequence[str]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -237,7 +239,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
-            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
+            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
@@ -260,7 +262,8 @@ class Sandbox:
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
         volumes: Optional[Sequence[c.Volume]] = None,
-        network: bool = False,
+        network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
+        ports: Optional[Sequence[str]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -275,7 +278,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
-            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
+            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
@@ -298,7 +301,8 @@ class Sandbox:
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
         volumes: Optional[Sequence[c.Volume]] = None,
-        network: bool = False,
+        network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
+        ports: Optional[Sequence[str]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -310,7 +314,7 @@ class Sandbox:
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
-            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network,
+            env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
@@ -508,16 +512,19 @@ class Sandbox:
         idle_timeout: Optional[c.Duration] = c.UNSET,
         idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
         max_duration: Optional[c.Duration] = c.UNSET,
+        network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = c.UNSET,
     ) -> ModifyPlan:
         """Changes the configuration (``sb.modify(cpus=4, memory=4096)``;
         ``memory`` is MiB, ``memory_mb`` its alias). A field left out is
         unchanged; ``None`` for cpus/memory/idle_timeout/max_duration clears
         it. ``idle_action`` is ``"stop"`` or ``"hibernate"`` (``None``
-        leaves it unchanged, as leaving it out does)."""
+        leaves it unchanged, as leaving it out does). ``network`` (``False``,
+        ``True`` or a :class:`NetworkPolicy`) applies to a running sandbox
+        at once: connections the new setting forbids are closed."""
         changes = c.modify_changes(
             cpus=cpus, memory=memory, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
-            idle_action=idle_action, max_duration=max_duration,
+            idle_action=idle_action, max_duration=max_duration, network=network,
         )  # fmt: skip
         plan = c.plan(await self._n.modify(changes))
         self._status = plan.info.status
@@ -680,11 +687,12 @@ class SandboxHandle:
         idle_timeout: Optional[c.Duration] = c.UNSET,
         idle_action: Optional[Union[str, IdleAction]] = c.UNSET,
         max_duration: Optional[c.Duration] = c.UNSET,
+        network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = c.UNSET,
     ) -> ModifyPlan:
         changes = c.modify_changes(
             cpus=cpus, memory=memory, memory_mb=memory_mb, env_set=env_set, env_unset=env_unset,
             labels_set=labels_set, labels_unset=labels_unset, idle_timeout=idle_timeout,
-            idle_action=idle_action, max_duration=max_duration,
+            idle_action=idle_action, max_duration=max_duration, network=network,
         )  # fmt: skip
         plan = c.plan(await self._n.modify(changes))
         self._status = plan.info.status

@@ -131,7 +131,8 @@ def build_kwargs(
     workdir: Optional[str],
     labels: Optional[Mapping[str, str]],
     volumes: Optional[Sequence[Volume]],
-    network: bool,
+    network: Any,
+    ports: Optional[Sequence[str]],
     idle_timeout: Optional[Duration],
     idle_action: Optional[Union[str, IdleAction]],
     max_duration: Optional[Duration],
@@ -161,7 +162,8 @@ def build_kwargs(
         "workdir": workdir,
         "labels": None if labels is None else dict(labels),
         "volumes": vols,
-        "network": bool(network),
+        "network": network_json(network),
+        "ports": None if ports is None else port_list(ports),
         "idle_timeout": seconds(idle_timeout),
         "idle_action": idle_action_name(idle_action),
         "max_duration": seconds(max_duration),
@@ -169,6 +171,41 @@ def build_kwargs(
         "demand_start": demand_start,
         "detached": bool(detached),
     }
+
+
+def network_json(network: Any) -> Any:
+    """The core's JSON of a ``network=`` argument: ``False``/``True``,
+    ``"none"``/``"all"``, or a :class:`NetworkPolicy` (or a mapping with
+    only ``allow`` and ``deny``)."""
+    from .types import NetworkPolicy
+
+    if isinstance(network, bool) or network in ("none", "all"):
+        return network
+    if isinstance(network, NetworkPolicy):
+        return network._to_core()
+    if isinstance(network, Mapping):
+        extra = set(network) - {"allow", "deny"}
+        if extra:
+            raise TypeError(f"a network policy has allow and deny only, not {sorted(extra)}")
+        return NetworkPolicy(
+            allow=tuple(network.get("allow") or ()), deny=tuple(network.get("deny") or ())
+        )._to_core()
+    raise TypeError(
+        'network is True/False, "all"/"none" or a NetworkPolicy, '
+        f"not {type(network).__name__}"
+    )
+
+
+def port_list(ports: Sequence[str]) -> List[str]:
+    """Published ports (``"8080:80"``, ``"0.0.0.0:5353:53/udp"``)."""
+    if isinstance(ports, str):
+        raise TypeError('ports is a list of "[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]" strings')
+    out = []
+    for p in ports:
+        if not isinstance(p, str):
+            raise TypeError(f"a published port is a string, not {type(p).__name__}")
+        out.append(p)
+    return out
 
 
 def idle_action_name(action: Optional[Union[str, IdleAction]]) -> Optional[str]:
@@ -285,8 +322,11 @@ def modify_changes(
     idle_timeout: Any,
     idle_action: Any,
     max_duration: Any,
+    network: Any = UNSET,
 ) -> Dict[str, Any]:
     changes: Dict[str, Any] = {}
+    if network is not UNSET:
+        changes["network"] = network_json(network)
     for key, value in (
         ("cpus", cpus),
         ("memory_mb", memory_of(memory, memory_mb, UNSET)),

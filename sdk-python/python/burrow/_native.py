@@ -90,7 +90,8 @@ class Calls:
         workdir: Optional[str] = None,
         labels: Optional[Dict[str, str]] = None,
         volumes: Optional[Sequence[Tuple[str, str, bool]]] = None,
-        network: bool = False,
+        network: Any = False,
+        ports: Optional[Sequence[str]] = None,
         idle_timeout: Optional[Seconds] = None,
         idle_action: Optional[str] = None,
         max_duration: Optional[Seconds] = None,
@@ -107,7 +108,7 @@ class Calls:
             name=name, mode=mode, image=image, driver=driver, cpus=cpus, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=vols,
-            network=network, idle_timeout=idle_timeout, idle_action=idle_action,
+            network=network, ports=ports, idle_timeout=idle_timeout, idle_action=idle_action,
             max_duration=max_duration, startup_timeout=startup_timeout,
             demand_start=demand_start, detached=detached,
         )  # fmt: skip

@@ -36,6 +36,7 @@ __all__ = [
     "BurrowIOError",
     "UnauthorizedError",
     "UnsupportedError",
+    "PortUnavailableError",
     "CommandFailedError",
     "CODES",
 ]
@@ -213,6 +214,14 @@ class UnauthorizedError(BurrowError):
     CODE = "unauthorized"
 
 
+class PortUnavailableError(BurrowError):
+    """A published port's host address cannot be listened on (another
+    process has it, or it is not this host's): the start did not happen.
+    ``subject`` is the address (``127.0.0.1:8080/tcp``)."""
+
+    CODE = "port_unavailable"
+
+
 class UnsupportedError(BurrowError):
     """The backend does not support this operation at all (for instance a
     backend that cannot pause). Nothing was changed."""
@@ -243,6 +252,7 @@ CODES: Dict[str, Type[BurrowError]] = {
         BurrowIOError,
         UnauthorizedError,
         UnsupportedError,
+        PortUnavailableError,
     )
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = [
     "Status",
@@ -396,6 +396,22 @@ class Ping:
 
 
 @dataclass(frozen=True)
+class NetworkPolicy:
+    """A sandbox's network policy: what ``allow`` rules match and no
+    ``deny`` rule does (``NetworkPolicy(allow=["pypi.org",
+    "*.github.com"], deny=["tcp:*:25"])``). A rule is
+    ``[tcp:|udp:]HOST[:PORTS]``; one that does not parse is
+    :class:`~burrow.errors.InvalidConfigError` at create or modify. See
+    docs/networking.md."""
+
+    allow: Sequence[str] = ()
+    deny: Sequence[str] = ()
+
+    def _to_core(self) -> Dict[str, Any]:
+        return {"allow": list(self.allow), "deny": list(self.deny)}
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What the backend can do beyond the lifecycle every backend has. An
     operation it lacks raises :class:`~burrow.errors.UnsupportedError`.
@@ -416,6 +432,10 @@ class Capabilities:
     attached: bool
     #: Files written outside volumes survive a stop.
     persistent_layer: bool
+    #: Network policies (:class:`NetworkPolicy`) are enforced.
+    network_policy: bool = False
+    #: Published ports (``ports=``) are served.
+    published_ports: bool = False
 
     @classmethod
     def _from_core(cls, d: Mapping[str, Any]) -> Capabilities:
@@ -427,4 +447,6 @@ class Capabilities:
             idle_reclaim=bool(d["idle_reclaim"]),
             attached=bool(d["attached"]),
             persistent_layer=bool(d.get("persistent_layer", True)),
+            network_policy=bool(d.get("network_policy", False)),
+            published_ports=bool(d.get("published_ports", False)),
         )

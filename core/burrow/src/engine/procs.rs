@@ -84,6 +84,24 @@ pub fn burrow_bin() -> Option<PathBuf> {
 
 static EMBEDDED_SUPERVISOR: std::sync::OnceLock<agent::EmbeddedAgent> = std::sync::OnceLock::new();
 
+/// The program of this process when it is a supervisor.
+static RUNNING_SUPERVISOR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Marks this process as a supervisor: the helper entries it runs
+/// (`__link`) are its own program's, whatever else is installed.
+pub(crate) fn mark_supervisor() {
+    if let Ok(p) = std::env::current_exe() {
+        let _ = RUNNING_SUPERVISOR.set(p);
+    }
+}
+
+/// The program whose helper entries (`__link`) a supervisor runs: its own
+/// (an SDK's embedded supervisor has no `burrow` beside it), else
+/// [`supervisor_bin`] (a driver used outside a supervisor, as its tests do).
+pub(crate) fn helper_bin() -> Option<PathBuf> {
+    RUNNING_SUPERVISOR.get().cloned().or_else(supervisor_bin)
+}
+
 /// Registers a `burrow-supervisor` program compiled into the running one
 /// (the SDKs' native libraries carry one, so that installing a package is
 /// enough to run sandboxes); call once, before any sandbox starts. Later

@@ -94,6 +94,7 @@ pub fn detach_from_starter(ready_fd: Option<RawFd>) {
 /// Entry point; returns the process exit code.
 pub fn main(args: SuperviseArgs) -> i32 {
     let entered = Instant::now();
+    crate::engine::procs::mark_supervisor();
     let spawn_ms = args.spawned_at_us.map(|at| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -30,7 +30,7 @@ fn unavailable(reason: String) -> Error {
 /// Gives the container of `pid` its link and starts its stack with the
 /// rules of `network`.
 pub(super) async fn attach(pid: i32, network: &Network, sandbox: &str) -> Result<NetStack> {
-    let program = crate::engine::procs::supervisor_bin().ok_or_else(|| {
+    let program = crate::engine::procs::helper_bin().ok_or_else(|| {
         unavailable("a sandbox's network needs the supervisor program, which was not found".into())
     })?;
     let (ours, theirs) =

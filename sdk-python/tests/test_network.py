@@ -1,0 +1,70 @@
+"""Networks and published ports from Python: a policy kept in the
+configuration and changed live, a bad rule refused with its typed error,
+and a published port reaching a server in the sandbox. Loopback only."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+
+async def test_a_policy_is_kept_and_changed_live(image):
+    from burrow import NetworkPolicy, Sandbox, errors
+
+    policy = NetworkPolicy(allow=["pypi.org", "tcp:*.github.com:443"], deny=["udp:*"])
+    async with await Sandbox.create("py-net", image=image, network=policy, destroy=True) as sb:
+        net = (await sb.info()).config["network"]
+        assert net == {"allow": ["pypi.org", "tcp:*.github.com:443"], "deny": ["udp:*"]}
+        plan = await sb.modify(network={"allow": ["files.pythonhosted.org"]})
+        change = next(c for c in plan.changes if c.field == "network")
+        assert change.applies == "live"
+        assert (await sb.info()).config["network"] == {"allow": ["files.pythonhosted.org"]}
+        with pytest.raises(errors.InvalidConfigError):
+            await sb.modify(network=NetworkPolicy(allow=["a..b"]))
+        assert (await sb.info()).config["network"] == {"allow": ["files.pythonhosted.org"]}
+        plan = await sb.modify(network=False)
+        assert (await sb.info()).config["network"] is False
+
+
+async def test_bad_rules_and_ports_are_typed_and_create_nothing(image):
+    from burrow import NetworkPolicy, Sandbox, errors
+
+    with pytest.raises(errors.InvalidConfigError):
+        await Sandbox.create("py-bad", image=image, network=NetworkPolicy(allow=["pypi.org:9-8"]))
+    with pytest.raises(errors.InvalidConfigError):
+        await Sandbox.define("py-bad", image=image, ports=["80"])
+    with pytest.raises(TypeError):
+        await Sandbox.define("py-bad", image=image, network=42)
+    with pytest.raises(TypeError):
+        await Sandbox.define("py-bad", image=image, ports="8080:80")
+    with pytest.raises(errors.SandboxNotFoundError):
+        await Sandbox.get("py-bad")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_published_port_reaches_the_sandbox(image):
+    from burrow import Sandbox
+
+    port = _free_port()
+    async with await Sandbox.create("py-port", image=image, ports=[f"{port}:8000"], destroy=True) as sb:
+        assert (await sb.info()).config["ports"] == [f"127.0.0.1:{port}:8000"]
+        await sb.exec(["sh", "-c", "setsid nc -ll -p 8000 -e echo hi </dev/null >/dev/null 2>&1 &"])
+        got = b""
+        for _ in range(100):
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                got = await reader.read()
+                writer.close()
+            except OSError:
+                pass
+            if got:
+                break
+            await asyncio.sleep(0.1)
+        assert got == b"hi\n"
