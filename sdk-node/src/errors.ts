@@ -83,6 +83,8 @@ export const StoreError = errorClass("store", "StoreError");
 export const BurrowIOError = errorClass("io", "BurrowIOError");
 export const UnauthorizedError = errorClass("unauthorized", "UnauthorizedError");
 export const UnsupportedError = errorClass("unsupported", "UnsupportedError");
+/** A published port's host address is taken (or not this host's): the start did not happen. */
+export const PortUnavailableError = errorClass("port_unavailable", "PortUnavailableError");
 
 /** Every error class by its code (the core's list, checked by the tests). */
 export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Object.freeze(
@@ -106,6 +108,7 @@ export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Objec
       BurrowIOError,
       UnauthorizedError,
       UnsupportedError,
+      PortUnavailableError,
     ].map((c) => [c.CODE, c]),
   ),
 );

@@ -24,6 +24,7 @@ import type {
   Metrics,
   ModifyOptions,
   ModifyPlan,
+  NetworkPolicy,
   Ping,
   ProcessEvent,
   SandboxInfo,
@@ -288,6 +289,7 @@ abstract class Lifecycle {
         idle_timeout: changes.idleTimeout,
         idle_action: changes.idleAction,
         max_duration: changes.maxDuration,
+        network: changes.network,
       },
       changes,
     );
@@ -531,8 +533,23 @@ export class SandboxBuilder {
     this.#o.volumes = [...v, { source, target, read_only: readOnly }];
     return this;
   }
-  network(on = true): this {
+  /**
+   * The sandbox's network: `true` (anything public), `false` (none), or a
+   * policy (`network({ allow: ["pypi.org"] })`; docs/networking.md).
+   */
+  network(on: boolean | "all" | "none" | NetworkPolicy = true): this {
     this.#o.network = on;
+    return this;
+  }
+  /**
+   * Publishes a port while the sandbox runs
+   * (`"[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]"`, 127.0.0.1 by default):
+   * `port("8080:80")`. A host address that is taken rejects the start with
+   * `PortUnavailableError`.
+   */
+  port(mapping: string): this {
+    const p = (this.#o.ports as string[]) ?? [];
+    this.#o.ports = [...p, mapping];
     return this;
   }
   /** Reclaim it after this long without activity (seconds: `300`, or text: `"5m"`). */

@@ -27,7 +27,11 @@ export function toConfig(c: any): SandboxConfig {
     workdir: opt(c.workdir),
     labels: c.labels ?? {},
     mounts: (c.mounts ?? []).map((m: any) => ({ source: m.source, target: m.target, readOnly: !!m.read_only })),
-    network: !!c.network,
+    network:
+      c.network && typeof c.network === "object"
+        ? { allow: c.network.allow ?? [], deny: c.network.deny ?? [] }
+        : c.network === true || c.network === "all",
+    ports: c.ports ?? [],
     idleTimeout: recordSeconds(c.idle_timeout),
     idleAction: c.idle_action ?? "stop",
     maxDuration: recordSeconds(c.max_duration),
@@ -104,5 +108,7 @@ export function toCapabilities(c: any): Capabilities {
     idleReclaim: !!c.idle_reclaim,
     attached: !!c.attached,
     persistentLayer: c.persistent_layer ?? true,
+    networkPolicy: !!c.network_policy,
+    publishedPorts: !!c.published_ports,
   };
 }

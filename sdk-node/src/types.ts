@@ -68,7 +68,10 @@ export interface SandboxConfig {
   workdir: string | null;
   labels: Record<string, string>;
   mounts: Mount[];
-  network: boolean;
+  /** `false`, `true` (anything public) or the policy. */
+  network: boolean | NetworkPolicy;
+  /** Published ports, canonical (`"127.0.0.1:8080:80"`, `"0.0.0.0:5353:53/udp"`). */
+  ports: string[];
   /** Seconds. */
   idleTimeout: number | null;
   /** What idle reclaim does (`"stop"` when the record leaves it out). */
@@ -148,6 +151,18 @@ export interface ModifyOptions extends CallOptions {
   idleAction?: IdleAction;
   /** Seconds, or duration text. */
   maxDuration?: Duration | null;
+  /** The network from now on (a running sandbox's changes at once). */
+  network?: boolean | "all" | "none" | NetworkPolicy;
+}
+
+/**
+ * A network policy: what `allow` rules match and no `deny` rule does
+ * (`{ allow: ["pypi.org", "*.github.com"], deny: ["tcp:*:25"] }`). A rule
+ * is `[tcp:|udp:]HOST[:PORTS]`; a bad one rejects with `InvalidConfigError`.
+ */
+export interface NetworkPolicy {
+  allow?: string[];
+  deny?: string[];
 }
 
 /** Resource usage of a running sandbox (null where the host does not expose it). */
@@ -248,4 +263,8 @@ export interface Capabilities {
   attached: boolean;
   /** Files written outside volumes survive a stop. */
   persistentLayer: boolean;
+  /** Network policies are enforced. */
+  networkPolicy: boolean;
+  /** Published ports are served. */
+  publishedPorts: boolean;
 }

@@ -60,6 +60,7 @@ export const CODE_CLASSES: Record<string, string> = {
   io: "BurrowIOError",
   unauthorized: "UnauthorizedError",
   unsupported: "UnsupportedError",
+  port_unavailable: "PortUnavailableError",
 };
 
 const NAME_OPS = ["create", "connect_or_create", "define", "get", "get_by_id", "list"];
@@ -103,17 +104,18 @@ const OP_KEYS: Record<string, string[]> = {
   connect_or_start: ["sandbox", "name"],
 };
 const CREATE_OPTIONS = new Set([
-  "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir", "labels", "network",
+  "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir", "labels", "network", "ports",
   "idle_timeout", "idle_action", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
 ]);
 /** The changes a `modify` step may name (durations in seconds; null clears cpus, memory_mb, idle_timeout, max_duration). */
 const MODIFY_CHANGES = new Set([
   "cpus", "memory_mb", "env_set", "env_unset", "labels_set", "labels_unset",
-  "idle_timeout", "idle_action", "max_duration",
+  "idle_timeout", "idle_action", "max_duration", "network",
 ]);
 const RACE_EXPECT_KEYS = new Set(["outcomes", "same_id", "starts", "each"]);
 const CAPABILITY_TAGS = new Set([
   "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
+  "network_policy", "published_ports",
 ]);
 const VALUE_OPERATORS = new Set(["var", "str_repeat"]);
 const MATCH_OPERATORS = new Set(["ne", "one_of", "present"]);
@@ -157,6 +159,8 @@ export function stepCapability(step: Step): string | null {
     const owns = (d.op === "create" || d.op === "connect_or_create") && !(d.options ?? {}).detached;
     return owns ? "attached" : null;
   }
+  if (options.network !== null && typeof options.network === "object") return "network_policy";
+  if ("ports" in options) return "published_ports";
   if ("idle_timeout" in options || "idle_action" in options || "demand_start" in options) return "idle_reclaim";
   return null;
 }
@@ -303,7 +307,8 @@ function neutralConfig(c: SandboxConfig): Record<string, Json> {
     env: c.env,
     workdir: c.workdir,
     labels: c.labels,
-    network: c.network,
+    network: c.network as Json,
+    ports: c.ports,
     idle_timeout: c.idleTimeout,
     idle_action: c.idleAction,
     max_duration: c.maxDuration,
@@ -732,6 +737,7 @@ export class Runner {
     if (o.workdir !== undefined) b.workdir(o.workdir);
     if (o.labels !== undefined) b.labels(o.labels);
     if (o.network !== undefined) b.network(o.network);
+    for (const p of o.ports ?? []) b.port(p);
     if (o.idle_timeout !== undefined) b.idleTimeout(o.idle_timeout);
     if (o.idle_action !== undefined) b.idleAction(o.idle_action);
     if (o.max_duration !== undefined) b.maxDuration(o.max_duration);
@@ -754,6 +760,7 @@ export class Runner {
     if ("idle_timeout" in c) o.idleTimeout = c.idle_timeout;
     if ("idle_action" in c) o.idleAction = c.idle_action;
     if ("max_duration" in c) o.maxDuration = c.max_duration;
+    if ("network" in c) o.network = c.network;
     return o;
   }
 
