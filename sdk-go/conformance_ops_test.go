@@ -59,8 +59,17 @@ func (r *runner) options(s step) []burrow.Option {
 		case "labels":
 			out = append(out, burrow.WithLabels(strs(v)))
 		case "network":
-			if v.(bool) {
-				out = append(out, burrow.WithNetwork())
+			switch n := v.(type) {
+			case bool:
+				if n {
+					out = append(out, burrow.WithNetwork())
+				}
+			case map[string]any:
+				out = append(out, burrow.WithNetworkPolicy(policyOf(n)))
+			}
+		case "ports":
+			for _, p := range v.([]any) {
+				out = append(out, burrow.WithPort(p.(string)))
 			}
 		case "idle_timeout":
 			out = append(out, burrow.WithIdleTimeout(secs(v)))
@@ -123,11 +132,35 @@ func (r *runner) changes(s step) []burrow.Change {
 			out = append(out, burrow.SetIdleAction(burrow.IdleAction(v.(string))))
 		case "max_duration":
 			out = append(out, burrow.SetMaxDuration(time.Duration(orZero(v)*float64(time.Second))))
+		case "network":
+			switch n := v.(type) {
+			case bool:
+				out = append(out, burrow.SetNetwork(n))
+			case map[string]any:
+				out = append(out, burrow.SetNetworkPolicy(policyOf(n)))
+			}
 		default:
 			panic(failf("unknown change %s", k))
 		}
 	}
 	return out
+}
+
+// policyOf is a case's network policy as the SDK's type.
+func policyOf(m map[string]any) burrow.NetworkPolicy {
+	list := func(k string) []string {
+		var l []string
+		for _, x := range asList(m[k]) {
+			l = append(l, x.(string))
+		}
+		return l
+	}
+	return burrow.NetworkPolicy{Allow: list("allow"), Deny: list("deny")}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
 }
 
 func (r *runner) target(s step) any {

@@ -501,7 +501,7 @@ func neutralConfig(c burrow.SandboxConfig) map[string]any {
 	m := map[string]any{
 		"image": c.Image, "driver": str(string(c.Driver)), "runtime": string(c.Runtime),
 		"cpus": opt(c.CPUs), "memory_mb": opt(float64(c.MemoryMB)), "pids_limit": opt(float64(c.PidsLimit)),
-		"env": norm(c.Env), "workdir": str(c.Workdir), "labels": norm(c.Labels), "network": c.Network,
+		"env": norm(c.Env), "workdir": str(c.Workdir), "labels": norm(c.Labels), "network": networkOf(c), "ports": anyList(c.Ports),
 		"idle_timeout": opt(c.IdleTimeout.Seconds()), "idle_action": string(c.IdleAction),
 		"max_duration": opt(c.MaxDuration.Seconds()), "startup_timeout": c.StartupTimeout.Seconds(),
 		"demand_start": nil,
@@ -678,4 +678,29 @@ func summary(res *result) string {
 		s = s[:300]
 	}
 	return s
+}
+
+// networkOf is a configuration's network as the core's JSON has it: false,
+// true, or the policy (its empty lists left out).
+func networkOf(c burrow.SandboxConfig) any {
+	if c.NetworkPolicy == nil {
+		return c.Network
+	}
+	p := map[string]any{}
+	if len(c.NetworkPolicy.Allow) > 0 {
+		p["allow"] = anyList(c.NetworkPolicy.Allow)
+	}
+	if len(c.NetworkPolicy.Deny) > 0 {
+		p["deny"] = anyList(c.NetworkPolicy.Deny)
+	}
+	return p
+}
+
+// anyList is a list of strings as JSON decodes one.
+func anyList(l []string) []any {
+	out := make([]any, 0, len(l))
+	for _, s := range l {
+		out = append(out, s)
+	}
+	return out
 }

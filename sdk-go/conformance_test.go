@@ -201,7 +201,8 @@ func capabilityTags(caps burrow.Capabilities) map[string]bool {
 	return map[string]bool{
 		"pause": caps.Pause, "modify_live": caps.ModifyLive, "metrics": caps.Metrics,
 		"logs": caps.Logs, "idle_reclaim": caps.IdleReclaim, "attached": caps.Attached,
-		"persistent_layer": caps.PersistentLayer,
+		"persistent_layer": caps.PersistentLayer, "network_policy": caps.NetworkPolicy,
+		"published_ports": caps.PublishedPorts,
 	}
 }
 

@@ -53,6 +53,9 @@ const (
 	ErrUnauthorized ErrorCode = "unauthorized"
 	// ErrUnsupported: the backend does not support the operation.
 	ErrUnsupported ErrorCode = "unsupported"
+	// ErrPortUnavailable: a published port's host address is taken (or
+	// not this host's); the start did not happen.
+	ErrPortUnavailable ErrorCode = "port_unavailable"
 )
 
 // ErrorCodes lists every code this package knows, in the core's order
@@ -63,6 +66,7 @@ func ErrorCodes() []ErrorCode {
 		ErrInvalidName, ErrInvalidConfig, ErrInvalidImage, ErrInvalidArgument,
 		ErrStarting, ErrStartFailed, ErrTimeout, ErrRuntimeUnavailable, ErrGuest,
 		ErrProtocol, ErrStore, ErrIO, ErrUnauthorized, ErrUnsupported,
+		ErrPortUnavailable,
 	}
 }
 

@@ -74,8 +74,34 @@ func WithVolume(source, target string, readOnly bool) Option {
 	}
 }
 
-// WithNetwork turns outbound network access on.
+// WithNetwork turns outbound network access on (anything public).
 func WithNetwork() Option { return set("network", true) }
+
+// WithNetworkPolicy gives the sandbox a network limited to what the policy
+// allows (see NetworkPolicy).
+func WithNetworkPolicy(p NetworkPolicy) Option { return set("network", p.wire()) }
+
+// WithPort publishes a port while the sandbox runs:
+// "[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]" ("8080:80", 127.0.0.1 by
+// default). A host address that is taken fails the start with
+// ErrPortUnavailable. Repeatable.
+func WithPort(mapping string) Option {
+	return func(o op) {
+		p, _ := o["ports"].([]string)
+		o["ports"] = append(p, mapping)
+	}
+}
+
+func (p NetworkPolicy) wire() map[string]any {
+	allow, deny := p.Allow, p.Deny
+	if allow == nil {
+		allow = []string{}
+	}
+	if deny == nil {
+		deny = []string{}
+	}
+	return map[string]any{"allow": allow, "deny": deny}
+}
 
 // WithIdleTimeout reclaims the sandbox after this long without activity.
 func WithIdleTimeout(d time.Duration) Option { return set("idle_timeout", d.Seconds()) }
@@ -464,6 +490,16 @@ func UnsetLabels(keys ...string) Change {
 // SetIdleTimeout changes the idle timeout (0: none).
 func SetIdleTimeout(d time.Duration) Change {
 	return changeFunc(func(o op) { o["idle_timeout"] = nullIfZero(d.Seconds()) })
+}
+
+// SetNetwork changes the network to anything public (true) or none
+// (false); a running sandbox's changes at once.
+func SetNetwork(on bool) Change { return changeFunc(func(o op) { o["network"] = on }) }
+
+// SetNetworkPolicy changes the network to a policy; a running sandbox's
+// changes at once (connections it forbids are closed).
+func SetNetworkPolicy(p NetworkPolicy) Change {
+	return changeFunc(func(o op) { o["network"] = p.wire() })
 }
 
 // SetIdleAction changes what idle reclaim does (IdleStop is the default).

@@ -108,13 +108,21 @@ type SandboxConfig struct {
 	Runtime Runtime
 	CPUs    float64
 	// MemoryMB is the memory limit in MiB.
-	MemoryMB    uint64
-	PidsLimit   uint64
-	Env         map[string]string
-	Workdir     string
-	Labels      map[string]string
-	Mounts      []Mount
-	Network     bool
+	MemoryMB  uint64
+	PidsLimit uint64
+	Env       map[string]string
+	Workdir   string
+	Labels    map[string]string
+	Mounts    []Mount
+	// Network is true when the sandbox has a network: anything public,
+	// or what NetworkPolicy allows when that is set.
+	Network bool
+	// NetworkPolicy is the sandbox's policy (nil: none, or anything
+	// public).
+	NetworkPolicy *NetworkPolicy
+	// Ports are the published ports, canonical ("127.0.0.1:8080:80",
+	// "0.0.0.0:5353:53/udp").
+	Ports       []string
 	IdleTimeout time.Duration
 	// IdleAction is what idle reclaim does (IdleStop when the record
 	// leaves it out).
@@ -185,6 +193,37 @@ type Capabilities struct {
 	Attached bool `json:"attached"`
 	// PersistentLayer: files written outside volumes survive a stop.
 	PersistentLayer bool `json:"persistent_layer"`
+	// NetworkPolicy: network policies are enforced.
+	NetworkPolicy bool `json:"network_policy"`
+	// PublishedPorts: published ports are served.
+	PublishedPorts bool `json:"published_ports"`
+}
+
+// NetworkPolicy is a sandbox's network policy: what Allow rules match and
+// no Deny rule does. A rule is "[tcp:|udp:]HOST[:PORTS]" ("pypi.org",
+// "*.github.com", "tcp:10.0.0.0/8:5432"); one that does not parse fails
+// with ErrInvalidConfig. See docs/networking.md.
+type NetworkPolicy struct {
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny"`
+}
+
+// wireNetwork reads the core's network: false, true, or a policy.
+type wireNetwork struct {
+	on     bool
+	policy *NetworkPolicy
+}
+
+func (n *wireNetwork) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &n.on); err == nil {
+		return nil
+	}
+	var p NetworkPolicy
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	n.on, n.policy = true, &p
+	return nil
 }
 
 // FileKind is the kind of a path in the sandbox.
@@ -294,7 +333,8 @@ type wireConfig struct {
 	Workdir        string            `json:"workdir"`
 	Labels         map[string]string `json:"labels"`
 	Mounts         []wireMount       `json:"mounts"`
-	Network        bool              `json:"network"`
+	Network        wireNetwork       `json:"network"`
+	Ports          []string          `json:"ports"`
 	IdleTimeoutMs  int64             `json:"idle_timeout"`
 	IdleAction     IdleAction        `json:"idle_action"`
 	MaxDurationMs  int64             `json:"max_duration"`
@@ -341,7 +381,8 @@ func (w *wireInfo) info() SandboxInfo {
 		Config: SandboxConfig{
 			Image: c.Image, Driver: c.Driver, Runtime: c.Runtime, CPUs: c.CPUs,
 			MemoryMB: c.MemoryMB, PidsLimit: c.PidsLimit, Env: c.Env, Workdir: c.Workdir,
-			Labels: c.Labels, Mounts: mounts, Network: c.Network,
+			Labels: c.Labels, Mounts: mounts, Network: c.Network.on,
+			NetworkPolicy: c.Network.policy, Ports: c.Ports,
 			IdleTimeout:    time.Duration(c.IdleTimeoutMs) * time.Millisecond,
 			IdleAction:     idleAction,
 			MaxDuration:    time.Duration(c.MaxDurationMs) * time.Millisecond,
