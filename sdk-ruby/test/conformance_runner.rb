@@ -39,7 +39,8 @@ module Conformance
     "store" => "Burrow::StoreError",
     "io" => "Burrow::IOError",
     "unauthorized" => "Burrow::UnauthorizedError",
-    "unsupported" => "Burrow::UnsupportedError"
+    "unsupported" => "Burrow::UnsupportedError",
+    "port_unavailable" => "Burrow::PortUnavailableError"
   }.freeze
 
   NAME_OPS = %w[create connect_or_create define get get_by_id list].freeze
@@ -65,14 +66,15 @@ module Conformance
   # How long a follow_logs step waits for its stream to end (seconds,
   # scaled) unless the step says.
   FOLLOW_TIMEOUT = 60.0
-  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network idle_timeout idle_action
+  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network ports idle_timeout idle_action
                       max_duration startup_timeout demand_start detached replace].freeze
   # The changes a modify step may name (durations in seconds; null clears
   # cpus, memory_mb, idle_timeout and max_duration).
   MODIFY_CHANGES = %w[cpus memory_mb env_set env_unset labels_set labels_unset idle_timeout idle_action
-                      max_duration].freeze
+                      max_duration network].freeze
   RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
-  CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer].freeze
+  CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer network_policy
+                       published_ports].freeze
   VALUE_OPERATORS = %w[var str_repeat].freeze
   MATCH_OPERATORS = %w[ne one_of present].freeze
   OPERATOR_MODIFIERS = %w[add times].freeze
@@ -108,6 +110,8 @@ module Conformance
       owns = %w[create connect_or_create].include?(d["op"]) && !(d["options"] || {})["detached"]
       return owns ? "attached" : nil
     end
+    return "network_policy" if options["network"].is_a?(Hash)
+    return "published_ports" if options.key?("ports")
     return "idle_reclaim" if %w[idle_timeout idle_action demand_start].any? { |k| options.key?(k) }
 
     nil
@@ -241,9 +245,26 @@ module Conformance
   def neutral_config(c)
     { "image" => c.image, "driver" => c.driver&.to_s, "runtime" => c.runtime&.to_s, "cpus" => c.cpus,
       "memory_mb" => c.memory, "pids_limit" => c.pids_limit, "env" => c.env, "workdir" => c.workdir,
-      "labels" => c.labels, "network" => c.network, "idle_timeout" => c.idle_timeout,
+      "labels" => c.labels, "network" => neutral_network(c.network), "ports" => c.ports,
+      "idle_timeout" => c.idle_timeout,
       "idle_action" => c.idle_action&.to_s, "max_duration" => c.max_duration, "demand_start" => c.demand_start,
       "startup_timeout" => c.startup_timeout }
+  end
+
+  # A configuration's network as the core's JSON has it (a policy's empty
+  # lists left out).
+  def neutral_network(n)
+    return n unless n.is_a?(Burrow::NetworkPolicy)
+
+    { "allow" => n.allow, "deny" => n.deny }.reject { |_, v| v.nil? || v.empty? }
+  end
+
+  # A policy given as JSON becomes the package's NetworkPolicy: the typed
+  # API is what the case exercises.
+  def typed_network(v)
+    return v unless v.is_a?(Hash)
+
+    Burrow::NetworkPolicy.new(allow: v["allow"], deny: v["deny"])
   end
 
   def info_field(info, key)
@@ -551,6 +572,7 @@ module Conformance
       o.to_h do |k, v|
         case k
         when "memory_mb" then [:memory, v]
+        when "network" then [:network, Conformance.typed_network(v)]
         else [k.to_sym, v]
         end
       end
@@ -566,6 +588,7 @@ module Conformance
         when "env_unset" then [:unset_env, v]
         when "labels_set" then [:labels, v]
         when "labels_unset" then [:unset_labels, v]
+        when "network" then [:network, Conformance.typed_network(v)]
         else [k.to_sym, v]
         end
       end

@@ -59,7 +59,8 @@ module Burrow
     "store" => :StoreError,
     "io" => :IOError,
     "unauthorized" => :UnauthorizedError,
-    "unsupported" => :UnsupportedError
+    "unsupported" => :UnsupportedError,
+    "port_unavailable" => :PortUnavailableError
   }.freeze
 
   # Every error class by its code.

@@ -14,6 +14,30 @@ module Burrow
 
     # @return [Symbol, nil]
     def sym(name) = name&.to_sym
+
+    # @return [Boolean, NetworkPolicy] a configuration's network
+    def network(value)
+      return value == true || value == "all" unless value.is_a?(Hash)
+
+      NetworkPolicy.new(allow: value["allow"] || [], deny: value["deny"] || [])
+    end
+
+    # The core's JSON of a +network:+ argument.
+    # @api private
+    def network_json(value)
+      case value
+      when true, false, "all", "none" then value
+      when :all, :none then value.to_s
+      when NetworkPolicy then value.to_json_value
+      when Hash
+        extra = value.keys.map(&:to_sym) - %i[allow deny]
+        raise ArgumentError, "a network policy has allow and deny only, not #{extra.inspect}" unless extra.empty?
+
+        NetworkPolicy.new(allow: value[:allow] || value["allow"], deny: value[:deny] || value["deny"]).to_json_value
+      else
+        raise TypeError, "network is true/false, :all/:none or a NetworkPolicy, not #{value.class}"
+      end
+    end
   end
 
   # The configuration of a sandbox (as stored; durations in seconds).
@@ -38,14 +62,28 @@ module Burrow
   #   @return [Float, nil] the longest a run may last, in seconds
   # @!attribute [r] startup_timeout
   #   @return [Float] seconds a start may take
+  # A sandbox's network policy: what +allow+ rules match and no +deny+
+  # rule does (+NetworkPolicy.new(allow: ["pypi.org"], deny: ["tcp:*:25"])+;
+  # a plain +{allow: [...], deny: [...]}+ Hash does as well). A rule is
+  # +[tcp:|udp:]HOST[:PORTS]+; a bad one raises {InvalidConfigError}.
+  NetworkPolicy = Struct.new(:allow, :deny, keyword_init: true) do
+    # @api private
+    def to_json_value = { allow: Array(allow), deny: Array(deny) }
+  end
+
+  # @!attribute [r] network
+  #   @return [Boolean, NetworkPolicy] +false+, +true+ (anything public) or the policy
+  # @!attribute [r] ports
+  #   @return [Array<String>] published ports, canonical (+"127.0.0.1:8080:80"+)
   SandboxConfig = Struct.new(:image, :driver, :runtime, :cpus, :memory, :pids_limit, :env, :workdir, :labels,
-                             :mounts, :network, :idle_timeout, :idle_action, :max_duration, :startup_timeout,
-                             :demand_start, keyword_init: true) do
+                             :mounts, :network, :ports, :idle_timeout, :idle_action, :max_duration,
+                             :startup_timeout, :demand_start, keyword_init: true) do
     # @api private
     def self.from_json(h)
       new(image: h["image"], driver: Convert.sym(h["driver"]), runtime: Convert.sym(h["runtime"]),
           cpus: h["cpus"], memory: h["memory_mb"], pids_limit: h["pids_limit"], env: h["env"] || {},
-          workdir: h["workdir"], labels: h["labels"] || {}, mounts: h["mounts"] || [], network: h["network"],
+          workdir: h["workdir"], labels: h["labels"] || {}, mounts: h["mounts"] || [],
+          network: Convert.network(h["network"]), ports: h["ports"] || [],
           idle_timeout: Convert.seconds(h["idle_timeout"]), idle_action: Convert.sym(h["idle_action"] || "stop"),
           max_duration: Convert.seconds(h["max_duration"]), startup_timeout: Convert.seconds(h["startup_timeout"]),
           demand_start: h["demand_start"])
@@ -124,9 +162,10 @@ module Burrow
   # The local backend of an unprivileged user without a delegated cgroup
   # lacks +pause+.
   Capabilities = Struct.new(:pause, :modify_live, :metrics, :logs, :idle_reclaim, :attached, :persistent_layer,
-                            keyword_init: true) do
+                            :network_policy, :published_ports, keyword_init: true) do
     # @api private
-    def self.from_json(h) = new(**h.transform_keys(&:to_sym).slice(*members))
+    def self.from_json(h) = new(network_policy: false, published_ports: false,
+                                **h.transform_keys(&:to_sym).slice(*members))
   end
 
   # An entry of Fs#list.

@@ -118,7 +118,7 @@ module Burrow
     # @param unset_labels [Array<String>] labels to remove
     # @return [ModifyPlan]
     def modify(cpus: UNSET, memory: UNSET, idle_timeout: UNSET, idle_action: UNSET, max_duration: UNSET,
-               env: nil, unset_env: nil, labels: nil, unset_labels: nil, memory_mb: UNSET)
+               env: nil, unset_env: nil, labels: nil, unset_labels: nil, memory_mb: UNSET, network: UNSET)
       unless memory_mb.equal?(UNSET)
         raise ArgumentError, "memory and memory_mb (its alias) given both" unless memory.equal?(UNSET)
 
@@ -129,6 +129,7 @@ module Burrow
         op[k] = v unless v.equal?(UNSET)
       end
       op[:idle_action] = idle_action&.to_s unless idle_action.equal?(UNSET)
+      op[:network] = Convert.network_json(network) unless network.equal?(UNSET)
       plan = ModifyPlan.from_json(Burrow.call(@native, op, compact: false))
       @status = plan.info.status
       plan
@@ -228,7 +229,10 @@ module Burrow
       #   (MiB), +pids_limit+, +best_effort_limits+ (run without a limit
       #   this host cannot enforce for this user instead of
       #   {InvalidConfigError}), +env+, +workdir+, +labels+, +volumes+
-      #   (+[{source:, target:, read_only:}]+), +network+, +idle_timeout+,
+      #   (+[{source:, target:, read_only:}]+), +network+ (+true+, +false+ or
+      #   a {NetworkPolicy}), +ports+ (+["8080:80", "0.0.0.0:5353:53/udp"]+:
+      #   published while it runs; a taken host port raises
+      #   {PortUnavailableError} at start), +idle_timeout+,
       #   +idle_action+ (+:stop+ or +:hibernate+), +max_duration+,
       #   +startup_timeout+ (seconds), +demand_start+, +detached+, +replace+
       # @yieldparam sandbox [Sandbox]
@@ -313,6 +317,7 @@ module Burrow
         options[:driver] = options[:driver]&.to_s
         options[:runtime] = options[:runtime]&.to_s
         options[:idle_action] = options[:idle_action]&.to_s
+        options[:network] = Convert.network_json(options[:network]) if options.key?(:network)
         options
       end
 

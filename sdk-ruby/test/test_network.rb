@@ -1,0 +1,65 @@
+# frozen_string_literal: true
+
+# Networks and published ports of the Ruby SDK, against real sandboxes
+# through the installed gem: a policy kept in the configuration and
+# changed live, a bad rule raising its typed error, a taken host port
+# raising PortUnavailableError, and a published port reaching a server in
+# the sandbox. Loopback only.
+require_relative "fresh_home"
+require "socket"
+
+class TestNetwork < Minitest::Test
+  include FreshHome
+
+  def test_a_policy_is_kept_and_changed_live
+    policy = Burrow::NetworkPolicy.new(allow: ["pypi.org", "tcp:*.github.com:443"], deny: ["udp:*"])
+    Burrow::Sandbox.create("rb-net", image: IMAGE, network: policy) do |sb|
+      assert_equal policy, sb.info.config.network
+      plan = sb.modify(network: { allow: ["files.pythonhosted.org"] })
+      assert_equal :live, plan.changes.find { |c| c.field == :network }.applies
+      assert_equal ["files.pythonhosted.org"], sb.info.config.network.allow
+      assert_raises(Burrow::InvalidConfigError) { sb.modify(network: { allow: ["a..b"] }) }
+      assert_equal ["files.pythonhosted.org"], sb.info.config.network.allow
+      sb.modify(network: false)
+      assert_equal false, sb.info.config.network
+    end
+  end
+
+  def test_bad_rules_and_ports_are_typed_and_create_nothing
+    assert_raises(Burrow::InvalidConfigError) do
+      Burrow::Sandbox.create("rb-bad", image: IMAGE, network: { allow: ["pypi.org:9-8"] })
+    end
+    assert_raises(Burrow::InvalidConfigError) { Burrow::Sandbox.define("rb-bad", image: IMAGE, ports: ["80"]) }
+    assert_raises(TypeError) { Burrow::Sandbox.define("rb-bad", image: IMAGE, network: 42) }
+    assert_raises(Burrow::NotFoundError) { Burrow::Sandbox.get("rb-bad") }
+  end
+
+  def test_a_published_port_reaches_the_sandbox_and_a_taken_one_is_typed
+    taken = TCPServer.new("127.0.0.1", 0)
+    port = taken.addr[1]
+    handle = Burrow::Sandbox.define("rb-port", image: IMAGE, ports: ["#{port}:8000"])
+    assert_raises(Burrow::PortUnavailableError) { handle.start }
+    taken.close
+    sb = handle.start
+    assert_equal ["127.0.0.1:#{port}:8000"], sb.info.config.ports
+    sb.exec(["sh", "-c", "setsid nc -ll -p 8000 -e echo hi </dev/null >/dev/null 2>&1 &"])
+    got = ""
+    100.times do
+      begin
+        got = TCPSocket.open("127.0.0.1", port) { |c| c.read.to_s }
+      rescue SystemCallError
+        got = ""
+      end
+      break unless got.empty?
+
+      sleep 0.1
+    end
+    assert_equal "hi\n", got
+  ensure
+    begin
+      Burrow::Sandbox.get("rb-port").destroy
+    rescue Burrow::Error
+      nil
+    end
+  end
+end
