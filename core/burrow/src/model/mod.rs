@@ -8,7 +8,6 @@ mod name;
 mod ports;
 mod status;
 
-#[cfg(feature = "local")]
 pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
     NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT,
