@@ -173,6 +173,7 @@ fn main() {
                 counters: Arc::new(Counters::default()),
                 on_refusal: Arc::new(|_| {}),
                 mtu: burrow_net::addrs::MTU,
+                secrets: None,
             },
         )
         .await

@@ -6,6 +6,8 @@
 //!   form and the verdict on each connection and each name.
 //! - [`dns`]: DNS messages as the host-side resolver reads and writes them
 //!   (bounded, never trusting a length or a pointer it was sent).
+//! - [`secrets`]: secrets the guest only holds a placeholder of, put into
+//!   its HTTP requests to the hosts they are for by the stack.
 //! - [`stack`] (feature `stack`): the per-sandbox network stack that
 //!   enforces a policy, and [`link`], the link it is given into a
 //!   container's network namespace.
@@ -17,6 +19,7 @@ pub mod link;
 #[cfg(feature = "stack")]
 mod netlink;
 pub mod policy;
+pub mod secrets;
 #[cfg(feature = "stack")]
 pub mod stack;
 

@@ -34,6 +34,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use parse::domain;
 pub use parse::RuleError;
 pub use ranges::special_range;
 
@@ -231,6 +232,12 @@ pub enum Why {
     Special(String),
     /// No allow rule matched.
     NoRule,
+    /// A secret's placeholder went to a host the secret is not for (the
+    /// hosts it is for).
+    SecretHosts(String),
+    /// The far end of an intercepted HTTPS connection did not prove the
+    /// name (why).
+    Untrusted(String),
 }
 
 /// A verdict of the policy.
@@ -265,6 +272,8 @@ impl fmt::Display for Verdict {
             Why::Denied(r) => write!(f, "denied by rule {r}"),
             Why::Special(range) => write!(f, "denied: {range} is not named by any rule"),
             Why::NoRule => f.write_str("denied: no allow rule matches"),
+            Why::SecretHosts(hosts) => write!(f, "denied: the secret is only for {hosts}"),
+            Why::Untrusted(why) => write!(f, "denied: the far end is not trusted ({why})"),
         }
     }
 }

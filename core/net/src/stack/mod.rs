@@ -4,6 +4,7 @@
 //! counts what went through and what was refused.
 
 mod frames;
+mod guarded;
 mod io;
 mod resolver;
 mod tcp;
@@ -90,6 +91,27 @@ pub enum Target {
     Name(String),
     /// An address an allowed name resolved to (rebinding).
     Answer(String, Ipv4Addr),
+    /// A secret's placeholder on its way where the secret may not go.
+    Secret(Box<SecretTarget>),
+    /// An intercepted HTTPS connection to `name` at `dst`.
+    Tls {
+        /// The name the guest asked for.
+        name: String,
+        /// The destination.
+        dst: SocketAddrV4,
+    },
+}
+
+/// Where a secret's placeholder was going.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretTarget {
+    /// The secret's name.
+    pub name: String,
+    /// The host the request named (`None`: outside a request head, or a
+    /// head without a host).
+    pub host: Option<String>,
+    /// The connection's destination (the host side's).
+    pub dst: SocketAddrV4,
 }
 
 /// A refusal, with the rule or range that decided it.
@@ -112,6 +134,11 @@ impl fmt::Display for Refusal {
             }
             Target::Name(n) => write!(f, "refused name {n}")?,
             Target::Answer(n, ip) => write!(f, "refused answer {ip} for {n}")?,
+            Target::Secret(s) => match &s.host {
+                Some(host) => write!(f, "refused secret {} to {host} ({})", s.name, s.dst)?,
+                None => write!(f, "refused secret {} to {}", s.name, s.dst)?,
+            },
+            Target::Tls { name, dst } => write!(f, "refused https {name} ({dst})")?,
         }
         write!(f, ": {}", self.verdict)
     }
@@ -141,6 +168,9 @@ pub struct StackConfig {
     pub on_refusal: OnRefusal,
     /// The link's MTU (IP bytes per frame).
     pub mtu: usize,
+    /// The sandbox's secrets (`None`: it has none; its connections are
+    /// copied as they are).
+    pub secrets: Option<Arc<crate::secrets::Secrets>>,
 }
 
 impl fmt::Debug for StackConfig {
@@ -149,6 +179,7 @@ impl fmt::Debug for StackConfig {
             .field("policy", &*self.policy.borrow())
             .field("upstream", &self.upstream)
             .field("mtu", &self.mtu)
+            .field("secrets", &self.secrets)
             .finish_non_exhaustive()
     }
 }
@@ -162,6 +193,7 @@ pub(crate) struct Ctx {
     on_refusal: OnRefusal,
     host: Mutex<(Option<Instant>, HashSet<IpAddr>)>,
     mtu: usize,
+    secrets: Option<Arc<crate::secrets::Secrets>>,
 }
 
 impl fmt::Debug for Ctx {
@@ -256,6 +288,7 @@ pub async fn run(mut link: Link, cfg: StackConfig) {
         on_refusal: cfg.on_refusal,
         host: Mutex::new((None, HashSet::new())),
         mtu: cfg.mtu,
+        secrets: cfg.secrets,
     });
     let mut policy = cfg.policy;
     let mut policy_open = true;

@@ -177,8 +177,14 @@ impl Tcp {
         let _ = stream.set_nodelay(true);
         ctx.counters.connections.fetch_add(1, Ordering::Relaxed);
         let wake = self.wake.clone();
+        let (ctx, guest_dst) = (ctx.clone(), done.key.1);
         self.listen(done.key, Some(dst), frame, |up, down| {
-            tokio::spawn(pump(stream, up, down, wake))
+            match ctx.secrets.clone() {
+                Some(secrets) => tokio::spawn(super::guarded::run(
+                    ctx, secrets, stream, guest_dst, dst, up, down, wake,
+                )),
+                None => tokio::spawn(pump(stream, up, down, wake)),
+            }
         })
     }
 

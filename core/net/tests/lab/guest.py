@@ -9,6 +9,11 @@ namespace with the system's python3. One action per run; prints one line.
   bulk HOST PORT           read until EOF, print the byte count
   connects HOST PORT N     connect (and read the greeting) N times, print
                            the median microseconds of one
+  http NAME PORT TOKEN     resolve NAME, GET /?t=TOKEN with X-Token: TOKEN,
+                           print the body (CRLF as |) or ERR <name>
+  https ADDR PORT SNI CA TOKEN
+                           the same over TLS to ADDR (a name is resolved) as
+                           SNI, trusting the CA file only; ERR ssl <reason>
 """
 import errno
 import socket
@@ -81,6 +86,34 @@ def recv_exact(s, n):
     return out
 
 
+def request(s, host, token):
+    s.sendall(
+        (
+            "GET /?t=%s HTTP/1.1\r\nHost: %s\r\nX-Token: %s\r\n"
+            "Connection: close\r\n\r\n" % (token, host, token)
+        ).encode()
+    )
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    if not out:
+        return "EOF"
+    body = out.split(b"\r\n\r\n", 1)[-1]
+    return body.decode().replace("\r\n", "|")
+
+
+def address(host):
+    if host[0].isdigit():
+        return host
+    _, addrs = dns(host)
+    if not addrs:
+        raise OSError(errno.EHOSTUNREACH, "no address")
+    return addrs[0]
+
+
 def main(argv):
     act = argv[0]
     try:
@@ -135,6 +168,20 @@ def main(argv):
                 s.close()
             times.sort()
             print(int(times[len(times) // 2] * 1e6))
+        elif act == "http":
+            s = socket.create_connection((address(argv[1]), int(argv[2])), timeout=5)
+            print(request(s, argv[1], argv[3]))
+        elif act == "https":
+            import ssl
+
+            ctx = ssl.create_default_context(cafile=argv[4])
+            s = socket.create_connection((address(argv[1]), int(argv[2])), timeout=5)
+            try:
+                t = ctx.wrap_socket(s, server_hostname=argv[3])
+            except ssl.SSLError as e:
+                print("ERR ssl " + str(e.reason))
+                return
+            print(request(t, argv[3], argv[5]))
         else:
             print("ERR usage")
     except OSError as e:

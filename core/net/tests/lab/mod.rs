@@ -7,6 +7,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod far_http;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -97,6 +99,11 @@ impl Lab {
     /// Builds the lab and starts a stack with `policy` (inside a tokio
     /// runtime).
     pub fn new(policy: Policy) -> Lab {
+        Lab::with_secrets(policy, None)
+    }
+
+    /// As [`Lab::new`], with the stack keeping `secrets`.
+    pub fn with_secrets(policy: Policy, secrets: Option<Arc<burrow_net::secrets::Secrets>>) -> Lab {
         sh("ip link set lo up");
         let far = holder();
         wait_own_netns(far.id());
@@ -127,6 +134,7 @@ impl Lab {
             counters: counters.clone(),
             on_refusal: Arc::new(move |r: &Refusal| seen.lock().unwrap().push(r.clone())),
             mtu: burrow_net::addrs::MTU,
+            secrets,
         };
         let link = stack::packet_link(link, burrow_net::addrs::MTU).unwrap();
         let stack = tokio::spawn(stack::run(link, cfg));
@@ -233,6 +241,7 @@ fn serve_far(pid: u32) {
                 let _ = echo.send_to(&buf[..n], from);
             }
         });
+        far_http::serve();
         let dns_sock = UdpSocket::bind("198.18.0.4:53").unwrap();
         std::thread::spawn(move || serve_dns(dns_sock));
         tx.send(()).unwrap();

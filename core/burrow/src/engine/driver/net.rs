@@ -43,6 +43,7 @@ impl NetStack {
             counters: counters.clone(),
             on_refusal: refusal_log(sandbox.to_owned()),
             mtu: burrow_net::addrs::MTU,
+            secrets: None,
         };
         let task = tokio::spawn(stack::run(link, cfg));
         NetStack {
