@@ -190,6 +190,12 @@ pub struct Capabilities {
     /// an older server's answer: `false`.
     #[serde(default)]
     pub published_ports: bool,
+    /// Secrets (`SandboxConfig::secrets`): placeholders in the guest, the
+    /// values put into HTTP requests to their hosts by the sandbox's
+    /// network stack. Without it secrets are refused (`invalid_config`).
+    /// Absent from an older server's answer: `false`.
+    #[serde(default)]
+    pub secrets: bool,
 }
 
 fn yes() -> bool {
@@ -208,6 +214,7 @@ impl Capabilities {
         persistent_layer: true,
         network_policy: true,
         published_ports: true,
+        secrets: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -221,6 +228,7 @@ impl Capabilities {
         persistent_layer: false,
         network_policy: false,
         published_ports: false,
+        secrets: false,
     };
 }
 

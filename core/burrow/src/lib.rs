@@ -67,8 +67,8 @@ pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, IdleAction, Modify, ModifyPlan, Mount,
     MountSource, Network, NetworkPolicy, NetworkRule, NetworkRuleError, OciRuntime, PortMapping,
-    PortMappingError, PortProtocol, SandboxConfig, SandboxId, SandboxInfo, Status, MAX_DURATION,
-    MAX_PIDS_LIMIT, MAX_PORTS,
+    PortMappingError, PortProtocol, SandboxConfig, SandboxId, SandboxInfo, Secret, SecretHost,
+    SecretValue, Status, MAX_DURATION, MAX_PIDS_LIMIT, MAX_PORTS, SANDBOX_CA_FILE,
 };
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;

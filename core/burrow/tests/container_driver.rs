@@ -131,6 +131,7 @@ fn spec_at(root: &Path, id: &SandboxId, generation: u64, config: SandboxConfig) 
         agent_bin: root.join("agent"),
         mounts: Vec::new(),
         inherit_fds: Vec::new(),
+        secrets: None,
     }
 }
 

@@ -9,7 +9,7 @@
 use burrow_cli_testkit as common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, UdpSocket};
+use std::net::TcpListener;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -54,46 +54,21 @@ fn servers() -> &'static Servers {
                 });
             }
         });
-        let dns = UdpSocket::bind("127.0.0.1:0").unwrap();
-        // The stacks ask this server (the supervisors inherit this).
-        std::env::set_var("BURROW_DNS_SERVERS", dns.local_addr().unwrap().to_string());
-        std::thread::spawn(move || serve_dns(dns));
+        common::dns::serve(|name| {
+            let ip = match name {
+                "a.test" => "198.18.10.2",
+                "b.test" => "198.18.10.3",
+                "rebind.test" => "10.9.10.2",
+                _ => return None,
+            };
+            ip.parse().ok()
+        });
         Servers {
             a,
             b,
             hold: hold_port,
         }
     })
-}
-
-fn serve_dns(sock: UdpSocket) {
-    use burrow_net::dns::{parse, response, RData, Record, NOERROR, NXDOMAIN};
-    let mut buf = [0u8; 2048];
-    while let Ok((n, from)) = sock.recv_from(&mut buf) {
-        let Ok(q) = parse(&buf[..n]) else { continue };
-        let Some(question) = q.questions.first() else {
-            continue;
-        };
-        let ip = match question.lower_name().as_str() {
-            "a.test" => Some("198.18.10.2"),
-            "b.test" => Some("198.18.10.3"),
-            "rebind.test" => Some("10.9.10.2"),
-            _ => None,
-        };
-        let reply = match ip {
-            Some(ip) => response(
-                &q,
-                NOERROR,
-                &[Record {
-                    name: question.name.clone(),
-                    ttl: 30,
-                    data: RData::A(ip.parse().unwrap()),
-                }],
-            ),
-            None => response(&q, NXDOMAIN, &[]),
-        };
-        let _ = sock.send_to(&reply, from);
-    }
 }
 
 async fn home() -> TestHome {

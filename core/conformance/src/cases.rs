@@ -79,6 +79,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "persistent_layer",
     "network_policy",
     "published_ports",
+    "secrets",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
@@ -195,6 +196,7 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
             Some("network_policy")
         }
         _ if opts.is_some_and(|o| o.contains_key("ports")) => Some("published_ports"),
+        _ if opts.is_some_and(|o| o.contains_key("secrets")) => Some("secrets"),
         _ if opts.is_some_and(|o| {
             ["idle_timeout", "idle_action", "demand_start"]
                 .iter()

@@ -521,6 +521,7 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "persistent_layer" => caps.persistent_layer,
         "network_policy" => caps.network_policy,
         "published_ports" => caps.published_ports,
+        "secrets" => caps.secrets,
         _ => false,
     }
 }

@@ -168,6 +168,12 @@ pub fn check_limits(config: &SandboxConfig) -> burrow::Result<()> {
                 .into(),
         });
     }
+    if !config.secrets.is_empty() {
+        return Err(burrow::Error::InvalidConfig {
+            field: "secrets".into(),
+            reason: "a pod's traffic does not go through a burrow network stack, which is what puts a secret's value into its requests".into(),
+        });
+    }
     if matches!(config.network, burrow::Network::Policy(_)) {
         return Err(burrow::Error::InvalidConfig {
             field: "network".into(),

@@ -26,5 +26,6 @@ pub(crate) mod locks;
 pub(crate) mod logs;
 pub(crate) mod paths;
 pub(crate) mod procs;
+pub(crate) mod secrets;
 pub(crate) mod store;
 pub(crate) mod supervisor;

@@ -243,6 +243,12 @@ pub struct SandboxConfig {
     /// sandbox's own network stack (see docs/networking.md).
     #[serde(default)]
     pub network: Network,
+    /// Secrets: each guest variable holds a placeholder, which the
+    /// network stack replaces with the value in HTTP requests to the
+    /// secret's hosts only (see [`Secret`](super::Secret)). Given at
+    /// create; the values are never read back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<super::secrets::Secret>,
     /// Host ports whose connections or datagrams reach ports of the
     /// sandbox's loopback, while it runs (`8080:80`, `0.0.0.0:5353:53/udp`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -300,6 +306,10 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// Where a sandbox with secrets finds its CA's certificate (also added to
+/// the image's trust store at each start).
+pub const SANDBOX_CA_FILE: &str = "/etc/ssl/certs/burrow-sandbox-ca.pem";
+
 /// Longest duration a configuration (or a stop's grace) accepts: 2^53 - 1
 /// milliseconds, about 285,000 years. Anything longer would not survive a
 /// JSON number in JavaScript, nor an `Instant` addition everywhere.
@@ -328,6 +338,7 @@ impl SandboxConfig {
             mounts: Vec::new(),
             network: Network::None,
             ports: Vec::new(),
+            secrets: Vec::new(),
             idle_timeout: None,
             idle_action: IdleAction::Stop,
             max_duration: None,
@@ -337,6 +348,24 @@ impl SandboxConfig {
             command: None,
             best_effort_limits: false,
         }
+    }
+
+    /// The environment of the guest's processes: `env`, each secret's
+    /// variable holding its placeholder, and where a sandbox with secrets
+    /// keeps its CA's certificate for Node.js (`NODE_EXTRA_CA_CERTS`,
+    /// unless `env` sets it).
+    pub fn guest_env(&self) -> BTreeMap<String, String> {
+        let mut env = self.env.clone();
+        for s in &self.secrets {
+            if let Some(p) = &s.placeholder {
+                env.insert(s.name.clone(), p.clone());
+            }
+        }
+        if !self.secrets.is_empty() {
+            env.entry("NODE_EXTRA_CA_CERTS".into())
+                .or_insert_with(|| SANDBOX_CA_FILE.into());
+        }
+        env
     }
 
     /// Whether an exec/shell/fs call starts this sandbox again after an idle
@@ -390,6 +419,13 @@ impl SandboxConfig {
         }
         if let Err(reason) = super::ports::validate(&self.ports) {
             return bad("ports", reason);
+        }
+        super::secrets::validate(&self.secrets, &self.env)?;
+        if !self.secrets.is_empty() && !self.network.is_enabled() {
+            return bad(
+                "secrets",
+                "a sandbox without a network has nowhere to send a secret; give it a network (all, or a policy)".into(),
+            );
         }
         if let Some(c) = self.cpus {
             if !c.is_finite() || c <= 0.0 || c > 1024.0 {

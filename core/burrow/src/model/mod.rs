@@ -6,15 +6,19 @@ mod info;
 mod modify;
 mod name;
 mod ports;
+mod secrets;
 mod status;
 
 pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
-    NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT,
+    NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT, SANDBOX_CA_FILE,
 };
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
 pub use modify::{Applies, FieldChange, Modify, ModifyPlan};
 pub use name::validate_name;
 pub use ports::{PortMapping, PortMappingError, PortProtocol, MAX_PORTS};
+#[cfg(feature = "local")]
+pub(crate) use secrets::new_placeholder;
+pub use secrets::{Secret, SecretHost, SecretValue, MAX_HOSTS, MAX_SECRETS, MAX_VALUE};
 pub use status::Status;

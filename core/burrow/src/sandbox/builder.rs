@@ -167,6 +167,28 @@ impl SandboxBuilder {
         self.config.ports.push(mapping);
         self
     }
+    /// A secret the guest never holds: its variable `name` holds a
+    /// placeholder, which the sandbox's network stack replaces with
+    /// `value` in the heads of HTTP requests (HTTPS included) to `hosts`
+    /// only (`api.github.com`, `*.example.com`, an IPv4 address); a
+    /// placeholder sent anywhere else closes the connection. The sandbox
+    /// needs a network.
+    /// `.secret("GITHUB_TOKEN", token, ["api.github.com"])`.
+    pub fn secret<I, S>(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<crate::model::SecretValue>,
+        hosts: I,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config
+            .secrets
+            .push(crate::model::Secret::new(name, value, hosts));
+        self
+    }
     /// Idle timeout (reclaim after this long without activity): a
     /// [`Duration`] or a number of seconds (`.idle_timeout(300)`).
     pub fn idle_timeout(mut self, d: impl IntoDuration) -> Self {

@@ -10,6 +10,7 @@
     missing_debug_implementations
 )]
 
+pub mod dns;
 pub mod gateway;
 pub mod kube;
 pub mod mcp;

@@ -85,6 +85,8 @@ pub struct LaunchSpec {
     /// File descriptors the runtime process must inherit (the runtime-lifetime
     /// lock). Everything else must be CLOEXEC.
     pub inherit_fds: Vec<RawFd>,
+    /// The secrets the sandbox's network stack puts into its requests.
+    pub secrets: Option<std::sync::Arc<burrow_net::secrets::Secrets>>,
 }
 
 /// How the guest runtime process ended.

@@ -34,7 +34,12 @@ impl Drop for NetStack {
 
 impl NetStack {
     /// Starts a stack on `link` with the rules of `network`.
-    pub(crate) fn start(link: Link, network: &Network, sandbox: &str) -> NetStack {
+    pub(crate) fn start(
+        link: Link,
+        network: &Network,
+        sandbox: &str,
+        secrets: Option<Arc<burrow_net::secrets::Secrets>>,
+    ) -> NetStack {
         let (policy, rx) = watch::channel(rules(network));
         let counters = Arc::new(Counters::default());
         let cfg = StackConfig {
@@ -43,7 +48,7 @@ impl NetStack {
             counters: counters.clone(),
             on_refusal: refusal_log(sandbox.to_owned()),
             mtu: burrow_net::addrs::MTU,
-            secrets: None,
+            secrets,
         };
         let task = tokio::spawn(stack::run(link, cfg));
         NetStack {

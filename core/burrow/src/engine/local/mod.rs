@@ -289,6 +289,7 @@ impl Backend for LocalBackend {
         Ok(Capabilities {
             pause: driver.pauses(),
             network_policy: driver.enforces_network_policy(),
+            secrets: driver.enforces_network_policy(),
             ..Capabilities::ALL
         })
     }
@@ -311,10 +312,13 @@ impl Backend for LocalBackend {
         req.config.image =
             crate::engine::image::normalize_reference(&self.home, &req.config.image)?;
         let id = SandboxId::new();
+        // Placeholders chosen, values sealed (and taken out of the
+        // configuration) before anything is persisted.
+        let sealed = crate::engine::secrets::seal_new(&self.home, &id, &mut req.config)?;
         let inserted = {
             let _lock = self.name_lock(&req.name).await?;
             self.store
-                .insert(&id, &req.name, &req.config, req.detached)
+                .insert(&id, &req.name, &req.config, req.detached, sealed.as_deref())
                 .await
         };
         match inserted {

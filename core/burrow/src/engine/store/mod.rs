@@ -25,7 +25,13 @@ pub mod migrations;
 
 /// The database's migrations (`migrations/*.sql`, embedded).
 static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyLock::new(|| {
-    migrations::embedded(&[("0001_init.sql", include_str!("migrations/0001_init.sql"))])
+    migrations::embedded(&[
+        ("0001_init.sql", include_str!("migrations/0001_init.sql")),
+        (
+            "0002_secrets.sql",
+            include_str!("migrations/0002_secrets.sql"),
+        ),
+    ])
 });
 
 /// The state database.
@@ -133,22 +139,24 @@ impl Store {
         Ok(())
     }
 
-    /// Inserts a new sandbox in status Created. A taken name is
-    /// [`Error::AlreadyExists`] with the holder's id.
+    /// Inserts a new sandbox in status Created, with its sealed secrets
+    /// (see `engine::secrets`). A taken name is [`Error::AlreadyExists`]
+    /// with the holder's id.
     pub async fn insert(
         &self,
         id: &SandboxId,
         name: &str,
         config: &SandboxConfig,
         detached: bool,
+        sealed_secrets: Option<&str>,
     ) -> Result<()> {
         let now = now_ms();
         let config_json =
             serde_json::to_string(config).map_err(|e| Error::store("encoding config", e))?;
         let mut tx = self.pool.begin().await?;
         let res = sqlx::query(
-            "INSERT INTO sandboxes (id, name, config, status, generation, detached, created_at, updated_at)
-             VALUES (?, ?, ?, 'created', 0, ?, ?, ?)",
+            "INSERT INTO sandboxes (id, name, config, status, generation, detached, created_at, updated_at, secrets)
+             VALUES (?, ?, ?, 'created', 0, ?, ?, ?, ?)",
         )
         .bind(id.as_str())
         .bind(name)
@@ -156,6 +164,7 @@ impl Store {
         .bind(detached)
         .bind(now)
         .bind(now)
+        .bind(sealed_secrets)
         .execute(&mut *tx)
         .await;
         match res {
@@ -399,6 +408,16 @@ impl Store {
         }
         tx.commit().await?;
         Ok(n == 1)
+    }
+
+    /// The sealed secrets of `id` (`None`: it has none, or is gone).
+    pub async fn sealed_secrets(&self, id: &SandboxId) -> Result<Option<String>> {
+        let row: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT secrets FROM sandboxes WHERE id = ?")
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.and_then(|r| r.0))
     }
 
     /// Replaces the persisted configuration (and the label index). False when

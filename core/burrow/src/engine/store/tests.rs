@@ -31,7 +31,11 @@ async fn a_database_from_a_newer_burrow_is_refused_untouched() {
         .arg("SELECT COUNT(*) FROM _sqlx_migrations; SELECT COUNT(*) FROM sqlite_master WHERE name = 'sandboxes';")
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "2\n1\n");
+    let known = super::MIGRATOR.iter().count();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\n1\n", known + 1)
+    );
 }
 
 #[tokio::test]
@@ -43,4 +47,36 @@ async fn reopening_is_idempotent() {
         assert!(s.list().await.unwrap().is_empty());
         s.close().await;
     }
+}
+
+#[tokio::test]
+async fn a_database_of_the_first_schema_is_migrated_with_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::at(dir.path()).unwrap();
+    // As the first release left it: its one migration, one sandbox.
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(home.db_path())
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+    super::migrations::embedded(&[("0001_init.sql", include_str!("migrations/0001_init.sql"))])
+        .run(&pool)
+        .await
+        .unwrap();
+    let id = crate::model::SandboxId::new();
+    sqlx::query(
+        "INSERT INTO sandboxes (id, name, config, status, created_at, updated_at)
+         VALUES (?, 'old', '{\"image\":\"img\"}', 'created', 0, 0)",
+    )
+    .bind(id.as_str())
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let store = Store::open(&home).await.unwrap();
+    let old = store.get_by_name("old").await.unwrap().unwrap();
+    assert_eq!(
+        (old.info.id.clone(), old.info.config.image.as_str()),
+        (id, "img")
+    );
+    assert_eq!(store.sealed_secrets(&old.info.id).await.unwrap(), None);
 }

@@ -15,6 +15,7 @@ mod ports;
 pub(crate) use ports::from_start_detail as port_failure;
 mod run;
 mod serve;
+mod trust;
 
 use serve::serve;
 
@@ -477,6 +478,12 @@ async fn boot(
     let agent_log = logs.join(LogSource::Guest.file_name());
     let guest_log_file = RotatingFile::open(&agent_log)?;
     let agent_bin = crate::engine::procs::locate_agent()?.path;
+    let secrets = match store.sealed_secrets(&args.id).await? {
+        Some(sealed) => Some(crate::engine::secrets::open(
+            home, &args.id, &config, &sealed,
+        )?),
+        None => None,
+    };
     let spec = LaunchSpec {
         sandbox_id: args.id.clone(),
         name: name.clone(),
@@ -490,6 +497,7 @@ async fn boot(
         mounts,
         agent_log,
         inherit_fds: vec![runtime_lock.raw_fd()],
+        secrets: secrets.as_ref().map(|s| s.stack.clone()),
     };
     // Published ports first: a host address another process has fails
     // the start before anything boots.
@@ -540,6 +548,17 @@ async fn boot(
     };
     mark("agent_hello", &mut t);
     let _ = identity;
+    if let Some(s) = &secrets {
+        // Before anything runs in the guest: its trust store has the CA.
+        if let Err(e) = trust::install_ca(&agent, &s.ca_cert).await {
+            tracing::warn!(
+                sandbox = %args.id,
+                "the sandbox's CA is not in its trust store, so its HTTPS to a secret's hosts \
+                 will not be trusted: {e}"
+            );
+        }
+        mark("trust_store", &mut t);
+    }
     let ports = match ports.serve(&agent) {
         Ok(p) => p,
         Err(e) => {

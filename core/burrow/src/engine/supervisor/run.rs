@@ -336,7 +336,7 @@ impl<'a> Run<'a> {
             GuestError::new(GuestErrorCode::NotFound, "the sandbox record is gone")
         })?;
         self.policy.apply(&config, self.started);
-        self.relay.set_env(config.env.clone());
+        self.relay.set_env(config.guest_env());
         let notes = self
             .guest
             .update(config.cpus, config.memory_mb)

@@ -33,7 +33,7 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
     let main_tx = cmd_tx.clone();
     let mut relay = Relay::builder(&args.id, args.generation)
         .control(Controls { commands: cmd_tx })
-        .env(config.env.clone());
+        .env(config.guest_env());
     if config.capture_output {
         let dir = crate::engine::logs::log_dir(&home.sandbox_dir(&args.id));
         match crate::engine::logs::output::OutputLog::open(&dir) {

@@ -477,7 +477,14 @@ async fn start(
     );
     generation.pid = Some(pid);
     if spec.config.network.is_enabled() {
-        match network::attach(pid, &spec.config.network, &spec.sandbox_id.to_string()).await {
+        match network::attach(
+            pid,
+            &spec.config.network,
+            &spec.sandbox_id.to_string(),
+            spec.secrets.clone(),
+        )
+        .await
+        {
             Ok(net) => generation.network = Some(net),
             Err(e) => {
                 stop_runtime(&mut child, generation).await;

@@ -29,7 +29,12 @@ fn unavailable(reason: String) -> Error {
 
 /// Gives the container of `pid` its link and starts its stack with the
 /// rules of `network`.
-pub(super) async fn attach(pid: i32, network: &Network, sandbox: &str) -> Result<NetStack> {
+pub(super) async fn attach(
+    pid: i32,
+    network: &Network,
+    sandbox: &str,
+    secrets: Option<std::sync::Arc<burrow_net::secrets::Secrets>>,
+) -> Result<NetStack> {
     let program = crate::engine::procs::helper_bin().ok_or_else(|| {
         unavailable("a sandbox's network needs the supervisor program, which was not found".into())
     })?;
@@ -63,7 +68,7 @@ pub(super) async fn attach(pid: i32, network: &Network, sandbox: &str) -> Result
         .map_err(|e| Error::io("receiving the link", None, e))?;
     let link = burrow_net::stack::packet_link(fd, burrow_net::addrs::MTU)
         .map_err(|e| Error::io("reading the link", None, e))?;
-    Ok(NetStack::start(link, network, sandbox))
+    Ok(NetStack::start(link, network, sandbox, secrets))
 }
 
 /// `__link PID FD`: makes the link into the network namespace of `pid`

@@ -331,7 +331,7 @@ pub(crate) fn environment(
             }
         }
     }
-    for (k, v) in &config.env {
+    for (k, v) in &config.guest_env() {
         set(k, v);
     }
     if !vars.iter().any(|(k, _)| k == "PATH") {

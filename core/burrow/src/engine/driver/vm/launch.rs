@@ -261,6 +261,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
             burrow_net::stack::stream_link(link, burrow_net::addrs::MTU),
             &spec.config.network,
             spec.sandbox_id.as_str(),
+            spec.secrets.clone(),
         )
     });
     let (reader, writer) = vm.agent.into_split();

@@ -1,0 +1,343 @@
+#![allow(clippy::unwrap_used)]
+//! Secrets end to end: real sandboxes whose guest holds a placeholder,
+//! HTTP and HTTPS servers on this host's loopback that keep what reached
+//! them, and a DNS server there naming them `api.test` (the secret's host)
+//! and `other.test` (allowed by the policy, not the secret's), both at the
+//! guest's gateway. The guest's HTTPS client is a static Go program
+//! trusting only the image's store, where the sandbox's CA was put.
+//! Nothing else is reached; root and rootless alike, both drivers.
+
+use burrow_cli_testkit as common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use burrow::{Backend, Error, NetworkPolicy, Sandbox};
+use common::TestHome;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
+const VALUE: &str = "ghp_ValueThatNeverEntersTheGuest_7f3a";
+
+/// The loopback servers (once per test binary) and what reached them.
+struct Servers {
+    http: u16,
+    https: u16,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+fn servers() -> &'static Servers {
+    static S: OnceLock<Servers> = OnceLock::new();
+    S.get_or_init(|| {
+        common::dns::serve(|name| match name {
+            "api.test" | "other.test" => Some("10.0.2.2".parse().unwrap()),
+            _ => None,
+        });
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let http = TcpListener::bind("127.0.0.1:0").unwrap();
+        let http_port = http.local_addr().unwrap().port();
+        let kept = heads.clone();
+        std::thread::spawn(move || {
+            for c in http.incoming().flatten() {
+                let kept = kept.clone();
+                std::thread::spawn(move || answer(c, &kept));
+            }
+        });
+        let (tls, ca_pem) = tls_config();
+        let ca_file =
+            std::env::temp_dir().join(format!("burrow-secrets-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca_file, ca_pem).unwrap();
+        // The supervisors' stacks trust it for the far ends, as they would
+        // a public CA of the host's store.
+        std::env::set_var("BURROW_SECRETS_EXTRA_CA", &ca_file);
+        let https = TcpListener::bind("127.0.0.1:0").unwrap();
+        let https_port = https.local_addr().unwrap().port();
+        let kept = heads.clone();
+        std::thread::spawn(move || {
+            for c in https.incoming().flatten() {
+                let (kept, tls) = (kept.clone(), tls.clone());
+                std::thread::spawn(move || {
+                    if let Ok(conn) = rustls::ServerConnection::new(tls) {
+                        answer(rustls::StreamOwned::new(conn, c), &kept);
+                    }
+                });
+            }
+        });
+        Servers {
+            http: http_port,
+            https: https_port,
+            heads,
+        }
+    })
+}
+
+/// Keeps a request's head and answers `ok` (never echoing it: the guest
+/// must not see the value).
+fn answer<S: Read + Write>(mut s: S, heads: &Mutex<Vec<String>>) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    heads
+        .lock()
+        .unwrap()
+        .push(String::from_utf8_lossy(&head).into_owned());
+    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    let _ = s.flush();
+}
+
+/// The HTTPS server's configuration (a certificate for both names from a
+/// test CA) and the CA's PEM.
+fn tls_config() -> (Arc<rustls::ServerConfig>, String) {
+    let mut ca = rcgen::CertificateParams::default();
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "secrets test CA");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut leaf =
+        rcgen::CertificateParams::new(vec!["api.test".to_owned(), "other.test".to_owned()])
+            .unwrap();
+    leaf.use_authority_key_identifier_extension = true;
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone()], key)
+    .unwrap();
+    (Arc::new(cfg), ca_pem)
+}
+
+/// The guest's HTTPS client, built once (static, so any image runs it).
+fn hget() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("secrets-hget");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/secrets/hget.go");
+        let st = std::process::Command::new("go")
+            .args(["build", "-trimpath", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .env("CGO_ENABLED", "0")
+            .env("GO111MODULE", "off")
+            .status()
+            .expect("running go build");
+        assert!(st.success(), "building the guest's HTTPS client");
+        out
+    })
+}
+
+async fn sh(sb: &Sandbox, script: &str) -> (i32, String) {
+    let out = sb.exec(["sh", "-c", script]).await.unwrap();
+    (
+        out.status.code.unwrap_or(-1),
+        out.stdout_str().trim().to_owned(),
+    )
+}
+
+fn heads() -> Vec<String> {
+    servers().heads.lock().unwrap().clone()
+}
+
+/// Every file under `dir` whose bytes hold `needle` (GNU grep: the VM's
+/// disks are large).
+fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
+    let out = std::process::Command::new("grep")
+        .args(["-rlaF", "--", needle])
+        .arg(dir)
+        .output()
+        .unwrap();
+    // 0: found, 1: none, 2: trouble.
+    assert!(
+        out.status.code() != Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn sandbox(home: &TestHome, name: &str) -> Sandbox {
+    home.builder(name)
+        .network(NetworkPolicy::allow(["127.0.0.1", "10.0.2.2", "api.test", "other.test"]).unwrap())
+        .secret("TOKEN", VALUE, ["api.test"])
+        .create()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_reaches_its_host_only_and_never_the_guest() {
+    let s = servers();
+    let home = TestHome::new().await;
+    let sb = sandbox(&home, "secret").await;
+    let (_, placeholder) = sh(&sb, "echo $TOKEN").await;
+    assert!(placeholder.starts_with("BURROW_SECRET_"), "{placeholder}");
+    let (_, node_ca) = sh(&sb, "echo $NODE_EXTRA_CA_CERTS").await;
+    assert_eq!(node_ca, burrow::SANDBOX_CA_FILE);
+
+    // Plain HTTP to the secret's host: the far end gets the value.
+    let get = |host: &str, port: u16| {
+        format!(
+            "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://{host}:{port}/x?t=$TOKEN 2>&1; echo \" rc=$?\""
+        )
+    };
+    let (_, out) = sh(&sb, &get("api.test", s.http)).await;
+    assert!(out.starts_with("ok rc=0"), "{out}");
+    let h = heads();
+    let got = h
+        .iter()
+        .find(|h| h.contains("Host: api.test"))
+        .expect("a head from api.test");
+    assert!(
+        got.contains(&format!("Authorization: Bearer {VALUE}\r\n")),
+        "{got}"
+    );
+    assert!(got.contains(&format!("GET /x?t={VALUE} ")), "{got}");
+
+    // To another host (allowed by the policy, at the same address): the
+    // connection is closed before anything reaches it, and logged.
+    let before = heads().len();
+    let (_, out) = sh(&sb, &get("other.test", s.http)).await;
+    assert!(!out.contains("rc=0"), "{out}");
+    assert_eq!(heads().len(), before, "nothing reached other.test");
+    let logs = burrow_test_support::logs_of(home.dir.path());
+    assert!(
+        logs.contains("refused secret TOKEN to other.test"),
+        "{logs}"
+    );
+
+    // HTTPS to the secret's host: intercepted with the sandbox's CA, which
+    // the guest's store trusts.
+    sb.fs()
+        .write_with(
+            "/root/hget",
+            &std::fs::read(hget()).unwrap(),
+            Some(0o755),
+            false,
+        )
+        .await
+        .unwrap();
+    let (rc, out) = sh(
+        &sb,
+        &format!(
+            "/root/hget https://api.test:{}/s \"Bearer $TOKEN\" 2>&1",
+            s.https
+        ),
+    )
+    .await;
+    assert_eq!((rc, out.as_str()), (0, "ok"));
+    assert!(heads()
+        .iter()
+        .any(|h| h.starts_with("GET /s ") && h.contains(&format!("Bearer {VALUE}\r\n"))));
+    // other.test's HTTPS is not intercepted: its own certificate, which
+    // the guest's store does not trust.
+    let (rc, _) = sh(
+        &sb,
+        &format!("/root/hget https://other.test:{}/ x 2>&1", s.https),
+    )
+    .await;
+    assert_eq!(rc, 1);
+
+    // The value is nowhere in the guest: not in any process's
+    // environment, nor in its files.
+    let (_, envs) = sh(&sb, &format!("cat /proc/[0-9]*/environ | grep -c {VALUE}")).await;
+    assert_eq!(envs, "0");
+    let (_, files) = sh(
+        &sb,
+        &format!("grep -rl {VALUE} /etc /tmp /root /home /var 2>/dev/null | wc -l"),
+    )
+    .await;
+    assert_eq!(files, "0");
+    // Nor in the sandbox's records (its inspect), nor anywhere in the
+    // burrow home: database, logs, the sandbox's disk.
+    let info = serde_json::to_string(&sb.info().await.unwrap()).unwrap();
+    assert!(
+        !info.contains(VALUE) && info.contains(&placeholder),
+        "{info}"
+    );
+    sb.stop().await.unwrap();
+    let found = files_holding(home.dir.path(), VALUE);
+    assert!(found.is_empty(), "{found:?}");
+
+    // After a restart: the same placeholder and value, one CA block.
+    sb.restart().await.unwrap();
+    let (_, again) = sh(&sb, "echo $TOKEN").await;
+    assert_eq!(again, placeholder);
+    let (_, blocks) = sh(
+        &sb,
+        "grep -c 'burrow sandbox CA: begin' /etc/ssl/certs/ca-certificates.crt",
+    )
+    .await;
+    assert_eq!(blocks, "1");
+    let (rc, out) = sh(
+        &sb,
+        &format!(
+            "/root/hget https://api.test:{}/again \"Bearer $TOKEN\" 2>&1",
+            s.https
+        ),
+    )
+    .await;
+    assert_eq!((rc, out.as_str()), (0, "ok"));
+    sb.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_secrets_are_typed_errors_and_create_nothing() {
+    servers();
+    let home = TestHome::new().await;
+    let field = |r: burrow::Result<Sandbox>| match r {
+        Err(Error::InvalidConfig { field, .. }) => field,
+        other => panic!("{other:?}"),
+    };
+    let policy = || NetworkPolicy::allow(["api.test"]).unwrap();
+    let r = home
+        .builder("bad")
+        .network(policy())
+        .secret("1X", "v", ["api.test"])
+        .create()
+        .await;
+    assert_eq!(field(r), "secrets[0].name");
+    let r = home
+        .builder("bad")
+        .network(policy())
+        .secret("T", "v", ["not a host"])
+        .create()
+        .await;
+    assert_eq!(field(r), "secrets[0].hosts[0]");
+    let r = home
+        .builder("bad")
+        .network(policy())
+        .secret("T", "a\r\nb", ["api.test"])
+        .create()
+        .await;
+    assert_eq!(field(r), "secrets[0].value");
+    // No network: nowhere to send it.
+    let r = home
+        .builder("bad")
+        .secret("T", "v", ["api.test"])
+        .create()
+        .await;
+    assert_eq!(field(r), "secrets");
+    assert!(matches!(
+        home.backend.get("bad").await,
+        Err(Error::NotFound { .. })
+    ));
+}
