@@ -92,3 +92,94 @@ async fn policies_and_ports_over_the_http_api() {
     })
     .await;
 }
+
+/// A loopback HTTP server keeping each request's head; answers `ok`.
+fn recorder() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&head).into_owned());
+            let _ =
+                c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    (port, heads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_secret_goes_in_over_the_http_api_and_never_comes_back() {
+    const VALUE: &str = "sk_served_secret_value_0123";
+    let th = TestHome::new().await;
+    let sqlite = format!("sqlite://{}/serve.db", th.path().display());
+    let env = ServeEnv::new(th.path(), &sqlite).set("IDLE_TIMEOUT", "0");
+    let token = env.create_token("t");
+    let server = env.start("a");
+    let url = server.url.clone();
+    let remote: std::sync::Arc<dyn burrow::Backend> =
+        std::sync::Arc::new(burrow::RemoteBackend::connect(&url, Some(token.clone())).unwrap());
+    assert!(remote.capabilities().await.unwrap().secrets);
+    let (port, heads) = recorder();
+    // Created through the remote client: the one request that carries the
+    // value.
+    let sb = burrow::Sandbox::builder("served")
+        .image(common::busybox_rootfs().display().to_string())
+        .backend(remote.clone())
+        .network(burrow::NetworkPolicy::allow(["127.0.0.1"]).unwrap())
+        .secret("TOKEN", VALUE, ["127.0.0.1"])
+        .create()
+        .await
+        .unwrap();
+    let info = sb.info().await.unwrap();
+    let secret = &info.config.secrets[0];
+    assert_eq!(
+        (secret.name.as_str(), secret.hosts.clone()),
+        ("TOKEN", vec!["127.0.0.1".to_owned()])
+    );
+    assert!(secret.value.is_none());
+    let placeholder = secret.placeholder.clone().unwrap();
+    let out = sb
+        .exec([
+            "sh",
+            "-c",
+            &format!("echo $TOKEN; wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://10.0.2.2:{port}/"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), format!("{placeholder}\nok"));
+    let got = heads.lock().unwrap().clone();
+    assert!(
+        got[0].contains(&format!("Authorization: Bearer {VALUE}\r\n")),
+        "{got:?}"
+    );
+    // What the server answers never holds it, nor does its home.
+    let path = format!("{url}/v1/sandboxes/{}", info.id);
+    let raw = blocking(move || http("GET", &path, Some(&token), None).text()).await;
+    assert!(raw.contains(&placeholder) && !raw.contains(VALUE), "{raw}");
+    sb.stop().await.unwrap();
+    let grep = std::process::Command::new("grep")
+        .args(["-rlaF", "--", VALUE])
+        .arg(th.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        grep.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&grep.stdout)
+    );
+    sb.kill().await.unwrap();
+}

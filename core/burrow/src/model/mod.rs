@@ -6,7 +6,7 @@ mod info;
 mod modify;
 mod name;
 mod ports;
-mod secrets;
+pub(crate) mod secrets;
 mod status;
 
 pub use config::{

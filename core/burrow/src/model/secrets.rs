@@ -99,6 +99,24 @@ impl Secret {
     }
 }
 
+/// Puts the values of `secrets` into `config`, a configuration serialized
+/// for a create request (`config.secrets[i].value`), where they are
+/// given; the one place a value is written out.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn attach_values(config: &mut serde_json::Value, secrets: &[Secret]) {
+    let Some(list) = config.get_mut("secrets").and_then(|s| s.as_array_mut()) else {
+        return;
+    };
+    for (json, s) in list.iter_mut().zip(secrets) {
+        if let (Some(obj), Some(v)) = (json.as_object_mut(), &s.value) {
+            obj.insert(
+                "value".into(),
+                serde_json::Value::String(v.expose().to_owned()),
+            );
+        }
+    }
+}
+
 /// A fresh placeholder.
 #[cfg(any(feature = "local", test))]
 pub(crate) fn new_placeholder() -> String {

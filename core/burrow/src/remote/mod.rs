@@ -236,7 +236,12 @@ impl Backend for RemoteBackend {
     async fn create(&self, req: CreateRequest) -> Result<SandboxInfo> {
         // Refused here, as the local backend refuses it: JSON cannot carry it.
         crate::SandboxConfig::check_cpus(req.config.cpus)?;
-        self.call(Req::new(Method::POST, format!("{PREFIX}/sandboxes")).json(&req)?)
+        // Secrets' values are never serialized with a configuration: the
+        // create request is the one place that carries them.
+        let mut body = serde_json::to_value(&req)
+            .map_err(|e| Error::protocol(format!("encoding the request: {e}")))?;
+        crate::model::secrets::attach_values(&mut body["config"], &req.config.secrets);
+        self.call(Req::new(Method::POST, format!("{PREFIX}/sandboxes")).json(&body)?)
             .await
     }
 
