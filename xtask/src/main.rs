@@ -226,10 +226,10 @@ fn e2e(env: &mut Env, driver: &str) -> Result<(), String> {
     for s in SUITES {
         c.args(["--test", s]);
     }
-    // Network policies: the sandbox's stack, which both drivers use
-    // (runsc has no network yet).
+    // Network policies and secrets: the sandbox's stack, which both
+    // drivers use (runsc has no network yet).
     if driver != "runsc" {
-        c.args(["--test", "network"]);
+        c.args(["--test", "network", "--test", "secrets"]);
     }
     run(&mut c)
 }

@@ -70,6 +70,14 @@ pub(crate) struct SandboxOpts {
         value_name = "[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]"
     )]
     pub publish: Vec<String>,
+    /// A secret the guest never holds (repeatable): its $NAME holds a
+    /// placeholder, which the sandbox's network stack replaces with the
+    /// value in HTTP(S) requests to the HOSTs only (api.github.com,
+    /// *.example.com, an IPv4 address). The value comes from env:VAR (this
+    /// process's environment) or file:PATH (its content, without a final
+    /// newline), never from the command line. Needs --network or --allow.
+    #[arg(long = "secret", value_name = "NAME@HOST[,HOST...]=env:VAR|file:PATH")]
+    pub secrets: Vec<String>,
     /// Isolation driver: container (namespaces under an OCI runtime) or vm
     /// (a QEMU microVM). Default: the backend's ($BURROW_DRIVER where the
     /// sandbox runs: here, or on the server with BURROW_URL), else container.
@@ -126,6 +134,11 @@ impl SandboxOpts {
             .iter()
             .map(|p| p.parse::<burrow::PortMapping>())
             .collect::<Result<_, _>>()?;
+        c.secrets = self
+            .secrets
+            .iter()
+            .map(|s| parse_secret(s))
+            .collect::<burrow::Result<_>>()?;
         // None: the backend's default (this host's $BURROW_DRIVER, or the
         // server's with BURROW_URL).
         c.driver = self
@@ -151,6 +164,50 @@ impl SandboxOpts {
         };
         Ok(c)
     }
+}
+
+/// `NAME@HOST[,HOST...]=env:VAR|file:PATH`: the secret, its value read
+/// from this process's environment or a file. An error never quotes the
+/// value.
+fn parse_secret(spec: &str) -> burrow::Result<burrow::Secret> {
+    let bad = |reason: String| Error::InvalidArgument {
+        argument: "--secret".into(),
+        reason,
+    };
+    let (target, source) = spec
+        .split_once('=')
+        .ok_or_else(|| bad("expected NAME@HOST[,HOST...]=env:VAR or =file:PATH".into()))?;
+    let (name, hosts) = target.split_once('@').ok_or_else(|| {
+        bad(format!(
+            "{target:?} is not NAME@HOST[,HOST...]: the hosts the secret is for are required"
+        ))
+    })?;
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    let value = if let Some(var) = source.strip_prefix("env:") {
+        std::env::var(var).map_err(|_| {
+            bad(format!(
+                "the environment variable {var:?} is not set (or not UTF-8)"
+            ))
+        })?
+    } else if let Some(path) = source.strip_prefix("file:") {
+        let mut v = std::fs::read_to_string(path).map_err(|e| Error::Io {
+            context: "reading the secret's value".into(),
+            path: Some(PathBuf::from(path)),
+            source: e,
+        })?;
+        if v.ends_with('\n') {
+            v.pop();
+            if v.ends_with('\r') {
+                v.pop();
+            }
+        }
+        v
+    } else {
+        return Err(bad(format!(
+            "the value of {name} comes from env:VAR or file:PATH, never from the command line"
+        )));
+    };
+    Ok(burrow::Secret::new(name, value, hosts))
 }
 
 /// `HOST:GUEST[:ro|:rw]`; a HOST without '/' is a named volume, a relative
