@@ -71,6 +71,11 @@ func (r *runner) options(s step) []burrow.Option {
 			for _, p := range v.([]any) {
 				out = append(out, burrow.WithPort(p.(string)))
 			}
+		case "secrets":
+			for _, s := range v.([]any) {
+				s := s.(map[string]any)
+				out = append(out, burrow.WithSecret(s["name"].(string), s["value"].(string), strList(s["hosts"])...))
+			}
 		case "idle_timeout":
 			out = append(out, burrow.WithIdleTimeout(secs(v)))
 		case "idle_action":
@@ -156,6 +161,14 @@ func policyOf(m map[string]any) burrow.NetworkPolicy {
 		return l
 	}
 	return burrow.NetworkPolicy{Allow: list("allow"), Deny: list("deny")}
+}
+
+func strList(v any) []string {
+	l := []string{}
+	for _, x := range asList(v) {
+		l = append(l, x.(string))
+	}
+	return l
 }
 
 func asList(v any) []any {

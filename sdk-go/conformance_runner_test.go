@@ -509,6 +509,11 @@ func neutralConfig(c burrow.SandboxConfig) map[string]any {
 	if c.DemandStart != nil {
 		m["demand_start"] = *c.DemandStart
 	}
+	secrets := make([]any, 0, len(c.Secrets))
+	for _, s := range c.Secrets {
+		secrets = append(secrets, map[string]any{"name": s.Name, "hosts": anyList(s.Hosts), "placeholder": str(s.Placeholder)})
+	}
+	m["secrets"] = secrets
 	return m
 }
 

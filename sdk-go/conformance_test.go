@@ -202,7 +202,7 @@ func capabilityTags(caps burrow.Capabilities) map[string]bool {
 		"pause": caps.Pause, "modify_live": caps.ModifyLive, "metrics": caps.Metrics,
 		"logs": caps.Logs, "idle_reclaim": caps.IdleReclaim, "attached": caps.Attached,
 		"persistent_layer": caps.PersistentLayer, "network_policy": caps.NetworkPolicy,
-		"published_ports": caps.PublishedPorts,
+		"published_ports": caps.PublishedPorts, "secrets": caps.Secrets,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,74 @@ func TestPublishedPort(t *testing.T) {
 	}
 	if string(got) != "hi\n" {
 		t.Fatalf("published port read %q", got)
+	}
+}
+
+// A secret reaches its host, never the sandbox: the guest's variable holds
+// a placeholder, the loopback server gets the value, the record has no
+// value; without a network or with a bad host it is ErrInvalidConfig.
+func TestSecret(t *testing.T) {
+	home(t)
+	ctx := ctxT(t)
+	const value = "go_secret_value_5d2a"
+	heads := make(chan string, 4)
+	l := must[net.Listener](t)(net.Listen("tcp", "127.0.0.1:0"))
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				head := ""
+				for !strings.Contains(head, "\r\n\r\n") {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					head += string(buf[:n])
+				}
+				heads <- head
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	caps := must[burrow.Capabilities](t)(burrow.BackendCapabilities(ctx))
+	if !caps.Secrets {
+		t.Fatal("the local backend has secrets")
+	}
+	sb := must[*burrow.Sandbox](t)(burrow.CreateSandbox(ctx, "go-secret", burrow.WithImage(testImage),
+		burrow.WithNetworkPolicy(burrow.NetworkPolicy{Allow: []string{"127.0.0.1"}}),
+		burrow.WithSecret("TOKEN", value, "127.0.0.1")))
+	defer func() { _ = sb.Destroy(ctx) }()
+	info := must[burrow.SandboxInfo](t)(sb.Info(ctx))
+	if len(info.Config.Secrets) != 1 || info.Config.Secrets[0].Name != "TOKEN" || !strings.HasPrefix(info.Config.Secrets[0].Placeholder, "BURROW_SECRET_") {
+		t.Fatalf("secrets %+v", info.Config.Secrets)
+	}
+	out := must[*burrow.ExecResult](t)(sb.Exec(ctx, []string{"sh", "-c",
+		"echo $TOKEN; wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://10.0.2.2:" + port + "/"}))
+	if got, want := string(out.Stdout), info.Config.Secrets[0].Placeholder+"\nok"; got != want {
+		t.Fatalf("guest saw %q, want %q", got, want)
+	}
+	select {
+	case head := <-heads:
+		if !strings.Contains(head, "Authorization: Bearer "+value+"\r\n") {
+			t.Fatalf("the server got %q", head)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request reached the server")
+	}
+	if _, err := burrow.CreateSandbox(ctx, "go-secret-bad", burrow.WithImage(testImage), burrow.WithSecret("TOKEN", value, "127.0.0.1")); !errors.Is(err, burrow.ErrInvalidConfig) {
+		t.Fatalf("no network: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := burrow.CreateSandbox(ctx, "go-secret-bad", burrow.WithImage(testImage), burrow.WithNetwork(), burrow.WithSecret("TOKEN", value, "bad host")); !errors.Is(err, burrow.ErrInvalidConfig) {
+		t.Fatalf("bad host: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := burrow.GetSandbox(ctx, "go-secret-bad"); !errors.Is(err, burrow.ErrNotFound) {
+		t.Fatalf("a refused sandbox exists: %v", err)
 	}
 }

@@ -92,6 +92,24 @@ func WithPort(mapping string) Option {
 	}
 }
 
+// WithSecret gives the sandbox a secret it never holds: its variable name
+// holds a placeholder, which the sandbox's network stack replaces with
+// value in the heads of HTTP requests (HTTPS included) to hosts only
+// ("api.github.com", "*.example.com", an IPv4 address); a placeholder
+// sent anywhere else closes the connection. The sandbox needs a network
+// (WithNetwork or WithNetworkPolicy). The value is never read back
+// (SandboxConfig.Secrets has each name, hosts and placeholder); a bad
+// name, host or value fails with ErrInvalidConfig. Repeatable.
+func WithSecret(name, value string, hosts ...string) Option {
+	return func(o op) {
+		s, _ := o["secrets"].([]map[string]any)
+		if hosts == nil {
+			hosts = []string{}
+		}
+		o["secrets"] = append(s, map[string]any{"name": name, "value": value, "hosts": hosts})
+	}
+}
+
 func (p NetworkPolicy) wire() map[string]any {
 	allow, deny := p.Allow, p.Deny
 	if allow == nil {

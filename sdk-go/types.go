@@ -122,7 +122,10 @@ type SandboxConfig struct {
 	NetworkPolicy *NetworkPolicy
 	// Ports are the published ports, canonical ("127.0.0.1:8080:80",
 	// "0.0.0.0:5353:53/udp").
-	Ports       []string
+	Ports []string
+	// Secrets are the sandbox's secrets: each name, hosts and placeholder
+	// (never the value).
+	Secrets     []Secret
 	IdleTimeout time.Duration
 	// IdleAction is what idle reclaim does (IdleStop when the record
 	// leaves it out).
@@ -197,6 +200,18 @@ type Capabilities struct {
 	NetworkPolicy bool `json:"network_policy"`
 	// PublishedPorts: published ports are served.
 	PublishedPorts bool `json:"published_ports"`
+	// Secrets: secrets go into the sandboxes' requests to their hosts.
+	Secrets bool `json:"secrets"`
+}
+
+// Secret is a secret as a configuration reads it back: never its value.
+type Secret struct {
+	// Name is the guest's environment variable.
+	Name string `json:"name"`
+	// Hosts are where its HTTP(S) requests get the value.
+	Hosts []string `json:"hosts"`
+	// Placeholder is what the guest's variable holds.
+	Placeholder string `json:"placeholder"`
 }
 
 // NetworkPolicy is a sandbox's network policy: what Allow rules match and
@@ -335,6 +350,7 @@ type wireConfig struct {
 	Mounts         []wireMount       `json:"mounts"`
 	Network        wireNetwork       `json:"network"`
 	Ports          []string          `json:"ports"`
+	Secrets        []Secret          `json:"secrets"`
 	IdleTimeoutMs  int64             `json:"idle_timeout"`
 	IdleAction     IdleAction        `json:"idle_action"`
 	MaxDurationMs  int64             `json:"max_duration"`
@@ -382,7 +398,7 @@ func (w *wireInfo) info() SandboxInfo {
 			Image: c.Image, Driver: c.Driver, Runtime: c.Runtime, CPUs: c.CPUs,
 			MemoryMB: c.MemoryMB, PidsLimit: c.PidsLimit, Env: c.Env, Workdir: c.Workdir,
 			Labels: c.Labels, Mounts: mounts, Network: c.Network.on,
-			NetworkPolicy: c.Network.policy, Ports: c.Ports,
+			NetworkPolicy: c.Network.policy, Ports: c.Ports, Secrets: c.Secrets,
 			IdleTimeout:    time.Duration(c.IdleTimeoutMs) * time.Millisecond,
 			IdleAction:     idleAction,
 			MaxDuration:    time.Duration(c.MaxDurationMs) * time.Millisecond,

@@ -552,6 +552,21 @@ export class SandboxBuilder {
     this.#o.ports = [...p, mapping];
     return this;
   }
+  /**
+   * A secret the sandbox never holds: its variable `name` holds a
+   * placeholder, which the sandbox's network stack replaces with `value`
+   * in the heads of HTTP requests (HTTPS included) to `hosts` only
+   * (`"api.github.com"`, `"*.example.com"`, an IPv4 address); a placeholder
+   * sent anywhere else closes the connection. Needs a network. The value
+   * is never read back (`config.secrets` has each name, hosts and
+   * placeholder). `secret("GITHUB_TOKEN", token, ["api.github.com"])`.
+   */
+  secret(name: string, value: string, hosts: string[]): this {
+    if (!Array.isArray(hosts)) throw new TypeError("a secret's hosts are an array of strings");
+    const s = (this.#o.secrets as unknown[]) ?? [];
+    this.#o.secrets = [...s, { name, value, hosts }];
+    return this;
+  }
   /** Reclaim it after this long without activity (seconds: `300`, or text: `"5m"`). */
   idleTimeout(d: Duration): this {
     this.#o.idle_timeout = d;

@@ -32,6 +32,7 @@ export function toConfig(c: any): SandboxConfig {
         ? { allow: c.network.allow ?? [], deny: c.network.deny ?? [] }
         : c.network === true || c.network === "all",
     ports: c.ports ?? [],
+    secrets: (c.secrets ?? []).map((s: any) => ({ name: s.name, hosts: s.hosts ?? [], placeholder: s.placeholder ?? null })),
     idleTimeout: recordSeconds(c.idle_timeout),
     idleAction: c.idle_action ?? "stop",
     maxDuration: recordSeconds(c.max_duration),
@@ -110,5 +111,6 @@ export function toCapabilities(c: any): Capabilities {
     persistentLayer: c.persistent_layer ?? true,
     networkPolicy: !!c.network_policy,
     publishedPorts: !!c.published_ports,
+    secrets: !!c.secrets,
   };
 }

@@ -55,6 +55,16 @@ export interface Mount {
  * configuration always wins on reuse). Durations are seconds; `null` is
  * unset.
  */
+/** A secret as a configuration reads back: never its value. */
+export interface SecretRecord {
+  /** The guest's variable. */
+  name: string;
+  /** The hosts whose HTTP(S) requests get the value. */
+  hosts: string[];
+  /** What the guest's variable holds. */
+  placeholder: string | null;
+}
+
 export interface SandboxConfig {
   image: string;
   /** The driver the backend recorded (null only in records older than drivers). */
@@ -72,6 +82,8 @@ export interface SandboxConfig {
   network: boolean | NetworkPolicy;
   /** Published ports, canonical (`"127.0.0.1:8080:80"`, `"0.0.0.0:5353:53/udp"`). */
   ports: string[];
+  /** Secrets: each name, hosts and placeholder (never the value). */
+  secrets: SecretRecord[];
   /** Seconds. */
   idleTimeout: number | null;
   /** What idle reclaim does (`"stop"` when the record leaves it out). */
@@ -267,4 +279,6 @@ export interface Capabilities {
   networkPolicy: boolean;
   /** Published ports are served. */
   publishedPorts: boolean;
+  /** Secrets go into the sandboxes' requests to their hosts. */
+  secrets: boolean;
 }

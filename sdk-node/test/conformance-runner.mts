@@ -105,7 +105,7 @@ const OP_KEYS: Record<string, string[]> = {
 };
 const CREATE_OPTIONS = new Set([
   "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir", "labels", "network", "ports",
-  "idle_timeout", "idle_action", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
+  "secrets", "idle_timeout", "idle_action", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
 ]);
 /** The changes a `modify` step may name (durations in seconds; null clears cpus, memory_mb, idle_timeout, max_duration). */
 const MODIFY_CHANGES = new Set([
@@ -115,7 +115,7 @@ const MODIFY_CHANGES = new Set([
 const RACE_EXPECT_KEYS = new Set(["outcomes", "same_id", "starts", "each"]);
 const CAPABILITY_TAGS = new Set([
   "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
-  "network_policy", "published_ports",
+  "network_policy", "published_ports", "secrets",
 ]);
 const VALUE_OPERATORS = new Set(["var", "str_repeat"]);
 const MATCH_OPERATORS = new Set(["ne", "one_of", "present"]);
@@ -161,6 +161,7 @@ export function stepCapability(step: Step): string | null {
   }
   if (options.network !== null && typeof options.network === "object") return "network_policy";
   if ("ports" in options) return "published_ports";
+  if ("secrets" in options) return "secrets";
   if ("idle_timeout" in options || "idle_action" in options || "demand_start" in options) return "idle_reclaim";
   return null;
 }
@@ -309,6 +310,7 @@ function neutralConfig(c: SandboxConfig): Record<string, Json> {
     labels: c.labels,
     network: c.network as Json,
     ports: c.ports,
+    secrets: c.secrets as unknown as Json,
     idle_timeout: c.idleTimeout,
     idle_action: c.idleAction,
     max_duration: c.maxDuration,
@@ -738,6 +740,7 @@ export class Runner {
     if (o.labels !== undefined) b.labels(o.labels);
     if (o.network !== undefined) b.network(o.network);
     for (const p of o.ports ?? []) b.port(p);
+    for (const s of o.secrets ?? []) b.secret(s.name, s.value, s.hosts);
     if (o.idle_timeout !== undefined) b.idleTimeout(o.idle_timeout);
     if (o.idle_action !== undefined) b.idleAction(o.idle_action);
     if (o.max_duration !== undefined) b.maxDuration(o.max_duration);

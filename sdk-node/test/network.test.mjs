@@ -73,3 +73,48 @@ test("a published port reaches the sandbox; a taken one is PortUnavailableError"
     await sb.destroy();
   }
 });
+
+test("a secret reaches its host and never the sandbox", async () => {
+  const { default: http } = await import("node:http");
+  const value = "node_secret_value_41b7";
+  const heads = [];
+  const server = http.createServer((req, res) => {
+    heads.push(req.headers);
+    res.end("ok");
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const port = server.address().port;
+  try {
+    assert.equal((await Sandbox.capabilities()).secrets, true);
+    const sb = await Sandbox.builder("node-secret")
+      .image(image)
+      .network({ allow: ["127.0.0.1"] })
+      .secret("TOKEN", value, ["127.0.0.1"])
+      .create();
+    try {
+      const [got] = (await sb.info()).config.secrets;
+      assert.equal(got.name, "TOKEN");
+      assert.deepEqual(got.hosts, ["127.0.0.1"]);
+      assert.match(got.placeholder, /^BURROW_SECRET_[0-9a-f]{32}$/);
+      assert.ok(!JSON.stringify(await sb.info()).includes(value));
+      const out = await sb.exec([
+        "sh",
+        "-c",
+        `echo $TOKEN; wget -q -O - --header "Authorization: Bearer $TOKEN" http://10.0.2.2:${port}/`,
+      ]);
+      assert.equal(out.stdout.toString(), `${got.placeholder}\nok`);
+      assert.equal(heads[0].authorization, `Bearer ${value}`);
+    } finally {
+      await sb.destroy();
+    }
+  } finally {
+    server.close();
+  }
+  // No network: nowhere to send it; a bad host: typed too.
+  await assert.rejects(Sandbox.builder("node-secret-bad").image(image).secret("TOKEN", value, ["127.0.0.1"]).create(), InvalidConfigError);
+  await assert.rejects(
+    Sandbox.builder("node-secret-bad").image(image).network(true).secret("TOKEN", value, ["bad host"]).create(),
+    InvalidConfigError,
+  );
+  await assert.rejects(Sandbox.get("node-secret-bad"), SandboxNotFoundError);
+});

@@ -96,7 +96,7 @@ OP_KEYS = {
 }
 CREATE_OPTIONS = {
     "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir",
-    "labels", "network", "ports", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
+    "labels", "network", "ports", "secrets", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
     "demand_start", "detached", "replace",
 }
 # The changes a `modify` step may name (durations in seconds; null clears
@@ -112,7 +112,7 @@ RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # so does this runner's test (test_conformance.lacking).
 CAPABILITY_TAGS = {
     "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
-    "network_policy", "published_ports",
+    "network_policy", "published_ports", "secrets",
 }
 VALUE_OPERATORS = {"var", "str_repeat"}
 MATCH_OPERATORS = {"ne", "one_of", "present"}
@@ -191,6 +191,8 @@ def step_capability(step: dict) -> str | None:
         return "network_policy"
     if "ports" in options:
         return "published_ports"
+    if "secrets" in options:
+        return "secrets"
     if {"idle_timeout", "idle_action", "demand_start"} & set(options):
         return "idle_reclaim"
     return None
@@ -676,6 +678,10 @@ class Runner:
         opts = dict(self.value(step.get("options") or {}))
         opts.setdefault("image", self.image)
         _typed_network(opts)
+        if "secrets" in opts:
+            from burrow import Secret
+
+            opts["secrets"] = [Secret(s["name"], s["value"], s["hosts"]) for s in opts["secrets"]]
         if "volumes" in opts:
             opts["volumes"] = [tuple(v) for v in opts["volumes"]]
         return opts

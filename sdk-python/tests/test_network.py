@@ -68,3 +68,63 @@ async def test_a_published_port_reaches_the_sandbox(image):
                 break
             await asyncio.sleep(0.1)
         assert got == b"hi\n"
+
+
+async def test_a_secret_reaches_its_host_and_never_the_sandbox(image):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from burrow import NetworkPolicy, Sandbox, Secret, errors
+
+    value = "py_secret_value_9c1e"
+    heads = []
+
+    class Keep(BaseHTTPRequestHandler):
+        def do_GET(self):
+            heads.append(str(self.headers))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Keep)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    secret = Secret("TOKEN", value, ["127.0.0.1"])
+    assert value not in repr(secret)
+    try:
+        assert (await Sandbox.capabilities()).secrets
+        async with await Sandbox.create(
+            "py-secret",
+            image=image,
+            network=NetworkPolicy(allow=["127.0.0.1"]),
+            secrets=[secret],
+            destroy=True,
+        ) as sb:
+            (got,) = (await sb.info()).config["secrets"]
+            assert got["name"] == "TOKEN" and got["hosts"] == ["127.0.0.1"]
+            assert "value" not in got
+            out = await sb.exec(
+                [
+                    "sh",
+                    "-c",
+                    f'echo $TOKEN; wget -q -O - --header "Authorization: Bearer $TOKEN" http://10.0.2.2:{port}/',
+                ]
+            )
+            assert out.stdout.decode() == got["placeholder"] + "\nok"
+            assert f"Authorization: Bearer {value}" in heads[0]
+    finally:
+        server.shutdown()
+    with pytest.raises(errors.InvalidConfigError):
+        await Sandbox.create("py-secret-bad", image=image, secrets=[Secret("TOKEN", value, ["127.0.0.1"])])
+    with pytest.raises(errors.InvalidConfigError):
+        await Sandbox.create(
+            "py-secret-bad", image=image, network=True, secrets=[Secret("TOKEN", value, ["bad host"])]
+        )
+    with pytest.raises(TypeError):
+        await Sandbox.define("py-secret-bad", image=image, secrets=secret)
+    with pytest.raises(errors.SandboxNotFoundError):
+        await Sandbox.get("py-secret-bad")

@@ -66,7 +66,7 @@ module Conformance
   # How long a follow_logs step waits for its stream to end (seconds,
   # scaled) unless the step says.
   FOLLOW_TIMEOUT = 60.0
-  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network ports idle_timeout idle_action
+  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network ports secrets idle_timeout idle_action
                       max_duration startup_timeout demand_start detached replace].freeze
   # The changes a modify step may name (durations in seconds; null clears
   # cpus, memory_mb, idle_timeout and max_duration).
@@ -74,7 +74,7 @@ module Conformance
                       max_duration network].freeze
   RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
   CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer network_policy
-                       published_ports].freeze
+                       published_ports secrets].freeze
   VALUE_OPERATORS = %w[var str_repeat].freeze
   MATCH_OPERATORS = %w[ne one_of present].freeze
   OPERATOR_MODIFIERS = %w[add times].freeze
@@ -112,6 +112,7 @@ module Conformance
     end
     return "network_policy" if options["network"].is_a?(Hash)
     return "published_ports" if options.key?("ports")
+    return "secrets" if options.key?("secrets")
     return "idle_reclaim" if %w[idle_timeout idle_action demand_start].any? { |k| options.key?(k) }
 
     nil
@@ -246,6 +247,7 @@ module Conformance
     { "image" => c.image, "driver" => c.driver&.to_s, "runtime" => c.runtime&.to_s, "cpus" => c.cpus,
       "memory_mb" => c.memory, "pids_limit" => c.pids_limit, "env" => c.env, "workdir" => c.workdir,
       "labels" => c.labels, "network" => neutral_network(c.network), "ports" => c.ports,
+      "secrets" => c.secrets.map { |s| { "name" => s.name, "hosts" => s.hosts, "placeholder" => s.placeholder } },
       "idle_timeout" => c.idle_timeout,
       "idle_action" => c.idle_action&.to_s, "max_duration" => c.max_duration, "demand_start" => c.demand_start,
       "startup_timeout" => c.startup_timeout }
@@ -573,6 +575,8 @@ module Conformance
         case k
         when "memory_mb" then [:memory, v]
         when "network" then [:network, Conformance.typed_network(v)]
+        when "secrets"
+          [:secrets, v.map { |s| Burrow::Secret.new(name: s["name"], value: s["value"], hosts: s["hosts"]) }]
         else [k.to_sym, v]
         end
       end

@@ -133,7 +133,7 @@ class TestCapabilities < Minitest::Test
     Burrow.configure(home: home) unless REMOTE
     check = lambda do
       caps = Burrow::Sandbox.capabilities
-      assert_equal %i[attached idle_reclaim logs metrics modify_live network_policy pause persistent_layer published_ports], caps.members.sort
+      assert_equal %i[attached idle_reclaim logs metrics modify_live network_policy pause persistent_layer published_ports secrets], caps.members.sort
       # The local engine run by root has every capability.
       assert(caps.to_h.values.all?, caps.inspect) if !REMOTE && Process.euid.zero?
       Burrow::Sandbox.create("caps", image: IMAGE) do |sb|

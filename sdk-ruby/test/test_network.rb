@@ -62,4 +62,45 @@ class TestNetwork < Minitest::Test
       nil
     end
   end
+
+  def test_a_secret_reaches_its_host_and_never_the_sandbox
+    value = "rb_secret_value_77e0"
+    server = TCPServer.new("127.0.0.1", 0)
+    heads = Queue.new
+    thread = Thread.new do
+      loop do
+        c = server.accept
+        head = +""
+        head << c.readpartial(4096) until head.include?("\r\n\r\n")
+        heads << head
+        c.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        c.close
+      end
+    rescue IOError, EOFError
+      nil
+    end
+    port = server.addr[1]
+    secret = Burrow::Secret.new(name: "TOKEN", value: value, hosts: ["127.0.0.1"])
+    refute_includes secret.inspect, value
+    assert Burrow::Sandbox.capabilities.secrets
+    Burrow::Sandbox.create("rb-secret", image: IMAGE, network: { allow: ["127.0.0.1"] }, secrets: [secret]) do |sb|
+      got = sb.info.config.secrets.first
+      assert_equal ["TOKEN", ["127.0.0.1"]], [got.name, got.hosts]
+      assert_match(/\ABURROW_SECRET_[0-9a-f]{32}\z/, got.placeholder)
+      out = sb.exec(["sh", "-c",
+                     "echo $TOKEN; wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://10.0.2.2:#{port}/"])
+      assert_equal "#{got.placeholder}\nok", out.stdout
+      assert_includes heads.pop, "Authorization: Bearer #{value}\r\n"
+    end
+    assert_raises(Burrow::InvalidConfigError) { Burrow::Sandbox.create("rb-secret-bad", image: IMAGE, secrets: [secret]) }
+    bad = Burrow::Secret.new(name: "TOKEN", value: value, hosts: ["bad host"])
+    assert_raises(Burrow::InvalidConfigError) do
+      Burrow::Sandbox.create("rb-secret-bad", image: IMAGE, network: true, secrets: [bad])
+    end
+    assert_raises(TypeError) { Burrow::Sandbox.define("rb-secret-bad", image: IMAGE, secrets: secret) }
+    assert_raises(Burrow::NotFoundError) { Burrow::Sandbox.get("rb-secret-bad") }
+  ensure
+    server&.close
+    thread&.kill
+  end
 end

@@ -84,6 +84,27 @@ pub struct VolumeInput {
     pub read_only: bool,
 }
 
+/// A secret: its variable's name, its value, the hosts it is for.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretInput {
+    /// The guest's environment variable (holding a placeholder).
+    pub name: String,
+    /// The value.
+    pub value: String,
+    /// The hosts whose HTTP(S) requests get it.
+    pub hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for SecretInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretInput")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A sandbox to create, replace, converge on or define.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,6 +151,9 @@ pub struct BuildInput {
     /// Published ports (`[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]`).
     #[serde(default)]
     pub ports: Vec<String>,
+    /// Secrets: values the guest never holds (see `burrow::Secret`).
+    #[serde(default)]
+    pub secrets: Vec<SecretInput>,
     /// Idle timeout (reclaim after no activity).
     #[serde(default)]
     pub idle_timeout: Option<Seconds>,
@@ -194,6 +218,11 @@ impl BuildInput {
                     .map_err(burrow::Error::from)
             })
             .collect::<Result<_, _>>()?;
+        config.secrets = self
+            .secrets
+            .iter()
+            .map(|s| burrow::Secret::new(s.name.clone(), s.value.clone(), s.hosts.clone()))
+            .collect();
         config.idle_timeout = opt_duration(self.idle_timeout);
         config.idle_action = self.idle_action.unwrap_or_default();
         config.max_duration = opt_duration(self.max_duration);

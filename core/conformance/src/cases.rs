@@ -104,6 +104,7 @@ const CREATE_OPTIONS: &[&str] = &[
     "labels",
     "network",
     "ports",
+    "secrets",
     "idle_timeout",
     "idle_action",
     "max_duration",

@@ -135,6 +135,9 @@ impl Ctx {
                 })
                 .collect::<Result<_, _>>()?;
         }
+        if let Some(v) = opts.get("secrets") {
+            config.secrets = secrets(v)?;
+        }
         config.idle_timeout = opts
             .get("idle_timeout")
             .map(|v| seconds("idle_timeout", v))
@@ -536,6 +539,26 @@ fn str_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, E> {
         .map(|(k, v)| match v {
             Value::String(s) => Ok((k.clone(), s.clone())),
             other => kit(format!("{key}.{k} must be a string, not {other}")),
+        })
+        .collect()
+}
+
+/// The `secrets` option: a list of `{"name", "value", "hosts"}`.
+fn secrets(v: &Value) -> Result<Vec<burrow::Secret>, E> {
+    let Value::Array(items) = v else {
+        return kit(format!("secrets must be a list, not {v}"));
+    };
+    items
+        .iter()
+        .map(|s| {
+            let (Some(name), Some(value), Some(hosts)) = (
+                s.get("name").and_then(Value::as_str),
+                s.get("value").and_then(Value::as_str),
+                s.get("hosts"),
+            ) else {
+                return kit(format!("a secret is {{name, value, hosts}}, not {s}"));
+            };
+            Ok(burrow::Secret::new(name, value, str_list("hosts", hosts)?))
         })
         .collect()
 }

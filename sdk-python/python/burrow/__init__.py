@@ -36,6 +36,7 @@ from .types import (
     Metrics,
     ModifyPlan,
     NetworkPolicy,
+    Secret,
     Ping,
     RunInfo,
     SandboxInfo,
@@ -70,6 +71,7 @@ __all__ = [
     "Ping",
     "Capabilities",
     "NetworkPolicy",
+    "Secret",
     "configure",
     "errors",
 ]

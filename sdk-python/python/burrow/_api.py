@@ -24,6 +24,7 @@ from .errors import SandboxNotFoundError
 from .types import (
     Capabilities,
     NetworkPolicy,
+    Secret,
     DirEntry,
     Driver,
     ExecResult,
@@ -218,6 +219,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
         ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -240,6 +242,7 @@ class Sandbox:
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
@@ -264,6 +267,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
         ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -279,6 +283,7 @@ class Sandbox:
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
@@ -303,6 +308,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
         ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -315,6 +321,7 @@ class Sandbox:
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip

@@ -133,6 +133,7 @@ def build_kwargs(
     volumes: Optional[Sequence[Volume]],
     network: Any,
     ports: Optional[Sequence[str]],
+    secrets: Optional[Sequence[Any]],
     idle_timeout: Optional[Duration],
     idle_action: Optional[Union[str, IdleAction]],
     max_duration: Optional[Duration],
@@ -164,6 +165,7 @@ def build_kwargs(
         "volumes": vols,
         "network": network_json(network),
         "ports": None if ports is None else port_list(ports),
+        "secrets": None if secrets is None else secret_list(secrets),
         "idle_timeout": seconds(idle_timeout),
         "idle_action": idle_action_name(idle_action),
         "max_duration": seconds(max_duration),
@@ -205,6 +207,20 @@ def port_list(ports: Sequence[str]) -> List[str]:
         if not isinstance(p, str):
             raise TypeError(f"a published port is a string, not {type(p).__name__}")
         out.append(p)
+    return out
+
+
+def secret_list(secrets: Sequence[Any]) -> List[Dict[str, Any]]:
+    """The core's JSON of ``secrets=`` (a list of :class:`Secret`)."""
+    from .types import Secret
+
+    if isinstance(secrets, (str, Secret)):
+        raise TypeError("secrets is a list of Secret")
+    out = []
+    for s in secrets:
+        if not isinstance(s, Secret):
+            raise TypeError(f"a secret is a burrow.Secret, not {type(s).__name__}")
+        out.append(s._to_core())
     return out
 
 

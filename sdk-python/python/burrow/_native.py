@@ -92,6 +92,7 @@ class Calls:
         volumes: Optional[Sequence[Tuple[str, str, bool]]] = None,
         network: Any = False,
         ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Dict[str, Any]]] = None,
         idle_timeout: Optional[Seconds] = None,
         idle_action: Optional[str] = None,
         max_duration: Optional[Seconds] = None,
@@ -108,7 +109,7 @@ class Calls:
             name=name, mode=mode, image=image, driver=driver, cpus=cpus, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=vols,
-            network=network, ports=ports, idle_timeout=idle_timeout, idle_action=idle_action,
+            network=network, ports=ports, secrets=secrets, idle_timeout=idle_timeout, idle_action=idle_action,
             max_duration=max_duration, startup_timeout=startup_timeout,
             demand_start=demand_start, detached=detached,
         )  # fmt: skip

@@ -33,6 +33,7 @@ from .errors import SandboxNotFoundError
 from .types import (
     Capabilities,
     NetworkPolicy,
+    Secret,
     DirEntry,
     Driver,
     ExecResult,
@@ -227,6 +228,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
         ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -249,6 +251,7 @@ class Sandbox:
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
@@ -273,6 +276,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
         ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -288,6 +292,7 @@ class Sandbox:
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip
@@ -312,6 +317,7 @@ class Sandbox:
         volumes: Optional[Sequence[c.Volume]] = None,
         network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
         ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
         idle_timeout: Optional[c.Duration] = None,
         idle_action: Optional[Union[str, IdleAction]] = None,
         max_duration: Optional[c.Duration] = None,
@@ -324,6 +330,7 @@ class Sandbox:
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
             pids_limit=pids_limit, best_effort_limits=best_effort_limits,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
             startup_timeout=startup_timeout, demand_start=demand_start, detached=detached,
         )  # fmt: skip

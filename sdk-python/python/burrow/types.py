@@ -412,6 +412,28 @@ class NetworkPolicy:
 
 
 @dataclass(frozen=True)
+class Secret:
+    """A secret the sandbox never holds (``Secret("GITHUB_TOKEN", token,
+    ["api.github.com"])``): the guest's variable ``name`` holds a
+    placeholder, which the sandbox's network stack replaces with ``value``
+    in the heads of HTTP requests (HTTPS included) to ``hosts`` only
+    (``"api.github.com"``, ``"*.example.com"``, an IPv4 address); a
+    placeholder sent anywhere else closes the connection. The sandbox needs
+    a network. The value is never read back (``info().config["secrets"]``
+    has each name, hosts and placeholder) and not in ``repr``. See
+    docs/networking.md."""
+
+    name: str
+    value: str = field(repr=False)
+    hosts: Sequence[str] = ()
+
+    def _to_core(self) -> Dict[str, Any]:
+        if isinstance(self.hosts, str):
+            raise TypeError("a secret's hosts are a list of strings")
+        return {"name": self.name, "value": self.value, "hosts": list(self.hosts)}
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What the backend can do beyond the lifecycle every backend has. An
     operation it lacks raises :class:`~burrow.errors.UnsupportedError`.
@@ -436,6 +458,8 @@ class Capabilities:
     network_policy: bool = False
     #: Published ports (``ports=``) are served.
     published_ports: bool = False
+    #: Secrets (``secrets=``) go into the sandboxes' requests to their hosts.
+    secrets: bool = False
 
     @classmethod
     def _from_core(cls, d: Mapping[str, Any]) -> Capabilities:
@@ -449,4 +473,5 @@ class Capabilities:
             persistent_layer=bool(d.get("persistent_layer", True)),
             network_policy=bool(d.get("network_policy", False)),
             published_ports=bool(d.get("published_ports", False)),
+            secrets=bool(d.get("secrets", False)),
         )

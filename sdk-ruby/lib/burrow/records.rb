@@ -22,6 +22,18 @@ module Burrow
       NetworkPolicy.new(allow: value["allow"] || [], deny: value["deny"] || [])
     end
 
+    # The core's JSON of a +secrets:+ argument (an Array of {Secret}).
+    # @api private
+    def secrets_json(value)
+      raise TypeError, "secrets is an Array of Burrow::Secret, not #{value.class}" unless value.is_a?(Array)
+
+      value.map do |s|
+        raise TypeError, "a secret is a Burrow::Secret, not #{s.class}" unless s.is_a?(Secret)
+
+        s.to_json_value
+      end
+    end
+
     # The core's JSON of a +network:+ argument.
     # @api private
     def network_json(value)
@@ -71,12 +83,39 @@ module Burrow
     def to_json_value = { allow: Array(allow), deny: Array(deny) }
   end
 
+  # A secret the sandbox never holds
+  # (+Burrow::Secret.new(name: "GITHUB_TOKEN", value: token, hosts: ["api.github.com"])+):
+  # the guest's variable +name+ holds a placeholder, which the sandbox's
+  # network stack replaces with +value+ in the heads of HTTP requests
+  # (HTTPS included) to +hosts+ only (+"api.github.com"+, +"*.example.com"+,
+  # an IPv4 address); a placeholder sent anywhere else closes the
+  # connection. The sandbox needs a network. The value is never read back,
+  # nor shown by +inspect+; a bad name, host or value raises
+  # {InvalidConfigError}. See docs/networking.md.
+  Secret = Struct.new(:name, :value, :hosts, keyword_init: true) do
+    # @api private
+    def to_json_value
+      raise TypeError, "a secret's hosts are an Array of Strings" unless hosts.is_a?(Array)
+
+      { name: name, value: value, hosts: hosts }
+    end
+
+    def inspect = "#<struct Burrow::Secret name=#{name.inspect}, hosts=#{hosts.inspect}>"
+    alias_method :to_s, :inspect
+  end
+
+  # A secret as a configuration reads it back: its name, hosts and the
+  # placeholder the guest's variable holds (never the value).
+  SecretRecord = Struct.new(:name, :hosts, :placeholder, keyword_init: true)
+
   # @!attribute [r] network
   #   @return [Boolean, NetworkPolicy] +false+, +true+ (anything public) or the policy
+  # @!attribute [r] secrets
+  #   @return [Array<SecretRecord>] each secret's name, hosts and placeholder
   # @!attribute [r] ports
   #   @return [Array<String>] published ports, canonical (+"127.0.0.1:8080:80"+)
   SandboxConfig = Struct.new(:image, :driver, :runtime, :cpus, :memory, :pids_limit, :env, :workdir, :labels,
-                             :mounts, :network, :ports, :idle_timeout, :idle_action, :max_duration,
+                             :mounts, :network, :ports, :secrets, :idle_timeout, :idle_action, :max_duration,
                              :startup_timeout, :demand_start, keyword_init: true) do
     # @api private
     def self.from_json(h)
@@ -84,6 +123,9 @@ module Burrow
           cpus: h["cpus"], memory: h["memory_mb"], pids_limit: h["pids_limit"], env: h["env"] || {},
           workdir: h["workdir"], labels: h["labels"] || {}, mounts: h["mounts"] || [],
           network: Convert.network(h["network"]), ports: h["ports"] || [],
+          secrets: (h["secrets"] || []).map do |s|
+            SecretRecord.new(name: s["name"], hosts: s["hosts"], placeholder: s["placeholder"])
+          end,
           idle_timeout: Convert.seconds(h["idle_timeout"]), idle_action: Convert.sym(h["idle_action"] || "stop"),
           max_duration: Convert.seconds(h["max_duration"]), startup_timeout: Convert.seconds(h["startup_timeout"]),
           demand_start: h["demand_start"])
@@ -162,9 +204,9 @@ module Burrow
   # The local backend of an unprivileged user without a delegated cgroup
   # lacks +pause+.
   Capabilities = Struct.new(:pause, :modify_live, :metrics, :logs, :idle_reclaim, :attached, :persistent_layer,
-                            :network_policy, :published_ports, keyword_init: true) do
+                            :network_policy, :published_ports, :secrets, keyword_init: true) do
     # @api private
-    def self.from_json(h) = new(network_policy: false, published_ports: false,
+    def self.from_json(h) = new(network_policy: false, published_ports: false, secrets: false,
                                 **h.transform_keys(&:to_sym).slice(*members))
   end
 

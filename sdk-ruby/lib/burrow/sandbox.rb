@@ -232,7 +232,9 @@ module Burrow
       #   (+[{source:, target:, read_only:}]+), +network+ (+true+, +false+ or
       #   a {NetworkPolicy}), +ports+ (+["8080:80", "0.0.0.0:5353:53/udp"]+:
       #   published while it runs; a taken host port raises
-      #   {PortUnavailableError} at start), +idle_timeout+,
+      #   {PortUnavailableError} at start), +secrets+ (+[Burrow::Secret.new(
+      #   name: "GITHUB_TOKEN", value: token, hosts: ["api.github.com"])]+:
+      #   values the guest never holds; see {Secret}), +idle_timeout+,
       #   +idle_action+ (+:stop+ or +:hibernate+), +max_duration+,
       #   +startup_timeout+ (seconds), +demand_start+, +detached+, +replace+
       # @yieldparam sandbox [Sandbox]
@@ -318,6 +320,7 @@ module Burrow
         options[:runtime] = options[:runtime]&.to_s
         options[:idle_action] = options[:idle_action]&.to_s
         options[:network] = Convert.network_json(options[:network]) if options.key?(:network)
+        options[:secrets] = Convert.secrets_json(options[:secrets]) if options.key?(:secrets)
         options
       end
 
