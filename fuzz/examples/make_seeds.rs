@@ -504,6 +504,49 @@ fn net(dir: &Path) {
     for (i, p) in policies.iter().enumerate() {
         write(dir, &format!("policy-{i}"), &[&[2u8][..], p.as_bytes()].concat());
     }
+    write(dir, "hello-0", &[&[3u8][..], &client_hello("api.github.com")].concat());
+    write(dir, "hello-1", &[&[3u8][..], &client_hello("x.c.test")[..40]].concat());
+    // The filter: a mode byte (even: HTTPS to a.test, odd: plain), a cut
+    // byte, then the guest's bytes (\x01, \x02: A's and B's placeholders).
+    let requests: [&[u8]; 4] = [
+        b"\x01\x07GET /?t=\x01 HTTP/1.1\r\nHost: a.test\r\nAuthorization: Bearer \x01\r\n\r\n",
+        b"\x00\x03POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\nX: \x01\r\n\r\n",
+        b"\x01\x05PUT / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 4\r\n\r\nbodyGET / HTTP/1.1\r\nHost: b.test\r\nX: \x02\r\n\r\n",
+        b"\x00\x01SSH-2.0-OpenSSH_9.2\r\n\x00\x00\x02",
+    ];
+    for (i, r) in requests.iter().enumerate() {
+        write(dir, &format!("filter-{i}"), &[&[4u8][..], r].concat());
+    }
+    for (i, h) in ["api.github.com", "*.example.org", "203.0.113.7"].iter().enumerate() {
+        write(dir, &format!("secret-host-{i}"), &[&[5u8][..], h.as_bytes()].concat());
+    }
+}
+
+/// A TLS ClientHello record asking for `name` (SNI), as a client sends it.
+fn client_hello(name: &str) -> Vec<u8> {
+    let n = name.as_bytes();
+    let len16 = |v: usize| u16::try_from(v).expect("short").to_be_bytes();
+    let mut sni = Vec::new();
+    sni.extend_from_slice(&len16(n.len() + 3));
+    sni.push(0);
+    sni.extend_from_slice(&len16(n.len()));
+    sni.extend_from_slice(n);
+    let mut exts = vec![0, 0];
+    exts.extend_from_slice(&len16(sni.len()));
+    exts.extend_from_slice(&sni);
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7; 32]);
+    body.push(0);
+    body.extend_from_slice(&[0, 2, 0x13, 0x01, 1, 0]);
+    body.extend_from_slice(&len16(exts.len()));
+    body.extend_from_slice(&exts);
+    let mut hs = vec![1, 0];
+    hs.extend_from_slice(&len16(body.len()));
+    hs.extend_from_slice(&body);
+    let mut record = vec![0x16, 3, 1];
+    record.extend_from_slice(&len16(hs.len()));
+    record.extend_from_slice(&hs);
+    record
 }
 
 /// Index of `media` in `burrow_fuzz::layout::MANIFEST_MEDIA`.

@@ -131,7 +131,7 @@ test("the package reports the backend's capabilities, and an operation it lacks 
   configure({ home });
   try {
     const caps = await Sandbox.capabilities();
-    assert.deepEqual(Object.keys(caps).sort(), ["attached", "idleReclaim", "logs", "metrics", "modifyLive", "networkPolicy", "pause", "persistentLayer", "publishedPorts"]);
+    assert.deepEqual(Object.keys(caps).sort(), ["attached", "idleReclaim", "logs", "metrics", "modifyLive", "networkPolicy", "pause", "persistentLayer", "publishedPorts", "secrets"]);
     // The local engine run by root has every capability.
     if (!remote && process.getuid!() === 0) assert.ok(Object.values(caps).every((v) => v), JSON.stringify(caps));
     if (remote) return;

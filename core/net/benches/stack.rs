@@ -6,7 +6,10 @@
 //!
 //! - a download of BENCH_BYTES (default 1 GiB) from the server, MB/s;
 //! - connection setup: the median of 200 connects (each reading the
-//!   server's one-byte greeting), microseconds.
+//!   server's one-byte greeting), microseconds;
+//!
+//! and both again through a stack with a secret, whose connections go
+//! through the secrets' filter (plain bytes, not intercepted).
 //!
 //! Run: `cargo bench -p burrow-net --bench stack` (root or not: it runs in
 //! a user and network namespace of its own, made with `unshare`; pasta
@@ -145,43 +148,26 @@ fn main() {
         ip route add default via 198.18.20.254 dev host0");
     let ports = servers(bytes);
 
-    // The stack.
-    let g1 = holder();
-    let pid = g1.id() as i32;
-    let fd = std::thread::spawn(move || burrow_net::link::make_link(pid))
-        .join()
-        .unwrap()
-        .unwrap();
+    // The stack, and a second one with a secret (its connections read
+    // by the secrets' filter).
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let policy = Policy::allow([
-        format!("tcp:127.0.0.1:{}", ports.0),
-        format!("tcp:127.0.0.1:{}", ports.1),
-    ])
-    .unwrap();
-    let (_tx, rx) = tokio::sync::watch::channel(policy);
-    let _stack = rt.spawn(async move {
-        let link = stack::packet_link(fd, burrow_net::addrs::MTU).unwrap();
-        stack::run(
-            link,
-            StackConfig {
-                policy: rx,
-                upstream: Vec::new(),
-                counters: Arc::new(Counters::default()),
-                on_refusal: Arc::new(|_| {}),
-                mtu: burrow_net::addrs::MTU,
-                secrets: None,
-            },
-        )
-        .await
-    });
-    let nsenter: Vec<String> = ["nsenter", "-t", &g1.id().to_string(), "-n"]
-        .map(String::from)
-        .to_vec();
+    let (g1, nsenter) = start_stack(&rt, ports, None);
     let ours = measure(&nsenter, "10.0.2.2", ports, bytes, iters);
+    let secrets = Arc::new(burrow_net::secrets::Secrets {
+        list: Arc::from(vec![burrow_net::secrets::Secret {
+            name: "TOKEN".into(),
+            placeholder: burrow_net::secrets::placeholder_from([1; 16]),
+            value: "bench".into(),
+            hosts: vec![burrow_net::secrets::SecretHost::parse("api.example.com").unwrap()],
+        }]),
+        tls: None,
+    });
+    let (g2, nsenter2) = start_stack(&rt, ports, Some(secrets));
+    let guarded = measure(&nsenter2, "10.0.2.2", ports, bytes, iters);
 
     // pasta, running the client in a namespace of its own, its gateway
     // (the host's, copied) mapped to the host's loopback (its default).
@@ -198,14 +184,66 @@ fn main() {
         theirs.0,
         ours.0 / theirs.0
     );
+    println!(
+        "  with secrets  {:8.1} MB/s   ({:.2}x)",
+        guarded.0,
+        guarded.0 / ours.0
+    );
     println!("connection setup, median of 200:");
     println!("  burrow stack  {:8} us", ours.1);
+    println!(
+        "  with secrets  {:8} us   ({:.2}x)",
+        guarded.1,
+        guarded.1 as f64 / ours.1 as f64
+    );
     println!(
         "  pasta         {:8} us   ({:.2}x)",
         theirs.1,
         ours.1 as f64 / theirs.1 as f64
     );
-    let mut g1 = g1;
-    let _ = g1.kill();
-    let _ = g1.wait();
+    for mut g in [g1, g2] {
+        let _ = g.kill();
+        let _ = g.wait();
+    }
+}
+
+/// A guest namespace whose link goes to a stack (with `secrets`) allowing
+/// the two servers; its holder and the prefix that runs a command in it.
+fn start_stack(
+    rt: &tokio::runtime::Runtime,
+    ports: (u16, u16),
+    secrets: Option<Arc<burrow_net::secrets::Secrets>>,
+) -> (Child, Vec<String>) {
+    let g = holder();
+    let pid = g.id() as i32;
+    let fd = std::thread::spawn(move || burrow_net::link::make_link(pid))
+        .join()
+        .unwrap()
+        .unwrap();
+    let policy = Policy::allow([
+        format!("tcp:127.0.0.1:{}", ports.0),
+        format!("tcp:127.0.0.1:{}", ports.1),
+    ])
+    .unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(policy);
+    rt.spawn(async move {
+        let _policy = tx;
+        let link = stack::packet_link(fd, burrow_net::addrs::MTU).unwrap();
+        stack::run(
+            link,
+            StackConfig {
+                policy: rx,
+                upstream: Vec::new(),
+                counters: Arc::new(Counters::default()),
+                on_refusal: Arc::new(|_| {}),
+                mtu: burrow_net::addrs::MTU,
+                secrets,
+            },
+        )
+        .await
+    });
+    let nsenter = ["nsenter", "-t", &g.id().to_string(), "-n"]
+        .map(String::from)
+        .to_vec();
+    (g, nsenter)
 }
