@@ -117,6 +117,36 @@ def _ports_twice(case, response) -> bool:
     return isinstance(ports, list) and len(ports) > 1
 
 
+SECRET_PATH = re.compile(r"secrets(?:\[([0-9]+)\]\.(name|hosts\[([0-9]+)\]))?")
+
+
+def _secret_refused(case, response) -> bool:
+    # What no schema says of secrets: a sandbox without a network has
+    # nowhere to send one; two of one name, or a name also in `env`; a
+    # host whose last label is all digits but is no IPv4 address.
+    err = _refusal(response)
+    m = SECRET_PATH.fullmatch(err.get("subject", "")) if err.get("code") == "invalid_config" else None
+    if m is None:
+        return False
+    body = case.body if isinstance(case.body, dict) else {}
+    config = body.get("config") or {}
+    secrets = config.get("secrets") or []
+    if m.group(1) is None:
+        return config.get("network") in (None, False, "none")
+    try:
+        secret = secrets[int(m.group(1))]
+    except (IndexError, TypeError, ValueError):
+        return False
+    if m.group(2) == "name":
+        names = [s.get("name") for s in secrets if isinstance(s, dict)]
+        return names.count(secret.get("name")) > 1 or secret.get("name") in (config.get("env") or {})
+    try:
+        host = secret["hosts"][int(m.group(3))]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return False
+    return host.rsplit(".", 1)[-1].isdigit()
+
+
 def _inferred_non_sandbox_id(case) -> bool:
     if case.method.upper() != "PUT" or case.operation.path != "/v1/gateway/targets/{id}":
         return False
@@ -174,6 +204,7 @@ def filter_failure(ctx, failure, case, response) -> bool:
         or _descending_port_range(case, response)
         or _network_refused(case, response)
         or _ports_twice(case, response)
+        or _secret_refused(case, response)
     ):
         return False
     if failure.code == "ST101":

@@ -160,7 +160,8 @@ impl Filter {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let parsed = httparse::Request::new(&mut headers).parse(&self.head);
         match parsed {
-            Ok(httparse::Status::Complete(n)) => {
+            // A head longer than MAX_HEAD is opaque however it arrived.
+            Ok(httparse::Status::Complete(n)) if n <= MAX_HEAD => {
                 let mut head = std::mem::take(&mut self.head);
                 head.truncate(n);
                 self.finish_head(head, out)?;
