@@ -144,7 +144,7 @@ def _secret_refused(case, response) -> bool:
         host = secret["hosts"][int(m.group(3))]
     except (KeyError, IndexError, TypeError, ValueError):
         return False
-    return host.rsplit(".", 1)[-1].isdigit()
+    return host.rstrip(".").rsplit(".", 1)[-1].isdigit()
 
 
 def _inferred_non_sandbox_id(case) -> bool:
