@@ -206,8 +206,8 @@ async fn a_secret_reaches_its_host_only_and_never_the_guest() {
     let h = heads();
     let got = h
         .iter()
-        .find(|h| h.contains("Host: api.test"))
-        .expect("a head from api.test");
+        .find(|h| h.starts_with("GET /x?"))
+        .expect("the request to api.test");
     assert!(
         got.contains(&format!("Authorization: Bearer {VALUE}\r\n")),
         "{got}"
@@ -216,10 +216,14 @@ async fn a_secret_reaches_its_host_only_and_never_the_guest() {
 
     // To another host (allowed by the policy, at the same address): the
     // connection is closed before anything reaches it, and logged.
-    let before = heads().len();
     let (_, out) = sh(&sb, &get("other.test", s.http)).await;
     assert!(!out.contains("rc=0"), "{out}");
-    assert_eq!(heads().len(), before, "nothing reached other.test");
+    // (The tests of this binary share the servers: only this one names
+    // other.test.)
+    assert!(
+        heads().iter().all(|h| !h.contains("Host: other.test")),
+        "nothing reached other.test"
+    );
     let logs = burrow_test_support::logs_of(home.dir.path());
     assert!(
         logs.contains("refused secret TOKEN to other.test"),
@@ -408,7 +412,6 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
         assert!(!text.contains(VALUE), "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["config"]["secrets"][0]["name"], "TOKEN");
-        let before = heads().len();
         let out = home.cli().args(["start", name]).output().unwrap();
         assert_eq!(
             out.status.code(),
@@ -420,7 +423,7 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
             .cli()
             .args(["exec", name, "--", "sh", "-c"])
             .arg(format!(
-                "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://api.test:{}/cli",
+                "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://api.test:{}/cli-{name}",
                 s.http
             ))
             .output()
@@ -433,9 +436,8 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
         );
         let h = heads();
         assert!(
-            h[before..]
-                .iter()
-                .any(|h| h.contains(&format!("Bearer {VALUE}\r\n"))),
+            h.iter().any(|h| h.starts_with(&format!("GET /cli-{name} "))
+                && h.contains(&format!("Bearer {VALUE}\r\n"))),
             "{h:?}"
         );
         home.cli().args(["rm", "-f", name]).output().unwrap();
