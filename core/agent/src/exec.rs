@@ -92,8 +92,17 @@ pub fn run(ctx: &Ctx, req: ExecRequest) -> Result<Response, GuestError> {
     }
     let pid = session.pid;
     info!("exec {}: started {program:?} as pid {pid}", ctx.id);
-    let status = session.run();
+    let (status, dropped_output) = session.run();
     info!("exec {}: pid {pid} ended: {status:?}", ctx.id);
+    if dropped_output {
+        // Cancelled (its caller went away, or the agent is shutting down
+        // for a stop) after the process exited but before its output was
+        // all read: an error, never a success without its output.
+        return Err(GuestError::new(
+            GuestErrorCode::Aborted,
+            "the exec was cancelled before its output was read",
+        ));
+    }
     Ok(Response::Exit(status))
 }
 
@@ -192,6 +201,9 @@ struct Session<'a> {
     stalled_since: Option<Instant>,
     /// The host abandoned the request: its output goes nowhere.
     cancelled: bool,
+    /// Output still unread was dropped by a cancel after the exit: the
+    /// exit status alone would read as a success without its output.
+    dropped_output: bool,
     buf: Vec<u8>,
 }
 
@@ -215,11 +227,13 @@ impl<'a> Session<'a> {
             drain_until: None,
             stalled_since: None,
             cancelled: false,
+            dropped_output: false,
             buf: ctx.agent.out.buffer(),
         }
     }
 
-    fn run(mut self) -> ExitStatus {
+    /// The exit status, and whether a cancel dropped output still unread.
+    fn run(mut self) -> (ExitStatus, bool) {
         loop {
             let now = Instant::now();
             if self.status.is_none() && self.deadline.is_some_and(|d| now >= d) {
@@ -232,7 +246,7 @@ impl<'a> Session<'a> {
                 if self.outputs.is_empty()
                     || (!stalled && self.drain_until.is_some_and(|d| now >= d))
                 {
-                    return exit_status(status, self.timed_out);
+                    return (exit_status(status, self.timed_out), self.dropped_output);
                 }
             }
 
@@ -301,6 +315,7 @@ impl<'a> Session<'a> {
                 self.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
                 self.input = None;
                 if self.cancelled {
+                    // Killed by the cancel: its status says so.
                     self.outputs.clear();
                 }
             }
@@ -343,6 +358,7 @@ impl<'a> Session<'a> {
             Event::Input(Input::Cancel) => {
                 self.cancelled = true;
                 if self.status.is_some() {
+                    self.dropped_output |= !self.outputs.is_empty();
                     self.outputs.clear();
                 } else {
                     self.signal(libc::SIGKILL);

@@ -186,6 +186,20 @@ fn cancel_kills_the_process() {
 }
 
 #[test]
+fn a_cancel_after_the_exit_with_output_unread_is_an_error_not_a_success() {
+    // No credit: the output waits in the pipe while the process exits; a
+    // cancel then (a stop's shutdown, or the caller gone) must not answer
+    // "exit 0" without the output.
+    let mut agent = Agent::start();
+    let id = agent.request_windowed(Request::Exec(exec_req(&["echo", "soak"])), 0);
+    std::thread::sleep(Duration::from_millis(300));
+    agent.send(&HostMsg::Cancel { id });
+    let out = agent.collect(id);
+    assert_eq!(out.error().code, GuestErrorCode::Aborted);
+    assert!(out.stdout_str().is_empty());
+}
+
+#[test]
 fn background_children_do_not_hold_the_exec_open() {
     let mut agent = Agent::start();
     let started = Instant::now();
