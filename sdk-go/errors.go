@@ -56,6 +56,9 @@ const (
 	// ErrPortUnavailable: a published port's host address is taken (or
 	// not this host's); the start did not happen.
 	ErrPortUnavailable ErrorCode = "port_unavailable"
+	// ErrSnapshotInUse: a snapshot cannot be removed while sandboxes
+	// created from it exist; nothing was removed.
+	ErrSnapshotInUse ErrorCode = "snapshot_in_use"
 )
 
 // ErrorCodes lists every code this package knows, in the core's order
@@ -66,7 +69,7 @@ func ErrorCodes() []ErrorCode {
 		ErrInvalidName, ErrInvalidConfig, ErrInvalidImage, ErrInvalidArgument,
 		ErrStarting, ErrStartFailed, ErrTimeout, ErrRuntimeUnavailable, ErrGuest,
 		ErrProtocol, ErrStore, ErrIO, ErrUnauthorized, ErrUnsupported,
-		ErrPortUnavailable,
+		ErrPortUnavailable, ErrSnapshotInUse,
 	}
 }
 

@@ -85,6 +85,8 @@ export const UnauthorizedError = errorClass("unauthorized", "UnauthorizedError")
 export const UnsupportedError = errorClass("unsupported", "UnsupportedError");
 /** A published port's host address is taken (or not this host's): the start did not happen. */
 export const PortUnavailableError = errorClass("port_unavailable", "PortUnavailableError");
+/** A snapshot cannot be removed: sandboxes created from it still exist. Nothing was removed. */
+export const SnapshotInUseError = errorClass("snapshot_in_use", "SnapshotInUseError");
 
 /** Every error class by its code (the core's list, checked by the tests). */
 export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Object.freeze(
@@ -109,6 +111,7 @@ export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Objec
       UnauthorizedError,
       UnsupportedError,
       PortUnavailableError,
+      SnapshotInUseError,
     ].map((c) => [c.CODE, c]),
   ),
 );

@@ -50,6 +50,7 @@ CODE_CLASSES = {
     "unauthorized": "UnauthorizedError",
     "unsupported": "UnsupportedError",
     "port_unavailable": "PortUnavailableError",
+    "snapshot_in_use": "SnapshotInUseError",
 }
 
 NAME_OPS = {"create", "connect_or_create", "define", "get", "get_by_id", "list"}

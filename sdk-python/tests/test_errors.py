@@ -35,6 +35,7 @@ TABLE = {
     "unauthorized": "UnauthorizedError",
     "unsupported": "UnsupportedError",
     "port_unavailable": "PortUnavailableError",
+    "snapshot_in_use": "SnapshotInUseError",
 }
 # core/burrow/src/error.rs, ErrorCode::ALL, in its order.
 CORE_ALL = list(TABLE)

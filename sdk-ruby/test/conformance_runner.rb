@@ -42,7 +42,8 @@ module Conformance
     "io" => "Burrow::IOError",
     "unauthorized" => "Burrow::UnauthorizedError",
     "unsupported" => "Burrow::UnsupportedError",
-    "port_unavailable" => "Burrow::PortUnavailableError"
+    "port_unavailable" => "Burrow::PortUnavailableError",
+    "snapshot_in_use" => "Burrow::SnapshotInUseError"
   }.freeze
 
   # How long a follow_logs step waits for its stream to end (seconds,

@@ -231,6 +231,11 @@ fn e2e(env: &mut Env, driver: &str) -> Result<(), String> {
     if driver != "runsc" {
         c.args(["--test", "network", "--test", "secrets"]);
     }
+    // Filesystem snapshots: the container driver's writable layer (the vm
+    // driver's comes through its agent).
+    if driver != "vm" {
+        c.args(["--test", "snapshots"]);
+    }
     run(&mut c)
 }
 

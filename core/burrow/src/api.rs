@@ -245,7 +245,8 @@ pub fn http_status(code: ErrorCode) -> u16 {
         ErrorCode::AlreadyExists
         | ErrorCode::SandboxReplaced
         | ErrorCode::InvalidState
-        | ErrorCode::PortUnavailable => 409,
+        | ErrorCode::PortUnavailable
+        | ErrorCode::SnapshotInUse => 409,
         ErrorCode::InvalidName
         | ErrorCode::InvalidConfig
         | ErrorCode::InvalidImage
@@ -307,7 +308,14 @@ pub struct ErrorBody {
     /// For `io`: the path involved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// For `snapshot_in_use`: the sandboxes that use the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandboxes: Option<Vec<String>>,
 }
+
+/// The `subject` of an `already_exists` answer about a snapshot (one about
+/// a sandbox has none, and carries the sandbox's id).
+const SNAPSHOT_SUBJECT: &str = "snapshot";
 
 impl From<&Error> for ErrorBody {
     fn from(e: &Error) -> Self {
@@ -372,6 +380,15 @@ impl From<&Error> for ErrorBody {
                 b.reason = Some(source.to_string());
             }
             Error::Unsupported { operation } => b.operation = Some(operation.clone()),
+            Error::SnapshotExists { name } => {
+                b.subject = Some(SNAPSHOT_SUBJECT.to_owned());
+                b.name = Some(name.clone());
+            }
+            Error::SnapshotInUse { name, sandboxes } => {
+                b.subject = Some(SNAPSHOT_SUBJECT.to_owned());
+                b.name = Some(name.clone());
+                b.sandboxes = Some(sandboxes.clone());
+            }
             _ => {}
         }
         b
@@ -415,7 +432,12 @@ impl ErrorBody {
             },
             ErrorCode::AlreadyExists => match id {
                 Some(id) => Error::AlreadyExists { name, id },
+                None if subject == SNAPSHOT_SUBJECT => Error::SnapshotExists { name },
                 None => missing("id"),
+            },
+            ErrorCode::SnapshotInUse => Error::SnapshotInUse {
+                name,
+                sandboxes: self.sandboxes.unwrap_or_default(),
             },
             ErrorCode::NotFound => Error::NotFound {
                 what: subject,
@@ -566,6 +588,13 @@ mod tests {
             },
             Error::Unauthorized { reason: "r".into() },
             Error::unsupported("pause"),
+            Error::SnapshotInUse {
+                name: "base".into(),
+                sandboxes: vec!["a".into(), "b, c".into()],
+            },
+            Error::SnapshotExists {
+                name: "base".into(),
+            },
         ]
     }
 

@@ -21,7 +21,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::{Error, Result};
 use crate::logs::{LogOptions, LogStream};
-use crate::model::{Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, Status};
+use crate::model::{
+    Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, SnapshotInfo, SnapshotOptions,
+    Status,
+};
 
 pub use burrow_protocol::Metrics;
 
@@ -196,6 +199,19 @@ pub struct Capabilities {
     /// Absent from an older server's answer: `false`.
     #[serde(default)]
     pub secrets: bool,
+    /// Filesystem snapshots ([`Backend::snapshot`], the snapshot store,
+    /// `snapshot:NAME` images). Absent from an older server's answer:
+    /// `false`.
+    #[serde(default)]
+    pub snapshots: bool,
+    /// Full snapshots of running sandboxes (memory and processes too,
+    /// [`SnapshotKind::Full`](crate::SnapshotKind::Full)) on this host's default driver. Absent from
+    /// an older server's answer: `false`.
+    #[serde(default)]
+    pub full_snapshots: bool,
+    /// [`Backend::fork`]. Absent from an older server's answer: `false`.
+    #[serde(default)]
+    pub fork: bool,
 }
 
 fn yes() -> bool {
@@ -215,6 +231,9 @@ impl Capabilities {
         network_policy: true,
         published_ports: true,
         secrets: true,
+        snapshots: true,
+        full_snapshots: true,
+        fork: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -229,6 +248,9 @@ impl Capabilities {
         network_policy: false,
         published_ports: false,
         secrets: false,
+        snapshots: false,
+        full_snapshots: false,
+        fork: false,
     };
 }
 
@@ -385,6 +407,35 @@ pub trait Backend: Send + Sync + Debug {
     async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
         let _ = (name, id, opts);
         Err(Error::unsupported("logs"))
+    }
+
+    /// Saves the sandbox under `snapshot` (see [`SnapshotOptions`] for
+    /// what is saved). A running sandbox is frozen for the copy and goes
+    /// on afterwards; one that is not running stays as it is.
+    async fn snapshot(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        snapshot: &str,
+        opts: &SnapshotOptions,
+    ) -> Result<SnapshotInfo> {
+        let _ = (name, id, snapshot, opts);
+        Err(Error::unsupported("snapshot"))
+    }
+    /// The stored snapshots, by name.
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Err(Error::unsupported("snapshots"))
+    }
+    /// One stored snapshot ([`Error::NotFound`] if there is none).
+    async fn get_snapshot(&self, snapshot: &str) -> Result<SnapshotInfo> {
+        let _ = snapshot;
+        Err(Error::unsupported("snapshots"))
+    }
+    /// Removes a stored snapshot: [`Error::SnapshotInUse`] while sandboxes
+    /// created from it exist, [`Error::NotFound`] if there is none.
+    async fn remove_snapshot(&self, snapshot: &str) -> Result<()> {
+        let _ = snapshot;
+        Err(Error::unsupported("snapshots"))
     }
 }
 

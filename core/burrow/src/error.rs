@@ -53,6 +53,8 @@ listed_enum! {
         Unsupported = "unsupported",
         /// See [`Error::PortUnavailable`].
         PortUnavailable = "port_unavailable",
+        /// See [`Error::SnapshotInUse`].
+        SnapshotInUse = "snapshot_in_use",
     }
 }
 
@@ -146,6 +148,21 @@ pub enum Error {
         address: String,
         /// Why.
         reason: String,
+    },
+    /// A snapshot with this name already exists (code `already_exists`).
+    #[error("a snapshot named {name:?} already exists")]
+    SnapshotExists {
+        /// The snapshot name.
+        name: String,
+    },
+    /// The snapshot cannot be removed: sandboxes were created from it and
+    /// still exist. Nothing was removed.
+    #[error("snapshot {name:?} is in use by {} sandbox(es): {}", sandboxes.len(), sandboxes.join(", "))]
+    SnapshotInUse {
+        /// The snapshot name.
+        name: String,
+        /// The names of the sandboxes that use it.
+        sandboxes: Vec<String>,
     },
     /// The sandbox is being started by another caller.
     #[error("sandbox {name:?} ({id}) is starting")]
@@ -286,6 +303,8 @@ impl Error {
             Error::Unauthorized { .. } => ErrorCode::Unauthorized,
             Error::Unsupported { .. } => ErrorCode::Unsupported,
             Error::PortUnavailable { .. } => ErrorCode::PortUnavailable,
+            Error::SnapshotExists { .. } => ErrorCode::AlreadyExists,
+            Error::SnapshotInUse { .. } => ErrorCode::SnapshotInUse,
         }
     }
 

@@ -64,11 +64,13 @@ pub use error::{Error, ErrorCode, Result};
 #[cfg(feature = "local")]
 pub use local::{LocalBackend, LocalConfig};
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
+pub use model::{snapshot_of_image, validate_snapshot_name, MAX_SNAPSHOT_NAME};
 pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, IdleAction, Modify, ModifyPlan, Mount,
     MountSource, Network, NetworkPolicy, NetworkRule, NetworkRuleError, OciRuntime, PortMapping,
     PortMappingError, PortProtocol, SandboxConfig, SandboxId, SandboxInfo, Secret, SecretHost,
-    SecretValue, Status, MAX_DURATION, MAX_PIDS_LIMIT, MAX_PORTS, SANDBOX_CA_FILE,
+    SecretValue, SnapshotInfo, SnapshotKind, SnapshotOptions, Status, MAX_DURATION, MAX_PIDS_LIMIT,
+    MAX_PORTS, SANDBOX_CA_FILE, SNAPSHOT_IMAGE_PREFIX,
 };
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;

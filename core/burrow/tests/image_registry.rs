@@ -1043,7 +1043,7 @@ async fn remove_and_prune_keep_what_is_referenced_or_in_use() {
     assert_eq!(listed, vec![ra.clone(), rb.clone()]);
 
     // Nothing to prune while everything is referenced or in use.
-    let report = prune(&t.home, std::slice::from_ref(&local_ref)).unwrap();
+    let report = prune(&t.home, std::slice::from_ref(&local_ref), &[]).unwrap();
     assert_eq!(
         (report.blobs_removed, report.rootfs_removed),
         (0, 0),
@@ -1054,7 +1054,7 @@ async fn remove_and_prune_keep_what_is_referenced_or_in_use() {
     remove_image(&t.home, &ra).unwrap();
     let err = remove_image(&t.home, &ra).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NotFound);
-    let report = prune(&t.home, std::slice::from_ref(&local_ref)).unwrap();
+    let report = prune(&t.home, std::slice::from_ref(&local_ref), &[]).unwrap();
     // A's manifest, config and top layer.
     assert_eq!(report.blobs_removed, 3, "{report:?}");
     assert_eq!(report.rootfs_removed, 1, "{report:?}");
@@ -1072,7 +1072,7 @@ async fn remove_and_prune_keep_what_is_referenced_or_in_use() {
     remove_image(&t.home, &rb).unwrap();
     assert!(list_images(&t.home).unwrap().is_empty());
     let in_use = vec![rb.clone(), local_ref.clone()];
-    let report = prune(&t.home, &in_use).unwrap();
+    let report = prune(&t.home, &in_use, &[]).unwrap();
     assert_eq!(
         (report.blobs_removed, report.rootfs_removed),
         (0, 0),
@@ -1081,7 +1081,7 @@ async fn remove_and_prune_keep_what_is_referenced_or_in_use() {
     assert!(lexists(&pb.rootfs));
 
     // Nothing in use: everything goes.
-    let report = prune(&t.home, &[]).unwrap();
+    let report = prune(&t.home, &[], &[]).unwrap();
     assert_eq!(report.rootfs_removed, 2, "{report:?}");
     assert_eq!(report.blobs_removed, 4, "{report:?}");
     assert!(t

@@ -44,6 +44,24 @@ pub(crate) fn remove(args: &[String]) -> ExitCode {
     }
 }
 
+/// `burrow __layer UPPER OUT`: internal, spawned by the library of an
+/// unprivileged user to write the writable layer of a stopped rootless
+/// sandbox (files of its subordinate ids) as a snapshot layer (it enters a
+/// user namespace: single-threaded here).
+pub(crate) fn layer(args: &[String]) -> ExitCode {
+    let [upper, out] = args else {
+        eprintln!("burrow __layer: expected a layer directory and an output file");
+        return ExitCode::from(2);
+    };
+    match supervisor::write_layer_in_user_namespace(upper.as_ref(), out.as_ref()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("burrow __layer: {}", burrow::error::report(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `burrow __link PID FD`: internal, spawned by a supervisor to give the
 /// container of PID its network link (it enters the container's user
 /// namespace: single-threaded here) and hand it back over the socket FD.

@@ -341,6 +341,15 @@ pub enum Control {
     Reload,
     /// Resource usage of the runtime. Response [`Response::Metrics`].
     Metrics,
+    /// Write the sandbox's writable layer (what it changed over its image)
+    /// as an uncompressed OCI layer tar to `layer`, a host path that must
+    /// not exist yet, with the guest frozen for the copy where the host can
+    /// freeze it (a paused one stays paused). Response [`Response::Done`]
+    /// once the file is complete and synced.
+    Snapshot {
+        /// Where to write the layer (a host path).
+        layer: String,
+    },
 }
 
 /// Resource usage of a running sandbox; `None` where the host does not

@@ -37,6 +37,7 @@ __all__ = [
     "UnauthorizedError",
     "UnsupportedError",
     "PortUnavailableError",
+    "SnapshotInUseError",
     "CommandFailedError",
     "CODES",
 ]
@@ -222,6 +223,13 @@ class PortUnavailableError(BurrowError):
     CODE = "port_unavailable"
 
 
+class SnapshotInUseError(BurrowError):
+    """A snapshot cannot be removed: sandboxes created from it still
+    exist (``sandboxes`` names them). Nothing was removed."""
+
+    CODE = "snapshot_in_use"
+
+
 class UnsupportedError(BurrowError):
     """The backend does not support this operation at all (for instance a
     backend that cannot pause). Nothing was changed."""
@@ -253,6 +261,7 @@ CODES: Dict[str, Type[BurrowError]] = {
         UnauthorizedError,
         UnsupportedError,
         PortUnavailableError,
+        SnapshotInUseError,
     )
 }
 

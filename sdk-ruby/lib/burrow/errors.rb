@@ -60,7 +60,8 @@ module Burrow
     "io" => :IOError,
     "unauthorized" => :UnauthorizedError,
     "unsupported" => :UnsupportedError,
-    "port_unavailable" => :PortUnavailableError
+    "port_unavailable" => :PortUnavailableError,
+    "snapshot_in_use" => :SnapshotInUseError
   }.freeze
 
   # Every error class by its code.

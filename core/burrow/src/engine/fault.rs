@@ -64,6 +64,13 @@ listed_enum! {
         /// `burrow serve` gateway: holds a call that found its target not
         /// ready, before it claims the start.
         GatewayBeforeClaim = "gateway.before_claim",
+        /// Supervisor: holds with the guest frozen for a snapshot, before its
+        /// layer is written.
+        SnapshotFrozen = "snapshot.frozen",
+        /// Snapshot: hangs with half of a stopped sandbox's layer written.
+        SnapshotMidLayer = "snapshot.mid_layer",
+        /// Snapshot: hangs with its content stored, before its record is written.
+        SnapshotBeforeRecord = "snapshot.before_record",
         /// Binding core: does not hang; every call panics (the SDKs' tests).
         BindingPanic = "binding.panic",
     }

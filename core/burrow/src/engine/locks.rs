@@ -30,20 +30,24 @@ impl FileLock {
     /// Blocks (off the async runtime) until the lock is held.
     pub async fn acquire(path: &Path) -> Result<FileLock> {
         let path = path.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            let file = open(&path)?;
-            file.lock()
-                .map_err(|e| Error::io("locking", Some(&path), e))?;
-            Ok(FileLock { file })
-        })
-        .await
-        .map_err(|e| {
-            Error::io(
-                "lock task failed",
-                None,
-                std::io::Error::other(e.to_string()),
-            )
-        })?
+        tokio::task::spawn_blocking(move || FileLock::acquire_blocking(&path))
+            .await
+            .map_err(|e| {
+                Error::io(
+                    "lock task failed",
+                    None,
+                    std::io::Error::other(e.to_string()),
+                )
+            })?
+    }
+
+    /// Blocks the calling thread until the lock is held (for code that runs
+    /// off the async runtime already).
+    pub fn acquire_blocking(path: &Path) -> Result<FileLock> {
+        let file = open(path)?;
+        file.lock()
+            .map_err(|e| Error::io("locking", Some(path), e))?;
+        Ok(FileLock { file })
     }
 
     /// Takes the lock if it is free right now.

@@ -27,5 +27,6 @@ pub(crate) mod logs;
 pub(crate) mod paths;
 pub(crate) mod procs;
 pub(crate) mod secrets;
+pub(crate) mod snapshot;
 pub(crate) mod store;
 pub(crate) mod supervisor;

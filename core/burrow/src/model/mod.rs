@@ -7,6 +7,7 @@ mod modify;
 mod name;
 mod ports;
 pub(crate) mod secrets;
+mod snapshot;
 mod status;
 
 pub use config::{
@@ -21,4 +22,8 @@ pub use ports::{PortMapping, PortMappingError, PortProtocol, MAX_PORTS};
 #[cfg(feature = "local")]
 pub(crate) use secrets::new_placeholder;
 pub use secrets::{Secret, SecretHost, SecretValue, MAX_HOSTS, MAX_SECRETS, MAX_VALUE};
+pub use snapshot::{
+    snapshot_of_image, validate_snapshot_name, SnapshotInfo, SnapshotKind, SnapshotOptions,
+    MAX_SNAPSHOT_NAME, SNAPSHOT_IMAGE_PREFIX,
+};
 pub use status::Status;

@@ -213,6 +213,29 @@ impl SandboxHandle {
         self.backend.metrics(&self.name, &self.id).await
     }
 
+    /// Saves the sandbox's files under `snapshot` (see
+    /// [`SandboxHandle::snapshot_with`]).
+    pub async fn snapshot(&self, snapshot: &str) -> Result<crate::SnapshotInfo> {
+        self.snapshot_with(snapshot, &crate::SnapshotOptions::default())
+            .await
+    }
+
+    /// Saves the sandbox under `snapshot`: its writable layer over its
+    /// image as an image of the snapshot store (`snapshot:NAME` creates
+    /// sandboxes from it), or, with [`crate::SnapshotOptions::full`], a
+    /// running vm sandbox whole. A running sandbox is frozen for the copy
+    /// and goes on; a stopped one stays stopped. A taken name is
+    /// [`crate::Error::SnapshotExists`].
+    pub async fn snapshot_with(
+        &self,
+        snapshot: &str,
+        opts: &crate::SnapshotOptions,
+    ) -> Result<crate::SnapshotInfo> {
+        self.backend
+            .snapshot(&self.name, &self.id, snapshot, opts)
+            .await
+    }
+
     /// The sandbox's logs (running, stopped or crashed).
     pub async fn logs(&self, opts: &crate::logs::LogOptions) -> Result<crate::logs::LogStream> {
         self.backend.logs(&self.name, &self.id, opts).await

@@ -396,6 +396,26 @@ impl Sandbox {
             .await
     }
 
+    /// Saves the sandbox's files under `snapshot`, frozen for the copy
+    /// (see [`SandboxHandle::snapshot_with`]).
+    pub async fn snapshot(&self, snapshot: &str) -> Result<crate::SnapshotInfo> {
+        self.snapshot_with(snapshot, &crate::SnapshotOptions::default())
+            .await
+    }
+
+    /// Saves the sandbox under `snapshot` as `opts` says (see
+    /// [`SandboxHandle::snapshot_with`]).
+    pub async fn snapshot_with(
+        &self,
+        snapshot: &str,
+        opts: &crate::SnapshotOptions,
+    ) -> Result<crate::SnapshotInfo> {
+        self.inner
+            .backend
+            .snapshot(&self.inner.name, &self.inner.id, snapshot, opts)
+            .await
+    }
+
     /// A snapshot of CPU, memory, io and process counts.
     pub async fn metrics(&self) -> Result<crate::backend::Metrics> {
         self.inner

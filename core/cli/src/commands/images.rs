@@ -273,7 +273,7 @@ pub(crate) async fn image(ctx: Ctx, cmd: ImageCommand) -> anyhow::Result<u8> {
                 .into_iter()
                 .map(|i| i.config.image)
                 .collect();
-            let report = backend.prune_images(&in_use)?;
+            let report = backend.prune_images(&in_use).await?;
             ctx.print(
                 &json!({ "blobs_removed": report.blobs_removed, "rootfs_removed": report.rootfs_removed, "templates_removed": report.templates_removed, "bytes_freed": report.bytes_freed }),
                 format_args!(

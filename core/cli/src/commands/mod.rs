@@ -19,6 +19,7 @@ mod rm;
 mod run;
 mod serve;
 mod shell;
+mod snapshot;
 mod up;
 mod version;
 
@@ -112,6 +113,12 @@ enum Command {
         #[command(subcommand)]
         command: images::ImageCommand,
     },
+    /// Save sandboxes by name and manage the snapshots (create, ls,
+    /// inspect, rm); `--image snapshot:NAME` creates sandboxes from one.
+    Snapshot {
+        #[command(subcommand)]
+        command: snapshot::SnapshotCommand,
+    },
     /// Report which drivers (container, vm) work on this host, and why not;
     /// with --kubernetes, whether the Kubernetes backend's cluster runs
     /// sandboxes.
@@ -180,6 +187,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Pull(a) => images::pull(ctx, a).await,
         Command::Images => images::images(ctx).await,
         Command::Image { command } => images::image(ctx, command).await,
+        Command::Snapshot { command } => snapshot::snapshot(ctx, command).await,
         Command::Doctor(a) => doctor::doctor(ctx, a).await,
         Command::Serve(a) => serve::serve(ctx, a).await,
         Command::Version => version::version(ctx),

@@ -35,7 +35,8 @@ pub(crate) fn exit_code(code: ErrorCode) -> u8 {
         ErrorCode::InvalidState
         | ErrorCode::Starting
         | ErrorCode::SandboxReplaced
-        | ErrorCode::PortUnavailable => 5,
+        | ErrorCode::PortUnavailable
+        | ErrorCode::SnapshotInUse => 5,
         ErrorCode::InvalidName
         | ErrorCode::InvalidConfig
         | ErrorCode::InvalidImage

@@ -154,6 +154,14 @@ pub trait GuestProcess: Send + Sync + Debug {
     }
     /// Resource usage of the guest.
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
+    /// Writes the guest's writable layer to the new file `layer` as an OCI
+    /// layer tar (see `engine::snapshot::layer`); the caller froze it.
+    async fn write_layer(&mut self, layer: &std::path::Path) -> Result<()> {
+        let _ = layer;
+        Err(crate::error::Error::unsupported(
+            "filesystem snapshots of a running sandbox of this driver",
+        ))
+    }
     /// Why this guest cannot be hibernated (None: it can be).
     fn hibernation_blocker(&self) -> Option<String> {
         Some("this driver cannot hibernate a guest".into())

@@ -74,6 +74,15 @@ pub(crate) enum BlobError {
     Io(PathBuf, io::Error),
 }
 
+impl fmt::Display for BlobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlobError::Invalid(reason) => f.write_str(reason),
+            BlobError::Io(path, e) => write!(f, "{}: {e}", path.display()),
+        }
+    }
+}
+
 /// A directory of blobs laid out as `<root>/sha256/<hex>` (the OCI image
 /// layout's `blobs/`, and the shape a registry puller's download cache uses).
 #[derive(Debug, Clone)]
@@ -149,10 +158,10 @@ impl BlobDir {
         size: u64,
     ) -> Result<VerifyingReader<File>, BlobError> {
         let (mut file, path) = self.open_sized(digest, size)?;
-        let mut hasher = HashingWriter::default();
+        let mut hasher = HashingWriter::new(io::sink());
         let n = io::copy(&mut (&mut file).take(size.saturating_add(1)), &mut hasher)
             .map_err(|e| BlobError::Io(path.clone(), e))?;
-        check(digest, size, n, &Digest::from_hasher(hasher.0))?;
+        check(digest, size, n, &hasher.finish().0)?;
         file.rewind().map_err(|e| BlobError::Io(path, e))?;
         Ok(VerifyingReader::new(file, digest.clone(), size))
     }
@@ -172,16 +181,37 @@ fn check(digest: &Digest, size: u64, got_size: u64, got: &Digest) -> Result<(), 
     Ok(())
 }
 
-#[derive(Default)]
-struct HashingWriter(Sha256);
+/// Hashes (and counts) everything written through it to `inner`.
+pub(crate) struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+    count: u64,
+}
 
-impl io::Write for HashingWriter {
+impl<W> HashingWriter<W> {
+    pub(crate) fn new(inner: W) -> Self {
+        HashingWriter {
+            inner,
+            hasher: Sha256::new(),
+            count: 0,
+        }
+    }
+
+    /// The digest and byte count of what was written, and the writer.
+    pub(crate) fn finish(self) -> (Digest, u64, W) {
+        (Digest::from_hasher(self.hasher), self.count, self.inner)
+    }
+}
+
+impl<W: io::Write> io::Write for HashingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        self.inner.flush()
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Sources: a plain rootfs directory, an OCI image layout directory
 //! (`oci:PATH[:TAG]`, or a directory containing `oci-layout`), names
-//! imported under `$BURROW_HOME/images/named/<name>`, and registry
+//! imported under `$BURROW_HOME/images/named/<name>`, snapshots
+//! (`snapshot:NAME`, images of the store recorded by name), and registry
 //! references (`python`, `registry.example.com:5000/org/tool:1.2`,
 //! `name@sha256:...`), which a start pulls with the default
 //! [`PullOptions`] (pull if missing).
@@ -18,12 +19,13 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 mod cache;
-mod digest;
+pub(crate) mod digest;
 pub(crate) mod ext4;
 pub(crate) mod fuzz;
 pub(crate) mod oci;
 pub(crate) mod registry;
 pub(crate) mod resolve;
+pub(crate) mod snapshot;
 mod spec;
 mod unpack;
 
@@ -51,6 +53,8 @@ pub enum ImageSource {
     /// A registry reference, as given (see [`ImageReference`] for its
     /// canonical form).
     Registry(String),
+    /// A stored snapshot (`snapshot:NAME`), by name.
+    Snapshot(String),
 }
 
 /// Defaults taken from the image configuration; explicit sandbox options win.

@@ -95,6 +95,20 @@ pub(crate) fn unpack_layout(
     layout.unpack(&manifest, dir)
 }
 
+/// The manifest the layout at `layout` selects for this host, with the
+/// layout's blob directory (for copying its blobs elsewhere).
+pub(crate) fn layout_manifest(
+    reference: &str,
+    layout: &Path,
+    tag: Option<&str>,
+) -> Result<(Digest, Manifest, BlobDir)> {
+    let layout = Layout::open(reference, layout)?;
+    let host = Platform::host();
+    let selected = layout.select(tag, &host)?;
+    let (digest, manifest) = layout.resolve_manifest(&selected, &host)?;
+    Ok((digest, manifest, layout.blobs))
+}
+
 /// An opened image layout directory.
 struct Layout<'a> {
     image: &'a str,

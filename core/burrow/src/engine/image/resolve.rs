@@ -15,6 +15,10 @@ pub fn parse_reference(home: &Home, reference: &str) -> Result<ImageSource> {
     if reference.is_empty() || reference.contains('\0') {
         return Err(invalid("empty reference"));
     }
+    if let Some(name) = crate::model::snapshot_of_image(reference) {
+        crate::model::validate_snapshot_name(name)?;
+        return Ok(ImageSource::Snapshot(name.to_owned()));
+    }
     if let Some(rest) = reference.strip_prefix("oci:") {
         // oci:PATH[:TAG] where the tag is after the last ':' that follows the
         // last '/'.
@@ -122,5 +126,13 @@ pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
             .map_err(|e| invalid(format!("image preparation panicked: {e}")))?
         }
         ImageSource::Registry(_) => pull(home, reference, &PullOptions::default()).await,
+        ImageSource::Snapshot(name) => {
+            let store = crate::engine::store::Store::open(home).await?;
+            let snapshot = store
+                .get_snapshot(&name)
+                .await?
+                .ok_or_else(|| crate::engine::store::snapshots::not_found(&name))?;
+            super::snapshot::prepare_stored(home, reference, &snapshot.digest).await
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 mod config;
 mod policy;
+mod snapshots;
 mod spawn;
 mod transitions;
 
@@ -14,6 +15,8 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 pub use config::{LocalConfig, ENV_DEMAND_START, ENV_DRIVER};
+#[doc(hidden)]
+pub use snapshots::write_layer_in_user_namespace;
 
 use crate::backend::{
     Backend, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions,
@@ -29,7 +32,7 @@ use crate::engine::store::{Record, Store};
 use crate::error::{Error, ErrorCode, Result};
 use crate::logs::{LogOptions, LogStream};
 use crate::model::{validate_name, ExitReason, SandboxId, SandboxInfo, Status};
-use crate::model::{Modify, ModifyPlan};
+use crate::model::{Modify, ModifyPlan, SnapshotInfo, SnapshotOptions};
 
 /// The embedded backend: sandboxes of one burrow home on this host.
 #[derive(Debug, Clone)]
@@ -138,9 +141,10 @@ impl LocalBackend {
     }
 
     /// Deletes blobs and unpacked trees no image refers to, keeping those of
-    /// the references in `in_use`.
-    pub fn prune_images(&self, in_use: &[String]) -> Result<PruneReport> {
-        crate::engine::image::prune(&self.home, in_use)
+    /// the references in `in_use` and of every snapshot.
+    pub async fn prune_images(&self, in_use: &[String]) -> Result<PruneReport> {
+        let snapshots = self.snapshot_digests().await?;
+        crate::engine::image::prune(&self.home, in_use, &snapshots)
     }
 
     /// Removes per-sandbox directories whose record is gone (a remove that
@@ -290,6 +294,8 @@ impl Backend for LocalBackend {
             pause: driver.pauses(),
             network_policy: driver.enforces_network_policy(),
             secrets: driver.enforces_network_policy(),
+            full_snapshots: false,
+            fork: false,
             ..Capabilities::ALL
         })
     }
@@ -419,6 +425,24 @@ impl Backend for LocalBackend {
     }
     async fn detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.do_detach(name, id).await
+    }
+    async fn snapshot(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        snapshot: &str,
+        opts: &SnapshotOptions,
+    ) -> Result<SnapshotInfo> {
+        self.do_snapshot(name, id, snapshot, opts).await
+    }
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.do_list_snapshots().await
+    }
+    async fn get_snapshot(&self, snapshot: &str) -> Result<SnapshotInfo> {
+        self.do_get_snapshot(snapshot).await
+    }
+    async fn remove_snapshot(&self, snapshot: &str) -> Result<()> {
+        self.do_remove_snapshot(snapshot).await
     }
 
     async fn status(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {

@@ -22,6 +22,7 @@ use crate::lifecycle::Operation;
 use crate::model::{ExitReason, RunInfo, SandboxConfig, SandboxId, SandboxInfo, Status};
 
 pub mod migrations;
+pub(crate) mod snapshots;
 
 /// The database's migrations (`migrations/*.sql`, embedded).
 static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyLock::new(|| {
@@ -30,6 +31,10 @@ static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyL
         (
             "0002_secrets.sql",
             include_str!("migrations/0002_secrets.sql"),
+        ),
+        (
+            "0003_snapshots.sql",
+            include_str!("migrations/0003_snapshots.sql"),
         ),
     ])
 });
@@ -178,6 +183,15 @@ impl Store {
                 });
             }
             Err(e) => return Err(e.into()),
+        }
+        // A sandbox of a snapshot exists only while the snapshot does:
+        // checked after the write, so a removal of the snapshot (which
+        // checks for users in its own statement) is ordered before or after
+        // this whole transaction, never between.
+        if let Some(snapshot) = crate::model::snapshot_of_image(&config.image) {
+            if !snapshots::exists_in(&mut tx, snapshot).await? {
+                return Err(snapshots::not_found(snapshot));
+            }
         }
         for (k, v) in &config.labels {
             sqlx::query("INSERT INTO labels (sandbox_id, key, value) VALUES (?, ?, ?)")

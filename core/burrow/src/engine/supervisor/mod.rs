@@ -204,6 +204,10 @@ pub(crate) enum Command {
     Metrics {
         reply: Reply,
     },
+    Snapshot {
+        layer: std::path::PathBuf,
+        reply: Reply,
+    },
 }
 
 /// The relay's control: each control request becomes a [`Command`] of the
@@ -240,6 +244,10 @@ impl crate::channel::relay::RelayControl for Controls {
             Control::Resume => Command::Resume { reply: tx },
             Control::Reload => Command::Reload { reply: tx },
             Control::Metrics => Command::Metrics { reply: tx },
+            Control::Snapshot { layer } => Command::Snapshot {
+                layer: layer.into(),
+                reply: tx,
+            },
         };
         let _ = self.commands.send(cmd);
         // A dropped reply means the run ended meanwhile: for a stop or kill

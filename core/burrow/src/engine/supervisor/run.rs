@@ -278,6 +278,7 @@ impl<'a> Run<'a> {
             Command::Pause { reply: r } => reply(r, self.pause().await),
             Command::Resume { reply: r } => reply(r, self.resume().await),
             Command::Reload { reply: r } => reply(r, self.reload().await),
+            Command::Snapshot { layer, reply: r } => reply(r, self.snapshot(&layer).await),
             Command::Metrics { reply: r } => {
                 let result = self.guest.metrics().await;
                 reply(
@@ -328,6 +329,35 @@ impl<'a> Run<'a> {
         self.relay.touch();
         self.relay.set_paused(false);
         Ok(Response::Done)
+    }
+
+    /// Writes the writable layer to `layer`, the guest frozen for the copy
+    /// (unless it is paused already, or cannot be frozen on this host: a
+    /// rootless sandbox without a delegated freezer is copied as it goes,
+    /// each file as it is when read).
+    async fn snapshot(
+        &mut self,
+        layer: &std::path::Path,
+    ) -> std::result::Result<Response, GuestError> {
+        let frozen = !self.paused
+            && match self.guest.pause().await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(sandbox = %self.id, error = %e, "cannot freeze the guest for the snapshot; copying it as it runs");
+                    false
+                }
+            };
+        crate::engine::fault::hold(crate::engine::fault::Fault::SnapshotFrozen).await;
+        let written = self.guest.write_layer(layer).await;
+        if frozen {
+            self.guest
+                .resume()
+                .await
+                .map_err(|e| failed("resuming after the snapshot", &e))?;
+        }
+        written
+            .map(|_| Response::Done)
+            .map_err(|e| failed("writing the snapshot", &e))
     }
 
     /// Applies the persisted configuration to the live run.

@@ -125,14 +125,21 @@ pub(super) struct ContainerGuest {
     child: tokio::process::Child,
     exit: Option<GuestExit>,
     generation: Generation,
+    /// The sandbox's directory (its writable layer is there).
+    sandbox_dir: PathBuf,
 }
 
 impl ContainerGuest {
-    pub(super) fn new(child: tokio::process::Child, generation: Generation) -> Self {
+    pub(super) fn new(
+        child: tokio::process::Child,
+        generation: Generation,
+        sandbox_dir: &std::path::Path,
+    ) -> Self {
         ContainerGuest {
             child,
             exit: None,
             generation,
+            sandbox_dir: sandbox_dir.to_path_buf(),
         }
     }
 
@@ -233,6 +240,19 @@ impl GuestProcess for ContainerGuest {
 
     async fn resume(&mut self) -> Result<()> {
         self.control("resume").await
+    }
+
+    async fn write_layer(&mut self, layer: &std::path::Path) -> Result<()> {
+        let (upper, owners) = super::writable_layer_of(&self.sandbox_dir);
+        let stats =
+            crate::engine::snapshot::layer::write_layer_file(upper, owners, layer.to_path_buf())
+                .await?;
+        tracing::debug!(
+            entries = stats.entries,
+            bytes = stats.content_bytes,
+            "snapshot layer written"
+        );
+        Ok(())
     }
 
     async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>> {

@@ -22,7 +22,7 @@
 
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,25 @@ pub use oci::crun_private_cgroup_view;
 pub(crate) mod users;
 
 pub(crate) use oci::{bind_to_parent, find_on_path, spawn_long_lived};
+pub(crate) use rootfs::MAP_SIZE;
+
+/// A container sandbox's writable layer (its overlay upper directory) and
+/// the host ids its files are owned by, as this process sees them: in a
+/// rootless supervisor's user namespace the guest's own ids, as root the
+/// sandbox's range from its recorded base.
+pub(crate) fn writable_layer_of(
+    sandbox_dir: &std::path::Path,
+) -> (PathBuf, crate::engine::snapshot::layer::Owners) {
+    let shift = if rootless::in_user_namespace() {
+        0
+    } else {
+        rootfs::recorded_base(sandbox_dir).unwrap_or(0)
+    };
+    (
+        sandbox_dir.join("upper"),
+        crate::engine::snapshot::layer::Owners { shift },
+    )
+}
 
 use guest::{ContainerGuest, Generation};
 use oci::Runtime;
@@ -304,7 +323,7 @@ async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 .take()
                 .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Send + Unpin>);
             Ok(Launched {
-                guest: Box::new(ContainerGuest::new(child, generation)),
+                guest: Box::new(ContainerGuest::new(child, generation, &spec.sandbox_dir)),
                 reader: Box::new(reader),
                 writer: Box::new(writer),
                 log,

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use super::{idmap, shift};
 
 /// Number of ids mapped into the container (uids and gids `0..65536`).
-pub(super) const MAP_SIZE: u32 = 65536;
+pub(crate) const MAP_SIZE: u32 = 65536;
 /// Host id of container root when nothing else is configured.
 const DEFAULT_BASE: u32 = 100_000;
 /// File in the sandbox directory recording the base its layer was made with.
@@ -41,15 +41,21 @@ const BASE_FILE: &str = "userns-base";
 /// even if the host default changes later.
 pub(super) fn mapping_base(sandbox_dir: &Path) -> Result<u32> {
     let recorded = sandbox_dir.join(BASE_FILE);
-    if let Ok(text) = fs::read_to_string(&recorded) {
-        if let Some(base) = text.trim().parse::<u32>().ok().filter(|b| valid_base(*b)) {
-            return Ok(base);
-        }
+    if let Some(base) = recorded_base(sandbox_dir) {
+        return Ok(base);
     }
     let base = host_default_base()?;
     fs::write(&recorded, format!("{base}\n"))
         .map_err(|e| Error::io("recording the user namespace base", Some(&recorded), e))?;
     Ok(base)
+}
+
+/// The base recorded for the sandbox, if it ever started as root.
+pub(super) fn recorded_base(sandbox_dir: &Path) -> Option<u32> {
+    fs::read_to_string(sandbox_dir.join(BASE_FILE))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .filter(|b| valid_base(*b))
 }
 
 fn valid_base(base: u32) -> bool {
@@ -310,8 +316,17 @@ pub(super) fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Pa
             });
         }
     }
+    // In a user namespace (rootless), overlayfs cannot write its
+    // `trusted.*` attributes: without `userxattr` it cannot hide a lower
+    // directory that is removed (rmdir fails with EIO); with it, the
+    // attributes are `user.overlay.*` (Linux 5.11+).
+    let userxattr = if super::rootless::in_user_namespace() {
+        ",userxattr"
+    } else {
+        ""
+    };
     let data = format!(
-        "lowerdir={},upperdir={},workdir={},index=off",
+        "lowerdir={},upperdir={},workdir={},index=off{userxattr}",
         lower.display(),
         upper.display(),
         work.display()

@@ -152,20 +152,27 @@ pub(crate) async fn remove_tree(dir: &Path) -> Result<()> {
         }
         Err(_) => {}
     }
+    helper(&["__remove".as_ref(), dir.as_os_str()], "removing").await
+}
+
+/// Runs the supervisor program's internal entry `args` (one that enters a
+/// user namespace of this user's, as `__remove` and `__layer` do); `doing`
+/// says what for, in errors.
+pub(crate) async fn helper(args: &[&std::ffi::OsStr], doing: &str) -> Result<()> {
     let program = crate::engine::procs::supervisor_bin().ok_or_else(|| Error::Runtime {
         runtime: "supervisor".into(),
-        reason: "removing a rootless sandbox needs the supervisor program, which was not found"
-            .into(),
+        reason: format!(
+            "{doing} in a user namespace needs the supervisor program, which was not found"
+        ),
     })?;
     let out = tokio::process::Command::new(&program)
-        .arg("__remove")
-        .arg(dir)
+        .args(args)
         .stdin(std::process::Stdio::null())
         .output()
         .await
         .map_err(|e| {
             Error::io(
-                "running the supervisor to remove a directory",
+                format!("running the supervisor program for {doing}"),
                 Some(&program),
                 e,
             )
@@ -176,8 +183,7 @@ pub(crate) async fn remove_tree(dir: &Path) -> Result<()> {
     Err(Error::Runtime {
         runtime: "supervisor".into(),
         reason: format!(
-            "removing {} in the user namespace failed ({}): {}",
-            dir.display(),
+            "{doing} in the user namespace failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ),

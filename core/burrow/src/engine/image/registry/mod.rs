@@ -48,7 +48,7 @@ use crate::error::{Error, Result};
 mod config;
 mod reference;
 mod remote;
-mod store;
+pub(crate) mod store;
 
 pub use config::{INSECURE_REGISTRIES_ENV, REGISTRIES_FILE};
 pub use reference::ImageReference;
@@ -250,9 +250,10 @@ pub fn remove_image(home: &Home, reference: &str) -> Result<()> {
 /// Removes every blob and unpacked root filesystem that no remaining pulled
 /// reference and no reference in `in_use` (the images of existing
 /// sandboxes: registry references, `oci:` layouts, as their configs hold
-/// them) needs, plus leftovers of killed pulls. Waits for pulls in progress
+/// them) and no manifest in `digests` (the snapshots) needs, plus leftovers
+/// of killed pulls. Waits for pulls in progress
 /// to finish, and holds new ones off while it runs.
-pub fn prune(home: &Home, in_use: &[String]) -> Result<PruneReport> {
+pub fn prune(home: &Home, in_use: &[String], digests: &[String]) -> Result<PruneReport> {
     let _exclusive = StoreLock::exclusive(home)?;
     let store = BlobStore::open(home)?;
     let cache = RootfsCache::open(home)?;
@@ -271,6 +272,7 @@ pub fn prune(home: &Home, in_use: &[String]) -> Result<PruneReport> {
     for r in in_use {
         roots.extend(in_use_digest(home, &refs, r));
     }
+    roots.extend(digests.iter().filter_map(|d| Digest::parse(d).ok()));
 
     // Everything the roots reference.
     let mut keep_blobs: BTreeSet<Digest> = BTreeSet::new();

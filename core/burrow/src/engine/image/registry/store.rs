@@ -96,6 +96,11 @@ impl BlobStore {
         FileLock::acquire(&self.lock_path(digest)).await
     }
 
+    /// Waits for the blob's lock, blocking the thread.
+    pub(crate) fn lock_blocking(&self, digest: &Digest) -> Result<FileLock> {
+        FileLock::acquire_blocking(&self.lock_path(digest))
+    }
+
     /// Takes the blob's lock if it is free.
     pub(crate) fn try_lock(&self, digest: &Digest) -> Result<Option<FileLock>> {
         FileLock::try_acquire(&self.lock_path(digest))
