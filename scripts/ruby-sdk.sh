@@ -93,12 +93,12 @@ BURROW_HOME="$home" BURROW_IMAGE="$BURROW_TEST_IMAGE" ruby -w "$root/examples/ru
 rm -rf "$home"
 
 echo "==> gem install compiling the extension from the gem's rust/ (a user's install)"
-# The dev profile and the workspace's target directory: the registry crates
-# built above with the same features are reused; the gem's own crates are
-# compiled anew from its rust/ (another path, so they live beside the
-# workspace's, which they do not disturb).
+# The dev profile and a target directory of its own: the gem's rust/ has the
+# workspace's layout, so its crates would get the workspace's fingerprints
+# in the shared one, and a later workspace build would take the gem's
+# (older) artifacts as fresh. The compiler cache serves the registry crates.
 export GEM_HOME="$out/gems-from-source" GEM_PATH="$out/gems-from-source:$system_gems"
-BURROW_CARGO_PROFILE=dev CARGO_TARGET_DIR="$root/target" \
+BURROW_CARGO_PROFILE=dev CARGO_TARGET_DIR="$root/target/gem-from-source" \
   gem install --local --no-document "$out/burrow.gem" >"$out/install-from-source.log" 2>&1 || {
   cat "$out/install-from-source.log" >&2
   exit 1

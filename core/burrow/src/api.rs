@@ -94,6 +94,24 @@ pub struct WaitBody {
     pub statuses: Vec<Status>,
 }
 
+/// Body of `snapshot`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotBody {
+    /// The snapshot's name.
+    pub snapshot: String,
+    /// What to save (default: the files).
+    #[serde(default)]
+    pub kind: crate::SnapshotKind,
+}
+
+/// Answer of `GET /v1/snapshots`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotList {
+    /// Every snapshot, by name.
+    pub snapshots: Vec<crate::SnapshotInfo>,
+}
+
 /// Query of operations by id: the name the caller's handle captured.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdentityQuery {

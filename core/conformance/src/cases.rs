@@ -30,6 +30,9 @@ pub(crate) const NAME_OPS: &[&str] = &[
     "get",
     "get_by_id",
     "list",
+    "get_snapshot",
+    "list_snapshots",
+    "remove_snapshot",
 ];
 pub(crate) const TARGET_OPS: &[&str] = &[
     "handle",
@@ -62,6 +65,7 @@ pub(crate) const TARGET_OPS: &[&str] = &[
     "fs_write_stream",
     "fs_read_stream",
     "follow_logs",
+    "snapshot",
 ];
 pub(crate) const CONTROL_OPS: &[&str] = &["wait", "await", "sleep", "repeat", "race", "remove"];
 /// The capability tags: a case carrying one needs that capability of the
@@ -80,6 +84,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "network_policy",
     "published_ports",
     "secrets",
+    "snapshots",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
@@ -164,6 +169,9 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "fs_read" | "fs_exists" | "fs_list" | "fs_read_stream" => &["sandbox", "path"],
         "fs_mkdir" => &["sandbox", "path", "parents"],
         "follow_logs" => &["sandbox", "source", "timeout"],
+        "snapshot" => &["sandbox", "snapshot", "kind"],
+        "get_snapshot" | "remove_snapshot" => &["snapshot"],
+        "list_snapshots" => &[],
         "wait" => &["process"],
         "await" => &["job"],
         "sleep" => &["seconds"],
@@ -188,6 +196,7 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
         "modify" => Some("modify_live"),
         "follow_logs" => Some("logs"),
         "detach" => Some("attached"),
+        "snapshot" | "get_snapshot" | "list_snapshots" | "remove_snapshot" => Some("snapshots"),
         "race" if step.get("processes").and_then(Value::as_bool) == Some(true) => step
             .get("do")
             .and_then(Value::as_object)

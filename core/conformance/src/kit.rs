@@ -522,6 +522,7 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "network_policy" => caps.network_policy,
         "published_ports" => caps.published_ports,
         "secrets" => caps.secrets,
+        "snapshots" => caps.snapshots,
         _ => false,
     }
 }

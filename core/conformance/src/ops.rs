@@ -252,6 +252,24 @@ impl Ctx {
                     .await?;
                 return Ok(R::None);
             }
+            "get_snapshot" => {
+                let snap = self.str_arg(step, "snapshot")?;
+                return Ok(R::Value(snapshot_json(
+                    &self.backend.get_snapshot(&snap).await?,
+                )));
+            }
+            "list_snapshots" => {
+                let all = self.backend.list_snapshots().await?;
+                return Ok(R::Value(json!(all
+                    .iter()
+                    .map(|s| s.name.clone())
+                    .collect::<Vec<_>>())));
+            }
+            "remove_snapshot" => {
+                let snap = self.str_arg(step, "snapshot")?;
+                self.backend.remove_snapshot(&snap).await?;
+                return Ok(R::None);
+            }
             "connect_or_start" if step.contains_key("name") => {
                 let name = self.str_arg(step, "name")?;
                 let handle = SandboxHandle::get_in(self.backend.clone(), &name).await?;
@@ -393,6 +411,23 @@ impl Ctx {
                 };
                 let texts: Vec<String> = lines.into_iter().map(|l| l.text).collect();
                 return Ok(R::Value(json!(texts)));
+            }
+            ("snapshot", _) => {
+                let snap = self.str_arg(step, "snapshot")?;
+                let opts = match step.get("kind").and_then(Value::as_str) {
+                    None | Some("filesystem") => burrow::SnapshotOptions::filesystem(),
+                    Some("full") => burrow::SnapshotOptions::full(),
+                    Some(other) => return kit(format!("unknown snapshot kind {other:?}")),
+                };
+                let info = match &target {
+                    Obj::Sandbox(s) => s.snapshot_with(&snap, &opts).await?,
+                    _ => {
+                        Self::handle_of(&target)?
+                            .snapshot_with(&snap, &opts)
+                            .await?
+                    }
+                };
+                return Ok(R::Value(snapshot_json(&info)));
             }
             ("remove", _) => {
                 Self::handle_of(&target)?.remove().await?;
@@ -677,4 +712,9 @@ pub(crate) fn owns_what_it_starts(step: &Map<String, Value>) -> bool {
         .and_then(Value::as_bool)
         .unwrap_or(false);
     matches!(op_of(step), "create" | "connect_or_create") && !detached
+}
+
+/// A snapshot as the cases see it: the API's fields, in JSON.
+fn snapshot_json(s: &burrow::SnapshotInfo) -> Value {
+    serde_json::to_value(s).unwrap_or(Value::Null)
 }

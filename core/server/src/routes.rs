@@ -35,6 +35,11 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/sandboxes/{id}/logs", get(logs))
         .route("/v1/sandboxes/{id}/runtime", get(runtime))
         .route("/v1/sandboxes/{id}/{op}", post(operation))
+        .route("/v1/snapshots", get(list_snapshots))
+        .route(
+            "/v1/snapshots/{name}",
+            get(get_snapshot).delete(remove_snapshot),
+        )
         .route(
             "/v1/gateway/targets",
             get(crate::targets::list).post(crate::targets::create_url),
@@ -287,6 +292,16 @@ async fn operation(
             let name = name_of(&state, &id, &q).await?;
             e.wait_for_status(&name, &id, &b.statuses).await?
         }
+        "snapshot" => {
+            let b: api::SnapshotBody = json_body(&body)?;
+            let name = name_of(&state, &id, &q).await?;
+            let opts = match b.kind {
+                burrow::SnapshotKind::Full => burrow::SnapshotOptions::full(),
+                _ => burrow::SnapshotOptions::filesystem(),
+            };
+            let snap = e.snapshot(&name, &id, &b.snapshot, &opts).await?;
+            return Ok((StatusCode::CREATED, Json(snap)).into_response());
+        }
         "touch" => {
             e.touch(&name_of(&state, &id, &q).await?, &id).await?;
             return Ok(StatusCode::NO_CONTENT.into_response());
@@ -305,6 +320,30 @@ async fn operation(
         }
     };
     Ok(Json(info).into_response())
+}
+
+async fn list_snapshots(State(state): State<Arc<AppState>>) -> ApiResult<Json<api::SnapshotList>> {
+    count(&state);
+    Ok(Json(api::SnapshotList {
+        snapshots: state.engine.list_snapshots().await?,
+    }))
+}
+
+async fn get_snapshot(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<burrow::SnapshotInfo>> {
+    count(&state);
+    Ok(Json(state.engine.get_snapshot(&name).await?))
+}
+
+async fn remove_snapshot(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    count(&state);
+    state.engine.remove_snapshot(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn capabilities(State(state): State<Arc<AppState>>) -> ApiResult<Json<burrow::Capabilities>> {

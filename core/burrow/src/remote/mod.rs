@@ -343,6 +343,43 @@ impl Backend for RemoteBackend {
         self.call(Req::new(Method::PATCH, id_path(id, None, Some(name))).json(changes)?)
             .await
     }
+    async fn snapshot(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        snapshot: &str,
+        opts: &crate::SnapshotOptions,
+    ) -> Result<crate::SnapshotInfo> {
+        crate::validate_snapshot_name(snapshot)?;
+        let body = api::SnapshotBody {
+            snapshot: snapshot.to_owned(),
+            kind: opts.kind,
+        };
+        self.call(post(id, "snapshot", name).json(&body)?).await
+    }
+    async fn list_snapshots(&self) -> Result<Vec<crate::SnapshotInfo>> {
+        let list: api::SnapshotList = self
+            .call(Req::new(Method::GET, format!("{PREFIX}/snapshots")))
+            .await?;
+        Ok(list.snapshots)
+    }
+    async fn get_snapshot(&self, snapshot: &str) -> Result<crate::SnapshotInfo> {
+        // A checked name needs no escaping in a path.
+        crate::validate_snapshot_name(snapshot)?;
+        self.call(Req::new(
+            Method::GET,
+            format!("{PREFIX}/snapshots/{snapshot}"),
+        ))
+        .await
+    }
+    async fn remove_snapshot(&self, snapshot: &str) -> Result<()> {
+        crate::validate_snapshot_name(snapshot)?;
+        self.call_empty(Req::new(
+            Method::DELETE,
+            format!("{PREFIX}/snapshots/{snapshot}"),
+        ))
+        .await
+    }
     async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
         self.call(Req::new(
             Method::GET,
