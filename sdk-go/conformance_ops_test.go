@@ -238,6 +238,18 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 			return nil, err
 		}
 		return none(h.Remove(ctx))
+	case "get_snapshot":
+		snap, err := burrow.GetSnapshot(ctx, r.value(s["snapshot"]).(string))
+		return &result{"value", snapshotValue(snap)}, err
+	case "list_snapshots":
+		all, err := burrow.Snapshots(ctx)
+		names := []any{}
+		for _, x := range all {
+			names = append(names, x.Name)
+		}
+		return &result{"value", names}, err
+	case "remove_snapshot":
+		return none(burrow.RemoveSnapshot(ctx, r.value(s["snapshot"]).(string)))
 	case "wait":
 		p := r.objects[s["process"].(string)].(*spawned)
 		st, err := p.proc.Wait()
@@ -267,6 +279,7 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		Modify(context.Context, ...burrow.Change) (burrow.ModifyPlan, error)
 		Destroy(context.Context) error
 		FollowLogs(context.Context, func(burrow.LogLine) bool, ...burrow.LogOption) error
+		Snapshot(context.Context, string, ...burrow.SnapshotOption) (burrow.SnapshotInfo, error)
 	})
 	// Stop, Kill, RequestDrain and Detach answer only an error: the record
 	// a case checks is read after them.
@@ -341,6 +354,13 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		return info(l.WaitForStatus(wctx, ss...))
 	case "destroy":
 		return none(l.Destroy(ctx))
+	case "snapshot":
+		var opts []burrow.SnapshotOption
+		if k, ok := s["kind"].(string); ok {
+			opts = append(opts, burrow.WithSnapshotKind(burrow.SnapshotKind(k)))
+		}
+		snap, err := l.Snapshot(ctx, r.value(s["snapshot"]).(string), opts...)
+		return &result{"value", snapshotValue(snap)}, err
 	case "follow_logs":
 		// The stream ends by itself when the followed run ends; past the
 		// step's bound the context ends it (a timeout error).
@@ -479,4 +499,14 @@ func splitChunks(data []byte, chunks int) [][]byte {
 		out = append(out, data[i:min(i+size, len(data))])
 	}
 	return out
+}
+
+// snapshotValue is a snapshot as the cases see it: the core's field names.
+func snapshotValue(s burrow.SnapshotInfo) map[string]any {
+	return map[string]any{
+		"name": s.Name, "kind": string(s.Kind), "image": s.Image, "digest": s.Digest,
+		"size": float64(s.Size), "source_id": s.SourceID, "source_name": s.SourceName,
+		"base_image": s.BaseImage, "driver": string(s.Driver),
+		"created_at_ms": float64(s.CreatedAt.UnixMilli()),
+	}
 }

@@ -203,6 +203,7 @@ func capabilityTags(caps burrow.Capabilities) map[string]bool {
 		"logs": caps.Logs, "idle_reclaim": caps.IdleReclaim, "attached": caps.Attached,
 		"persistent_layer": caps.PersistentLayer, "network_policy": caps.NetworkPolicy,
 		"published_ports": caps.PublishedPorts, "secrets": caps.Secrets,
+		"snapshots": caps.Snapshots, "full_snapshots": caps.FullSnapshots,
 	}
 }
 
@@ -226,9 +227,14 @@ func TestBackendCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !remoteMode && os.Geteuid() == 0 {
-		// The local engine run by root has every capability.
+		// The local engine run by root has every capability; full
+		// snapshots (memory and processes) are the vm driver's alone.
 		for tag, ok := range capabilityTags(caps) {
-			if !ok {
+			if tag == "full_snapshots" {
+				if ok && os.Getenv("BURROW_DRIVER") != "vm" {
+					t.Errorf("full snapshots claimed without the vm driver")
+				}
+			} else if !ok {
 				t.Errorf("root's local backend lacks %s", tag)
 			}
 		}
@@ -267,7 +273,8 @@ func TestConformanceCasesAreWellFormed(t *testing.T) {
 	for _, op := range strings.Fields(`create connect_or_create define get get_by_id list handle info status config
 		start connect_or_start connect restart stop kill request_drain pause resume touch modify wait_for_status
 		wait_until_stopped destroy detach ping exec spawn fs_write fs_read fs_exists fs_mkdir fs_list
-		fs_write_stream fs_read_stream follow_logs wait await sleep repeat race remove`) {
+		fs_write_stream fs_read_stream follow_logs wait await sleep repeat race remove snapshot get_snapshot
+		list_snapshots remove_snapshot`) {
 		known[op] = true
 	}
 	var walk func(s step, where string)

@@ -100,6 +100,9 @@ type Error struct {
 	Guest *GuestFailure
 	// Path is the file concerned, when there is one.
 	Path string
+	// Sandboxes names the sandboxes that use a snapshot, for
+	// ErrSnapshotInUse.
+	Sandboxes []string
 
 	cause error
 }
@@ -139,6 +142,7 @@ type errorBody struct {
 	AfterMs   int64         `json:"after_ms"`
 	Guest     *GuestFailure `json:"guest"`
 	Path      string        `json:"path"`
+	Sandboxes []string      `json:"sandboxes"`
 }
 
 func (b *errorBody) toError() *Error {
@@ -155,5 +159,6 @@ func (b *errorBody) toError() *Error {
 		After:     time.Duration(b.AfterMs) * time.Millisecond,
 		Guest:     b.Guest,
 		Path:      b.Path,
+		Sandboxes: b.Sandboxes,
 	}
 }

@@ -202,6 +202,11 @@ type Capabilities struct {
 	PublishedPorts bool `json:"published_ports"`
 	// Secrets: secrets go into the sandboxes' requests to their hosts.
 	Secrets bool `json:"secrets"`
+	// Snapshots: filesystem snapshots (Snapshot, "snapshot:NAME" images).
+	Snapshots bool `json:"snapshots"`
+	// FullSnapshots: full snapshots (memory and processes too) of running
+	// sandboxes.
+	FullSnapshots bool `json:"full_snapshots"`
 }
 
 // Secret is a secret as a configuration reads it back: never its value.

@@ -16,6 +16,7 @@ export interface ErrorBody {
   after_ms?: number;
   guest?: { code: string; message: string };
   path?: string;
+  sandboxes?: string[];
 }
 
 /**
@@ -37,6 +38,8 @@ export class BurrowError extends Error {
   readonly after?: number;
   /** The same bound in milliseconds (the core's `after_ms`). */
   readonly afterMs?: number;
+  /** For `snapshot_in_use`: the names of the sandboxes that use it. */
+  readonly sandboxes?: string[];
   readonly body: ErrorBody;
 
   constructor(body: ErrorBody) {
@@ -53,6 +56,7 @@ export class BurrowError extends Error {
     this.reason = body.reason;
     this.afterMs = body.after_ms;
     this.after = body.after_ms === undefined ? undefined : body.after_ms / 1000;
+    this.sandboxes = body.sandboxes;
   }
 }
 

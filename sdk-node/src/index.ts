@@ -28,6 +28,8 @@ import type {
   Ping,
   ProcessEvent,
   SandboxInfo,
+  SnapshotInfo,
+  SnapshotKind,
   Status,
 } from "./types";
 import {
@@ -37,7 +39,7 @@ import {
   SandboxNotFoundError,
 } from "./errors";
 import { native, NativeObject, call } from "./native";
-import { toBuffer, opt, toCapabilities, toInfo, toMetrics, toStat, exec } from "./records";
+import { toBuffer, opt, toCapabilities, toInfo, toMetrics, toSnapshot, toStat, exec } from "./records";
 import { FileWriter, openRead, openWrite, writeStream } from "./files";
 import type { ByteSource, WriteStreamOptions } from "./files";
 import type { ReadableStream } from "node:stream/web";
@@ -298,6 +300,17 @@ abstract class Lifecycle {
       info: await this.record(Promise.resolve(plan.info)),
     };
   }
+  /**
+   * Saves the sandbox under `name`: its files (its writable layer over its
+   * image, usable as the image `snapshot:NAME`), or with `kind: "full"` a
+   * running vm sandbox whole. A running sandbox is frozen for the copy and
+   * goes on; sandboxes made from a filesystem snapshot start its image's
+   * command, not its processes. A taken name is `SandboxAlreadyExistsError`
+   * (code `already_exists`).
+   */
+  async snapshot(name: string, opts: CallOptions & { kind?: SnapshotKind } = {}): Promise<SnapshotInfo> {
+    return toSnapshot(await call(this.o, { op: "snapshot", name, kind: opts.kind }, opts));
+  }
   /** Resource usage of the running sandbox. */
   async metrics(opts?: CallOptions): Promise<Metrics> {
     return toMetrics(await call(this.o, { op: "metrics" }, opts));
@@ -404,6 +417,22 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
   /** What the backend can do beyond the lifecycle every backend has (`pause`, live `modify`, ...). */
   static async capabilities(opts?: CallOptions): Promise<Capabilities> {
     return toCapabilities(await call(null, { op: "capabilities" }, opts));
+  }
+  /** The stored snapshots, by name. */
+  static async snapshots(opts?: CallOptions): Promise<SnapshotInfo[]> {
+    return (await call(null, { op: "list_snapshots" }, opts)).map(toSnapshot);
+  }
+  /** One stored snapshot (`SandboxNotFoundError` if there is none). */
+  static async getSnapshot(name: string, opts?: CallOptions): Promise<SnapshotInfo> {
+    return toSnapshot(await call(null, { op: "get_snapshot", name }, opts));
+  }
+  /**
+   * Removes a stored snapshot: `SnapshotInUseError` (naming them in
+   * `sandboxes`) while sandboxes created from it exist. Its content goes at
+   * the next image prune.
+   */
+  static removeSnapshot(name: string, opts?: CallOptions): Promise<void> {
+    return call(null, { op: "remove_snapshot", name }, opts);
   }
 
   /** The run this object is bound to. */

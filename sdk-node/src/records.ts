@@ -1,6 +1,6 @@
 // The core's records (snake_case JSON) in the SDK's types. Internal.
 
-import type { Capabilities, ExecResult, FileStat, Metrics, SandboxConfig, SandboxInfo } from "./types";
+import type { Capabilities, ExecResult, FileStat, Metrics, SandboxConfig, SandboxInfo, SnapshotInfo } from "./types";
 
 export function toBuffer(data: Buffer | string): Buffer {
   return typeof data === "string" ? Buffer.from(data, "utf8") : data;
@@ -112,5 +112,22 @@ export function toCapabilities(c: any): Capabilities {
     networkPolicy: !!c.network_policy,
     publishedPorts: !!c.published_ports,
     secrets: !!c.secrets,
+    snapshots: !!c.snapshots,
+    fullSnapshots: !!c.full_snapshots,
+  };
+}
+
+export function toSnapshot(s: any): SnapshotInfo {
+  return {
+    name: s.name,
+    kind: s.kind,
+    image: s.image,
+    digest: s.digest,
+    size: s.size,
+    sourceId: s.source_id,
+    sourceName: s.source_name,
+    baseImage: s.base_image,
+    driver: s.driver,
+    createdAt: date(s.created_at_ms),
   };
 }

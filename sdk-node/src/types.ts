@@ -281,4 +281,30 @@ export interface Capabilities {
   publishedPorts: boolean;
   /** Secrets go into the sandboxes' requests to their hosts. */
   secrets: boolean;
+  /** Filesystem snapshots (`snapshot()`, `snapshot:NAME` images). */
+  snapshots: boolean;
+  /** Full snapshots (memory and processes too) of running sandboxes. */
+  fullSnapshots: boolean;
+}
+
+/** What a snapshot holds: the sandbox's files, or a running vm sandbox whole. */
+export type SnapshotKind = "filesystem" | "full";
+
+/** A stored snapshot. Create sandboxes from it with `image: info.image` (`snapshot:NAME`). */
+export interface SnapshotInfo {
+  name: string;
+  kind: SnapshotKind;
+  /** The image reference that creates sandboxes from it. */
+  image: string;
+  /** The content digest of its OCI image manifest (`sha256:...`). */
+  digest: string;
+  /** Bytes it adds to the store (the base image's layers are shared). */
+  size: number;
+  /** The sandbox it was taken from (which may be gone since). */
+  sourceId: string;
+  sourceName: string;
+  /** That sandbox's image. */
+  baseImage: string;
+  driver: Driver;
+  createdAt: Date;
 }

@@ -21,6 +21,7 @@ import {
   type ModifyPlan,
   type SandboxConfig,
   type SandboxInfo,
+  type SnapshotInfo,
   type Status,
 } from "burrow";
 
@@ -61,15 +62,19 @@ export const CODE_CLASSES: Record<string, string> = {
   unauthorized: "UnauthorizedError",
   unsupported: "UnsupportedError",
   port_unavailable: "PortUnavailableError",
+  snapshot_in_use: "SnapshotInUseError",
 };
 
-const NAME_OPS = ["create", "connect_or_create", "define", "get", "get_by_id", "list"];
+const NAME_OPS = [
+  "create", "connect_or_create", "define", "get", "get_by_id", "list", "get_snapshot", "list_snapshots",
+  "remove_snapshot",
+];
 const TARGET_OPS = [
   "handle", "info", "status", "config", "start", "connect_or_start", "connect",
   "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
   "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
   "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
-  "fs_read_stream", "follow_logs",
+  "fs_read_stream", "follow_logs", "snapshot",
 ];
 const CONTROL_OPS = ["wait", "await", "sleep", "repeat", "race", "remove"];
 const KNOWN_OPS = new Set([...NAME_OPS, ...TARGET_OPS, ...CONTROL_OPS]);
@@ -96,6 +101,10 @@ const OP_KEYS: Record<string, string[]> = {
   fs_mkdir: ["sandbox", "path", "parents"],
   fs_list: ["sandbox", "path"],
   follow_logs: ["sandbox", "source", "timeout"],
+  snapshot: ["sandbox", "snapshot", "kind"],
+  get_snapshot: ["snapshot"],
+  remove_snapshot: ["snapshot"],
+  list_snapshots: [],
   wait: ["process"],
   await: ["job"],
   sleep: ["seconds"],
@@ -115,7 +124,7 @@ const MODIFY_CHANGES = new Set([
 const RACE_EXPECT_KEYS = new Set(["outcomes", "same_id", "starts", "each"]);
 const CAPABILITY_TAGS = new Set([
   "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
-  "network_policy", "published_ports", "secrets",
+  "network_policy", "published_ports", "secrets", "snapshots", "full_snapshots",
 ]);
 const VALUE_OPERATORS = new Set(["var", "str_repeat"]);
 const MATCH_OPERATORS = new Set(["ne", "one_of", "present"]);
@@ -147,6 +156,22 @@ export function loadDocument(path: string = casesPath()): Document {
   return JSON.parse(readFileSync(path, "utf8")) as Document;
 }
 
+/** A snapshot as the cases see it: the core's field names and values. */
+function snapshotValue(s: SnapshotInfo): Record<string, unknown> {
+  return {
+    name: s.name,
+    kind: s.kind,
+    image: s.image,
+    digest: s.digest,
+    size: s.size,
+    source_id: s.sourceId,
+    source_name: s.sourceName,
+    base_image: s.baseImage,
+    driver: s.driver,
+    created_at_ms: s.createdAt.getTime(),
+  };
+}
+
 /** The capability a step needs by itself (as the Rust kit's step_capability). */
 export function stepCapability(step: Step): string | null {
   const options = step.options ?? {};
@@ -154,6 +179,8 @@ export function stepCapability(step: Step): string | null {
   if (step.op === "modify") return "modify_live";
   if (step.op === "follow_logs") return "logs";
   if (step.op === "detach") return "attached";
+  if (step.op === "snapshot" && step.kind === "full") return "full_snapshots";
+  if (["snapshot", "get_snapshot", "list_snapshots", "remove_snapshot"].includes(step.op)) return "snapshots";
   if (step.op === "race" && step.processes) {
     const d = step.do ?? {};
     const owns = (d.op === "create" || d.op === "connect_or_create") && !(d.options ?? {}).detached;
@@ -809,6 +836,13 @@ export class Runner {
         return { kind: "none" };
       case "wait":
         return { kind: "exec", obj: await collect(this.objects.get(step.process)) };
+      case "get_snapshot":
+        return { kind: "value", obj: snapshotValue(await Sandbox.getSnapshot(this.value(step.snapshot))) };
+      case "list_snapshots":
+        return { kind: "value", obj: (await Sandbox.snapshots()).map((s) => s.name) };
+      case "remove_snapshot":
+        await Sandbox.removeSnapshot(this.value(step.snapshot));
+        return { kind: "none" };
     }
     if (op === "connect_or_start" && "name" in step) {
       const h = await Sandbox.get(this.value(step.name));
@@ -860,6 +894,11 @@ export class Runner {
       case "destroy":
         await target.destroy();
         return { kind: "none" };
+      case "snapshot":
+        return {
+          kind: "value",
+          obj: snapshotValue(await target.snapshot(this.value(step.snapshot), { kind: step.kind })),
+        };
       case "follow_logs": {
         // The stream ends by itself when the followed run ends.
         const limit = Number(step.timeout ?? FOLLOW_TIMEOUT) * this.scale;

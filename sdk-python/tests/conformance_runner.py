@@ -53,13 +53,16 @@ CODE_CLASSES = {
     "snapshot_in_use": "SnapshotInUseError",
 }
 
-NAME_OPS = {"create", "connect_or_create", "define", "get", "get_by_id", "list"}
+NAME_OPS = {
+    "create", "connect_or_create", "define", "get", "get_by_id", "list", "get_snapshot",
+    "list_snapshots", "remove_snapshot",
+}
 TARGET_OPS = {
     "handle", "info", "status", "config", "start", "connect_or_start", "connect",
     "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
     "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
     "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
-    "fs_read_stream", "follow_logs",
+    "fs_read_stream", "follow_logs", "snapshot",
 }
 CONTROL_OPS = {"wait", "await", "sleep", "repeat", "race", "remove"}
 KNOWN_OPS = NAME_OPS | TARGET_OPS | CONTROL_OPS
@@ -88,6 +91,10 @@ OP_KEYS = {
     "fs_mkdir": {"sandbox", "path", "parents"},
     "fs_list": {"sandbox", "path"},
     "follow_logs": {"sandbox", "source", "timeout"},
+    "snapshot": {"sandbox", "snapshot", "kind"},
+    "get_snapshot": {"snapshot"},
+    "remove_snapshot": {"snapshot"},
+    "list_snapshots": set(),
     "wait": {"process"},
     "await": {"job"},
     "sleep": {"seconds"},
@@ -113,7 +120,7 @@ RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 # so does this runner's test (test_conformance.lacking).
 CAPABILITY_TAGS = {
     "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
-    "network_policy", "published_ports", "secrets",
+    "network_policy", "published_ports", "secrets", "snapshots", "full_snapshots",
 }
 VALUE_OPERATORS = {"var", "str_repeat"}
 MATCH_OPERATORS = {"ne", "one_of", "present"}
@@ -170,6 +177,22 @@ def validate_cases(doc: dict, repo_root: Path = REPO_ROOT) -> list[str]:
     return problems
 
 
+def _snapshot_value(s: Any) -> dict:
+    """A snapshot as the cases see it: the core's field names and values."""
+    return {
+        "name": s.name,
+        "kind": s.kind.value,
+        "image": s.image,
+        "digest": s.digest,
+        "size": s.size,
+        "source_id": s.source_id,
+        "source_name": s.source_name,
+        "base_image": s.base_image,
+        "driver": s.driver.value,
+        "created_at_ms": int(s.created_at.timestamp() * 1000),
+    }
+
+
 def step_capability(step: dict) -> str | None:
     """The capability a step needs by itself (as the Rust kit's step_capability)."""
     op = step.get("op")
@@ -182,6 +205,10 @@ def step_capability(step: dict) -> str | None:
         return "logs"
     if op == "detach":
         return "attached"
+    if op == "snapshot" and step.get("kind") == "full":
+        return "full_snapshots"
+    if op in ("snapshot", "get_snapshot", "list_snapshots", "remove_snapshot"):
+        return "snapshots"
     if op == "race" and step.get("processes"):
         do = step.get("do") or {}
         owns = do.get("op") in ("create", "connect_or_create") and not (
@@ -738,6 +765,13 @@ class Runner:
             else:
                 await self._as_handle(self._target(step)).remove()
             return R("none")
+        if op == "get_snapshot":
+            return R("value", _snapshot_value(await Sandbox.get_snapshot(self.value(step["snapshot"]))))
+        if op == "list_snapshots":
+            return R("value", [s.name for s in await Sandbox.snapshots()])
+        if op == "remove_snapshot":
+            await Sandbox.remove_snapshot(self.value(step["snapshot"]))
+            return R("none")
         if op == "connect_or_start" and "name" in step:
             handle = await Sandbox.get(self.value(step["name"]))
             return R("sandbox", await handle.connect_or_start())
@@ -782,6 +816,9 @@ class Runner:
         if op == "destroy":
             await target.destroy()
             return R("none")
+        if op == "snapshot":
+            info = await target.snapshot(self.value(step["snapshot"]), kind=step.get("kind"))
+            return R("value", _snapshot_value(info))
         if op == "follow_logs":
             # The stream ends by itself when the followed run ends.
             source = step.get("source")

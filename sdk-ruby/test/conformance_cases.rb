@@ -10,10 +10,11 @@ require "json"
 require "set"
 
 module Conformance
-  NAME_OPS = %w[create connect_or_create define get get_by_id list].freeze
+  NAME_OPS = %w[create connect_or_create define get get_by_id list get_snapshot list_snapshots remove_snapshot].freeze
   TARGET_OPS = %w[handle info status config start connect_or_start connect restart stop kill request_drain
                   pause resume touch modify wait_for_status wait_until_stopped destroy detach ping exec spawn
-                  fs_write fs_read fs_exists fs_mkdir fs_list fs_write_stream fs_read_stream follow_logs].freeze
+                  fs_write fs_read fs_exists fs_mkdir fs_list fs_write_stream fs_read_stream follow_logs
+                  snapshot].freeze
   CONTROL_OPS = %w[wait await sleep repeat race remove].freeze
   KNOWN_OPS = (NAME_OPS + TARGET_OPS + CONTROL_OPS).to_set.freeze
   PROCESS_RACE_OPS = %w[create connect_or_create connect_or_start].freeze
@@ -28,7 +29,8 @@ module Conformance
     "fs_write_stream" => %w[sandbox path data chunks], "fs_read_stream" => %w[sandbox path],
     "await" => %w[job], "sleep" => %w[seconds], "repeat" => %w[seconds interval do],
     "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name],
-    "follow_logs" => %w[sandbox source timeout]
+    "follow_logs" => %w[sandbox source timeout], "snapshot" => %w[sandbox snapshot kind],
+    "get_snapshot" => %w[snapshot], "remove_snapshot" => %w[snapshot], "list_snapshots" => []
   }.freeze
   CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network ports secrets idle_timeout idle_action
                       max_duration startup_timeout demand_start detached replace].freeze
@@ -38,7 +40,7 @@ module Conformance
                       max_duration network].freeze
   RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
   CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer network_policy
-                       published_ports secrets].freeze
+                       published_ports secrets snapshots full_snapshots].freeze
 
   module_function
 
@@ -55,6 +57,8 @@ module Conformance
     return "modify_live" if step["op"] == "modify"
     return "logs" if step["op"] == "follow_logs"
     return "attached" if step["op"] == "detach"
+    return "full_snapshots" if step["op"] == "snapshot" && step["kind"] == "full"
+    return "snapshots" if %w[snapshot get_snapshot list_snapshots remove_snapshot].include?(step["op"])
     if step["op"] == "race" && step["processes"]
       d = step["do"] || {}
       owns = %w[create connect_or_create].include?(d["op"]) && !(d["options"] || {})["detached"]

@@ -471,6 +471,13 @@ module Conformance
       obj
     end
 
+    # A snapshot as the cases see it: the core's field names and values.
+    def snapshot_value(s)
+      { "name" => s.name, "kind" => s.kind.to_s, "image" => s.image, "digest" => s.digest, "size" => s.size,
+        "source_id" => s.source_id, "source_name" => s.source_name, "base_image" => s.base_image,
+        "driver" => s.driver.to_s, "created_at_ms" => (s.created_at.to_r * 1000).to_i }
+    end
+
     def dispatch(step)
       op = step["op"]
       case op
@@ -491,6 +498,10 @@ module Conformance
         end
         return Result.new(:none, nil)
       when "wait" then return Result.new(:exec, @objects.fetch(step["process"]).wait)
+      when "get_snapshot"
+        return Result.new(:value, snapshot_value(Burrow::Sandbox.get_snapshot(value(step["snapshot"]))))
+      when "list_snapshots" then return Result.new(:value, Burrow::Sandbox.snapshots.map(&:name))
+      when "remove_snapshot" then return Result.new(:none, Burrow::Sandbox.remove_snapshot(value(step["snapshot"])))
       end
       if op == "connect_or_start" && step.key?("name")
         return Result.new(:sandbox, Burrow::Sandbox.get(value(step["name"])).connect_or_start)
@@ -519,6 +530,9 @@ module Conformance
         return Result.new(:info, t.wait_for_status(*step["statuses"], timeout: timeout))
       when "destroy" then return Result.new(:none, t.destroy)
       when "follow_logs" then return Result.new(:value, follow_texts(t, step))
+      when "snapshot"
+        kind = step["kind"]&.to_sym
+        return Result.new(:value, snapshot_value(t.snapshot(value(step["snapshot"]), kind: kind)))
       end
 
       sb = live(step)

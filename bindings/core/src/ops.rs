@@ -70,6 +70,18 @@ pub enum ModuleOp {
     /// What the backend can do beyond the lifecycle every backend has
     /// (`burrow::Capabilities`): pause, live changes, metrics, logs, ...
     Capabilities,
+    /// The stored snapshots, by name.
+    ListSnapshots,
+    /// One stored snapshot.
+    GetSnapshot {
+        /// Its name.
+        name: String,
+    },
+    /// Removes a stored snapshot (`snapshot_in_use` while sandboxes use it).
+    RemoveSnapshot {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// Calls on a sandbox object.
@@ -190,6 +202,14 @@ pub enum SandboxOp {
     Modify(ModifyInput),
     /// Resource usage.
     Metrics,
+    /// Saves it under a name (`burrow::SandboxHandle::snapshot_with`).
+    Snapshot {
+        /// The snapshot's name.
+        name: String,
+        /// `filesystem` (the default) or `full`.
+        #[serde(default)]
+        kind: Option<burrow::SnapshotKind>,
+    },
     /// Log lines written so far.
     Logs(LogInput),
     /// A followed log (a cursor).
@@ -410,6 +430,12 @@ async fn module(op: ModuleOp) -> Result<Output, Failure> {
             Ok(Output::Unit)
         }
         ModuleOp::Capabilities => json(&backend.capabilities().await?),
+        ModuleOp::ListSnapshots => json(&backend.list_snapshots().await?),
+        ModuleOp::GetSnapshot { name } => json(&backend.get_snapshot(&name).await?),
+        ModuleOp::RemoveSnapshot { name } => {
+            backend.remove_snapshot(&name).await?;
+            Ok(Output::Unit)
+        }
     }
 }
 
@@ -445,6 +471,13 @@ async fn sandbox(
         Op::Resume => json(&either!(bound, x => x.resume().await?)),
         Op::Modify(changes) => json(&either!(bound, x => x.modify_with(&changes.modify()?).await?)),
         Op::Metrics => json(&either!(bound, x => x.metrics().await?)),
+        Op::Snapshot { name, kind } => {
+            let opts = match kind {
+                Some(burrow::SnapshotKind::Full) => burrow::SnapshotOptions::full(),
+                _ => burrow::SnapshotOptions::filesystem(),
+            };
+            json(&either!(bound, x => x.snapshot_with(&name, &opts).await?))
+        }
         Op::Destroy => done(either!(bound, x => x.destroy().await)),
         Op::Logs(input) => {
             let opts = input.options(false)?;

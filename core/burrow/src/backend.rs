@@ -209,9 +209,6 @@ pub struct Capabilities {
     /// an older server's answer: `false`.
     #[serde(default)]
     pub full_snapshots: bool,
-    /// [`Backend::fork`]. Absent from an older server's answer: `false`.
-    #[serde(default)]
-    pub fork: bool,
 }
 
 fn yes() -> bool {
@@ -233,7 +230,6 @@ impl Capabilities {
         secrets: true,
         snapshots: true,
         full_snapshots: true,
-        fork: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -250,7 +246,6 @@ impl Capabilities {
         secrets: false,
         snapshots: false,
         full_snapshots: false,
-        fork: false,
     };
 }
 

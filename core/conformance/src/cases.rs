@@ -85,6 +85,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "published_ports",
     "secrets",
     "snapshots",
+    "full_snapshots",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
@@ -196,6 +197,9 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
         "modify" => Some("modify_live"),
         "follow_logs" => Some("logs"),
         "detach" => Some("attached"),
+        "snapshot" if step.get("kind").and_then(Value::as_str) == Some("full") => {
+            Some("full_snapshots")
+        }
         "snapshot" | "get_snapshot" | "list_snapshots" | "remove_snapshot" => Some("snapshots"),
         "race" if step.get("processes").and_then(Value::as_bool) == Some(true) => step
             .get("do")

@@ -523,6 +523,7 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "published_ports" => caps.published_ports,
         "secrets" => caps.secrets,
         "snapshots" => caps.snapshots,
+        "full_snapshots" => caps.full_snapshots,
         _ => false,
     }
 }

@@ -40,6 +40,8 @@ from .types import (
     Ping,
     RunInfo,
     SandboxInfo,
+    SnapshotInfo,
+    SnapshotKind,
     Status,
 )
 
@@ -70,6 +72,8 @@ __all__ = [
     "Metrics",
     "Ping",
     "Capabilities",
+    "SnapshotInfo",
+    "SnapshotKind",
     "NetworkPolicy",
     "Secret",
     "configure",

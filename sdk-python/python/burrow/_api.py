@@ -22,6 +22,8 @@ from . import _native
 from ._files import FileReader, FileWriter
 from .errors import SandboxNotFoundError
 from .types import (
+    SnapshotInfo,
+    SnapshotKind,
     Capabilities,
     NetworkPolicy,
     Secret,
@@ -371,6 +373,24 @@ class Sandbox:
         lacks raises :class:`~burrow.errors.UnsupportedError`."""
         return Capabilities._from_core(await _native.ASYNC.capabilities())
 
+    @staticmethod
+    async def snapshots() -> List[SnapshotInfo]:
+        """The stored snapshots, by name."""
+        return [SnapshotInfo._from_core(d) for d in await _native.ASYNC.list_snapshots()]
+
+    @staticmethod
+    async def get_snapshot(name: str) -> SnapshotInfo:
+        """One stored snapshot (:class:`~burrow.errors.SandboxNotFoundError`
+        if there is none)."""
+        return SnapshotInfo._from_core(await _native.ASYNC.get_snapshot(name))
+
+    @staticmethod
+    async def remove_snapshot(name: str) -> None:
+        """Removes a stored snapshot; while sandboxes created from it exist,
+        :class:`~burrow.errors.SnapshotInUseError` (nothing removed). Its
+        content goes at the next image prune."""
+        await _native.ASYNC.remove_snapshot(name)
+
     # -- identity ------------------------------------------------------------
 
     @property
@@ -536,6 +556,18 @@ class Sandbox:
         plan = c.plan(await self._n.modify(changes))
         self._status = plan.info.status
         return plan
+
+    async def snapshot(
+        self, name: str, *, kind: Optional[Union[SnapshotKind, str]] = None
+    ) -> SnapshotInfo:
+        """Saves the sandbox under ``name``: its files (its writable layer
+        over its image, usable as the image ``snapshot:NAME``), or with
+        ``kind="full"`` a running vm sandbox whole. A running sandbox is
+        frozen for the copy and goes on; processes are not copied into
+        sandboxes made from a filesystem snapshot. A taken name raises
+        :class:`~burrow.errors.SandboxAlreadyExistsError`."""
+        k = None if kind is None else SnapshotKind(kind).value
+        return SnapshotInfo._from_core(await self._n.snapshot(name, k))
 
     async def metrics(self) -> Metrics:
         return c.metrics(await self._n.metrics())
@@ -704,6 +736,18 @@ class SandboxHandle:
         plan = c.plan(await self._n.modify(changes))
         self._status = plan.info.status
         return plan
+
+    async def snapshot(
+        self, name: str, *, kind: Optional[Union[SnapshotKind, str]] = None
+    ) -> SnapshotInfo:
+        """Saves the sandbox under ``name``: its files (its writable layer
+        over its image, usable as the image ``snapshot:NAME``), or with
+        ``kind="full"`` a running vm sandbox whole. A running sandbox is
+        frozen for the copy and goes on; processes are not copied into
+        sandboxes made from a filesystem snapshot. A taken name raises
+        :class:`~burrow.errors.SandboxAlreadyExistsError`."""
+        k = None if kind is None else SnapshotKind(kind).value
+        return SnapshotInfo._from_core(await self._n.snapshot(name, k))
 
     async def metrics(self) -> Metrics:
         return c.metrics(await self._n.metrics())

@@ -141,6 +141,15 @@ class Calls:
     def capabilities(self) -> Any:
         return _call(None, "capabilities", None, self._b, {})
 
+    def list_snapshots(self) -> Any:
+        return _call(None, "list_snapshots", None, self._b, {})
+
+    def get_snapshot(self, name: str) -> Any:
+        return _call(None, "get_snapshot", None, self._b, {"name": name})
+
+    def remove_snapshot(self, name: str) -> Any:
+        return _call(None, "remove_snapshot", None, self._b, {"name": name})
+
 
 #: The calls of the async API.
 ASYNC = Calls(False)
@@ -299,6 +308,9 @@ class NativeSandbox:
 
     def metrics(self) -> Any:
         return self._c("metrics")
+
+    def snapshot(self, name: str, kind: Optional[str]) -> Any:
+        return self._c("snapshot", name=name, kind=kind)
 
     def logs(self, tail: Optional[int] = None, source: Optional[str] = None) -> Any:
         return self._c("logs", tail=tail, source=source)

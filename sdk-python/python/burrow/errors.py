@@ -9,7 +9,7 @@ and pickle like any exception (they survive ``multiprocessing``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Dict, Optional, Type
+from typing import TYPE_CHECKING, Dict, List, Optional, Type
 
 from .types import Status
 
@@ -72,6 +72,8 @@ class BurrowError(Exception):
     #: For ``timeout``: the deadline in milliseconds (the core's field; the
     #: same as :attr:`after`).
     after_ms: Optional[int] = None
+    #: For ``snapshot_in_use``: the names of the sandboxes that use it.
+    sandboxes: Optional[List[str]] = None
 
     def __init__(
         self,
@@ -307,6 +309,7 @@ def _from_body(text: str) -> BurrowError:
     exc.reason = body.get("reason")
     exc.after_ms = body.get("after_ms")
     exc.after = None if exc.after_ms is None else exc.after_ms / 1000.0
+    exc.sandboxes = body.get("sandboxes")
     return exc
 
 

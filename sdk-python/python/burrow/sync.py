@@ -31,6 +31,8 @@ from ._common import configure
 from ._sync_files import FileReader, FileWriter
 from .errors import SandboxNotFoundError
 from .types import (
+    SnapshotInfo,
+    SnapshotKind,
     Capabilities,
     NetworkPolicy,
     Secret,
@@ -380,6 +382,24 @@ class Sandbox:
         lacks raises :class:`~burrow.errors.UnsupportedError`."""
         return Capabilities._from_core(_native.SYNC.capabilities())
 
+    @staticmethod
+    def snapshots() -> List[SnapshotInfo]:
+        """The stored snapshots, by name."""
+        return [SnapshotInfo._from_core(d) for d in _native.SYNC.list_snapshots()]
+
+    @staticmethod
+    def get_snapshot(name: str) -> SnapshotInfo:
+        """One stored snapshot (:class:`~burrow.errors.SandboxNotFoundError`
+        if there is none)."""
+        return SnapshotInfo._from_core(_native.SYNC.get_snapshot(name))
+
+    @staticmethod
+    def remove_snapshot(name: str) -> None:
+        """Removes a stored snapshot; while sandboxes created from it exist,
+        :class:`~burrow.errors.SnapshotInUseError` (nothing removed). Its
+        content goes at the next image prune."""
+        _native.SYNC.remove_snapshot(name)
+
     # -- identity ------------------------------------------------------------
 
     @property
@@ -545,6 +565,18 @@ class Sandbox:
         plan = c.plan(self._n.modify(changes))
         self._status = plan.info.status
         return plan
+
+    def snapshot(
+        self, name: str, *, kind: Optional[Union[SnapshotKind, str]] = None
+    ) -> SnapshotInfo:
+        """Saves the sandbox under ``name``: its files (its writable layer
+        over its image, usable as the image ``snapshot:NAME``), or with
+        ``kind="full"`` a running vm sandbox whole. A running sandbox is
+        frozen for the copy and goes on; processes are not copied into
+        sandboxes made from a filesystem snapshot. A taken name raises
+        :class:`~burrow.errors.SandboxAlreadyExistsError`."""
+        k = None if kind is None else SnapshotKind(kind).value
+        return SnapshotInfo._from_core(self._n.snapshot(name, k))
 
     def metrics(self) -> Metrics:
         return c.metrics(self._n.metrics())
@@ -713,6 +745,18 @@ class SandboxHandle:
         plan = c.plan(self._n.modify(changes))
         self._status = plan.info.status
         return plan
+
+    def snapshot(
+        self, name: str, *, kind: Optional[Union[SnapshotKind, str]] = None
+    ) -> SnapshotInfo:
+        """Saves the sandbox under ``name``: its files (its writable layer
+        over its image, usable as the image ``snapshot:NAME``), or with
+        ``kind="full"`` a running vm sandbox whole. A running sandbox is
+        frozen for the copy and goes on; processes are not copied into
+        sandboxes made from a filesystem snapshot. A taken name raises
+        :class:`~burrow.errors.SandboxAlreadyExistsError`."""
+        k = None if kind is None else SnapshotKind(kind).value
+        return SnapshotInfo._from_core(self._n.snapshot(name, k))
 
     def metrics(self) -> Metrics:
         return c.metrics(self._n.metrics())

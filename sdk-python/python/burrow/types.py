@@ -33,6 +33,8 @@ __all__ = [
     "LogLine",
     "Metrics",
     "Ping",
+    "SnapshotKind",
+    "SnapshotInfo",
 ]
 
 
@@ -460,6 +462,10 @@ class Capabilities:
     published_ports: bool = False
     #: Secrets (``secrets=``) go into the sandboxes' requests to their hosts.
     secrets: bool = False
+    #: Filesystem snapshots (``snapshot()``, ``snapshot:NAME`` images).
+    snapshots: bool = False
+    #: Full snapshots (memory and processes too) of running sandboxes.
+    full_snapshots: bool = False
 
     @classmethod
     def _from_core(cls, d: Mapping[str, Any]) -> Capabilities:
@@ -474,4 +480,55 @@ class Capabilities:
             network_policy=bool(d.get("network_policy", False)),
             published_ports=bool(d.get("published_ports", False)),
             secrets=bool(d.get("secrets", False)),
+            snapshots=bool(d.get("snapshots", False)),
+            full_snapshots=bool(d.get("full_snapshots", False)),
+        )
+
+
+class SnapshotKind(str, enum.Enum):
+    """What a snapshot holds."""
+
+    #: The sandbox's files: its writable layer over its image, an OCI image.
+    FILESYSTEM = "filesystem"
+    #: A running vm sandbox whole: files, memory and processes.
+    FULL = "full"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """A stored snapshot. Create sandboxes from it with ``image=info.image``
+    (``"snapshot:NAME"``)."""
+
+    name: str
+    kind: SnapshotKind
+    #: The image reference that creates sandboxes from it.
+    image: str
+    #: The content digest of its OCI image manifest (``sha256:...``).
+    digest: str
+    #: Bytes it adds to the store (the base image's layers are shared).
+    size: int
+    #: The sandbox it was taken from (which may be gone since).
+    source_id: str
+    source_name: str
+    #: That sandbox's image.
+    base_image: str
+    driver: Driver
+    created_at: datetime
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> SnapshotInfo:
+        return cls(
+            name=str(d["name"]),
+            kind=SnapshotKind(d["kind"]),
+            image=str(d["image"]),
+            digest=str(d["digest"]),
+            size=int(d["size"]),
+            source_id=str(d["source_id"]),
+            source_name=str(d["source_name"]),
+            base_image=str(d["base_image"]),
+            driver=Driver(d["driver"]),
+            created_at=_req_time(d["created_at_ms"]),
         )

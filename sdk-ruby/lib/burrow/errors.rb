@@ -22,7 +22,7 @@ module Burrow
   #   @return [Hash] the whole error body of the core
   class Error < StandardError
     attr_reader :code, :sandbox_id, :name, :status, :actual_id, :operation,
-                :subject, :reason, :after_ms, :guest, :path, :body
+                :subject, :reason, :after_ms, :guest, :path, :sandboxes, :body
 
     def initialize(body)
       @body = body
@@ -37,6 +37,7 @@ module Burrow
       @after_ms = body["after_ms"]
       @guest = body["guest"]
       @path = body["path"]
+      @sandboxes = body["sandboxes"]
       super(body["message"])
     end
   end

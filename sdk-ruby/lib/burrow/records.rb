@@ -204,10 +204,29 @@ module Burrow
   # The local backend of an unprivileged user without a delegated cgroup
   # lacks +pause+.
   Capabilities = Struct.new(:pause, :modify_live, :metrics, :logs, :idle_reclaim, :attached, :persistent_layer,
-                            :network_policy, :published_ports, :secrets, keyword_init: true) do
+                            :network_policy, :published_ports, :secrets, :snapshots, :full_snapshots,
+                            keyword_init: true) do
     # @api private
-    def self.from_json(h) = new(network_policy: false, published_ports: false, secrets: false,
-                                **h.transform_keys(&:to_sym).slice(*members))
+    def self.from_json(h) = new(network_policy: false, published_ports: false, secrets: false, snapshots: false,
+                                full_snapshots: false, **h.transform_keys(&:to_sym).slice(*members))
+  end
+
+  # A stored snapshot (Sandbox#snapshot). Create sandboxes from it with
+  # +image: info.image+ (+"snapshot:NAME"+).
+  # @!attribute [r] kind
+  #   @return [Symbol] +:filesystem+ (its files) or +:full+ (a running vm whole)
+  # @!attribute [r] size
+  #   @return [Integer] bytes it adds to the store (the base image's layers are shared)
+  # @!attribute [r] created_at
+  #   @return [Time]
+  SnapshotInfo = Struct.new(:name, :kind, :image, :digest, :size, :source_id, :source_name, :base_image, :driver,
+                            :created_at, keyword_init: true) do
+    # @api private
+    def self.from_json(h)
+      new(name: h["name"], kind: h["kind"].to_sym, image: h["image"], digest: h["digest"], size: h["size"],
+          source_id: h["source_id"], source_name: h["source_name"], base_image: h["base_image"],
+          driver: h["driver"].to_sym, created_at: Time.at(h["created_at_ms"] / 1000r))
+    end
   end
 
   # An entry of Fs#list.

@@ -75,6 +75,16 @@ module Burrow
     # @return [Metrics] resource usage of the running sandbox
     def metrics = Metrics.from_json(call(op: "metrics"))
 
+    # Saves the sandbox under +name+: its files (its writable layer over
+    # its image, usable as the image +"snapshot:NAME"+), or with
+    # +kind: :full+ a running vm sandbox whole. A running sandbox is frozen
+    # for the copy and goes on; sandboxes made from a filesystem snapshot
+    # start its image's command, not its processes. A taken name raises
+    # AlreadyExistsError, a bad one InvalidArgumentError.
+    # @param kind [Symbol, nil] +:filesystem+ (the default) or +:full+
+    # @return [SnapshotInfo]
+    def snapshot(name, kind: nil) = SnapshotInfo.from_json(call(op: "snapshot", name: name, kind: kind&.to_s))
+
     # Stops it if it runs and removes it, with everything it wrote.
     # @return [nil]
     def destroy = call(op: "destroy") && nil
@@ -294,6 +304,20 @@ module Burrow
       # (pause, live modify, metrics, ...).
       # @return [Capabilities]
       def capabilities = Capabilities.from_json(Burrow.call(nil, { op: "capabilities" }))
+
+      # The stored snapshots, by name.
+      # @return [Array<SnapshotInfo>]
+      def snapshots = Burrow.call(nil, { op: "list_snapshots" }).map { |h| SnapshotInfo.from_json(h) }
+
+      # One stored snapshot (NotFoundError if there is none).
+      # @return [SnapshotInfo]
+      def get_snapshot(name) = SnapshotInfo.from_json(Burrow.call(nil, { op: "get_snapshot", name: name }))
+
+      # Removes a stored snapshot: SnapshotInUseError (its +sandboxes+
+      # naming them) while sandboxes created from it exist. Its content goes
+      # at the next image prune.
+      # @return [nil]
+      def remove_snapshot(name) = Burrow.call(nil, { op: "remove_snapshot", name: name }) && nil
 
       private
 

@@ -295,7 +295,6 @@ impl Backend for LocalBackend {
             network_policy: driver.enforces_network_policy(),
             secrets: driver.enforces_network_policy(),
             full_snapshots: false,
-            fork: false,
             ..Capabilities::ALL
         })
     }

@@ -74,13 +74,31 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .min_connections(0)
-            .idle_timeout(Some(Duration::from_secs(30)))
-            .connect_with(opts)
-            .await
-            .map_err(|e| Error::store(format!("opening {}", path.display()), e))?;
+        // A database just created by another process can be busy for its
+        // first connections while that one turns on WAL (SQLite answers
+        // that switch's lock conflict without waiting on busy_timeout):
+        // opened again until it is not, for as long as busy_timeout.
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(5);
+        let pool = loop {
+            let opened = SqlitePoolOptions::new()
+                .max_connections(4)
+                .min_connections(0)
+                .idle_timeout(Some(Duration::from_secs(30)))
+                .connect_with(opts.clone())
+                .await;
+            match opened {
+                Ok(pool) => break pool,
+                Err(sqlx::Error::Database(db))
+                    if db.code().as_deref() == Some("5")
+                        && started.elapsed() < Duration::from_secs(30) =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Err(e) => return Err(Error::store(format!("opening {}", path.display()), e)),
+            }
+        };
         let store = Store { pool };
         // Every supervisor opens the store on the critical path of a start:
         // a schema that is already current needs neither the migration lock

@@ -80,3 +80,35 @@ async fn a_database_of_the_first_schema_is_migrated_with_its_rows() {
     );
     assert_eq!(store.sealed_secrets(&old.info.id).await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn opening_a_fresh_database_another_process_holds_waits_for_it() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::at(dir.path()).unwrap();
+    // Another process made the database (rollback journal, as SQLite
+    // starts one) and holds it exclusively for a while.
+    let mut holder = std::process::Command::new("sqlite3")
+        .arg(home.db_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = holder.stdin.take().unwrap();
+    input
+        .write_all(b"BEGIN EXCLUSIVE;\nCREATE TABLE hold(x);\nSELECT 1;\n")
+        .unwrap();
+    input.flush().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let opening = tokio::spawn({
+        let home = home.clone();
+        async move { Store::open(&home).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!opening.is_finished(), "opened through an exclusive lock");
+    input.write_all(b"COMMIT;\n.quit\n").unwrap();
+    drop(input);
+    holder.wait().unwrap();
+    let store = opening.await.unwrap().unwrap();
+    assert!(store.list().await.unwrap().is_empty());
+}
