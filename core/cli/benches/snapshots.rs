@@ -2,7 +2,10 @@
 //! sandbox whose writable layer holds 1 GiB (16 files of 64 MiB of random
 //! bytes), beside `cp --reflink=auto -a` and `tar -cf` of the same layer
 //! directory in the same run (the copy a user would make by hand; neither
-//! freezes the guest, hashes the content or stores it by digest).
+//! freezes the guest, hashes the content or stores it by digest), and
+//! beside that copy made durable (`cp`, then `sync`), as a snapshot is
+//! before it is recorded. Each snapshot follows a small change (a marker
+//! file), as checkpoints do, so none finds its layer stored already.
 //!
 //! Run: `cargo bench -p burrow-cli --bench snapshots` (as root).
 //! BENCH_ITERS (default 3), BENCH_LAYER_MB (default 1024).
@@ -74,7 +77,11 @@ fn main() {
         let mut snaps: Vec<Duration> = Vec::new();
         let mut cps: Vec<Duration> = Vec::new();
         let mut tars: Vec<Duration> = Vec::new();
+        let mut synced: Vec<Duration> = Vec::new();
         for i in 0..iters {
+            sb.exec(["sh", "-c", &format!("echo {i} > /marker")])
+                .await
+                .unwrap();
             drop_caches();
             let t = Instant::now();
             let info = sb.snapshot(&format!("s{i}")).await.unwrap();
@@ -89,6 +96,16 @@ fn main() {
                 .arg(&upper)
                 .arg(&dst));
             cps.push(t.elapsed());
+            std::fs::remove_dir_all(&dst).unwrap();
+
+            drop_caches();
+            let t = Instant::now();
+            run(Command::new("cp")
+                .args(["--reflink=auto", "-a"])
+                .arg(&upper)
+                .arg(&dst));
+            run(&mut Command::new("sync"));
+            synced.push(t.elapsed());
             std::fs::remove_dir_all(&dst).unwrap();
 
             let tar = scratch.path().join(format!("t{i}.tar"));
@@ -116,6 +133,7 @@ fn main() {
         for (name, s) in [
             ("cp --reflink=auto -a (the layer directory)", &cps),
             ("tar -cf (the layer directory)", &tars),
+            ("cp --reflink=auto -a, then sync", &synced),
             ("burrow snapshot (freeze, layer, digest, store)", &snaps),
         ] {
             println!(

@@ -344,7 +344,7 @@ pub enum Control {
     /// Write the sandbox's writable layer (what it changed over its image)
     /// as an uncompressed OCI layer tar to `layer`, a host path that must
     /// not exist yet, with the guest frozen for the copy where the host can
-    /// freeze it (a paused one stays paused). Response [`Response::Done`]
+    /// freeze it (a paused one stays paused). Response [`Response::Layer`]
     /// once the file is complete and synced.
     Snapshot {
         /// Where to write the layer (a host path).
@@ -420,6 +420,13 @@ pub enum Response {
     Metrics {
         /// The snapshot.
         metrics: Metrics,
+    },
+    /// Answer to [`Control::Snapshot`]: the layer written.
+    Layer {
+        /// `sha256:<hex>` of the layer file's content.
+        digest: String,
+        /// Its size in bytes.
+        size: u64,
     },
     /// Supervisor status.
     Supervisor {

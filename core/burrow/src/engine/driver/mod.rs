@@ -156,7 +156,8 @@ pub trait GuestProcess: Send + Sync + Debug {
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
     /// Writes the guest's writable layer to the new file `layer` as an OCI
     /// layer tar (see `engine::snapshot::layer`); the caller froze it.
-    async fn write_layer(&mut self, layer: &std::path::Path) -> Result<()> {
+    /// Returns the file's digest (`sha256:<hex>`) and size.
+    async fn write_layer(&mut self, layer: &std::path::Path) -> Result<(String, u64)> {
         let _ = layer;
         Err(crate::error::Error::unsupported(
             "filesystem snapshots of a running sandbox of this driver",

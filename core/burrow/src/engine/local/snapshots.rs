@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burrow_protocol::{Control, GuestErrorCode};
+use burrow_protocol::{Control, GuestErrorCode, Response};
 
 use super::transitions::ControlError;
 use super::LocalBackend;
@@ -183,6 +183,12 @@ impl LocalBackend {
                         layer: tmp.to_string_lossy().into_owned(),
                     };
                     match self.control_answer(&info, body).await {
+                        // Hashed as it was written.
+                        Ok(Response::Layer { digest, size }) => {
+                            let digest = crate::engine::image::digest::Digest::parse(&digest)
+                                .map_err(Error::protocol)?;
+                            return Ok((digest, size));
+                        }
                         Ok(_) => {
                             let tmp = tmp.to_path_buf();
                             return blocking("reading the snapshot layer", move || {

@@ -79,13 +79,21 @@ pub(crate) fn write_layer(upper: &Path, owners: Owners, out: impl Write) -> io::
     Ok(stats)
 }
 
+/// A layer file written: what is in it, its digest and size.
+#[derive(Debug, Clone)]
+pub(crate) struct Written {
+    pub(crate) stats: LayerStats,
+    pub(crate) digest: crate::engine::image::digest::Digest,
+    pub(crate) size: u64,
+}
+
 /// Writes the layer of `upper` to the new file `out` (created 0600,
-/// synced), off the async runtime.
+/// synced), off the async runtime, hashing it on the way.
 pub(crate) async fn write_layer_file(
     upper: PathBuf,
     owners: Owners,
     out: PathBuf,
-) -> crate::error::Result<LayerStats> {
+) -> crate::error::Result<Written> {
     tokio::task::spawn_blocking(move || {
         write_layer_file_blocking(&upper, owners, &out)
             .map_err(|e| crate::error::Error::io("writing the snapshot layer", Some(&out), e))
@@ -105,21 +113,27 @@ pub(crate) fn write_layer_file_blocking(
     upper: &Path,
     owners: Owners,
     out: &Path,
-) -> io::Result<LayerStats> {
+) -> io::Result<Written> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(out)?;
-    let mut writer = FaultAfter::new(io::BufWriter::with_capacity(1 << 20, file));
+    let mut writer = FaultAfter::new(crate::engine::image::digest::HashingWriter::new(
+        io::BufWriter::with_capacity(1 << 20, file),
+    ));
     let stats = write_layer(upper, owners, &mut writer)?;
-    writer
-        .inner
-        .into_inner()
+    writer.flush()?;
+    let (digest, size, buf) = writer.inner.finish();
+    buf.into_inner()
         .map_err(io::IntoInnerError::into_error)?
         .sync_all()?;
-    Ok(stats)
+    Ok(Written {
+        stats,
+        digest,
+        size,
+    })
 }
 
 /// Passes writes through; with the `snapshot.mid_layer` fault point set,

@@ -356,7 +356,7 @@ impl<'a> Run<'a> {
                 .map_err(|e| failed("resuming after the snapshot", &e))?;
         }
         written
-            .map(|_| Response::Done)
+            .map(|(digest, size)| Response::Layer { digest, size })
             .map_err(|e| failed("writing the snapshot", &e))
     }
 

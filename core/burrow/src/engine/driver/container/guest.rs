@@ -242,17 +242,18 @@ impl GuestProcess for ContainerGuest {
         self.control("resume").await
     }
 
-    async fn write_layer(&mut self, layer: &std::path::Path) -> Result<()> {
+    async fn write_layer(&mut self, layer: &std::path::Path) -> Result<(String, u64)> {
         let (upper, owners) = super::writable_layer_of(&self.sandbox_dir);
-        let stats =
+        let written =
             crate::engine::snapshot::layer::write_layer_file(upper, owners, layer.to_path_buf())
                 .await?;
         tracing::debug!(
-            entries = stats.entries,
-            bytes = stats.content_bytes,
+            entries = written.stats.entries,
+            bytes = written.stats.content_bytes,
+            digest = %written.digest,
             "snapshot layer written"
         );
-        Ok(())
+        Ok((written.digest.to_string(), written.size))
     }
 
     async fn update(&mut self, cpus: Option<f64>, memory_mb: Option<u64>) -> Result<Vec<String>> {
