@@ -432,3 +432,85 @@ async fn creates_and_removals_of_a_snapshot_racing_across_processes_agree() {
         }
     }
 }
+
+/// Whether `ref` is in `registry`, asked with skopeo (another client than
+/// burrow's).
+fn skopeo_digest(reference: &str) -> String {
+    let out = Command::new("skopeo")
+        .args(["inspect", "--tls-verify=false", "--format", "{{.Digest}}"])
+        .arg(format!("docker://{reference}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushed_snapshot_is_an_ordinary_image_another_home_runs() {
+    let registry = common::registry::TestRegistry::start();
+    let target = registry.reference("burrow-test/snapshot:v1");
+    let laptop = TestHome::new().await;
+    let a = laptop.builder("laptop").create().await.unwrap();
+    run(&a, "echo written-on-the-laptop > /carried && rm /bin/false").await;
+    let snap = a.snapshot("carry").await.unwrap();
+
+    // Bad input first: nothing is pushed.
+    let out = cli(
+        &laptop,
+        &["snapshot", "push", "missing", &target, "--insecure"],
+    );
+    assert_eq!(code_of(&out), "not_found");
+    let pinned = format!("{target}@sha256:{}", "0".repeat(64));
+    let out = cli(
+        &laptop,
+        &["snapshot", "push", "carry", &pinned, "--insecure"],
+    );
+    assert_eq!(code_of(&out), "invalid_image");
+
+    let out = cli(
+        &laptop,
+        &["snapshot", "push", "carry", &target, "--insecure"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pushed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(pushed["digest"], snap.digest.as_str());
+    assert!(pushed["blobs_pushed"].as_u64().unwrap() >= 3, "{pushed}");
+    // The registry serves it under the tag, with the snapshot's digest.
+    assert_eq!(skopeo_digest(&target), snap.digest);
+    // Pushed again: every blob is there already.
+    let again: serde_json::Value = serde_json::from_slice(
+        &cli(
+            &laptop,
+            &["snapshot", "push", "carry", &target, "--insecure"],
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(again["blobs_pushed"], 0, "{again}");
+
+    // Another home (another host) pulls it as any image.
+    let cluster = TestHome::new().await;
+    std::fs::write(
+        cluster.path().join("registries.json"),
+        format!(r#"{{"insecure": ["{}"]}}"#, registry.host()),
+    )
+    .unwrap();
+    let b = cluster
+        .builder("moved")
+        .image(target.clone())
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(
+        run(&b, "cat /carried; test -e /bin/false || echo no-false").await,
+        "written-on-the-laptop\nno-false\n"
+    );
+}

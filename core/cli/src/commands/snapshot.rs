@@ -26,6 +26,23 @@ pub(crate) enum SnapshotCommand {
         /// Snapshot name.
         name: String,
     },
+    /// Push a filesystem snapshot to a registry as an ordinary OCI image:
+    /// `create --image REF` then works on any backend (Kubernetes too).
+    Push {
+        /// Snapshot name.
+        name: String,
+        /// Registry reference with a tag (`registry.example.com:5000/team/app:v1`).
+        reference: String,
+        /// Registry user (with --password or BURROW_REGISTRY_PASSWORD).
+        #[arg(long)]
+        username: Option<String>,
+        /// Registry password.
+        #[arg(long, env = "BURROW_REGISTRY_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+        /// Plain HTTP for this push (a registry you trust on a private network).
+        #[arg(long)]
+        insecure: bool,
+    },
     /// Remove snapshots (refused while sandboxes created from one exist;
     /// its content goes at the next `image prune`).
     Rm {
@@ -86,6 +103,58 @@ pub(crate) async fn snapshot(ctx: Ctx, cmd: SnapshotCommand) -> anyhow::Result<u
         SnapshotCommand::Inspect { name } => {
             let snap = backend.get_snapshot(&name).await?;
             ctx.print_json(&snap)?;
+        }
+        SnapshotCommand::Push {
+            name,
+            reference,
+            username,
+            password,
+            insecure,
+        } => {
+            if ctx.is_remote()? {
+                return Err(burrow::Error::unsupported(
+                    "pushing a server's snapshot from a client (run `burrow snapshot push` on the server's host)",
+                )
+                .into());
+            }
+            let credentials = match (username, password) {
+                (Some(user), Some(pass)) => Some((user, pass)),
+                (Some(_), None) => {
+                    return Err(super::Usage(
+                        "--username needs --password or BURROW_REGISTRY_PASSWORD".into(),
+                    )
+                    .into())
+                }
+                _ => None,
+            };
+            let opts = burrow::image::PullOptions {
+                credentials,
+                insecure,
+                ..Default::default()
+            };
+            ctx.progress(format_args!("pushing snapshot {name} to {reference}..."));
+            let report = ctx
+                .local_backend()
+                .await?
+                .push_snapshot(&name, &reference, &opts)
+                .await?;
+            ctx.print(
+                &serde_json::json!({
+                    "reference": report.reference,
+                    "digest": report.digest,
+                    "blobs_pushed": report.blobs_pushed,
+                    "blobs_present": report.blobs_present,
+                    "bytes_pushed": report.bytes_pushed,
+                }),
+                format_args!(
+                    "pushed {name} to {}@{} ({} blobs, {}; {} already there)",
+                    report.reference,
+                    report.digest,
+                    report.blobs_pushed,
+                    human_bytes(report.bytes_pushed),
+                    report.blobs_present
+                ),
+            )?;
         }
         SnapshotCommand::Rm { names } => {
             for n in &names {

@@ -276,6 +276,12 @@ impl<R: Read> VerifyingReader<R> {
         }
     }
 
+    /// The underlying reader (for a blob verified whole before, read again
+    /// without a second check).
+    pub(crate) fn into_inner(self) -> R {
+        self.inner.inner
+    }
+
     /// Reads whatever is left and reports whether the blob was intact.
     pub(crate) fn finish(mut self) -> io::Result<()> {
         io::copy(&mut self, &mut io::sink())?;

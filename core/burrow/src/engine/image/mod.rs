@@ -32,7 +32,7 @@ mod unpack;
 pub(crate) use registry::{list_images, prune, pull, remove_image};
 pub use registry::{
     ImageReference, ImageSummary, PruneReport, PullEvent, PullOptions, PullPolicy, PullProgress,
-    INSECURE_REGISTRIES_ENV, REGISTRIES_FILE,
+    PushReport, INSECURE_REGISTRIES_ENV, REGISTRIES_FILE,
 };
 pub(crate) use resolve::{normalize_reference, parse_reference, prepare};
 

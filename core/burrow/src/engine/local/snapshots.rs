@@ -295,6 +295,27 @@ impl LocalBackend {
         }
     }
 
+    /// Pushes the filesystem snapshot `snapshot` to the registry reference
+    /// `target` (a tag) as an ordinary OCI image (credentials and plain
+    /// HTTP as for pulls: `opts.credentials`, the Docker config file,
+    /// `opts.insecure` or the insecure registries of the home). Any backend
+    /// then creates sandboxes from `target`.
+    pub async fn push_snapshot(
+        &self,
+        snapshot: &str,
+        target: &str,
+        opts: &crate::engine::image::PullOptions,
+    ) -> Result<crate::engine::image::PushReport> {
+        let info = self.do_get_snapshot(snapshot).await?;
+        if info.kind != SnapshotKind::Filesystem {
+            return Err(Error::unsupported(
+                "pushing a full snapshot (only a filesystem snapshot is an image)",
+            ));
+        }
+        crate::engine::image::registry::push(&self.home, &info.image, &info.digest, target, opts)
+            .await
+    }
+
     /// The manifest digests of every snapshot (roots an image prune keeps).
     pub(super) async fn snapshot_digests(&self) -> Result<Vec<String>> {
         Ok(self

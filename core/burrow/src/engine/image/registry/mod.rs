@@ -46,11 +46,14 @@ use crate::engine::paths::Home;
 use crate::error::{Error, Result};
 
 mod config;
+mod push;
 mod reference;
 mod remote;
 pub(crate) mod store;
 
 pub use config::{INSECURE_REGISTRIES_ENV, REGISTRIES_FILE};
+pub(crate) use push::push;
+pub use push::PushReport;
 pub use reference::ImageReference;
 pub(crate) use store::{note_resolved, tree_size};
 

@@ -133,6 +133,16 @@ impl Remote {
         })
     }
 
+    /// The registry client.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The credentials it uses.
+    pub(crate) fn auth(&self) -> &RegistryAuth {
+        &self.auth
+    }
+
     /// Fetches the manifest or index `reference` names, verified against
     /// its digest (the pinned one, else the one the registry reports), and
     /// returns it with its digest and declared media type.
