@@ -23,6 +23,13 @@ nothing else:
   range ends before it starts (`9000-8000`), which no `pattern` can rule
   out. Each is refused with 422 and the code and subject listed below;
   any other refusal still fails the run.
+- A snapshot of a sandbox whose registry image is not in the server's
+  image store (never started, never pulled): `invalid_image`, 422, the
+  image its subject; a snapshot never reaches out to a registry.
+- A `501` (`unsupported`) to a full snapshot (`kind: "full"`) where the
+  server's capabilities say `full_snapshots: false` (its default driver
+  cannot save memory): the document lists it as that operation's answer
+  for a backend or driver without the capability.
 - A `502` or `504` that says something upstream of burrow failed: a start
   that could not fetch its image (`start_failed`: the run has no registry to
   reach), a gateway target that does not answer (`protocol`), a deadline
@@ -205,6 +212,7 @@ def filter_failure(ctx, failure, case, response) -> bool:
         or _network_refused(case, response)
         or _ports_twice(case, response)
         or _secret_refused(case, response)
+        or _snapshot_of_unpulled_image(case, response)
     ):
         return False
     if failure.code == "ST101":
@@ -214,4 +222,25 @@ def filter_failure(ctx, failure, case, response) -> bool:
             code = "protocol"
         if (response.status_code, code) in UPSTREAM_FAILURES:
             return False
+        if _full_snapshot_unsupported(case, response, code):
+            return False
     return True
+
+
+def _snapshot_of_unpulled_image(case, response) -> bool:
+    return (
+        case.method.upper() == "POST"
+        and case.operation.path == "/v1/sandboxes/{id}/snapshot"
+        and _refusal(response).get("code") == "invalid_image"
+    )
+
+
+def _full_snapshot_unsupported(case, response, code) -> bool:
+    body = case.body if isinstance(case.body, dict) else {}
+    return (
+        response.status_code == 501
+        and code == "unsupported"
+        and case.method.upper() == "POST"
+        and case.operation.path == "/v1/sandboxes/{id}/snapshot"
+        and body.get("kind") == "full"
+    )

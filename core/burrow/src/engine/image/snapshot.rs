@@ -90,9 +90,13 @@ pub(crate) async fn base(
     }
     match parse_reference(home, reference)? {
         ImageSource::Registry(_) => {
-            // Pulled at the sandbox's first start; a sandbox never started
-            // pulls it now.
-            let prepared = pull(home, reference, &PullOptions::default()).await?;
+            // Pulled at the sandbox's first start (or by `pull`): a snapshot
+            // never reaches out to a registry.
+            let never = PullOptions {
+                policy: super::PullPolicy::Never,
+                ..PullOptions::default()
+            };
+            let prepared = pull(home, reference, &never).await?;
             let digest = prepared
                 .digest
                 .ok_or_else(|| invalid(reference, "pulled without a digest"))?;

@@ -106,6 +106,9 @@ impl LocalBackend {
         opts: &SnapshotOptions,
     ) -> Result<SnapshotInfo> {
         validate_snapshot_name(snapshot)?;
+        let info = self
+            .wait_until(name, id, |i| i.status != Status::Starting)
+            .await?;
         if opts.kind == SnapshotKind::Full {
             return Err(Error::unsupported(
                 "full snapshots (memory and processes) of this backend's sandboxes",
@@ -116,9 +119,6 @@ impl LocalBackend {
                 name: snapshot.to_owned(),
             });
         }
-        let info = self
-            .wait_until(name, id, |i| i.status != Status::Starting)
-            .await?;
         let scratch = scratch_dir(&self.home)?;
         sweep_scratch(&scratch);
 
