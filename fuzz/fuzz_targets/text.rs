@@ -100,6 +100,10 @@ fn reference(text: &str) {
             assert!(tag.is_none_or(|t| !t.is_empty()));
         }
         Ok(ImageSource::RootfsDir(p)) => assert!(!p.as_os_str().is_empty()),
+        Ok(ImageSource::Snapshot(name)) => {
+            assert_eq!(format!("snapshot:{name}"), text);
+            burrow::validate_snapshot_name(&name).expect("a snapshot source has a valid name");
+        }
         Err(e) => assert_eq!(e.code(), ErrorCode::InvalidImage, "{e}"),
     }
 }

@@ -215,7 +215,7 @@ async fn bad_and_taken_names_are_refused_and_write_nothing() {
         .define()
         .await
         .unwrap_err();
-    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    assert_eq!(e.code(), ErrorCode::InvalidImage, "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -222,6 +222,13 @@ impl Relay {
         self.state.identity.generation
     }
 
+    /// The client of the agent this relay serves (for the supervisor's own
+    /// requests).
+    #[cfg(feature = "local")]
+    pub(crate) fn agent(&self) -> &AgentClient {
+        &self.state.agent
+    }
+
     /// The agent's build version, from its hello.
     pub fn agent_version(&self) -> &str {
         &self.state.agent.hello().agent_version

@@ -16,7 +16,13 @@ pub fn parse_reference(home: &Home, reference: &str) -> Result<ImageSource> {
         return Err(invalid("empty reference"));
     }
     if let Some(name) = crate::model::snapshot_of_image(reference) {
-        crate::model::validate_snapshot_name(name)?;
+        if let Err(e) = crate::model::validate_snapshot_name(name) {
+            let reason = match e {
+                Error::InvalidArgument { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            return Err(invalid(&format!("not a snapshot name: {reason}")));
+        }
         return Ok(ImageSource::Snapshot(name.to_owned()));
     }
     if let Some(rest) = reference.strip_prefix("oci:") {

@@ -339,6 +339,18 @@ impl<'a> Run<'a> {
         &mut self,
         layer: &std::path::Path,
     ) -> std::result::Result<Response, GuestError> {
+        // What the guest wrote and closed but keeps in a cache of its own
+        // (gVisor's, a VM's page cache) reaches the writable layer first; a
+        // paused guest cannot answer, and its writes are where they are.
+        if !self.paused {
+            let sync = self.relay.agent().call(burrow_protocol::Request::Sync);
+            if tokio::time::timeout(Duration::from_secs(5), sync)
+                .await
+                .is_err()
+            {
+                tracing::warn!(sandbox = %self.id, "the guest did not sync within 5 s; copying its layer as it is");
+            }
+        }
         let frozen = !self.paused
             && match self.guest.pause().await {
                 Ok(()) => true,
