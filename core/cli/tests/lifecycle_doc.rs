@@ -163,18 +163,31 @@ async fn every_rust_sample_of_the_lifecycle_document_runs_as_written() -> R {
     let e = Sandbox::get("worker").await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound);
 
-    // ---- Remove (a stopped sandbox)
-    Sandbox::builder("worker")
-        .image("python")
-        .create()
+    // ---- Remove (a stopped sandbox): "Snapshots created from the
+    // sandbox" are kept.
+    let sb = Sandbox::builder("worker").image("python").create().await?;
+    sb.exec(["sh", "-c", "echo before-remove > /kept"]).await?;
+    sb.stop().await?;
+    Sandbox::get("worker")
         .await?
-        .stop()
+        .snapshot("worker-files")
         .await?;
     {
         Sandbox::remove("worker").await?;
     }
     let e = Sandbox::get("worker").await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound);
+    let kept = Sandbox::builder("from-snapshot")
+        .image("snapshot:worker-files")
+        .create()
+        .await?;
+    let out = kept.exec(["cat", "/kept"]).await?;
+    assert_eq!(out.stdout_str(), "before-remove\n");
+    kept.destroy().await?;
+    burrow::default_backend()
+        .await?
+        .remove_snapshot("worker-files")
+        .await?;
 
     // ---- List and inspect: one running, one stopped.
     Sandbox::builder("worker").image("python").create().await?;

@@ -176,6 +176,24 @@ impl Backend for Broken {
     async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
         self.inner.logs(name, id, opts).await
     }
+    async fn snapshot(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        snapshot: &str,
+        opts: &burrow::SnapshotOptions,
+    ) -> Result<burrow::SnapshotInfo> {
+        self.inner.snapshot(name, id, snapshot, opts).await
+    }
+    async fn list_snapshots(&self) -> Result<Vec<burrow::SnapshotInfo>> {
+        self.inner.list_snapshots().await
+    }
+    async fn get_snapshot(&self, snapshot: &str) -> Result<burrow::SnapshotInfo> {
+        self.inner.get_snapshot(snapshot).await
+    }
+    async fn remove_snapshot(&self, snapshot: &str) -> Result<()> {
+        self.inner.remove_snapshot(snapshot).await
+    }
 }
 
 /// The kit over a fresh local home per case, each backend opened with

@@ -12,6 +12,10 @@
 //!   of a label. A start past it is refused with `runtime_unavailable` and
 //!   changes nothing.
 //!
+//! Snapshots are the local backend's too: a sandbox of this namespace can
+//! be saved; the snapshots themselves are named across the home, as images
+//! are.
+//!
 //! Everything else is the local backend's: every required method
 //! delegates to it by id, so identity checks, atomic claims, idempotent
 //! stops and waiting through Starting are the local backend's own.
@@ -415,5 +419,27 @@ impl Backend for QuotaBackend {
     async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
         self.own(id).await?;
         self.inner.logs(name, id, opts).await
+    }
+
+    // Snapshots of this namespace's sandboxes; the snapshots themselves
+    // are named across the home, as images are.
+    async fn snapshot(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        snapshot: &str,
+        opts: &burrow::SnapshotOptions,
+    ) -> Result<burrow::SnapshotInfo> {
+        self.own(id).await?;
+        self.inner.snapshot(name, id, snapshot, opts).await
+    }
+    async fn list_snapshots(&self) -> Result<Vec<burrow::SnapshotInfo>> {
+        self.inner.list_snapshots().await
+    }
+    async fn get_snapshot(&self, snapshot: &str) -> Result<burrow::SnapshotInfo> {
+        self.inner.get_snapshot(snapshot).await
+    }
+    async fn remove_snapshot(&self, snapshot: &str) -> Result<()> {
+        self.inner.remove_snapshot(snapshot).await
     }
 }

@@ -63,7 +63,9 @@ pub(crate) fn write_layer(upper: &Path, owners: Owners, out: impl Write) -> io::
         links: HashMap::new(),
         stats: LayerStats::default(),
     };
-    match fs::symlink_metadata(upper) {
+    // The top directory may be a symlink to one (an image named by a link
+    // under `images/named`); nothing below it is followed.
+    match fs::metadata(upper) {
         Ok(m) if m.is_dir() => walk.dir(upper, Path::new(""))?,
         Ok(_) => {
             return Err(io::Error::new(
