@@ -252,6 +252,12 @@ pub trait Driver: Send + Sync + Debug {
         true
     }
 
+    /// Whether this driver takes filesystem snapshots of its sandboxes.
+    /// Default: no.
+    fn snapshots(&self) -> bool {
+        false
+    }
+
     /// Whether this driver enforces a network policy (under this runtime).
     /// Default: no.
     fn enforces_network_policy(&self) -> bool {

@@ -294,6 +294,7 @@ impl Backend for LocalBackend {
             pause: driver.pauses(),
             network_policy: driver.enforces_network_policy(),
             secrets: driver.enforces_network_policy(),
+            snapshots: driver.snapshots(),
             full_snapshots: false,
             ..Capabilities::ALL
         })

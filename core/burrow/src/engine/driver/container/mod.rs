@@ -270,6 +270,10 @@ impl Driver for ContainerDriver {
         !cgroups::rootless() || cgroups::Controllers::detect().freezer
     }
 
+    fn snapshots(&self) -> bool {
+        true
+    }
+
     fn enforces_network_policy(&self) -> bool {
         // gVisor has no network here yet (SandboxConfig::validate).
         self.runtime != OciRuntime::Runsc
