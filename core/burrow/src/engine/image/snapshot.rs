@@ -110,8 +110,10 @@ pub(crate) async fn base(
         ImageSource::OciLayout { path, tag } => {
             let (home, reference, scratch) =
                 (home.clone(), reference.to_owned(), scratch.to_owned());
-            blocking(move || import_layout(&home, &reference, &path, tag.as_deref(), &scratch))
-                .await
+            blocking("preparing a snapshot image", move || {
+                import_layout(&home, &reference, &path, tag.as_deref(), &scratch)
+            })
+            .await
         }
         ImageSource::Snapshot(name) => Err(invalid(
             reference,
@@ -119,7 +121,7 @@ pub(crate) async fn base(
         )),
         ImageSource::RootfsDir(dir) => {
             let (home, scratch) = (home.clone(), scratch.to_owned());
-            blocking(move || {
+            blocking("preparing a snapshot image", move || {
                 let tmp = scratch.join(format!("{}-base-{:016x}.tar", std::process::id(), rand::random::<u64>()));
                 let written = write_file_hashed(&tmp, |out| {
                     layer::write_layer(&dir, Owners { shift: 0 }, out).map(drop)
@@ -149,14 +151,14 @@ pub(crate) async fn base(
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        Error::io(
-            "preparing a snapshot image",
-            None,
-            io::Error::other(e.to_string()),
-        )
-    })?
+/// Runs `f` off the async runtime; `what` names it if the task dies.
+pub(crate) async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::io(what, None, io::Error::other(e.to_string())))?
 }
 
 /// Copies the blobs of the layout's image for this host into the store.
@@ -357,7 +359,7 @@ pub(crate) async fn prepare_stored(
     digest: &str,
 ) -> Result<PreparedImage> {
     let (home, reference, digest) = (home.clone(), reference.to_owned(), digest.to_owned());
-    blocking(move || {
+    blocking("preparing a snapshot image", move || {
         let (digest, manifest) = stored(&home, &reference, &digest)?;
         let blobs = BlobStore::open(&home)?.blob_dir().clone();
         let entry = RootfsCache::open(&home)?.get_or_build(&digest, |dir| {

@@ -22,6 +22,7 @@ use super::transitions::ControlError;
 use super::LocalBackend;
 use crate::engine::fault::{self, Fault};
 use crate::engine::image::snapshot as image;
+use crate::engine::image::snapshot::blocking;
 use crate::engine::paths::Home;
 use crate::engine::snapshot::layer;
 use crate::engine::store::snapshots::Removed;
@@ -86,15 +87,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-async fn blocking<T: Send + 'static>(
-    what: &'static str,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::io(what, None, std::io::Error::other(e.to_string())))?
 }
 
 impl LocalBackend {
