@@ -240,10 +240,16 @@ pub fn run(
         suspended: false,
     };
     loop {
-        if std::mem::take(&mut dispatch.suspended) {
-            resume_session(&agent, &mut reader, on_resume);
-        }
-        match channel::read_frame(&mut reader) {
+        let next = if std::mem::take(&mut dispatch.suspended) {
+            resume_session(&agent, &mut reader, on_resume)
+        } else {
+            None
+        };
+        let next = match next {
+            Some(frame) => Ok(Some(frame)),
+            None => channel::read_frame(&mut reader),
+        };
+        match next {
             Ok(Some(Incoming::Msg(msg))) => dispatch.handle(msg),
             Ok(Some(Incoming::Malformed { body, error })) => dispatch.malformed(&body, &error),
             Ok(None) => {
@@ -291,20 +297,27 @@ fn await_hello(agent: &Arc<Agent>, reader: &mut impl std::io::Read) {
 
 /// After a `Suspend`: waits (the host saves the VM meanwhile) for the
 /// [`VmResume`] of whichever host restores it, applies it, and opens a new
-/// session with that host.
+/// session with that host. A frame of the session instead is the host that
+/// suspended this guest going on with it (it saved a copy of the VM and let
+/// this one run on): returned, to be handled as any other.
 fn resume_session(
     agent: &Arc<Agent>,
     reader: &mut impl std::io::Read,
     on_resume: Option<ResumeHook>,
-) {
+) -> Option<Incoming> {
     info!("suspended: waiting to be resumed");
-    let resume: VmResume = match burrow_protocol::read_frame(reader) {
-        Ok(Some(r)) => r,
+    let (header, body) = match burrow_protocol::read_raw(reader) {
+        Ok(Some(frame)) => frame,
         Ok(None) => {
             info!("channel closed while suspended: shutting down");
             shutdown::run(agent, shutdown::EOF_GRACE, None, 0)
         }
         Err(e) => fatal(agent, &format!("reading the resume frame: {e}")),
+    };
+    let resumed = (!header.binary).then(|| burrow_protocol::decode::<VmResume>(&body));
+    let Some(Ok(resume)) = resumed else {
+        info!("the same host goes on with the session");
+        return Some(channel::incoming(header, body));
     };
     if let Some(apply) = on_resume {
         if let Err(e) = apply(&resume) {
@@ -314,6 +327,7 @@ fn resume_session(
     info!("resumed: new session");
     agent.out.send(hello());
     await_hello(agent, reader);
+    None
 }
 
 /// Reports a protocol violation to the host and shuts down.

@@ -329,23 +329,25 @@ pub enum Incoming {
 /// Blocking read of one host frame. `Ok(None)` is a clean end of stream.
 /// Errors (`TooLarge`, `Truncated`, `Io`) leave the stream out of sync.
 pub fn read_frame(r: &mut impl Read) -> Result<Option<Incoming>, FrameError> {
-    let Some((header, body)) = read_raw(r)? else {
-        return Ok(None);
-    };
+    Ok(read_raw(r)?.map(|(header, body)| incoming(header, body)))
+}
+
+/// A host frame read raw ([`read_raw`]), as a message of the session.
+pub fn incoming(header: burrow_protocol::Header, body: Vec<u8>) -> Incoming {
     if header.binary {
         // A binary frame owns its body; a bad one has no id to salvage.
-        return Ok(Some(match decode_frame(header, body) {
+        return match decode_frame(header, body) {
             Ok(msg) => Incoming::Msg(msg),
             Err(error) => Incoming::Malformed {
                 body: Vec::new(),
                 error,
             },
-        }));
+        };
     }
-    Ok(Some(match decode(&body) {
+    match decode(&body) {
         Ok(msg) => Incoming::Msg(msg),
         Err(error) => Incoming::Malformed { body, error },
-    }))
+    }
 }
 
 /// Logs where the channel comes from (once, at startup).

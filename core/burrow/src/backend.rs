@@ -22,8 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::error::{Error, Result};
 use crate::logs::{LogOptions, LogStream};
 use crate::model::{
-    Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, SnapshotInfo, SnapshotOptions,
-    Status,
+    ForkOptions, Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, SnapshotInfo,
+    SnapshotOptions, Status,
 };
 
 pub use burrow_protocol::Metrics;
@@ -416,6 +416,19 @@ pub trait Backend: Send + Sync + Debug {
     ) -> Result<SnapshotInfo> {
         let _ = (name, id, snapshot, opts);
         Err(Error::unsupported("snapshot"))
+    }
+    /// Copies the running sandbox into new sandboxes (see
+    /// [`ForkOptions`]), each started, and returns them in the order of
+    /// their names. The parent stops for the copy and goes on afterwards.
+    /// All or nothing: on an error no copy is left.
+    async fn fork(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: &ForkOptions,
+    ) -> Result<Vec<SandboxInfo>> {
+        let _ = (name, id, opts);
+        Err(Error::unsupported("fork"))
     }
     /// The stored snapshots, by name.
     async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {

@@ -64,7 +64,9 @@ pub use error::{Error, ErrorCode, Result};
 #[cfg(feature = "local")]
 pub use local::{LocalBackend, LocalConfig};
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
-pub use model::{snapshot_of_image, validate_snapshot_name, MAX_SNAPSHOT_NAME};
+pub use model::{
+    snapshot_of_image, validate_snapshot_name, ForkOptions, MAX_FORK_COUNT, MAX_SNAPSHOT_NAME,
+};
 pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, IdleAction, Modify, ModifyPlan, Mount,
     MountSource, Network, NetworkPolicy, NetworkRule, NetworkRuleError, OciRuntime, PortMapping,

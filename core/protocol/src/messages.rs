@@ -252,12 +252,14 @@ pub enum Request {
     },
     /// Flush filesystem buffers (sync). Response: [`Response::Done`].
     Sync,
-    /// The host is about to save the whole VM (hibernation). Refused while
-    /// other requests are in flight. The agent syncs, answers
-    /// [`Response::Done`], and then reads nothing but, from whichever host
-    /// restores the VM, one [`crate::vm::VmResume`] frame (fresh entropy
-    /// and the time, applied at once) followed by a new session: its hello,
-    /// then the host's. Processes keep running throughout.
+    /// The host is about to save the whole VM (hibernation, a full
+    /// snapshot, a fork). Refused while other requests are in flight. The
+    /// agent syncs, answers [`Response::Done`], and then reads nothing but,
+    /// from whichever host restores the VM, one [`crate::vm::VmResume`]
+    /// frame (fresh entropy and the time, applied at once) followed by a
+    /// new session: its hello, then the host's. Any other frame is the
+    /// host that saved the VM letting this guest run on: the session goes
+    /// on, that frame its next. Processes keep running throughout.
     Suspend,
     /// Terminate every guest process (SIGTERM, then SIGKILL after
     /// `grace_ms`), sync, answer [`Response::Done`], then exit the agent.
@@ -349,6 +351,18 @@ pub enum Control {
     Snapshot {
         /// Where to write the layer (a host path).
         layer: String,
+    },
+    /// Save the whole running guest into `dir`, a host directory that must
+    /// not exist yet: its machine state, every RAM page included, and a
+    /// copy of its writable disk, the guest stopped for the save and then
+    /// let run on (a fork's copies and a full snapshot restore from it).
+    /// Refused `unsupported` where the driver cannot (a container, a VM
+    /// not restored from a boot template or sharing a host directory);
+    /// `unavailable` while the sandbox is paused or requests are in flight
+    /// in the guest. Response [`Response::Done`].
+    SaveGuest {
+        /// Where to save it (a host path).
+        dir: String,
     },
 }
 

@@ -346,14 +346,27 @@ impl Steps {
     }
 }
 
-/// Takes a [`VmResume`](burrow_protocol::vm::VmResume) after a hibernated
-/// VM was restored: the host's entropy into the pool and a reseed, then the
-/// wall clock (the sandbox, its disks and its identity are the same).
+/// Takes a [`VmResume`](burrow_protocol::vm::VmResume) after a saved VM
+/// was restored: the host's entropy into the pool and a reseed, then the
+/// wall clock, then the identity if it is another sandbox's (a fork's copy,
+/// a full snapshot's restore: its hostname, `/etc/hosts` and machine id;
+/// a hibernated sandbox's own are kept as they are).
 pub fn apply_resume(resume: &burrow_protocol::vm::VmResume) -> Result<(), String> {
     let random = resume::open_random().map_err(|e| format!("opening /dev/urandom: {e}"))?;
     resume::apply_entropy(&random, resume).map_err(|e| e.to_string())?;
     if let Some(clock) = resume.boot.clock {
         resume::set_clock(clock, Duration::ZERO).map_err(|e| format!("setting the clock: {e}"))?;
+    }
+    let boot = &resume.boot;
+    let machine_id = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
+    let same = system::hostname().as_deref() == Some(boot.hostname.as_str())
+        && boot
+            .machine_id
+            .as_ref()
+            .is_none_or(|id| machine_id.trim_end() == id);
+    if !same {
+        write_etc(Path::new("/"), boot, Vec::new()).map_err(|e| format!("writing /etc: {e}"))?;
+        set_hostname(&boot.hostname).map_err(|e| format!("setting the hostname: {e}"))?;
     }
     Ok(())
 }

@@ -100,6 +100,19 @@ pub(super) fn write_etc(
     Ok(written)
 }
 
+/// The kernel's hostname (None if it cannot be read).
+pub(super) fn hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the pointer and length describe `buf`, which the kernel
+    // fills with a NUL-terminated name (truncated to fit).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec()).ok()
+}
+
 pub(super) fn set_hostname(name: &str) -> io::Result<()> {
     // SAFETY: the pointer and length describe `name`'s bytes.
     sys::cvt(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)

@@ -12,7 +12,7 @@ use burrow_protocol::{
     DEFAULT_WINDOW, FLOW_CONTROL_VERSION, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::frames::{read_frame, write_frame, write_message};
 pub use super::request::RequestHandle;
@@ -76,9 +76,24 @@ pub struct AgentClient {
     pub(super) inner: Arc<Inner>,
 }
 
+/// What the writer task is handed.
+#[derive(Debug)]
+pub(super) enum Outgoing {
+    /// A frame to write.
+    Msg(HostMsg),
+    /// A frame after which nothing more is written until the sender of
+    /// the receiver is released or dropped ([`Hold`]).
+    ThenHold(HostMsg, oneshot::Receiver<()>),
+}
+
+/// Keeps a client from writing anything more to its peer (see
+/// [`AgentClient::call_then_hold`]) until it is released or dropped.
+#[derive(Debug)]
+pub struct Hold(#[allow(dead_code)] oneshot::Sender<()>);
+
 #[derive(Debug)]
 pub(super) struct Inner {
-    pub(super) tx: mpsc::UnboundedSender<HostMsg>,
+    pub(super) tx: mpsc::UnboundedSender<Outgoing>,
     pub(super) pending: Pending,
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
@@ -190,7 +205,7 @@ impl AgentClient {
                     }))
                 }
             };
-        let (tx, rx) = mpsc::unbounded_channel::<HostMsg>();
+        let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
         let pending: Pending = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         tokio::spawn(write_loop(writer, rx, version, closed.clone()));
@@ -230,6 +245,15 @@ impl AgentClient {
     }
 
     fn open(&self, mode: Mode, make: impl FnOnce(u64) -> HostMsg) -> Result<RequestHandle> {
+        self.open_holding(mode, make, None)
+    }
+
+    fn open_holding(
+        &self,
+        mode: Mode,
+        make: impl FnOnce(u64) -> HostMsg,
+        hold: Option<oneshot::Receiver<()>>,
+    ) -> Result<RequestHandle> {
         if self.is_closed() {
             return Err(lost());
         }
@@ -254,7 +278,12 @@ impl AgentClient {
                 },
             );
         let handle = RequestHandle::new(id, rx, self.clone(), mode, credit);
-        self.inner.tx.send(make(id)).map_err(|_| lost())?;
+        let msg = make(id);
+        let out = match hold {
+            Some(hold) => Outgoing::ThenHold(msg, hold),
+            None => Outgoing::Msg(msg),
+        };
+        self.inner.tx.send(out).map_err(|_| lost())?;
         Ok(handle)
     }
 
@@ -308,7 +337,31 @@ impl AgentClient {
 
     /// Sends a raw frame (used by relays).
     pub fn send(&self, msg: HostMsg) -> Result<()> {
-        self.inner.tx.send(msg).map_err(|_| lost())
+        self.inner.tx.send(Outgoing::Msg(msg)).map_err(|_| lost())
+    }
+
+    /// Runs a request that streams nothing, after which this client writes
+    /// nothing more to the peer until the returned [`Hold`] is released:
+    /// what is sent meanwhile waits, in order. For `Suspend`, which a VM's
+    /// agent answers and then waits for its VM to be saved: no frame may
+    /// reach the saved guest.
+    // Used by the supervisor (feature `local`).
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
+    pub async fn call_then_hold(
+        &self,
+        body: Request,
+    ) -> Result<(std::result::Result<Response, GuestError>, Hold)> {
+        let (release, held) = oneshot::channel();
+        let handle = self.open_holding(
+            Mode::Auto(None),
+            |id| HostMsg::Request {
+                id,
+                body,
+                window: None,
+            },
+            Some(held),
+        )?;
+        Ok((handle.response().await?, Hold(release)))
     }
 
     /// Runs a request that streams nothing and returns its response.
@@ -322,24 +375,34 @@ impl AgentClient {
 /// Writer: one task owns the write half so frames never interleave.
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: W,
-    mut rx: mpsc::UnboundedReceiver<HostMsg>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
     version: u32,
     closed: Arc<AtomicBool>,
 ) {
     let mut w = BufWriter::with_capacity(256 * 1024, writer);
-    while let Some(msg) = rx.recv().await {
-        if write_message(&mut w, &msg, version).await.is_err() {
-            break;
-        }
-        // Batch whatever is already queued, then flush once.
-        let mut failed = false;
-        while let Ok(more) = rx.try_recv() {
-            if write_message(&mut w, &more, version).await.is_err() {
-                failed = true;
-                break;
+    'frames: while let Some(mut next) = rx.recv().await {
+        // Batch whatever is already queued, then flush once (and hold
+        // after a frame that asks for it).
+        loop {
+            let (msg, hold) = match next {
+                Outgoing::Msg(msg) => (msg, None),
+                Outgoing::ThenHold(msg, hold) => (msg, Some(hold)),
+            };
+            if write_message(&mut w, &msg, version).await.is_err() {
+                break 'frames;
+            }
+            if let Some(hold) = hold {
+                if w.flush().await.is_err() {
+                    break 'frames;
+                }
+                let _ = hold.await;
+            }
+            match rx.try_recv() {
+                Ok(more) => next = more,
+                Err(_) => break,
             }
         }
-        if failed || w.flush().await.is_err() {
+        if w.flush().await.is_err() {
             break;
         }
     }
@@ -353,7 +416,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 async fn read_loop<R: AsyncRead + Unpin>(
     mut reader: R,
     pending: Pending,
-    tx: mpsc::UnboundedSender<HostMsg>,
+    tx: mpsc::UnboundedSender<Outgoing>,
     closed: Arc<AtomicBool>,
 ) {
     let lock = || pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -428,12 +491,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
 
 /// The peer sent more output than request `id` had credit for: the
 /// request ends with a protocol error and is cancelled in the peer.
-fn overrun(id: u64, route: Route, tx: &mpsc::UnboundedSender<HostMsg>) {
+fn overrun(id: u64, route: Route, tx: &mpsc::UnboundedSender<Outgoing>) {
     tracing::warn!(id, "the peer overran a request's flow-control window");
     if let Some(c) = &route.credit {
         c.input.close();
     }
-    let _ = tx.send(HostMsg::Cancel { id });
+    let _ = tx.send(Outgoing::Msg(HostMsg::Cancel { id }));
     let _ = route.tx.send(GuestMsg::Response {
         id,
         result: Err(GuestError::new(

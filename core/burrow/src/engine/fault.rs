@@ -67,6 +67,9 @@ listed_enum! {
         /// Supervisor: holds with the guest frozen for a snapshot, before its
         /// layer is written.
         SnapshotFrozen = "snapshot.frozen",
+        /// Supervisor: holds with the guest's agent suspended for a save of
+        /// the whole guest (a fork, a full snapshot), before the save.
+        SnapshotSuspended = "snapshot.suspended",
         /// Snapshot: hangs with half of a stopped sandbox's layer written.
         SnapshotMidLayer = "snapshot.mid_layer",
         /// Snapshot: hangs with its content stored, before its record is written.

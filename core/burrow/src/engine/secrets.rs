@@ -133,6 +133,23 @@ pub(crate) fn seal_new(
         ca_key: ca.key,
     })
     .map_err(|e| Error::store("encoding secrets", e))?;
+    seal(home, id, plain).map(Some)
+}
+
+/// The secrets sealed for `from`, sealed again for `to` (a fork's copy:
+/// the same values, placeholders and authority, which its files and
+/// memory already hold).
+pub(crate) fn reseal(
+    home: &Home,
+    from: &SandboxId,
+    to: &SandboxId,
+    sealed: &str,
+) -> Result<String> {
+    let plain = unseal(home, from, sealed)?;
+    seal(home, to, plain)
+}
+
+fn seal(home: &Home, id: &SandboxId, plain: Vec<u8>) -> Result<String> {
     let key = key(home, true)?;
     let nonce_bytes: [u8; NONCE_LEN] = rand::random();
     let mut data = plain;
@@ -144,7 +161,7 @@ pub(crate) fn seal_new(
     .map_err(|_| store_err("sealing secrets".into(), "the cipher refused"))?;
     let mut blob = nonce_bytes.to_vec();
     blob.extend_from_slice(&data);
-    Ok(Some(base64::engine::general_purpose::STANDARD.encode(blob)))
+    Ok(base64::engine::general_purpose::STANDARD.encode(blob))
 }
 
 /// Opens the sealed secrets of `id` for a run of `config`.
@@ -154,15 +171,15 @@ pub(crate) fn open(
     config: &SandboxConfig,
     sealed: &str,
 ) -> Result<RunSecrets> {
-    let cannot = |why: &str| {
-        store_err(
-            format!(
-                "opening the secrets of {id} with {}",
-                key_path(home).display()
-            ),
-            why,
-        )
-    };
+    let plain = unseal(home, id, sealed)?;
+    let sealed: Sealed =
+        serde_json::from_slice(&plain).map_err(|e| Error::store("reading secrets", e))?;
+    run_secrets(home, id, config, sealed)
+}
+
+/// The plain content of secrets sealed for `id`.
+fn unseal(home: &Home, id: &SandboxId, sealed: &str) -> Result<Vec<u8>> {
+    let cannot = |why: &str| cannot_open(home, id, why);
     let blob = base64::engine::general_purpose::STANDARD
         .decode(sealed)
         .map_err(|_| cannot("the sealed secrets are not base64"))?;
@@ -176,8 +193,27 @@ pub(crate) fn open(
     let plain = key
         .open_in_place(nonce, Aad::from(id.as_str().as_bytes()), &mut data)
         .map_err(|_| cannot("they do not open with this key (was the key file replaced?)"))?;
-    let sealed: Sealed =
-        serde_json::from_slice(plain).map_err(|e| Error::store("reading secrets", e))?;
+    Ok(plain.to_vec())
+}
+
+fn cannot_open(home: &Home, id: &SandboxId, why: &str) -> Error {
+    store_err(
+        format!(
+            "opening the secrets of {id} with {}",
+            key_path(home).display()
+        ),
+        why,
+    )
+}
+
+/// Continues [`open`]: the secrets' values and authority.
+fn run_secrets(
+    home: &Home,
+    id: &SandboxId,
+    config: &SandboxConfig,
+    sealed: Sealed,
+) -> Result<RunSecrets> {
+    let cannot = |why: &str| cannot_open(home, id, why);
     let mut list = Vec::new();
     for s in &config.secrets {
         let (Some(placeholder), Some(value)) = (&s.placeholder, sealed.values.get(&s.name)) else {

@@ -1,6 +1,7 @@
 //! The core model: identities, names, statuses and configuration.
 
 mod config;
+mod fork;
 mod id;
 mod info;
 mod modify;
@@ -14,6 +15,7 @@ pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
     NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT, SANDBOX_CA_FILE,
 };
+pub use fork::{ForkOptions, MAX_FORK_COUNT};
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
 pub use modify::{Applies, FieldChange, Modify, ModifyPlan};

@@ -213,6 +213,16 @@ impl SandboxHandle {
         self.backend.metrics(&self.name, &self.id).await
     }
 
+    /// Copies the running sandbox into new sandboxes (see
+    /// [`crate::Backend::fork`]); returns their handles.
+    pub async fn fork(&self, opts: &crate::ForkOptions) -> Result<Vec<SandboxHandle>> {
+        let copies = self.backend.fork(&self.name, &self.id, opts).await?;
+        Ok(copies
+            .iter()
+            .map(|info| SandboxHandle::from_info(self.backend.clone(), info))
+            .collect())
+    }
+
     /// Saves the sandbox's files under `snapshot` (see
     /// [`SandboxHandle::snapshot_with`]).
     pub async fn snapshot(&self, snapshot: &str) -> Result<crate::SnapshotInfo> {

@@ -416,6 +416,22 @@ impl Sandbox {
             .await
     }
 
+    /// Copies the running sandbox into `opts.count` new sandboxes, each
+    /// started (see [`crate::Backend::fork`]): a vm sandbox whole, its
+    /// processes going on in every copy; the parent stops for the copy and
+    /// goes on afterwards.
+    pub async fn fork(&self, opts: &crate::ForkOptions) -> Result<Vec<Sandbox>> {
+        let copies = self
+            .inner
+            .backend
+            .fork(&self.inner.name, &self.inner.id, opts)
+            .await?;
+        Ok(copies
+            .iter()
+            .map(|info| Sandbox::bind(self.inner.backend.clone(), info))
+            .collect())
+    }
+
     /// A snapshot of CPU, memory, io and process counts.
     pub async fn metrics(&self) -> Result<crate::backend::Metrics> {
         self.inner

@@ -163,6 +163,15 @@ pub trait GuestProcess: Send + Sync + Debug {
             "filesystem snapshots of a running sandbox of this driver",
         ))
     }
+    /// Saves the whole running guest (its agent suspended by the caller)
+    /// into the new directory `dir` and lets it run on: see
+    /// [`burrow_protocol::Control::SaveGuest`].
+    async fn save_copy(&mut self, dir: &std::path::Path) -> Result<()> {
+        let _ = dir;
+        Err(crate::error::Error::unsupported(
+            "saving a running guest of this driver (a fork or a full snapshot)",
+        ))
+    }
     /// Why this guest cannot be hibernated (None: it can be).
     fn hibernation_blocker(&self) -> Option<String> {
         Some("this driver cannot hibernate a guest".into())

@@ -2,6 +2,7 @@
 //! supervisor process per running sandbox.
 
 mod config;
+mod fork;
 mod policy;
 mod snapshots;
 mod spawn;
@@ -32,7 +33,7 @@ use crate::engine::store::{Record, Store};
 use crate::error::{Error, ErrorCode, Result};
 use crate::logs::{LogOptions, LogStream};
 use crate::model::{validate_name, ExitReason, SandboxId, SandboxInfo, Status};
-use crate::model::{Modify, ModifyPlan, SnapshotInfo, SnapshotOptions};
+use crate::model::{ForkOptions, Modify, ModifyPlan, SnapshotInfo, SnapshotOptions};
 
 /// The embedded backend: sandboxes of one burrow home on this host.
 #[derive(Debug, Clone)]
@@ -434,6 +435,14 @@ impl Backend for LocalBackend {
         opts: &SnapshotOptions,
     ) -> Result<SnapshotInfo> {
         self.do_snapshot(name, id, snapshot, opts).await
+    }
+    async fn fork(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: &ForkOptions,
+    ) -> Result<Vec<SandboxInfo>> {
+        self.do_fork(name, id, opts).await
     }
     async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         self.do_list_snapshots().await

@@ -33,7 +33,7 @@ use crate::model::{
 };
 
 /// Where snapshots keep their files in progress: `<home>/snapshots/tmp`.
-fn scratch_dir(home: &Home) -> Result<PathBuf> {
+pub(super) fn scratch_dir(home: &Home) -> Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = home.root().join("snapshots").join("tmp");
     std::fs::DirBuilder::new()
@@ -46,7 +46,7 @@ fn scratch_dir(home: &Home) -> Result<PathBuf> {
 
 /// Removes the scratch files of snapshots whose process is gone (killed
 /// mid-copy). Files are named `<pid>-...`.
-fn sweep_scratch(dir: &Path) {
+pub(super) fn sweep_scratch(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -64,17 +64,17 @@ fn sweep_scratch(dir: &Path) {
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
         if gone {
             tracing::debug!(path = %entry.path().display(), "removing the scratch file of an interrupted snapshot");
-            let _ = std::fs::remove_file(entry.path());
+            remove_scratch(&entry.path());
         }
     }
 }
 
 /// A scratch file removed when dropped (moved into the store before then,
 /// there is nothing left to remove).
-struct Scratch(PathBuf);
+pub(super) struct Scratch(pub(super) PathBuf);
 
 impl Scratch {
-    fn new(dir: &Path, what: &str) -> Scratch {
+    pub(super) fn new(dir: &Path, what: &str) -> Scratch {
         Scratch(dir.join(format!(
             "{}-{what}-{:016x}",
             std::process::id(),
@@ -85,7 +85,14 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        remove_scratch(&self.0);
+    }
+}
+
+/// Removes a scratch file or directory (a fork's saved guest).
+fn remove_scratch(path: &Path) {
+    if std::fs::remove_file(path).is_err() {
+        let _ = std::fs::remove_dir_all(path);
     }
 }
 

@@ -208,6 +208,10 @@ pub(crate) enum Command {
         layer: std::path::PathBuf,
         reply: Reply,
     },
+    SaveGuest {
+        dir: std::path::PathBuf,
+        reply: Reply,
+    },
 }
 
 /// The relay's control: each control request becomes a [`Command`] of the
@@ -246,6 +250,10 @@ impl crate::channel::relay::RelayControl for Controls {
             Control::Metrics => Command::Metrics { reply: tx },
             Control::Snapshot { layer } => Command::Snapshot {
                 layer: layer.into(),
+                reply: tx,
+            },
+            Control::SaveGuest { dir } => Command::SaveGuest {
+                dir: dir.into(),
                 reply: tx,
             },
         };

@@ -279,6 +279,7 @@ impl<'a> Run<'a> {
             Command::Resume { reply: r } => reply(r, self.resume().await),
             Command::Reload { reply: r } => reply(r, self.reload().await),
             Command::Snapshot { layer, reply: r } => reply(r, self.snapshot(&layer).await),
+            Command::SaveGuest { dir, reply: r } => reply(r, self.save_guest(&dir).await),
             Command::Metrics { reply: r } => {
                 let result = self.guest.metrics().await;
                 reply(
@@ -370,6 +371,55 @@ impl<'a> Run<'a> {
         written
             .map(|(digest, size)| Response::Layer { digest, size })
             .map_err(|e| failed("writing the snapshot", &e))
+    }
+
+    /// Saves the whole guest into `dir` and lets it run on (see
+    /// [`burrow_protocol::Control::SaveGuest`]): the agent syncs and
+    /// suspends, and nothing more is written to it until the save is done
+    /// (a frame the saved guest had read would be read by every copy); then
+    /// the session's next frame lets it go on.
+    async fn save_guest(
+        &mut self,
+        dir: &std::path::Path,
+    ) -> std::result::Result<Response, GuestError> {
+        if self.paused {
+            return Err(unavailable("the sandbox is paused: resume it first"));
+        }
+        if self.draining {
+            return Err(unavailable("the sandbox is draining"));
+        }
+        if let Some(why) = self.guest.hibernation_blocker() {
+            return Err(GuestError::new(
+                GuestErrorCode::Unsupported,
+                format!("saving this running sandbox ({why})"),
+            ));
+        }
+        let agent = self.relay.agent().clone();
+        let suspend = agent.call_then_hold(burrow_protocol::Request::Suspend);
+        let (answer, hold) = match tokio::time::timeout(Duration::from_secs(30), suspend).await {
+            Ok(Ok(asked)) => asked,
+            Ok(Err(e)) => return Err(io(e)),
+            Err(_) => return Err(unavailable("the guest did not suspend within 30 s")),
+        };
+        match answer {
+            Ok(Response::Done) => {}
+            Ok(other) => return Err(io(format_args!("the agent answered {other:?} to suspend"))),
+            Err(e) => return Err(e),
+        }
+        crate::engine::fault::hold(crate::engine::fault::Fault::SnapshotSuspended).await;
+        let saved = self.guest.save_copy(dir).await;
+        drop(hold);
+        // The suspended agent reads this as the session going on.
+        let ping = agent.call(burrow_protocol::Request::Ping);
+        if !matches!(
+            tokio::time::timeout(Duration::from_secs(10), ping).await,
+            Ok(Ok(Ok(Response::Pong)))
+        ) {
+            tracing::warn!(sandbox = %self.id, "the guest did not answer after it was saved");
+        }
+        saved
+            .map(|()| Response::Done)
+            .map_err(|e| failed("saving the guest", &e))
     }
 
     /// Applies the persisted configuration to the live run.

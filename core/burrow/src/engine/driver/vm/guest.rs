@@ -150,6 +150,22 @@ impl GuestProcess for VmGuest {
         Ok(notes)
     }
 
+    async fn save_copy(&mut self, dir: &std::path::Path) -> Result<()> {
+        let target = self
+            .hibernation
+            .clone()
+            .map_err(|why| Error::unsupported(format!("saving this running VM ({why})")))?;
+        let qmp = &mut self.qmp;
+        // Every RAM page goes into the state (see `hibernate`).
+        let saved = super::hibernate::save_copy(&target, dir, |state| async move {
+            qmp.save_state(&state, false).await
+        })
+        .await;
+        // Stopped by the save (also when it failed): the guest runs on.
+        let resumed = self.qmp.execute("cont").await.map(drop);
+        saved.and(resumed)
+    }
+
     fn hibernation_blocker(&self) -> Option<String> {
         self.hibernation.as_ref().err().cloned()
     }

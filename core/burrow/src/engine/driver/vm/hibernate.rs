@@ -82,16 +82,7 @@ where
         .map_err(|e| Error::io("creating the hibernation directory", Some(&tmp), e))?;
     let result = async {
         save_state(tmp.join("state")).await?;
-        let meta = Meta {
-            template: target.template.clone(),
-            saved_at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
-        };
-        let path = tmp.join(META);
-        std::fs::write(&path, serde_json::to_vec(&meta).unwrap_or_default())
-            .map_err(|e| Error::io("writing the hibernation record", Some(&path), e))?;
+        write_meta(&tmp.join(META), &target.template)?;
         // The window a kill -9 test lands in: saved, not yet published.
         crate::engine::fault::point(Fault::VmHibernateBeforePublish);
         let dir = target.vm_dir.join(DIR);
@@ -104,6 +95,85 @@ where
         let _ = remove(&tmp);
     }
     result
+}
+
+/// The writable disk's file in a sandbox's `vm/` and in a saved copy.
+pub(super) const DATA_DISK: &str = "data.ext4";
+
+/// Saves a copy of a running guest into the new directory `dir` (for a
+/// fork, a full snapshot): the machine state that `save_state` writes (it
+/// stops the CPUs; the caller lets the guest run on after), a copy of the
+/// sandbox's writable disk as it is then, and the record last. On error
+/// `dir` is removed.
+pub(super) async fn save_copy<F, Fut>(target: &Target, dir: &Path, save_state: F) -> Result<()>
+where
+    F: FnOnce(PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    std::fs::create_dir(dir)
+        .map_err(|e| Error::io("creating the saved guest's directory", Some(dir), e))?;
+    let result = async {
+        save_state(dir.join("state")).await?;
+        let disk = target.vm_dir.join(DATA_DISK);
+        let copy = dir.join(DATA_DISK);
+        let (from, to) = (disk.clone(), copy.clone());
+        tokio::task::spawn_blocking(move || super::template::copy_sparse(&from, &to))
+            .await
+            .map_err(|e| Error::io("copying the writable disk", None, std::io::Error::other(e)))?
+            .map_err(|e| Error::io("copying the writable disk", Some(&disk), e))?;
+        write_meta(&dir.join(META), &target.template)
+    }
+    .await;
+    if result.is_err() {
+        let _ = remove(dir);
+    }
+    result
+}
+
+/// Gives a sandbox that never ran (`sandbox_dir`, of a sandbox of the same
+/// machine) the guest saved in `copy`: its writable disk, then the state
+/// as the sandbox's hibernated guest, which its first start restores (as
+/// itself: its own identity, entropy and clock) and consumes. The state is
+/// linked, not copied, where it can be (restores only read it). A kill
+/// before the state is published leaves a disk, which a start boots
+/// normally.
+pub fn seed_from_copy(copy: &Path, sandbox_dir: &Path) -> Result<()> {
+    let vm = vm_dir(sandbox_dir);
+    std::fs::create_dir_all(&vm)
+        .map_err(|e| Error::io("creating the sandbox's vm directory", Some(&vm), e))?;
+    let disk = vm.join(DATA_DISK);
+    let tmp_disk = vm.join("data.ext4.copy");
+    super::template::copy_sparse(&copy.join(DATA_DISK), &tmp_disk)
+        .and_then(|()| std::fs::rename(&tmp_disk, &disk))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp_disk);
+            Error::io("copying the saved guest's disk", Some(&disk), e)
+        })?;
+    let tmp = vm.join(WRITING);
+    remove(&tmp)?;
+    std::fs::create_dir(&tmp)
+        .map_err(|e| Error::io("creating the hibernation directory", Some(&tmp), e))?;
+    let linked = std::fs::hard_link(copy.join("state"), tmp.join("state"))
+        .or_else(|_| std::fs::copy(copy.join("state"), tmp.join("state")).map(drop));
+    let published = linked
+        .and_then(|()| std::fs::copy(copy.join(META), tmp.join(META)).map(drop))
+        .and_then(|()| std::fs::rename(&tmp, vm.join(DIR)));
+    published.map_err(|e| {
+        let _ = remove(&tmp);
+        Error::io("giving the sandbox the saved guest", Some(&vm), e)
+    })
+}
+
+fn write_meta(path: &Path, template: &str) -> Result<()> {
+    let meta = Meta {
+        template: template.to_owned(),
+        saved_at_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+    };
+    std::fs::write(path, serde_json::to_vec(&meta).unwrap_or_default())
+        .map_err(|e| Error::io("writing the saved guest's record", Some(path), e))
 }
 
 /// A claimed saved state: the start that holds it restores it, or drops it.

@@ -28,7 +28,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
     };
     // The data disk is made when it is first needed: a first start from
     // a template gets a copy of the template's instead of a new one.
-    let data_disk = spec.sandbox_dir.join("vm").join("data.ext4");
+    let data_disk = spec.sandbox_dir.join("vm").join(hibernate::DATA_DISK);
     let first_start = !crate::engine::image::ext4::is_ext4(&data_disk);
     let shares: Vec<Share> = spec
         .mounts

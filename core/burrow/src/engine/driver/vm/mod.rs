@@ -54,7 +54,7 @@ mod snapshot;
 mod template;
 
 pub use accel::AccelChoice;
-pub use hibernate::{discard as discard_hibernation, is_hibernated};
+pub use hibernate::{discard as discard_hibernation, is_hibernated, seed_from_copy};
 pub use initramfs::write as write_initramfs;
 pub use qemu::{bare_boot_args, locate_kernel, locate_qemu, Accel};
 pub use snapshot::{BareMachine, BareVm};

@@ -200,7 +200,7 @@ impl Template {
 
 /// Copies `from` to a new file `to` without its holes: a clone where the
 /// filesystem can (btrfs, XFS), else the data extents one by one.
-fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(super) fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     /// `FICLONE`: `_IOW(0x94, 9, int)`.
     const FICLONE: libc::c_ulong = 0x4004_9409;

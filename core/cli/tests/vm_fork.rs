@@ -1,0 +1,184 @@
+#![allow(clippy::unwrap_used)]
+//! Forks of running vm sandboxes, end to end with real QEMU (TCG here):
+//! every copy goes on from the parent's running state (a counter process
+//! keeps counting in each, a file synced before the fork is there) with an
+//! identity of its own (id, name, hostname, machine id, random state), the
+//! copies and the parent diverge from there, and bad forks (a bad count or
+//! name, a taken name, a stopped parent, a parent whose calls are in
+//! flight) change nothing.
+
+use burrow_cli_testkit as common;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use burrow::internal::driver::vm::{start_record, StartKind};
+use burrow::{Backend, ErrorCode, ForkOptions, Sandbox, SandboxInfo, Status};
+use common::TestHome;
+
+fn sandbox_dir(home: &TestHome, info: &SandboxInfo) -> PathBuf {
+    home.path().join("sandboxes").join(info.id.as_str())
+}
+
+/// Starts a process that counts in guest memory (`/tmp` is a tmpfs) ten
+/// times a second, detached from the exec that starts it.
+async fn start_counter(sb: &Sandbox) {
+    let out = sb
+        .exec([
+            "sh",
+            "-c",
+            "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; \
+             mv /tmp/count.new /tmp/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out.status.code, Some(0), "{}", out.stderr_str());
+}
+
+async fn count(sb: &Sandbox) -> u64 {
+    let out = sb.exec(["cat", "/tmp/count"]).await.unwrap();
+    out.stdout_str()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no count in {}: {out:?}", sb.name()))
+}
+
+async fn output(sb: &Sandbox, argv: &[&str]) -> String {
+    let out = sb.exec(argv.iter().copied()).await.unwrap();
+    assert_eq!(out.status.code, Some(0), "{argv:?}: {}", out.stderr_str());
+    out.stdout_str().trim().to_owned()
+}
+
+/// What makes a guest itself.
+async fn identity(sb: &Sandbox) -> (String, String, String) {
+    (
+        output(sb, &["hostname"]).await,
+        output(sb, &["cat", "/etc/machine-id"]).await,
+        output(sb, &["cat", "/proc/sys/kernel/random/uuid"]).await,
+    )
+}
+
+async fn running_vm(home: &TestHome, name: &str) -> Sandbox {
+    home.builder(name).driver("vm").create().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_copy_goes_on_from_the_running_parent_as_itself() {
+    let home = TestHome::new().await;
+    let parent = running_vm(&home, "parent").await;
+    start_counter(&parent).await;
+    // Written and synced on the writable disk before the fork.
+    output(
+        &parent,
+        &["sh", "-c", "echo before > /root/state && sync /root/state"],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = count(&parent).await;
+
+    let copies = parent.fork(&ForkOptions::count(3)).await.unwrap();
+    let names: Vec<&str> = copies.iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["parent-fork-1", "parent-fork-2", "parent-fork-3"]);
+
+    let mut ids = HashSet::from([parent.id().clone()]);
+    let mut identities = HashSet::from([identity(&parent).await]);
+    for copy in &copies {
+        let info = copy.info().await.unwrap();
+        assert_eq!(info.status, Status::Running, "{}", copy.name());
+        assert_eq!(info.config.image, parent.info().await.unwrap().config.image);
+        let record = start_record(&sandbox_dir(&home, &info).join("runtime")).unwrap();
+        assert_eq!(record.from, StartKind::Hibernation, "restored, not booted");
+        assert!(ids.insert(info.id.clone()), "a fresh id");
+        let id = identity(copy).await;
+        assert_eq!(id.0, copy.name(), "its own hostname");
+        assert!(identities.insert(id), "its own identity and random state");
+        // The parent's files, and its processes counting on.
+        assert_eq!(output(copy, &["cat", "/root/state"]).await, "before");
+        let first = count(copy).await;
+        assert!(first >= before, "{first} < {before}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(count(copy).await > first, "{} counts on", copy.name());
+    }
+    let machine_ids: HashSet<_> = identities.iter().map(|i| i.1.clone()).collect();
+    assert_eq!(machine_ids.len(), 4);
+    let parent_now = count(&parent).await;
+    assert!(parent_now > before, "the parent went on");
+
+    // From here each goes its own way.
+    output(&copies[0], &["sh", "-c", "echo mine > /root/state"]).await;
+    assert_eq!(output(&parent, &["cat", "/root/state"]).await, "before");
+    assert_eq!(output(&copies[1], &["cat", "/root/state"]).await, "before");
+
+    // A copy of a copy, named.
+    let grand = copies[2]
+        .fork(&ForkOptions::named(["grandchild"]))
+        .await
+        .unwrap();
+    assert_eq!(grand.len(), 1);
+    assert_eq!(output(&grand[0], &["hostname"]).await, "grandchild");
+    assert!(count(&grand[0]).await >= before);
+
+    for sb in copies.iter().chain(&grand).chain([&parent]) {
+        sb.destroy().await.unwrap();
+    }
+    let left = std::fs::read_dir(home.path().join("sandboxes"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "nothing of the sandboxes is left");
+    let scratch = std::fs::read_dir(home.path().join("snapshots").join("tmp"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(scratch, 0, "the saved guest was removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_forks_change_nothing() {
+    let home = TestHome::new().await;
+    let parent = running_vm(&home, "p").await;
+    let taken = home.builder("taken").driver("vm").create().await.unwrap();
+    let listed = || async { home.backend.list(&Default::default()).await.unwrap().len() };
+    let before = listed().await;
+
+    for (opts, code) in [
+        (ForkOptions::count(0), ErrorCode::InvalidArgument),
+        (
+            ForkOptions::count(burrow::MAX_FORK_COUNT + 1),
+            ErrorCode::InvalidArgument,
+        ),
+        (ForkOptions::named(["a", "a"]), ErrorCode::InvalidArgument),
+        (ForkOptions::named(["a/b"]), ErrorCode::InvalidName),
+        // The second name is taken: the first copy is not kept either.
+        (
+            ForkOptions::named(["free", "taken"]),
+            ErrorCode::AlreadyExists,
+        ),
+    ] {
+        let err = parent.fork(&opts).await.unwrap_err();
+        assert_eq!(err.code(), code, "{opts:?}: {err}");
+        assert_eq!(listed().await, before, "{opts:?} left a sandbox");
+    }
+    assert!(home.backend.get("free").await.is_err());
+    assert_eq!(taken.info().await.unwrap().status, Status::Running);
+
+    // A parent with a call in flight cannot be saved: refused, and both
+    // the call and the parent go on.
+    let long = {
+        let parent = parent.clone();
+        tokio::spawn(async move { parent.exec(["sleep", "3"]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let err = parent.fork(&ForkOptions::count(1)).await.unwrap_err();
+    let burrow::Error::Guest { failure, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(failure.code(), burrow_protocol::GuestErrorCode::Unavailable);
+    assert_eq!(long.await.unwrap().unwrap().status.code, Some(0));
+    assert_eq!(listed().await, before);
+    assert_eq!(output(&parent, &["echo", "alive"]).await, "alive");
+
+    parent.stop().await.unwrap();
+    let err = parent.fork(&ForkOptions::count(1)).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+    assert_eq!(listed().await, before);
+}
