@@ -71,7 +71,9 @@ impl LocalBackend {
         let scratch = scratch_dir(&self.home)?;
         sweep_scratch(&scratch);
         let saved = Scratch::new(&scratch, "fork");
+        let began = std::time::Instant::now();
         self.save_guest(&parent, &saved.0).await?;
+        let save_ms = began.elapsed().as_millis() as u64;
         let sealed = self.store.sealed_secrets(&parent.id).await?;
 
         let mut made: Vec<(String, SandboxId)> = Vec::new();
@@ -110,7 +112,14 @@ impl LocalBackend {
         .await;
         match result {
             Ok(copies) => {
-                tracing::info!(sandbox = %id, name, copies = copies.len(), "forked");
+                tracing::info!(
+                    sandbox = %id,
+                    name,
+                    copies = copies.len(),
+                    save_ms,
+                    total_ms = began.elapsed().as_millis() as u64,
+                    "forked"
+                );
                 Ok(copies)
             }
             Err(e) => {

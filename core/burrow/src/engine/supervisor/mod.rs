@@ -147,7 +147,13 @@ pub fn main(args: SuperviseArgs) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run(args, ready, entered, spawn_ms, aid))
+    let code = rt.block_on(run(args, ready, entered, spawn_ms, aid));
+    // Not a plain drop, which waits for every blocking task: the watch of
+    // a living owner (an attached sandbox whose run ended by itself)
+    // blocks until the owner exits, and this process would linger with
+    // its sockets open until then.
+    rt.shutdown_background();
+    code
 }
 
 /// The readiness pipe back to the starter.
