@@ -231,10 +231,10 @@ fn e2e(env: &mut Env, driver: &str) -> Result<(), String> {
     if driver != "runsc" {
         c.args(["--test", "network", "--test", "secrets"]);
     }
-    // Filesystem snapshots: the container driver's writable layer (the vm
-    // driver's comes through its agent).
+    // Filesystem snapshots and forks: the container driver's writable
+    // layer (the vm driver's come through its agent and its saved guest).
     if driver != "vm" {
-        c.args(["--test", "snapshots"]);
+        c.args(["--test", "snapshots", "--test", "fork"]);
     }
     run(&mut c)
 }

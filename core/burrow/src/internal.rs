@@ -20,7 +20,7 @@ pub mod supervisor {
 
     pub use crate::engine::driver::container::network::make_and_send_link;
     pub use crate::engine::driver::container::rootless::remove_in_user_namespace;
-    pub use crate::engine::local::write_layer_in_user_namespace;
+    pub use crate::engine::local::{unpack_layer_in_user_namespace, write_layer_in_user_namespace};
     pub use crate::engine::logs::rotating::RotatingFile;
     pub use crate::engine::supervisor::{detach_from_starter, main, SuperviseArgs};
 

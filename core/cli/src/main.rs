@@ -1,5 +1,5 @@
 //! The `burrow` command line. Thin: parses input and calls the library.
-//! Also hosts the internal `__supervise`, `__remove`, `__layer` and `__link` entries, which the
+//! Also hosts the internal `__supervise`, `__remove`, `__layer`, `__unlayer` and `__link` entries, which the
 //! library uses when the lean `burrow-supervisor` binary is not installed
 //! beside `burrow`.
 
@@ -23,6 +23,9 @@ fn main() -> ExitCode {
     }
     if args.get(1).map(String::as_str) == Some("__layer") {
         return supervise::layer(&args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some("__unlayer") {
+        return supervise::unlayer(&args[2..]);
     }
     commands::main()
 }

@@ -62,6 +62,24 @@ pub(crate) fn layer(args: &[String]) -> ExitCode {
     }
 }
 
+/// `burrow __unlayer LAYER UPPER`: internal, spawned by the library of an
+/// unprivileged user to give a fork's container copy its parent's writable
+/// layer (files of its subordinate ids; it enters a user namespace:
+/// single-threaded here).
+pub(crate) fn unlayer(args: &[String]) -> ExitCode {
+    let [layer, upper] = args else {
+        eprintln!("burrow __unlayer: expected a layer file and a layer directory");
+        return ExitCode::from(2);
+    };
+    match supervisor::unpack_layer_in_user_namespace(layer.as_ref(), upper.as_ref()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("burrow __unlayer: {}", burrow::error::report(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `burrow __link PID FD`: internal, spawned by a supervisor to give the
 /// container of PID its network link (it enters the container's user
 /// namespace: single-threaded here) and hand it back over the socket FD.

@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         Some("__remove") => return supervise::remove(&args[2..]),
         Some("__link") => return supervise::link(&args[2..]),
         Some("__layer") => return supervise::layer(&args[2..]),
+        Some("__unlayer") => return supervise::unlayer(&args[2..]),
         _ => {
             eprintln!("burrow-supervisor is started by the burrow library, not by hand");
             return ExitCode::from(2);

@@ -1,5 +1,10 @@
 //! Forks of the local backend's running sandboxes.
 //!
+//! A container sandbox is forked by its files: its supervisor writes its
+//! writable layer, frozen (as a filesystem snapshot does), and each copy's
+//! writable layer is that layer unpacked; its processes are not copied
+//! (each copy starts its image's command afresh).
+//!
 //! A vm sandbox is forked whole: its supervisor saves the running guest
 //! (every RAM page and a copy of its writable disk, the guest stopped for
 //! the save and then let run on, see `Control::SaveGuest`) into a scratch
@@ -47,11 +52,6 @@ impl LocalBackend {
                 status: parent.status,
             });
         }
-        if parent.config.driver.unwrap_or_default() != DriverKind::Vm {
-            return Err(Error::unsupported(
-                "fork of a container sandbox (only vm sandboxes are forked yet)",
-            ));
-        }
         // `<parent>-fork-<n>` for the first n from 1 not taken.
         let names = if opts.names.is_empty() {
             let mut names = Vec::new();
@@ -72,7 +72,12 @@ impl LocalBackend {
         sweep_scratch(&scratch);
         let saved = Scratch::new(&scratch, "fork");
         let began = std::time::Instant::now();
-        self.save_guest(&parent, &saved.0).await?;
+        let vm = parent.config.driver.unwrap_or_default() == DriverKind::Vm;
+        if vm {
+            self.save_guest(&parent, &saved.0).await?;
+        } else {
+            self.write_sandbox_layer(name, id, &saved.0).await?;
+        }
         let save_ms = began.elapsed().as_millis() as u64;
         let sealed = self.store.sealed_secrets(&parent.id).await?;
 
@@ -182,11 +187,16 @@ impl LocalBackend {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io("creating the sandbox directory", Some(&dir), e))?;
         let _making = FileLock::acquire(&dir.join(REMOVAL_LOCK)).await?;
-        let (from, to) = (saved.to_path_buf(), dir.clone());
-        crate::engine::image::snapshot::blocking("giving a copy the saved guest", move || {
-            crate::engine::driver::vm::seed_from_copy(&from, &to)
-        })
-        .await?;
+        if parent.config.driver.unwrap_or_default() == DriverKind::Vm {
+            let (from, to) = (saved.to_path_buf(), dir.clone());
+            crate::engine::image::snapshot::blocking("giving a copy the saved guest", move || {
+                crate::engine::driver::vm::seed_from_copy(&from, &to)
+            })
+            .await?;
+        } else {
+            let parent_dir = self.home.sandbox_dir(&parent.id);
+            crate::engine::driver::container::seed_writable_layer(&parent_dir, &dir, saved).await?;
+        }
         let sealed = match sealed {
             Some(s) => Some(crate::engine::secrets::reseal(
                 &self.home, &parent.id, id, s,

@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 
 pub use config::{LocalConfig, ENV_DEMAND_START, ENV_DRIVER};
 #[doc(hidden)]
-pub use snapshots::write_layer_in_user_namespace;
+pub use snapshots::{unpack_layer_in_user_namespace, write_layer_in_user_namespace};
 
 use crate::backend::{
     Backend, Capabilities, CreateRequest, ListFilter, Metrics, RuntimeStream, StartOptions,

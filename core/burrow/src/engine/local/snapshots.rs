@@ -164,7 +164,7 @@ impl LocalBackend {
     /// Writes the sandbox's writable layer to `tmp`: by its supervisor if
     /// it runs, else here under its transition lock. Returns the layer's
     /// digest and size.
-    async fn write_sandbox_layer(
+    pub(super) async fn write_sandbox_layer(
         &self,
         name: &str,
         id: &SandboxId,
@@ -336,4 +336,22 @@ pub fn write_layer_in_user_namespace(upper: &Path, out: &Path) -> Result<()> {
     layer::write_layer_file_blocking(upper, layer::Owners { shift: 0 }, out)
         .map(drop)
         .map_err(|e| Error::io("writing the snapshot layer", Some(out), e))
+}
+
+/// Unpacks the layer file `layer` into the writable layer `upper` of a
+/// rootless sandbox that never ran, as its user namespace's ids (a fork's
+/// copy; callable only in a process of its own, single-threaded; `burrow
+/// __unlayer`).
+pub fn unpack_layer_in_user_namespace(layer: &Path, upper: &Path) -> Result<()> {
+    use crate::engine::driver::container::rootless::{enter, Mapping};
+    let file = std::fs::File::open(layer)
+        .map_err(|e| Error::io("reading the writable layer", Some(layer), e))?;
+    enter(&Mapping::for_current_user())?;
+    crate::engine::snapshot::unpack::unpack_layer(
+        std::io::BufReader::new(file),
+        upper,
+        layer::Owners { shift: 0 },
+        "user.overlay.opaque",
+    )
+    .map_err(|e| Error::io("unpacking the writable layer", Some(upper), e))
 }

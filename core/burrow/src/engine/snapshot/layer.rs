@@ -37,8 +37,8 @@ impl Owners {
     }
 }
 
-const WHITEOUT_PREFIX: &str = ".wh.";
-const OPAQUE_MARKER: &str = ".wh..wh..opq";
+pub(super) const WHITEOUT_PREFIX: &str = ".wh.";
+pub(super) const OPAQUE_MARKER: &str = ".wh..wh..opq";
 /// overlayfs' opaque-directory attribute, as root's overlay and a user
 /// namespace's (`userxattr`) overlay name it.
 const OPAQUE_XATTRS: [&str; 2] = ["trusted.overlay.opaque", "user.overlay.opaque"];

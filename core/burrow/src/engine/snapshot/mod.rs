@@ -3,3 +3,4 @@
 //! in `engine::image::snapshot`).
 
 pub(crate) mod layer;
+pub(crate) mod unpack;

@@ -55,6 +55,43 @@ pub(crate) mod users;
 pub(crate) use oci::{bind_to_parent, find_on_path, spawn_long_lived};
 pub(crate) use rootfs::MAP_SIZE;
 
+/// Gives a container sandbox that never ran (`sandbox_dir`) the writable
+/// layer `layer` (written by `engine::snapshot::layer` from its parent's,
+/// `parent_dir`): unpacked into its upper directory, owned as the parent's
+/// were (rootless, by the supervisor program in a user namespace).
+pub(crate) async fn seed_writable_layer(
+    parent_dir: &std::path::Path,
+    sandbox_dir: &std::path::Path,
+    layer: &std::path::Path,
+) -> Result<()> {
+    let upper = sandbox_dir.join("upper");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return rootless::helper(
+            &["__unlayer".as_ref(), layer.as_os_str(), upper.as_os_str()],
+            "unpacking the writable layer",
+        )
+        .await;
+    }
+    let (_, owners) = writable_layer_of(parent_dir);
+    if let Some(base) = rootfs::recorded_base(parent_dir) {
+        rootfs::record_base(sandbox_dir, base)?;
+    }
+    let layer = layer.to_path_buf();
+    crate::engine::image::snapshot::blocking("unpacking the writable layer", move || {
+        let file = std::fs::File::open(&layer)
+            .map_err(|e| Error::io("reading the writable layer", Some(&layer), e))?;
+        crate::engine::snapshot::unpack::unpack_layer(
+            std::io::BufReader::new(file),
+            &upper,
+            owners,
+            "trusted.overlay.opaque",
+        )
+        .map_err(|e| Error::io("unpacking the writable layer", Some(&upper), e))
+    })
+    .await
+}
+
 /// A container sandbox's writable layer (its overlay upper directory) and
 /// the host ids its files are owned by, as this process sees them: in a
 /// rootless supervisor's user namespace the guest's own ids, as root the

@@ -50,6 +50,14 @@ pub(super) fn mapping_base(sandbox_dir: &Path) -> Result<u32> {
     Ok(base)
 }
 
+/// Records `base` as the sandbox's (one that never started: a fork's copy
+/// gets its parent's, whose writable layer's owners it takes over).
+pub(super) fn record_base(sandbox_dir: &Path, base: u32) -> Result<()> {
+    let recorded = sandbox_dir.join(BASE_FILE);
+    fs::write(&recorded, format!("{base}\n"))
+        .map_err(|e| Error::io("recording the user namespace base", Some(&recorded), e))
+}
+
 /// The base recorded for the sandbox, if it ever started as root.
 pub(super) fn recorded_base(sandbox_dir: &Path) -> Option<u32> {
     fs::read_to_string(sandbox_dir.join(BASE_FILE))

@@ -1,0 +1,109 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Forks of running container sandboxes (root, and rootless through
+//! `cargo xtask e2e container --rootless`): each copy is a new sandbox of
+//! the parent's configuration whose writable layer is the parent's as it
+//! was at the fork (files written, deleted, directories replaced, links,
+//! owners), started afresh (processes are not copied); copies and parent
+//! diverge from there; a fork that fails leaves no copy.
+
+use burrow_cli_testkit as common;
+
+use std::collections::HashSet;
+
+use burrow::{Backend, ErrorCode, ForkOptions, Sandbox, Status};
+use common::TestHome;
+
+async fn run(sb: &Sandbox, script: &str) -> String {
+    let out = sb.exec(["sh", "-c", script]).await.unwrap();
+    assert_eq!(
+        out.status.code,
+        Some(0),
+        "{script}: {}{}",
+        out.stdout_str(),
+        out.stderr_str()
+    );
+    out.stdout_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_start_from_the_parents_files() {
+    let home = TestHome::new().await;
+    let parent = home.builder("parent").create().await.unwrap();
+    run(
+        &parent,
+        "mkdir -p /work/keep /work/replaced && echo one > /work/keep/file \
+         && echo old > /work/replaced/old && ln -s keep/file /work/link \
+         && ln /work/keep/file /work/hard && echo owned > /work/owned \
+         && chown 1000:1000 /work/owned && rm /bin/true",
+    )
+    .await;
+    // Replaced whole: the image's directory is hidden (opaque).
+    run(
+        &parent,
+        "rm -rf /var && mkdir /var && echo mine > /var/only",
+    )
+    .await;
+
+    let copies = parent.fork(&ForkOptions::count(2)).await.unwrap();
+    assert_eq!(
+        copies.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        ["parent-fork-1", "parent-fork-2"]
+    );
+    let mut ids = HashSet::from([parent.id().clone()]);
+    for copy in &copies {
+        let info = copy.info().await.unwrap();
+        assert_eq!(info.status, Status::Running);
+        assert_eq!(info.config, parent.info().await.unwrap().config);
+        assert!(ids.insert(info.id.clone()));
+        assert_eq!(
+            run(
+                copy,
+                "cat /work/link /work/hard; stat -c %u:%g /work/owned; \
+                 test -e /bin/true || echo no-true; ls /var; \
+                 [ /work/keep/file -ef /work/hard ] && echo linked"
+            )
+            .await,
+            "one\none\n1000:1000\nno-true\nonly\nlinked\n",
+            "{}",
+            copy.name()
+        );
+    }
+    // Each its own from here.
+    run(&copies[0], "echo two > /work/keep/file").await;
+    assert_eq!(run(&parent, "cat /work/keep/file").await, "one\n");
+    assert_eq!(run(&copies[1], "cat /work/keep/file").await, "one\n");
+    // A copy survives a restart with its layer.
+    copies[0].restart().await.unwrap();
+    assert_eq!(run(&copies[0], "cat /work/keep/file").await, "two\n");
+
+    for sb in copies.iter().chain([&parent]) {
+        sb.destroy().await.unwrap();
+    }
+    assert!(home
+        .backend
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fork_leaves_no_copy() {
+    let home = TestHome::new().await;
+    let parent = home.builder("p").create().await.unwrap();
+    let _taken = home.builder("taken").create().await.unwrap();
+    let err = parent
+        .fork(&ForkOptions::named(["free", "taken"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AlreadyExists);
+    assert!(home.backend.get("free").await.is_err());
+    assert_eq!(
+        home.backend.list(&Default::default()).await.unwrap().len(),
+        2
+    );
+    let leftovers = std::fs::read_dir(home.path().join("snapshots").join("tmp"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(leftovers, 0, "the parent's layer was removed");
+}
