@@ -20,6 +20,10 @@
 //! | POST | /v1/sandboxes/{id}/kill, /drain, /detach, /pause, /resume | | [`SandboxInfo`] |
 //! | POST | /v1/sandboxes/{id}/touch | | 204 |
 //! | POST | /v1/sandboxes/{id}/wait | [`WaitBody`] | [`SandboxInfo`] |
+//! | POST | /v1/sandboxes/{id}/snapshot | [`SnapshotBody`] | 201 [`crate::SnapshotInfo`] |
+//! | POST | /v1/sandboxes/{id}/fork | [`crate::ForkOptions`] | 201 [`SandboxList`] |
+//! | GET | /v1/snapshots, /v1/snapshots/{name} | | [`SnapshotList`], [`crate::SnapshotInfo`] |
+//! | DELETE | /v1/snapshots/{name} | | 204 |
 //! | PATCH | /v1/sandboxes/{id} | [`Modify`] | [`ModifyPlan`] |
 //! | DELETE | /v1/sandboxes/{id} | | 204 (remove) |
 //! | POST | /v1/sandboxes/{id}/destroy | | 204 |

@@ -209,6 +209,10 @@ pub struct Capabilities {
     /// an older server's answer: `false`.
     #[serde(default)]
     pub full_snapshots: bool,
+    /// Fork of running sandboxes ([`Backend::fork`]) on this host's
+    /// default driver. Absent from an older server's answer: `false`.
+    #[serde(default)]
+    pub fork: bool,
 }
 
 fn yes() -> bool {
@@ -230,6 +234,7 @@ impl Capabilities {
         secrets: true,
         snapshots: true,
         full_snapshots: true,
+        fork: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -246,6 +251,7 @@ impl Capabilities {
         secrets: false,
         snapshots: false,
         full_snapshots: false,
+        fork: false,
     };
 }
 

@@ -107,3 +107,78 @@ async fn a_failed_fork_leaves_no_copy() {
         .unwrap_or(0);
     assert_eq!(leftovers, 0, "the parent's layer was removed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_forks_and_a_kill_mid_fork_leaves_only_whole_copies() {
+    use burrow::internal::fault::Fault;
+    use burrow_test_support::fault::FaultWindow;
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let home = TestHome::new().await;
+    let parent = home.builder("cli-parent").create().await.unwrap();
+    run(&parent, "echo kept > /kept").await;
+    let out = home
+        .cli()
+        .args(["--json", "fork", "cli-parent", "--name", "x", "--name", "y"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let copies: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = copies
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["x", "y"]);
+    assert!(copies
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["status"] == "running"));
+    let out = home
+        .cli()
+        .args(["--json", "fork", "cli-parent", "--count", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(err["error"]["code"], "invalid_argument");
+
+    // Killed with the first copy recorded: that copy is whole (it starts
+    // with the parent's files), the parent goes on, and the next fork
+    // works (and sweeps the killed one's scratch file).
+    let w = FaultWindow::new(home.path(), Fault::ForkAfterCopy.as_str());
+    let mut child = w
+        .arm(&mut home.cli())
+        .args(["fork", "cli-parent", "--name", "k1", "--name", "k2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        w.wait_open(Duration::from_secs(60)).await,
+        "never reached the fault"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(home.backend.get("k2").await.is_err(), "no second copy");
+    let k1 = burrow::SandboxHandle::get_in(home.dyn_backend(), "k1")
+        .await
+        .unwrap();
+    assert_eq!(k1.status().await.unwrap(), Status::Created);
+    let k1 = k1.start().await.unwrap();
+    assert_eq!(run(&k1, "cat /kept").await, "kept\n");
+    assert_eq!(run(&parent, "cat /kept").await, "kept\n");
+    let again = parent.fork(&ForkOptions::named(["k2"])).await.unwrap();
+    assert_eq!(run(&again[0], "cat /kept").await, "kept\n");
+    let scratch: Vec<_> = std::fs::read_dir(home.path().join("snapshots/tmp"))
+        .unwrap()
+        .collect();
+    assert!(scratch.is_empty(), "{scratch:?}");
+}

@@ -66,6 +66,7 @@ pub(crate) const TARGET_OPS: &[&str] = &[
     "fs_read_stream",
     "follow_logs",
     "snapshot",
+    "fork",
 ];
 pub(crate) const CONTROL_OPS: &[&str] = &["wait", "await", "sleep", "repeat", "race", "remove"];
 /// The capability tags: a case carrying one needs that capability of the
@@ -86,6 +87,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "secrets",
     "snapshots",
     "full_snapshots",
+    "fork",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
@@ -171,6 +173,7 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "fs_mkdir" => &["sandbox", "path", "parents"],
         "follow_logs" => &["sandbox", "source", "timeout"],
         "snapshot" => &["sandbox", "snapshot", "kind"],
+        "fork" => &["sandbox", "count", "names"],
         "get_snapshot" | "remove_snapshot" => &["snapshot"],
         "list_snapshots" => &[],
         "wait" => &["process"],
@@ -201,6 +204,7 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
             Some("full_snapshots")
         }
         "snapshot" | "get_snapshot" | "list_snapshots" | "remove_snapshot" => Some("snapshots"),
+        "fork" => Some("fork"),
         "race" if step.get("processes").and_then(Value::as_bool) == Some(true) => step
             .get("do")
             .and_then(Value::as_object)

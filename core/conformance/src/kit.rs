@@ -524,6 +524,7 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "secrets" => caps.secrets,
         "snapshots" => caps.snapshots,
         "full_snapshots" => caps.full_snapshots,
+        "fork" => caps.fork,
         _ => false,
     }
 }

@@ -429,6 +429,28 @@ impl Ctx {
                 };
                 return Ok(R::Value(snapshot_json(&info)));
             }
+            ("fork", _) => {
+                // `count`, or as many as `names`; the result is the copies'
+                // names, in order (bind them with `connect_or_start` by name).
+                let names: Vec<String> = match step.get("names") {
+                    Some(v) => serde_json::from_value(v.clone())
+                        .map_err(|e| E::Kit(format!("fork names: {e}")))?,
+                    None => Vec::new(),
+                };
+                let mut opts = if names.is_empty() {
+                    burrow::ForkOptions::count(0)
+                } else {
+                    burrow::ForkOptions::named(names)
+                };
+                if let Some(count) = step.get("count").and_then(Value::as_u64) {
+                    opts.count = u32::try_from(count).unwrap_or(u32::MAX);
+                }
+                let copies = Self::handle_of(&target)?.fork(&opts).await?;
+                return Ok(R::Value(json!(copies
+                    .iter()
+                    .map(|c| c.name().to_owned())
+                    .collect::<Vec<_>>())));
+            }
             ("remove", _) => {
                 Self::handle_of(&target)?.remove().await?;
                 return Ok(R::None);

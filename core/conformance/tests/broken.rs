@@ -188,6 +188,14 @@ impl Backend for Broken {
     async fn list_snapshots(&self) -> Result<Vec<burrow::SnapshotInfo>> {
         self.inner.list_snapshots().await
     }
+    async fn fork(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: &burrow::ForkOptions,
+    ) -> Result<Vec<SandboxInfo>> {
+        self.inner.fork(name, id, opts).await
+    }
     async fn get_snapshot(&self, snapshot: &str) -> Result<burrow::SnapshotInfo> {
         self.inner.get_snapshot(snapshot).await
     }

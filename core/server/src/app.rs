@@ -252,6 +252,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/wait"),
     ("POST", "/v1/sandboxes/{id}/destroy"),
     ("POST", "/v1/sandboxes/{id}/snapshot"),
+    ("POST", "/v1/sandboxes/{id}/fork"),
     ("GET", "/v1/sandboxes/{id}/metrics"),
     ("GET", "/v1/sandboxes/{id}/logs"),
     ("GET", "/v1/sandboxes/{id}/runtime"),

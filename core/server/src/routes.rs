@@ -302,6 +302,12 @@ async fn operation(
             let snap = e.snapshot(&name, &id, &b.snapshot, &opts).await?;
             return Ok((StatusCode::CREATED, Json(snap)).into_response());
         }
+        "fork" => {
+            let opts: burrow::ForkOptions = json_body(&body)?;
+            let name = name_of(&state, &id, &q).await?;
+            let sandboxes = e.fork(&name, &id, &opts).await?;
+            return Ok((StatusCode::CREATED, Json(SandboxList { sandboxes })).into_response());
+        }
         "touch" => {
             e.touch(&name_of(&state, &id, &q).await?, &id).await?;
             return Ok(StatusCode::NO_CONTENT.into_response());

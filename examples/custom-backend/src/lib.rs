@@ -436,6 +436,17 @@ impl Backend for QuotaBackend {
     async fn list_snapshots(&self) -> Result<Vec<burrow::SnapshotInfo>> {
         self.inner.list_snapshots().await
     }
+    // The copies keep the parent's configuration, and with it its
+    // namespace label: they are this namespace's.
+    async fn fork(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: &burrow::ForkOptions,
+    ) -> Result<Vec<SandboxInfo>> {
+        self.own(id).await?;
+        self.inner.fork(name, id, opts).await
+    }
     async fn get_snapshot(&self, snapshot: &str) -> Result<burrow::SnapshotInfo> {
         self.inner.get_snapshot(snapshot).await
     }

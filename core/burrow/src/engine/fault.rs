@@ -70,6 +70,9 @@ listed_enum! {
         /// Supervisor: holds with the guest's agent suspended for a save of
         /// the whole guest (a fork, a full snapshot), before the save.
         SnapshotSuspended = "snapshot.suspended",
+        /// Fork: hangs with the first copy recorded, before the others are
+        /// made and any is started.
+        ForkAfterCopy = "fork.after_copy",
         /// Snapshot: hangs with half of a stopped sandbox's layer written.
         SnapshotMidLayer = "snapshot.mid_layer",
         /// Snapshot: hangs with its content stored, before its record is written.

@@ -357,6 +357,16 @@ impl Backend for RemoteBackend {
         };
         self.call(post(id, "snapshot", name).json(&body)?).await
     }
+    async fn fork(
+        &self,
+        name: &str,
+        id: &SandboxId,
+        opts: &crate::ForkOptions,
+    ) -> Result<Vec<SandboxInfo>> {
+        opts.validate()?;
+        let list: api::SandboxList = self.call(post(id, "fork", name).json(opts)?).await?;
+        Ok(list.sandboxes)
+    }
     async fn list_snapshots(&self) -> Result<Vec<crate::SnapshotInfo>> {
         let list: api::SnapshotList = self
             .call(Req::new(Method::GET, format!("{PREFIX}/snapshots")))

@@ -7,6 +7,7 @@ mod cp;
 mod create;
 mod doctor;
 mod exec;
+mod fork;
 mod images;
 mod lifecycle;
 mod logs;
@@ -113,6 +114,9 @@ enum Command {
         #[command(subcommand)]
         command: images::ImageCommand,
     },
+    /// Copy a running sandbox into new ones, each started: a vm sandbox
+    /// whole (memory, processes, files), a container by its files.
+    Fork(fork::ForkArgs),
     /// Save sandboxes by name and manage the snapshots (create, ls,
     /// inspect, rm); `--image snapshot:NAME` creates sandboxes from one.
     Snapshot {
@@ -188,6 +192,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Images => images::images(ctx).await,
         Command::Image { command } => images::image(ctx, command).await,
         Command::Snapshot { command } => snapshot::snapshot(ctx, command).await,
+        Command::Fork(args) => fork::fork(ctx, args).await,
         Command::Doctor(a) => doctor::doctor(ctx, a).await,
         Command::Serve(a) => serve::serve(ctx, a).await,
         Command::Version => version::version(ctx),

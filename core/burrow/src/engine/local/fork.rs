@@ -16,11 +16,13 @@
 //! state (read, not copied).
 //!
 //! A copy's directory is made under its removal lock and its record is
-//! written last: a fork killed at any point leaves directories without a
-//! record (removed by the next backend that opens the home, or the next
-//! fork's sweep) and a scratch directory (removed by the next snapshot or
-//! fork), never a sandbox that is not the copy it claims to be. A fork
-//! that fails after copies were recorded removes them: all or nothing.
+//! written last: a fork killed at any point leaves at most directories
+//! without a record (removed by the next backend that opens the home), a
+//! scratch file or directory (removed by the next snapshot or fork), and
+//! copies already recorded, each whole (not started: a start runs it as the
+//! copy it is), never a sandbox that is not the copy it claims to be. A
+//! fork that fails (rather than being killed) after copies were recorded
+//! removes them: all or nothing.
 
 use burrow_protocol::{Control, GuestErrorCode, Response};
 
@@ -97,6 +99,9 @@ impl LocalBackend {
                     &saved.0,
                 )
                 .await?;
+                if made.len() == 1 {
+                    crate::engine::fault::point(crate::engine::fault::Fault::ForkAfterCopy);
+                }
             }
             // All at once, each restoring the one saved state.
             let mut starts = tokio::task::JoinSet::new();
