@@ -4,6 +4,7 @@ package burrow_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -361,6 +362,38 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		}
 		snap, err := l.Snapshot(ctx, r.value(s["snapshot"]).(string), opts...)
 		return &result{"value", snapshotValue(snap)}, err
+	case "fork":
+		// The copies' names, in order (bound by connect_or_start by name).
+		var opts []burrow.ForkOption
+		if n, ok := s["count"]; ok {
+			opts = append(opts, burrow.WithForkCount(int(num(n))))
+		}
+		if ns, ok := s["names"].([]any); ok {
+			var names []string
+			for _, n := range ns {
+				names = append(names, n.(string))
+			}
+			opts = append(opts, burrow.WithForkNames(names...))
+		}
+		names := []any{}
+		var err error
+		switch x := t.(type) {
+		case *burrow.Sandbox:
+			var copies []*burrow.Sandbox
+			copies, err = x.Fork(ctx, opts...)
+			for _, c := range copies {
+				names = append(names, c.Name())
+			}
+		case *burrow.SandboxHandle:
+			var copies []*burrow.SandboxHandle
+			copies, err = x.Fork(ctx, opts...)
+			for _, c := range copies {
+				names = append(names, c.Name())
+			}
+		default:
+			return nil, fmt.Errorf("fork of a %T", t)
+		}
+		return &result{"value", names}, err
 	case "follow_logs":
 		// The stream ends by itself when the followed run ends; past the
 		// step's bound the context ends it (a timeout error).

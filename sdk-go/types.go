@@ -207,6 +207,8 @@ type Capabilities struct {
 	// FullSnapshots: full snapshots (memory and processes too) of running
 	// sandboxes.
 	FullSnapshots bool `json:"full_snapshots"`
+	// Fork: forks of running sandboxes (Fork).
+	Fork bool `json:"fork"`
 }
 
 // Secret is a secret as a configuration reads it back: never its value.

@@ -17,6 +17,7 @@ import type {
   Duration,
   ExecResult,
   FileStat,
+  ForkOptions,
   IdleAction,
   ListFilter,
   LogLine,
@@ -311,6 +312,20 @@ abstract class Lifecycle {
   async snapshot(name: string, opts: CallOptions & { kind?: SnapshotKind } = {}): Promise<SnapshotInfo> {
     return toSnapshot(await call(this.o, { op: "snapshot", name, kind: opts.kind }, opts));
   }
+  /** @internal The copies of a fork (see `Sandbox.fork`), as handles. */
+  protected async forkHandles(opts: ForkOptions): Promise<SandboxHandle[]> {
+    if (typeof opts.names === "string") throw new TypeError("names is an array of names, not one string");
+    const records: any[] = await call(
+      this.o,
+      { op: "fork", count: opts.count, names: opts.names ?? [], detached: !!opts.detached },
+      opts,
+    );
+    return Promise.all(
+      records.map(
+        async (r) => new SandboxHandle(await call(null, { op: "bind", id: r.id, name: r.name, status: r.status }, opts)),
+      ),
+    );
+  }
   /** Resource usage of the running sandbox. */
   async metrics(opts?: CallOptions): Promise<Metrics> {
     return toMetrics(await call(this.o, { op: "metrics" }, opts));
@@ -365,6 +380,10 @@ export class SandboxHandle extends Lifecycle {
   remove(opts?: CallOptions): Promise<void> {
     return call(this.o, { op: "remove" }, opts);
   }
+  /** Forks the running sandbox (see `Sandbox.fork`); the copies' handles. */
+  fork(opts: ForkOptions = {}): Promise<SandboxHandle[]> {
+    return this.forkHandles(opts);
+  }
 }
 
 /** A running sandbox, bound to one id. `await using` stops it at scope end. */
@@ -380,6 +399,20 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
     this.#destroyOnDispose = destroyOnDispose;
   }
 
+  /**
+   * Copies the running sandbox into new sandboxes, each started, in order:
+   * `count` copies (default 1, or one per name) named `names` (default
+   * `<name>-fork-<n>`). A vm sandbox is copied whole (memory, processes and
+   * files; each copy has its own id, hostname, machine id and random state)
+   * and stops only for the save; a container is copied by its files (its
+   * processes are not copied: each copy runs its image's command afresh).
+   * All or nothing: a taken name is `SandboxAlreadyExistsError` and no copy
+   * is left; a sandbox that is not running, `InvalidStateError`.
+   */
+  async fork(opts: ForkOptions = {}): Promise<Sandbox[]> {
+    const handles = await this.forkHandles(opts);
+    return Promise.all(handles.map((h) => h.connect(opts)));
+  }
   /** A builder of the sandbox `name`. */
   static builder(name: string): SandboxBuilder {
     return new SandboxBuilder(name);

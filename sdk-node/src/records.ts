@@ -114,6 +114,7 @@ export function toCapabilities(c: any): Capabilities {
     secrets: !!c.secrets,
     snapshots: !!c.snapshots,
     fullSnapshots: !!c.full_snapshots,
+    fork: !!c.fork,
   };
 }
 

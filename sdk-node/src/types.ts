@@ -285,6 +285,18 @@ export interface Capabilities {
   snapshots: boolean;
   /** Full snapshots (memory and processes too) of running sandboxes. */
   fullSnapshots: boolean;
+  /** Forks of running sandboxes (`fork()`). */
+  fork: boolean;
+}
+
+/** How to fork a running sandbox. */
+export interface ForkOptions extends CallOptions {
+  /** How many copies (default 1, or one per name). */
+  count?: number;
+  /** Their names (default `<name>-fork-<n>`). */
+  names?: string[];
+  /** The copies survive this process (as a detached create's). */
+  detached?: boolean;
 }
 
 /** What a snapshot holds: the sandbox's files, or a running vm sandbox whole. */

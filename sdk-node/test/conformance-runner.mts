@@ -74,7 +74,7 @@ const TARGET_OPS = [
   "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
   "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
   "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
-  "fs_read_stream", "follow_logs", "snapshot",
+  "fs_read_stream", "follow_logs", "snapshot", "fork",
 ];
 const CONTROL_OPS = ["wait", "await", "sleep", "repeat", "race", "remove"];
 const KNOWN_OPS = new Set([...NAME_OPS, ...TARGET_OPS, ...CONTROL_OPS]);
@@ -102,6 +102,7 @@ const OP_KEYS: Record<string, string[]> = {
   fs_list: ["sandbox", "path"],
   follow_logs: ["sandbox", "source", "timeout"],
   snapshot: ["sandbox", "snapshot", "kind"],
+  fork: ["sandbox", "count", "names"],
   get_snapshot: ["snapshot"],
   remove_snapshot: ["snapshot"],
   list_snapshots: [],
@@ -125,6 +126,7 @@ const RACE_EXPECT_KEYS = new Set(["outcomes", "same_id", "starts", "each"]);
 const CAPABILITY_TAGS = new Set([
   "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
   "network_policy", "published_ports", "secrets", "snapshots", "full_snapshots",
+  "fork",
 ]);
 const VALUE_OPERATORS = new Set(["var", "str_repeat"]);
 const MATCH_OPERATORS = new Set(["ne", "one_of", "present"]);
@@ -181,6 +183,7 @@ export function stepCapability(step: Step): string | null {
   if (step.op === "detach") return "attached";
   if (step.op === "snapshot" && step.kind === "full") return "full_snapshots";
   if (["snapshot", "get_snapshot", "list_snapshots", "remove_snapshot"].includes(step.op)) return "snapshots";
+  if (step.op === "fork") return "fork";
   if (step.op === "race" && step.processes) {
     const d = step.do ?? {};
     const owns = (d.op === "create" || d.op === "connect_or_create") && !(d.options ?? {}).detached;
@@ -899,6 +902,11 @@ export class Runner {
           kind: "value",
           obj: snapshotValue(await target.snapshot(this.value(step.snapshot), { kind: step.kind })),
         };
+      case "fork": {
+        // The copies' names, in order (bound by connect_or_start by name).
+        const copies = await target.fork({ count: step.count, names: step.names });
+        return { kind: "value", obj: copies.map((c: { name: string }) => c.name) };
+      }
       case "follow_logs": {
         // The stream ends by itself when the followed run ends.
         const limit = Number(step.timeout ?? FOLLOW_TIMEOUT) * this.scale;

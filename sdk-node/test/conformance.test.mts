@@ -131,7 +131,7 @@ test("the package reports the backend's capabilities, and an operation it lacks 
   configure({ home });
   try {
     const caps = await Sandbox.capabilities();
-    assert.deepEqual(Object.keys(caps).sort(), ["attached", "fullSnapshots", "idleReclaim", "logs", "metrics", "modifyLive", "networkPolicy", "pause", "persistentLayer", "publishedPorts", "secrets", "snapshots"]);
+    assert.deepEqual(Object.keys(caps).sort(), ["attached", "fork", "fullSnapshots", "idleReclaim", "logs", "metrics", "modifyLive", "networkPolicy", "pause", "persistentLayer", "publishedPorts", "secrets", "snapshots"]);
     // The local engine run by root has every capability; full snapshots
     // (memory and processes) are the vm driver's alone.
     if (!remote && process.getuid!() === 0) {

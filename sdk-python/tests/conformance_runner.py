@@ -62,7 +62,7 @@ TARGET_OPS = {
     "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
     "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
     "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
-    "fs_read_stream", "follow_logs", "snapshot",
+    "fs_read_stream", "follow_logs", "snapshot", "fork",
 }
 CONTROL_OPS = {"wait", "await", "sleep", "repeat", "race", "remove"}
 KNOWN_OPS = NAME_OPS | TARGET_OPS | CONTROL_OPS
@@ -92,6 +92,7 @@ OP_KEYS = {
     "fs_list": {"sandbox", "path"},
     "follow_logs": {"sandbox", "source", "timeout"},
     "snapshot": {"sandbox", "snapshot", "kind"},
+    "fork": {"sandbox", "count", "names"},
     "get_snapshot": {"snapshot"},
     "remove_snapshot": {"snapshot"},
     "list_snapshots": set(),
@@ -121,6 +122,7 @@ RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
 CAPABILITY_TAGS = {
     "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
     "network_policy", "published_ports", "secrets", "snapshots", "full_snapshots",
+    "fork",
 }
 VALUE_OPERATORS = {"var", "str_repeat"}
 MATCH_OPERATORS = {"ne", "one_of", "present"}
@@ -209,6 +211,8 @@ def step_capability(step: dict) -> str | None:
         return "full_snapshots"
     if op in ("snapshot", "get_snapshot", "list_snapshots", "remove_snapshot"):
         return "snapshots"
+    if op == "fork":
+        return "fork"
     if op == "race" and step.get("processes"):
         do = step.get("do") or {}
         owns = do.get("op") in ("create", "connect_or_create") and not (
@@ -819,6 +823,10 @@ class Runner:
         if op == "snapshot":
             info = await target.snapshot(self.value(step["snapshot"]), kind=step.get("kind"))
             return R("value", _snapshot_value(info))
+        if op == "fork":
+            # The copies' names, in order (bound by connect_or_start by name).
+            copies = await target.fork(step.get("count"), names=step.get("names"))
+            return R("value", [c.name for c in copies])
         if op == "follow_logs":
             # The stream ends by itself when the followed run ends.
             source = step.get("source")

@@ -14,7 +14,7 @@ module Conformance
   TARGET_OPS = %w[handle info status config start connect_or_start connect restart stop kill request_drain
                   pause resume touch modify wait_for_status wait_until_stopped destroy detach ping exec spawn
                   fs_write fs_read fs_exists fs_mkdir fs_list fs_write_stream fs_read_stream follow_logs
-                  snapshot].freeze
+                  snapshot fork].freeze
   CONTROL_OPS = %w[wait await sleep repeat race remove].freeze
   KNOWN_OPS = (NAME_OPS + TARGET_OPS + CONTROL_OPS).to_set.freeze
   PROCESS_RACE_OPS = %w[create connect_or_create connect_or_start].freeze
@@ -30,7 +30,8 @@ module Conformance
     "await" => %w[job], "sleep" => %w[seconds], "repeat" => %w[seconds interval do],
     "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name],
     "follow_logs" => %w[sandbox source timeout], "snapshot" => %w[sandbox snapshot kind],
-    "get_snapshot" => %w[snapshot], "remove_snapshot" => %w[snapshot], "list_snapshots" => []
+    "get_snapshot" => %w[snapshot], "remove_snapshot" => %w[snapshot], "list_snapshots" => [],
+    "fork" => %w[sandbox count names]
   }.freeze
   CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network ports secrets idle_timeout idle_action
                       max_duration startup_timeout demand_start detached replace].freeze
@@ -40,7 +41,7 @@ module Conformance
                       max_duration network].freeze
   RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
   CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer network_policy
-                       published_ports secrets snapshots full_snapshots].freeze
+                       published_ports secrets snapshots full_snapshots fork].freeze
 
   module_function
 
@@ -59,6 +60,7 @@ module Conformance
     return "attached" if step["op"] == "detach"
     return "full_snapshots" if step["op"] == "snapshot" && step["kind"] == "full"
     return "snapshots" if %w[snapshot get_snapshot list_snapshots remove_snapshot].include?(step["op"])
+    return "fork" if step["op"] == "fork"
     if step["op"] == "race" && step["processes"]
       d = step["do"] || {}
       owns = %w[create connect_or_create].include?(d["op"]) && !(d["options"] || {})["detached"]

@@ -533,6 +533,9 @@ module Conformance
       when "snapshot"
         kind = step["kind"]&.to_sym
         return Result.new(:value, snapshot_value(t.snapshot(value(step["snapshot"]), kind: kind)))
+      when "fork"
+        # The copies' names, in order (bound by connect_or_start by name).
+        return Result.new(:value, t.fork(step["count"], names: step["names"]).map(&:name))
       end
 
       sb = live(step)

@@ -133,8 +133,8 @@ class TestCapabilities < Minitest::Test
     Burrow.configure(home: home) unless REMOTE
     check = lambda do
       caps = Burrow::Sandbox.capabilities
-      assert_equal %i[attached full_snapshots idle_reclaim logs metrics modify_live network_policy pause persistent_layer
-                      published_ports secrets snapshots], caps.members.sort
+      assert_equal %i[attached fork full_snapshots idle_reclaim logs metrics modify_live network_policy pause
+                      persistent_layer published_ports secrets snapshots], caps.members.sort
       # The local engine run by root has every capability; full snapshots
       # (memory and processes) are the vm driver's alone.
       if !REMOTE && Process.euid.zero?

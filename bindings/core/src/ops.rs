@@ -210,6 +210,21 @@ pub enum SandboxOp {
         #[serde(default)]
         kind: Option<burrow::SnapshotKind>,
     },
+    /// Copies the running sandbox into new ones, each started
+    /// (`burrow::SandboxHandle::fork`): `count` copies (default 1, or one
+    /// per name) named `names` (default `<name>-fork-<n>`). Answers their
+    /// records, in order.
+    Fork {
+        /// How many.
+        #[serde(default)]
+        count: Option<u32>,
+        /// Their names.
+        #[serde(default)]
+        names: Vec<String>,
+        /// They survive the forking process.
+        #[serde(default)]
+        detached: bool,
+    },
     /// Log lines written so far.
     Logs(LogInput),
     /// A followed log (a cursor).
@@ -477,6 +492,27 @@ async fn sandbox(
                 _ => burrow::SnapshotOptions::filesystem(),
             };
             json(&either!(bound, x => x.snapshot_with(&name, &opts).await?))
+        }
+        Op::Fork {
+            count,
+            names,
+            detached,
+        } => {
+            let mut opts = if names.is_empty() {
+                burrow::ForkOptions::count(count.unwrap_or(1))
+            } else {
+                burrow::ForkOptions::named(names)
+            };
+            if let Some(count) = count {
+                opts.count = count;
+            }
+            let handle = handle_of(bound);
+            let copies = handle.fork(&opts.detached(detached)).await?;
+            let mut infos = Vec::with_capacity(copies.len());
+            for copy in &copies {
+                infos.push(copy.info().await?);
+            }
+            json(&infos)
         }
         Op::Destroy => done(either!(bound, x => x.destroy().await)),
         Op::Logs(input) => {

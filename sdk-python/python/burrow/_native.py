@@ -312,6 +312,9 @@ class NativeSandbox:
     def snapshot(self, name: str, kind: Optional[str]) -> Any:
         return self._c("snapshot", name=name, kind=kind)
 
+    def fork(self, count: Optional[int], names: List[str], detached: bool) -> Any:
+        return self._c("fork", count=count, names=names, detached=detached)
+
     def logs(self, tail: Optional[int] = None, source: Optional[str] = None) -> Any:
         return self._c("logs", tail=tail, source=source)
 

@@ -578,6 +578,26 @@ class Sandbox:
         k = None if kind is None else SnapshotKind(kind).value
         return SnapshotInfo._from_core(self._n.snapshot(name, k))
 
+    def fork(
+        self,
+        count: Optional[int] = None,
+        *,
+        names: Optional[Sequence[str]] = None,
+        detached: bool = False,
+    ) -> List[Sandbox]:
+        """Copies the running sandbox into new sandboxes, each started,
+        and returns them in order: ``count`` copies (default 1, or one per
+        name) named ``names`` (default ``<name>-fork-<n>``). A vm sandbox
+        is copied whole (memory, processes and files; each copy has its own
+        id, hostname, machine id and random state) and stops only for the
+        save; a container is copied by its files (its processes are not
+        copied: each copy runs its image's command afresh). All or nothing:
+        a taken name raises :class:`~burrow.errors.SandboxAlreadyExistsError`
+        and no copy is left; a sandbox that is not running raises
+        :class:`~burrow.errors.InvalidStateError`."""
+        handles = _fork(self._n, count, names, detached)
+        return [h.connect() for h in handles]
+
     def metrics(self) -> Metrics:
         return c.metrics(self._n.metrics())
 
@@ -758,6 +778,25 @@ class SandboxHandle:
         k = None if kind is None else SnapshotKind(kind).value
         return SnapshotInfo._from_core(self._n.snapshot(name, k))
 
+    def fork(
+        self,
+        count: Optional[int] = None,
+        *,
+        names: Optional[Sequence[str]] = None,
+        detached: bool = False,
+    ) -> List[SandboxHandle]:
+        """Copies the running sandbox into new sandboxes, each started,
+        and returns their handles in order: ``count`` copies (default 1,
+        or one per name) named ``names`` (default ``<name>-fork-<n>``). A vm sandbox
+        is copied whole (memory, processes and files; each copy has its own
+        id, hostname, machine id and random state) and stops only for the
+        save; a container is copied by its files (its processes are not
+        copied: each copy runs its image's command afresh). All or nothing:
+        a taken name raises :class:`~burrow.errors.SandboxAlreadyExistsError`
+        and no copy is left; a sandbox that is not running raises
+        :class:`~burrow.errors.InvalidStateError`."""
+        return _fork(self._n, count, names, detached)
+
     def metrics(self) -> Metrics:
         return c.metrics(self._n.metrics())
 
@@ -783,6 +822,20 @@ class SandboxHandle:
     def destroy(self) -> None:
         """Kills (if running) and removes exactly this sandbox."""
         self._n.destroy()
+
+
+def _fork(
+    native: _native.NativeSandbox,
+    count: Optional[int],
+    names: Optional[Sequence[str]],
+    detached: bool,
+) -> List[SandboxHandle]:
+    if isinstance(names, str):
+        raise TypeError("names is a sequence of names, not one string")
+    infos = c.infos(native.fork(count, list(names or []), bool(detached)))
+    return [
+        SandboxHandle(_native.SYNC.bind(i.id, i.name, i.status.value), i.status) for i in infos
+    ]
 
 
 class SandboxPage:

@@ -466,6 +466,8 @@ class Capabilities:
     snapshots: bool = False
     #: Full snapshots (memory and processes too) of running sandboxes.
     full_snapshots: bool = False
+    #: Forks of running sandboxes (``fork()``).
+    fork: bool = False
 
     @classmethod
     def _from_core(cls, d: Mapping[str, Any]) -> Capabilities:
@@ -482,6 +484,7 @@ class Capabilities:
             secrets=bool(d.get("secrets", False)),
             snapshots=bool(d.get("snapshots", False)),
             full_snapshots=bool(d.get("full_snapshots", False)),
+            fork=bool(d.get("fork", False)),
         )
 
 

@@ -204,11 +204,11 @@ module Burrow
   # The local backend of an unprivileged user without a delegated cgroup
   # lacks +pause+.
   Capabilities = Struct.new(:pause, :modify_live, :metrics, :logs, :idle_reclaim, :attached, :persistent_layer,
-                            :network_policy, :published_ports, :secrets, :snapshots, :full_snapshots,
+                            :network_policy, :published_ports, :secrets, :snapshots, :full_snapshots, :fork,
                             keyword_init: true) do
     # @api private
     def self.from_json(h) = new(network_policy: false, published_ports: false, secrets: false, snapshots: false,
-                                full_snapshots: false, **h.transform_keys(&:to_sym).slice(*members))
+                                full_snapshots: false, fork: false, **h.transform_keys(&:to_sym).slice(*members))
   end
 
   # A stored snapshot (Sandbox#snapshot). Create sandboxes from it with

@@ -85,6 +85,14 @@ module Burrow
     # @return [SnapshotInfo]
     def snapshot(name, kind: nil) = SnapshotInfo.from_json(call(op: "snapshot", name: name, kind: kind&.to_s))
 
+    # @api private: the copies of a fork (see {Sandbox#fork}), as handles.
+    def fork_handles(count, names, detached)
+      raise TypeError, "names is an Array of names, not one String" if names.is_a?(String)
+
+      copies = call(op: "fork", count: count, names: Array(names).map(&:to_s), detached: detached ? true : false)
+      copies.map { |r| Handle.new(Burrow.call(nil, { op: "bind", id: r["id"], name: r["name"], status: r["status"] })) }
+    end
+
     # Stops it if it runs and removes it, with everything it wrote.
     # @return [nil]
     def destroy = call(op: "destroy") && nil
@@ -192,6 +200,10 @@ module Burrow
     # Removes it (created, stopped or crashed only).
     # @return [nil]
     def remove = call(op: "remove") && nil
+
+    # Forks the running sandbox (see {Sandbox#fork}).
+    # @return [Array<Handle>] the copies' handles, in order
+    def fork(count = nil, names: nil, detached: false) = fork_handles(count, names, detached)
   end
 
   # What {Sandbox.list} answers: a handle of each sandbox that matched,
@@ -229,6 +241,21 @@ module Burrow
     # @return [Integer] the run this object is connected to now (a demand
     #   start or a restart moves it to the next one)
     def generation = JSON.parse(@native.describe)["generation"]
+
+    # Copies the running sandbox into new sandboxes, each started:
+    # +count+ copies (default 1, or one per name) named +names+ (default
+    # +"<name>-fork-<n>"+). A vm sandbox is copied whole (memory, processes
+    # and files; each copy has its own id, hostname, machine id and random
+    # state) and stops only for the save; a container is copied by its
+    # files (its processes are not copied: each copy runs its image's
+    # command afresh). All or nothing: a taken name raises
+    # AlreadyExistsError and no copy is left; a sandbox that is not
+    # running, InvalidStateError.
+    # @param count [Integer, nil]
+    # @param names [Array<String>, nil]
+    # @param detached [Boolean] the copies survive this process
+    # @return [Array<Sandbox>] the copies, in order
+    def fork(count = nil, names: nil, detached: false) = fork_handles(count, names, detached).map(&:connect)
 
     class << self
       # Creates and starts the sandbox +name+ (strict: a taken name is

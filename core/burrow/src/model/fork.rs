@@ -17,8 +17,9 @@ pub const MAX_FORK_COUNT: u32 = 64;
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ForkOptions {
-    /// How many copies: 1 to [`MAX_FORK_COUNT`] (with `names`, as many as
-    /// there are names).
+    /// How many copies: 1 to [`MAX_FORK_COUNT`]. With `names` it may be
+    /// left 0 (one per name); else it must be their number.
+    #[serde(default)]
     pub count: u32,
     /// The copies' names; empty: `<parent>-fork-<n>`, numbered from 1 past
     /// the names taken.
@@ -61,6 +62,15 @@ impl ForkOptions {
         self
     }
 
+    /// How many copies: one per name if there are names, else `count`.
+    pub fn copies(&self) -> usize {
+        if self.names.is_empty() {
+            self.count as usize
+        } else {
+            self.names.len()
+        }
+    }
+
     /// Checks the count and the names (valid, distinct, as many as the
     /// count).
     pub fn validate(&self) -> Result<()> {
@@ -70,13 +80,11 @@ impl ForkOptions {
                 reason,
             })
         };
-        if self.count == 0 || self.count > MAX_FORK_COUNT {
-            return bad(format!(
-                "count {} is outside 1..={MAX_FORK_COUNT}",
-                self.count
-            ));
+        let copies = self.copies();
+        if copies == 0 || copies > MAX_FORK_COUNT as usize {
+            return bad(format!("count {copies} is outside 1..={MAX_FORK_COUNT}"));
         }
-        if !self.names.is_empty() && self.names.len() != self.count as usize {
+        if !self.names.is_empty() && self.count != 0 && self.names.len() != self.count as usize {
             return bad(format!(
                 "{} names for a count of {}",
                 self.names.len(),
@@ -103,6 +111,9 @@ mod tests {
         assert!(ForkOptions::count(1).validate().is_ok());
         assert!(ForkOptions::count(MAX_FORK_COUNT).validate().is_ok());
         assert!(ForkOptions::named(["a", "b"]).validate().is_ok());
+        let by_names: ForkOptions = serde_json::from_str(r#"{"names":["a","b"]}"#).unwrap();
+        assert!(by_names.validate().is_ok());
+        assert_eq!(by_names.copies(), 2);
         let bad = [
             ForkOptions::count(0),
             ForkOptions::count(MAX_FORK_COUNT + 1),
@@ -111,6 +122,7 @@ mod tests {
                 count: 3,
                 ..ForkOptions::named(["a", "b"])
             },
+            ForkOptions::named(vec!["n".to_owned(); 0]),
         ];
         for opts in bad {
             let e = opts.validate().unwrap_err();

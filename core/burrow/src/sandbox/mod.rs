@@ -416,7 +416,7 @@ impl Sandbox {
             .await
     }
 
-    /// Copies the running sandbox into `opts.count` new sandboxes, each
+    /// Copies the running sandbox into `opts.copies()` new sandboxes, each
     /// started (see [`crate::Backend::fork`]): a vm sandbox whole, its
     /// processes going on in every copy; the parent stops for the copy and
     /// goes on afterwards.

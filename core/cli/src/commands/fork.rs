@@ -33,8 +33,8 @@ pub(crate) async fn fork(ctx: Ctx, args: ForkArgs) -> anyhow::Result<u8> {
     ctx.progress(format_args!(
         "forking sandbox {} into {} cop{}...",
         h.name(),
-        opts.count,
-        if opts.count == 1 { "y" } else { "ies" }
+        opts.copies(),
+        if opts.copies() == 1 { "y" } else { "ies" }
     ));
     let copies = h.fork(&opts).await?;
     let mut infos = Vec::new();

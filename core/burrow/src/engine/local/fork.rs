@@ -32,7 +32,7 @@ use super::{LocalBackend, REMOVAL_LOCK};
 use crate::backend::{Backend, StartOptions};
 use crate::engine::locks::FileLock;
 use crate::error::{Error, Result};
-use crate::model::{validate_name, DriverKind, ForkOptions, SandboxId, SandboxInfo, Status};
+use crate::model::{DriverKind, ForkOptions, SandboxId, SandboxInfo, Status};
 
 impl LocalBackend {
     pub(super) async fn do_fork(
@@ -42,7 +42,6 @@ impl LocalBackend {
         opts: &ForkOptions,
     ) -> Result<Vec<SandboxInfo>> {
         opts.validate()?;
-        validate_name(name)?;
         let parent = self
             .wait_until(name, id, |i| i.status != Status::Starting)
             .await?;
@@ -58,8 +57,8 @@ impl LocalBackend {
         let names = if opts.names.is_empty() {
             let mut names = Vec::new();
             let mut n = 1u64;
-            while names.len() < opts.count as usize {
-                let candidate = format!("{name}-fork-{n}");
+            while names.len() < opts.copies() {
+                let candidate = format!("{}-fork-{n}", parent.name);
                 if self.store.get_by_name(&candidate).await?.is_none() {
                     names.push(candidate);
                 }
