@@ -182,3 +182,96 @@ async fn bad_forks_change_nothing() {
     assert_eq!(err.code(), ErrorCode::InvalidState);
     assert_eq!(listed().await, before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_snapshot_restores_into_new_sandboxes_with_their_processes() {
+    use burrow::{DriverKind, SnapshotKind, SnapshotOptions};
+    let home = TestHome::new().await;
+    let src = running_vm(&home, "src").await;
+    start_counter(&src).await;
+    output(
+        &src,
+        &["sh", "-c", "echo saved > /root/state && sync /root/state"],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = count(&src).await;
+    let snap = src
+        .snapshot_with("whole", &SnapshotOptions::full())
+        .await
+        .unwrap();
+    assert_eq!(snap.kind, SnapshotKind::Full);
+    assert_eq!(snap.image, "snapshot:whole");
+    assert_eq!(snap.driver, DriverKind::Vm);
+    assert!(
+        snap.digest.starts_with("sha256:") && snap.size > 0,
+        "{snap:?}"
+    );
+    assert_eq!(snap.base_image, src.info().await.unwrap().config.image);
+    // The source goes on; what it writes now is not in the snapshot.
+    output(&src, &["sh", "-c", "echo later > /root/state"]).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(count(&src).await > before, "the source counts on");
+
+    let mut identities = HashSet::from([identity(&src).await]);
+    let mut restored = Vec::new();
+    for name in ["from-a", "from-b"] {
+        let sb = home
+            .builder(name)
+            .driver("vm")
+            .image("snapshot:whole")
+            .create()
+            .await
+            .unwrap();
+        let info = sb.info().await.unwrap();
+        assert_eq!(info.config.image, "snapshot:whole");
+        let record = start_record(&sandbox_dir(&home, &info).join("runtime")).unwrap();
+        assert_eq!(record.from, StartKind::Hibernation, "restored, not booted");
+        let id = identity(&sb).await;
+        assert_eq!(id.0, name);
+        assert!(identities.insert(id), "its own identity");
+        assert_eq!(output(&sb, &["cat", "/root/state"]).await, "saved");
+        let first = count(&sb).await;
+        assert!(first >= before, "{first} < {before}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(count(&sb).await > first, "{name} counts on");
+        restored.push(sb);
+    }
+
+    // Kept while used; a container cannot restore it; a restart boots the
+    // sandbox from its own disk.
+    let err = home.backend.remove_snapshot("whole").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SnapshotInUse);
+    let err = home
+        .builder("from-c")
+        .image("snapshot:whole")
+        .create()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidConfig);
+    assert!(home.backend.get("from-c").await.is_err());
+    restored[0].restart().await.unwrap();
+    assert_eq!(output(&restored[0], &["cat", "/root/state"]).await, "saved");
+
+    // Bad: a taken name, a container's memory.
+    let err = src
+        .snapshot_with("whole", &SnapshotOptions::full())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AlreadyExists);
+    let container = home.builder("ctr").create().await.unwrap();
+    let err = container
+        .snapshot_with("ctr-whole", &SnapshotOptions::full())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unsupported);
+
+    for sb in restored.iter().chain([&src, &container]) {
+        sb.destroy().await.unwrap();
+    }
+    home.backend.remove_snapshot("whole").await.unwrap();
+    let left = std::fs::read_dir(home.path().join("snapshots/full"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "the saved guest went with the snapshot");
+}

@@ -138,6 +138,11 @@ pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
                 .get_snapshot(&name)
                 .await?
                 .ok_or_else(|| crate::engine::store::snapshots::not_found(&name))?;
+            if snapshot.kind == crate::model::SnapshotKind::Full {
+                // A full snapshot's sandboxes run its base image (the saved
+                // guest comes with the sandbox's directory).
+                return Box::pin(prepare(home, &snapshot.base_image)).await;
+            }
             super::snapshot::prepare_stored(home, reference, &snapshot.digest).await
         }
     }

@@ -75,7 +75,7 @@ impl LocalBackend {
         let began = std::time::Instant::now();
         let vm = parent.config.driver.unwrap_or_default() == DriverKind::Vm;
         if vm {
-            self.save_guest(&parent, &saved.0).await?;
+            self.save_guest(&parent, &saved.0, "fork").await?;
         } else {
             self.write_sandbox_layer(name, id, &saved.0).await?;
         }
@@ -145,8 +145,14 @@ impl LocalBackend {
         }
     }
 
-    /// Has the parent's supervisor save its running guest into `dir`.
-    async fn save_guest(&self, parent: &SandboxInfo, dir: &std::path::Path) -> Result<()> {
+    /// Has the parent's supervisor save its running guest into `dir`
+    /// (for `operation`, named in errors).
+    pub(super) async fn save_guest(
+        &self,
+        parent: &SandboxInfo,
+        dir: &std::path::Path,
+        operation: &'static str,
+    ) -> Result<()> {
         let body = Control::SaveGuest {
             dir: dir.to_string_lossy().into_owned(),
         };
@@ -158,7 +164,7 @@ impl LocalBackend {
             Err(ControlError::Ended) => {
                 let now = self.lookup(&parent.name, &parent.id).await?.info;
                 Err(Error::InvalidState {
-                    operation: "fork".into(),
+                    operation: operation.into(),
                     name: now.name,
                     id: now.id,
                     status: now.status,
@@ -168,7 +174,7 @@ impl LocalBackend {
                 Err(Error::unsupported(g.message))
             }
             Err(ControlError::Refused(g)) => Err(Error::Guest {
-                operation: "fork".into(),
+                operation: operation.into(),
                 failure: crate::error::GuestFailure(g),
             }),
             Err(ControlError::Failed(e)) => Err(e),

@@ -3,6 +3,7 @@
 
 mod config;
 mod fork;
+mod full_snapshots;
 mod policy;
 mod snapshots;
 mod spawn;
@@ -145,7 +146,17 @@ impl LocalBackend {
     /// the references in `in_use` and of every snapshot.
     pub async fn prune_images(&self, in_use: &[String]) -> Result<PruneReport> {
         let snapshots = self.snapshot_digests().await?;
-        crate::engine::image::prune(&self.home, in_use, &snapshots)
+        // A full snapshot's sandboxes run its base image.
+        let mut in_use = in_use.to_vec();
+        in_use.extend(
+            self.store
+                .list_snapshots()
+                .await?
+                .into_iter()
+                .filter(|s| s.kind == crate::model::SnapshotKind::Full)
+                .map(|s| s.base_image),
+        );
+        crate::engine::image::prune(&self.home, &in_use, &snapshots)
     }
 
     /// Removes per-sandbox directories whose record is gone (a remove that
@@ -296,7 +307,7 @@ impl Backend for LocalBackend {
             network_policy: driver.enforces_network_policy(),
             secrets: driver.enforces_network_policy(),
             snapshots: driver.snapshots(),
-            full_snapshots: false,
+            full_snapshots: self.config.default_driver == crate::model::DriverKind::Vm,
             ..Capabilities::ALL
         })
     }
@@ -322,12 +333,18 @@ impl Backend for LocalBackend {
         // Placeholders chosen, values sealed (and taken out of the
         // configuration) before anything is persisted.
         let sealed = crate::engine::secrets::seal_new(&self.home, &id, &mut req.config)?;
+        // From a full snapshot: the directory gets the saved guest first.
+        let seeded = self.seed_from_full_snapshot(&req.config, &id).await?;
         let inserted = {
             let _lock = self.name_lock(&req.name).await?;
             self.store
                 .insert(&id, &req.name, &req.config, req.detached, sealed.as_deref())
                 .await
         };
+        if let (Some(_making), Err(_)) = (&seeded, &inserted) {
+            let _ = std::fs::remove_dir_all(self.home.sandbox_dir(&id));
+        }
+        drop(seeded);
         match inserted {
             Ok(()) => {
                 tracing::info!(sandbox = %id, name = %req.name, "created");

@@ -108,15 +108,13 @@ impl LocalBackend {
         let info = self
             .wait_until(name, id, |i| i.status != Status::Starting)
             .await?;
-        if opts.kind == SnapshotKind::Full {
-            return Err(Error::unsupported(
-                "full snapshots (memory and processes) of this backend's sandboxes",
-            ));
-        }
         if self.store.get_snapshot(snapshot).await?.is_some() {
             return Err(Error::SnapshotExists {
                 name: snapshot.to_owned(),
             });
+        }
+        if opts.kind == SnapshotKind::Full {
+            return self.full_snapshot(&info, snapshot).await;
         }
         let scratch = scratch_dir(&self.home)?;
         sweep_scratch(&scratch);
@@ -283,7 +281,10 @@ impl LocalBackend {
         validate_snapshot_name(snapshot)?;
         match self.store.remove_snapshot(snapshot).await? {
             Removed::Yes(digest) => {
-                tracing::info!(snapshot, %digest, "snapshot removed (its blobs go at the next image prune)");
+                // A full snapshot's saved guest (nothing for a filesystem
+                // snapshot, whose blobs go at the next image prune).
+                self.forget_full_snapshot(&digest);
+                tracing::info!(snapshot, %digest, "snapshot removed");
                 Ok(())
             }
             Removed::Missing => Err(crate::engine::store::snapshots::not_found(snapshot)),
@@ -322,6 +323,7 @@ impl LocalBackend {
             .list_snapshots()
             .await?
             .into_iter()
+            .filter(|s| s.kind == SnapshotKind::Filesystem)
             .map(|s| s.digest)
             .collect())
     }
