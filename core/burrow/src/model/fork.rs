@@ -122,7 +122,7 @@ mod tests {
                 count: 3,
                 ..ForkOptions::named(["a", "b"])
             },
-            ForkOptions::named(vec!["n".to_owned(); 0]),
+            ForkOptions::named(Vec::<String>::new()),
         ];
         for opts in bad {
             let e = opts.validate().unwrap_err();
