@@ -266,6 +266,30 @@ async fn a_full_snapshot_restores_into_new_sandboxes_with_their_processes() {
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unsupported);
 
+    // Through the CLI.
+    let out = home
+        .cli()
+        .args(["--json", "snapshot", "create", "src", "whole2", "--full"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let taken: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(taken["kind"], "full");
+    let out = home
+        .cli()
+        .args(["snapshot", "rm", "whole2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     for sb in restored.iter().chain([&src, &container]) {
         sb.destroy().await.unwrap();
     }

@@ -10,14 +10,18 @@ use super::Ctx;
 #[derive(Debug, Subcommand)]
 pub(crate) enum SnapshotCommand {
     /// Save a sandbox's files (its writable layer over its image) under a
-    /// name. A running sandbox is frozen for the copy and goes on; a
-    /// stopped one stays stopped. Create sandboxes from it with the image
-    /// `snapshot:NAME`.
+    /// name, or with --full a running vm sandbox whole (memory and
+    /// processes too). A running sandbox is frozen for the copy and goes
+    /// on; a stopped one stays stopped. Create sandboxes from it with the
+    /// image `snapshot:NAME`.
     Create {
         /// Sandbox name or id.
         sandbox: String,
         /// The snapshot's name (letters, digits, '_', '-', '.').
         name: String,
+        /// Memory and processes too (a running vm sandbox).
+        #[arg(long)]
+        full: bool,
     },
     /// List snapshots.
     Ls,
@@ -66,13 +70,23 @@ fn line(s: &SnapshotInfo) -> String {
 pub(crate) async fn snapshot(ctx: Ctx, cmd: SnapshotCommand) -> anyhow::Result<u8> {
     let backend = ctx.backend().await?;
     match cmd {
-        SnapshotCommand::Create { sandbox, name } => {
+        SnapshotCommand::Create {
+            sandbox,
+            name,
+            full,
+        } => {
             let h = resolve(&backend, &sandbox).await?;
             ctx.progress(format_args!(
-                "taking snapshot {name} of sandbox {}...",
+                "taking {}snapshot {name} of sandbox {}...",
+                if full { "full " } else { "" },
                 h.name()
             ));
-            let snap = h.snapshot_with(&name, &SnapshotOptions::default()).await?;
+            let opts = if full {
+                SnapshotOptions::full()
+            } else {
+                SnapshotOptions::filesystem()
+            };
+            let snap = h.snapshot_with(&name, &opts).await?;
             ctx.print(&snap, line(&snap))?;
         }
         SnapshotCommand::Ls => {
