@@ -61,24 +61,14 @@ async fn creates_at_once(
 }
 
 async fn count(sb: &Sandbox) -> u64 {
-    let out = sb.exec(["cat", "/tmp/count"]).await.unwrap();
-    out.stdout_str().trim().parse().expect("a count")
+    common::counted(sb).await.expect("a count")
 }
 
 /// `rounds` forks of one running parent into 8: the time until all are
 /// Running; checks each copy's counter goes on.
 async fn forks(home: &TestHome, rounds: usize) -> Vec<Duration> {
     let parent = home.builder("parent").driver("vm").create().await.unwrap();
-    let out = parent
-        .exec([
-            "sh",
-            "-c",
-            "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; \
-             mv /tmp/count.new /tmp/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
-        ])
-        .await
-        .unwrap();
-    assert_eq!(out.status.code, Some(0));
+    common::start_counter(&parent).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut times = Vec::new();
     for _ in 0..rounds {

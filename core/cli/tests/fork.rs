@@ -14,15 +14,7 @@ use burrow::{Backend, ErrorCode, ForkOptions, Sandbox, Status};
 use common::TestHome;
 
 async fn run(sb: &Sandbox, script: &str) -> String {
-    let out = sb.exec(["sh", "-c", script]).await.unwrap();
-    assert_eq!(
-        out.status.code,
-        Some(0),
-        "{script}: {}{}",
-        out.stdout_str(),
-        out.stderr_str()
-    );
-    out.stdout_str()
+    common::sh_ok(sb, script).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,15 +22,7 @@ fn sh(script: &str) -> Vec<String> {
 }
 
 async fn run(sb: &Sandbox, script: &str) -> String {
-    let out = sb.exec(sh(script)).await.unwrap();
-    assert_eq!(
-        out.status.code,
-        Some(0),
-        "{script}: {}{}",
-        out.stdout_str(),
-        out.stderr_str()
-    );
-    out.stdout_str()
+    common::sh_ok(sb, script).await
 }
 
 fn from(home: &TestHome, name: &str, snapshot: &str) -> burrow::SandboxBuilder {

@@ -15,33 +15,16 @@ use std::time::Duration;
 
 use burrow::internal::driver::vm::{start_record, StartKind};
 use burrow::{Backend, ErrorCode, ForkOptions, Sandbox, SandboxInfo, Status};
-use common::TestHome;
+use common::{start_counter, TestHome};
 
 fn sandbox_dir(home: &TestHome, info: &SandboxInfo) -> PathBuf {
     home.path().join("sandboxes").join(info.id.as_str())
 }
 
-/// Starts a process that counts in guest memory (`/tmp` is a tmpfs) ten
-/// times a second, detached from the exec that starts it.
-async fn start_counter(sb: &Sandbox) {
-    let out = sb
-        .exec([
-            "sh",
-            "-c",
-            "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; \
-             mv /tmp/count.new /tmp/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
-        ])
-        .await
-        .unwrap();
-    assert_eq!(out.status.code, Some(0), "{}", out.stderr_str());
-}
-
 async fn count(sb: &Sandbox) -> u64 {
-    let out = sb.exec(["cat", "/tmp/count"]).await.unwrap();
-    out.stdout_str()
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("no count in {}: {out:?}", sb.name()))
+    common::counted(sb)
+        .await
+        .unwrap_or_else(|| panic!("no count in {}", sb.name()))
 }
 
 async fn output(sb: &Sandbox, argv: &[&str]) -> String {

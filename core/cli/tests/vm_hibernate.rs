@@ -19,7 +19,7 @@ use burrow::internal::driver::vm::{is_hibernated, start_record, StartKind};
 use burrow::internal::fault::Fault;
 use burrow::{ExitReason, IdleAction, Sandbox, SandboxInfo, Status};
 use burrow_test_support::fault::FaultWindow;
-use common::{busybox_rootfs, TestHome};
+use common::{busybox_rootfs, start_counter, TestHome};
 
 const IDLE: Duration = Duration::from_secs(2);
 
@@ -47,26 +47,8 @@ async fn hibernating(home: &TestHome, name: &str) -> Sandbox {
         .unwrap()
 }
 
-/// Starts a process that counts in guest memory (`/tmp` is a tmpfs) ten
-/// times a second, detached from the exec that starts it.
-async fn start_counter(sb: &Sandbox) {
-    let out = sb
-        .exec([
-            "sh",
-            "-c",
-            // Each value is written aside and renamed into place: a reader
-            // never sees the file truncated.
-            "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; \
-             mv /tmp/count.new /tmp/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
-        ])
-        .await
-        .unwrap();
-    assert_eq!(out.status.code, Some(0), "{}", out.stderr_str());
-}
-
 async fn count(sb: &Sandbox) -> Option<u64> {
-    let out = sb.exec(["cat", "/tmp/count"]).await.unwrap();
-    out.stdout_str().trim().parse().ok()
+    common::counted(sb).await
 }
 
 /// Waits for the idle reclaim; returns the stopped snapshot.

@@ -272,3 +272,36 @@ pub fn helm_command() -> Command {
         .env("HELM_DATA_HOME", dir.join("data"));
     c
 }
+
+/// Runs `script` with `sh -c` in `sb`; asserts it exits 0; its stdout.
+pub async fn sh_ok(sb: &burrow::Sandbox, script: &str) -> String {
+    let out = sb.exec(["sh", "-c", script]).await.expect("exec");
+    assert_eq!(
+        out.status.code,
+        Some(0),
+        "{script}: {}{}",
+        out.stdout_str(),
+        out.stderr_str()
+    );
+    out.stdout_str()
+}
+
+/// Starts a process in `sb` that counts in guest memory (`/tmp` is a tmpfs
+/// in a VM) ten times a second, detached from the exec that starts it:
+/// what a restored or forked guest must go on with.
+pub async fn start_counter(sb: &burrow::Sandbox) {
+    sh_ok(
+        sb,
+        // Each value is written aside and renamed into place: a reader
+        // never sees the file truncated.
+        "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; \
+         mv /tmp/count.new /tmp/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
+    )
+    .await;
+}
+
+/// The counter of [`start_counter`] (None: no count file).
+pub async fn counted(sb: &burrow::Sandbox) -> Option<u64> {
+    let out = sb.exec(["cat", "/tmp/count"]).await.expect("exec");
+    out.stdout_str().trim().parse().ok()
+}
