@@ -12,7 +12,7 @@
 # and its migrations/ and build.rs where it has them.
 require "fileutils"
 
-CRATES = %w[core/protocol core/net core/burrow bindings/core bindings/ruby].freeze
+CRATES = %w[core/protocol core/layer core/net core/burrow bindings/core bindings/ruby].freeze
 TEST_ONLY = /\A\[(dev-dependencies|\[test\]|\[bench\]|\[example\]|target\..*\.dev-dependencies)/
 
 root, dest = ARGV

@@ -38,6 +38,9 @@ print_env() {
   echo "export BURROW_K8S_BIN=$BIN"
   echo "export CONTAINERD_ADDRESS=$RUN/containerd/containerd.sock"
   echo "export CONTAINERD_NAMESPACE=k8s.io"
+  # Registry host configurations (hosts.toml per HOST:PORT, read at each
+  # pull): a test's local registry is reached over plain HTTP through one.
+  echo "export BURROW_K8S_REGISTRY_HOSTS=$RUN/containerd/certs.d"
   echo "export KUBECACHEDIR=$RUN/kubectl-cache"
 }
 
@@ -293,7 +296,7 @@ wait_for() { # wait_for WHAT SECONDS LOG CMD...: polls CMD every 0.2 s
 write_configs() {
   local runc
   runc=$(command -v runc)
-  mkdir -p "$RUN/containerd" "$RUN/cni/conf" "$RUN/cni/networks" "$RUN/bin" "$RUN/kubelet" "$RUN/pod-logs" "$RUN/logs/runsc"
+  mkdir -p "$RUN/containerd/certs.d" "$RUN/cni/conf" "$RUN/cni/networks" "$RUN/bin" "$RUN/kubelet" "$RUN/pod-logs" "$RUN/logs/runsc"
   # gVisor as the OCI runtime of containerd's runc shim (gVisor's own shim
   # sets oom_score_adj -999, refused here without CAP_SYS_RESOURCE).
   { echo '#!/bin/bash'
@@ -400,6 +403,8 @@ state = "$RUN/containerd/state"
     stream_server_port = "0"
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = "$RUN/containerd/certs.d"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = "registry.k8s.io/pause:$(cat "$IMAGES/pause.tag")"
   [plugins.'io.containerd.cri.v1.runtime']

@@ -357,6 +357,7 @@ const KNOWN_OPS: &[&str] = &[
     "tunnel",
     "sync",
     "suspend",
+    "write_layer",
     "shutdown",
 ];
 
@@ -583,6 +584,7 @@ fn handle(ctx: &Ctx, body: Request) -> Result<Response, GuestError> {
             fs::sync();
             Ok(Response::Done)
         }
+        Request::WriteLayer => crate::layer::write(ctx),
         // Served by the dispatcher itself.
         Request::Suspend => Err(GuestError::new(
             GuestErrorCode::InvalidArgument,
@@ -626,6 +628,7 @@ mod tests {
             Request::Tunnel { port: 1 },
             Request::Sync,
             Request::Suspend,
+            Request::WriteLayer,
             Request::Shutdown { grace_ms: 0 },
         ];
         assert_eq!(all.len(), KNOWN_OPS.len());

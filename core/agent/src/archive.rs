@@ -186,11 +186,7 @@ pub fn copy_out(ctx: &Ctx, path: &str) -> Result<Response, GuestError> {
         )
     })?;
     let meta = fs::symlink_metadata(&src).map_err(|e| io_err(&e, &src))?;
-    let mut out = ChunkWriter {
-        ctx,
-        buf: Vec::with_capacity(MAX_CHUNK),
-        cancelled: false,
-    };
+    let mut out = ChunkWriter::new(ctx);
     let mut builder = Builder::new(&mut out);
     builder.follow_symlinks(false);
     let result = if meta.is_dir() {
@@ -210,10 +206,26 @@ pub fn copy_out(ctx: &Ctx, path: &str) -> Result<Response, GuestError> {
 
 /// Sends written bytes as `Stdout` frames of exactly [`MAX_CHUNK`] bytes
 /// (the last one shorter). Fails once the request is cancelled.
-struct ChunkWriter<'a> {
+pub(crate) struct ChunkWriter<'a> {
     ctx: &'a Ctx,
     buf: Vec<u8>,
     cancelled: bool,
+}
+
+impl<'a> ChunkWriter<'a> {
+    /// A writer of `ctx`'s output.
+    pub(crate) fn new(ctx: &'a Ctx) -> Self {
+        ChunkWriter {
+            ctx,
+            buf: Vec::with_capacity(MAX_CHUNK),
+            cancelled: false,
+        }
+    }
+
+    /// Whether the request was cancelled while it wrote.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancelled
+    }
 }
 
 impl ChunkWriter<'_> {

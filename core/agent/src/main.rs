@@ -24,6 +24,7 @@ mod exec;
 mod files;
 mod flow;
 mod fs;
+mod layer;
 mod log;
 mod mailbox;
 mod pod;

@@ -286,3 +286,65 @@ async fn serve_on_kubernetes_cold_calls_make_one_start_and_warm_calls_never_see_
     );
     assert_eq!(r.status, 204, "{}", r.text());
 }
+
+/// Portable snapshots: a filesystem snapshot taken in a laptop's home and
+/// pushed to a registry (`LocalBackend::push_snapshot`, as `burrow snapshot
+/// push` does) is an image the Kubernetes backend runs: the file written on
+/// the laptop side is there in the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_pushed_from_a_laptop_runs_in_a_pod() {
+    let registry = common::registry::TestRegistry::start();
+    // The cluster's containerd reaches the test registry over plain HTTP
+    // (its registry host configuration, read at each pull).
+    let hosts = std::path::PathBuf::from(
+        std::env::var("BURROW_K8S_REGISTRY_HOSTS")
+            .expect("BURROW_K8S_REGISTRY_HOSTS (bash scripts/k8s/cluster.sh env)"),
+    )
+    .join(format!("127.0.0.1:{}", registry.port()));
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!(
+            "server = \"http://127.0.0.1:{p}\"\n\n[host.\"http://127.0.0.1:{p}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            p = registry.port()
+        ),
+    )
+    .unwrap();
+    let target = registry.reference("burrow-test/portable:v1");
+
+    let laptop = TestHome::new().await;
+    let sb = laptop.builder("laptop").create().await.unwrap();
+    common::sh_ok(&sb, "echo written-on-the-laptop > /carried").await;
+    sb.snapshot("carry").await.unwrap();
+    let opts = burrow::image::PullOptions {
+        insecure: true,
+        ..Default::default()
+    };
+    laptop
+        .backend
+        .push_snapshot("carry", &target, &opts)
+        .await
+        .unwrap();
+
+    let ns = Namespace::new("portable");
+    let settings = burrow_kube::KubeSettings {
+        kubeconfig: Some(kubeconfig().into()),
+        namespace: ns.0.clone(),
+        ..burrow_kube::KubeSettings::from_env().unwrap()
+    };
+    let cluster: Arc<dyn burrow::Backend> =
+        burrow_kube::KubeBackend::connect(settings).await.unwrap();
+    let pod = burrow::Sandbox::builder("from-the-laptop")
+        .image(target)
+        .startup_timeout(Duration::from_secs(120))
+        .backend(cluster)
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(
+        common::sh_ok(&pod, "cat /carried").await,
+        "written-on-the-laptop\n"
+    );
+    pod.destroy().await.unwrap();
+    let _ = std::fs::remove_dir_all(&hosts);
+}

@@ -404,6 +404,7 @@ impl Kit {
         let started = Instant::now();
         let mut report = self.run_case_in_store(case, env).await;
         report.duration = started.elapsed();
+        report.tags = case.tags.clone();
         report
     }
 

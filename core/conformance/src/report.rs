@@ -72,6 +72,8 @@ pub struct CaseReport {
     pub duration: Duration,
     /// Observations (how races in processes ran, clean-up problems).
     pub notes: Vec<String>,
+    /// The case's tags.
+    pub tags: Vec<String>,
 }
 
 impl CaseReport {
@@ -82,7 +84,13 @@ impl CaseReport {
             outcome,
             duration: Duration::ZERO,
             notes: Vec::new(),
+            tags: Vec::new(),
         }
+    }
+
+    /// Whether the case carries `tag` (a capability it needs, say).
+    pub fn tagged(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
     }
 
     /// Whether the case passed.

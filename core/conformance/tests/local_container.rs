@@ -33,11 +33,14 @@ async fn every_case_passes_on_the_local_backend() {
     let config = burrow::LocalConfig::from_env().expect("the host's defaults");
     let driver = burrow::internal::driver::for_kind(config.default_driver, config.default_runtime);
     let pauses = driver.pauses();
-    // Snapshots: the container driver's (the vm driver's are not built yet).
+    // Filesystem snapshots (both drivers, a vm's running only); full
+    // snapshots, the vm driver's alone.
     let snapshots = driver.snapshots();
+    let full = config.default_driver == burrow::DriverKind::Vm;
     let unsupported: Vec<&str> = report
         .unsupported()
         .iter()
+        .filter(|(case, _)| full || !case.tagged("full_snapshots"))
         .map(|(case, _)| case.id.as_str())
         .filter(|id| pauses || !id.starts_with("pause."))
         .filter(|id| snapshots || !id.starts_with("snapshots."))

@@ -252,6 +252,13 @@ pub enum Request {
     },
     /// Flush filesystem buffers (sync). Response: [`Response::Done`].
     Sync,
+    /// Stream the guest's own writable layer (a VM's overlay upper, on its
+    /// data disk) as an uncompressed OCI layer tar in `Stdout` frames: what
+    /// the guest changed over its image, as the host writes a container's
+    /// (see `burrow_layer`). Each file as it is when read (the guest runs).
+    /// Response: [`Response::Done`]; `Unsupported` from an agent whose
+    /// writable layer is the host's (a container's).
+    WriteLayer,
     /// The host is about to save the whole VM (hibernation, a full
     /// snapshot, a fork). Refused while other requests are in flight. The
     /// agent syncs, answers [`Response::Done`], and then reads nothing but,

@@ -62,5 +62,13 @@ async fn the_quota_backend_passes_every_conformance_case() {
         .await;
     println!("{report}");
     report.assert_all_passed();
-    assert!(report.unsupported().is_empty(), "{report}");
+    // Every case but full snapshots (the inner backend's default driver is
+    // a container).
+    assert!(
+        report
+            .unsupported()
+            .iter()
+            .all(|(case, _)| case.tagged("full_snapshots")),
+        "{report}"
+    );
 }

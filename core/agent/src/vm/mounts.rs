@@ -241,6 +241,11 @@ pub(super) fn mount_root(image: &Path, data: &Path, image_mounted: bool) -> Resu
     }
     let (upper, work) = prepare_data(Path::new(DATA_DIR), Path::new(IMAGE_DIR))
         .at(Stage::Root, "preparing the data disk")?;
+    // Out of reach of every path once the overlay is the root: kept for a
+    // filesystem snapshot (`WriteLayer`).
+    if let Err(e) = crate::layer::remember_upper(&upper) {
+        crate::log::warning!("vm: the writable layer will not be snapshotable: {e}");
+    }
     let overlay = MountSpec::new(
         "overlay",
         "overlay",

@@ -163,6 +163,11 @@ pub trait GuestProcess: Send + Sync + Debug {
             "filesystem snapshots of a running sandbox of this driver",
         ))
     }
+    /// Whether the guest's agent writes its writable layer (a VM's, on its
+    /// own disk: `Request::WriteLayer`) rather than [`Self::write_layer`].
+    fn layer_from_agent(&self) -> bool {
+        false
+    }
     /// Saves the whole running guest (its agent suspended by the caller)
     /// into the new directory `dir` and lets it run on: see
     /// [`burrow_protocol::Control::SaveGuest`].

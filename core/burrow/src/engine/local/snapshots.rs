@@ -119,17 +119,24 @@ impl LocalBackend {
         let scratch = scratch_dir(&self.home)?;
         sweep_scratch(&scratch);
 
-        let stored = match snapshot_of_image(&info.config.image) {
-            Some(base) => Some(
-                self.store
-                    .get_snapshot(base)
-                    .await?
-                    .ok_or_else(|| crate::engine::store::snapshots::not_found(base))?
-                    .digest,
-            ),
-            None => None,
-        };
-        let base = image::base(&self.home, &info.config.image, stored.as_deref(), &scratch).await?;
+        // The image under the layer: a full snapshot's sandboxes run its
+        // base image; a filesystem snapshot is an image of the store.
+        let mut base_ref = info.config.image.clone();
+        let mut stored = None;
+        while let Some(base) = snapshot_of_image(&base_ref).map(str::to_owned) {
+            let snap = self
+                .store
+                .get_snapshot(&base)
+                .await?
+                .ok_or_else(|| crate::engine::store::snapshots::not_found(&base))?;
+            if snap.kind == SnapshotKind::Full {
+                base_ref = snap.base_image;
+                continue;
+            }
+            stored = Some(snap.digest);
+            break;
+        }
+        let base = image::base(&self.home, &base_ref, stored.as_deref(), &scratch).await?;
 
         let tmp = Scratch::new(&scratch, "layer.tar");
         let (digest, size) = self.write_sandbox_layer(name, id, &tmp.0).await?;
@@ -349,7 +356,7 @@ pub fn unpack_layer_in_user_namespace(layer: &Path, upper: &Path) -> Result<()> 
     let file = std::fs::File::open(layer)
         .map_err(|e| Error::io("reading the writable layer", Some(layer), e))?;
     enter(&Mapping::for_current_user())?;
-    crate::engine::snapshot::unpack::unpack_layer(
+    burrow_layer::unpack_layer(
         std::io::BufReader::new(file),
         upper,
         layer::Owners { shift: 0 },

@@ -3,4 +3,3 @@
 //! in `engine::image::snapshot`).
 
 pub(crate) mod layer;
-pub(crate) mod unpack;

@@ -340,6 +340,9 @@ impl<'a> Run<'a> {
         &mut self,
         layer: &std::path::Path,
     ) -> std::result::Result<Response, GuestError> {
+        if self.guest.layer_from_agent() {
+            return self.layer_from_agent(layer).await;
+        }
         // What the guest wrote and closed but keeps in a cache of its own
         // (gVisor's, a VM's page cache) reaches the writable layer first; a
         // paused guest cannot answer, and its writes are where they are.
@@ -371,6 +374,57 @@ impl<'a> Run<'a> {
         written
             .map(|(digest, size)| Response::Layer { digest, size })
             .map_err(|e| failed("writing the snapshot", &e))
+    }
+
+    /// The writable layer a guest's agent writes (a VM's): streamed into
+    /// `layer`, hashed as it comes, synced. The guest runs meanwhile (the
+    /// agent reads its files), each file as it is when read.
+    async fn layer_from_agent(
+        &mut self,
+        layer: &std::path::Path,
+    ) -> std::result::Result<Response, GuestError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        if self.paused {
+            return Err(unavailable("the sandbox is paused: resume it first"));
+        }
+        let agent = self.relay.agent().clone();
+        let mut handle = agent
+            .request(burrow_protocol::Request::WriteLayer)
+            .map_err(io)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(layer)
+            .map_err(io)?;
+        let mut out = crate::engine::image::digest::HashingWriter::new(
+            std::io::BufWriter::with_capacity(1 << 20, file),
+        );
+        loop {
+            match handle.next().await {
+                Some(burrow_protocol::GuestMsg::Stdout { data, .. }) => {
+                    tokio::task::block_in_place(|| out.write_all(&data.0)).map_err(io)?;
+                }
+                Some(burrow_protocol::GuestMsg::Response { result, .. }) => {
+                    result?;
+                    break;
+                }
+                Some(_) => {}
+                None => return Err(unavailable("the guest went away while it wrote its layer")),
+            }
+        }
+        let (digest, size, buf) = out.finish();
+        tokio::task::block_in_place(|| {
+            buf.into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?
+                .sync_all()
+        })
+        .map_err(io)?;
+        Ok(Response::Layer {
+            digest: digest.to_string(),
+            size,
+        })
     }
 
     /// Saves the whole guest into `dir` and lets it run on (see

@@ -53,7 +53,6 @@ pub use oci::crun_private_cgroup_view;
 pub(crate) mod users;
 
 pub(crate) use oci::{bind_to_parent, find_on_path, spawn_long_lived};
-pub(crate) use rootfs::MAP_SIZE;
 
 /// Gives a container sandbox that never ran (`sandbox_dir`) the writable
 /// layer `layer` (written by `engine::snapshot::layer` from its parent's,
@@ -81,7 +80,7 @@ pub(crate) async fn seed_writable_layer(
     crate::engine::image::snapshot::blocking("unpacking the writable layer", move || {
         let file = std::fs::File::open(&layer)
             .map_err(|e| Error::io("reading the writable layer", Some(&layer), e))?;
-        crate::engine::snapshot::unpack::unpack_layer(
+        burrow_layer::unpack_layer(
             std::io::BufReader::new(file),
             &upper,
             owners,

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use super::{idmap, shift};
 
 /// Number of ids mapped into the container (uids and gids `0..65536`).
-pub(crate) const MAP_SIZE: u32 = 65536;
+pub(crate) const MAP_SIZE: u32 = burrow_layer::MAP_SIZE;
 /// Host id of container root when nothing else is configured.
 const DEFAULT_BASE: u32 = 100_000;
 /// File in the sandbox directory recording the base its layer was made with.

@@ -150,6 +150,10 @@ impl GuestProcess for VmGuest {
         Ok(notes)
     }
 
+    fn layer_from_agent(&self) -> bool {
+        true
+    }
+
     async fn save_copy(&mut self, dir: &std::path::Path) -> Result<()> {
         let target = self
             .hibernation

@@ -88,6 +88,12 @@ impl Driver for VmDriver {
         true
     }
 
+    /// Of a running VM, through its agent (its writable layer is on its
+    /// own disk).
+    fn snapshots(&self) -> bool {
+        true
+    }
+
     fn enforceable(&self) -> super::Enforceable {
         // QEMU holds the guest to its memory and CPUs; the guest's process
         // count is the guest kernel's own.

@@ -12,13 +12,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use super::layer::{Owners, OPAQUE_MARKER, WHITEOUT_PREFIX};
+use crate::write::{Owners, OPAQUE_MARKER, WHITEOUT_PREFIX};
 
 /// Unpacks `layer` into the (new or empty) directory `upper`, marking
 /// opaque directories with the extended attribute `opaque_xattr`
 /// (`trusted.overlay.opaque` for root's overlay, `user.overlay.opaque`
 /// for a user namespace's).
-pub(crate) fn unpack_layer(
+pub fn unpack_layer(
     layer: impl Read,
     upper: &Path,
     owners: Owners,
@@ -129,7 +129,7 @@ impl Owners {
     fn host(self, guest: u64) -> u32 {
         let guest = u32::try_from(guest)
             .ok()
-            .filter(|g| *g < crate::engine::driver::container::MAP_SIZE)
+            .filter(|g| *g < crate::MAP_SIZE)
             .unwrap_or(0);
         guest + self.shift
     }
@@ -232,7 +232,7 @@ fn set_mtime(path: &Path, mtime: i64) -> io::Result<()> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::engine::snapshot::layer::write_layer;
+    use crate::write::write_layer;
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
     fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
