@@ -282,3 +282,70 @@ async fn a_full_snapshot_restores_into_new_sandboxes_with_their_processes() {
         .unwrap_or(0);
     assert_eq!(left, 0, "the saved guest went with the snapshot");
 }
+
+/// A fork killed while the parent's agent is suspended for the save (the
+/// window held open by the `snapshot.suspended` fault point in the
+/// parent's supervisor): no copy is made, the parent goes on once the save
+/// it was in finishes, and the next fork works and removes the killed
+/// one's saved guest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_killed_mid_save_leaves_no_copy_and_the_parent_going_on() {
+    use burrow::internal::fault::Fault;
+    use burrow_test_support::fault::FaultWindow;
+    use std::process::Stdio;
+
+    let home = TestHome::new().await;
+    // The parent's supervisor (started by this CLI) carries the fault point.
+    let w = FaultWindow::new(home.path(), Fault::SnapshotSuspended.as_str());
+    let image = common::busybox_rootfs().to_string_lossy().into_owned();
+    let out = w
+        .arm(&mut home.cli())
+        .args(["up", "held", "--driver", "vm", "--image", &image])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let parent = burrow::SandboxHandle::get_in(home.dyn_backend(), "held")
+        .await
+        .unwrap()
+        .sandbox()
+        .await
+        .unwrap();
+    start_counter(&parent).await;
+
+    let mut fork = home
+        .cli()
+        .args(["fork", "held", "--count", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        w.wait_open(Duration::from_secs(120)).await,
+        "never suspended"
+    );
+    let _ = fork.kill();
+    let _ = fork.wait();
+    w.release();
+
+    // The parent goes on: its counter counts, it answers.
+    let first = count(&parent).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(count(&parent).await > first, "the parent counts on");
+    let listed = home.backend.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.len(), 1, "no copy: {listed:?}");
+
+    // The next fork works, and sweeps the killed one's saved guest.
+    let copies = parent.fork(&ForkOptions::count(1)).await.unwrap();
+    assert!(count(&copies[0]).await >= first);
+    let scratch: Vec<_> = std::fs::read_dir(home.path().join("snapshots/tmp"))
+        .unwrap()
+        .collect();
+    assert!(scratch.is_empty(), "{scratch:?}");
+    for sb in copies.iter().chain([&parent]) {
+        sb.destroy().await.unwrap();
+    }
+}
