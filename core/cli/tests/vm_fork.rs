@@ -46,19 +46,23 @@ async fn running_vm(home: &TestHome, name: &str) -> Sandbox {
     home.builder(name).driver("vm").create().await.unwrap()
 }
 
+/// A running vm whose counter counts and whose `/root/state` holds `state`,
+/// synced; and the count a moment later.
+async fn counting_vm(home: &TestHome, name: &str, state: &str) -> (Sandbox, u64) {
+    let sb = running_vm(home, name).await;
+    start_counter(&sb).await;
+    let script = format!("echo {state} > /root/state && sync /root/state");
+    output(&sb, &["sh", "-c", &script]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let count = count(&sb).await;
+    (sb, count)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_copy_goes_on_from_the_running_parent_as_itself() {
     let home = TestHome::new().await;
-    let parent = running_vm(&home, "parent").await;
-    start_counter(&parent).await;
     // Written and synced on the writable disk before the fork.
-    output(
-        &parent,
-        &["sh", "-c", "echo before > /root/state && sync /root/state"],
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = count(&parent).await;
+    let (parent, before) = counting_vm(&home, "parent", "before").await;
 
     let copies = parent.fork(&ForkOptions::count(3)).await.unwrap();
     let names: Vec<&str> = copies.iter().map(|c| c.name()).collect();
@@ -170,15 +174,7 @@ async fn bad_forks_change_nothing() {
 async fn a_full_snapshot_restores_into_new_sandboxes_with_their_processes() {
     use burrow::{DriverKind, SnapshotKind, SnapshotOptions};
     let home = TestHome::new().await;
-    let src = running_vm(&home, "src").await;
-    start_counter(&src).await;
-    output(
-        &src,
-        &["sh", "-c", "echo saved > /root/state && sync /root/state"],
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = count(&src).await;
+    let (src, before) = counting_vm(&home, "src", "saved").await;
     let snap = src
         .snapshot_with("whole", &SnapshotOptions::full())
         .await

@@ -106,7 +106,8 @@ impl LocalBackend {
 
     /// For a create from `snapshot:NAME` of a full snapshot: checks the
     /// configuration (a vm's) and gives the new sandbox `id` the saved
-    /// guest. Returns whether it did (false: not a full snapshot).
+    /// guest. Returns the removal lock of its directory, to be held until
+    /// its record exists (None: not a full snapshot, nothing done).
     pub(super) async fn seed_from_full_snapshot(
         &self,
         config: &crate::model::SandboxConfig,
