@@ -2,13 +2,14 @@
 //! microVM), it serves the burrow protocol on one channel: process execution,
 //! file access, tunnels and shutdown.
 //!
-//! Usage: `burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root] [--seccomp HEX]`. Without `--channel` the
+//! Usage: `burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root | --vm-layer] [--seccomp HEX]`. Without `--channel` the
 //! protocol runs on stdin/stdout; with it, on the file or character device
 //! at PATH. With `--vm` the agent is the `/init` of a microVM: it sets the
 //! guest up from `/burrow/boot.json` (see `vm`), serves the protocol on the
 //! virtio console port named there, and ends the VM when it exits
 //! (`--vm-template`, `--vm-template-root`: the same, after waiting in a
-//! snapshot for a sandbox's identity; see `vm`). With
+//! snapshot for a sandbox's identity; `--vm-layer`: only to stream a stopped
+//! sandbox's writable layer; see `vm`). With
 //! `--seccomp` (container mode), the agent first installs the seccomp
 //! filter given as the hex of a classic BPF program (built by the host's
 //! container driver): every process of the sandbox inherits it. Logs go to
@@ -39,14 +40,14 @@ mod vm;
 
 use std::path::{Path, PathBuf};
 
-use burrow_protocol::vm::{VM_MODE_ARG, VM_TEMPLATE_ARG, VM_TEMPLATE_ROOT_ARG};
+use burrow_protocol::vm::{VM_LAYER_ARG, VM_MODE_ARG, VM_TEMPLATE_ARG, VM_TEMPLATE_ROOT_ARG};
 
 use crate::agent::ProcessBase;
 use crate::log::{error, warning};
 use crate::sys::exit_process;
 
 const USAGE: &str =
-    "usage: burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root] [--seccomp HEX] [--calls-lock PATH] | --init | --install DIR | --reclaim-lock PATH";
+    "usage: burrow-agent [--channel PATH] [--vm | --vm-template | --vm-template-root | --vm-layer] [--seccomp HEX] [--calls-lock PATH] | --init | --install DIR | --reclaim-lock PATH";
 
 /// Parsed command line.
 #[derive(Debug, Default, PartialEq)]
@@ -55,6 +56,8 @@ struct Args {
     vm: bool,
     /// VM mode, booted to become a template (see `vm`).
     template: Option<vm::Template>,
+    /// VM mode, booted only to stream the data disk's layer (see `vm`).
+    layer: bool,
     /// A seccomp filter to install first (hex of `struct sock_filter`s).
     seccomp: Option<String>,
     /// A pod's init (see `pod`): no channel, reap and stop.
@@ -92,6 +95,9 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Args
         } else if text == VM_TEMPLATE_ROOT_ARG {
             parsed.vm = true;
             parsed.template = Some(vm::Template::Root);
+        } else if text == VM_LAYER_ARG {
+            parsed.vm = true;
+            parsed.layer = true;
         } else if text == "--init" {
             parsed.init = true;
         } else if text == "--install" {
@@ -132,7 +138,9 @@ fn agent_main() {
     // VM with the agent's word rather than with a kernel panic.
     if std::env::args_os()
         .skip(1)
-        .any(|a| a == VM_MODE_ARG || a == VM_TEMPLATE_ARG || a == VM_TEMPLATE_ROOT_ARG)
+        .any(|a| {
+            a == VM_MODE_ARG || a == VM_TEMPLATE_ARG || a == VM_TEMPLATE_ROOT_ARG || a == VM_LAYER_ARG
+        })
     {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != 1 {
@@ -214,7 +222,12 @@ fn agent_main() {
                 .map_err(|e| format!("cannot duplicate the channel: {e}"))?;
             serve(Some(path), Some(port), true)
         };
-        match vm::setup(args.template, early) {
+        let setup = if args.layer {
+            vm::setup_layer().map(|guest| (guest, None))
+        } else {
+            vm::setup(args.template, early)
+        };
+        match setup {
             Ok((guest, early)) => (
                 Some((guest.channel, guest.open_channel)),
                 guest.base,
@@ -332,6 +345,10 @@ mod tests {
         assert_eq!(
             parse(&["--vm-template-root"]).map(|a| (a.vm, a.template)),
             Ok((true, Some(crate::vm::Template::Root)))
+        );
+        assert_eq!(
+            parse(&["--vm-layer"]).map(|a| (a.vm, a.layer, a.template)),
+            Ok((true, true, None))
         );
         assert_eq!(parse(&["--init"]).map(|a| a.init), Ok(true));
         assert_eq!(

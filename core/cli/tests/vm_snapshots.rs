@@ -3,11 +3,12 @@
 //! the guest's agent writes its writable layer (the overlay upper on its
 //! own disk, out of every path's reach once the overlay is the root) as
 //! the same OCI layer a container's is, so a container and a vm both run
-//! the snapshot; a stopped vm's is `unsupported` (its disk is the guest's).
+//! the snapshot. A stopped vm's is read by a guest booted with its disk
+//! alone (a layer boot), which leaves the disk as it was.
 
 use burrow_cli_testkit as common;
 
-use burrow::{Backend, DriverKind, ErrorCode, SnapshotKind};
+use burrow::{Backend, DriverKind, SnapshotKind};
 use common::{sh_ok, TestHome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,13 +46,47 @@ async fn a_running_vms_files_are_a_snapshot_either_driver_runs() {
         .unwrap();
     assert_eq!(sh_ok(&again, script).await, expected);
 
+    // Written last, then the sandbox stops: the stopped one's layer has it.
+    sh_ok(&vm, "echo after > /work/after && rm -rf /work/d && sync").await;
     let handle = vm.handle();
     vm.stop().await.unwrap();
-    let err = handle.snapshot("stopped").await.unwrap_err();
-    assert_eq!(err.code(), ErrorCode::Unsupported);
-    for sb in [&container, &again] {
+    let disk = home
+        .path()
+        .join("sandboxes")
+        .join(handle.id().as_str())
+        .join("vm/data.ext4");
+    let before = std::fs::read(&disk).unwrap();
+    let stopped = handle.snapshot("vm-stopped").await.unwrap();
+    assert_eq!(stopped.kind, SnapshotKind::Filesystem);
+    assert!(stopped.size > 0);
+    assert_ne!(stopped.digest, snap.digest);
+    assert!(std::fs::read(&disk).unwrap() == before, "the layer boot changed the disk");
+    assert_eq!(handle.status().await.unwrap(), burrow::Status::Stopped);
+    let after_script = "cat /work/after; test -e /work/d || echo no-d; test -e /bin/false || echo gone";
+    let from_stopped = home
+        .builder("ctr-from-stopped")
+        .image("snapshot:vm-stopped")
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(sh_ok(&from_stopped, after_script).await, "after\nno-d\ngone\n");
+
+    // A vm sandbox never started has an empty layer.
+    let fresh = home
+        .builder("vm-never-started")
+        .driver("vm")
+        .define()
+        .await
+        .unwrap();
+    let empty = fresh.snapshot("vm-empty").await.unwrap();
+    assert_eq!(empty.size, 1024, "an empty tar: its two end blocks");
+
+    for sb in [&container, &again, &from_stopped] {
         sb.destroy().await.unwrap();
     }
+    fresh.destroy().await.unwrap();
     handle.destroy().await.unwrap();
-    home.backend.remove_snapshot("vm-files").await.unwrap();
+    for name in ["vm-files", "vm-stopped", "vm-empty"] {
+        home.backend.remove_snapshot(name).await.unwrap();
+    }
 }

@@ -64,6 +64,17 @@
 //! the disk's content. After the [`VmResume`] it neither drops the data
 //! disk's blocks nor mounts anything but the sandbox's shares, and goes on
 //! from the `/etc` files.
+//!
+//! ## Layer boots
+//!
+//! With [`VM_LAYER_ARG`] the guest is booted only to read a stopped
+//! sandbox's writable layer: the host attaches the sandbox's data disk
+//! alone (writes to it land in a throwaway overlay, so a journal replay
+//! does not change it). The agent does step 1, reads the boot JSON, waits
+//! for the data disk, mounts it read-only, keeps its `upper/` (an empty
+//! directory if the disk has none) for `WriteLayer`, and serves the
+//! protocol on the channel without switching root: nothing of the
+//! sandbox runs.
 
 use std::collections::BTreeMap;
 
@@ -86,6 +97,11 @@ pub const VM_TEMPLATE_ARG: &str = "--vm-template";
 /// starts, with a fresh data disk mounted as the sandbox's root (see the
 /// module documentation).
 pub const VM_TEMPLATE_ROOT_ARG: &str = "--vm-template-root";
+
+/// Kernel command line word that boots the agent to stream a stopped
+/// sandbox's writable layer (see "Layer boots" in the module
+/// documentation).
+pub const VM_LAYER_ARG: &str = "--vm-layer";
 
 /// Bytes of entropy the host hands a restored guest (256 bits or more).
 pub const VM_ENTROPY_BYTES: usize = 64;

@@ -103,6 +103,26 @@ pub(super) fn wait_for_disks(sys: &Path, boot: &VmBoot) -> Result<(PathBuf, Path
     })
 }
 
+/// Waits for the data disk alone (a layer boot has no image disk);
+/// returns its device node.
+pub(super) fn wait_for_data_disk(sys: &Path, boot: &VmBoot) -> Result<PathBuf, SetupError> {
+    let dev = Path::new("/dev");
+    wait_for(DEVICE_WAIT, || {
+        Some(dev.join(find(&list_disks(sys), &boot.data_serial)?)).filter(|p| p.exists())
+    })
+    .ok_or_else(|| {
+        SetupError::new(
+            Stage::Disks,
+            format!(
+                "no disk with serial {:?} (data) after {} s; found: {}",
+                boot.data_serial,
+                DEVICE_WAIT.as_secs(),
+                describe(&list_disks(sys))
+            ),
+        )
+    })
+}
+
 /// Waits for the console port named `name`; returns its device node.
 pub(super) fn wait_for_port(sys: &Path, dev: &Path, name: &str) -> Result<PathBuf, SetupError> {
     wait_for(DEVICE_WAIT, || {

@@ -171,22 +171,29 @@ pub struct Guest {
 pub struct Summary {
     took: Duration,
     steps: Steps,
-    /// The image disk and the data disk: device and serial number.
-    disks: [(PathBuf, String); 2],
+    /// The image disk (none in a layer boot): device and serial number.
+    image: Option<(PathBuf, String)>,
+    /// The data disk: device and serial number.
+    data: (PathBuf, String),
     /// The channel's device and port name.
     channel: (PathBuf, String),
 }
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [(image, image_serial), (data, data_serial)] = &self.disks;
         write!(
             f,
-            "vm: set up in {} ms ({}); image {} ({image_serial:?}), data {} ({data_serial:?}), \
-             channel {} ({:?})",
+            "vm: set up in {} ms ({}); ",
             self.took.as_millis(),
-            self.steps.summary(),
-            image.display(),
+            self.steps.summary()
+        )?;
+        if let Some((image, serial)) = &self.image {
+            write!(f, "image {} ({serial:?}), ", image.display())?;
+        }
+        let (data, serial) = &self.data;
+        write!(
+            f,
+            "data {} ({serial:?}), channel {} ({:?})",
             data.display(),
             self.channel.0.display(),
             self.channel.1
@@ -288,7 +295,8 @@ pub fn setup<T>(
     let summary = Summary {
         took: started.elapsed(),
         steps,
-        disks: [(image, boot.root_serial), (data, boot.data_serial)],
+        image: Some((image, boot.root_serial)),
+        data: (data, boot.data_serial),
         channel: (channel.clone(), boot.channel),
     };
     let guest = Guest {
@@ -301,6 +309,38 @@ pub fn setup<T>(
         },
     };
     Ok((guest, served))
+}
+
+/// Sets up a layer boot (see "Layer boots" in [`burrow_protocol::vm`]):
+/// the data disk read-only, its upper directory kept for `WriteLayer`, the
+/// channel; no root switch, nothing of the sandbox.
+pub fn setup_layer() -> Result<Guest, SetupError> {
+    let started = Instant::now();
+    early_mounts()?;
+    let boot = read_boot(Path::new(VM_BOOT_PATH))?;
+    let data = devices::wait_for_data_disk(Path::new("/sys"), &boot)?;
+    let mut steps = Steps::new(started);
+    let upper = mounts::mount_data_read_only(&data)?;
+    crate::layer::remember_upper(&upper)
+        .at(Stage::Root, format_args!("opening {}", upper.display()))?;
+    steps.mark("data");
+    let channel = wait_for_port(Path::new("/sys"), Path::new("/dev"), &boot.channel)?;
+    steps.mark("channel");
+    Ok(Guest {
+        channel: channel.clone(),
+        open_channel: None,
+        summary: Summary {
+            took: started.elapsed(),
+            steps,
+            image: None,
+            data: (data, boot.data_serial),
+            channel: (channel, boot.channel),
+        },
+        base: ProcessBase {
+            env: environment(&boot.env),
+            user: Credentials::new(boot.uid, boot.gid),
+        },
+    })
 }
 
 /// Steps 3 and 4 and the sandbox-independent mounts of step 5: the disks

@@ -256,6 +256,23 @@ pub(super) fn mount_root(image: &Path, data: &Path, image_mounted: bool) -> Resu
     mount_all(&[overlay], Stage::Root)
 }
 
+/// A layer boot's only mount: the data disk, read-only, at [`DATA_DIR`].
+/// Returns the upper directory to stream: the disk's, or an empty one in
+/// the initramfs if the disk has none (a sandbox never started).
+pub(super) fn mount_data_read_only(data: &Path) -> Result<PathBuf, SetupError> {
+    let [_, mut spec] = disk_mounts(Path::new(""), data);
+    spec.flags = libc::MS_RDONLY;
+    spec.data = None;
+    mount_all(&[spec], Stage::Root)?;
+    let upper = Path::new(DATA_DIR).join("upper");
+    if upper.is_dir() {
+        return Ok(upper);
+    }
+    let empty = PathBuf::from("/burrow/empty-upper");
+    mkdir_p(&empty).at(Stage::Root, "creating an empty upper directory")?;
+    Ok(empty)
+}
+
 /// Creates the overlay's `upper/` and `work/` on the data disk unless they
 /// exist (the disk is empty the first time, and keeps them afterwards).
 /// A new `upper/` takes the mode and owner of the image's root directory,

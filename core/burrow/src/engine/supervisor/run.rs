@@ -383,44 +383,11 @@ impl<'a> Run<'a> {
         &mut self,
         layer: &std::path::Path,
     ) -> std::result::Result<Response, GuestError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         if self.paused {
             return Err(unavailable("the sandbox is paused: resume it first"));
         }
         let agent = self.relay.agent().clone();
-        let mut handle = agent
-            .request(burrow_protocol::Request::WriteLayer)
-            .map_err(io)?;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(layer)
-            .map_err(io)?;
-        let mut out = crate::engine::image::digest::HashingWriter::new(
-            std::io::BufWriter::with_capacity(1 << 20, file),
-        );
-        loop {
-            match handle.next().await {
-                Some(burrow_protocol::GuestMsg::Stdout { data, .. }) => {
-                    tokio::task::block_in_place(|| out.write_all(&data.0)).map_err(io)?;
-                }
-                Some(burrow_protocol::GuestMsg::Response { result, .. }) => {
-                    result?;
-                    break;
-                }
-                Some(_) => {}
-                None => return Err(unavailable("the guest went away while it wrote its layer")),
-            }
-        }
-        let (digest, size, buf) = out.finish();
-        tokio::task::block_in_place(|| {
-            buf.into_inner()
-                .map_err(std::io::IntoInnerError::into_error)?
-                .sync_all()
-        })
-        .map_err(io)?;
+        let (digest, size) = crate::engine::driver::vm::receive_layer(&agent, layer).await?;
         Ok(Response::Layer {
             digest: digest.to_string(),
             size,

@@ -131,6 +131,7 @@ async fn probe_with(qemu: &Path, kernel: &Path, initramfs: &Path) -> Result<Acce
         memory_file: None,
         incoming: false,
         template: None,
+        layer: false,
     };
     let started = Instant::now();
     let mut child = super::spawn_qemu(

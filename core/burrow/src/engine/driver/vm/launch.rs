@@ -212,6 +212,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 memory_file: None,
                 incoming: false,
                 template: None,
+                layer: false,
             };
             match start_qemu(
                 &qemu_bin,

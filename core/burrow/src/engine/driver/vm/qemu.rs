@@ -85,6 +85,10 @@ pub(super) struct Machine<'a> {
     /// Boot the agent as a template instead of a sandbox's guest (see
     /// `template.rs`).
     pub template: Option<TemplateBoot>,
+    /// A layer boot (see "Layer boots" in [`burrow_protocol::vm`]): the
+    /// agent only streams the data disk's upper layer, and the guest's
+    /// writes to the disk go to a throwaway overlay (`snapshot=on`).
+    pub layer: bool,
 }
 
 /// How far a template guest boots before it is saved (see "Templates" in
@@ -152,6 +156,7 @@ impl Machine<'_> {
             words.push(&ip);
         }
         words.push(match self.template {
+            None if self.layer => burrow_protocol::vm::VM_LAYER_ARG,
             None => burrow_protocol::vm::VM_MODE_ARG,
             Some(TemplateBoot::Image) => burrow_protocol::vm::VM_TEMPLATE_ARG,
             Some(TemplateBoot::Root) => burrow_protocol::vm::VM_TEMPLATE_ROOT_ARG,
@@ -225,6 +230,8 @@ impl Machine<'_> {
             let mut drive = OsString::from(format!("id={id},format=raw,if=none,cache=writeback,"));
             if ro {
                 drive.push("readonly=on,");
+            } else if self.layer {
+                drive.push("snapshot=on,");
             }
             drive.push("file=");
             drive.push(escape_option(disk));
@@ -370,6 +377,7 @@ pub fn bare_boot_args(
         memory_file: None,
         incoming: false,
         template: None,
+        layer: false,
     }
     .args()
 }
@@ -478,6 +486,7 @@ mod tests {
             memory_file: None,
             incoming: false,
             template: None,
+            layer: false,
         }
     }
 
@@ -564,6 +573,18 @@ mod tests {
         assert!(!cmdline.contains(" --vm "), "{cmdline}");
         m.template = Some(TemplateBoot::Root);
         assert!(m.kernel_cmdline().ends_with(" --vm-template-root"));
+    }
+
+    #[test]
+    fn a_layer_boot_has_the_data_disk_alone_behind_a_throwaway_overlay() {
+        let mut m = machine(&[]);
+        m.root_disk = None;
+        m.layer = true;
+        let a = joined(&m);
+        assert!(a.iter().any(|x| x
+            == "id=data,format=raw,if=none,cache=writeback,snapshot=on,file=/sb/data.ext4"));
+        assert!(!a.iter().any(|x| x.starts_with("id=root")));
+        assert!(m.kernel_cmdline().ends_with(" --vm-layer"));
     }
 
     #[test]

@@ -138,6 +138,7 @@ impl BareVm {
             }),
             incoming: incoming.is_some(),
             template: None,
+            layer: false,
         };
         let mut child = super::spawn_qemu(
             m.qemu,

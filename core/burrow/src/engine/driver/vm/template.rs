@@ -398,6 +398,7 @@ pub(super) fn machine<'a>(
         } else {
             TemplateBoot::Image
         }),
+        layer: false,
     }
 }
 
