@@ -232,9 +232,12 @@ fn e2e(env: &mut Env, driver: &str) -> Result<(), String> {
         c.args(["--test", "network", "--test", "secrets"]);
     }
     // Filesystem snapshots and forks: the container driver's writable
-    // layer (the vm driver's come through its agent and its saved guest).
+    // layer; the vm driver's come through its agent (a running guest's, or
+    // a layer boot's: run rootless too).
     if driver != "vm" {
         c.args(["--test", "snapshots", "--test", "fork"]);
+    } else {
+        c.args(["--test", "vm_snapshots"]);
     }
     run(&mut c)
 }

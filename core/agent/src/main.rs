@@ -136,12 +136,9 @@ fn main() {
 fn agent_main() {
     // First of all, so that every exit path (even a bad argument) ends the
     // VM with the agent's word rather than with a kernel panic.
-    if std::env::args_os()
-        .skip(1)
-        .any(|a| {
-            a == VM_MODE_ARG || a == VM_TEMPLATE_ARG || a == VM_TEMPLATE_ROOT_ARG || a == VM_LAYER_ARG
-        })
-    {
+    if std::env::args_os().skip(1).any(|a| {
+        a == VM_MODE_ARG || a == VM_TEMPLATE_ARG || a == VM_TEMPLATE_ROOT_ARG || a == VM_LAYER_ARG
+    }) {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != 1 {
             // VM mode mounts over / and ends by resetting the machine: only

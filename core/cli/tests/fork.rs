@@ -174,3 +174,87 @@ async fn the_cli_forks_and_a_kill_mid_fork_leaves_only_whole_copies() {
         .collect();
     assert!(scratch.is_empty(), "{scratch:?}");
 }
+
+/// Forks racing across processes, round after round: three `burrow fork`
+/// processes ask for the same copy's name while a fourth stops the
+/// parent. Each fork either makes its whole copy (running, with the
+/// parent's file) or fails with a typed error (the name is taken, the
+/// parent is not running), exactly one copy of each name exists, and no
+/// round leaves a sandbox or a scratch file behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forks_racing_across_processes_make_whole_copies_or_typed_errors() {
+    const ROUNDS: usize = 6;
+    let home = TestHome::new().await;
+    let parent = home.builder("race-parent").create().await.unwrap();
+    run(&parent, "echo raced > /raced").await;
+    let handle = parent.handle();
+    let mut made = 0;
+    for round in 0..ROUNDS {
+        let name = format!("race-{round}");
+        let forks: Vec<_> = (0..3)
+            .map(|_| {
+                home.cli()
+                    .args(["--json", "fork", "race-parent", "--name", &name])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        // Every other round the parent is stopped meanwhile.
+        let stopper = (round % 2 == 1).then(|| {
+            home.cli()
+                .args(["stop", "race-parent"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        });
+        let mut won = 0;
+        for child in forks {
+            let out = child.wait_with_output().unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+            if out.status.success() {
+                won += 1;
+                assert_eq!(body[0]["name"], name.as_str());
+            } else {
+                let code = body["error"]["code"].as_str().unwrap().to_owned();
+                assert!(
+                    ["already_exists", "invalid_state"].contains(&code.as_str()),
+                    "round {round}: {body}"
+                );
+            }
+        }
+        if let Some(mut stopper) = stopper {
+            assert!(stopper.wait().unwrap().success());
+        }
+        assert!(won <= 1, "round {round}: {won} forks made {name}");
+        match home.backend.get(&name).await {
+            Ok(info) => {
+                assert_eq!(won, 1, "round {round}: {name} exists, made by none");
+                let copy = burrow::SandboxHandle::get_in(home.dyn_backend(), &info.name)
+                    .await
+                    .unwrap();
+                assert_eq!(copy.status().await.unwrap(), Status::Running);
+                let copy = copy.connect_or_start().await.unwrap();
+                assert_eq!(run(&copy, "cat /raced").await, "raced\n");
+                made += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), ErrorCode::NotFound);
+                assert_eq!(won, 0, "round {round}: a fork said it made {name}");
+            }
+        }
+        let parent = handle.connect_or_start().await.unwrap();
+        assert_eq!(run(&parent, "cat /raced").await, "raced\n");
+    }
+    // Rounds without a stop always make their copy.
+    assert!(made >= ROUNDS / 2, "{made} copies in {ROUNDS} rounds");
+    let listed = home.backend.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.len(), made + 1, "{listed:?}");
+    let scratch: Vec<_> = std::fs::read_dir(home.path().join("snapshots/tmp"))
+        .unwrap()
+        .collect();
+    assert!(scratch.is_empty(), "{scratch:?}");
+}

@@ -319,15 +319,15 @@ async fn a_kill_at_any_step_of_a_snapshot_leaves_nothing_half_made() {
     assert_eq!(run(&live, "wc -c < /big").await.trim(), "524288");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_snapshot_holds_the_guest_frozen_and_lets_it_go() {
-    let home = TestHome::new().await;
-    // The supervisor (started by the CLI) holds with the guest frozen.
+/// A sandbox `name` started by the CLI, whose supervisor holds every
+/// snapshot with the guest frozen (fault `snapshot.frozen`) until the
+/// window is released.
+async fn up_held_in_snapshots(home: &TestHome, name: &str) -> (FaultWindow, burrow::SandboxHandle) {
     let w = FaultWindow::new(home.path(), Fault::SnapshotFrozen.as_str());
     let image = common::busybox_rootfs().to_string_lossy().into_owned();
     let out = w
         .arm(&mut home.cli())
-        .args(["up", "frozen", "--image", &image])
+        .args(["up", name, "--image", &image])
         .output()
         .unwrap();
     assert!(
@@ -335,9 +335,17 @@ async fn a_running_snapshot_holds_the_guest_frozen_and_lets_it_go() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let handle = burrow::SandboxHandle::get_in(home.dyn_backend(), "frozen")
+    let handle = burrow::SandboxHandle::get_in(home.dyn_backend(), name)
         .await
         .unwrap();
+    (w, handle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_snapshot_holds_the_guest_frozen_and_lets_it_go() {
+    let home = TestHome::new().await;
+    // The supervisor (started by the CLI) holds with the guest frozen.
+    let (w, handle) = up_held_in_snapshots(&home, "frozen").await;
     let sb = handle.sandbox().await.unwrap();
     sb.exec(sh(
         "(i=0; while true; do i=$((i+1)); echo $i > /tick; sleep 0.05; done) >/dev/null 2>&1 &",
@@ -371,6 +379,37 @@ async fn a_running_snapshot_holds_the_guest_frozen_and_lets_it_go() {
     })
     .await;
     assert!(thawed, "the guest did not go on after the snapshot");
+}
+
+/// A snapshot queued behind a stop (the supervisor holds an earlier
+/// snapshot's window open meanwhile) is cut off when the run ends: it is
+/// then taken from the stopped sandbox, never answered as made without its
+/// layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_cut_off_by_a_stop_is_taken_from_the_stopped_sandbox() {
+    let home = TestHome::new().await;
+    let (w, handle) = up_held_in_snapshots(&home, "cut").await;
+    run(&handle.sandbox().await.unwrap(), "echo before-stop > /kept").await;
+    let h = handle.clone();
+    let first = tokio::spawn(async move { h.snapshot("first").await });
+    assert!(w.wait_open(Duration::from_secs(60)).await);
+    // Queued in the held supervisor: the stop, then the second snapshot.
+    let h = handle.clone();
+    let stop = tokio::spawn(async move { h.stop().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let h = handle.clone();
+    let second = tokio::spawn(async move { h.snapshot("second").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    w.release();
+    first.await.unwrap().unwrap();
+    stop.await.unwrap().unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert_eq!(handle.status().await.unwrap(), Status::Stopped);
+    let copy = from(&home, "cut-copy", &second.name)
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(run(&copy, "cat /kept").await, "before-stop\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,7 +56,7 @@ pub fn disk_image_in(images_dir: &Path, image: &PreparedImage) -> Result<PathBuf
     file.set_len(size)
         .map_err(|e| Error::io("sizing the disk image", Some(&tmp), e))?;
     drop(file);
-    let out = Command::new("mkfs.ext4")
+    let out = mkfs_command()
         .args([
             "-q",
             "-F",
@@ -81,6 +81,35 @@ pub fn disk_image_in(images_dir: &Path, image: &PreparedImage) -> Result<PathBuf
     std::fs::rename(&tmp, &target)
         .map_err(|e| Error::io("publishing the disk image", Some(&target), e))?;
     Ok(target)
+}
+
+/// `mkfs.ext4`, which copies each file's owner from the tree it is given.
+/// Without root an image's tree is this user's own (unpacked without
+/// `chown`): built in a user namespace where this user is root, its files
+/// are root's in the guest, as a rootless container sees them, rather than
+/// the host user's uid. Where no user namespace can be made, as is.
+fn mkfs_command() -> Command {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 && user_namespaces_work() {
+        let mut c = Command::new("unshare");
+        c.args(["--user", "--map-root-user", "mkfs.ext4"]);
+        return c;
+    }
+    Command::new("mkfs.ext4")
+}
+
+/// Whether `unshare --user --map-root-user` runs here (once per process).
+fn user_namespaces_work() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| {
+        Command::new("unshare")
+            .args(["--user", "--map-root-user", "true"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
 /// Where the disk of the image with cache key `key` is kept.

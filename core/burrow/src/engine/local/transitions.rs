@@ -497,6 +497,8 @@ impl LocalBackend {
         let handle = client.control(body).map_err(ControlError::Failed)?;
         match handle.response().await {
             Ok(Ok(r)) => Ok(r),
+            // Cut off by the run's end (a save the run did not finish).
+            Ok(Err(g)) if g.code == GuestErrorCode::Aborted => Err(ended().await),
             Ok(Err(g)) => Err(ControlError::Refused(g)),
             // The supervisor exits right after finishing a stop; losing the
             // connection then is the expected end.

@@ -231,6 +231,9 @@ struct Controls {
 impl crate::channel::relay::RelayControl for Controls {
     async fn control(&self, body: Control) -> std::result::Result<Response, GuestError> {
         let (tx, rx) = oneshot::channel();
+        // A save must say whether it was made: if the run ends first, the
+        // file or directory it was to write is not there.
+        let saves = matches!(body, Control::Snapshot { .. } | Control::SaveGuest { .. });
         let cmd = match body {
             // Answered by the relay itself.
             Control::Status => return Ok(Response::Done),
@@ -265,8 +268,16 @@ impl crate::channel::relay::RelayControl for Controls {
         };
         let _ = self.commands.send(cmd);
         // A dropped reply means the run ended meanwhile: for a stop or kill
-        // that is success, for anything else the sandbox is gone.
-        rx.await.unwrap_or(Ok(Response::Done))
+        // that is success, for a save it is cut off, for anything else the
+        // sandbox is gone.
+        match rx.await {
+            Ok(answer) => answer,
+            Err(_) if saves => Err(GuestError::new(
+                burrow_protocol::GuestErrorCode::Aborted,
+                "the run ended before the save was made",
+            )),
+            Err(_) => Ok(Response::Done),
+        }
     }
 }
 

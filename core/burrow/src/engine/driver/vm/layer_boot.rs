@@ -88,25 +88,26 @@ pub async fn write_stopped_layer(sandbox_dir: &Path, out: &Path) -> Result<(Dige
     let agent = std::mem::replace(&mut vm.agent, spare_stream()?);
     let written = async {
         let (reader, writer) = agent.into_split();
-        let client =
-            AgentClient::connect(reader, writer, Handshake::client(None), HELLO_TIMEOUT)
-                .await
-                .map_err(|e| {
-                    let why = match e {
-                        ConnectError::Refused(g) => g.message,
-                        ConnectError::Other(e) => e.to_string(),
-                    };
-                    let log = std::fs::read_to_string(&console_log).unwrap_or_default();
-                    Error::io(
-                        "booting the guest that reads the stopped sandbox's disk",
-                        None,
-                        std::io::Error::other(format!("{why}; console: {}", tail(&log))),
-                    )
-                })?;
-        receive_layer(&client, out).await.map_err(|failure| Error::Guest {
-            operation: "snapshot".into(),
-            failure: crate::error::GuestFailure(failure),
-        })
+        let client = AgentClient::connect(reader, writer, Handshake::client(None), HELLO_TIMEOUT)
+            .await
+            .map_err(|e| {
+                let why = match e {
+                    ConnectError::Refused(g) => g.message,
+                    ConnectError::Other(e) => e.to_string(),
+                };
+                let log = std::fs::read_to_string(&console_log).unwrap_or_default();
+                Error::io(
+                    "booting the guest that reads the stopped sandbox's disk",
+                    None,
+                    std::io::Error::other(format!("{why}; console: {}", tail(&log))),
+                )
+            })?;
+        receive_layer(&client, out)
+            .await
+            .map_err(|failure| Error::Guest {
+                operation: "snapshot".into(),
+                failure: crate::error::GuestFailure(failure),
+            })
     }
     .await;
     vm.kill().await;

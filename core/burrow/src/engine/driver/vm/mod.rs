@@ -57,8 +57,8 @@ mod template;
 pub use accel::AccelChoice;
 pub use hibernate::{discard as discard_hibernation, is_hibernated, seed_from_copy};
 pub use initramfs::write as write_initramfs;
-pub use layer_boot::write_stopped_layer;
 pub(crate) use layer_boot::receive_layer;
+pub use layer_boot::write_stopped_layer;
 pub use qemu::{bare_boot_args, locate_kernel, locate_qemu, Accel};
 pub use snapshot::{BareMachine, BareVm};
 pub use template::{

@@ -581,8 +581,10 @@ mod tests {
         m.root_disk = None;
         m.layer = true;
         let a = joined(&m);
-        assert!(a.iter().any(|x| x
-            == "id=data,format=raw,if=none,cache=writeback,snapshot=on,file=/sb/data.ext4"));
+        assert!(a
+            .iter()
+            .any(|x| x
+                == "id=data,format=raw,if=none,cache=writeback,snapshot=on,file=/sb/data.ext4"));
         assert!(!a.iter().any(|x| x.starts_with("id=root")));
         assert!(m.kernel_cmdline().ends_with(" --vm-layer"));
     }
