@@ -338,6 +338,8 @@ pub struct ErrorBody {
 /// The `subject` of an `already_exists` answer about a snapshot (one about
 /// a sandbox has none, and carries the sandbox's id).
 const SNAPSHOT_SUBJECT: &str = "snapshot";
+/// The subject of an error about a pool.
+const POOL_SUBJECT: &str = "pool";
 
 impl From<&Error> for ErrorBody {
     fn from(e: &Error) -> Self {
@@ -406,6 +408,10 @@ impl From<&Error> for ErrorBody {
                 b.subject = Some(SNAPSHOT_SUBJECT.to_owned());
                 b.name = Some(name.clone());
             }
+            Error::PoolExists { name } => {
+                b.subject = Some(POOL_SUBJECT.to_owned());
+                b.name = Some(name.clone());
+            }
             Error::SnapshotInUse { name, sandboxes } => {
                 b.subject = Some(SNAPSHOT_SUBJECT.to_owned());
                 b.name = Some(name.clone());
@@ -455,6 +461,7 @@ impl ErrorBody {
             ErrorCode::AlreadyExists => match id {
                 Some(id) => Error::AlreadyExists { name, id },
                 None if subject == SNAPSHOT_SUBJECT => Error::SnapshotExists { name },
+                None if subject == POOL_SUBJECT => Error::PoolExists { name },
                 None => missing("id"),
             },
             ErrorCode::SnapshotInUse => Error::SnapshotInUse {
@@ -617,6 +624,7 @@ mod tests {
             Error::SnapshotExists {
                 name: "base".into(),
             },
+            Error::PoolExists { name: "web".into() },
         ]
     }
 

@@ -44,6 +44,12 @@ pub struct CreateRequest {
     pub config: SandboxConfig,
     /// Survive the creating process.
     pub detached: bool,
+    /// The caller starts the sandbox right after: a backend with a warm
+    /// pool for this configuration may then hand over one of its running
+    /// sandboxes instead (the answer's status is Running). A create alone
+    /// (`define`) leaves it false and always gets a Created sandbox.
+    #[serde(default)]
+    pub claim: bool,
 }
 
 impl CreateRequest {
@@ -53,7 +59,16 @@ impl CreateRequest {
             name: name.into(),
             config,
             detached: false,
+            claim: false,
         }
+    }
+
+    /// May be served by a warm pool's running sandbox (see
+    /// [`CreateRequest::claim`]).
+    #[must_use]
+    pub fn claiming(mut self, claim: bool) -> Self {
+        self.claim = claim;
+        self
     }
 
     /// Survive the creating process (or not).

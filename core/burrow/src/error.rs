@@ -155,6 +155,12 @@ pub enum Error {
         /// The snapshot name.
         name: String,
     },
+    /// A pool with this name already exists (code `already_exists`).
+    #[error("a pool named {name:?} already exists")]
+    PoolExists {
+        /// The pool name.
+        name: String,
+    },
     /// The snapshot cannot be removed: sandboxes were created from it and
     /// still exist. Nothing was removed.
     #[error("snapshot {name:?} is in use by {} sandbox(es): {}", sandboxes.len(), sandboxes.join(", "))]
@@ -303,7 +309,7 @@ impl Error {
             Error::Unauthorized { .. } => ErrorCode::Unauthorized,
             Error::Unsupported { .. } => ErrorCode::Unsupported,
             Error::PortUnavailable { .. } => ErrorCode::PortUnavailable,
-            Error::SnapshotExists { .. } => ErrorCode::AlreadyExists,
+            Error::SnapshotExists { .. } | Error::PoolExists { .. } => ErrorCode::AlreadyExists,
             Error::SnapshotInUse { .. } => ErrorCode::SnapshotInUse,
         }
     }

@@ -336,6 +336,17 @@ pub enum Control {
     /// Stop watching the owner process: the sandbox survives it from now on.
     /// Response [`Response::Done`].
     Detach,
+    /// Watch this process from now on: the sandbox stops (reason
+    /// `owner_exited`) when it exits, as an attached sandbox does with the
+    /// process that started it (a claimed warm sandbox's new owner). A
+    /// process already gone, or a pid now another process's (`start`
+    /// differs), stops it at once. Response [`Response::Done`].
+    Own {
+        /// The owner's pid.
+        pid: u32,
+        /// Its start time (field 22 of `/proc/<pid>/stat`).
+        start: u64,
+    },
     /// Explicit keepalive: counts as activity for the idle timeout.
     /// Response [`Response::Done`].
     Touch,

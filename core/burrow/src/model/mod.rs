@@ -6,6 +6,7 @@ mod id;
 mod info;
 mod modify;
 mod name;
+mod pool;
 mod ports;
 pub(crate) mod secrets;
 mod snapshot;
@@ -20,6 +21,7 @@ pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
 pub use modify::{Applies, FieldChange, Modify, ModifyPlan};
 pub use name::validate_name;
+pub use pool::{PoolInfo, PoolSpec, MAX_POOL_SIZE, WARM_NAME_PREFIX};
 pub use ports::{PortMapping, PortMappingError, PortProtocol, MAX_PORTS};
 #[cfg(feature = "local")]
 pub(crate) use secrets::new_placeholder;

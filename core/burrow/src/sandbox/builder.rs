@@ -263,6 +263,7 @@ impl SandboxBuilder {
             name: self.name.clone(),
             config,
             detached: self.detached,
+            claim: false,
         })
     }
 
@@ -277,7 +278,11 @@ impl SandboxBuilder {
     /// [`Error::AlreadyExists`]).
     pub async fn create(self) -> Result<Sandbox> {
         let backend = self.resolve_backend().await?;
-        let info = backend.create(self.request()?).await?;
+        let info = backend.create(self.request()?.claiming(true)).await?;
+        // Claimed from a warm pool: running already.
+        if info.status == crate::model::Status::Running {
+            return Ok(Sandbox::bind(backend, &info));
+        }
         let info = backend
             .start(&info.name, &info.id, StartOptions::default())
             .await?;
@@ -303,16 +308,18 @@ impl SandboxBuilder {
                         Err(e) => return Err(e),
                     }
                 }
-                Err(Error::NotFound { .. }) => match backend.create(self.request()?).await {
-                    Ok(info) => {
-                        let info = backend
-                            .connect_or_start(&info.name, &info.id, StartOptions::default())
-                            .await?;
-                        return Ok(Sandbox::bind(backend, &info));
+                Err(Error::NotFound { .. }) => {
+                    match backend.create(self.request()?.claiming(true)).await {
+                        Ok(info) => {
+                            let info = backend
+                                .connect_or_start(&info.name, &info.id, StartOptions::default())
+                                .await?;
+                            return Ok(Sandbox::bind(backend, &info));
+                        }
+                        Err(Error::AlreadyExists { .. }) => continue,
+                        Err(e) => return Err(e),
                     }
-                    Err(Error::AlreadyExists { .. }) => continue,
-                    Err(e) => return Err(e),
-                },
+                }
                 Err(e) => return Err(e),
             }
         }

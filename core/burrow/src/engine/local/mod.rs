@@ -5,6 +5,7 @@ mod config;
 mod fork;
 mod full_snapshots;
 mod policy;
+mod pools;
 mod snapshots;
 mod spawn;
 mod transitions;
@@ -51,6 +52,24 @@ static DEFAULT: OnceCell<Arc<LocalBackend>> = OnceCell::const_new();
 const REMOVAL_LOCK: &str = "remove.lock";
 
 impl LocalBackend {
+    /// A configuration as this host records it: its defaults filled in
+    /// (whoever created the sandbox, a remote client included, this backend
+    /// runs it), checked, its image found and a local image's path made
+    /// absolute (later starts may come from another working directory).
+    fn prepare_config(&self, config: &mut crate::model::SandboxConfig) -> Result<()> {
+        config.resolve_defaults(
+            self.config.default_driver,
+            self.config.default_runtime,
+            self.config.demand_start_default,
+        );
+        config.validate()?;
+        self.check_image(&config.image)?;
+        // What this host can do comes after what the request names exists.
+        crate::engine::driver::check_limits(config)?;
+        config.image = crate::engine::image::normalize_reference(&self.home, &config.image)?;
+        Ok(())
+    }
+
     /// Opens the backend whose home is `home` (created, mode 0700, if
     /// missing; a relative path is taken from the current directory), with
     /// the host defaults of the environment ([`LocalConfig::from_env`]).
@@ -314,21 +333,19 @@ impl Backend for LocalBackend {
 
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         validate_name(&req.name)?;
-        // This host's defaults, recorded with the sandbox: whoever created
-        // it (a remote client included), this backend runs it.
-        req.config.resolve_defaults(
-            self.config.default_driver,
-            self.config.default_runtime,
-            self.config.demand_start_default,
-        );
-        req.config.validate()?;
-        self.check_image(&req.config.image)?;
-        // What this host can do comes after what the request names exists.
-        crate::engine::driver::check_limits(&req.config)?;
-        // Persist local image paths absolute: later starts may come from
-        // processes with another working directory.
-        req.config.image =
-            crate::engine::image::normalize_reference(&self.home, &req.config.image)?;
+        self.prepare_config(&mut req.config)?;
+        let pool = match req.claim {
+            true => self.pool_for(&req.config).await?,
+            false => None,
+        };
+        if let Some(pool) = pool {
+            if let Some(info) = self
+                .claim_from_pool(&pool, &req.name, &req.config, req.detached)
+                .await?
+            {
+                return Ok(info);
+            }
+        }
         let id = SandboxId::new();
         // Placeholders chosen, values sealed (and taken out of the
         // configuration) before anything is persisted.
@@ -381,6 +398,10 @@ impl Backend for LocalBackend {
         // The window a concurrent removal lands in: rows read, not yet
         // reconciled.
         crate::engine::fault::hold(Fault::ListBeforeReconcile).await;
+        // A pool's warm sandboxes are not anyone's yet.
+        let records = records
+            .into_iter()
+            .filter(|r| !crate::engine::store::pools::is_warm_name(&r.info.name));
         for rec in records {
             let info = match self.reconcile(rec).await {
                 Ok(rec) => rec.info,

@@ -22,6 +22,7 @@ use crate::lifecycle::Operation;
 use crate::model::{ExitReason, RunInfo, SandboxConfig, SandboxId, SandboxInfo, Status};
 
 pub mod migrations;
+pub(crate) mod pools;
 pub(crate) mod snapshots;
 
 /// The database's migrations (`migrations/*.sql`, embedded).
@@ -36,6 +37,7 @@ static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyL
             "0003_snapshots.sql",
             include_str!("migrations/0003_snapshots.sql"),
         ),
+        ("0004_pools.sql", include_str!("migrations/0004_pools.sql")),
     ])
 });
 

@@ -195,6 +195,10 @@ pub(crate) enum Command {
     Detach {
         reply: Reply,
     },
+    Own {
+        owner: ProcIdentity,
+        reply: Reply,
+    },
     Touch {
         reply: Reply,
     },
@@ -252,6 +256,10 @@ impl crate::channel::relay::RelayControl for Controls {
             Control::Kill => Command::Kill { reply: Some(tx) },
             Control::Drain => Command::Drain { reply: tx },
             Control::Detach => Command::Detach { reply: tx },
+            Control::Own { pid, start } => Command::Own {
+                owner: ProcIdentity { pid, start },
+                reply: tx,
+            },
             Control::Touch => Command::Touch { reply: tx },
             Control::Pause => Command::Pause { reply: tx },
             Control::Resume => Command::Resume { reply: tx },
@@ -701,20 +709,49 @@ pub(super) fn owner_watch(owner: u32) -> tokio::task::JoinHandle<()> {
         }
         // SAFETY: the syscall returned a fresh descriptor that we now own.
         let owned = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        let mut pfd = libc::pollfd {
-            fd: fd as RawFd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        loop {
-            // SAFETY: pfd points to one valid pollfd for the duration of the call.
-            let n = unsafe { libc::poll(&mut pfd, 1, -1) };
-            if n > 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                break;
-            }
-        }
-        drop(owned);
+        wait_readable(&owned);
     })
+}
+
+/// Watches an owner adopted after the start (not our parent): done when
+/// it exits, at once if it is gone or its pid is another process's.
+pub(super) fn adopted_owner_watch(owner: ProcIdentity) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
+        // Checked after the pidfd is open: the pidfd then refers to the
+        // process this identity names, never to a later one of its pid.
+        if fd < 0 || !owner.is_alive() {
+            if fd >= 0 {
+                // SAFETY: a fresh descriptor we own, closed once.
+                drop(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+                return;
+            }
+            while owner.is_alive() {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            return;
+        }
+        // SAFETY: the syscall returned a fresh descriptor that we now own.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        wait_readable(&owned);
+    })
+}
+
+/// Blocks until `fd` (a pidfd) is readable: its process exited.
+fn wait_readable(fd: &OwnedFd) {
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: pfd points to one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n > 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            break;
+        }
+    }
 }
 
 pub(super) async fn wait_owner(w: &mut Option<tokio::task::JoinHandle<()>>) {

@@ -208,6 +208,9 @@ impl<'a> Run<'a> {
                         // The owner's exit no longer ends the run.
                         inputs.owner = None;
                     }
+                    if let Command::Own { owner, .. } = &cmd {
+                        inputs.owner = Some(super::adopted_owner_watch(*owner));
+                    }
                     if let Some(end) = self.on_command(cmd).await {
                         return end;
                     }
@@ -269,6 +272,10 @@ impl<'a> Run<'a> {
                 if let Err(e) = self.record.set_detached().await {
                     tracing::warn!(sandbox = %self.id, error = %e, "recording detach failed");
                 }
+                reply(r, Ok(Response::Done));
+            }
+            Command::Own { owner, reply: r } => {
+                tracing::info!(sandbox = %self.id, owner = owner.pid, "attached to a new owner");
                 reply(r, Ok(Response::Done));
             }
             Command::Touch { reply: r } => {

@@ -1,0 +1,223 @@
+//! Warm pools of the local backend.
+//!
+//! A pool's warm sandboxes are ordinary detached sandboxes of the pool's
+//! configuration (less what a claim sets: no idle reclaim, no age limit),
+//! named `pool/<pool>/<id>` and marked with their pool in the state
+//! database, hidden from listings. A create whose configuration a pool can
+//! serve claims one (see `Store::claim_warm`: one statement, so one
+//! claimer per warm sandbox across processes) and gets it running, under
+//! the creator's name, with the creator's labels, timeouts and ownership;
+//! a refill then starts a replacement. A create that finds none running
+//! counts a miss and starts cold, as without the pool.
+//!
+//! A refill holds the pool's lock file (one refill per pool at a time,
+//! across processes): it removes warm sandboxes that ended (crashed or
+//! stopped) and stray ones (a refill killed between two writes), starts
+//! the ones still created (a refill killed before their start), then
+//! creates and starts what is missing, all at once, or removes the excess
+//! after a scale down.
+
+use std::time::Instant;
+
+use burrow_protocol::Control;
+
+use super::LocalBackend;
+use crate::backend::{Backend, StartOptions};
+use crate::engine::locks::FileLock;
+use crate::engine::store::pools::not_found;
+use crate::error::{Error, Result};
+use crate::model::{PoolInfo, PoolSpec, SandboxConfig, SandboxId, SandboxInfo, Status};
+
+impl LocalBackend {
+    /// Defines a pool and fills it (returns once its sandboxes run).
+    pub async fn create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
+        self.prepare_config(&mut spec.config)?;
+        spec.validate()?;
+        self.store.insert_pool(&spec).await?;
+        self.refill_pool(&spec.name).await?;
+        self.get_pool(&spec.name).await
+    }
+
+    /// One pool, with its warm sandboxes counted.
+    pub async fn get_pool(&self, name: &str) -> Result<PoolInfo> {
+        let info = self
+            .store
+            .get_pool(name)
+            .await?
+            .ok_or_else(|| not_found(name))?;
+        self.counted(info).await
+    }
+
+    /// Every pool, by name.
+    pub async fn list_pools(&self) -> Result<Vec<PoolInfo>> {
+        let mut out = Vec::new();
+        for info in self.store.list_pools().await? {
+            out.push(self.counted(info).await?);
+        }
+        Ok(out)
+    }
+
+    /// Sets how many warm sandboxes a pool keeps, and starts or removes
+    /// sandboxes to match (returns once it does).
+    pub async fn scale_pool(&self, name: &str, size: u32) -> Result<PoolInfo> {
+        let current = self.get_pool(name).await?;
+        PoolSpec::new(name, current.config, size).validate()?;
+        if !self.store.scale_pool(name, size).await? {
+            return Err(not_found(name));
+        }
+        self.refill_pool(name).await?;
+        self.get_pool(name).await
+    }
+
+    /// Removes a pool and its warm sandboxes (claimed ones are not its
+    /// any more, and stay).
+    pub async fn remove_pool(&self, name: &str) -> Result<()> {
+        let _lock = self.pool_lock(name).await?;
+        if !self.store.remove_pool(name).await? {
+            return Err(not_found(name));
+        }
+        for (id, _) in self.store.warm_of(name).await? {
+            self.remove_warm(&id).await?;
+        }
+        tracing::info!(pool = name, "pool removed");
+        Ok(())
+    }
+
+    /// Brings a pool to its size (see the module documentation).
+    pub async fn refill_pool(&self, name: &str) -> Result<()> {
+        let _lock = self.pool_lock(name).await?;
+        let started = Instant::now();
+        let Some(pool) = self.store.get_pool(name).await? else {
+            return Err(not_found(name));
+        };
+        for (id, _) in self.store.stray_warm().await? {
+            self.remove_warm(&id).await?;
+        }
+        let mut live = Vec::new();
+        for (id, status) in self.store.warm_of(name).await? {
+            if matches!(status.as_str(), "crashed" | "stopped") {
+                self.remove_warm(&id).await?;
+            } else {
+                live.push(id);
+            }
+        }
+        let size = pool.size as usize;
+        for id in live.iter().skip(size) {
+            self.remove_warm(id).await?;
+        }
+        live.truncate(size);
+        let spec = PoolSpec::new(name, pool.config, pool.size);
+        let config = spec.warm_config();
+        while live.len() < size {
+            let id = SandboxId::new();
+            self.store.insert_warm(&id, name, &config).await?;
+            live.push(id);
+        }
+        let mut starts = tokio::task::JoinSet::new();
+        for id in live {
+            let this = self.clone();
+            starts.spawn(async move { this.start_warm(&id).await });
+        }
+        let mut failed = None;
+        while let Some(done) = starts.join_next().await {
+            if let Ok(Err(e)) = done {
+                failed.get_or_insert(e);
+            }
+        }
+        let took = started.elapsed().as_millis() as u64;
+        self.store.set_pool_refill(name, took).await?;
+        tracing::info!(pool = name, size, took_ms = took, "pool refilled");
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// The pool a create of `config` may claim from (the first by name).
+    pub(super) async fn pool_for(&self, config: &SandboxConfig) -> Result<Option<String>> {
+        let pools = self.store.list_pools().await?;
+        Ok(pools
+            .into_iter()
+            .find(|p| PoolSpec::new(&p.name, p.config.clone(), p.size).claimable_by(config))
+            .map(|p| p.name))
+    }
+
+    /// A create served from `pool`: a running warm sandbox renamed to the
+    /// creator's `name` with its configuration, told to apply it, and the
+    /// pool refilled behind it. `None`: none was running (a miss, counted).
+    pub(super) async fn claim_from_pool(
+        &self,
+        pool: &str,
+        name: &str,
+        config: &SandboxConfig,
+        detached: bool,
+    ) -> Result<Option<SandboxInfo>> {
+        let claimed = {
+            let _lock = self.name_lock(name).await?;
+            self.store.claim_warm(pool, name, config, detached).await?
+        };
+        self.refill_in_background(pool);
+        let Some(id) = claimed else {
+            self.store.count_pool_miss(pool).await?;
+            return Ok(None);
+        };
+        let info = self.lookup(name, &id).await?.info;
+        // Its environment and timeouts are the claimer's now, and an
+        // attached claim's sandbox ends with the claiming process.
+        self.control(&info, Control::Reload).await?;
+        if !detached {
+            let me = crate::engine::procs::ProcIdentity::current();
+            let own = Control::Own {
+                pid: me.pid,
+                start: me.start,
+            };
+            self.control(&info, own).await?;
+        }
+        tracing::info!(sandbox = %id, name, pool, "claimed from the pool");
+        Ok(Some(info))
+    }
+
+    fn refill_in_background(&self, pool: &str) {
+        let this = self.clone();
+        let pool = pool.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = this.refill_pool(&pool).await {
+                tracing::warn!(pool, error = %e, "refilling the pool failed");
+            }
+        });
+    }
+
+    async fn start_warm(&self, id: &SandboxId) -> Result<()> {
+        let info = self.get_by_id(id).await?;
+        if info.status == Status::Created {
+            self.start(&info.name, id, StartOptions::default().detached(true))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn remove_warm(&self, id: &SandboxId) -> Result<()> {
+        match self.get_by_id(id).await {
+            Ok(info) => match self.destroy(&info.name, id).await {
+                Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e),
+            },
+            Err(Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The pool's warm sandboxes counted by status.
+    async fn counted(&self, mut info: PoolInfo) -> Result<PoolInfo> {
+        for (_, status) in self.store.warm_of(&info.name).await? {
+            match status.as_str() {
+                "running" => info.warm += 1,
+                "created" | "starting" => info.starting += 1,
+                _ => {}
+            }
+        }
+        Ok(info)
+    }
+
+    async fn pool_lock(&self, name: &str) -> Result<FileLock> {
+        let file = format!("{}.pool", crate::engine::paths::short_hash(name));
+        FileLock::acquire(&self.home.locks_dir().join(file)).await
+    }
+}

@@ -1,0 +1,167 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Warm pools of the local backend, with real sandboxes (the default
+//! driver's): a create of a pool's configuration claims one of its running
+//! sandboxes, which becomes the creator's (name, labels, environment) without
+//! a start, and the pool refills behind it; an empty pool falls back to a
+//! cold start (a miss); a create alone, or of another configuration, never
+//! claims; bad definitions change nothing.
+
+use burrow_cli_testkit as common;
+
+use std::time::Duration;
+
+use burrow::{Backend, ErrorCode, PoolSpec, SandboxConfig, Status};
+use common::TestHome;
+
+fn config() -> SandboxConfig {
+    let mut c = SandboxConfig::new(common::busybox_rootfs().to_string_lossy().into_owned());
+    c.env.insert("POOLED".into(), "yes".into());
+    c
+}
+
+async fn warm_count(home: &TestHome, pool: &str) -> u32 {
+    home.backend.get_pool(pool).await.unwrap().warm
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_claims_a_warm_sandbox_and_the_pool_refills() {
+    let home = TestHome::new().await;
+    let pool = home
+        .backend
+        .create_pool(PoolSpec::new("warm", config(), 2))
+        .await
+        .unwrap();
+    assert_eq!((pool.size, pool.warm, pool.claims), (2, 2, 0));
+    // Warm sandboxes are nobody's: not listed.
+    assert!(home
+        .backend
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
+
+    let sb = home
+        .builder("claimed")
+        .env("TASK", "42")
+        .label("team", "a")
+        .idle_timeout(Duration::from_secs(600))
+        .create()
+        .await
+        .unwrap();
+    let info = sb.info().await.unwrap();
+    assert_eq!(info.status, Status::Running);
+    assert_eq!(info.name, "claimed");
+    assert_eq!(info.config.labels["team"], "a");
+    let out = sb.exec(["sh", "-c", "echo $POOLED $TASK"]).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "yes 42\n");
+    let listed = home.backend.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, info.id);
+    assert_eq!(home.backend.get_pool("warm").await.unwrap().claims, 1);
+
+    // Refilled in the background.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while warm_count(&home, "warm").await < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool did not refill"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A create alone, and a create of another configuration, claim nothing.
+    let defined = home
+        .builder("defined")
+        .env("POOLED", "yes")
+        .define()
+        .await
+        .unwrap();
+    assert_eq!(defined.status().await.unwrap(), Status::Created);
+    let other = home
+        .builder("other")
+        .env("POOLED", "yes")
+        .memory_mb(200)
+        .create()
+        .await
+        .unwrap();
+    assert_ne!(other.id(), &info.id);
+    let pool = home.backend.get_pool("warm").await.unwrap();
+    assert_eq!((pool.claims, pool.misses), (1, 0));
+
+    // Empty: a create starts cold and counts a miss.
+    home.backend.scale_pool("warm", 0).await.unwrap();
+    assert_eq!(warm_count(&home, "warm").await, 0);
+    let cold = home
+        .builder("cold")
+        .env("POOLED", "yes")
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(cold.info().await.unwrap().status, Status::Running);
+    let pool = home.backend.get_pool("warm").await.unwrap();
+    assert_eq!((pool.claims, pool.misses), (1, 1));
+
+    // Removing the pool removes its warm sandboxes, not the claimed ones.
+    home.backend.scale_pool("warm", 1).await.unwrap();
+    home.backend.remove_pool("warm").await.unwrap();
+    let err = home.backend.get_pool("warm").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    let listed = home.backend.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.len(), 4, "claimed, defined, other, cold");
+    let ids: Vec<String> = listed.iter().map(|i| i.id.to_string()).collect();
+    for dir in std::fs::read_dir(home.path().join("sandboxes")).unwrap() {
+        let dir = dir.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            ids.contains(&dir),
+            "a warm sandbox's directory {dir} was left"
+        );
+    }
+    assert_eq!(sb.info().await.unwrap().status, Status::Running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_pool_definitions_change_nothing() {
+    let home = TestHome::new().await;
+    let mut with_ports = config();
+    with_ports.ports = vec!["18080:80".parse().unwrap()];
+    let mut with_labels = config();
+    with_labels.labels.insert("k".into(), "v".into());
+    for (spec, code) in [
+        (PoolSpec::new("a/b", config(), 1), ErrorCode::InvalidName),
+        (
+            PoolSpec::new("big", config(), burrow::MAX_POOL_SIZE + 1),
+            ErrorCode::InvalidArgument,
+        ),
+        (
+            PoolSpec::new("ports", with_ports, 1),
+            ErrorCode::InvalidConfig,
+        ),
+        (
+            PoolSpec::new("labels", with_labels, 1),
+            ErrorCode::InvalidConfig,
+        ),
+        (
+            PoolSpec::new("noimage", SandboxConfig::new("/nonexistent/rootfs"), 1),
+            ErrorCode::InvalidImage,
+        ),
+    ] {
+        let err = home.backend.create_pool(spec.clone()).await.unwrap_err();
+        assert_eq!(err.code(), code, "{spec:?}: {err}");
+    }
+    assert!(home.backend.list_pools().await.unwrap().is_empty());
+    home.backend
+        .create_pool(PoolSpec::new("p", config(), 0))
+        .await
+        .unwrap();
+    let err = home
+        .backend
+        .create_pool(PoolSpec::new("p", config(), 0))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AlreadyExists);
+    let err = home.backend.scale_pool("p", 65).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    let err = home.backend.scale_pool("nope", 1).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    assert_eq!(home.backend.get_pool("p").await.unwrap().size, 0);
+}
