@@ -165,3 +165,43 @@ async fn bad_pool_definitions_change_nothing() {
     assert_eq!(err.code(), ErrorCode::NotFound);
     assert_eq!(home.backend.get_pool("p").await.unwrap().size, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_manages_pools_and_up_claims() {
+    let home = TestHome::new().await;
+    let image = common::busybox_rootfs().to_string_lossy().into_owned();
+    let json = |args: &[&str]| {
+        let out = home.cli().arg("--json").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let made = json(&["pool", "create", "cli-pool", &image, "--size", "1"]);
+    assert_eq!(made["warm"], 1);
+    let up = json(&["up", "from-pool", "--image", &image]);
+    assert_eq!(up["status"], "running");
+    let listed = json(&["pool", "ls"]);
+    assert_eq!(listed[0]["name"], "cli-pool");
+    assert_eq!(listed[0]["claims"], 1);
+    let scaled = json(&["pool", "scale", "cli-pool", "0"]);
+    assert_eq!(
+        (scaled["size"].as_u64(), scaled["warm"].as_u64()),
+        (Some(0), Some(0))
+    );
+    json(&["pool", "rm", "cli-pool"]);
+    let out = home
+        .cli()
+        .args(["--json", "pool", "inspect", "cli-pool"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(err["error"]["code"], "not_found");
+    let sb = burrow::SandboxHandle::get_in(home.dyn_backend(), "from-pool")
+        .await
+        .unwrap();
+    assert_eq!(sb.status().await.unwrap(), Status::Running);
+}

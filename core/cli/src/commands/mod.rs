@@ -16,6 +16,7 @@ mod metrics;
 mod modify;
 mod output;
 mod ping;
+mod pool;
 mod rm;
 mod run;
 mod serve;
@@ -123,6 +124,12 @@ enum Command {
         #[command(subcommand)]
         command: snapshot::SnapshotCommand,
     },
+    /// Warm pools (create, ls, inspect, scale, rm): sandboxes kept started
+    /// so that a create of their configuration claims one at once.
+    Pool {
+        #[command(subcommand)]
+        command: pool::PoolCommand,
+    },
     /// Report which drivers (container, vm) work on this host, and why not;
     /// with --kubernetes, whether the Kubernetes backend's cluster runs
     /// sandboxes.
@@ -193,6 +200,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Image { command } => images::image(ctx, command).await,
         Command::Snapshot { command } => snapshot::snapshot(ctx, command).await,
         Command::Fork(args) => fork::fork(ctx, args).await,
+        Command::Pool { command } => pool::pool(ctx, command).await,
         Command::Doctor(a) => doctor::doctor(ctx, a).await,
         Command::Serve(a) => serve::serve(ctx, a).await,
         Command::Version => version::version(ctx),
