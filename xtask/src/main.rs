@@ -235,7 +235,7 @@ fn e2e(env: &mut Env, driver: &str) -> Result<(), String> {
     // layer; the vm driver's come through its agent (a running guest's, or
     // a layer boot's: run rootless too).
     if driver != "vm" {
-        c.args(["--test", "snapshots", "--test", "fork"]);
+        c.args(["--test", "snapshots", "--test", "fork", "--test", "pools"]);
     } else {
         c.args(["--test", "vm_snapshots"]);
     }

@@ -205,3 +205,60 @@ async fn the_cli_manages_pools_and_up_claims() {
         .unwrap();
     assert_eq!(sb.status().await.unwrap(), Status::Running);
 }
+
+/// Sixteen claimers in sixteen processes race for a pool of four: every
+/// claimer gets a running sandbox of its own name, no sandbox is handed to
+/// two of them, every claim or miss is counted, and no claimed sandbox is
+/// still the pool's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_racing_across_processes_hand_out_each_sandbox_once() {
+    let home = TestHome::new().await;
+    let image = common::busybox_rootfs().to_string_lossy().into_owned();
+    let mut config = SandboxConfig::new(image.clone());
+    config.driver = Some(common::driver());
+    home.backend
+        .create_pool(PoolSpec::new("race", config, 4))
+        .await
+        .unwrap();
+    let claimers: Vec<_> = (0..16)
+        .map(|i| {
+            home.cli()
+                .args(["--json", "up", &format!("racer-{i}"), "--image", &image])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ids = std::collections::HashSet::new();
+    for (i, child) in claimers.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "racer {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(info["name"], format!("racer-{i}").as_str());
+        assert_eq!(info["status"], "running");
+        assert!(
+            ids.insert(info["id"].as_str().unwrap().to_owned()),
+            "{info}"
+        );
+    }
+    let pool = home.backend.get_pool("race").await.unwrap();
+    assert_eq!(pool.claims + pool.misses, 16, "{pool:?}");
+    assert!(pool.claims >= 1, "{pool:?}");
+    let listed = home.backend.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.len(), 16);
+    for info in &listed {
+        assert!(ids.contains(info.id.as_str()), "{info:?}");
+    }
+    // Refills left by the exited claimers are finished by the next one.
+    home.backend.refill_pool("race").await.unwrap();
+    assert_eq!(home.backend.get_pool("race").await.unwrap().warm, 4);
+    assert_eq!(
+        home.backend.list(&Default::default()).await.unwrap().len(),
+        16
+    );
+}
