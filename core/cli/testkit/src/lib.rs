@@ -288,7 +288,8 @@ pub async fn sh_ok(sb: &burrow::Sandbox, script: &str) -> String {
 
 /// Starts a process in `sb` that counts in guest memory (`/tmp` is a tmpfs
 /// in a VM) ten times a second, detached from the exec that starts it:
-/// what a restored or forked guest must go on with.
+/// what a restored or forked guest must go on with. Returns once the
+/// first count is written (a loaded host may take a while to run it).
 pub async fn start_counter(sb: &burrow::Sandbox) {
     sh_ok(
         sb,
@@ -298,6 +299,14 @@ pub async fn start_counter(sb: &burrow::Sandbox) {
          mv /tmp/count.new /tmp/count; sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
     )
     .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while counted(sb).await.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the counter never wrote its first count"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The counter of [`start_counter`] (None: no count file).

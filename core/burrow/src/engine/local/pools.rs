@@ -94,8 +94,14 @@ impl LocalBackend {
             self.remove_warm(&id).await?;
         }
         let mut live = Vec::new();
-        for (id, status) in self.store.warm_of(name).await? {
-            if matches!(status.as_str(), "crashed" | "stopped") {
+        for (id, _) in self.store.warm_of(name).await? {
+            // Reconciled: a start whose starter died reads as crashed.
+            let status = match self.get_by_id(&id).await {
+                Ok(info) => info.status,
+                Err(Error::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if matches!(status, Status::Crashed | Status::Stopped) {
                 self.remove_warm(&id).await?;
             } else {
                 live.push(id);
@@ -184,13 +190,14 @@ impl LocalBackend {
         });
     }
 
+    /// Brings a warm sandbox to Running: starts it, waits for a start in
+    /// progress, starts again one whose starter died (a claimer's
+    /// background refill ends with its process).
     async fn start_warm(&self, id: &SandboxId) -> Result<()> {
         let info = self.get_by_id(id).await?;
-        if info.status == Status::Created {
-            self.start(&info.name, id, StartOptions::default().detached(true))
-                .await?;
-        }
-        Ok(())
+        self.connect_or_start(&info.name, id, StartOptions::default().detached(true))
+            .await
+            .map(drop)
     }
 
     async fn remove_warm(&self, id: &SandboxId) -> Result<()> {
