@@ -517,6 +517,10 @@ mod tests {
         assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument);
         let s: StopBody = json_body(&body(r#"{"grace_ms": 60589.0}"#)).unwrap();
         assert_eq!(s.grace_ms, 60589);
+        // Parsed exactly (serde_json's float_roundtrip): a large integral
+        // float is an integer, as JSON Schema reads it.
+        let s: StopBody = json_body(&body(r#"{"grace_ms": 2251799813685247.0}"#)).unwrap();
+        assert_eq!(s.grace_ms, 2_251_799_813_685_247);
     }
 
     #[test]
