@@ -80,7 +80,7 @@ async fn a_create_claims_a_warm_sandbox_and_the_pool_refills() {
     let other = home
         .builder("other")
         .env("POOLED", "yes")
-        .memory_mb(200)
+        .workdir("/tmp")
         .create()
         .await
         .unwrap();
