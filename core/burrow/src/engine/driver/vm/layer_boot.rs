@@ -84,8 +84,12 @@ pub async fn write_stopped_layer(sandbox_dir: &Path, out: &Path) -> Result<(Dige
         template: None,
         layer: true,
     };
-    let mut vm = start_qemu(&qemu_bin, machine, Vec::new(), console, Owner::Builder).await?;
-    let agent = std::mem::replace(&mut vm.agent, spare_stream()?);
+    let Started {
+        mut child,
+        qmp: _monitor,
+        agent,
+        ..
+    } = start_qemu(&qemu_bin, machine, Vec::new(), console, Owner::Builder).await?;
     let written = async {
         let (reader, writer) = agent.into_split();
         let client = AgentClient::connect(reader, writer, Handshake::client(None), HELLO_TIMEOUT)
@@ -110,7 +114,9 @@ pub async fn write_stopped_layer(sandbox_dir: &Path, out: &Path) -> Result<(Dige
             })
     }
     .await;
-    vm.kill().await;
+    // Nothing of it is kept: its writes went to a throwaway overlay.
+    let _ = child.start_kill();
+    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
     if written.is_err() {
         let _ = std::fs::remove_file(out);
     }
@@ -182,13 +188,6 @@ async fn empty_layer(out: &Path) -> Result<(Digest, u64)> {
     })
     .await
     .map_err(|e| Error::io("writing the snapshot layer", None, std::io::Error::other(e)))?
-}
-
-/// A stream in place of the agent's, which the client took.
-fn spare_stream() -> Result<tokio::net::UnixStream> {
-    let (a, _) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| Error::io("creating a socket pair", None, e))?;
-    to_tokio(a)
 }
 
 /// The last lines of a console log, for an error.
