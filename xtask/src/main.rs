@@ -26,6 +26,9 @@ usage: cargo xtask <command> [args]
                        environment (agent, demo image; the guest kernel when
                        BURROW_DRIVER=vm), e.g. `cargo xtask test -p burrow-cli
                        --test logs follow`
+  test --rootless ARGS...
+                       test binaries (`--test NAME`, ...) as the unprivileged
+                       user of scripts/rootless-user.sh; root
   e2e [DRIVER] [--rootless]
                        the shared lifecycle suites against a driver:
                        container (default), vm (QEMU microVMs) or runsc
@@ -96,6 +99,11 @@ fn dispatch(args: &[String]) -> Result<(), String> {
         ("unit", []) => {
             env.agent()?;
             run(cargo(&env).args(["test", "-q", "--workspace", "--lib", "--bins"]))
+        }
+        ("test", [flag, args @ ..]) if flag == "--rootless" && !args.is_empty() => {
+            env.agent()?.image()?;
+            rootless(&mut env)?;
+            run(script(&env, "scripts/test-parallel.sh").args(args))
         }
         ("test", args) if !args.is_empty() => {
             env.agent()?.image()?;

@@ -24,6 +24,10 @@
 //! | POST | /v1/sandboxes/{id}/fork | [`crate::ForkOptions`] | 201 [`SandboxList`] |
 //! | GET | /v1/snapshots, /v1/snapshots/{name} | | [`SnapshotList`], [`crate::SnapshotInfo`] |
 //! | DELETE | /v1/snapshots/{name} | | 204 |
+//! | POST | /v1/pools | [`crate::PoolSpec`] | 201 [`crate::PoolInfo`] |
+//! | GET | /v1/pools, /v1/pools/{name} | | [`PoolList`], [`crate::PoolInfo`] |
+//! | PATCH | /v1/pools/{name} | [`PoolPatch`] | [`crate::PoolInfo`] (scaled) |
+//! | DELETE | /v1/pools/{name} | | 204 |
 //! | PATCH | /v1/sandboxes/{id} | [`Modify`] | [`ModifyPlan`] |
 //! | DELETE | /v1/sandboxes/{id} | | 204 (remove) |
 //! | POST | /v1/sandboxes/{id}/destroy | | 204 |
@@ -114,6 +118,21 @@ pub struct SnapshotBody {
 pub struct SnapshotList {
     /// Every snapshot, by name.
     pub snapshots: Vec<crate::SnapshotInfo>,
+}
+
+/// Answer of `GET /v1/pools`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolList {
+    /// Every pool, by name.
+    pub pools: Vec<crate::PoolInfo>,
+}
+
+/// Body of `PATCH /v1/pools/{name}`: the pool's new size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolPatch {
+    /// How many warm sandboxes to keep.
+    pub size: u32,
 }
 
 /// Query of operations by id: the name the caller's handle captured.

@@ -22,8 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::error::{Error, Result};
 use crate::logs::{LogOptions, LogStream};
 use crate::model::{
-    ForkOptions, Modify, ModifyPlan, SandboxConfig, SandboxId, SandboxInfo, SnapshotInfo,
-    SnapshotOptions, Status,
+    ForkOptions, Modify, ModifyPlan, PoolInfo, PoolSpec, SandboxConfig, SandboxId, SandboxInfo,
+    SnapshotInfo, SnapshotOptions, Status,
 };
 
 pub use burrow_protocol::Metrics;
@@ -228,6 +228,11 @@ pub struct Capabilities {
     /// default driver. Absent from an older server's answer: `false`.
     #[serde(default)]
     pub fork: bool,
+    /// Warm pools ([`Backend::create_pool`] and the rest): a create whose
+    /// configuration a pool serves claims one of its running sandboxes.
+    /// Absent from an older server's answer: `false`.
+    #[serde(default)]
+    pub pools: bool,
 }
 
 fn yes() -> bool {
@@ -250,6 +255,7 @@ impl Capabilities {
         snapshots: true,
         full_snapshots: true,
         fork: true,
+        pools: true,
     };
 
     /// Only the lifecycle every backend has.
@@ -267,6 +273,7 @@ impl Capabilities {
         snapshots: false,
         full_snapshots: false,
         fork: false,
+        pools: false,
     };
 }
 
@@ -465,6 +472,37 @@ pub trait Backend: Send + Sync + Debug {
     async fn remove_snapshot(&self, snapshot: &str) -> Result<()> {
         let _ = snapshot;
         Err(Error::unsupported("snapshots"))
+    }
+
+    /// Defines a warm pool and fills it: returns once its sandboxes run.
+    /// A taken name is [`Error::PoolExists`]; a bad definition changes
+    /// nothing (see [`PoolSpec::validate`]).
+    async fn create_pool(&self, spec: PoolSpec) -> Result<PoolInfo> {
+        let _ = spec;
+        Err(Error::unsupported("pools"))
+    }
+    /// One pool, with its sandboxes counted ([`Error::NotFound`] if there
+    /// is none).
+    async fn get_pool(&self, pool: &str) -> Result<PoolInfo> {
+        let _ = pool;
+        Err(Error::unsupported("pools"))
+    }
+    /// Every pool, by name.
+    async fn list_pools(&self) -> Result<Vec<PoolInfo>> {
+        Err(Error::unsupported("pools"))
+    }
+    /// Sets how many warm sandboxes a pool keeps (0 to
+    /// [`MAX_POOL_SIZE`](crate::MAX_POOL_SIZE)) and starts or removes
+    /// sandboxes to match; returns once it has.
+    async fn scale_pool(&self, pool: &str, size: u32) -> Result<PoolInfo> {
+        let _ = (pool, size);
+        Err(Error::unsupported("pools"))
+    }
+    /// Removes a pool and its warm sandboxes; sandboxes claimed from it are
+    /// not its any more, and stay.
+    async fn remove_pool(&self, pool: &str) -> Result<()> {
+        let _ = pool;
+        Err(Error::unsupported("pools"))
     }
 }
 

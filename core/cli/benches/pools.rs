@@ -13,7 +13,7 @@ use burrow_cli_testkit as common;
 
 use std::time::{Duration, Instant};
 
-use burrow::{PoolSpec, SandboxConfig, Status};
+use burrow::{Backend, PoolSpec, SandboxConfig, Status};
 use burrow_test_support::stats::pct_ms;
 use common::TestHome;
 

@@ -19,6 +19,14 @@ fn config() -> SandboxConfig {
     c
 }
 
+/// Whether a claimed sandbox takes its new name's hostname here: the
+/// container driver changes a running container's, not gVisor's kernel's
+/// nor a vm's.
+fn hostname_follows_claims() -> bool {
+    common::driver() == burrow::DriverKind::Container
+        && common::runtime() != burrow::OciRuntime::Runsc
+}
+
 async fn warm_count(home: &TestHome, pool: &str) -> u32 {
     home.backend.get_pool(pool).await.unwrap().warm
 }
@@ -54,6 +62,22 @@ async fn a_create_claims_a_warm_sandbox_and_the_pool_refills() {
     assert_eq!(info.config.labels["team"], "a");
     let out = sb.exec(["sh", "-c", "echo $POOLED $TASK"]).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "yes 42\n");
+    // Its hostname is its new name's, in the kernel and in /etc, where the
+    // driver can change it live (docs/lifecycle.md, "Warm pools").
+    let out = sb
+        .exec([
+            "sh",
+            "-c",
+            "hostname; cat /etc/hostname; grep -c claimed /etc/hosts",
+        ])
+        .await
+        .unwrap();
+    let names = String::from_utf8_lossy(&out.stdout).into_owned();
+    if hostname_follows_claims() {
+        assert_eq!(names, "claimed\nclaimed\n1\n");
+    } else {
+        assert!(names.starts_with("pool-warm-"), "{names}");
+    }
     let listed = home.backend.list(&Default::default()).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, info.id);
@@ -261,4 +285,127 @@ async fn claims_racing_across_processes_hand_out_each_sandbox_once() {
         home.backend.list(&Default::default()).await.unwrap().len(),
         16
     );
+}
+
+/// A claimer killed between its two steps (a warm sandbox reserved for it
+/// and told of the claim, its name not yet taken) leaves no sandbox under
+/// its name and no sandbox of the pool's that is claimed twice: the next
+/// refill removes the reservation, and the name is free for the next
+/// create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_killed_mid_claim_leaves_nothing_half_claimed() {
+    use burrow::internal::fault::Fault;
+    use burrow_test_support::fault::FaultWindow;
+
+    let home = TestHome::new().await;
+    let image = common::busybox_rootfs().to_string_lossy().into_owned();
+    let mut config = SandboxConfig::new(image.clone());
+    config.driver = Some(common::driver());
+    home.backend
+        .create_pool(PoolSpec::new("k", config, 1))
+        .await
+        .unwrap();
+    let w = FaultWindow::new(home.path(), Fault::PoolClaimReserved.as_str());
+    let mut child = w
+        .arm(&mut home.cli())
+        .args(["up", "killed", "--image", &image])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        w.wait_open(Duration::from_secs(60)).await,
+        "never reached the fault"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let err = burrow::SandboxHandle::get_in(home.dyn_backend(), "killed")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    home.backend.refill_pool("k").await.unwrap();
+    let pool = home.backend.get_pool("k").await.unwrap();
+    assert_eq!((pool.warm, pool.claims), (1, 1), "{pool:?}");
+    let dirs = std::fs::read_dir(home.path().join("sandboxes"))
+        .unwrap()
+        .count();
+    assert_eq!(dirs, 1, "the reserved sandbox was removed");
+
+    let out = home
+        .cli()
+        .args(["--json", "up", "killed", "--image", &image])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["status"], "running");
+    assert_eq!(home.backend.get_pool("k").await.unwrap().claims, 2);
+}
+
+/// A claim held mid-way while its pool is scaled to zero keeps its
+/// sandbox (a reservation is the claimer's, not the pool's); one held
+/// while its pool is removed loses it and starts cold. Either way the
+/// claimer gets one running sandbox under its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_racing_a_resize_and_a_removal_converge() {
+    use burrow::internal::fault::Fault;
+    use burrow_test_support::fault::FaultWindow;
+
+    let home = TestHome::new().await;
+    let image = common::busybox_rootfs().to_string_lossy().into_owned();
+    let mut config = SandboxConfig::new(image.clone());
+    config.driver = Some(common::driver());
+    home.backend
+        .create_pool(PoolSpec::new("r", config, 1))
+        .await
+        .unwrap();
+    for (name, race) in [("resized", "scale"), ("removed", "remove")] {
+        let w = FaultWindow::new(home.path(), Fault::PoolClaimReserved.as_str());
+        let child = w
+            .arm(&mut home.cli())
+            .args(["--json", "up", name, "--image", &image])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            w.wait_open(Duration::from_secs(60)).await,
+            "never reached the fault"
+        );
+        let reserved = home.backend.get_pool("r").await.unwrap().claims;
+        if race == "scale" {
+            home.backend.scale_pool("r", 0).await.unwrap();
+            assert_eq!(warm_count(&home, "r").await, 0);
+        } else {
+            home.backend.remove_pool("r").await.unwrap();
+        }
+        w.release();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(info["name"], name);
+        assert_eq!(info["status"], "running");
+        if race == "scale" {
+            assert_eq!(reserved, 1);
+            // Scaled back up for the removal's round.
+            home.backend.scale_pool("r", 1).await.unwrap();
+        }
+    }
+    let listed = home.backend.list(&Default::default()).await.unwrap();
+    let mut names: Vec<&str> = listed.iter().map(|i| i.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["removed", "resized"]);
+    let dirs = std::fs::read_dir(home.path().join("sandboxes"))
+        .unwrap()
+        .count();
+    assert_eq!(dirs, 2, "no warm sandbox is left of the removed pool");
 }

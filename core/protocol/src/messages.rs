@@ -7,6 +7,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::Bytes;
 
+/// A process, named so that a later process of its pid is not it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time (field 22 of `/proc/<pid>/stat`).
+    pub start: u64,
+}
+
 /// Identity of one runtime: the sandbox id and its runtime generation.
 /// The supervisor announces it in its hello so a client can refuse to talk to
 /// the wrong sandbox.
@@ -336,16 +345,20 @@ pub enum Control {
     /// Stop watching the owner process: the sandbox survives it from now on.
     /// Response [`Response::Done`].
     Detach,
-    /// Watch this process from now on: the sandbox stops (reason
-    /// `owner_exited`) when it exits, as an attached sandbox does with the
-    /// process that started it (a claimed warm sandbox's new owner). A
-    /// process already gone, or a pid now another process's (`start`
+    /// Hand this warm sandbox to a claim (a pool's sandbox given to a
+    /// create): its run counts from now (max duration and idleness), its
+    /// configuration is read again (as [`Control::Reload`]), its hostname
+    /// becomes `name`'s, and, with an `owner`, that process is watched
+    /// from now on: the sandbox stops (reason `owner_exited`) when it
+    /// exits, as an attached sandbox does with the process that started
+    /// it; an owner already gone, or a pid now another process's (`start`
     /// differs), stops it at once. Response [`Response::Done`].
-    Own {
-        /// The owner's pid.
-        pid: u32,
-        /// Its start time (field 22 of `/proc/<pid>/stat`).
-        start: u64,
+    Claim {
+        /// The sandbox's name from now on (its hostname is derived from it).
+        name: String,
+        /// The claiming process, for an attached claim.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<Owner>,
     },
     /// Explicit keepalive: counts as activity for the idle timeout.
     /// Response [`Response::Done`].

@@ -16,6 +16,7 @@ pub mod config;
 mod defaults_tests;
 pub mod gateway;
 pub mod metrics;
+mod pools;
 pub mod reaper;
 pub mod routes;
 pub mod serve;

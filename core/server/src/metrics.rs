@@ -169,5 +169,86 @@ pub async fn render(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoRe
             ("state=\"idle\"", pool_idle as u64),
         ],
     );
+    pools(&mut out, &state).await;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
+}
+
+/// A metric family of the pools: name, type, help, and its value of a pool.
+type PoolFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&burrow::PoolInfo) -> u64,
+);
+
+/// The engine's warm pools, by pool (nothing where the backend has none).
+async fn pools(out: &mut String, state: &AppState) {
+    let pools = match state.engine.list_pools().await {
+        Ok(p) => p,
+        Err(e) => {
+            if e.code() != burrow::ErrorCode::Unsupported {
+                tracing::warn!(error = %e, "listing pools for the metrics");
+            }
+            return;
+        }
+    };
+    let labels: Vec<String> = pools
+        .iter()
+        .map(|p| format!("pool=\"{}\"", escape_label(&p.name)))
+        .collect();
+    let series = |f: fn(&burrow::PoolInfo) -> u64| -> Vec<(&str, u64)> {
+        labels
+            .iter()
+            .zip(&pools)
+            .map(|(l, p)| (l.as_str(), f(p)))
+            .collect()
+    };
+    let families: [PoolFamily; 6] = [
+        (
+            "burrow_pool_size",
+            "gauge",
+            "Warm sandboxes a pool keeps.",
+            |p| u64::from(p.size),
+        ),
+        (
+            "burrow_pool_warm",
+            "gauge",
+            "Warm sandboxes running and unclaimed.",
+            |p| u64::from(p.warm),
+        ),
+        (
+            "burrow_pool_starting",
+            "gauge",
+            "Warm sandboxes still starting.",
+            |p| u64::from(p.starting),
+        ),
+        (
+            "burrow_pool_claims_total",
+            "counter",
+            "Creates that claimed a warm sandbox.",
+            |p| p.claims,
+        ),
+        (
+            "burrow_pool_misses_total",
+            "counter",
+            "Creates of a pool's configuration that found none warm and started cold.",
+            |p| p.misses,
+        ),
+        (
+            "burrow_pool_last_refill_milliseconds",
+            "gauge",
+            "How long a pool's last refill took to start its sandboxes.",
+            |p| p.last_refill_ms.unwrap_or(0),
+        ),
+    ];
+    for (name, kind, help, f) in families {
+        line(out, name, kind, help, &series(f));
+    }
+}
+
+/// A label value as the text format writes it.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

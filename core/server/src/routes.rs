@@ -41,6 +41,16 @@ pub fn routes() -> Router<Arc<AppState>> {
             get(get_snapshot).delete(remove_snapshot),
         )
         .route(
+            "/v1/pools",
+            post(crate::pools::create).get(crate::pools::list),
+        )
+        .route(
+            "/v1/pools/{name}",
+            get(crate::pools::get_one)
+                .patch(crate::pools::scale)
+                .delete(crate::pools::remove),
+        )
+        .route(
             "/v1/gateway/targets",
             get(crate::targets::list).post(crate::targets::create_url),
         )

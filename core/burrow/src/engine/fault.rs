@@ -77,6 +77,9 @@ listed_enum! {
         SnapshotMidLayer = "snapshot.mid_layer",
         /// Snapshot: hangs with its content stored, before its record is written.
         SnapshotBeforeRecord = "snapshot.before_record",
+        /// Pool claim: holds with a warm sandbox reserved and told of its
+        /// claim, before it takes the claimer's name.
+        PoolClaimReserved = "pool.claim_reserved",
         /// Binding core: does not hang; every call panics (the SDKs' tests).
         BindingPanic = "binding.panic",
     }

@@ -241,8 +241,20 @@ impl Backend for RemoteBackend {
         let mut body = serde_json::to_value(&req)
             .map_err(|e| Error::protocol(format!("encoding the request: {e}")))?;
         crate::model::secrets::attach_values(&mut body["config"], &req.config.secrets);
-        self.call(Req::new(Method::POST, format!("{PREFIX}/sandboxes")).json(&body)?)
-            .await
+        let info: SandboxInfo = self
+            .call(Req::new(Method::POST, format!("{PREFIX}/sandboxes")).json(&body)?)
+            .await?;
+        // Claimed from a warm pool, already running: an attached one joins
+        // this process's session as an attached start does.
+        if info.status == Status::Running && !req.detached {
+            let body = self
+                .start_body(StartOptions::default().detached(false))
+                .await?;
+            return self
+                .call(post(&info.id, "connect-or-start", &info.name).json(&body)?)
+                .await;
+        }
+        Ok(info)
     }
 
     async fn get(&self, name: &str) -> Result<SandboxInfo> {
@@ -389,6 +401,34 @@ impl Backend for RemoteBackend {
             format!("{PREFIX}/snapshots/{snapshot}"),
         ))
         .await
+    }
+    async fn create_pool(&self, spec: crate::PoolSpec) -> Result<crate::PoolInfo> {
+        validate_name(&spec.name)?;
+        self.call(Req::new(Method::POST, format!("{PREFIX}/pools")).json(&spec)?)
+            .await
+    }
+    async fn get_pool(&self, pool: &str) -> Result<crate::PoolInfo> {
+        // A checked name needs no escaping in a path.
+        validate_name(pool)?;
+        self.call(Req::new(Method::GET, format!("{PREFIX}/pools/{pool}")))
+            .await
+    }
+    async fn list_pools(&self) -> Result<Vec<crate::PoolInfo>> {
+        let list: api::PoolList = self
+            .call(Req::new(Method::GET, format!("{PREFIX}/pools")))
+            .await?;
+        Ok(list.pools)
+    }
+    async fn scale_pool(&self, pool: &str, size: u32) -> Result<crate::PoolInfo> {
+        validate_name(pool)?;
+        let body = api::PoolPatch { size };
+        self.call(Req::new(Method::PATCH, format!("{PREFIX}/pools/{pool}")).json(&body)?)
+            .await
+    }
+    async fn remove_pool(&self, pool: &str) -> Result<()> {
+        validate_name(pool)?;
+        self.call_empty(Req::new(Method::DELETE, format!("{PREFIX}/pools/{pool}")))
+            .await
     }
     async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
         self.call(Req::new(

@@ -1,5 +1,5 @@
-//! `burrow pool create|ls|inspect|scale|rm`: warm pools of the local
-//! backend. A create (or `run`, `up`) whose configuration is a pool's
+//! `burrow pool create|ls|inspect|scale|rm`: warm pools, of the local
+//! backend or of a server (`--remote`). A create (or `run`, `up`) whose configuration is a pool's
 //! claims one of its running sandboxes instead of starting one.
 
 use burrow::{PoolInfo, PoolSpec};
@@ -56,13 +56,7 @@ fn line(p: &PoolInfo) -> String {
 }
 
 pub(crate) async fn pool(ctx: Ctx, cmd: PoolCommand) -> anyhow::Result<u8> {
-    if ctx.is_remote()? {
-        return Err(burrow::Error::unsupported(
-            "pools through a server from the CLI (run `burrow pool` on the server's host)",
-        )
-        .into());
-    }
-    let backend = ctx.local_backend().await?;
+    let backend = ctx.backend().await?;
     match cmd {
         PoolCommand::Create {
             name,

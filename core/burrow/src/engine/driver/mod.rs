@@ -152,6 +152,14 @@ pub trait GuestProcess: Send + Sync + Debug {
     fn set_network(&mut self, _network: &burrow_net::Network) -> Option<String> {
         Some("this driver changes a sandbox's network at its next start".into())
     }
+    /// Gives the running guest the hostname of the sandbox name `name` (a
+    /// claimed warm sandbox's), in the system and in its `/etc` files.
+    async fn set_hostname(&mut self, name: &str) -> Result<()> {
+        let _ = name;
+        Err(crate::error::Error::unsupported(
+            "changing a running sandbox's hostname with this driver",
+        ))
+    }
     /// Resource usage of the guest.
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
     /// Writes the guest's writable layer to the new file `layer` as an OCI

@@ -492,6 +492,22 @@ impl Backend for LocalBackend {
         self.do_remove_snapshot(snapshot).await
     }
 
+    async fn create_pool(&self, spec: crate::PoolSpec) -> Result<crate::PoolInfo> {
+        self.do_create_pool(spec).await
+    }
+    async fn get_pool(&self, pool: &str) -> Result<crate::PoolInfo> {
+        self.do_get_pool(pool).await
+    }
+    async fn list_pools(&self) -> Result<Vec<crate::PoolInfo>> {
+        self.do_list_pools().await
+    }
+    async fn scale_pool(&self, pool: &str, size: u32) -> Result<crate::PoolInfo> {
+        self.do_scale_pool(pool, size).await
+    }
+    async fn remove_pool(&self, pool: &str) -> Result<()> {
+        self.do_remove_pool(pool).await
+    }
+
     async fn status(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.lookup(name, id).await.map(|r| r.info)
     }

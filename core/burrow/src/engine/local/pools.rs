@@ -19,27 +19,29 @@
 
 use std::time::Instant;
 
-use burrow_protocol::Control;
+use burrow_protocol::{Control, Owner};
 
+use super::transitions::ControlError;
 use super::LocalBackend;
 use crate::backend::{Backend, StartOptions};
 use crate::engine::locks::FileLock;
-use crate::engine::store::pools::not_found;
+use crate::engine::procs::ProcIdentity;
+use crate::engine::store::pools::{not_found, Warm};
 use crate::error::{Error, Result};
 use crate::model::{PoolInfo, PoolSpec, SandboxConfig, SandboxId, SandboxInfo, Status};
 
 impl LocalBackend {
     /// Defines a pool and fills it (returns once its sandboxes run).
-    pub async fn create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
+    pub(super) async fn do_create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
         self.prepare_config(&mut spec.config)?;
         spec.validate()?;
         self.store.insert_pool(&spec).await?;
         self.refill_pool(&spec.name).await?;
-        self.get_pool(&spec.name).await
+        self.do_get_pool(&spec.name).await
     }
 
     /// One pool, with its warm sandboxes counted.
-    pub async fn get_pool(&self, name: &str) -> Result<PoolInfo> {
+    pub(super) async fn do_get_pool(&self, name: &str) -> Result<PoolInfo> {
         let info = self
             .store
             .get_pool(name)
@@ -49,7 +51,7 @@ impl LocalBackend {
     }
 
     /// Every pool, by name.
-    pub async fn list_pools(&self) -> Result<Vec<PoolInfo>> {
+    pub(super) async fn do_list_pools(&self) -> Result<Vec<PoolInfo>> {
         let mut out = Vec::new();
         for info in self.store.list_pools().await? {
             out.push(self.counted(info).await?);
@@ -59,25 +61,25 @@ impl LocalBackend {
 
     /// Sets how many warm sandboxes a pool keeps, and starts or removes
     /// sandboxes to match (returns once it does).
-    pub async fn scale_pool(&self, name: &str, size: u32) -> Result<PoolInfo> {
-        let current = self.get_pool(name).await?;
+    pub(super) async fn do_scale_pool(&self, name: &str, size: u32) -> Result<PoolInfo> {
+        let current = self.do_get_pool(name).await?;
         PoolSpec::new(name, current.config, size).validate()?;
         if !self.store.scale_pool(name, size).await? {
             return Err(not_found(name));
         }
         self.refill_pool(name).await?;
-        self.get_pool(name).await
+        self.do_get_pool(name).await
     }
 
     /// Removes a pool and its warm sandboxes (claimed ones are not its
     /// any more, and stay).
-    pub async fn remove_pool(&self, name: &str) -> Result<()> {
+    pub(super) async fn do_remove_pool(&self, name: &str) -> Result<()> {
         let _lock = self.pool_lock(name).await?;
         if !self.store.remove_pool(name).await? {
             return Err(not_found(name));
         }
-        for (id, _) in self.store.warm_of(name).await? {
-            self.remove_warm(&id).await?;
+        for warm in self.store.warm_of(name).await? {
+            self.remove_warm(&warm.id).await?;
         }
         tracing::info!(pool = name, "pool removed");
         Ok(())
@@ -94,7 +96,17 @@ impl LocalBackend {
             self.remove_warm(&id).await?;
         }
         let mut live = Vec::new();
-        for (id, _) in self.store.warm_of(name).await? {
+        for Warm { id, claimer, .. } in self.store.warm_of(name).await? {
+            match claimer {
+                // Mid-claim: its claimer's now, not the pool's.
+                Some(c) if c.is_alive() => continue,
+                // A claimer killed between its two steps.
+                Some(_) => {
+                    self.remove_warm(&id).await?;
+                    continue;
+                }
+                None => {}
+            }
             // Reconciled: a start whose starter died reads as crashed.
             let status = match self.get_by_id(&id).await {
                 Ok(info) => info.status,
@@ -145,9 +157,12 @@ impl LocalBackend {
             .map(|p| p.name))
     }
 
-    /// A create served from `pool`: a running warm sandbox renamed to the
-    /// creator's `name` with its configuration, told to apply it, and the
-    /// pool refilled behind it. `None`: none was running (a miss, counted).
+    /// A create served from `pool`, under the name's lock: a running warm
+    /// sandbox reserved for this process, told to take the creator's
+    /// configuration, name and ownership (`Control::Claim`), then renamed,
+    /// and the pool refilled behind it. `None`: none was running (a miss,
+    /// counted), or the reserved one went away meanwhile (its pool was
+    /// removed): the create starts cold.
     pub(super) async fn claim_from_pool(
         &self,
         pool: &str,
@@ -155,29 +170,73 @@ impl LocalBackend {
         config: &SandboxConfig,
         detached: bool,
     ) -> Result<Option<SandboxInfo>> {
-        let claimed = {
-            let _lock = self.name_lock(name).await?;
-            self.store.claim_warm(pool, name, config, detached).await?
-        };
+        let _lock = self.name_lock(name).await?;
+        if let Some(holder) = self.store.get_by_name(name).await? {
+            return Err(Error::AlreadyExists {
+                name: name.to_owned(),
+                id: holder.info.id,
+            });
+        }
+        let me = ProcIdentity::current();
+        let reserved = self.store.reserve_warm(pool, config, detached, me).await?;
         self.refill_in_background(pool);
-        let Some(id) = claimed else {
+        let Some(id) = reserved else {
             self.store.count_pool_miss(pool).await?;
             return Ok(None);
         };
-        let info = self.lookup(name, &id).await?.info;
-        // Its environment and timeouts are the claimer's now, and an
-        // attached claim's sandbox ends with the claiming process.
-        self.control(&info, Control::Reload).await?;
-        if !detached {
-            let me = crate::engine::procs::ProcIdentity::current();
-            let own = Control::Own {
-                pid: me.pid,
-                start: me.start,
-            };
-            self.control(&info, own).await?;
+        let taken = self.take_reserved(&id, name, detached, me).await;
+        if let Ok(Some(info)) = taken {
+            tracing::info!(sandbox = %id, name, pool, "claimed from the pool");
+            return Ok(Some(info));
         }
-        tracing::info!(sandbox = %id, name, pool, "claimed from the pool");
-        Ok(Some(info))
+        // Not half-claimed: the reservation goes (a refill would remove it
+        // once this process is gone anyway).
+        if let Err(e) = self.remove_warm(&id).await {
+            tracing::warn!(sandbox = %id, error = %e, "removing a failed claim's sandbox");
+        }
+        if let Ok(None) = taken {
+            tracing::info!(sandbox = %id, pool, "the claimed sandbox went away; starting cold");
+        }
+        taken
+    }
+
+    /// The claim's second half: the reserved sandbox applies the claim,
+    /// then takes the name. `None`: it went away meanwhile (its run ended,
+    /// its pool was removed).
+    async fn take_reserved(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        detached: bool,
+        me: ProcIdentity,
+    ) -> Result<Option<SandboxInfo>> {
+        let gone = |e: Error| match e {
+            Error::NotFound { .. } => Ok(None),
+            e => Err(e),
+        };
+        let warm = match self.get_by_id(id).await {
+            Ok(info) => info,
+            Err(e) => return gone(e),
+        };
+        let owner = (!detached).then_some(Owner {
+            pid: me.pid,
+            start: me.start,
+        });
+        let claim = Control::Claim {
+            name: name.to_owned(),
+            owner,
+        };
+        match self.control_answer(&warm, claim).await {
+            Ok(_) => {}
+            Err(ControlError::Ended) => return Ok(None),
+            Err(ControlError::Refused(g)) => return Err(Error::protocol(g.to_string())),
+            Err(ControlError::Failed(e)) => return Err(e),
+        }
+        crate::engine::fault::hold(crate::engine::fault::Fault::PoolClaimReserved).await;
+        if let Err(e) = self.store.take_claimed(id, name, me).await {
+            return gone(e);
+        }
+        Ok(Some(self.lookup(name, id).await?.info))
     }
 
     fn refill_in_background(&self, pool: &str) {
@@ -213,10 +272,11 @@ impl LocalBackend {
 
     /// The pool's warm sandboxes counted by status.
     async fn counted(&self, mut info: PoolInfo) -> Result<PoolInfo> {
-        for (_, status) in self.store.warm_of(&info.name).await? {
-            match status.as_str() {
-                "running" => info.warm += 1,
-                "created" | "starting" => info.starting += 1,
+        for warm in self.store.warm_of(&info.name).await? {
+            match (warm.claimer, warm.status.as_str()) {
+                (Some(_), _) => {}
+                (None, "running") => info.warm += 1,
+                (None, "created" | "starting") => info.starting += 1,
                 _ => {}
             }
         }

@@ -38,6 +38,10 @@ static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyL
             include_str!("migrations/0003_snapshots.sql"),
         ),
         ("0004_pools.sql", include_str!("migrations/0004_pools.sql")),
+        (
+            "0005_pool_claims.sql",
+            include_str!("migrations/0005_pool_claims.sql"),
+        ),
     ])
 });
 

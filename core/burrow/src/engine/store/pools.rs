@@ -1,14 +1,17 @@
 //! Pool rows, and the warm sandboxes they keep: a warm sandbox is an
 //! ordinary sandbox row named `pool/<pool>/<id>` with its `pool` column
-//! set. A claim is one statement that renames a running warm sandbox to
-//! the creator's name and clears its `pool`: SQLite's write lock orders
-//! claims across processes, so each warm sandbox goes to one claimer, and
-//! the name's uniqueness makes a claim and a create of one name converge
-//! as two creates do.
+//! set. A claim takes two steps: one statement reserves a running warm
+//! sandbox for the claiming process (SQLite's write lock orders claims
+//! across processes, so each warm sandbox goes to one claimer), and, once
+//! the sandbox applies the claimer's configuration, another gives it the
+//! claimer's name and clears its `pool` (the name's uniqueness makes a
+//! claim and a create of one name converge as two creates do). A claimer
+//! killed between the two leaves a reservation a refill removes.
 
 use sqlx::Row;
 
 use super::{now_ms, Store};
+use crate::engine::procs::ProcIdentity;
 use crate::error::{Error, Result};
 use crate::model::{PoolInfo, PoolSpec, SandboxConfig, SandboxId, WARM_NAME_PREFIX};
 
@@ -146,77 +149,57 @@ impl Store {
             .collect()
     }
 
-    /// The ids and statuses of `pool`'s warm sandboxes (the unclaimed).
-    pub(crate) async fn warm_of(&self, pool: &str) -> Result<Vec<(SandboxId, String)>> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT id, status FROM sandboxes WHERE pool = ? ORDER BY created_at, id",
+    /// `pool`'s warm sandboxes (the unclaimed and the reserved), oldest
+    /// first.
+    pub(crate) async fn warm_of(&self, pool: &str) -> Result<Vec<Warm>> {
+        let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+            "SELECT id, status, claimer FROM sandboxes WHERE pool = ? ORDER BY created_at, id",
         )
         .bind(pool)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(id, status)| Ok((parse_id(&id)?, status)))
+            .map(|(id, status, claimer)| {
+                Ok(Warm {
+                    id: parse_id(&id)?,
+                    status,
+                    claimer: claimer.as_deref().and_then(parse_claimer),
+                })
+            })
             .collect()
     }
 
-    /// Claims a running warm sandbox of `pool` for a create: renames it to
-    /// `name`, gives it `config` (the creator's, whose launch part is the
-    /// pool's), `detached` and `config`'s labels, and counts the claim, in
-    /// one transaction whose first statement is the claiming write. `None`:
-    /// no warm sandbox was running. A taken `name` is
-    /// [`Error::AlreadyExists`] with its holder, and claims nothing.
-    pub(crate) async fn claim_warm(
+    /// Reserves a running warm sandbox of `pool` for `claimer`'s create
+    /// (the claim's first step): gives it `config` (the creator's, whose
+    /// launch part is the pool's), `detached` and `config`'s labels, and
+    /// counts the claim, in one transaction whose first statement is the
+    /// reserving write, so each warm sandbox goes to one claimer across
+    /// processes. It keeps its warm name and its pool until
+    /// [`Store::take_claimed`]. `None`: no warm sandbox was running.
+    pub(crate) async fn reserve_warm(
         &self,
         pool: &str,
-        name: &str,
         config: &SandboxConfig,
         detached: bool,
+        claimer: ProcIdentity,
     ) -> Result<Option<SandboxId>> {
-        // Again only when the name's holder went away between the claim's
-        // refusal and its lookup.
-        loop {
-            if let Some(claimed) = self.try_claim_warm(pool, name, config, detached).await? {
-                return Ok(claimed);
-            }
-        }
-    }
-
-    /// One try of [`Store::claim_warm`]; `None`: try again.
-    async fn try_claim_warm(
-        &self,
-        pool: &str,
-        name: &str,
-        config: &SandboxConfig,
-        detached: bool,
-    ) -> Result<Option<Option<SandboxId>>> {
         let mut tx = self.pool.begin().await?;
-        let claimed: std::result::Result<Option<(String,)>, sqlx::Error> = sqlx::query_as(
-            "UPDATE sandboxes SET name = ?, pool = NULL, config = ?, detached = ?, updated_at = ?
-             WHERE id = (SELECT id FROM sandboxes WHERE pool = ? AND status = 'running'
+        let reserved: Option<(String,)> = sqlx::query_as(
+            "UPDATE sandboxes SET claimer = ?, config = ?, detached = ?, updated_at = ?
+             WHERE id = (SELECT id FROM sandboxes
+                         WHERE pool = ? AND status = 'running' AND claimer IS NULL
                          ORDER BY created_at, id LIMIT 1)
              RETURNING id",
         )
-        .bind(name)
+        .bind(claimer_text(claimer))
         .bind(encode(config)?)
         .bind(detached)
         .bind(now_ms())
         .bind(pool)
         .fetch_optional(&mut *tx)
-        .await;
-        let id = match claimed {
-            Ok(Some((id,))) => id,
-            Ok(None) => return Ok(Some(None)),
-            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                drop(tx);
-                return match self.get_by_name(name).await? {
-                    Some(h) => Err(Error::AlreadyExists {
-                        name: name.to_owned(),
-                        id: h.info.id,
-                    }),
-                    None => Ok(None),
-                };
-            }
-            Err(e) => return Err(e.into()),
+        .await?;
+        let Some((id,)) = reserved else {
+            return Ok(None);
         };
         for (k, v) in &config.labels {
             sqlx::query("INSERT INTO labels (sandbox_id, key, value) VALUES (?, ?, ?)")
@@ -231,8 +214,68 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        parse_id(&id).map(|id| Some(Some(id)))
+        parse_id(&id).map(Some)
     }
+
+    /// The claim's second step: the sandbox `claimer` reserved takes
+    /// `name` and leaves its pool. A taken `name` is
+    /// [`Error::AlreadyExists`] with its holder; a reservation that is gone
+    /// (its pool removed meanwhile) is [`Error::NotFound`].
+    pub(crate) async fn take_claimed(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        claimer: ProcIdentity,
+    ) -> Result<()> {
+        let taken = sqlx::query(
+            "UPDATE sandboxes SET name = ?, pool = NULL, claimer = NULL, updated_at = ?
+             WHERE id = ? AND claimer = ?",
+        )
+        .bind(name)
+        .bind(now_ms())
+        .bind(id.as_str())
+        .bind(claimer_text(claimer))
+        .execute(&self.pool)
+        .await;
+        match taken {
+            Ok(done) if done.rows_affected() == 1 => Ok(()),
+            Ok(_) => Err(Error::NotFound {
+                what: format!("reserved warm sandbox {id}"),
+                name: None,
+                id: Some(id.clone()),
+            }),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                let holder = self.get_by_name(name).await?.map(|h| h.info.id);
+                Err(Error::AlreadyExists {
+                    name: name.to_owned(),
+                    id: holder.unwrap_or_else(|| id.clone()),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// A warm sandbox of a pool, as a refill sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Warm {
+    pub id: SandboxId,
+    /// Its recorded status (`running`, `created`, ...).
+    pub status: String,
+    /// The process that reserved it, mid-claim.
+    pub claimer: Option<ProcIdentity>,
+}
+
+fn claimer_text(p: ProcIdentity) -> String {
+    format!("{}:{}", p.pid, p.start)
+}
+
+fn parse_claimer(text: &str) -> Option<ProcIdentity> {
+    let (pid, start) = text.split_once(':')?;
+    Some(ProcIdentity {
+        pid: pid.parse().ok()?,
+        start: start.parse().ok()?,
+    })
 }
 
 fn parse_id(id: &str) -> Result<SandboxId> {
@@ -287,7 +330,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_warm_sandbox_is_claimed_once_and_renamed() {
+    async fn a_warm_sandbox_is_reserved_once_then_renamed() {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::at(dir.path()).unwrap();
         let store = Store::open(&home).await.unwrap();
@@ -296,40 +339,50 @@ mod tests {
         store.insert_pool(&spec).await.unwrap();
         let again = store.insert_pool(&spec).await.unwrap_err();
         assert_eq!(again.code(), ErrorCode::AlreadyExists);
+        let me = ProcIdentity::current();
 
-        // Created, not running: nothing to claim.
+        // Created, not running: nothing to reserve.
         let cold = SandboxId::new();
         let cold_name = store.insert_warm(&cold, "web", &config).await.unwrap();
         assert!(is_warm_name(&cold_name));
-        assert_eq!(
-            store.claim_warm("web", "a", &config, false).await.unwrap(),
-            None
-        );
+        let none = store.reserve_warm("web", &config, false, me).await.unwrap();
+        assert_eq!(none, None);
 
         let warm = running_warm(&store, "web", &config).await;
         let mut wanted = config.clone();
         wanted.labels.insert("team".into(), "a".into());
-        // A taken name claims nothing.
-        let err = store
-            .claim_warm("web", &cold_name, &wanted, false)
-            .await
-            .unwrap_err();
-        assert_eq!(err.code(), ErrorCode::AlreadyExists);
-        assert_eq!(store.warm_of("web").await.unwrap().len(), 2);
-
-        let got = store.claim_warm("web", "a", &wanted, true).await.unwrap();
+        let got = store.reserve_warm("web", &wanted, true, me).await.unwrap();
         assert_eq!(got, Some(warm.clone()));
+        // Reserved: no other claimer gets it, and it is still the pool's.
+        let none = store.reserve_warm("web", &config, false, me).await.unwrap();
+        assert_eq!(none, None);
+        let reserved = store.warm_of("web").await.unwrap();
+        assert_eq!(reserved[1].claimer, Some(me));
+
+        // A taken name takes nothing; nor does another claimer.
+        let err = store.take_claimed(&warm, &cold_name, me).await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::AlreadyExists);
+        let other = ProcIdentity {
+            pid: me.pid,
+            start: me.start + 1,
+        };
+        let err = store.take_claimed(&warm, "a", other).await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::NotFound);
+        assert_eq!(store.warm_of("web").await.unwrap(), reserved);
+
+        store.take_claimed(&warm, "a", me).await.unwrap();
         let rec = store.get_by_name("a").await.unwrap().unwrap();
         assert_eq!(rec.info.id, warm);
         assert!(rec.info.detached);
         assert_eq!(rec.info.config.labels["team"], "a");
+        let left = store.warm_of("web").await.unwrap();
         assert_eq!(
-            store.warm_of("web").await.unwrap(),
-            vec![(cold, "created".into())]
-        );
-        assert_eq!(
-            store.claim_warm("web", "b", &config, false).await.unwrap(),
-            None
+            left,
+            vec![Warm {
+                id: cold,
+                status: "created".into(),
+                claimer: None
+            }]
         );
         let info = store.get_pool("web").await.unwrap().unwrap();
         assert_eq!((info.claims, info.misses, info.size), (1, 0, 2));
@@ -351,15 +404,21 @@ mod tests {
             warm.push(running_warm(&store, "p", &config).await);
         }
         let mut claimers = tokio::task::JoinSet::new();
-        for i in 0..16 {
+        for i in 0..16u64 {
             // A database handle of its own, as another process has.
             let store = Store::open(&home).await.unwrap();
             let config = config.clone();
+            let claimer = ProcIdentity { pid: 1, start: i };
             claimers.spawn(async move {
-                store
-                    .claim_warm("p", &format!("c{i}"), &config, false)
+                let id = store
+                    .reserve_warm("p", &config, false, claimer)
                     .await
-                    .unwrap()
+                    .unwrap()?;
+                store
+                    .take_claimed(&id, &format!("c{i}"), claimer)
+                    .await
+                    .unwrap();
+                Some(id)
             });
         }
         let mut got: Vec<SandboxId> = claimers.join_all().await.into_iter().flatten().collect();
@@ -367,5 +426,6 @@ mod tests {
         warm.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         assert_eq!(got, warm);
         assert_eq!(store.get_pool("p").await.unwrap().unwrap().claims, 4);
+        assert!(store.warm_of("p").await.unwrap().is_empty());
     }
 }

@@ -195,8 +195,9 @@ pub(crate) enum Command {
     Detach {
         reply: Reply,
     },
-    Own {
-        owner: ProcIdentity,
+    Claim {
+        name: String,
+        owner: Option<ProcIdentity>,
         reply: Reply,
     },
     Touch {
@@ -256,8 +257,12 @@ impl crate::channel::relay::RelayControl for Controls {
             Control::Kill => Command::Kill { reply: Some(tx) },
             Control::Drain => Command::Drain { reply: tx },
             Control::Detach => Command::Detach { reply: tx },
-            Control::Own { pid, start } => Command::Own {
-                owner: ProcIdentity { pid, start },
+            Control::Claim { name, owner } => Command::Claim {
+                name,
+                owner: owner.map(|o| ProcIdentity {
+                    pid: o.pid,
+                    start: o.start,
+                }),
                 reply: tx,
             },
             Control::Touch => Command::Touch { reply: tx },

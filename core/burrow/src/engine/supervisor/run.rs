@@ -18,6 +18,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use super::{recv_signal, wait_owner, Command, Reply, DEFAULT_GRACE};
 use crate::channel::relay::Relay;
 use crate::engine::driver::{GuestExit, GuestProcess};
+use crate::engine::procs::ProcIdentity;
 use crate::engine::store::Store;
 use crate::error::Result;
 use crate::model::{ExitReason, IdleAction, SandboxConfig, SandboxId, Status};
@@ -203,12 +204,12 @@ impl<'a> Run<'a> {
                 }
                 exit = self.guest.wait() => return End::GuestExited(exit),
                 Some(cmd) = inputs.commands.recv() => {
-                    let reload = matches!(cmd, Command::Reload { .. });
+                    let reload = matches!(cmd, Command::Reload { .. } | Command::Claim { .. });
                     if matches!(cmd, Command::Detach { .. }) {
                         // The owner's exit no longer ends the run.
                         inputs.owner = None;
                     }
-                    if let Command::Own { owner, .. } = &cmd {
+                    if let Command::Claim { owner: Some(owner), .. } = &cmd {
                         inputs.owner = Some(super::adopted_owner_watch(*owner));
                     }
                     if let Some(end) = self.on_command(cmd).await {
@@ -274,10 +275,11 @@ impl<'a> Run<'a> {
                 }
                 reply(r, Ok(Response::Done));
             }
-            Command::Own { owner, reply: r } => {
-                tracing::info!(sandbox = %self.id, owner = owner.pid, "attached to a new owner");
-                reply(r, Ok(Response::Done));
-            }
+            Command::Claim {
+                name,
+                owner,
+                reply: r,
+            } => reply(r, self.claimed(&name, owner).await),
             Command::Touch { reply: r } => {
                 self.relay.touch();
                 reply(r, Ok(Response::Done));
@@ -466,6 +468,23 @@ impl<'a> Run<'a> {
         for n in notes.into_iter().chain(network) {
             tracing::warn!(sandbox = %self.id, "{n}");
         }
+        Ok(Response::Done)
+    }
+
+    /// A warm sandbox handed to a claim: its run starts now, under the
+    /// claimer's configuration and name (the owner watch is the loop's).
+    async fn claimed(
+        &mut self,
+        name: &str,
+        owner: Option<ProcIdentity>,
+    ) -> std::result::Result<Response, GuestError> {
+        self.started = Instant::now();
+        self.relay.touch();
+        self.reload().await?;
+        if let Err(e) = self.guest.set_hostname(name).await {
+            tracing::warn!(sandbox = %self.id, error = %e, "the claimed sandbox keeps its hostname");
+        }
+        tracing::info!(sandbox = %self.id, name, owner = owner.map(|o| o.pid), "claimed");
         Ok(Response::Done)
     }
 

@@ -299,6 +299,21 @@ impl GuestProcess for ContainerGuest {
         NetStack::set_on(self.generation.network.as_ref(), network)
     }
 
+    async fn set_hostname(&mut self, name: &str) -> Result<()> {
+        // gVisor's kernel keeps its own name, out of the host's reach.
+        if self.generation.runtime.kind == OciRuntime::Runsc {
+            return Err(Error::unsupported(
+                "changing a running gVisor sandbox's hostname",
+            ));
+        }
+        let pid = self.generation.pid.ok_or_else(|| {
+            self.generation
+                .runtime
+                .error("the container's process is not known".into())
+        })?;
+        super::hostname::set(&self.generation.bundle, pid, &super::spec::hostname(name)).await
+    }
+
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics> {
         let mut m = self.resource_metrics().await?;
         if let Some(stack) = &self.generation.network {

@@ -37,6 +37,7 @@ use super::{Driver, LaunchSpec, Launched};
 mod bpf;
 mod cgroups;
 mod guest;
+mod hostname;
 mod idmap;
 pub(crate) mod network;
 mod oci;
@@ -562,10 +563,7 @@ async fn start(
 
 /// `/etc/hosts`, `/etc/hostname` and, with networking, `/etc/resolv.conf`.
 fn generated_files(bundle: &Path, hostname: &str, network: bool) -> Result<Vec<spec::FileMount>> {
-    let mut files = vec![
-        ("hosts", "/etc/hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
-        ("hostname", "/etc/hostname", format!("{hostname}\n")),
-    ];
+    let mut files = Vec::from(identity_files(hostname));
     if network {
         files.push(("resolv.conf", "/etc/resolv.conf", network::resolv_conf()));
     }
@@ -578,6 +576,15 @@ fn generated_files(bundle: &Path, hostname: &str, network: bool) -> Result<Vec<s
             Ok(spec::FileMount { source, target })
         })
         .collect()
+}
+
+/// The generated files that carry the hostname: the bundle's file, its
+/// place in the guest, its contents.
+fn identity_files(hostname: &str) -> [(&'static str, &'static str, String); 2] {
+    [
+        ("hosts", "/etc/hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
+        ("hostname", "/etc/hostname", format!("{hostname}\n")),
+    ]
 }
 
 /// Starts `<runtime> run` in the foreground: stdin/stdout are the protocol
