@@ -37,7 +37,9 @@ usage: cargo xtask <command> [args]
   all                  every test binary of the workspace (container
                        driver), with the Kubernetes test cluster, the MCP
                        image and helm; root
-  kube                 the Kubernetes backend's tests on the test cluster
+  kube [ARGS...]       the Kubernetes backend's tests on the test cluster;
+                       with ARGS, `cargo test ARGS` with the cluster up, e.g.
+                       `cargo xtask kube -p burrow-kube --test pools`
   conformance [DRIVER] [--rootless]
                        the conformance kit on the local backend (as an
                        unprivileged user with --rootless)
@@ -124,6 +126,10 @@ fn dispatch(args: &[String]) -> Result<(), String> {
         }
         ("all", []) => all(&mut env),
         ("kube", []) => kube(&mut env),
+        ("kube", args) => {
+            env.agent()?.image()?;
+            env.with_cluster(|env| run(cargo(env).arg("test").arg("-q").args(args)))
+        }
         ("conformance", []) => conformance(&mut env, "container"),
         ("conformance", [driver]) => conformance(&mut env, driver),
         ("conformance", [driver, flag]) if flag == "--rootless" => {

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::runtimes::{runc_bundle, runtime_command};
+use common::runtimes::runc_bundle;
 use common::{busybox_rootfs, TestHome};
 
 struct Stats {
@@ -37,8 +37,7 @@ impl Stats {
     }
 }
 
-/// `runtime run` of the bundle, `iters` times. `runtime` is a binary name
-/// or path; runsc gets the driver's flags (writes kept, no network).
+/// `runtime run` of the bundle, `iters` times, as a row.
 fn runtime_run(
     runtime: &str,
     name: &'static str,
@@ -46,23 +45,7 @@ fn runtime_run(
     root: &Path,
     iters: usize,
 ) -> Stats {
-    let mut samples = Vec::new();
-    for i in 0..iters {
-        let id = format!("bench-run-{i}");
-        let mut cmd = runtime_command(runtime, root);
-        let t = Instant::now();
-        let status = cmd
-            .args(["run", "--bundle"])
-            .arg(bundle)
-            .arg(&id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .status()
-            .unwrap();
-        samples.push(t.elapsed());
-        assert!(status.success(), "{runtime} run failed");
-    }
+    let samples = common::runtimes::run_times(runtime, bundle, root, iters);
     Stats { name, samples }
 }
 

@@ -1,7 +1,8 @@
 //! Warm pool benchmark (the suites' driver: container by default, or
 //! `BURROW_DRIVER=vm`): a create claiming a running sandbox of a pool,
 //! timed until the caller holds it Running, beside, in the same run, a
-//! cold create -> Running of the same image on a home without a pool.
+//! cold create -> Running of the same image on a home without a pool, and
+//! the anchors `runc run` and `crun run` of the same rootfs (`/bin/true`).
 //! Target: a local claim <= 5 ms.
 //!
 //! Run: `cargo bench -p burrow-cli --bench pools`. Rounds: BENCH_ITERS
@@ -70,10 +71,29 @@ async fn main() {
         cold.push(t.elapsed());
         sb.destroy().await.unwrap();
     }
+    let scratch = tempfile::tempdir_in("/tmp").unwrap();
+    let bundle = scratch.path().join("bundle");
+    common::runtimes::runc_bundle(&bundle, &common::busybox_rootfs(), &["/bin/true"]);
+    let mut anchors = Vec::new();
+    for runtime in ["runc", "crun"] {
+        let root = scratch.path().join(format!("{runtime}-root"));
+        let _ = common::runtimes::run_times(runtime, &bundle, &root, 3);
+        anchors.push((
+            runtime,
+            common::runtimes::run_times(runtime, &bundle, &root, rounds),
+        ));
+    }
     report("claim from a warm pool -> Running", &claims);
     report("cold create -> Running", &cold);
-    println!(
-        "claim / cold: {:.3}x",
-        pct_ms(&claims, 50.0) / pct_ms(&cold, 50.0)
-    );
+    for (runtime, samples) in &anchors {
+        report(&format!("{runtime} run (true)"), samples);
+    }
+    let claim = pct_ms(&claims, 50.0);
+    println!("claim / cold: {:.3}x", claim / pct_ms(&cold, 50.0));
+    for (runtime, samples) in &anchors {
+        println!(
+            "claim / {runtime} run: {:.3}x",
+            claim / pct_ms(samples, 50.0)
+        );
+    }
 }

@@ -279,15 +279,29 @@ fn check_render(
     ] {
         assert!(object(&objects, kind).is_some(), "{what}: no {kind}");
     }
-    let crd = object(&objects, "CustomResourceDefinition").unwrap();
-    assert_eq!(crd["metadata"]["name"], "sandboxes.burrow.dev");
+    let crds: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .collect();
+    let mut names: Vec<&str> = crds
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["sandboxes.burrow.dev", "sandboxpools.burrow.dev"]);
 }
 
 #[test]
-fn the_charts_sandbox_definition_is_the_backends() {
+fn the_charts_resource_definitions_are_the_backends() {
     let objects = render(&[("database.url", DB)]).unwrap();
-    let crd = object(&objects, "CustomResourceDefinition").unwrap();
-    assert_eq!(*crd, burrow_kube::record::crd());
+    for want in [burrow_kube::record::crd(), burrow_kube::pool_record::crd()] {
+        let name = &want["metadata"]["name"];
+        let crd = objects
+            .iter()
+            .find(|o| o["kind"] == "CustomResourceDefinition" && o["metadata"]["name"] == *name)
+            .unwrap_or_else(|| panic!("no definition {name} in the chart"));
+        assert_eq!(*crd, want);
+    }
 }
 
 #[test]

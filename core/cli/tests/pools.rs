@@ -409,3 +409,34 @@ async fn claims_racing_a_resize_and_a_removal_converge() {
         .count();
     assert_eq!(dirs, 2, "no warm sandbox is left of the removed pool");
 }
+
+/// A claimed sandbox's max duration counts from the claim, not from the
+/// warm start before it: warm for 4 s, claimed with 5 s, it still runs 2 s
+/// after the claim (counted from the warm start it would have ended 1 s
+/// after), then ends for its max duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_max_duration_counts_from_the_claim() {
+    let home = TestHome::new().await;
+    home.backend
+        .create_pool(PoolSpec::new("aged", config(), 1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let sb = home
+        .builder("limited")
+        .env("POOLED", "yes")
+        .max_duration(Duration::from_secs(5))
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(home.backend.get_pool("aged").await.unwrap().claims, 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sb.status().await.unwrap(), Status::Running);
+    let end = tokio::time::timeout(Duration::from_secs(30), sb.wait_until_stopped())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(end.status, Status::Stopped);
+    let reason = end.last_run.as_ref().and_then(|r| r.exit_reason);
+    assert_eq!(reason, Some(burrow::ExitReason::MaxDuration));
+}

@@ -21,6 +21,7 @@ impl Backend for KubeBackend {
     async fn capabilities(&self) -> Result<Capabilities> {
         let mut c = Capabilities::NONE;
         c.idle_reclaim = true;
+        c.pools = true;
         Ok(c)
     }
 
@@ -32,12 +33,20 @@ impl Backend for KubeBackend {
         req.config.validate()?;
         pods::validate_image(&req.config.image)?;
         pods::check_limits(&req.config)?;
+        if req.claim {
+            if let Some(pool) = self.pool_for(&req.config).await? {
+                if let Some(info) = self.claim_from_pool(&pool, &req.name, &req.config).await? {
+                    return Ok(info);
+                }
+            }
+        }
         let mut info = SandboxInfo::new(SandboxId::new(), &req.name, req.config);
         info.detached = true;
         let spec = Spec {
             info,
             activity_ms: now_ms(),
             stopping: None,
+            warm: None,
         };
         loop {
             match self
@@ -81,7 +90,8 @@ impl Backend for KubeBackend {
             .map_err(|e| api_error("looking up a sandbox record", e))?;
         for object in list {
             let s = Stored::from_object(object)?;
-            if &s.info().id == id {
+            // A claimed warm sandbox's record, until it is deleted.
+            if &s.info().id == id && s.spec.warm.is_none() {
                 return Ok(self.reconcile(s).await?.spec.info);
             }
         }
@@ -101,6 +111,9 @@ impl Backend for KubeBackend {
         let mut out = Vec::new();
         for object in list {
             let s = Stored::from_object(object)?;
+            if s.spec.warm.is_some() {
+                continue;
+            }
             let info = self.reconcile(s).await?.spec.info;
             if filter.matches(&info) {
                 out.push(info);
@@ -297,5 +310,25 @@ impl Backend for KubeBackend {
                 _ => return Err(Operation::Touch.refusal(s.info())),
             }
         }
+    }
+
+    async fn create_pool(&self, spec: burrow::PoolSpec) -> Result<burrow::PoolInfo> {
+        self.kube_create_pool(spec).await
+    }
+
+    async fn get_pool(&self, pool: &str) -> Result<burrow::PoolInfo> {
+        self.kube_get_pool(pool).await
+    }
+
+    async fn list_pools(&self) -> Result<Vec<burrow::PoolInfo>> {
+        self.kube_list_pools().await
+    }
+
+    async fn scale_pool(&self, pool: &str, size: u32) -> Result<burrow::PoolInfo> {
+        self.kube_scale_pool(pool, size).await
+    }
+
+    async fn remove_pool(&self, pool: &str) -> Result<()> {
+        self.kube_remove_pool(pool).await
     }
 }

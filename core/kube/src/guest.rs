@@ -72,13 +72,16 @@ impl Guests {
 }
 
 /// Execs a session agent in `pod` and connects a relay for run
-/// `generation` of `id` over it (the agent's hello within `hello_timeout`).
+/// `generation` of `id` over it (the agent's hello within `hello_timeout`),
+/// adding `env` to every exec (the record's: a claimed warm sandbox's
+/// processes get its claimer's, not the pod's).
 pub async fn session(
     pods: &Api<Pod>,
     pod: &str,
     id: &SandboxId,
     generation: u64,
     hello_timeout: Duration,
+    env: std::collections::BTreeMap<String, String>,
 ) -> Result<Relay> {
     let params = AttachParams::default()
         .container(MAIN)
@@ -111,6 +114,7 @@ pub async fn session(
     });
     Relay::builder(id, generation)
         .hello_timeout(hello_timeout)
+        .env(env)
         .connect(stdout, stdin)
         .await
 }

@@ -30,6 +30,8 @@ pub mod guest;
 mod lifecycle;
 pub mod names;
 pub mod pods;
+pub mod pool_record;
+mod pools;
 mod reaper;
 pub mod record;
 pub mod settings;
@@ -65,6 +67,7 @@ pub struct KubeBackend {
     settings: KubeSettings,
     source: Source,
     records: Api<DynamicObject>,
+    pools: Api<DynamicObject>,
     pods: Api<Pod>,
     guests: Guests,
     /// This backend, for the tasks it starts (a drain's stop).
@@ -137,16 +140,23 @@ impl KubeBackend {
         ensure_crd(&client, &settings.namespace).await?;
         let records =
             Api::namespaced_with(client.clone(), &settings.namespace, &record::api_resource());
+        let pools = Api::namespaced_with(
+            client.clone(),
+            &settings.namespace,
+            &pool_record::api_resource(),
+        );
         let pods = Api::namespaced(client, &settings.namespace);
         let backend = Arc::new_cyclic(|me| KubeBackend {
             settings,
             source,
             records,
+            pools,
             pods,
             guests: Guests::default(),
             me: me.clone(),
         });
         reaper::spawn_reaper(Arc::downgrade(&backend));
+        reaper::spawn_pool_keeper(Arc::downgrade(&backend));
         Ok(backend)
     }
 
@@ -166,25 +176,50 @@ impl KubeBackend {
 /// just created exists before it is served: an early return on "exists"
 /// met a 404 on the first record write.
 async fn ensure_crd(client: &kube::Client, namespace: &str) -> Result<()> {
+    ensure_definition(client, namespace, record::crd(), &record::api_resource()).await?;
+    ensure_definition(
+        client,
+        namespace,
+        pool_record::crd(),
+        &pool_record::api_resource(),
+    )
+    .await
+}
+
+/// Installs one resource definition if missing and waits until it is
+/// served (see [`ensure_crd`]).
+async fn ensure_definition(
+    client: &kube::Client,
+    namespace: &str,
+    definition: serde_json::Value,
+    resource: &kube::api::ApiResource,
+) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = format!("{}.{}", record::PLURAL, record::GROUP);
+    let name = format!("{}.{}", resource.plural, resource.group);
     if crds
         .get_opt(&name)
         .await
-        .map_err(|e| api_error("looking up the Sandbox resource definition", e))?
+        .map_err(|e| {
+            api_error(
+                &format!("looking up the {} resource definition", resource.kind),
+                e,
+            )
+        })?
         .is_none()
     {
-        let crd: CustomResourceDefinition = serde_json::from_value(record::crd())
-            .map_err(|e| store_error(format!("the Sandbox resource definition: {e}")))?;
+        let crd: CustomResourceDefinition = serde_json::from_value(definition)
+            .map_err(|e| store_error(format!("the {} resource definition: {e}", resource.kind)))?;
         match crds.create(&PostParams::default(), &crd).await {
             Ok(_) => {}
             Err(e) if is_status(&e, 409) => {}
-            Err(e) => return Err(api_error("installing the Sandbox resource definition", e)),
+            Err(e) => {
+                let what = format!("installing the {} resource definition", resource.kind);
+                return Err(api_error(&what, e));
+            }
         }
     }
-    let records: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &record::api_resource());
+    let objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
     // Established, then served, within a few seconds.
     for _ in 0..100 {
         let established = match crds.get_opt(&name).await {
@@ -197,17 +232,18 @@ async fn ensure_crd(client: &kube::Client, namespace: &str) -> Result<()> {
             _ => false,
         };
         if established {
-            match records.list(&ListParams::default().limit(1)).await {
+            match objects.list(&ListParams::default().limit(1)).await {
                 Ok(_) => return Ok(()),
                 Err(e) if is_status(&e, 404) => {}
-                Err(e) => return Err(api_error("listing sandbox records", e)),
+                Err(e) => return Err(api_error(&format!("listing {} objects", resource.kind), e)),
             }
         }
         tokio::time::sleep(POLL).await;
     }
-    Err(store_error(
-        "the Sandbox resource definition was not served within 10 s",
-    ))
+    Err(store_error(format!(
+        "the {} resource definition was not served within 10 s",
+        resource.kind
+    )))
 }
 
 /// kube's TLS is built without a provider of its own: ring's, once.

@@ -191,6 +191,7 @@ impl KubeBackend {
             &info.id,
             info.generation,
             info.config.startup_timeout,
+            info.config.guest_env(),
         )
         .await
     }
@@ -340,7 +341,11 @@ impl KubeBackend {
                 _ => return Err(Operation::Exec.refusal(info)),
             }
             let relay = match self.guests.get(id, info.generation) {
-                Some(r) => r,
+                Some(r) => {
+                    // The record's, as it is now (a claim changes it).
+                    r.set_env(info.config.guest_env());
+                    r
+                }
                 None => {
                     let pod = names::pod_name(id, info.generation);
                     match guest::session(
@@ -349,6 +354,7 @@ impl KubeBackend {
                         id,
                         info.generation,
                         info.config.startup_timeout,
+                        info.config.guest_env(),
                     )
                     .await
                     {

@@ -124,3 +124,22 @@ pub(crate) fn spawn_reaper(backend: Weak<KubeBackend>) {
         }
     });
 }
+
+/// Keeps every pool at its size (a size set through the `scale`
+/// subresource, a warm sandbox that died), a pass every [`POOL_PERIOD`].
+pub(crate) fn spawn_pool_keeper(backend: Weak<KubeBackend>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(POOL_PERIOD).await;
+            let Some(b) = backend.upgrade() else {
+                return;
+            };
+            if let Err(e) = b.refill_all().await {
+                tracing::debug!(error = %e, "refilling the pools failed; trying again");
+            }
+        }
+    });
+}
+
+/// How often a backend looks at its pools.
+const POOL_PERIOD: Duration = Duration::from_secs(2);

@@ -25,17 +25,24 @@ pub const PLURAL: &str = "sandboxes";
 pub const ID_LABEL: &str = "burrow.dev/id";
 /// Label carrying the run generation on pods.
 pub const GENERATION_LABEL: &str = "burrow.dev/generation";
+/// Label marking the records of a pool's warm sandboxes (`true`).
+pub const WARM_LABEL: &str = "burrow.dev/warm";
 /// Label marking every object this backend made.
 pub const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
 
 /// The `Sandbox` resource, for dynamic API calls.
 pub fn api_resource() -> ApiResource {
+    resource(KIND, PLURAL)
+}
+
+/// A resource of burrow's group, for dynamic API calls.
+pub(crate) fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: GROUP.into(),
         version: VERSION.into(),
         api_version: format!("{GROUP}/{VERSION}"),
-        kind: KIND.into(),
-        plural: PLURAL.into(),
+        kind: kind.into(),
+        plural: plural.into(),
     }
 }
 
@@ -103,6 +110,33 @@ pub struct Spec {
     /// A stop in progress, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopping: Option<Stopping>,
+    /// A pool's warm sandbox (named `pool/<pool>/<slot>`), not yet claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmMark>,
+}
+
+/// What marks a warm sandbox's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmMark {
+    /// Its pool.
+    pub pool: String,
+    /// Its place in the pool, `0..size` (its record's name says it too).
+    pub slot: u32,
+    /// A claim in progress: the create it goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimMark>,
+}
+
+/// A claim of a warm sandbox, between its first write (this mark) and its
+/// last (the warm record's removal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimMark {
+    /// The name the sandbox goes to.
+    pub name: String,
+    /// When the claim was marked (ms since the epoch).
+    pub at_ms: i64,
 }
 
 /// A record as read: its spec and what a conditional write needs.
@@ -161,13 +195,17 @@ pub fn new_object(spec: &Spec) -> Result<DynamicObject> {
     let mut object = DynamicObject::new(&names::record_name(&spec.info.name), &ar);
     object.metadata = ObjectMeta {
         name: Some(names::record_name(&spec.info.name)),
-        labels: Some(
-            [
+        labels: Some({
+            let mut labels: std::collections::BTreeMap<String, String> = [
                 (ID_LABEL.to_string(), names::id_label(&spec.info.id)),
                 (MANAGED_LABEL.to_string(), "burrow".to_string()),
             ]
-            .into(),
-        ),
+            .into();
+            if spec.warm.is_some() {
+                labels.insert(WARM_LABEL.to_string(), "true".to_string());
+            }
+            labels
+        }),
         ..ObjectMeta::default()
     };
     object.data = serde_json::json!({
@@ -200,6 +238,7 @@ mod tests {
             info: SandboxInfo::new(SandboxId::new(), name, SandboxConfig::new("busybox")),
             activity_ms: 7,
             stopping: None,
+            warm: None,
         }
     }
 

@@ -24,7 +24,11 @@ impl KubeBackend {
 
     /// The reconciled record of exactly `id` (known as `name`), or why not.
     pub(crate) async fn exact(&self, name: &str, id: &SandboxId) -> Result<Stored> {
-        validate_name(name)?;
+        // A warm sandbox's name is no create's, but its starts and stops
+        // are the pool's.
+        if !crate::pools::is_warm_name(name) {
+            validate_name(name)?;
+        }
         match self.read(name).await? {
             Some(s) if &s.info().id == id => self.reconcile(s).await,
             Some(s) => {

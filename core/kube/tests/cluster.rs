@@ -17,33 +17,9 @@ use burrow::{
     Status,
 };
 use burrow_kube::{KubeBackend, KubeSettings};
-use common::{client, kubeconfig};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
-
-fn image() -> String {
-    std::env::var("BURROW_TEST_KUBE_IMAGE").unwrap_or_else(|_| "burrow.test/busybox:1".into())
-}
-
-/// A backend on a namespace of its own (created here).
-async fn backend(prefix: &str) -> (Arc<KubeBackend>, String) {
-    let namespace = format!(
-        "{prefix}-{}",
-        burrow::SandboxId::new().as_str()[3..13].to_ascii_lowercase()
-    );
-    let ns: Api<Namespace> = Api::all(client().await);
-    let object: Namespace = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}
-    }))
-    .unwrap();
-    ns.create(&PostParams::default(), &object).await.unwrap();
-    let settings = KubeSettings {
-        kubeconfig: Some(kubeconfig()),
-        namespace: namespace.clone(),
-        ..KubeSettings::from_env().unwrap()
-    };
-    (KubeBackend::connect(settings).await.unwrap(), namespace)
-}
+use common::{backend, client, image, kubeconfig};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
 
 async fn stopped_info(b: &Arc<dyn Backend>, name: &str) -> burrow::SandboxInfo {
     b.get(name).await.unwrap()

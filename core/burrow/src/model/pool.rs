@@ -138,6 +138,24 @@ pub struct PoolInfo {
     pub created_at_ms: i64,
 }
 
+impl PoolInfo {
+    /// A pool of `size` sandboxes of `config` with nothing counted yet
+    /// (for backends that describe their pools).
+    pub fn new(name: impl Into<String>, config: SandboxConfig, size: u32) -> Self {
+        PoolInfo {
+            name: name.into(),
+            config,
+            size,
+            warm: 0,
+            starting: 0,
+            claims: 0,
+            misses: 0,
+            last_refill_ms: None,
+            created_at_ms: 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

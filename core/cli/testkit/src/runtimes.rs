@@ -92,3 +92,32 @@ impl Drop for Running {
             .status();
     }
 }
+
+/// How long `runtime run` of `bundle` takes, `iters` times (each run a
+/// container of its own, its process's exit awaited). `runtime` is a
+/// binary name or path; runsc gets the driver's flags.
+pub fn run_times(
+    runtime: &str,
+    bundle: &Path,
+    root: &Path,
+    iters: usize,
+) -> Vec<std::time::Duration> {
+    let mut samples = Vec::new();
+    for i in 0..iters {
+        let id = format!("bench-run-{i}");
+        let mut cmd = runtime_command(runtime, root);
+        let t = std::time::Instant::now();
+        let status = cmd
+            .args(["run", "--bundle"])
+            .arg(bundle)
+            .arg(&id)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .status()
+            .unwrap();
+        samples.push(t.elapsed());
+        assert!(status.success(), "{runtime} run failed");
+    }
+    samples
+}

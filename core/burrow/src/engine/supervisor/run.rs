@@ -453,12 +453,18 @@ impl<'a> Run<'a> {
     }
 
     /// Applies the persisted configuration to the live run.
-    async fn reload(&mut self) -> std::result::Result<Response, GuestError> {
+    /// The record's configuration, its policies and environment applied.
+    async fn apply_record(&mut self) -> std::result::Result<SandboxConfig, GuestError> {
         let config = self.record.config().await.map_err(io)?.ok_or_else(|| {
             GuestError::new(GuestErrorCode::NotFound, "the sandbox record is gone")
         })?;
         self.policy.apply(&config, self.started);
         self.relay.set_env(config.guest_env());
+        Ok(config)
+    }
+
+    async fn reload(&mut self) -> std::result::Result<Response, GuestError> {
+        let config = self.apply_record().await?;
         let notes = self
             .guest
             .update(config.cpus, config.memory_mb)
@@ -480,7 +486,9 @@ impl<'a> Run<'a> {
     ) -> std::result::Result<Response, GuestError> {
         self.started = Instant::now();
         self.relay.touch();
-        self.reload().await?;
+        // What a claim may change: the policies and the environment (the
+        // limits and the network are the pool's, as the claim matched).
+        self.apply_record().await?;
         if let Err(e) = self.guest.set_hostname(name).await {
             tracing::warn!(sandbox = %self.id, error = %e, "the claimed sandbox keeps its hostname");
         }
