@@ -21,8 +21,8 @@ use common::TestHome;
 fn report(label: &str, samples: &[Duration]) {
     println!(
         "{label:<34} median {:>8.2} ms   p90 {:>8.2} ms   ({} runs)",
-        pct_ms(samples, 50.0),
-        pct_ms(samples, 90.0),
+        pct_ms(samples, 0.5),
+        pct_ms(samples, 0.9),
         samples.len()
     );
 }
@@ -88,12 +88,12 @@ async fn main() {
     for (runtime, samples) in &anchors {
         report(&format!("{runtime} run (true)"), samples);
     }
-    let claim = pct_ms(&claims, 50.0);
-    println!("claim / cold: {:.3}x", claim / pct_ms(&cold, 50.0));
+    let claim = pct_ms(&claims, 0.5);
+    println!("claim / cold: {:.3}x", claim / pct_ms(&cold, 0.5));
     for (runtime, samples) in &anchors {
         println!(
             "claim / {runtime} run: {:.3}x",
-            claim / pct_ms(samples, 50.0)
+            claim / pct_ms(samples, 0.5)
         );
     }
 }

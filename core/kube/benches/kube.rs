@@ -4,6 +4,8 @@
 //! - create -> Running of a pod-backed sandbox (record, pod, agent copied in,
 //!   session agent's hello) against `kubectl run --rm --restart=Never` of the
 //!   same image running `true` to its end;
+//! - a create claiming a running sandbox of a warm pool (its pod already
+//!   running) -> Running, against the same `kubectl run`;
 //! - exec of `true` through the API server (an exec stream kept open behind
 //!   the relay) against `kubectl exec POD -- true`.
 //!
@@ -20,7 +22,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burrow::{Backend, CreateRequest, Sandbox, SandboxConfig};
+use burrow::{Backend, CreateRequest, PoolSpec, Sandbox, SandboxConfig};
 use burrow_kube::{KubeBackend, KubeSettings};
 
 fn median_p90(v: Vec<Duration>) -> (f64, f64) {
@@ -103,6 +105,32 @@ async fn main() {
         }
     }
 
+    // Claims: the pool refilled (untimed) before each.
+    backend
+        .create_pool(PoolSpec::new("bench", SandboxConfig::new(image.clone()), 2))
+        .await
+        .unwrap();
+    let mut claims = Vec::new();
+    for i in 0..iters {
+        while backend.get_pool("bench").await.unwrap().warm < 2 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let name = format!("c{i}");
+        let t = Instant::now();
+        let info = backend
+            .create(CreateRequest::new(&name, SandboxConfig::new(image.clone())).claiming(true))
+            .await
+            .unwrap();
+        claims.push(t.elapsed());
+        assert_eq!(
+            info.status,
+            burrow::Status::Running,
+            "a claim found the pool empty"
+        );
+        backend.destroy(&name, &info.id).await.unwrap();
+    }
+    backend.remove_pool("bench").await.unwrap();
+
     let last = backend.get(&format!("b{iters}")).await.unwrap();
     let sb = Sandbox::from_info(backend.clone(), &last);
     let pod = burrow_kube::names::pod_name(&last.id, last.generation);
@@ -140,6 +168,11 @@ async fn main() {
         (
             "create -> Running (pod, agent, hello)",
             creates,
+            Some(anchor_runs.clone()),
+        ),
+        (
+            "claim from a warm pool -> Running",
+            claims,
             Some(anchor_runs),
         ),
         ("kubectl exec -- true", kubectl_execs.clone(), None),
