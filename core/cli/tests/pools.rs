@@ -440,3 +440,34 @@ async fn a_claims_max_duration_counts_from_the_claim() {
     let reason = end.last_run.as_ref().and_then(|r| r.exit_reason);
     assert_eq!(reason, Some(burrow::ExitReason::MaxDuration));
 }
+
+/// A pool's idle timeout is its claims', never its warm sandboxes': warm
+/// ones idle for longer stay running; a claimed one idle for it is
+/// reclaimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_sandboxes_are_never_idle_reclaimed_claimed_ones_are() {
+    let home = TestHome::new().await;
+    let mut idle = config();
+    idle.idle_timeout = Some(Duration::from_secs(1));
+    home.backend
+        .create_pool(PoolSpec::new("idle", idle, 1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let pool = home.backend.get_pool("idle").await.unwrap();
+    assert_eq!(pool.warm, 1, "{pool:?}");
+    let sb = home
+        .builder("reclaimed")
+        .env("POOLED", "yes")
+        .idle_timeout(Duration::from_secs(1))
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(home.backend.get_pool("idle").await.unwrap().claims, 1);
+    let end = tokio::time::timeout(Duration::from_secs(30), sb.wait_until_stopped())
+        .await
+        .unwrap()
+        .unwrap();
+    let reason = end.last_run.as_ref().and_then(|r| r.exit_reason);
+    assert_eq!(reason, Some(burrow::ExitReason::IdleTimeout));
+}
