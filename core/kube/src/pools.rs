@@ -209,6 +209,8 @@ impl KubeBackend {
         let spec = PoolSpec::new(pool, stored.def.config.clone(), size);
         let mut taken = vec![false; size as usize];
         let mut work = tokio::task::JoinSet::new();
+        let config = spec.warm_config();
+        let mut outdated = Vec::new();
         for s in self.warm_records(pool).await? {
             let Some(mark) = s.spec.warm.clone() else {
                 continue;
@@ -231,9 +233,22 @@ impl KubeBackend {
             if s.info().status != Status::Running {
                 let me = self.arc()?;
                 work.spawn(async move { me.start_warm(&s.spec.info).await });
+            } else if s.info().config != config {
+                outdated.push(s);
             }
         }
-        let config = spec.warm_config();
+        // A definition changed under its warm sandboxes (`kubectl edit`):
+        // replaced one at a time, once the others run, so that the pool
+        // keeps serving claims meanwhile.
+        if work.is_empty() {
+            if let Some(s) = outdated.first() {
+                tracing::info!(pool, sandbox = %s.info().id, "replacing a warm sandbox of an older definition");
+                self.remove_warm(s).await?;
+                if let Some(mark) = &s.spec.warm {
+                    taken[mark.slot as usize] = false;
+                }
+            }
+        }
         for slot in (0..size).filter(|&i| !taken[i as usize]) {
             let me = self.arc()?;
             let (pool, config) = (pool.to_owned(), config.clone());

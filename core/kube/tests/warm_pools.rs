@@ -5,7 +5,9 @@
 //! backends (as four processes) take each warm sandbox once; the `scale`
 //! subresource (what `kubectl scale` and an autoscaler use) sizes a pool;
 //! claims whose claimer died mid-way are finished or undone by the next
-//! refill; bad definitions are refused and change nothing.
+//! refill; a definition changed under a pool has its warm sandboxes
+//! replaced, and an unchanged one keeps them; bad definitions are refused
+//! and change nothing.
 
 mod common;
 
@@ -296,4 +298,67 @@ async fn the_scale_subresource_sizes_a_pool_and_left_claims_are_settled() {
         .await
         .unwrap()
         .is_none_or(|o| Stored::from_object(o).unwrap().info().id != half.info().id));
+}
+
+/// The ids and environments of `pool`'s warm records in `ns`.
+async fn warm_of(ns: &str, pool: &str) -> Vec<(burrow::SandboxId, Option<String>)> {
+    let records: Api<DynamicObject> =
+        Api::namespaced_with(client().await, ns, &record::api_resource());
+    let list = records
+        .list(&ListParams::default().labels(&format!("{}=true", record::WARM_LABEL)))
+        .await
+        .unwrap();
+    let mut out: Vec<_> = list
+        .into_iter()
+        .map(|o| Stored::from_object(o).unwrap())
+        .filter(|s| s.spec.warm.as_ref().unwrap().pool == pool)
+        .map(|s| (s.info().id.clone(), s.info().config.env.get("V").cloned()))
+        .collect();
+    out.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    out
+}
+
+/// A definition edited on the cluster (as `kubectl edit` does) has its
+/// warm sandboxes replaced, one at a time, by the pool's refills; one left
+/// alone keeps its warm sandboxes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_definition_replaces_the_warm_sandboxes_and_an_unchanged_one_keeps_them() {
+    let (b, ns) = backend("pooledit").await;
+    let mut c = config();
+    c.env.insert("V".into(), "1".into());
+    b.create_pool(PoolSpec::new("e", c, 2)).await.unwrap();
+    let before = warm_of(&ns, "e").await;
+    assert_eq!(before.len(), 2);
+    // Left alone for a few refills: the same sandboxes.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(warm_of(&ns, "e").await, before);
+
+    let pools: Api<DynamicObject> = Api::namespaced_with(
+        client().await,
+        &ns,
+        &burrow_kube::pool_record::api_resource(),
+    );
+    pools
+        .patch(
+            &burrow_kube::names::record_name("e"),
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"config": {"env": {"POOLED": "yes", "V": "2"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = warm_of(&ns, "e").await;
+        if now.len() == 2 && now.iter().all(|(_, v)| v.as_deref() == Some("2")) {
+            assert!(now
+                .iter()
+                .all(|(id, _)| before.iter().all(|(old, _)| old != id)));
+            break;
+        }
+        assert!(Instant::now() < deadline, "not replaced: {now:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    until_warm(&b, "e", 2).await;
 }
