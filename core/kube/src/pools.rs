@@ -370,8 +370,8 @@ impl KubeBackend {
             });
         }
         let marked = self.mark_claim(pool, name).await?;
-        self.refill_in_background(pool);
         let Some(marked) = marked else {
+            self.refill_in_background(pool);
             self.update_pool_status(pool, |st| st.misses += 1).await?;
             return Ok(None);
         };
@@ -416,6 +416,8 @@ impl KubeBackend {
             tracing::info!(pool, name, "the claimed sandbox went away; starting cold");
             return Ok(None);
         }
+        // Its slot is free now: made again behind the claim.
+        self.refill_in_background(pool);
         self.update_pool_status(pool, |st| st.claims += 1).await?;
         tracing::info!(sandbox = %created.info().id, name, pool, "claimed from the pool");
         Ok(Some(created.spec.info))

@@ -179,12 +179,14 @@ impl LocalBackend {
         }
         let me = ProcIdentity::current();
         let reserved = self.store.reserve_warm(pool, config, detached, me).await?;
-        self.refill_in_background(pool);
         let Some(id) = reserved else {
+            self.refill_in_background(pool);
             self.store.count_pool_miss(pool).await?;
             return Ok(None);
         };
         let taken = self.take_reserved(&id, name, detached, me).await;
+        // Behind the claim, not beside it: a start's work would slow it.
+        self.refill_in_background(pool);
         if let Ok(Some(info)) = taken {
             tracing::info!(sandbox = %id, name, pool, "claimed from the pool");
             return Ok(Some(info));
