@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generates the synchronous facade `burrow.sync` (sdk-python/python/burrow/
-sync.py) from the async API (`burrow._api`), and its file streams
-(`burrow._sync_files`) from the async ones (`burrow._files`), so the two
-never drift.
+sync.py) from the async API (`burrow._api`), its files and file streams
+(`burrow._sync_files`) from the async ones (`burrow._files`) and its
+processes (`burrow._sync_process`) from `burrow._process`, so the two never
+drift.
 
 The async API awaits only calls of the core (`burrow._native`), whose
 objects carry their mode; the facade is the same source with the `async`
@@ -11,8 +12,8 @@ counterparts, and the module's calls taken in the blocking mode
 (`_native.SYNC`, which refuses to run inside an event loop).
 
 Usage: python3 scripts/gen-python-sync.py [--check]
-  --check: exit 1 if sync.py or _sync_files.py is not what this script
-           generates (CI).
+  --check: exit 1 if sync.py, _sync_files.py or _sync_process.py is not
+           what this script generates (CI).
 """
 
 import pathlib
@@ -35,8 +36,15 @@ event loop: there every call raises ``RuntimeError`` (use the async API).
 """
 '''
 
-FILES_HEADER = '''"""Files read and written as streams (the blocking API): see ``Fs.open_read``
-and ``Fs.open_write``.
+FILES_HEADER = '''"""Files of a running sandbox (the blocking API): :class:`Fs` (``sb.fs``), and
+files read and written as streams (see ``Fs.open_read`` and
+``Fs.open_write``).
+
+{notice}
+"""
+'''
+
+PROCESS_HEADER = '''"""A process with streamed output (the blocking API): see ``Sandbox.spawn``.
 
 {notice}
 """
@@ -71,6 +79,7 @@ MODULES = [
             (r'(__all__ = \[[^\]]*"Process")\]', r'\1, "configure"]'),
             (r"from \. import _native\n", "from . import _native\nfrom ._common import configure\n"),
             (r"from \._files import ", "from ._sync_files import "),
+            (r"from \._process import ", "from ._sync_process import "),
         ],
     ),
     (
@@ -84,6 +93,7 @@ MODULES = [
             (r"\banother task\b", "another thread"),
         ],
     ),
+    ("_process.py", "_sync_process.py", PROCESS_HEADER, []),
 ]
 
 

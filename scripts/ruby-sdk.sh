@@ -20,7 +20,7 @@ cargo build -q -p burrow-cli --bin burrow-supervisor
 BURROW_EMBED_SUPERVISOR="${BURROW_EMBED_SUPERVISOR:-$root/target/debug/burrow-supervisor}" \
   cargo build -q --workspace --lib
 
-echo "==> rbs validate of the signatures (sig/burrow.rbs; rbs ships with Debian's Ruby)"
+echo "==> rbs validate of the signatures (sig/*.rbs; rbs ships with Debian's Ruby)"
 rbs_exe=$(ruby -e 'print Gem::Specification.find_by_name("rbs").bin_file("rbs")')
 (cd sdk-ruby && ruby "$rbs_exe" -I sig validate >/dev/null)
 

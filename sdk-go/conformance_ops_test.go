@@ -251,6 +251,24 @@ func (r *runner) dispatch(ctx context.Context, s step) (*result, error) {
 		return &result{"value", names}, err
 	case "remove_snapshot":
 		return none(burrow.RemoveSnapshot(ctx, r.value(s["snapshot"]).(string)))
+	case "create_pool":
+		pool, err := burrow.CreatePool(ctx, r.value(s["pool"]).(string), r.size(s), r.options(s)...)
+		return &result{"value", poolValue(pool)}, err
+	case "get_pool":
+		pool, err := burrow.GetPool(ctx, r.value(s["pool"]).(string))
+		return &result{"value", poolValue(pool)}, err
+	case "list_pools":
+		all, err := burrow.ListPools(ctx)
+		names := []any{}
+		for _, x := range all {
+			names = append(names, x.Name)
+		}
+		return &result{"value", names}, err
+	case "scale_pool":
+		pool, err := burrow.ScalePool(ctx, r.value(s["pool"]).(string), r.size(s))
+		return &result{"value", poolValue(pool)}, err
+	case "remove_pool":
+		return none(burrow.RemovePool(ctx, r.value(s["pool"]).(string)))
 	case "wait":
 		p := r.objects[s["process"].(string)].(*spawned)
 		st, err := p.proc.Wait()
@@ -541,5 +559,25 @@ func snapshotValue(s burrow.SnapshotInfo) map[string]any {
 		"size": float64(s.Size), "source_id": s.SourceID, "source_name": s.SourceName,
 		"base_image": s.BaseImage, "driver": string(s.Driver),
 		"created_at_ms": float64(s.CreatedAt.UnixMilli()),
+	}
+}
+
+// size is a pool step's size (a JSON number).
+func (r *runner) size(s step) int {
+	return int(r.value(s["size"]).(float64))
+}
+
+// poolValue is a pool as the cases see it: the core's field names (its
+// configuration as an info's).
+func poolValue(p burrow.PoolInfo) map[string]any {
+	var refill any
+	if p.LastRefill != nil {
+		refill = float64(p.LastRefill.Milliseconds())
+	}
+	return map[string]any{
+		"name": p.Name, "config": neutralConfig(p.Config), "size": float64(p.Size),
+		"warm": float64(p.Warm), "starting": float64(p.Starting), "claims": float64(p.Claims),
+		"misses": float64(p.Misses), "last_refill_ms": refill,
+		"created_at_ms": float64(p.CreatedAt.UnixMilli()),
 	}
 }

@@ -88,6 +88,13 @@ func (r *runner) cleanup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	// The pools first (their warm sandboxes are never listed), where the
+	// backend has them.
+	if pools, err := burrow.ListPools(ctx); err == nil {
+		for _, p := range pools {
+			_ = burrow.RemovePool(ctx, p.Name)
+		}
+	}
 	page, err := burrow.ListSandboxes(ctx)
 	if err != nil {
 		return

@@ -204,7 +204,7 @@ func capabilityTags(caps burrow.Capabilities) map[string]bool {
 		"persistent_layer": caps.PersistentLayer, "network_policy": caps.NetworkPolicy,
 		"published_ports": caps.PublishedPorts, "secrets": caps.Secrets,
 		"snapshots": caps.Snapshots, "full_snapshots": caps.FullSnapshots,
-		"fork": caps.Fork,
+		"fork": caps.Fork, "pools": caps.Pools,
 	}
 }
 
@@ -275,7 +275,7 @@ func TestConformanceCasesAreWellFormed(t *testing.T) {
 		start connect_or_start connect restart stop kill request_drain pause resume touch modify wait_for_status
 		wait_until_stopped destroy detach ping exec spawn fs_write fs_read fs_exists fs_mkdir fs_list
 		fs_write_stream fs_read_stream follow_logs wait await sleep repeat race remove snapshot get_snapshot
-		list_snapshots remove_snapshot fork`) {
+		list_snapshots remove_snapshot fork create_pool get_pool list_pools scale_pool remove_pool`) {
 		known[op] = true
 	}
 	var walk func(s step, where string)

@@ -18,7 +18,8 @@ const (
 	// ErrSandboxReplaced: the name now holds another sandbox than the one
 	// this value is bound to (Error.ActualID is the new one).
 	ErrSandboxReplaced ErrorCode = "sandbox_replaced"
-	// ErrAlreadyExists: a strict create found the name taken.
+	// ErrAlreadyExists: a strict create found the name taken (or a snapshot
+	// or a pool of that name exists).
 	ErrAlreadyExists ErrorCode = "already_exists"
 	// ErrNotFound: no sandbox of that name or id.
 	ErrNotFound ErrorCode = "not_found"

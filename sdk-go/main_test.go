@@ -78,6 +78,12 @@ func home(t *testing.T) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		// The pools first: their warm sandboxes are never listed.
+		if pools, err := burrow.ListPools(ctx); err == nil {
+			for _, p := range pools {
+				_ = burrow.RemovePool(ctx, p.Name)
+			}
+		}
 		if page, err := burrow.ListSandboxes(ctx); err == nil {
 			for _, h := range page.Sandboxes {
 				_ = h.Destroy(ctx)

@@ -209,6 +209,9 @@ type Capabilities struct {
 	FullSnapshots bool `json:"full_snapshots"`
 	// Fork: forks of running sandboxes (Fork).
 	Fork bool `json:"fork"`
+	// Pools: warm pools (CreatePool): a create of a pool's configuration
+	// claims one of its running sandboxes.
+	Pools bool `json:"pools"`
 }
 
 // Secret is a secret as a configuration reads it back: never its value.
@@ -383,8 +386,7 @@ func optTime(ms *int64) time.Time {
 	return time.UnixMilli(*ms)
 }
 
-func (w *wireInfo) info() SandboxInfo {
-	c := w.Config
+func (c *wireConfig) config() SandboxConfig {
 	mounts := make([]Mount, 0, len(c.Mounts))
 	for _, m := range c.Mounts {
 		mounts = append(mounts, Mount{HostPath: m.Source.Host, Volume: m.Source.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
@@ -393,6 +395,20 @@ func (w *wireInfo) info() SandboxInfo {
 	if idleAction == "" {
 		idleAction = IdleStop
 	}
+	return SandboxConfig{
+		Image: c.Image, Driver: c.Driver, Runtime: c.Runtime, CPUs: c.CPUs,
+		MemoryMB: c.MemoryMB, PidsLimit: c.PidsLimit, Env: c.Env, Workdir: c.Workdir,
+		Labels: c.Labels, Mounts: mounts, Network: c.Network.on,
+		NetworkPolicy: c.Network.policy, Ports: c.Ports, Secrets: c.Secrets,
+		IdleTimeout:    time.Duration(c.IdleTimeoutMs) * time.Millisecond,
+		IdleAction:     idleAction,
+		MaxDuration:    time.Duration(c.MaxDurationMs) * time.Millisecond,
+		DemandStart:    c.DemandStart,
+		StartupTimeout: time.Duration(c.StartupTimeout) * time.Millisecond,
+	}
+}
+
+func (w *wireInfo) info() SandboxInfo {
 	info := SandboxInfo{
 		ID:         w.ID,
 		Name:       w.Name,
@@ -401,17 +417,7 @@ func (w *wireInfo) info() SandboxInfo {
 		Detached:   w.Detached,
 		CreatedAt:  msTime(w.CreatedAtMs),
 		UpdatedAt:  msTime(w.UpdatedAtMs),
-		Config: SandboxConfig{
-			Image: c.Image, Driver: c.Driver, Runtime: c.Runtime, CPUs: c.CPUs,
-			MemoryMB: c.MemoryMB, PidsLimit: c.PidsLimit, Env: c.Env, Workdir: c.Workdir,
-			Labels: c.Labels, Mounts: mounts, Network: c.Network.on,
-			NetworkPolicy: c.Network.policy, Ports: c.Ports, Secrets: c.Secrets,
-			IdleTimeout:    time.Duration(c.IdleTimeoutMs) * time.Millisecond,
-			IdleAction:     idleAction,
-			MaxDuration:    time.Duration(c.MaxDurationMs) * time.Millisecond,
-			DemandStart:    c.DemandStart,
-			StartupTimeout: time.Duration(c.StartupTimeout) * time.Millisecond,
-		},
+		Config:     w.Config.config(),
 	}
 	if r := w.LastRun; r != nil {
 		run := &RunInfo{

@@ -27,6 +27,7 @@ import type {
   ModifyPlan,
   NetworkPolicy,
   Ping,
+  PoolInfo,
   ProcessEvent,
   SandboxInfo,
   SnapshotInfo,
@@ -40,7 +41,7 @@ import {
   SandboxNotFoundError,
 } from "./errors";
 import { native, NativeObject, call } from "./native";
-import { toBuffer, opt, toCapabilities, toInfo, toMetrics, toSnapshot, toStat, exec } from "./records";
+import { toBuffer, opt, toCapabilities, toInfo, toMetrics, toPool, toSnapshot, toStat, exec } from "./records";
 import { FileWriter, openRead, openWrite, writeStream } from "./files";
 import type { ByteSource, WriteStreamOptions } from "./files";
 import type { ReadableStream } from "node:stream/web";
@@ -467,6 +468,25 @@ export class Sandbox extends Lifecycle implements AsyncDisposable {
   static removeSnapshot(name: string, opts?: CallOptions): Promise<void> {
     return call(null, { op: "remove_snapshot", name }, opts);
   }
+  /** One warm pool, its sandboxes counted (`SandboxNotFoundError` if there is none). */
+  static async getPool(name: string, opts?: CallOptions): Promise<PoolInfo> {
+    return toPool(await call(null, { op: "get_pool", name }, opts));
+  }
+  /** Every warm pool, by name (see `SandboxBuilder.createPool`). */
+  static async listPools(opts?: CallOptions): Promise<PoolInfo[]> {
+    return (await call(null, { op: "list_pools" }, opts)).map(toPool);
+  }
+  /**
+   * Sets how many warm sandboxes the pool keeps (0 to 64) and answers once
+   * it has started or removed sandboxes to match.
+   */
+  static async scalePool(name: string, size: number, opts?: CallOptions): Promise<PoolInfo> {
+    return toPool(await call(null, { op: "scale_pool", name, size }, opts));
+  }
+  /** Removes the pool and its warm sandboxes; sandboxes claimed from it stay. */
+  static removePool(name: string, opts?: CallOptions): Promise<void> {
+    return call(null, { op: "remove_pool", name }, opts);
+  }
 
   /** The run this object is bound to. */
   get generation(): number {
@@ -681,6 +701,22 @@ export class SandboxBuilder {
   /** Persists it without starting. */
   async define(opts?: CallOptions): Promise<SandboxHandle> {
     return new SandboxHandle(await this.#build("define", opts));
+  }
+  /**
+   * Defines the warm pool of this name: `size` sandboxes (0 to 64) of this
+   * configuration kept started and unclaimed; answers once they run. A
+   * `create()` or `connectOrCreate()` of that configuration (but for its
+   * labels, env, idle timeout and action, max duration, demand start and
+   * startup timeout) then claims one of them, running, under its own name,
+   * labels and env; the pool refills in the background; `define()` never
+   * claims. `detached` and `destroyOnDispose` do not apply (warm sandboxes
+   * belong to no process). A taken name is `SandboxAlreadyExistsError`, a
+   * size over 64 `InvalidArgumentError`, labels, ports or secrets (each
+   * sandbox's own) `InvalidConfigError`; a refused definition changes nothing.
+   */
+  async createPool(size: number, opts?: CallOptions): Promise<PoolInfo> {
+    const { detached: _detached, ...options } = this.#o;
+    return toPool(await call(null, { op: "create_pool", name: this.#name, size, ...options }, opts));
   }
 }
 

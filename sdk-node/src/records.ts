@@ -1,6 +1,15 @@
 // The core's records (snake_case JSON) in the SDK's types. Internal.
 
-import type { Capabilities, ExecResult, FileStat, Metrics, SandboxConfig, SandboxInfo, SnapshotInfo } from "./types";
+import type {
+  Capabilities,
+  ExecResult,
+  FileStat,
+  Metrics,
+  PoolInfo,
+  SandboxConfig,
+  SandboxInfo,
+  SnapshotInfo,
+} from "./types";
 
 export function toBuffer(data: Buffer | string): Buffer {
   return typeof data === "string" ? Buffer.from(data, "utf8") : data;
@@ -115,6 +124,7 @@ export function toCapabilities(c: any): Capabilities {
     snapshots: !!c.snapshots,
     fullSnapshots: !!c.full_snapshots,
     fork: !!c.fork,
+    pools: !!c.pools,
   };
 }
 
@@ -130,5 +140,19 @@ export function toSnapshot(s: any): SnapshotInfo {
     baseImage: s.base_image,
     driver: s.driver,
     createdAt: date(s.created_at_ms),
+  };
+}
+
+export function toPool(p: any): PoolInfo {
+  return {
+    name: p.name,
+    config: toConfig(p.config),
+    size: p.size,
+    warm: p.warm,
+    starting: p.starting,
+    claims: p.claims,
+    misses: p.misses,
+    lastRefill: recordSeconds(p.last_refill_ms),
+    createdAt: date(p.created_at_ms),
   };
 }

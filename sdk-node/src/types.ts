@@ -287,6 +287,8 @@ export interface Capabilities {
   fullSnapshots: boolean;
   /** Forks of running sandboxes (`fork()`). */
   fork: boolean;
+  /** Warm pools (`createPool()`): a create of a pool's configuration claims one of its running sandboxes. */
+  pools: boolean;
 }
 
 /** How to fork a running sandbox. */
@@ -318,5 +320,30 @@ export interface SnapshotInfo {
   /** That sandbox's image. */
   baseImage: string;
   driver: Driver;
+  createdAt: Date;
+}
+
+/**
+ * A warm pool as it stands (`SandboxBuilder.createPool`): sandboxes of one
+ * configuration kept started and unclaimed. A create of that configuration
+ * (but for its labels, environment, timeouts, idle action and demand start)
+ * claims one of them instead of starting; a `define` never does.
+ */
+export interface PoolInfo {
+  name: string;
+  /** What its sandboxes run. */
+  config: SandboxConfig;
+  /** How many warm sandboxes it keeps. */
+  size: number;
+  /** Warm sandboxes running and unclaimed now. */
+  warm: number;
+  /** Warm sandboxes still starting. */
+  starting: number;
+  /** Creates that claimed one of its sandboxes. */
+  claims: number;
+  /** Creates of its configuration that found none warm and started cold. */
+  misses: number;
+  /** How long its last refill took to start its sandboxes, in seconds (null before the first). */
+  lastRefill: number | null;
   createdAt: Date;
 }

@@ -1,6 +1,8 @@
 // Interpreter of the language-neutral lifecycle cases
 // (tests/conformance/cases.json) on top of the installed `burrow` package.
-// The step vocabulary is documented in tests/conformance/README.md; this is
+// The step vocabulary is documented in tests/conformance/README.md; the
+// cases document and its structural check are conformance-cases.mts, the
+// values and outcomes the runner compares conformance-values.mts. This is
 // the TypeScript twin of sdk-python/tests/conformance_runner.py.
 //
 // `race` steps with `"processes": true` run each caller in its own Node
@@ -8,7 +10,6 @@
 // together by a barrier over the IPC channel.
 
 import { fork, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import {
   BurrowError,
@@ -19,428 +20,44 @@ import {
   SandboxNotFoundError,
   type ModifyOptions,
   type ModifyPlan,
-  type SandboxConfig,
   type SandboxInfo,
-  type SnapshotInfo,
   type Status,
 } from "burrow";
+import { MATCH_OPERATORS, isObject, type Case, type Json, type Step } from "./conformance-cases.mjs";
+import {
+  CODE_CLASSES,
+  MISSING,
+  classOk,
+  codeOf,
+  collect,
+  describe,
+  equal,
+  errorField,
+  infoField,
+  isOperator,
+  neutralConfig,
+  norm,
+  poolValue,
+  show,
+  sleep,
+  snapshotValue,
+  splitChunks,
+  type Collected,
+  type Outcome,
+  type R,
+  type RaceReport,
+  type Target,
+  type Value,
+} from "./conformance-values.mjs";
 
-export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
-export type Step = { op: string; [k: string]: any };
-export interface Case {
-  id: string;
-  title: string;
-  reference: string;
-  steps: Step[];
-  tags?: string[];
-  timeout?: number;
-  notes?: string;
-}
-export interface Document {
-  format: string;
-  cases: Case[];
-}
-
-/** The TypeScript class of every core code (sdk-node/API.md, "Errors"). */
-export const CODE_CLASSES: Record<string, string> = {
-  sandbox_replaced: "SandboxReplacedError",
-  already_exists: "SandboxAlreadyExistsError",
-  not_found: "SandboxNotFoundError",
-  invalid_state: "InvalidStateError",
-  invalid_name: "InvalidNameError",
-  invalid_config: "InvalidConfigError",
-  invalid_image: "InvalidImageError",
-  invalid_argument: "InvalidArgumentError",
-  starting: "StartingError",
-  start_failed: "StartFailedError",
-  timeout: "TimeoutError",
-  runtime_unavailable: "RuntimeUnavailableError",
-  guest: "GuestError",
-  protocol: "ProtocolError",
-  store: "StoreError",
-  io: "BurrowIOError",
-  unauthorized: "UnauthorizedError",
-  unsupported: "UnsupportedError",
-  port_unavailable: "PortUnavailableError",
-  snapshot_in_use: "SnapshotInUseError",
-};
-
-const NAME_OPS = [
-  "create", "connect_or_create", "define", "get", "get_by_id", "list", "get_snapshot", "list_snapshots",
-  "remove_snapshot",
-];
-const TARGET_OPS = [
-  "handle", "info", "status", "config", "start", "connect_or_start", "connect",
-  "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
-  "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
-  "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
-  "fs_read_stream", "follow_logs", "snapshot", "fork",
-];
-const CONTROL_OPS = ["wait", "await", "sleep", "repeat", "race", "remove"];
-const KNOWN_OPS = new Set([...NAME_OPS, ...TARGET_OPS, ...CONTROL_OPS]);
-const PROCESS_RACE_OPS = new Set(["create", "connect_or_create", "connect_or_start"]);
-const COMMON_KEYS = ["op", "as", "save", "expect", "tolerate", "within", "background"];
-const OP_KEYS: Record<string, string[]> = {
-  create: ["name", "options"],
-  connect_or_create: ["name", "options"],
-  define: ["name", "options"],
-  get: ["name"],
-  get_by_id: ["id"],
-  list: ["status", "labels"],
-  remove: ["name", "sandbox"],
-  stop: ["sandbox", "grace"],
-  modify: ["sandbox", "changes"],
-  wait_for_status: ["sandbox", "statuses", "timeout"],
-  exec: ["sandbox", "argv", "stdin", "env", "cwd", "timeout", "output_limit"],
-  spawn: ["sandbox", "argv", "env", "cwd", "timeout"],
-  fs_write: ["sandbox", "path", "data"],
-  fs_read: ["sandbox", "path"],
-  fs_write_stream: ["sandbox", "path", "data", "chunks"],
-  fs_read_stream: ["sandbox", "path"],
-  fs_exists: ["sandbox", "path"],
-  fs_mkdir: ["sandbox", "path", "parents"],
-  fs_list: ["sandbox", "path"],
-  follow_logs: ["sandbox", "source", "timeout"],
-  snapshot: ["sandbox", "snapshot", "kind"],
-  fork: ["sandbox", "count", "names"],
-  get_snapshot: ["snapshot"],
-  remove_snapshot: ["snapshot"],
-  list_snapshots: [],
-  wait: ["process"],
-  await: ["job"],
-  sleep: ["seconds"],
-  repeat: ["seconds", "interval", "do"],
-  race: ["callers", "processes", "do"],
-  connect_or_start: ["sandbox", "name"],
-};
-const CREATE_OPTIONS = new Set([
-  "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir", "labels", "network", "ports",
-  "secrets", "idle_timeout", "idle_action", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
-]);
-/** The changes a `modify` step may name (durations in seconds; null clears cpus, memory_mb, idle_timeout, max_duration). */
-const MODIFY_CHANGES = new Set([
-  "cpus", "memory_mb", "env_set", "env_unset", "labels_set", "labels_unset",
-  "idle_timeout", "idle_action", "max_duration", "network",
-]);
-const RACE_EXPECT_KEYS = new Set(["outcomes", "same_id", "starts", "each"]);
-const CAPABILITY_TAGS = new Set([
-  "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
-  "network_policy", "published_ports", "secrets", "snapshots", "full_snapshots",
-  "fork",
-]);
-const VALUE_OPERATORS = new Set(["var", "str_repeat"]);
-const MATCH_OPERATORS = new Set(["ne", "one_of", "present"]);
-const OPERATOR_MODIFIERS = new Set(["add", "times"]);
+export type { RaceReport } from "./conformance-values.mjs";
 
 /** How long a follow_logs step waits for its stream to end (seconds, scaled) unless the step says. */
 const FOLLOW_TIMEOUT = 60;
 
-/** A field that is not there (unlike `null`, a value). */
-const MISSING: unique symbol = Symbol("missing");
-type Value = Json | typeof MISSING | undefined;
-
 /** A step's outcome did not meet its expectation. */
 export class ConformanceFailure extends Error {
   override name = "ConformanceFailure";
-}
-
-// ---------------------------------------------------------------------------
-// The cases file
-
-export function casesPath(): string {
-  return (
-    process.env.BURROW_CONFORMANCE_CASES ||
-    fileURLToPath(new URL("../../../tests/conformance/cases.json", import.meta.url))
-  );
-}
-
-export function loadDocument(path: string = casesPath()): Document {
-  return JSON.parse(readFileSync(path, "utf8")) as Document;
-}
-
-/** A snapshot as the cases see it: the core's field names and values. */
-function snapshotValue(s: SnapshotInfo): Record<string, unknown> {
-  return {
-    name: s.name,
-    kind: s.kind,
-    image: s.image,
-    digest: s.digest,
-    size: s.size,
-    source_id: s.sourceId,
-    source_name: s.sourceName,
-    base_image: s.baseImage,
-    driver: s.driver,
-    created_at_ms: s.createdAt.getTime(),
-  };
-}
-
-/** The capability a step needs by itself (as the Rust kit's step_capability). */
-export function stepCapability(step: Step): string | null {
-  const options = step.options ?? {};
-  if (step.op === "pause" || step.op === "resume") return "pause";
-  if (step.op === "modify") return "modify_live";
-  if (step.op === "follow_logs") return "logs";
-  if (step.op === "detach") return "attached";
-  if (step.op === "snapshot" && step.kind === "full") return "full_snapshots";
-  if (["snapshot", "get_snapshot", "list_snapshots", "remove_snapshot"].includes(step.op)) return "snapshots";
-  if (step.op === "fork") return "fork";
-  if (step.op === "race" && step.processes) {
-    const d = step.do ?? {};
-    const owns = (d.op === "create" || d.op === "connect_or_create") && !(d.options ?? {}).detached;
-    return owns ? "attached" : null;
-  }
-  if (options.network !== null && typeof options.network === "object") return "network_policy";
-  if ("ports" in options) return "published_ports";
-  if ("secrets" in options) return "secrets";
-  if ("idle_timeout" in options || "idle_action" in options || "demand_start" in options) return "idle_reclaim";
-  return null;
-}
-
-/** Structural problems of a cases document (empty when it is well formed). */
-export function validateCases(doc: Document, repoRoot: string): string[] {
-  const problems: string[] = [];
-  if (doc.format !== "burrow-conformance/1") problems.push(`unknown format ${JSON.stringify(doc.format)}`);
-  const seen = new Set<string>();
-  doc.cases.forEach((c, i) => {
-    const where = c.id ?? `case #${i}`;
-    for (const key of ["id", "title", "reference", "steps"]) {
-      if (!(key in c)) problems.push(`${where}: missing ${key}`);
-    }
-    const extra = Object.keys(c).filter((k) => !["id", "title", "reference", "steps", "tags", "timeout", "notes"].includes(k));
-    if (extra.length) problems.push(`${where}: unknown keys ${extra}`);
-    if (seen.has(where)) problems.push(`${where}: duplicate id`);
-    seen.add(where);
-    const [file, fn] = (c.reference ?? "").split("::");
-    let text = "";
-    try {
-      text = readFileSync(`${repoRoot}/${file}`, "utf8");
-    } catch {
-      problems.push(`${where}: reference ${c.reference} is not path::function`);
-    }
-    if (text && !(fn && text.includes(`fn ${fn}(`))) problems.push(`${where}: ${file} has no fn ${fn}`);
-    for (const t of c.tags ?? []) {
-      if (t !== "processes" && t !== "idle" && !CAPABILITY_TAGS.has(t)) problems.push(`${where}: unknown tag ${t}`);
-    }
-    const bound = new Set<string>();
-    c.steps.forEach((s, j) => {
-      problems.push(...validateStep(s, `${where} step ${j + 1}`, bound, true));
-      problems.push(...checkCapabilityTags(s, `${where} step ${j + 1}`, c.tags ?? []));
-    });
-  });
-  return problems;
-}
-
-function checkCapabilityTags(step: Step, where: string, tags: string[]): string[] {
-  const out: string[] = [];
-  const cap = stepCapability(step);
-  if (cap && !(step.tolerate ?? []).includes("unsupported") && !tags.includes(cap)) {
-    out.push(`${where}: ${step.op} needs the capability tag ${cap} on its case`);
-  }
-  if (step.do && typeof step.do === "object") out.push(...checkCapabilityTags(step.do, `${where} do`, tags));
-  return out;
-}
-
-function validateStep(step: Step, where: string, bound: Set<string>, top: boolean): string[] {
-  const out: string[] = [];
-  const op = step.op;
-  if (!KNOWN_OPS.has(op)) return [`${where}: unknown op ${op}`];
-  const allowed = new Set([...COMMON_KEYS, ...(OP_KEYS[op] ?? ["sandbox"])]);
-  const extra = Object.keys(step).filter((k) => !allowed.has(k));
-  if (extra.length) out.push(`${where}: ${op}: unknown keys ${extra}`);
-  if (TARGET_OPS.includes(op) && op !== "connect_or_start" && !("sandbox" in step)) out.push(`${where}: ${op} needs 'sandbox'`);
-  if (op === "connect_or_start" && ("sandbox" in step) === ("name" in step)) {
-    out.push(`${where}: connect_or_start needs exactly one of 'sandbox', 'name'`);
-  }
-  if ("sandbox" in step && top && !bound.has(step.sandbox)) out.push(`${where}: variable ${step.sandbox} is not bound by an earlier step`);
-  if (step.options) {
-    const bad = Object.keys(step.options).filter((k) => !CREATE_OPTIONS.has(k));
-    if (bad.length) out.push(`${where}: unknown options ${bad}`);
-  }
-  if ("changes" in step) {
-    if (!isObject(step.changes)) out.push(`${where}: changes must be an object`);
-    else {
-      const bad = Object.keys(step.changes).filter((k) => !MODIFY_CHANGES.has(k));
-      if (bad.length) out.push(`${where}: unknown changes ${bad}`);
-    }
-  }
-  if ("within" in step && "background" in step) out.push(`${where}: 'within' and 'background' do not combine`);
-  if (op === "repeat" || op === "race") {
-    if (!step.do || typeof step.do !== "object") out.push(`${where}: ${op} needs a 'do' step`);
-    else {
-      out.push(...validateStep(step.do, `${where} do`, bound, false));
-      if ("as" in step.do) out.push(`${where}: the 'do' of a ${op} cannot bind with 'as'`);
-    }
-  }
-  if (op === "race") {
-    const bad = Object.keys(step.expect ?? {}).filter((k) => !RACE_EXPECT_KEYS.has(k));
-    if (bad.length) out.push(`${where}: race: unknown expect keys ${bad}`);
-    if (step.processes && (!PROCESS_RACE_OPS.has(step.do?.op) || !("name" in (step.do ?? {})))) {
-      out.push(`${where}: a race in processes runs only ${[...PROCESS_RACE_OPS]} by name`);
-    }
-  }
-  if ("as" in step) bound.add(step.as);
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// Values and matching
-
-function isObject(v: unknown): v is Record<string, any> {
-  return typeof v === "object" && v !== null && !Array.isArray(v) && !Buffer.isBuffer(v) && !(v instanceof Date);
-}
-
-function isOperator(obj: unknown): obj is Record<string, any> {
-  if (!isObject(obj)) return false;
-  const keys = Object.keys(obj);
-  if (!keys.length) return false;
-  const main = keys.filter((k) => VALUE_OPERATORS.has(k) || MATCH_OPERATORS.has(k));
-  return main.length === 1 && keys.every((k) => VALUE_OPERATORS.has(k) || MATCH_OPERATORS.has(k) || OPERATOR_MODIFIERS.has(k));
-}
-
-/** The language-neutral form of an SDK value: bytes as text, dates as ISO text. */
-function norm(v: unknown): Value {
-  if (v === MISSING) return MISSING;
-  if (v === undefined) return undefined;
-  if (Buffer.isBuffer(v)) return v.toString("utf8");
-  if (v instanceof Date) return v.toISOString();
-  if (Array.isArray(v)) return v.map((x) => norm(x) as Json);
-  if (isObject(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, norm(x) as Json]));
-  return v as Json;
-}
-
-function equal(expected: Value, actual: Value): boolean {
-  if (actual === MISSING) return false;
-  if (typeof expected === "boolean" || typeof actual === "boolean") return expected === actual;
-  if (typeof expected === "number" && typeof actual === "number") return Math.abs(expected - actual) < 1e-9;
-  return JSON.stringify(sorted(norm(expected))) === JSON.stringify(sorted(norm(actual)));
-}
-
-function sorted(v: Value): Value {
-  if (Array.isArray(v)) return v.map((x) => sorted(x) as Json);
-  if (isObject(v)) return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k]) as Json]));
-  return v;
-}
-
-function show(v: Value): string {
-  return v === MISSING ? "<absent>" : JSON.stringify(v);
-}
-
-// The SDK's records in the cases' neutral vocabulary (snake_case; durations
-// are seconds in both).
-function neutralConfig(c: SandboxConfig): Record<string, Json> {
-  return {
-    image: c.image,
-    driver: c.driver,
-    runtime: c.runtime,
-    cpus: c.cpus,
-    memory_mb: c.memory,
-    pids_limit: c.pidsLimit,
-    env: c.env,
-    workdir: c.workdir,
-    labels: c.labels,
-    network: c.network as Json,
-    ports: c.ports,
-    secrets: c.secrets as unknown as Json,
-    idle_timeout: c.idleTimeout,
-    idle_action: c.idleAction,
-    max_duration: c.maxDuration,
-    demand_start: c.demandStart,
-    startup_timeout: c.startupTimeout,
-  };
-}
-
-function infoField(info: SandboxInfo, key: string): Value {
-  switch (key) {
-    case "id":
-    case "name":
-    case "status":
-    case "generation":
-    case "detached":
-      return info[key];
-    case "config":
-      return neutralConfig(info.config);
-    case "exit_reason":
-      return info.lastRun?.exitReason ?? null;
-    case "detail":
-      return info.lastRun?.detail ?? null;
-    default:
-      return MISSING;
-  }
-}
-
-/** An exec's outcome (exec, or a spawned process collected by `wait`). */
-interface Collected {
-  stdout: Buffer;
-  stderr: Buffer;
-  exitCode: number | null;
-  signal: number | null;
-  timedOut: boolean;
-  truncated?: boolean;
-}
-
-type Kind = "sandbox" | "handle" | "info" | "plan" | "exec" | "value" | "list" | "process" | "none";
-type Target = Sandbox | SandboxHandle;
-
-/** A step's result with its kind. */
-interface R {
-  kind: Kind;
-  obj?: any;
-}
-
-interface Outcome {
-  result: R | null;
-  error: unknown;
-}
-
-function codeOf(e: unknown): string | null {
-  return e instanceof Error && typeof (e as any).code === "string" ? (e as any).code : null;
-}
-
-function describe(e: unknown): string {
-  if (e instanceof Error) return `${e.constructor.name}(code=${codeOf(e)}): ${e.message}`;
-  return String(e);
-}
-
-/** Whether `e` is an instance of the class of its code (and of BurrowError). */
-export function classOk(e: unknown): boolean {
-  const code = codeOf(e);
-  const cls = code === null ? undefined : ERROR_CLASSES[code];
-  return (
-    cls !== undefined &&
-    e instanceof cls &&
-    e instanceof BurrowError &&
-    (e as Error).constructor.name === CODE_CLASSES[code!]
-  );
-}
-
-function errorField(e: unknown, key: string): Value {
-  if (!(e instanceof BurrowError)) return MISSING;
-  switch (key) {
-    case "code":
-      return e.code;
-    case "sandbox_id":
-      return e.sandboxId ?? null;
-    case "name":
-      return e.sandboxName ?? null;
-    case "status":
-      return e.status ?? null;
-    case "guest_code":
-      return e.body.guest?.code ?? null;
-    default:
-      return MISSING;
-  }
-}
-
-const sleep = (s: number) => new Promise<void>((r) => setTimeout(r, s * 1000));
-
-/** What a race caller reports (plain data: it crosses the IPC channel). */
-export interface RaceReport {
-  ok: boolean;
-  code: string | null;
-  error?: string;
-  classOk?: boolean;
-  fields?: Record<string, Json>;
-  pid?: number;
 }
 
 // ---------------------------------------------------------------------------
@@ -512,6 +129,10 @@ export class Runner {
     await Promise.allSettled(this.jobs.values());
     this.jobs.clear();
     if (!this.cleanup) return;
+    // The pools first (their warm sandboxes are never listed), where the
+    // backend has them.
+    const pools = await Sandbox.listPools({ timeout: 30 }).catch(() => []);
+    for (const pool of pools) await Sandbox.removePool(pool.name, { timeout: 60 }).catch(() => {});
     let handles: SandboxHandle[];
     try {
       handles = (await Sandbox.list({}, { timeout: 30 })).sandboxes;
@@ -757,9 +378,10 @@ export class Runner {
     }
   }
 
+  /** A builder of the step's options, named by its `name` (a pool's: its `pool`). */
   private build(step: Step) {
     const o = { image: this.image, ...this.value(step.options ?? {}) };
-    const b = Sandbox.builder(this.value(step.name));
+    const b = Sandbox.builder(this.value(step.op === "create_pool" ? step.pool : step.name));
     b.image(o.image);
     if (o.cpus !== undefined) b.cpus(o.cpus);
     if (o.memory_mb !== undefined) b.memory(o.memory_mb);
@@ -845,6 +467,17 @@ export class Runner {
         return { kind: "value", obj: (await Sandbox.snapshots()).map((s) => s.name) };
       case "remove_snapshot":
         await Sandbox.removeSnapshot(this.value(step.snapshot));
+        return { kind: "none" };
+      case "create_pool":
+        return { kind: "value", obj: poolValue(await this.build(step).b.createPool(this.value(step.size))) };
+      case "get_pool":
+        return { kind: "value", obj: poolValue(await Sandbox.getPool(this.value(step.pool))) };
+      case "list_pools":
+        return { kind: "value", obj: (await Sandbox.listPools()).map((p) => p.name) };
+      case "scale_pool":
+        return { kind: "value", obj: poolValue(await Sandbox.scalePool(this.value(step.pool), this.value(step.size))) };
+      case "remove_pool":
+        await Sandbox.removePool(this.value(step.pool));
         return { kind: "none" };
     }
     if (op === "connect_or_start" && "name" in step) {
@@ -1066,30 +699,6 @@ export class Runner {
 }
 
 /** Collects a spawned process: all of its output, then its exit. */
-/**
- * `data` cut into `chunks` pieces of `ceil(len / chunks)` bytes (the last
- * one shorter; none for empty data), as every interpreter cuts an
- * `fs_write_stream`'s data.
- */
-function splitChunks(data: Buffer, chunks: number): Buffer[] {
-  const size = Math.max(1, Math.ceil(data.length / Math.max(1, chunks)));
-  const out: Buffer[] = [];
-  for (let i = 0; i < data.length; i += size) out.push(data.subarray(i, i + size));
-  return out;
-}
-
-async function collect(proc: Process): Promise<Collected> {
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  for await (const ev of proc) {
-    if (ev.kind === "stdout") out.push(ev.data);
-    else if (ev.kind === "stderr") err.push(ev.data);
-  }
-  const st = proc.exitStatus;
-  if (!st) throw new Error("the process ended without an exit status");
-  return { stdout: Buffer.concat(out), stderr: Buffer.concat(err), exitCode: st.exitCode, signal: st.signal, timedOut: st.timedOut };
-}
-
 // ---------------------------------------------------------------------------
 // Races across OS processes
 

@@ -11,7 +11,9 @@ import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { Sandbox, UnsupportedError, configure, errorCodes } from "burrow";
-import { CODE_CLASSES, ConformanceFailure, Runner, loadDocument, validateCases, type Case } from "./conformance-runner.mjs";
+import { loadDocument, validateCases, type Case } from "./conformance-cases.mjs";
+import { ConformanceFailure, Runner } from "./conformance-runner.mjs";
+import { CODE_CLASSES } from "./conformance-values.mjs";
 
 const image = process.env.BURROW_TEST_IMAGE;
 assert.ok(image, "BURROW_TEST_IMAGE names the busybox image");
@@ -131,7 +133,7 @@ test("the package reports the backend's capabilities, and an operation it lacks 
   configure({ home });
   try {
     const caps = await Sandbox.capabilities();
-    assert.deepEqual(Object.keys(caps).sort(), ["attached", "fork", "fullSnapshots", "idleReclaim", "logs", "metrics", "modifyLive", "networkPolicy", "pause", "persistentLayer", "publishedPorts", "secrets", "snapshots"]);
+    assert.deepEqual(Object.keys(caps).sort(), ["attached", "fork", "fullSnapshots", "idleReclaim", "logs", "metrics", "modifyLive", "networkPolicy", "pause", "persistentLayer", "pools", "publishedPorts", "secrets", "snapshots"]);
     // The local engine run by root has every capability; full snapshots
     // (memory and processes) are the vm driver's alone.
     if (!remote && process.getuid!() === 0) {

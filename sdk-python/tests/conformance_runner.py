@@ -1,7 +1,9 @@
 """Interpreter of the language-neutral lifecycle cases (tests/conformance/cases.json)
 on top of the async ``burrow`` API.
 
-The step vocabulary is documented in tests/conformance/README.md. This module
+The step vocabulary is documented in tests/conformance/README.md; the
+cases document and its structural check are ``conformance_cases``, the
+values and outcomes the runner compares ``conformance_values``. This module
 imports ``burrow`` lazily, so the structural checks of the cases file
 (:func:`validate_cases`) work without the package.
 
@@ -13,372 +15,36 @@ again and use :class:`Runner` to run their step.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import enum
 import json
 import os
 import time
 import traceback
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CASES_PATH = Path(
-    os.environ.get("BURROW_CONFORMANCE_CASES")
-    or REPO_ROOT / "tests" / "conformance" / "cases.json"
+from conformance_cases import MATCH_OPERATORS
+from conformance_values import (
+    _MISSING,
+    CODE_CLASSES,
+    FOLLOW_TIMEOUT,
+    Outcome,
+    R,
+    StepTimeout,
+    _class_ok,
+    _collect,
+    _describe_error,
+    _equal,
+    _info_field,
+    _is_operator,
+    _neutral_config,
+    _norm,
+    _pool_value,
+    _snapshot_value,
+    _split_chunks,
 )
-
-# The error class of every core code (sdk-python/API.md, "Errors").
-CODE_CLASSES = {
-    "sandbox_replaced": "SandboxReplacedError",
-    "already_exists": "SandboxAlreadyExistsError",
-    "not_found": "SandboxNotFoundError",
-    "invalid_state": "InvalidStateError",
-    "invalid_name": "InvalidNameError",
-    "invalid_config": "InvalidConfigError",
-    "invalid_image": "InvalidImageError",
-    "invalid_argument": "InvalidArgumentError",
-    "starting": "StartingError",
-    "start_failed": "StartFailedError",
-    "timeout": "BurrowTimeoutError",
-    "runtime_unavailable": "RuntimeUnavailableError",
-    "guest": "GuestError",
-    "protocol": "ProtocolError",
-    "store": "StoreError",
-    "io": "BurrowIOError",
-    "unauthorized": "UnauthorizedError",
-    "unsupported": "UnsupportedError",
-    "port_unavailable": "PortUnavailableError",
-    "snapshot_in_use": "SnapshotInUseError",
-}
-
-NAME_OPS = {
-    "create", "connect_or_create", "define", "get", "get_by_id", "list", "get_snapshot",
-    "list_snapshots", "remove_snapshot",
-}
-TARGET_OPS = {
-    "handle", "info", "status", "config", "start", "connect_or_start", "connect",
-    "restart", "stop", "kill", "request_drain", "pause", "resume", "touch", "modify",
-    "wait_for_status", "wait_until_stopped", "destroy", "detach", "ping", "exec",
-    "spawn", "fs_write", "fs_read", "fs_exists", "fs_mkdir", "fs_list", "fs_write_stream",
-    "fs_read_stream", "follow_logs", "snapshot", "fork",
-}
-CONTROL_OPS = {"wait", "await", "sleep", "repeat", "race", "remove"}
-KNOWN_OPS = NAME_OPS | TARGET_OPS | CONTROL_OPS
-# Operations allowed as the `do` of a race run in several processes.
-PROCESS_RACE_OPS = {"create", "connect_or_create", "connect_or_start"}
-
-COMMON_KEYS = {"op", "as", "save", "expect", "tolerate", "within", "background"}
-OP_KEYS = {
-    "create": {"name", "options"},
-    "connect_or_create": {"name", "options"},
-    "define": {"name", "options"},
-    "get": {"name"},
-    "get_by_id": {"id"},
-    "list": {"status", "labels"},
-    "remove": {"name", "sandbox"},
-    "stop": {"sandbox", "grace"},
-    "modify": {"sandbox", "changes"},
-    "wait_for_status": {"sandbox", "statuses", "timeout"},
-    "exec": {"sandbox", "argv", "stdin", "env", "cwd", "timeout", "output_limit"},
-    "spawn": {"sandbox", "argv", "env", "cwd", "timeout"},
-    "fs_write": {"sandbox", "path", "data"},
-    "fs_read": {"sandbox", "path"},
-    "fs_write_stream": {"sandbox", "path", "data", "chunks"},
-    "fs_read_stream": {"sandbox", "path"},
-    "fs_exists": {"sandbox", "path"},
-    "fs_mkdir": {"sandbox", "path", "parents"},
-    "fs_list": {"sandbox", "path"},
-    "follow_logs": {"sandbox", "source", "timeout"},
-    "snapshot": {"sandbox", "snapshot", "kind"},
-    "fork": {"sandbox", "count", "names"},
-    "get_snapshot": {"snapshot"},
-    "remove_snapshot": {"snapshot"},
-    "list_snapshots": set(),
-    "wait": {"process"},
-    "await": {"job"},
-    "sleep": {"seconds"},
-    "repeat": {"seconds", "interval", "do"},
-    "race": {"callers", "processes", "do"},
-    "connect_or_start": {"sandbox", "name"},
-}
-CREATE_OPTIONS = {
-    "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir",
-    "labels", "network", "ports", "secrets", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
-    "demand_start", "detached", "replace",
-}
-# The changes a `modify` step may name (durations in seconds; null clears
-# cpus, memory_mb, idle_timeout and max_duration).
-MODIFY_CHANGES = {
-    "cpus", "memory_mb", "env_set", "env_unset", "labels_set", "labels_unset",
-    "idle_timeout", "idle_action", "max_duration", "network",
-}
-RACE_EXPECT_KEYS = {"outcomes", "same_id", "starts", "each"}
-# Tags naming a backend capability (burrow::Capabilities): a case carries the
-# tag of every capability its steps use (see step_capability). The Rust kit
-# reports such a case unsupported on a backend without that capability, and
-# so does this runner's test (test_conformance.lacking).
-CAPABILITY_TAGS = {
-    "pause", "modify_live", "metrics", "logs", "idle_reclaim", "attached", "persistent_layer",
-    "network_policy", "published_ports", "secrets", "snapshots", "full_snapshots",
-    "fork",
-}
-VALUE_OPERATORS = {"var", "str_repeat"}
-MATCH_OPERATORS = {"ne", "one_of", "present"}
-OPERATOR_MODIFIERS = {"add", "times"}
-
-_MISSING = object()
 
 
 class ConformanceFailure(AssertionError):
     """A step's outcome did not meet its expectation."""
-
-
-# ---------------------------------------------------------------------------
-# The cases file
-
-
-def load_document(path: Path | str = CASES_PATH) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def load_cases(path: Path | str = CASES_PATH) -> list[dict]:
-    return load_document(path)["cases"]
-
-
-def validate_cases(doc: dict, repo_root: Path = REPO_ROOT) -> list[str]:
-    """Structural problems of a cases document (empty when it is well formed)."""
-    problems: list[str] = []
-    if doc.get("format") != "burrow-conformance/1":
-        problems.append(f"unknown format {doc.get('format')!r}")
-    seen: set[str] = set()
-    for i, case in enumerate(doc.get("cases", [])):
-        where = case.get("id", f"case #{i}")
-        for key in ("id", "title", "reference", "steps"):
-            if key not in case:
-                problems.append(f"{where}: missing {key!r}")
-        extra = set(case) - {"id", "title", "reference", "steps", "tags", "timeout", "notes"}
-        if extra:
-            problems.append(f"{where}: unknown keys {sorted(extra)}")
-        if where in seen:
-            problems.append(f"{where}: duplicate id")
-        seen.add(where)
-        ref = case.get("reference", "")
-        file_part, _, func = ref.partition("::")
-        ref_path = repo_root / file_part
-        if not func or not ref_path.is_file():
-            problems.append(f"{where}: reference {ref!r} is not path::function")
-        elif f"fn {func}(" not in ref_path.read_text(encoding="utf-8"):
-            problems.append(f"{where}: {file_part} has no fn {func}")
-        bound: set[str] = set()
-        for j, step in enumerate(case.get("steps", [])):
-            problems += _validate_step(step, f"{where} step {j + 1}", bound, top=True)
-            problems += _check_capability_tags(step, f"{where} step {j + 1}", case.get("tags", []))
-    return problems
-
-
-def _snapshot_value(s: Any) -> dict:
-    """A snapshot as the cases see it: the core's field names and values."""
-    return {
-        "name": s.name,
-        "kind": s.kind.value,
-        "image": s.image,
-        "digest": s.digest,
-        "size": s.size,
-        "source_id": s.source_id,
-        "source_name": s.source_name,
-        "base_image": s.base_image,
-        "driver": s.driver.value,
-        "created_at_ms": int(s.created_at.timestamp() * 1000),
-    }
-
-
-def step_capability(step: dict) -> str | None:
-    """The capability a step needs by itself (as the Rust kit's step_capability)."""
-    op = step.get("op")
-    options = step.get("options") or {}
-    if op in ("pause", "resume"):
-        return "pause"
-    if op == "modify":
-        return "modify_live"
-    if op == "follow_logs":
-        return "logs"
-    if op == "detach":
-        return "attached"
-    if op == "snapshot" and step.get("kind") == "full":
-        return "full_snapshots"
-    if op in ("snapshot", "get_snapshot", "list_snapshots", "remove_snapshot"):
-        return "snapshots"
-    if op == "fork":
-        return "fork"
-    if op == "race" and step.get("processes"):
-        do = step.get("do") or {}
-        owns = do.get("op") in ("create", "connect_or_create") and not (
-            do.get("options") or {}
-        ).get("detached", False)
-        return "attached" if owns else None
-    if isinstance(options.get("network"), dict):
-        return "network_policy"
-    if "ports" in options:
-        return "published_ports"
-    if "secrets" in options:
-        return "secrets"
-    if {"idle_timeout", "idle_action", "demand_start"} & set(options):
-        return "idle_reclaim"
-    return None
-
-
-def _check_capability_tags(step: dict, where: str, tags: list[str]) -> list[str]:
-    problems: list[str] = []
-    cap = step_capability(step)
-    if cap is not None and "unsupported" not in (step.get("tolerate") or []) and cap not in tags:
-        problems.append(f"{where}: {step.get('op')} needs the capability tag {cap!r} on its case")
-    if isinstance(step.get("do"), dict):
-        problems += _check_capability_tags(step["do"], f"{where} do", tags)
-    return problems
-
-
-def _validate_step(step: dict, where: str, bound: set[str], top: bool) -> list[str]:
-    problems: list[str] = []
-    op = step.get("op")
-    if op not in KNOWN_OPS:
-        return [f"{where}: unknown op {op!r}"]
-    allowed = COMMON_KEYS | OP_KEYS.get(op, {"sandbox"})
-    extra = set(step) - allowed
-    if extra:
-        problems.append(f"{where}: {op}: unknown keys {sorted(extra)}")
-    if op in TARGET_OPS and op != "connect_or_start" and "sandbox" not in step:
-        problems.append(f"{where}: {op} needs 'sandbox'")
-    if op == "connect_or_start" and ("sandbox" in step) == ("name" in step):
-        problems.append(f"{where}: connect_or_start needs exactly one of 'sandbox', 'name'")
-    if "sandbox" in step and top and step["sandbox"] not in bound:
-        problems.append(f"{where}: variable {step['sandbox']!r} is not bound by an earlier step")
-    for k in ("options",):
-        if k in step:
-            bad = set(step[k]) - CREATE_OPTIONS
-            if bad:
-                problems.append(f"{where}: unknown options {sorted(bad)}")
-    if "changes" in step:
-        if not isinstance(step["changes"], dict):
-            problems.append(f"{where}: changes must be an object")
-        else:
-            bad = set(step["changes"]) - MODIFY_CHANGES
-            if bad:
-                problems.append(f"{where}: unknown changes {sorted(bad)}")
-    if "within" in step and "background" in step:
-        problems.append(f"{where}: 'within' and 'background' do not combine")
-    if op in ("repeat", "race"):
-        if not isinstance(step.get("do"), dict):
-            problems.append(f"{where}: {op} needs a 'do' step")
-        else:
-            problems += _validate_step(step["do"], f"{where} do", bound, top=False)
-            if "do" in step and "as" in step["do"]:
-                problems.append(f"{where}: the 'do' of a {op} cannot bind with 'as'")
-    if op == "race":
-        exp = step.get("expect", {})
-        bad = set(exp) - RACE_EXPECT_KEYS
-        if bad:
-            problems.append(f"{where}: race: unknown expect keys {sorted(bad)}")
-        if step.get("processes"):
-            do = step.get("do", {})
-            if do.get("op") not in PROCESS_RACE_OPS or "name" not in do:
-                problems.append(
-                    f"{where}: a race in processes runs only {sorted(PROCESS_RACE_OPS)} by name"
-                )
-    if "as" in step:
-        bound.add(step["as"])
-    if op == "await" and "as" in step:
-        bound.add(step["as"])
-    return problems
-
-
-# ---------------------------------------------------------------------------
-# Normalisation and matching
-
-
-def _norm(value: Any) -> Any:
-    """Language-neutral form of an API value: enums as their strings, bytes as text."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, (datetime.datetime, datetime.date)):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(_norm(k)): _norm(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_norm(v) for v in value]
-    return value
-
-
-def _is_operator(obj: Any) -> bool:
-    if not isinstance(obj, dict) or not obj:
-        return False
-    keys = set(obj)
-    main = keys & (VALUE_OPERATORS | MATCH_OPERATORS)
-    return len(main) == 1 and keys <= (VALUE_OPERATORS | MATCH_OPERATORS | OPERATOR_MODIFIERS)
-
-
-@dataclass
-class R:
-    """A step's result with its kind (sandbox, handle, info, plan, exec, value, list, process,
-    none)."""
-
-    kind: str
-    obj: Any = None
-
-
-@dataclass
-class Outcome:
-    result: R | None
-    error: BaseException | None
-
-    @property
-    def code(self) -> str | None:
-        if self.error is None:
-            return None
-        code = getattr(self.error, "code", None)
-        return code if isinstance(code, str) else None
-
-
-@dataclass
-class _Collected:
-    stdout: bytes
-    stderr: bytes
-    exit_code: int | None
-    signal: int | None
-    timed_out: bool
-    truncated: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-
-def _split_chunks(data: bytes, chunks: int) -> list[bytes]:
-    """``data`` cut into ``chunks`` pieces of ``ceil(len / chunks)`` bytes
-    (the last one shorter; none for empty data), as every interpreter cuts
-    an ``fs_write_stream``'s data."""
-    size = max(1, -(-len(data) // max(1, chunks)))
-    return [data[i : i + size] for i in range(0, len(data), size)]
-
-
-#: How long a follow_logs step waits for its stream to end (seconds, scaled)
-#: unless the step says.
-FOLLOW_TIMEOUT = 60.0
-
-
-class StepTimeout(Exception):
-    """A step of the runner's own that did not finish in time (code ``timeout``)."""
-
-    code = "timeout"
-
-
-def _describe_error(e: BaseException) -> str:
-    code = getattr(e, "code", None)
-    return f"{type(e).__name__}(code={code!r}): {e}"
 
 
 # ---------------------------------------------------------------------------
@@ -449,6 +115,17 @@ class Runner:
             return
         from burrow import Sandbox
 
+        # The pools first (their warm sandboxes are never listed), where
+        # the backend has them.
+        try:
+            pools = await asyncio.wait_for(Sandbox.list_pools(), 30)
+        except Exception:  # noqa: BLE001 - cleanup only (unsupported too)
+            pools = []
+        for pool in pools:
+            try:
+                await asyncio.wait_for(Sandbox.remove_pool(pool.name), 60)
+            except Exception:  # noqa: BLE001 - cleanup only
+                pass
         try:
             page = await asyncio.wait_for(Sandbox.list(), 30)
         except Exception:  # noqa: BLE001 - cleanup only
@@ -776,6 +453,20 @@ class Runner:
         if op == "remove_snapshot":
             await Sandbox.remove_snapshot(self.value(step["snapshot"]))
             return R("none")
+        if op == "create_pool":
+            opts = self._options(step)
+            pool = await Sandbox.create_pool(self.value(step["pool"]), self.value(step["size"]), **opts)
+            return R("value", _pool_value(pool))
+        if op == "get_pool":
+            return R("value", _pool_value(await Sandbox.get_pool(self.value(step["pool"]))))
+        if op == "list_pools":
+            return R("value", [p.name for p in await Sandbox.list_pools()])
+        if op == "scale_pool":
+            pool = await Sandbox.scale_pool(self.value(step["pool"]), self.value(step["size"]))
+            return R("value", _pool_value(pool))
+        if op == "remove_pool":
+            await Sandbox.remove_pool(self.value(step["pool"]))
+            return R("none")
         if op == "connect_or_start" and "name" in step:
             handle = await Sandbox.get(self.value(step["name"]))
             return R("sandbox", await handle.connect_or_start())
@@ -970,16 +661,6 @@ class Runner:
             self.values[var] = oks[0].get(field)
 
 
-def _equal(expected: Any, actual: Any) -> bool:
-    if actual is _MISSING:
-        return False
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return isinstance(expected, bool) and isinstance(actual, bool) and expected == actual
-    if isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
-        return abs(expected - actual) < 1e-9
-    return _norm(expected) == _norm(actual)
-
-
 def _typed_network(args: dict) -> None:
     """A policy given as JSON becomes the package's NetworkPolicy: the typed
     API is what the case exercises."""
@@ -988,49 +669,6 @@ def _typed_network(args: dict) -> None:
     net = args.get("network")
     if isinstance(net, dict):
         args["network"] = NetworkPolicy(allow=net.get("allow", ()), deny=net.get("deny", ()))
-
-
-def _info_field(info: Any, key: str) -> Any:
-    if key in ("exit_reason", "detail"):
-        run = getattr(info, "last_run", None)
-        return None if run is None else getattr(run, key)
-    if key == "config":
-        return _neutral_config(info.config)
-    return getattr(info, key, _MISSING)
-
-
-def _neutral_config(config: dict) -> dict:
-    """The configuration as cases read it: the core's JSON form, with
-    ``idle_action`` always present (the JSON leaves out the default,
-    ``"stop"``)."""
-    return {"idle_action": "stop", **config}
-
-
-def _class_ok(error: BaseException) -> bool:
-    try:
-        from burrow import errors
-
-        cls = CODE_CLASSES.get(getattr(error, "code", None))
-        return cls is not None and isinstance(error, getattr(errors, cls))
-    except Exception:  # noqa: BLE001
-        return False
-
-
-async def _collect(proc: Any) -> _Collected:
-    out, err = bytearray(), bytearray()
-    async for stream, data in proc:
-        if stream == "stdout":
-            out += data
-        else:
-            err += data
-    status = await proc.wait()
-    return _Collected(
-        stdout=bytes(out),
-        stderr=bytes(err),
-        exit_code=status.exit_code,
-        signal=status.signal,
-        timed_out=bool(status.timed_out),
-    )
 
 
 # ---------------------------------------------------------------------------

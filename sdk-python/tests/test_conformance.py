@@ -1,5 +1,6 @@
 """The language-neutral lifecycle cases (tests/conformance/cases.json), one test
-per case id, run by conformance_runner against real sandboxes."""
+per case id, run by conformance_runner against real sandboxes (their
+structure checked by conformance_cases)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ import os
 import pytest
 
 import _support
+import conformance_cases
 import conformance_runner
 
-DOCUMENT = conformance_runner.load_document()
+DOCUMENT = conformance_cases.load_document()
 CASES = DOCUMENT["cases"]
 
 
 @pytest.mark.no_sandbox
 def test_cases_file_is_well_formed():
-    problems = conformance_runner.validate_cases(DOCUMENT)
+    problems = conformance_cases.validate_cases(DOCUMENT)
     assert not problems, "\n".join(problems)
     ids = [c["id"] for c in CASES]
     assert len(ids) == len(set(ids))
@@ -42,7 +44,7 @@ async def lacking(case: dict) -> list[str]:
     caps = await burrow.Sandbox.capabilities()
     return [
         t for t in case.get("tags", [])
-        if t in conformance_runner.CAPABILITY_TAGS and not getattr(caps, t)
+        if t in conformance_cases.CAPABILITY_TAGS and not getattr(caps, t)
     ]
 
 
@@ -74,7 +76,7 @@ async def test_a_backend_refuses_what_it_lacks(burrow_home):
     import burrow
 
     caps = dataclasses.asdict(await burrow.Sandbox.capabilities())
-    assert set(caps) == conformance_runner.CAPABILITY_TAGS
+    assert set(caps) == conformance_cases.CAPABILITY_TAGS
     if _support.remote_mode():
         assert _support.CURRENT_SERVER is not None
         served = _support.CURRENT_SERVER.capabilities()

@@ -10,7 +10,8 @@ require "json"
 require "set"
 
 module Conformance
-  NAME_OPS = %w[create connect_or_create define get get_by_id list get_snapshot list_snapshots remove_snapshot].freeze
+  NAME_OPS = %w[create connect_or_create define get get_by_id list get_snapshot list_snapshots remove_snapshot
+                create_pool get_pool list_pools scale_pool remove_pool].freeze
   TARGET_OPS = %w[handle info status config start connect_or_start connect restart stop kill request_drain
                   pause resume touch modify wait_for_status wait_until_stopped destroy detach ping exec spawn
                   fs_write fs_read fs_exists fs_mkdir fs_list fs_write_stream fs_read_stream follow_logs
@@ -31,7 +32,8 @@ module Conformance
     "race" => %w[callers processes do], "connect_or_start" => %w[sandbox name],
     "follow_logs" => %w[sandbox source timeout], "snapshot" => %w[sandbox snapshot kind],
     "get_snapshot" => %w[snapshot], "remove_snapshot" => %w[snapshot], "list_snapshots" => [],
-    "fork" => %w[sandbox count names]
+    "fork" => %w[sandbox count names], "create_pool" => %w[pool size options], "get_pool" => %w[pool],
+    "list_pools" => [], "scale_pool" => %w[pool size], "remove_pool" => %w[pool]
   }.freeze
   CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network ports secrets idle_timeout idle_action
                       max_duration startup_timeout demand_start detached replace].freeze
@@ -41,7 +43,7 @@ module Conformance
                       max_duration network].freeze
   RACE_EXPECT_KEYS = %w[outcomes same_id starts each].freeze
   CAPABILITY_TAGS = %w[pause modify_live metrics logs idle_reclaim attached persistent_layer network_policy
-                       published_ports secrets snapshots full_snapshots fork].freeze
+                       published_ports secrets snapshots full_snapshots fork pools].freeze
 
   module_function
 
@@ -61,6 +63,7 @@ module Conformance
     return "full_snapshots" if step["op"] == "snapshot" && step["kind"] == "full"
     return "snapshots" if %w[snapshot get_snapshot list_snapshots remove_snapshot].include?(step["op"])
     return "fork" if step["op"] == "fork"
+    return "pools" if %w[create_pool get_pool list_pools scale_pool remove_pool].include?(step["op"])
     if step["op"] == "race" && step["processes"]
       d = step["do"] || {}
       owns = %w[create connect_or_create].include?(d["op"]) && !(d["options"] || {})["detached"]

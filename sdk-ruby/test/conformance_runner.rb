@@ -211,6 +211,7 @@ module Conformance
       @jobs.clear
       return unless @cleanup
 
+      remove_pools
       Burrow::Sandbox.list.sandboxes.each do |handle|
         handle.destroy
       rescue Burrow::Error
@@ -218,6 +219,18 @@ module Conformance
       end
     rescue Burrow::Error
       nil
+    end
+
+    # The pools first (their warm sandboxes are never listed), where the
+    # backend has them.
+    def remove_pools
+      Burrow::Sandbox.list_pools.each do |pool|
+        Burrow::Sandbox.remove_pool(pool.name)
+      rescue Burrow::Error
+        nil # cleanup only
+      end
+    rescue Burrow::Error
+      nil # unsupported: no pools
     end
 
     # -- steps ----------------------------------------------------------------
@@ -478,6 +491,15 @@ module Conformance
         "driver" => s.driver.to_s, "created_at_ms" => (s.created_at.to_r * 1000).to_i }
     end
 
+    # A pool as the cases see it: the core's field names and values (its
+    # configuration as an info's).
+    def pool_value(p)
+      { "name" => p.name, "config" => Conformance.neutral_config(p.config), "size" => p.size, "warm" => p.warm,
+        "starting" => p.starting, "claims" => p.claims, "misses" => p.misses,
+        "last_refill_ms" => p.last_refill && (p.last_refill * 1000).round,
+        "created_at_ms" => (p.created_at.to_r * 1000).to_i }
+    end
+
     def dispatch(step)
       op = step["op"]
       case op
@@ -502,6 +524,14 @@ module Conformance
         return Result.new(:value, snapshot_value(Burrow::Sandbox.get_snapshot(value(step["snapshot"]))))
       when "list_snapshots" then return Result.new(:value, Burrow::Sandbox.snapshots.map(&:name))
       when "remove_snapshot" then return Result.new(:none, Burrow::Sandbox.remove_snapshot(value(step["snapshot"])))
+      when "create_pool"
+        pool = Burrow::Sandbox.create_pool(value(step["pool"]), value(step["size"]), **build_options(step))
+        return Result.new(:value, pool_value(pool))
+      when "get_pool" then return Result.new(:value, pool_value(Burrow::Sandbox.get_pool(value(step["pool"]))))
+      when "list_pools" then return Result.new(:value, Burrow::Sandbox.list_pools.map(&:name))
+      when "scale_pool"
+        return Result.new(:value, pool_value(Burrow::Sandbox.scale_pool(value(step["pool"]), value(step["size"]))))
+      when "remove_pool" then return Result.new(:none, Burrow::Sandbox.remove_pool(value(step["pool"])))
       end
       if op == "connect_or_start" && step.key?("name")
         return Result.new(:sandbox, Burrow::Sandbox.get(value(step["name"])).connect_or_start)

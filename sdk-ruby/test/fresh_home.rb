@@ -24,6 +24,8 @@ module FreshHome
   end
 
   def teardown
+    # The pools first: their warm sandboxes are never listed.
+    Burrow::Sandbox.list_pools.each { |pool| Burrow::Sandbox.remove_pool(pool.name) }
     Burrow::Sandbox.list.sandboxes.each(&:destroy)
     Burrow.configure
     FileUtils.rm_rf(@home)

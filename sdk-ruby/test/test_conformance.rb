@@ -134,7 +134,7 @@ class TestCapabilities < Minitest::Test
     check = lambda do
       caps = Burrow::Sandbox.capabilities
       assert_equal %i[attached fork full_snapshots idle_reclaim logs metrics modify_live network_policy pause
-                      persistent_layer published_ports secrets snapshots], caps.members.sort
+                      persistent_layer pools published_ports secrets snapshots], caps.members.sort
       # The local engine run by root has every capability; full snapshots
       # (memory and processes) are the vm driver's alone.
       if !REMOTE && Process.euid.zero?

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use burrow::{
-    ExecOptions, IdleAction, ListFilter, LogOptions, LogSource, Modify, Mount, MountSource,
-    SandboxConfig, Status, StopOptions,
+    DriverKind, ExecOptions, IdleAction, ListFilter, LogOptions, LogSource, Modify, Mount,
+    MountSource, OciRuntime, PoolSpec, SandboxConfig, Status, StopOptions,
 };
 use serde::{Deserialize, Deserializer};
 
@@ -239,6 +239,55 @@ impl BuildInput {
     }
 }
 
+/// A warm pool to define: a build's fields (`name` is the pool's; no
+/// `mode` nor `detached`: warm sandboxes belong to no process) and its
+/// `size`.
+#[derive(Debug, Clone)]
+pub struct PoolInput {
+    /// How many warm sandboxes it keeps.
+    pub size: u32,
+    /// Its name and its sandboxes' options.
+    pub build: BuildInput,
+}
+
+impl<'de> Deserialize<'de> for PoolInput {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut fields = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        if let Some(key) = ["mode", "detached"]
+            .into_iter()
+            .find(|k| fields.contains_key(*k))
+        {
+            return Err(D::Error::custom(format!(
+                "unknown field `{key}` (a pool keeps its sandboxes detached, for creates to claim)"
+            )));
+        }
+        let size = fields
+            .remove("size")
+            .ok_or_else(|| D::Error::missing_field("size"))?;
+        Ok(PoolInput {
+            size: u32::deserialize(size).map_err(D::Error::custom)?,
+            build: BuildInput::deserialize(serde_json::Value::Object(fields))
+                .map_err(D::Error::custom)?,
+        })
+    }
+}
+
+impl PoolInput {
+    /// The core definition, the driver and runtime parsed as a builder
+    /// parses them (an unknown one is `invalid_config`).
+    pub(crate) fn spec(&self) -> Result<PoolSpec, Failure> {
+        let mut config = self.build.config()?;
+        if let Some(d) = &self.build.driver {
+            config.driver = Some(d.parse::<DriverKind>()?);
+        }
+        if let Some(r) = &self.build.runtime {
+            config.runtime = Some(r.parse::<OciRuntime>()?);
+        }
+        Ok(PoolSpec::new(self.build.name.clone(), config, self.size))
+    }
+}
+
 /// A `network` given as JSON (`null`: none given); a policy whose rule
 /// does not parse is an invalid configuration, as in the core's API.
 fn network(v: Option<&serde_json::Value>) -> Result<Option<burrow::Network>, Failure> {
@@ -417,4 +466,50 @@ pub(crate) fn stop_options(grace: Option<Seconds>) -> StopOptions {
         opts.grace = g.0;
     }
     opts
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::ModuleOp;
+
+    fn pool(json: &str) -> Result<burrow::PoolSpec, String> {
+        match serde_json::from_str::<ModuleOp>(json).map_err(|e| e.to_string())? {
+            ModuleOp::CreatePool(input) => input.spec().map_err(|f| f.code().to_owned()),
+            other => Err(format!("not a create_pool: {other:?}")),
+        }
+    }
+
+    #[test]
+    fn a_pool_takes_a_builds_options_and_its_size() {
+        let spec = pool(
+            r#"{"op": "create_pool", "name": "web", "size": 3, "image": "alpine",
+                "env": {"A": "1"}, "driver": "container", "startup_timeout": "5s"}"#,
+        )
+        .expect("a pool");
+        assert_eq!((spec.name.as_str(), spec.size), ("web", 3));
+        assert_eq!(spec.config.image, "alpine");
+        assert_eq!(spec.config.env["A"], "1");
+        assert_eq!(spec.config.driver, Some(burrow::DriverKind::Container));
+        assert_eq!(spec.config.startup_timeout.as_secs(), 5);
+    }
+
+    #[test]
+    fn a_pool_without_a_size_or_with_a_builds_mode_is_refused() {
+        for bad in [
+            r#"{"op": "create_pool", "name": "web", "image": "alpine"}"#,
+            r#"{"op": "create_pool", "name": "web", "size": -1}"#,
+            r#"{"op": "create_pool", "name": "web", "size": 1, "detached": true}"#,
+            r#"{"op": "create_pool", "name": "web", "size": 1, "mode": "create"}"#,
+            r#"{"op": "create_pool", "name": "web", "size": 1, "nope": 1}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<ModuleOp>(bad).is_err(),
+                "{bad} was taken"
+            );
+        }
+        assert_eq!(
+            pool(r#"{"op": "create_pool", "name": "web", "size": 1, "driver": "warp"}"#),
+            Err("invalid_config".to_owned())
+        );
+    }
 }

@@ -22,7 +22,7 @@ use crate::failure::Failure;
 use crate::files::{FileReadObj, FileWriteObj};
 use crate::input::{
     statuses, stop_options, BuildInput, BuildMode, ExecInput, ListInput, LogInput, ModifyInput,
-    Seconds,
+    PoolInput, Seconds,
 };
 use crate::objects::{Bound, LogCursor, Object, ProcessObj, SandboxObj};
 use crate::process::backend;
@@ -79,6 +79,28 @@ pub enum ModuleOp {
     },
     /// Removes a stored snapshot (`snapshot_in_use` while sandboxes use it).
     RemoveSnapshot {
+        /// Its name.
+        name: String,
+    },
+    /// Defines a warm pool and fills it (`burrow::Backend::create_pool`):
+    /// its `name`, its `size` and its sandboxes' options (a build's).
+    CreatePool(Box<PoolInput>),
+    /// One pool, its sandboxes counted.
+    GetPool {
+        /// Its name.
+        name: String,
+    },
+    /// Every pool, by name.
+    ListPools,
+    /// Sets how many warm sandboxes a pool keeps (returns once it does).
+    ScalePool {
+        /// Its name.
+        name: String,
+        /// 0 to `burrow::MAX_POOL_SIZE`.
+        size: u32,
+    },
+    /// Removes a pool and its warm sandboxes (claimed ones stay).
+    RemovePool {
         /// Its name.
         name: String,
     },
@@ -449,6 +471,14 @@ async fn module(op: ModuleOp) -> Result<Output, Failure> {
         ModuleOp::GetSnapshot { name } => json(&backend.get_snapshot(&name).await?),
         ModuleOp::RemoveSnapshot { name } => {
             backend.remove_snapshot(&name).await?;
+            Ok(Output::Unit)
+        }
+        ModuleOp::CreatePool(input) => json(&backend.create_pool(input.spec()?).await?),
+        ModuleOp::GetPool { name } => json(&backend.get_pool(&name).await?),
+        ModuleOp::ListPools => json(&backend.list_pools().await?),
+        ModuleOp::ScalePool { name, size } => json(&backend.scale_pool(&name, size).await?),
+        ModuleOp::RemovePool { name } => {
+            backend.remove_pool(&name).await?;
             Ok(Output::Unit)
         }
     }

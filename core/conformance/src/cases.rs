@@ -2,7 +2,7 @@
 //! and a structural check of the step vocabulary this interpreter knows.
 //!
 //! The vocabulary is the one of `tests/conformance/README.md`, shared with
-//! the Python interpreter (`sdk-python/tests/conformance_runner.py`); the
+//! the Python interpreter (`sdk-python/tests/conformance_cases.py`); the
 //! tables below are kept equal to that runner's, so a case using an op only
 //! one interpreter knows fails the structural test of both.
 
@@ -33,6 +33,11 @@ pub(crate) const NAME_OPS: &[&str] = &[
     "get_snapshot",
     "list_snapshots",
     "remove_snapshot",
+    "create_pool",
+    "get_pool",
+    "list_pools",
+    "scale_pool",
+    "remove_pool",
 ];
 pub(crate) const TARGET_OPS: &[&str] = &[
     "handle",
@@ -88,6 +93,7 @@ pub const CAPABILITY_TAGS: &[&str] = &[
     "snapshots",
     "full_snapshots",
     "fork",
+    "pools",
 ];
 /// Operations allowed as the `do` of a race run in several processes.
 pub(crate) const PROCESS_RACE_OPS: &[&str] = &["create", "connect_or_create", "connect_or_start"];
@@ -176,6 +182,10 @@ fn op_keys(op: &str) -> &'static [&'static str] {
         "fork" => &["sandbox", "count", "names"],
         "get_snapshot" | "remove_snapshot" => &["snapshot"],
         "list_snapshots" => &[],
+        "create_pool" => &["pool", "size", "options"],
+        "scale_pool" => &["pool", "size"],
+        "get_pool" | "remove_pool" => &["pool"],
+        "list_pools" => &[],
         "wait" => &["process"],
         "await" => &["job"],
         "sleep" => &["seconds"],
@@ -188,7 +198,8 @@ fn op_keys(op: &str) -> &'static [&'static str] {
 
 /// The capability (one of [`CAPABILITY_TAGS`]) a step needs by itself, if
 /// any: `pause`/`resume` need `pause`; `modify` needs `modify_live`;
-/// `follow_logs` needs `logs`;
+/// `follow_logs` needs `logs`; the snapshot ops need `snapshots` (a full
+/// one `full_snapshots`), `fork` needs `fork`, the pool ops `pools`;
 /// `detach`, and a race in processes whose callers own the attached sandbox
 /// they start, need `attached`; an `idle_timeout`, `idle_action` or
 /// `demand_start` option needs `idle_reclaim`.
@@ -205,6 +216,7 @@ pub(crate) fn step_capability(step: &Map<String, Value>) -> Option<&'static str>
         }
         "snapshot" | "get_snapshot" | "list_snapshots" | "remove_snapshot" => Some("snapshots"),
         "fork" => Some("fork"),
+        "create_pool" | "get_pool" | "list_pools" | "scale_pool" | "remove_pool" => Some("pools"),
         "race" if step.get("processes").and_then(Value::as_bool) == Some(true) => step
             .get("do")
             .and_then(Value::as_object)

@@ -526,12 +526,18 @@ pub(crate) fn claims(caps: &Capabilities, tag: &str) -> bool {
         "snapshots" => caps.snapshots,
         "full_snapshots" => caps.full_snapshots,
         "fork" => caps.fork,
+        "pools" => caps.pools,
         _ => false,
     }
 }
 
-/// Destroys every sandbox the case left behind.
+/// Removes every pool the case left behind (its warm sandboxes are not
+/// listed), then destroys every sandbox it left.
 async fn cleanup(backend: &Arc<dyn Backend>) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if let Err(e) = remove_pools(backend).await {
+        problems.push(e);
+    }
     let infos = tokio::time::timeout(
         Duration::from_secs(30),
         backend.list(&ListFilter::default()),
@@ -539,7 +545,6 @@ async fn cleanup(backend: &Arc<dyn Backend>) -> Result<(), String> {
     .await
     .map_err(|_| "listing the sandboxes left behind timed out".to_owned())?
     .map_err(|e| format!("listing the sandboxes left behind: {e}"))?;
-    let mut problems = Vec::new();
     for info in infos {
         let destroy = async {
             SandboxHandle::get_by_id_in(backend.clone(), &info.id)
@@ -551,6 +556,29 @@ async fn cleanup(backend: &Arc<dyn Backend>) -> Result<(), String> {
             Ok(Ok(())) | Ok(Err(burrow::Error::NotFound { .. })) => {}
             Ok(Err(e)) => problems.push(format!("destroying {} ({}): {e}", info.name, info.id)),
             Err(_) => problems.push(format!("destroying {} ({}) timed out", info.name, info.id)),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Removes every pool left behind (none on a backend without pools).
+async fn remove_pools(backend: &Arc<dyn Backend>) -> Result<(), String> {
+    let pools = match tokio::time::timeout(Duration::from_secs(30), backend.list_pools()).await {
+        Err(_) => return Err("listing the pools left behind timed out".to_owned()),
+        Ok(Err(e)) if e.code() == burrow::ErrorCode::Unsupported => return Ok(()),
+        Ok(Err(e)) => return Err(format!("listing the pools left behind: {e}")),
+        Ok(Ok(pools)) => pools,
+    };
+    let mut problems = Vec::new();
+    for pool in pools {
+        match tokio::time::timeout(Duration::from_secs(60), backend.remove_pool(&pool.name)).await {
+            Ok(Ok(())) | Ok(Err(burrow::Error::NotFound { .. })) => {}
+            Ok(Err(e)) => problems.push(format!("removing the pool {}: {e}", pool.name)),
+            Err(_) => problems.push(format!("removing the pool {} timed out", pool.name)),
         }
     }
     if problems.is_empty() {

@@ -59,6 +59,7 @@
 //! caller: see [`Kit::process_spawner`] and [`caller`]. This crate's own
 //! `burrow-conformance-caller` binary is one for the local backend.
 
+mod args;
 pub mod caller;
 mod cases;
 mod interp;

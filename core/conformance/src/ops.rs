@@ -2,14 +2,14 @@
 //! [`SandboxHandle`] and [`Sandbox`] (bound to the case's backend through
 //! their `*_in` constructors), and `Backend::list`. Nothing here calls a
 //! lifecycle method of the `Backend` trait directly: the kit checks what a
-//! user of the library gets.
+//! user of the library gets. Snapshots and pools, which have no API of
+//! their own besides the trait's, are its methods.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use burrow::{
-    ExecOptions, IdleAction, ListFilter, LogOptions, LogSource, Modify, Network, NetworkPolicy,
-    Sandbox, SandboxBuilder, SandboxConfig, SandboxHandle, SandboxId, Status, StopOptions,
+    ExecOptions, ListFilter, LogOptions, LogSource, Modify, PoolSpec, Sandbox, SandboxBuilder,
+    SandboxHandle, SandboxId, Status, StopOptions,
 };
 
 /// How long a `follow_logs` step waits for its stream to end, in seconds
@@ -17,6 +17,10 @@ use burrow::{
 const FOLLOW_TIMEOUT: f64 = 60.0;
 use serde_json::{json, Map, Value};
 
+use crate::args::{
+    argv, as_f64, as_u64, config, idle_action, network, nullable, opt_bool, seconds, split_chunks,
+    statuses, str_list, str_map,
+};
 use crate::interp::{op_of, Ctx, Obj};
 use crate::outcome::{config_json, Outcome, StepError, R};
 
@@ -48,7 +52,7 @@ impl E {
     }
 }
 
-fn kit<T>(message: impl Into<String>) -> Result<T, E> {
+pub(crate) fn kit<T>(message: impl Into<String>) -> Result<T, E> {
     Err(E::Kit(message.into()))
 }
 
@@ -81,6 +85,13 @@ impl Ctx {
         }
     }
 
+    /// A pool's `size` (one past `u32::MAX` is read as `u32::MAX`, which
+    /// the backend refuses as too large all the same).
+    fn size_arg(&self, step: &Map<String, Value>) -> Result<u32, E> {
+        let size = as_u64("size", &self.arg(step, "size")?)?;
+        Ok(u32::try_from(size).unwrap_or(u32::MAX))
+    }
+
     /// The create options of `step`, resolved, with the kit's image unless
     /// the step names one.
     pub(crate) fn options(&self, step: &Map<String, Value>) -> Result<Map<String, Value>, E> {
@@ -107,55 +118,7 @@ impl Ctx {
         step: &Map<String, Value>,
     ) -> Result<(SandboxBuilder, bool), E> {
         let opts = self.options(step)?;
-        let mut config = SandboxConfig::new(opt_str(&opts, "image")?.unwrap_or_default());
-        config.cpus = opts.get("cpus").map(|v| as_f64("cpus", v)).transpose()?;
-        config.memory_mb = opts
-            .get("memory_mb")
-            .map(|v| as_u64("memory_mb", v))
-            .transpose()?;
-        config.pids_limit = opts
-            .get("pids_limit")
-            .map(|v| as_u64("pids_limit", v))
-            .transpose()?;
-        config.best_effort_limits = opt_bool(&opts, "best_effort_limits")?.unwrap_or(false);
-        config.env = opt_map(&opts, "env")?;
-        config.workdir = opt_str(&opts, "workdir")?;
-        config.labels = opt_map(&opts, "labels")?;
-        if let Some(v) = opts.get("network").filter(|v| !v.is_null()) {
-            config.network = network(v)?;
-        }
-        if let Some(v) = opts.get("ports") {
-            // As a Rust caller parses them: a bad one is the step's
-            // `invalid_config`.
-            config.ports = str_list("ports", v)?
-                .iter()
-                .map(|p| {
-                    p.parse::<burrow::PortMapping>()
-                        .map_err(burrow::Error::from)
-                })
-                .collect::<Result<_, _>>()?;
-        }
-        if let Some(v) = opts.get("secrets") {
-            config.secrets = secrets(v)?;
-        }
-        config.idle_timeout = opts
-            .get("idle_timeout")
-            .map(|v| seconds("idle_timeout", v))
-            .transpose()?;
-        if let Some(v) = opts.get("idle_action") {
-            config.idle_action = idle_action(v)?;
-        }
-        config.max_duration = opts
-            .get("max_duration")
-            .map(|v| seconds("max_duration", v))
-            .transpose()?;
-        if let Some(v) = opts.get("startup_timeout") {
-            config.startup_timeout = seconds("startup_timeout", v)?;
-        }
-        config.demand_start = opt_bool(&opts, "demand_start")?;
-        // Cases never name a driver: the backend's default, as every
-        // interpreter does.
-        config.driver = None;
+        let config = config(&opts)?;
         let detached = opt_bool(&opts, "detached")?.unwrap_or(false);
         let replace = opt_bool(&opts, "replace")?.unwrap_or(false);
         let builder = Sandbox::builder(name)
@@ -268,6 +231,38 @@ impl Ctx {
             "remove_snapshot" => {
                 let snap = self.str_arg(step, "snapshot")?;
                 self.backend.remove_snapshot(&snap).await?;
+                return Ok(R::None);
+            }
+            "create_pool" => {
+                let pool = self.str_arg(step, "pool")?;
+                let size = self.size_arg(step)?;
+                let config = config(&self.options(step)?)?;
+                let info = self
+                    .backend
+                    .create_pool(PoolSpec::new(pool, config, size))
+                    .await?;
+                return Ok(R::Value(pool_json(&info)));
+            }
+            "get_pool" => {
+                let pool = self.str_arg(step, "pool")?;
+                return Ok(R::Value(pool_json(&self.backend.get_pool(&pool).await?)));
+            }
+            "list_pools" => {
+                let all = self.backend.list_pools().await?;
+                return Ok(R::Value(json!(all
+                    .iter()
+                    .map(|p| p.name.clone())
+                    .collect::<Vec<_>>())));
+            }
+            "scale_pool" => {
+                let pool = self.str_arg(step, "pool")?;
+                let size = self.size_arg(step)?;
+                let info = self.backend.scale_pool(&pool, size).await?;
+                return Ok(R::Value(pool_json(&info)));
+            }
+            "remove_pool" => {
+                let pool = self.str_arg(step, "pool")?;
+                self.backend.remove_pool(&pool).await?;
                 return Ok(R::None);
             }
             "connect_or_start" if step.contains_key("name") => {
@@ -552,178 +547,6 @@ impl Ctx {
     }
 }
 
-/// The program and arguments: a list, or a string run through `sh -c`.
-fn argv(v: &Value) -> Result<Vec<String>, E> {
-    match v {
-        Value::String(s) => Ok(vec!["sh".into(), "-c".into(), s.clone()]),
-        Value::Array(items) => items
-            .iter()
-            .map(|a| match a {
-                Value::String(s) => Ok(s.clone()),
-                other => kit(format!("argv items must be strings, not {other}")),
-            })
-            .collect(),
-        other => kit(format!("argv must be a list or a string, not {other}")),
-    }
-}
-
-/// `data` cut into `chunks` pieces of `ceil(len / chunks)` bytes (the
-/// last one shorter; none for empty data), as every interpreter cuts an
-/// `fs_write_stream`'s data.
-fn split_chunks(data: &[u8], chunks: u64) -> std::slice::Chunks<'_, u8> {
-    let chunks = usize::try_from(chunks).unwrap_or(usize::MAX).max(1);
-    data.chunks(data.len().div_ceil(chunks).max(1))
-}
-
-fn statuses(v: &Value) -> Result<Vec<Status>, E> {
-    let Value::Array(items) = v else {
-        return kit(format!("statuses must be a list, not {v}"));
-    };
-    items
-        .iter()
-        .map(|s| match s.as_str().map(str::parse::<Status>) {
-            Some(Ok(st)) => Ok(st),
-            _ => kit(format!("unknown status {s}")),
-        })
-        .collect()
-}
-
-fn str_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, E> {
-    let Value::Object(obj) = v else {
-        return kit(format!("{key} must be an object, not {v}"));
-    };
-    obj.iter()
-        .map(|(k, v)| match v {
-            Value::String(s) => Ok((k.clone(), s.clone())),
-            other => kit(format!("{key}.{k} must be a string, not {other}")),
-        })
-        .collect()
-}
-
-/// The `secrets` option: a list of `{"name", "value", "hosts"}`.
-fn secrets(v: &Value) -> Result<Vec<burrow::Secret>, E> {
-    let Value::Array(items) = v else {
-        return kit(format!("secrets must be a list, not {v}"));
-    };
-    items
-        .iter()
-        .map(|s| {
-            let (Some(name), Some(value), Some(hosts)) = (
-                s.get("name").and_then(Value::as_str),
-                s.get("value").and_then(Value::as_str),
-                s.get("hosts"),
-            ) else {
-                return kit(format!("a secret is {{name, value, hosts}}, not {s}"));
-            };
-            Ok(burrow::Secret::new(name, value, str_list("hosts", hosts)?))
-        })
-        .collect()
-}
-
-fn str_list(key: &str, v: &Value) -> Result<Vec<String>, E> {
-    let Value::Array(items) = v else {
-        return kit(format!("{key} must be a list, not {v}"));
-    };
-    items
-        .iter()
-        .map(|s| match s {
-            Value::String(s) => Ok(s.clone()),
-            other => kit(format!("{key} items must be strings, not {other}")),
-        })
-        .collect()
-}
-
-/// `null` (`None`: clear the setting), or a value read by `read`.
-fn nullable<T>(v: &Value, read: impl FnOnce(&Value) -> Result<T, E>) -> Result<Option<T>, E> {
-    if v.is_null() {
-        Ok(None)
-    } else {
-        read(v).map(Some)
-    }
-}
-
-/// An idle action by its name (`stop`, `hibernate`).
-/// A `network` as a Rust caller builds it: `true`/`false`, `"all"`/
-/// `"none"`, or a policy made with `NetworkPolicy::allow(..).and_deny(..)`,
-/// whose rule errors are the step's (`invalid_config`).
-fn network(v: &Value) -> Result<Network, E> {
-    let rules = |key: &str, p: &Map<String, Value>| -> Result<Vec<String>, E> {
-        p.get(key).map_or(Ok(Vec::new()), |v| str_list(key, v))
-    };
-    match v {
-        Value::Bool(on) => Ok((*on).into()),
-        Value::String(w) if w == "all" => Ok(Network::All),
-        Value::String(w) if w == "none" => Ok(Network::None),
-        Value::Object(p) => {
-            if let Some(k) = p.keys().find(|k| *k != "allow" && *k != "deny") {
-                return kit(format!("unknown network policy key {k:?}"));
-            }
-            let (allow, deny) = (rules("allow", p)?, rules("deny", p)?);
-            let policy = NetworkPolicy::allow(allow)
-                .and_then(|pol| pol.and_deny(deny))
-                .map_err(|e| E::from(burrow::Error::from(e)))?;
-            Ok(Network::Policy(policy))
-        }
-        other => kit(format!(
-            "network must be a boolean, \"all\", \"none\" or a policy, not {other}"
-        )),
-    }
-}
-
-fn idle_action(v: &Value) -> Result<IdleAction, E> {
-    match v.as_str().and_then(IdleAction::parse) {
-        Some(a) => Ok(a),
-        None => kit(format!(
-            "idle_action must be \"stop\" or \"hibernate\", not {v}"
-        )),
-    }
-}
-
-fn opt_map(opts: &Map<String, Value>, key: &str) -> Result<BTreeMap<String, String>, E> {
-    opts.get(key)
-        .map(|v| str_map(key, v))
-        .transpose()
-        .map(Option::unwrap_or_default)
-}
-
-fn opt_str(opts: &Map<String, Value>, key: &str) -> Result<Option<String>, E> {
-    match opts.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => kit(format!("{key} must be a string, not {other}")),
-    }
-}
-
-fn opt_bool(opts: &Map<String, Value>, key: &str) -> Result<Option<bool>, E> {
-    match opts.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => kit(format!("{key} must be a boolean, not {other}")),
-    }
-}
-
-fn as_f64(key: &str, v: &Value) -> Result<f64, E> {
-    v.as_f64()
-        .map_or_else(|| kit(format!("{key} must be a number, not {v}")), Ok)
-}
-
-fn as_u64(key: &str, v: &Value) -> Result<u64, E> {
-    v.as_u64().map_or_else(
-        || kit(format!("{key} must be a non-negative integer, not {v}")),
-        Ok,
-    )
-}
-
-/// A duration in seconds (fractions allowed).
-fn seconds(key: &str, v: &Value) -> Result<Duration, E> {
-    match v.as_f64() {
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Duration::from_secs_f64(s)),
-        _ => kit(format!(
-            "{key} must be a non-negative number of seconds, not {v}"
-        )),
-    }
-}
-
 /// Whether a caller of a race in processes would own the sandbox it starts
 /// (a create or connect_or_create that is not detached): its exit then
 /// stops the sandbox, which no task in this process can stand in for.
@@ -739,4 +562,14 @@ pub(crate) fn owns_what_it_starts(step: &Map<String, Value>) -> bool {
 /// A snapshot as the cases see it: the API's fields, in JSON.
 fn snapshot_json(s: &burrow::SnapshotInfo) -> Value {
     serde_json::to_value(s).unwrap_or(Value::Null)
+}
+
+/// A pool as the cases see it: the API's fields, in JSON (its `config` as
+/// an info's).
+fn pool_json(p: &burrow::PoolInfo) -> Value {
+    let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
+    if let Value::Object(obj) = &mut v {
+        obj.insert("config".into(), config_json(&p.config));
+    }
+    v
 }

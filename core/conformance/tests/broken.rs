@@ -202,6 +202,21 @@ impl Backend for Broken {
     async fn remove_snapshot(&self, snapshot: &str) -> Result<()> {
         self.inner.remove_snapshot(snapshot).await
     }
+    async fn create_pool(&self, spec: burrow::PoolSpec) -> Result<burrow::PoolInfo> {
+        self.inner.create_pool(spec).await
+    }
+    async fn get_pool(&self, pool: &str) -> Result<burrow::PoolInfo> {
+        self.inner.get_pool(pool).await
+    }
+    async fn list_pools(&self) -> Result<Vec<burrow::PoolInfo>> {
+        self.inner.list_pools().await
+    }
+    async fn scale_pool(&self, pool: &str, size: u32) -> Result<burrow::PoolInfo> {
+        self.inner.scale_pool(pool, size).await
+    }
+    async fn remove_pool(&self, pool: &str) -> Result<()> {
+        self.inner.remove_pool(pool).await
+    }
 }
 
 /// The kit over a fresh local home per case, each backend opened with

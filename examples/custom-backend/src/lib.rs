@@ -16,6 +16,9 @@
 //! be saved; the snapshots themselves are named across the home, as images
 //! are.
 //!
+//! Warm pools are not offered (the capability `pools` is off): a sandbox
+//! claimed from a pool runs without a start, past any quota.
+//!
 //! Everything else is the local backend's: every required method
 //! delegates to it by id, so identity checks, atomic claims, idempotent
 //! stops and waiting through Starting are the local backend's own.
@@ -220,7 +223,13 @@ fn namespace_label_refused() -> Error {
 #[async_trait]
 impl Backend for QuotaBackend {
     async fn capabilities(&self) -> Result<Capabilities> {
-        self.inner.capabilities().await
+        let mut caps = self.inner.capabilities().await?;
+        // No warm pools: a claim hands over a sandbox already running,
+        // which no start (and so no quota check) precedes, and a pool's
+        // warm sandboxes would belong to no namespace. The pool methods
+        // keep the trait's default (`unsupported`).
+        caps.pools = false;
+        Ok(caps)
     }
 
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
@@ -230,6 +239,9 @@ impl Backend for QuotaBackend {
         req.config
             .labels
             .insert(NAMESPACE_LABEL.into(), self.namespace.clone());
+        // Never served by a pool another backend of the home made: what
+        // starts here goes through the quota (see `capabilities`).
+        req.claim = false;
         // The local create is the atomic claim of the name.
         match self.inner.create(req).await {
             Ok(info) => Ok(self.outward(info)),

@@ -12,26 +12,24 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
-    Tuple,
     Type,
     Union,
 )
 
 from . import _common as c
 from . import _native
-from ._files import FileReader, FileWriter
+from ._files import FileReader, FileWriter, Fs
+from ._process import Process
 from .errors import SandboxNotFoundError
 from .types import (
+    PoolInfo,
     SnapshotInfo,
     SnapshotKind,
     Capabilities,
     NetworkPolicy,
     Secret,
-    DirEntry,
     Driver,
     ExecResult,
-    ExitStatus,
-    FileStat,
     IdleAction,
     LogLine,
     LogSource,
@@ -53,134 +51,6 @@ async def _follow(stream: _native.NativeLogStream) -> AsyncIterator[LogLine]:
         if d is None:
             return
         yield c.log_line(d)
-
-
-class Process:
-    """A process with streamed output (from :meth:`Sandbox.spawn`).
-
-    ``async for kind, data in proc`` yields ``("stdout" | "stderr", bytes)``
-    until the process exits; then :attr:`exit_status` is set.
-    """
-
-    def __init__(self, native: _native.NativeProcess) -> None:
-        self._n = native
-        self._exit: Optional[ExitStatus] = None
-
-    @property
-    def exit_status(self) -> Optional[ExitStatus]:
-        """How the process ended, once its exit was seen."""
-        return self._exit
-
-    def __aiter__(self) -> AsyncIterator[Tuple[str, bytes]]:
-        return self
-
-    async def __anext__(self) -> Tuple[str, bytes]:
-        while True:
-            ev = await self._n.next_event()
-            if ev is None:
-                raise StopAsyncIteration
-            kind, payload = ev
-            if kind == "exit":
-                self._exit = c.exit_status(payload)
-                continue
-            return (str(kind), bytes(payload))
-
-    async def write(self, data: c.Data) -> None:
-        """Writes to the process's stdin (spawned with ``stdin=True``)."""
-        await self._n.write(c.to_bytes(data))
-
-    async def close_stdin(self) -> None:
-        """Closes the process's stdin."""
-        await self._n.close_stdin()
-
-    async def signal(self, signal: int) -> None:
-        """Sends a signal to the process group."""
-        await self._n.signal(int(signal))
-
-    async def wait(self) -> ExitStatus:
-        """Waits for the exit (output not yet read is discarded)."""
-        while self._exit is None:
-            ev = await self._n.next_event()
-            if ev is None:
-                break
-            if ev[0] == "exit":
-                self._exit = c.exit_status(ev[1])
-        if self._exit is None:
-            raise RuntimeError("the process ended without an exit status")
-        return self._exit
-
-
-class Fs:
-    """File operations in a running sandbox (``sb.fs``); paths are absolute
-    guest paths."""
-
-    def __init__(self, native: _native.NativeSandbox) -> None:
-        self._n = native
-
-    async def read(self, path: str) -> bytes:
-        return bytes(await self._n.fs_read(path))
-
-    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        return (await self.read(path)).decode(encoding)
-
-    async def write(self, path: str, data: c.Data, *, mode: Optional[int] = None) -> None:
-        await self._n.fs_write(path, c.to_bytes(data), mode)
-
-    async def open_read(self, path: str) -> FileReader:
-        """Opens a file to read as a stream of chunks; a missing file (or a
-        directory) is the error here."""
-        return FileReader(await self._n.fs_open_read(path))
-
-    async def read_stream(self, path: str) -> AsyncIterator[bytes]:
-        """The file's bytes in chunks (``async for chunk in
-        sb.fs.read_stream(path)``); a missing file is raised by the first
-        step of the iteration. Left early (``break``, an exception), the
-        read is closed when the iteration is closed."""
-        async with await self.open_read(path) as reader:
-            async for chunk in reader:
-                yield chunk
-
-    async def open_write(
-        self, path: str, *, mode: Optional[int] = None, append: bool = False
-    ) -> FileWriter:
-        """Opens a file to write as a stream: created (with ``mode``, default
-        0o644) or truncated, or appended to with ``append=True``."""
-        return FileWriter(await self._n.fs_open_write(path, mode, append))
-
-    async def write_stream(
-        self,
-        path: str,
-        source: c.AsyncByteSource,
-        *,
-        mode: Optional[int] = None,
-        append: bool = False,
-    ) -> int:
-        """Writes a file from ``source``, chunk by chunk: an (async) iterable
-        of bytes, or a binary file object (read until it is exhausted), or
-        bytes. The number of bytes written. If ``source`` raises, the write
-        is abandoned (what was written stays) and the exception propagates."""
-        async with await self.open_write(path, mode=mode, append=append) as writer:
-            async for chunk in c.achunks(source):
-                await writer.write(chunk)
-            return await writer.finish()
-
-    async def list(self, path: str) -> List[DirEntry]:
-        return c.dir_entries(await self._n.fs_list(path))
-
-    async def stat(self, path: str) -> FileStat:
-        return c.file_stat(await self._n.fs_stat(path))
-
-    async def exists(self, path: str) -> bool:
-        return bool(await self._n.fs_exists(path))
-
-    async def mkdir(self, path: str, *, parents: bool = False) -> None:
-        await self._n.fs_mkdir(path, parents)
-
-    async def remove(self, path: str, *, recursive: bool = False) -> None:
-        await self._n.fs_remove(path, recursive)
-
-    async def rename(self, src: str, dst: str) -> None:
-        await self._n.fs_rename(src, dst)
 
 
 class Sandbox:
@@ -390,6 +260,77 @@ class Sandbox:
         :class:`~burrow.errors.SnapshotInUseError` (nothing removed). Its
         content goes at the next image prune."""
         await _native.ASYNC.remove_snapshot(name)
+
+    @staticmethod
+    async def create_pool(
+        name: str,
+        size: int,
+        *,
+        image: Optional[str] = None,
+        driver: Optional[Union[str, Driver]] = None,
+        cpus: Optional[float] = None,
+        memory: Optional[int] = None,
+        memory_mb: Optional[int] = None,
+        pids_limit: Optional[int] = None,
+        best_effort_limits: bool = False,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        volumes: Optional[Sequence[c.Volume]] = None,
+        network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
+        ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
+        idle_timeout: Optional[c.Duration] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
+        max_duration: Optional[c.Duration] = None,
+        startup_timeout: Optional[c.Duration] = None,
+        demand_start: Optional[bool] = None,
+    ) -> PoolInfo:
+        """Defines a warm pool of ``size`` sandboxes (0 to 64) of the
+        configuration the options make (those of :meth:`create`), and
+        returns once they run. A :meth:`create` or :meth:`connect_or_create`
+        of that configuration (but for its labels, environment, timeouts,
+        idle action and demand start) then claims one of them, running,
+        under its own name, labels and environment; the pool refills in the
+        background. A taken name raises
+        :class:`~burrow.errors.SandboxAlreadyExistsError`, a size over 64
+        :class:`~burrow.errors.InvalidArgumentError`, ``labels``, ``ports``
+        or ``secrets`` (each sandbox's own)
+        :class:`~burrow.errors.InvalidConfigError`; a bad definition
+        changes nothing."""
+        kw = c.build_kwargs(
+            image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
+            pids_limit=pids_limit, best_effort_limits=best_effort_limits, env=env,
+            workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets, idle_timeout=idle_timeout, idle_action=idle_action,
+            max_duration=max_duration, startup_timeout=startup_timeout,
+            demand_start=demand_start, detached=True,
+        )  # fmt: skip
+        return PoolInfo._from_core(await _native.ASYNC.create_pool(name, size, kw))
+
+    @staticmethod
+    async def get_pool(name: str) -> PoolInfo:
+        """One pool, its sandboxes counted
+        (:class:`~burrow.errors.SandboxNotFoundError` if there is none)."""
+        return PoolInfo._from_core(await _native.ASYNC.get_pool(name))
+
+    @staticmethod
+    async def list_pools() -> List[PoolInfo]:
+        """Every pool, by name. Warm sandboxes are never listed by
+        :meth:`list`."""
+        return [PoolInfo._from_core(d) for d in await _native.ASYNC.list_pools()]
+
+    @staticmethod
+    async def scale_pool(name: str, size: int) -> PoolInfo:
+        """Sets how many warm sandboxes the pool keeps (0 to 64) and returns
+        once it has started or removed sandboxes to match."""
+        return PoolInfo._from_core(await _native.ASYNC.scale_pool(name, size))
+
+    @staticmethod
+    async def remove_pool(name: str) -> None:
+        """Removes the pool and its warm sandboxes; sandboxes claimed from
+        it are ordinary sandboxes, and stay."""
+        await _native.ASYNC.remove_pool(name)
 
     # -- identity ------------------------------------------------------------
 

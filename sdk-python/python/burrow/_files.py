@@ -1,13 +1,15 @@
-"""Files read and written as streams (the async API): see ``Fs.open_read`` and
-``Fs.open_write``."""
+"""Files of a running sandbox (the async API): :class:`Fs` (``sb.fs``), and
+files read and written as streams (see ``Fs.open_read`` and
+``Fs.open_write``)."""
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import AsyncIterator, Optional, Type
+from typing import AsyncIterator, List, Optional, Type
 
 from . import _common as c
 from . import _native
+from .types import DirEntry, FileStat
 
 
 class FileReader:
@@ -107,3 +109,76 @@ class FileWriter:
             await self.finish()
         else:
             await self.abandon()
+
+
+class Fs:
+    """File operations in a running sandbox (``sb.fs``); paths are absolute
+    guest paths."""
+
+    def __init__(self, native: _native.NativeSandbox) -> None:
+        self._n = native
+
+    async def read(self, path: str) -> bytes:
+        return bytes(await self._n.fs_read(path))
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    async def write(self, path: str, data: c.Data, *, mode: Optional[int] = None) -> None:
+        await self._n.fs_write(path, c.to_bytes(data), mode)
+
+    async def open_read(self, path: str) -> FileReader:
+        """Opens a file to read as a stream of chunks; a missing file (or a
+        directory) is the error here."""
+        return FileReader(await self._n.fs_open_read(path))
+
+    async def read_stream(self, path: str) -> AsyncIterator[bytes]:
+        """The file's bytes in chunks (``async for chunk in
+        sb.fs.read_stream(path)``); a missing file is raised by the first
+        step of the iteration. Left early (``break``, an exception), the
+        read is closed when the iteration is closed."""
+        async with await self.open_read(path) as reader:
+            async for chunk in reader:
+                yield chunk
+
+    async def open_write(
+        self, path: str, *, mode: Optional[int] = None, append: bool = False
+    ) -> FileWriter:
+        """Opens a file to write as a stream: created (with ``mode``, default
+        0o644) or truncated, or appended to with ``append=True``."""
+        return FileWriter(await self._n.fs_open_write(path, mode, append))
+
+    async def write_stream(
+        self,
+        path: str,
+        source: c.AsyncByteSource,
+        *,
+        mode: Optional[int] = None,
+        append: bool = False,
+    ) -> int:
+        """Writes a file from ``source``, chunk by chunk: an (async) iterable
+        of bytes, or a binary file object (read until it is exhausted), or
+        bytes. The number of bytes written. If ``source`` raises, the write
+        is abandoned (what was written stays) and the exception propagates."""
+        async with await self.open_write(path, mode=mode, append=append) as writer:
+            async for chunk in c.achunks(source):
+                await writer.write(chunk)
+            return await writer.finish()
+
+    async def list(self, path: str) -> List[DirEntry]:
+        return c.dir_entries(await self._n.fs_list(path))
+
+    async def stat(self, path: str) -> FileStat:
+        return c.file_stat(await self._n.fs_stat(path))
+
+    async def exists(self, path: str) -> bool:
+        return bool(await self._n.fs_exists(path))
+
+    async def mkdir(self, path: str, *, parents: bool = False) -> None:
+        await self._n.fs_mkdir(path, parents)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._n.fs_remove(path, recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await self._n.fs_rename(src, dst)

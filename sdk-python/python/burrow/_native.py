@@ -150,6 +150,30 @@ class Calls:
     def remove_snapshot(self, name: str) -> Any:
         return _call(None, "remove_snapshot", None, self._b, {"name": name})
 
+    def create_pool(self, name: str, size: int, options: Dict[str, Any]) -> Any:
+        """``options`` are :meth:`build`'s (``volumes`` as it takes them),
+        without ``detached``."""
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        vols = options.get("volumes")
+        if vols is not None:
+            vols = [{"source": s, "target": t, "read_only": ro} for (s, t, ro) in vols]
+        args = {**options, "volumes": vols, "name": name, "size": size}
+        args.pop("detached", None)
+        return _call(None, "create_pool", None, self._b, args)
+
+    def get_pool(self, name: str) -> Any:
+        return _call(None, "get_pool", None, self._b, {"name": name})
+
+    def list_pools(self) -> Any:
+        return _call(None, "list_pools", None, self._b, {})
+
+    def scale_pool(self, name: str, size: int) -> Any:
+        return _call(None, "scale_pool", None, self._b, {"name": name, "size": size})
+
+    def remove_pool(self, name: str) -> Any:
+        return _call(None, "remove_pool", None, self._b, {"name": name})
+
 
 #: The calls of the async API.
 ASYNC = Calls(False)

@@ -1,5 +1,6 @@
-"""Files read and written as streams (the blocking API): see ``Fs.open_read``
-and ``Fs.open_write``.
+"""Files of a running sandbox (the blocking API): :class:`Fs` (``sb.fs``), and
+files read and written as streams (see ``Fs.open_read`` and
+``Fs.open_write``).
 
 GENERATED from ``burrow/_files.py`` by ``scripts/gen-python-sync.py``: do not
 edit by hand (CI checks it is up to date).
@@ -9,10 +10,11 @@ edit by hand (CI checks it is up to date).
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Iterator, Optional, Type
+from typing import Iterator, List, Optional, Type
 
 from . import _common as c
 from . import _native
+from .types import DirEntry, FileStat
 
 
 class FileReader:
@@ -108,3 +110,76 @@ class FileWriter:
             self.finish()
         else:
             self.abandon()
+
+
+class Fs:
+    """File operations in a running sandbox (``sb.fs``); paths are absolute
+    guest paths."""
+
+    def __init__(self, native: _native.NativeSandbox) -> None:
+        self._n = native
+
+    def read(self, path: str) -> bytes:
+        return bytes(self._n.fs_read(path))
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (self.read(path)).decode(encoding)
+
+    def write(self, path: str, data: c.Data, *, mode: Optional[int] = None) -> None:
+        self._n.fs_write(path, c.to_bytes(data), mode)
+
+    def open_read(self, path: str) -> FileReader:
+        """Opens a file to read as a stream of chunks; a missing file (or a
+        directory) is the error here."""
+        return FileReader(self._n.fs_open_read(path))
+
+    def read_stream(self, path: str) -> Iterator[bytes]:
+        """The file's bytes in chunks (``for chunk in
+        sb.fs.read_stream(path)``); a missing file is raised by the first
+        step of the iteration. Left early (``break``, an exception), the
+        read is closed when the iteration is closed."""
+        with self.open_read(path) as reader:
+            for chunk in reader:
+                yield chunk
+
+    def open_write(
+        self, path: str, *, mode: Optional[int] = None, append: bool = False
+    ) -> FileWriter:
+        """Opens a file to write as a stream: created (with ``mode``, default
+        0o644) or truncated, or appended to with ``append=True``."""
+        return FileWriter(self._n.fs_open_write(path, mode, append))
+
+    def write_stream(
+        self,
+        path: str,
+        source: c.ByteSource,
+        *,
+        mode: Optional[int] = None,
+        append: bool = False,
+    ) -> int:
+        """Writes a file from ``source``, chunk by chunk: an (async) iterable
+        of bytes, or a binary file object (read until it is exhausted), or
+        bytes. The number of bytes written. If ``source`` raises, the write
+        is abandoned (what was written stays) and the exception propagates."""
+        with self.open_write(path, mode=mode, append=append) as writer:
+            for chunk in c.chunks(source):
+                writer.write(chunk)
+            return writer.finish()
+
+    def list(self, path: str) -> List[DirEntry]:
+        return c.dir_entries(self._n.fs_list(path))
+
+    def stat(self, path: str) -> FileStat:
+        return c.file_stat(self._n.fs_stat(path))
+
+    def exists(self, path: str) -> bool:
+        return bool(self._n.fs_exists(path))
+
+    def mkdir(self, path: str, *, parents: bool = False) -> None:
+        self._n.fs_mkdir(path, parents)
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        self._n.fs_remove(path, recursive)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._n.fs_rename(src, dst)

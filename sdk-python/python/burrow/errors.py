@@ -105,7 +105,8 @@ class SandboxReplacedError(BurrowError):
 
 
 class SandboxAlreadyExistsError(BurrowError):
-    """A sandbox with this name already exists."""
+    """The name is taken: by a sandbox (a strict create), a snapshot or a
+    warm pool."""
 
     CODE = "already_exists"
 

@@ -20,7 +20,6 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
-    Tuple,
     Type,
     Union,
 )
@@ -28,19 +27,18 @@ from typing import (
 from . import _common as c
 from . import _native
 from ._common import configure
-from ._sync_files import FileReader, FileWriter
+from ._sync_files import FileReader, FileWriter, Fs
+from ._sync_process import Process
 from .errors import SandboxNotFoundError
 from .types import (
+    PoolInfo,
     SnapshotInfo,
     SnapshotKind,
     Capabilities,
     NetworkPolicy,
     Secret,
-    DirEntry,
     Driver,
     ExecResult,
-    ExitStatus,
-    FileStat,
     IdleAction,
     LogLine,
     LogSource,
@@ -62,134 +60,6 @@ def _follow(stream: _native.NativeLogStream) -> Iterator[LogLine]:
         if d is None:
             return
         yield c.log_line(d)
-
-
-class Process:
-    """A process with streamed output (from :meth:`Sandbox.spawn`).
-
-    ``for kind, data in proc`` yields ``("stdout" | "stderr", bytes)``
-    until the process exits; then :attr:`exit_status` is set.
-    """
-
-    def __init__(self, native: _native.NativeProcess) -> None:
-        self._n = native
-        self._exit: Optional[ExitStatus] = None
-
-    @property
-    def exit_status(self) -> Optional[ExitStatus]:
-        """How the process ended, once its exit was seen."""
-        return self._exit
-
-    def __iter__(self) -> Iterator[Tuple[str, bytes]]:
-        return self
-
-    def __next__(self) -> Tuple[str, bytes]:
-        while True:
-            ev = self._n.next_event()
-            if ev is None:
-                raise StopIteration
-            kind, payload = ev
-            if kind == "exit":
-                self._exit = c.exit_status(payload)
-                continue
-            return (str(kind), bytes(payload))
-
-    def write(self, data: c.Data) -> None:
-        """Writes to the process's stdin (spawned with ``stdin=True``)."""
-        self._n.write(c.to_bytes(data))
-
-    def close_stdin(self) -> None:
-        """Closes the process's stdin."""
-        self._n.close_stdin()
-
-    def signal(self, signal: int) -> None:
-        """Sends a signal to the process group."""
-        self._n.signal(int(signal))
-
-    def wait(self) -> ExitStatus:
-        """Waits for the exit (output not yet read is discarded)."""
-        while self._exit is None:
-            ev = self._n.next_event()
-            if ev is None:
-                break
-            if ev[0] == "exit":
-                self._exit = c.exit_status(ev[1])
-        if self._exit is None:
-            raise RuntimeError("the process ended without an exit status")
-        return self._exit
-
-
-class Fs:
-    """File operations in a running sandbox (``sb.fs``); paths are absolute
-    guest paths."""
-
-    def __init__(self, native: _native.NativeSandbox) -> None:
-        self._n = native
-
-    def read(self, path: str) -> bytes:
-        return bytes(self._n.fs_read(path))
-
-    def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        return (self.read(path)).decode(encoding)
-
-    def write(self, path: str, data: c.Data, *, mode: Optional[int] = None) -> None:
-        self._n.fs_write(path, c.to_bytes(data), mode)
-
-    def open_read(self, path: str) -> FileReader:
-        """Opens a file to read as a stream of chunks; a missing file (or a
-        directory) is the error here."""
-        return FileReader(self._n.fs_open_read(path))
-
-    def read_stream(self, path: str) -> Iterator[bytes]:
-        """The file's bytes in chunks (``for chunk in
-        sb.fs.read_stream(path)``); a missing file is raised by the first
-        step of the iteration. Left early (``break``, an exception), the
-        read is closed when the iteration is closed."""
-        with self.open_read(path) as reader:
-            for chunk in reader:
-                yield chunk
-
-    def open_write(
-        self, path: str, *, mode: Optional[int] = None, append: bool = False
-    ) -> FileWriter:
-        """Opens a file to write as a stream: created (with ``mode``, default
-        0o644) or truncated, or appended to with ``append=True``."""
-        return FileWriter(self._n.fs_open_write(path, mode, append))
-
-    def write_stream(
-        self,
-        path: str,
-        source: c.ByteSource,
-        *,
-        mode: Optional[int] = None,
-        append: bool = False,
-    ) -> int:
-        """Writes a file from ``source``, chunk by chunk: an (async) iterable
-        of bytes, or a binary file object (read until it is exhausted), or
-        bytes. The number of bytes written. If ``source`` raises, the write
-        is abandoned (what was written stays) and the exception propagates."""
-        with self.open_write(path, mode=mode, append=append) as writer:
-            for chunk in c.chunks(source):
-                writer.write(chunk)
-            return writer.finish()
-
-    def list(self, path: str) -> List[DirEntry]:
-        return c.dir_entries(self._n.fs_list(path))
-
-    def stat(self, path: str) -> FileStat:
-        return c.file_stat(self._n.fs_stat(path))
-
-    def exists(self, path: str) -> bool:
-        return bool(self._n.fs_exists(path))
-
-    def mkdir(self, path: str, *, parents: bool = False) -> None:
-        self._n.fs_mkdir(path, parents)
-
-    def remove(self, path: str, *, recursive: bool = False) -> None:
-        self._n.fs_remove(path, recursive)
-
-    def rename(self, src: str, dst: str) -> None:
-        self._n.fs_rename(src, dst)
 
 
 class Sandbox:
@@ -399,6 +269,77 @@ class Sandbox:
         :class:`~burrow.errors.SnapshotInUseError` (nothing removed). Its
         content goes at the next image prune."""
         _native.SYNC.remove_snapshot(name)
+
+    @staticmethod
+    def create_pool(
+        name: str,
+        size: int,
+        *,
+        image: Optional[str] = None,
+        driver: Optional[Union[str, Driver]] = None,
+        cpus: Optional[float] = None,
+        memory: Optional[int] = None,
+        memory_mb: Optional[int] = None,
+        pids_limit: Optional[int] = None,
+        best_effort_limits: bool = False,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        volumes: Optional[Sequence[c.Volume]] = None,
+        network: Union[bool, str, NetworkPolicy, Mapping[str, Sequence[str]]] = False,
+        ports: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
+        idle_timeout: Optional[c.Duration] = None,
+        idle_action: Optional[Union[str, IdleAction]] = None,
+        max_duration: Optional[c.Duration] = None,
+        startup_timeout: Optional[c.Duration] = None,
+        demand_start: Optional[bool] = None,
+    ) -> PoolInfo:
+        """Defines a warm pool of ``size`` sandboxes (0 to 64) of the
+        configuration the options make (those of :meth:`create`), and
+        returns once they run. A :meth:`create` or :meth:`connect_or_create`
+        of that configuration (but for its labels, environment, timeouts,
+        idle action and demand start) then claims one of them, running,
+        under its own name, labels and environment; the pool refills in the
+        background. A taken name raises
+        :class:`~burrow.errors.SandboxAlreadyExistsError`, a size over 64
+        :class:`~burrow.errors.InvalidArgumentError`, ``labels``, ``ports``
+        or ``secrets`` (each sandbox's own)
+        :class:`~burrow.errors.InvalidConfigError`; a bad definition
+        changes nothing."""
+        kw = c.build_kwargs(
+            image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
+            pids_limit=pids_limit, best_effort_limits=best_effort_limits, env=env,
+            workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
+            secrets=secrets, idle_timeout=idle_timeout, idle_action=idle_action,
+            max_duration=max_duration, startup_timeout=startup_timeout,
+            demand_start=demand_start, detached=True,
+        )  # fmt: skip
+        return PoolInfo._from_core(_native.SYNC.create_pool(name, size, kw))
+
+    @staticmethod
+    def get_pool(name: str) -> PoolInfo:
+        """One pool, its sandboxes counted
+        (:class:`~burrow.errors.SandboxNotFoundError` if there is none)."""
+        return PoolInfo._from_core(_native.SYNC.get_pool(name))
+
+    @staticmethod
+    def list_pools() -> List[PoolInfo]:
+        """Every pool, by name. Warm sandboxes are never listed by
+        :meth:`list`."""
+        return [PoolInfo._from_core(d) for d in _native.SYNC.list_pools()]
+
+    @staticmethod
+    def scale_pool(name: str, size: int) -> PoolInfo:
+        """Sets how many warm sandboxes the pool keeps (0 to 64) and returns
+        once it has started or removed sandboxes to match."""
+        return PoolInfo._from_core(_native.SYNC.scale_pool(name, size))
+
+    @staticmethod
+    def remove_pool(name: str) -> None:
+        """Removes the pool and its warm sandboxes; sandboxes claimed from
+        it are ordinary sandboxes, and stay."""
+        _native.SYNC.remove_pool(name)
 
     # -- identity ------------------------------------------------------------
 

@@ -35,6 +35,7 @@ __all__ = [
     "Ping",
     "SnapshotKind",
     "SnapshotInfo",
+    "PoolInfo",
 ]
 
 
@@ -468,6 +469,9 @@ class Capabilities:
     full_snapshots: bool = False
     #: Forks of running sandboxes (``fork()``).
     fork: bool = False
+    #: Warm pools (``create_pool()``): a create of a pool's configuration
+    #: claims one of its running sandboxes.
+    pools: bool = False
 
     @classmethod
     def _from_core(cls, d: Mapping[str, Any]) -> Capabilities:
@@ -485,6 +489,7 @@ class Capabilities:
             snapshots=bool(d.get("snapshots", False)),
             full_snapshots=bool(d.get("full_snapshots", False)),
             fork=bool(d.get("fork", False)),
+            pools=bool(d.get("pools", False)),
         )
 
 
@@ -533,5 +538,48 @@ class SnapshotInfo:
             source_name=str(d["source_name"]),
             base_image=str(d["base_image"]),
             driver=Driver(d["driver"]),
+            created_at=_req_time(d["created_at_ms"]),
+        )
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """A warm pool as it stands (:meth:`Sandbox.create_pool`): sandboxes of
+    one configuration kept started and unclaimed. A create of that
+    configuration (but for its labels, environment, timeouts, idle action
+    and demand start) claims one of them instead of starting; a ``define``
+    never does."""
+
+    name: str
+    #: What its sandboxes run (the core's configuration as a dict,
+    #: durations in seconds).
+    config: Dict[str, Any]
+    #: How many warm sandboxes it keeps.
+    size: int
+    #: Warm sandboxes running and unclaimed now.
+    warm: int
+    #: Warm sandboxes still starting.
+    starting: int
+    #: Creates that claimed one of its sandboxes.
+    claims: int
+    #: Creates of its configuration that found none warm and started cold.
+    misses: int
+    #: How long its last refill took to start its sandboxes, in seconds
+    #: (``None`` before the first).
+    last_refill: Optional[float]
+    created_at: datetime
+
+    @classmethod
+    def _from_core(cls, d: Mapping[str, Any]) -> PoolInfo:
+        last = d.get("last_refill_ms")
+        return cls(
+            name=str(d["name"]),
+            config=_config(d["config"]),
+            size=int(d["size"]),
+            warm=int(d["warm"]),
+            starting=int(d["starting"]),
+            claims=int(d["claims"]),
+            misses=int(d["misses"]),
+            last_refill=None if last is None else last / 1000.0,
             created_at=_req_time(d["created_at_ms"]),
         )

@@ -204,11 +204,12 @@ module Burrow
   # The local backend of an unprivileged user without a delegated cgroup
   # lacks +pause+.
   Capabilities = Struct.new(:pause, :modify_live, :metrics, :logs, :idle_reclaim, :attached, :persistent_layer,
-                            :network_policy, :published_ports, :secrets, :snapshots, :full_snapshots, :fork,
+                            :network_policy, :published_ports, :secrets, :snapshots, :full_snapshots, :fork, :pools,
                             keyword_init: true) do
     # @api private
     def self.from_json(h) = new(network_policy: false, published_ports: false, secrets: false, snapshots: false,
-                                full_snapshots: false, fork: false, **h.transform_keys(&:to_sym).slice(*members))
+                                full_snapshots: false, fork: false, pools: false,
+                                **h.transform_keys(&:to_sym).slice(*members))
   end
 
   # A stored snapshot (Sandbox#snapshot). Create sandboxes from it with
@@ -226,6 +227,35 @@ module Burrow
       new(name: h["name"], kind: h["kind"].to_sym, image: h["image"], digest: h["digest"], size: h["size"],
           source_id: h["source_id"], source_name: h["source_name"], base_image: h["base_image"],
           driver: h["driver"].to_sym, created_at: Time.at(h["created_at_ms"] / 1000r))
+    end
+  end
+
+  # A warm pool as it stands (Sandbox.create_pool): sandboxes of one
+  # configuration kept started and unclaimed. A create of that
+  # configuration (but for its labels, environment, timeouts, idle action
+  # and demand start) claims one of them instead of starting; a define
+  # never does.
+  # @!attribute [r] config
+  #   @return [SandboxConfig] what its sandboxes run
+  # @!attribute [r] warm
+  #   @return [Integer] warm sandboxes running and unclaimed now
+  # @!attribute [r] starting
+  #   @return [Integer] warm sandboxes still starting
+  # @!attribute [r] claims
+  #   @return [Integer] creates that claimed one of its sandboxes
+  # @!attribute [r] misses
+  #   @return [Integer] creates of its configuration that found none warm and started cold
+  # @!attribute [r] last_refill
+  #   @return [Float, nil] seconds its last refill took to start its sandboxes (nil before the first)
+  # @!attribute [r] created_at
+  #   @return [Time]
+  PoolInfo = Struct.new(:name, :config, :size, :warm, :starting, :claims, :misses, :last_refill, :created_at,
+                        keyword_init: true) do
+    # @api private
+    def self.from_json(h)
+      new(name: h["name"], config: SandboxConfig.from_json(h["config"]), size: h["size"], warm: h["warm"],
+          starting: h["starting"], claims: h["claims"], misses: h["misses"],
+          last_refill: Convert.seconds(h["last_refill_ms"]), created_at: Convert.time(h["created_at_ms"]))
     end
   end
 

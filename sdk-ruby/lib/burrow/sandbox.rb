@@ -346,6 +346,41 @@ module Burrow
       # @return [nil]
       def remove_snapshot(name) = Burrow.call(nil, { op: "remove_snapshot", name: name }) && nil
 
+      # Defines the warm pool +name+: +size+ sandboxes (0 to 64) of the
+      # configuration the options make (those of {create}; +detached+ does
+      # not apply: warm sandboxes belong to no process), and returns once
+      # they run. A {create} or {connect_or_create} of that configuration
+      # (but for its labels, env, idle timeout and action, max duration,
+      # demand start and startup timeout) then claims one of them, running,
+      # under its own name, labels and env; the pool refills in the
+      # background; {define} never claims. A taken name is
+      # {AlreadyExistsError}, a bad one {InvalidNameError}, a size over 64
+      # {InvalidArgumentError}, labels, ports or secrets (each sandbox's
+      # own) {InvalidConfigError}; a refused definition changes nothing.
+      # @return [PoolInfo]
+      def create_pool(name, size, **options)
+        options = build_options(options.except(:detached))
+        PoolInfo.from_json(Burrow.call(nil, { op: "create_pool", name: name, size: size, **options }))
+      end
+
+      # One warm pool, its sandboxes counted (NotFoundError if there is none).
+      # @return [PoolInfo]
+      def get_pool(name) = PoolInfo.from_json(Burrow.call(nil, { op: "get_pool", name: name }))
+
+      # Every warm pool, by name (their warm sandboxes are never listed).
+      # @return [Array<PoolInfo>]
+      def list_pools = Burrow.call(nil, { op: "list_pools" }).map { |h| PoolInfo.from_json(h) }
+
+      # Sets how many warm sandboxes the pool keeps (0 to 64) and returns
+      # once it has started or removed sandboxes to match.
+      # @return [PoolInfo]
+      def scale_pool(name, size) = PoolInfo.from_json(Burrow.call(nil, { op: "scale_pool", name: name, size: size }))
+
+      # Removes the pool and its warm sandboxes; sandboxes claimed from it
+      # are ordinary sandboxes, and stay.
+      # @return [nil]
+      def remove_pool(name) = Burrow.call(nil, { op: "remove_pool", name: name }) && nil
+
       private
 
       def build(mode, name, options)
