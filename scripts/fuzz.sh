@@ -52,31 +52,47 @@ bin=fuzz/target/x86_64-unknown-linux-gnu/release
 scratch=$(mktemp -d -p "$( [ -w /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")" burrow-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 
-failed=()
-summary=()
-for t in $targets; do
-  step "fuzz $t for ${seconds}s"
-  work=fuzz/work/$t
-  artifacts=fuzz/artifacts/$t
-  log=$scratch/$t.log
+# One target: its log in the scratch directory, its outcome in
+# $scratch/<target>.result (a summary line; `CRASH` when it crashed).
+fuzz_one() {
+  local t=$1 work=fuzz/work/$1 artifacts=fuzz/artifacts/$1 log=$scratch/$1.log rc=0
   mkdir -p "$work" "$artifacts" "$scratch/$t"
-  rc=0
   BURROW_FUZZ_TMPDIR=$scratch/$t TMPDIR=$scratch/$t \
     "$bin/$t" "$work" "fuzz/seeds/$t" \
       -max_total_time="$seconds" -timeout=20 -print_final_stats=1 \
       -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
+  local execs artifact
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   if [ "$rc" -eq 0 ]; then
-    echo "$t: ${execs:-?} executions, no crash"
-    summary+=("$t: ${execs:-?} executions")
+    echo "$t: ${execs:-?} executions" >"$scratch/$t.result"
   else
-    tail -n 60 "$log"
     artifact=$(sed -n 's/.*Test unit written to //p' "$log" | tail -n 1)
-    echo "$t: CRASH after ${execs:-?} executions (exit $rc); input: ${artifact:-see the log above}" >&2
-    echo "  reproduce: $bin/$t ${artifact:-<input>}" >&2
-    summary+=("$t: CRASH ${artifact:-}")
-    failed+=("$t")
+    echo "$t: CRASH after ${execs:-?} executions (exit $rc); input: ${artifact:-see its log}; reproduce: $bin/$t ${artifact:-<input>}" >"$scratch/$t.result"
   fi
+}
+
+# The targets one per core at a time (each is single-threaded).
+jobs=$(nproc 2>/dev/null || echo 1)
+step "fuzz ${targets// /, } for ${seconds}s each, $jobs at a time"
+running=0
+for t in $targets; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait
+
+failed=()
+summary=()
+for t in $targets; do
+  line=$(cat "$scratch/$t.result" 2>/dev/null || echo "$t: CRASH (no result)")
+  summary+=("$line")
+  case "$line" in
+    *CRASH*) tail -n 60 "$scratch/$t.log" 2>/dev/null || true; echo "$line" >&2; failed+=("$t") ;;
+  esac
 done
 
 step "summary"

@@ -8,7 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-step() { echo; echo "==> $* ($(( $(date +%s) - start ))s)"; }
+step() {
+  echo; echo "==> $* ($(( $(date +%s) - start ))s)"
+  # In a lane (below), also a progress line on the run's own output.
+  if [ -n "${LANE:-}" ]; then echo "==> [$LANE] ${*%%:*} ($(( $(date +%s) - start ))s)" >&3; fi
+}
 
 # The compiler wrappers every cargo call of the run shares (xtask keeps
 # them when set): clippy-driver compiles the workspace's own crates (what
@@ -42,23 +46,57 @@ step "tests (container driver; the demo image, the MCP example's image, helm, th
 # The test binaries three at a time (scripts/test-parallel.sh): they mostly
 # wait on sandboxes, servers and timeouts.
 cargo xtask all
-step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list (locally, through a server, and through a server on the cluster)"
-cargo xtask sdk python
-step "as an unprivileged user (scripts/rootless-user.sh): the shared lifecycle suites and the conformance kit with rootless containers (the user's own user namespace), and the lifecycle suites against the vm driver"
-cargo xtask e2e container --rootless
-cargo xtask conformance container --rootless
-cargo xtask e2e vm --rootless
-step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
-cargo xtask e2e vm
-step "the shared lifecycle suites a third time, the container driver under runsc (gVisor, built with the cluster), as root and rootless"
-cargo xtask e2e runsc
-cargo xtask e2e runsc --rootless
-step "the conformance kit (tests/conformance/cases.json) against the local backend with the vm driver"
-cargo xtask conformance vm
-step "TypeScript SDK: native module (napi-rs), npm pack, installed into a fresh directory, node --test"
-cargo xtask sdk node
-step "Go SDK: libburrow.a, the module from a file-based proxy, go vet + staticcheck, go test -race"
-cargo xtask sdk go
-step "Ruby SDK: the gem (with its Rust sources), installed into a fresh GEM_HOME, minitest + the conformance list, a second install compiling from the gem"
-cargo xtask sdk ruby
+# The rest in two lanes at once, each in order: the SDKs (mostly builds
+# and interpreters) and the engine's other drivers and users (mostly
+# waiting on sandboxes and VMs). Each lane writes its own log, printed
+# whole when it ends; the run fails if either does. The rootless user both
+# use is made first, once.
+bash scripts/rootless-user.sh >/dev/null
+lanes=target/ci-lanes
+rm -rf "$lanes"
+mkdir -p "$lanes"
+lane() {
+  local name=$1
+  shift
+  ( set -euo pipefail; LANE=$name; "$@" ) 3>&1 >"$lanes/$name.log" 2>&1
+}
+sdks() {
+  step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list (locally, through a server, and through a server on the cluster)"
+  cargo xtask sdk python
+  step "TypeScript SDK: native module (napi-rs), npm pack, installed into a fresh directory, node --test"
+  cargo xtask sdk node
+  step "Go SDK: libburrow.a, the module from a file-based proxy, go vet + staticcheck, go test -race"
+  cargo xtask sdk go
+  step "Ruby SDK: the gem (with its Rust sources), installed into a fresh GEM_HOME, minitest + the conformance list, a second install compiling from the gem"
+  cargo xtask sdk ruby
+}
+drivers() {
+  # Two test binaries at a time in this lane: the other lane builds.
+  export BURROW_TEST_JOBS=2
+  step "as an unprivileged user (scripts/rootless-user.sh): the shared lifecycle suites and the conformance kit with rootless containers (the user's own user namespace), and the lifecycle suites against the vm driver"
+  cargo xtask e2e container --rootless
+  cargo xtask conformance container --rootless
+  cargo xtask e2e vm --rootless
+  step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
+  cargo xtask e2e vm
+  step "the shared lifecycle suites a third time, the container driver under runsc (gVisor, built with the cluster), as root and rootless"
+  cargo xtask e2e runsc
+  cargo xtask e2e runsc --rootless
+  step "the conformance kit (tests/conformance/cases.json) against the local backend with the vm driver"
+  cargo xtask conformance vm
+}
+step "two lanes at once: the SDKs, and the other drivers and the rootless runs (logs: $lanes/)"
+lane sdks sdks &
+sdks_pid=$!
+lane drivers drivers &
+drivers_pid=$!
+failed=()
+wait "$drivers_pid" || failed+=(drivers)
+cat "$lanes/drivers.log"
+wait "$sdks_pid" || failed+=(sdks)
+cat "$lanes/sdks.log"
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "failed lanes: ${failed[*]} (their logs are above, and in $lanes/)" >&2
+  exit 1
+fi
 step "done"
