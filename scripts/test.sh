@@ -46,9 +46,10 @@ step "tests (container driver; the demo image, the MCP example's image, helm, th
 # The test binaries three at a time (scripts/test-parallel.sh): they mostly
 # wait on sandboxes, servers and timeouts.
 cargo xtask all
-# The rest in two lanes at once, each in order: the SDKs (mostly builds
-# and interpreters) and the engine's other drivers and users (mostly
-# waiting on sandboxes and VMs). Each lane writes its own log, printed
+# The rest in two lanes at once, each in order: the Python, TypeScript
+# and Go SDKs (mostly builds and interpreters), and the engine's other
+# drivers and users (mostly waiting on sandboxes and VMs), then the Ruby
+# SDK. Each lane writes its own log, printed
 # whole when it ends; the run fails if either does. The rootless user both
 # use is made first, once.
 bash scripts/rootless-user.sh >/dev/null
@@ -67,8 +68,6 @@ sdks() {
   cargo xtask sdk node
   step "Go SDK: libburrow.a, the module from a file-based proxy, go vet + staticcheck, go test -race"
   cargo xtask sdk go
-  step "Ruby SDK: the gem (with its Rust sources), installed into a fresh GEM_HOME, minitest + the conformance list, a second install compiling from the gem"
-  cargo xtask sdk ruby
 }
 drivers() {
   # Two test binaries at a time in this lane: the other lane builds.
@@ -84,6 +83,9 @@ drivers() {
   cargo xtask e2e runsc --rootless
   step "the conformance kit (tests/conformance/cases.json) against the local backend with the vm driver"
   cargo xtask conformance vm
+  # Last here, not in the SDK lane: the lanes end about together.
+  step "Ruby SDK: the gem (with its Rust sources), installed into a fresh GEM_HOME, minitest + the conformance list, a second install compiling from the gem"
+  cargo xtask sdk ruby
 }
 step "two lanes at once: the SDKs, and the other drivers and the rootless runs (logs: $lanes/)"
 lane sdks sdks &

@@ -504,6 +504,13 @@ pub trait Backend: Send + Sync + Debug {
         let _ = pool;
         Err(Error::unsupported("pools"))
     }
+    /// Brings every pool to its size, replacing warm sandboxes that ended
+    /// (what a long-lived caller such as `burrow serve` calls now and
+    /// then). Nothing to do for a backend without pools, or one that keeps
+    /// its pools by itself.
+    async fn refill_pools(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Name-addressed forms of the [`Backend`] methods: each acts on whatever

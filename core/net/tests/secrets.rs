@@ -37,7 +37,13 @@ fn secrets() -> (Arc<Secrets>, AuthorityPem, String) {
             SecretHost::parse("x.c.test").unwrap(),
         ],
     }];
-    let dir = std::env::temp_dir().join(format!("burrow-net-lab-{}", std::process::id()));
+    // Unique, not per pid alone: a pid comes round again in a long run,
+    // and an earlier run's directory (another user's, rootless) is not
+    // writable here.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("burrow-net-lab-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ca_file = dir.join("sandbox-ca.pem");
     std::fs::write(&ca_file, &ca.cert).unwrap();

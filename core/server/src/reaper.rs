@@ -228,6 +228,10 @@ pub async fn run(state: Arc<AppState>) {
     loop {
         tokio::time::sleep(every).await;
         crate::sessions::sweep(&state).await;
+        // Warm sandboxes that ended are replaced without waiting for a claim.
+        if let Err(e) = state.engine.refill_pools().await {
+            tracing::warn!(error = %e, "refilling the pools failed");
+        }
         // A lock session lost while calls run is replaced now, not at the
         // next call.
         if let Err(e) = state.store.calls().check().await {

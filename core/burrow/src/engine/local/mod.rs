@@ -507,6 +507,14 @@ impl Backend for LocalBackend {
     async fn remove_pool(&self, pool: &str) -> Result<()> {
         self.do_remove_pool(pool).await
     }
+    async fn refill_pools(&self) -> Result<()> {
+        for pool in self.store.list_pools().await? {
+            if let Err(e) = self.refill_pool(&pool.name).await {
+                tracing::warn!(pool = %pool.name, error = %e, "refilling a pool failed");
+            }
+        }
+        Ok(())
+    }
 
     async fn status(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
         self.lookup(name, id).await.map(|r| r.info)

@@ -171,11 +171,12 @@ impl Store {
 
     /// Reserves a running warm sandbox of `pool` for `claimer`'s create
     /// (the claim's first step): gives it `config` (the creator's, whose
-    /// launch part is the pool's), `detached` and `config`'s labels, and
-    /// counts the claim, in one transaction whose first statement is the
+    /// launch part is the pool's), `detached` and `config`'s labels, in one
+    /// transaction whose first statement is the
     /// reserving write, so each warm sandbox goes to one claimer across
     /// processes. It keeps its warm name and its pool until
-    /// [`Store::take_claimed`]. `None`: no warm sandbox was running.
+    /// [`Store::take_claimed`], which counts the claim. `None`: no warm
+    /// sandbox was running.
     pub(crate) async fn reserve_warm(
         &self,
         pool: &str,
@@ -209,10 +210,6 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query("UPDATE pools SET claims = claims + 1 WHERE name = ?")
-            .bind(pool)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         parse_id(&id).map(Some)
     }
@@ -227,6 +224,16 @@ impl Store {
         name: &str,
         claimer: ProcIdentity,
     ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        // Counted first, while the row still names its pool.
+        sqlx::query(
+            "UPDATE pools SET claims = claims + 1
+             WHERE name = (SELECT pool FROM sandboxes WHERE id = ? AND claimer = ?)",
+        )
+        .bind(id.as_str())
+        .bind(claimer_text(claimer))
+        .execute(&mut *tx)
+        .await?;
         let taken = sqlx::query(
             "UPDATE sandboxes SET name = ?, pool = NULL, claimer = NULL, updated_at = ?
              WHERE id = ? AND claimer = ?",
@@ -235,16 +242,17 @@ impl Store {
         .bind(now_ms())
         .bind(id.as_str())
         .bind(claimer_text(claimer))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await;
         match taken {
-            Ok(done) if done.rows_affected() == 1 => Ok(()),
+            Ok(done) if done.rows_affected() == 1 => tx.commit().await.map_err(Into::into),
             Ok(_) => Err(Error::NotFound {
                 what: format!("reserved warm sandbox {id}"),
                 name: None,
                 id: Some(id.clone()),
             }),
             Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                drop(tx);
                 let holder = self.get_by_name(name).await?.map(|h| h.info.id);
                 Err(Error::AlreadyExists {
                     name: name.to_owned(),
