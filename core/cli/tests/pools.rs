@@ -168,11 +168,31 @@ async fn bad_pool_definitions_change_nothing() {
             PoolSpec::new("noimage", SandboxConfig::new("/nonexistent/rootfs"), 1),
             ErrorCode::InvalidImage,
         ),
+        // A first fill that fails (one start, not 64: an image on a
+        // registry that refuses the connection) takes the pool away again.
+        (
+            PoolSpec::new(
+                "unpullable",
+                SandboxConfig::new("127.0.0.1:1/none/image:x"),
+                64,
+            ),
+            ErrorCode::StartFailed,
+        ),
     ] {
         let err = home.backend.create_pool(spec.clone()).await.unwrap_err();
         assert_eq!(err.code(), code, "{spec:?}: {err}");
     }
     assert!(home.backend.list_pools().await.unwrap().is_empty());
+    let left = home.backend.list(&Default::default()).await.unwrap();
+    assert!(left.is_empty(), "sandboxes left: {left:?}");
+    let sandboxes = home.path().join("sandboxes");
+    let dirs = std::fs::read_dir(&sandboxes).map_or(0, |d| d.count());
+    assert_eq!(
+        dirs,
+        0,
+        "sandbox directories left in {}",
+        sandboxes.display()
+    );
     home.backend
         .create_pool(PoolSpec::new("p", config(), 0))
         .await

@@ -14,8 +14,9 @@
 //! across processes): it removes warm sandboxes that ended (crashed or
 //! stopped) and stray ones (a refill killed between two writes), starts
 //! the ones still created (a refill killed before their start), then
-//! creates and starts what is missing, all at once, or removes the excess
-//! after a scale down.
+//! creates and starts what is missing, one first (a configuration that
+//! cannot start fails once, not in every sandbox), then the rest at once,
+//! or removes the excess after a scale down.
 
 use std::time::Instant;
 
@@ -31,12 +32,20 @@ use crate::error::{Error, Result};
 use crate::model::{PoolInfo, PoolSpec, SandboxConfig, SandboxId, SandboxInfo, Status};
 
 impl LocalBackend {
-    /// Defines a pool and fills it (returns once its sandboxes run).
+    /// Defines a pool and fills it (returns once its sandboxes run). A pool
+    /// whose first fill fails (its first sandbox does not start: see
+    /// [`Self::refill_pool`]) is removed again, with what it started: a
+    /// create gives a running pool or nothing.
     pub(super) async fn do_create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
         self.prepare_config(&mut spec.config)?;
         spec.validate()?;
         self.store.insert_pool(&spec).await?;
-        self.refill_pool(&spec.name).await?;
+        if let Err(e) = self.refill_pool(&spec.name).await {
+            if let Err(undo) = self.do_remove_pool(&spec.name).await {
+                tracing::warn!(pool = %spec.name, error = %undo, "removing a pool whose fill failed");
+            }
+            return Err(e);
+        }
         self.do_get_pool(&spec.name).await
     }
 
@@ -126,10 +135,23 @@ impl LocalBackend {
         live.truncate(size);
         let spec = PoolSpec::new(name, pool.config, pool.size);
         let config = spec.warm_config();
+        let running = live.len();
         while live.len() < size {
             let id = SandboxId::new();
             self.store.insert_warm(&id, name, &config).await?;
             live.push(id);
+        }
+        // One new sandbox first: a configuration that cannot start (an
+        // image that cannot be had, ...) fails the refill once, with the
+        // error a create would give, not in every sandbox.
+        if running < live.len() {
+            let first = live.remove(running);
+            if let Err(e) = self.start_warm(&first).await {
+                self.store
+                    .set_pool_refill(name, started.elapsed().as_millis() as u64)
+                    .await?;
+                return Err(e);
+            }
         }
         let mut starts = tokio::task::JoinSet::new();
         for id in live {
