@@ -60,6 +60,17 @@ const (
 	// ErrSnapshotInUse: a snapshot cannot be removed while sandboxes
 	// created from it exist; nothing was removed.
 	ErrSnapshotInUse ErrorCode = "snapshot_in_use"
+	// ErrForbidden: a burrow serve accepted the token, but its role or
+	// tenant may not do this operation (Error.Operation); nothing was
+	// changed.
+	ErrForbidden ErrorCode = "forbidden"
+	// ErrQuotaExceeded: the call would exceed a quota of the caller's
+	// tenant (Error.Subject is the quota, Error.Limit its limit); nothing
+	// was changed.
+	ErrQuotaExceeded ErrorCode = "quota_exceeded"
+	// ErrRateLimited: too many requests from this token; the call was not
+	// served and may be sent again after Error.RetryAfter.
+	ErrRateLimited ErrorCode = "rate_limited"
 )
 
 // ErrorCodes lists every code this package knows, in the core's order
@@ -70,7 +81,8 @@ func ErrorCodes() []ErrorCode {
 		ErrInvalidName, ErrInvalidConfig, ErrInvalidImage, ErrInvalidArgument,
 		ErrStarting, ErrStartFailed, ErrTimeout, ErrRuntimeUnavailable, ErrGuest,
 		ErrProtocol, ErrStore, ErrIO, ErrUnauthorized, ErrUnsupported,
-		ErrPortUnavailable, ErrSnapshotInUse,
+		ErrPortUnavailable, ErrSnapshotInUse, ErrForbidden, ErrQuotaExceeded,
+		ErrRateLimited,
 	}
 }
 
@@ -90,10 +102,12 @@ type Error struct {
 	// ActualID is the sandbox that holds the name now, for
 	// ErrSandboxReplaced and ErrAlreadyExists.
 	ActualID string
-	// Operation is the refused operation, for ErrInvalidState.
+	// Operation is the refused operation, for ErrInvalidState and
+	// ErrForbidden.
 	Operation string
 	// Subject and Reason say what is invalid and why, for the invalid_*
-	// codes.
+	// codes (for ErrQuotaExceeded, Subject is the quota: "sandboxes",
+	// "cpus", ...).
 	Subject, Reason string
 	// After is the bound that passed, for ErrTimeout.
 	After time.Duration
@@ -104,6 +118,11 @@ type Error struct {
 	// Sandboxes names the sandboxes that use a snapshot, for
 	// ErrSnapshotInUse.
 	Sandboxes []string
+	// Limit is the quota's limit, in its own unit, for ErrQuotaExceeded.
+	Limit uint64
+	// RetryAfter is how long to wait before sending the call again, for
+	// ErrRateLimited.
+	RetryAfter time.Duration
 
 	cause error
 }
@@ -131,35 +150,39 @@ func (e *Error) Unwrap() error { return e.cause }
 
 // errorBody is the core's error body.
 type errorBody struct {
-	Code      string        `json:"code"`
-	Message   string        `json:"message"`
-	Name      string        `json:"name"`
-	ID        string        `json:"id"`
-	ActualID  string        `json:"actual_id"`
-	Status    Status        `json:"status"`
-	Operation string        `json:"operation"`
-	Subject   string        `json:"subject"`
-	Reason    string        `json:"reason"`
-	AfterMs   int64         `json:"after_ms"`
-	Guest     *GuestFailure `json:"guest"`
-	Path      string        `json:"path"`
-	Sandboxes []string      `json:"sandboxes"`
+	Code         string        `json:"code"`
+	Message      string        `json:"message"`
+	Name         string        `json:"name"`
+	ID           string        `json:"id"`
+	ActualID     string        `json:"actual_id"`
+	Status       Status        `json:"status"`
+	Operation    string        `json:"operation"`
+	Subject      string        `json:"subject"`
+	Reason       string        `json:"reason"`
+	AfterMs      int64         `json:"after_ms"`
+	Guest        *GuestFailure `json:"guest"`
+	Path         string        `json:"path"`
+	Sandboxes    []string      `json:"sandboxes"`
+	Limit        uint64        `json:"limit"`
+	RetryAfterMs int64         `json:"retry_after_ms"`
 }
 
 func (b *errorBody) toError() *Error {
 	return &Error{
-		Code:      ErrorCode(b.Code),
-		Message:   b.Message,
-		SandboxID: b.ID,
-		Name:      b.Name,
-		Status:    b.Status,
-		ActualID:  b.ActualID,
-		Operation: b.Operation,
-		Subject:   b.Subject,
-		Reason:    b.Reason,
-		After:     time.Duration(b.AfterMs) * time.Millisecond,
-		Guest:     b.Guest,
-		Path:      b.Path,
-		Sandboxes: b.Sandboxes,
+		Code:       ErrorCode(b.Code),
+		Message:    b.Message,
+		SandboxID:  b.ID,
+		Name:       b.Name,
+		Status:     b.Status,
+		ActualID:   b.ActualID,
+		Operation:  b.Operation,
+		Subject:    b.Subject,
+		Reason:     b.Reason,
+		After:      time.Duration(b.AfterMs) * time.Millisecond,
+		Guest:      b.Guest,
+		Path:       b.Path,
+		Sandboxes:  b.Sandboxes,
+		Limit:      b.Limit,
+		RetryAfter: time.Duration(b.RetryAfterMs) * time.Millisecond,
 	}
 }

@@ -17,6 +17,8 @@ export interface ErrorBody {
   guest?: { code: string; message: string };
   path?: string;
   sandboxes?: string[];
+  limit?: number;
+  retry_after_ms?: number;
 }
 
 /**
@@ -40,6 +42,12 @@ export class BurrowError extends Error {
   readonly afterMs?: number;
   /** For `snapshot_in_use`: the names of the sandboxes that use it. */
   readonly sandboxes?: string[];
+  /** For `quota_exceeded`: the quota's limit, in its own unit (`subject` is the quota). */
+  readonly limit?: number;
+  /** For `rate_limited`: how long to wait before trying again, in seconds. */
+  readonly retryAfter?: number;
+  /** The same wait in milliseconds (the core's `retry_after_ms`). */
+  readonly retryAfterMs?: number;
   readonly body: ErrorBody;
 
   constructor(body: ErrorBody) {
@@ -57,6 +65,9 @@ export class BurrowError extends Error {
     this.afterMs = body.after_ms;
     this.after = body.after_ms === undefined ? undefined : body.after_ms / 1000;
     this.sandboxes = body.sandboxes;
+    this.limit = body.limit;
+    this.retryAfterMs = body.retry_after_ms;
+    this.retryAfter = body.retry_after_ms === undefined ? undefined : body.retry_after_ms / 1000;
   }
 }
 
@@ -91,6 +102,12 @@ export const UnsupportedError = errorClass("unsupported", "UnsupportedError");
 export const PortUnavailableError = errorClass("port_unavailable", "PortUnavailableError");
 /** A snapshot cannot be removed: sandboxes created from it still exist. Nothing was removed. */
 export const SnapshotInUseError = errorClass("snapshot_in_use", "SnapshotInUseError");
+/** A `burrow serve` accepted the token, but its role or tenant may not do this (`operation`). Nothing was changed. */
+export const ForbiddenError = errorClass("forbidden", "ForbiddenError");
+/** The call would exceed a quota of the caller's tenant (`subject`, `limit`). Nothing was changed. */
+export const QuotaExceededError = errorClass("quota_exceeded", "QuotaExceededError");
+/** Too many requests from this token: not served; try again after `retryAfter` seconds. */
+export const RateLimitedError = errorClass("rate_limited", "RateLimitedError");
 
 /** Every error class by its code (the core's list, checked by the tests). */
 export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Object.freeze(
@@ -116,6 +133,9 @@ export const ERROR_CLASSES: Readonly<Record<string, typeof BurrowError>> = Objec
       UnsupportedError,
       PortUnavailableError,
       SnapshotInUseError,
+      ForbiddenError,
+      QuotaExceededError,
+      RateLimitedError,
     ].map((c) => [c.CODE, c]),
   ),
 );

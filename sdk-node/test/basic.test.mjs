@@ -6,6 +6,7 @@ import { mkdtempSync } from "node:fs";
 import {
   Sandbox, configure, errorCodes, ERROR_CLASSES, BurrowError, SandboxNotFoundError,
   SandboxAlreadyExistsError, InvalidNameError, TimeoutError, InvalidStateError, inFlight, MiB,
+  ForbiddenError, QuotaExceededError, RateLimitedError,
 } from "burrow";
 
 const image = process.env.BURROW_TEST_IMAGE;
@@ -18,6 +19,19 @@ test("every core code has its own class and back", () => {
     assert.equal(cls.CODE, code);
     assert.ok(new cls({ code, message: "m" }) instanceof BurrowError);
   }
+});
+
+test("the tenant refusals of a server carry their fields", () => {
+  const body = (code, fields) => ({ code, message: "m", ...fields });
+  const forbidden = new ERROR_CLASSES.forbidden(body("forbidden", { operation: "pool.create", reason: "role viewer" }));
+  assert.ok(forbidden instanceof ForbiddenError && forbidden instanceof BurrowError);
+  assert.deepEqual([forbidden.code, forbidden.operation, forbidden.reason], ["forbidden", "pool.create", "role viewer"]);
+  const quota = new ERROR_CLASSES.quota_exceeded(body("quota_exceeded", { subject: "cpus", limit: 8, reason: "9" }));
+  assert.ok(quota instanceof QuotaExceededError);
+  assert.deepEqual([quota.code, quota.subject, quota.limit, quota.retryAfter], ["quota_exceeded", "cpus", 8, undefined]);
+  const limited = new ERROR_CLASSES.rate_limited(body("rate_limited", { retry_after_ms: 1500 }));
+  assert.ok(limited instanceof RateLimitedError && !(limited instanceof QuotaExceededError));
+  assert.deepEqual([limited.code, limited.retryAfterMs, limited.retryAfter], ["rate_limited", 1500, 1.5]);
 });
 
 test("create, exec, files, processes, stop", async () => {

@@ -37,6 +37,9 @@ export const CODE_CLASSES: Record<string, string> = {
   unsupported: "UnsupportedError",
   port_unavailable: "PortUnavailableError",
   snapshot_in_use: "SnapshotInUseError",
+  forbidden: "ForbiddenError",
+  quota_exceeded: "QuotaExceededError",
+  rate_limited: "RateLimitedError",
 };
 
 /** A field that is not there (unlike `null`, a value). */

@@ -33,6 +33,9 @@ CODE_CLASSES = {
     "unsupported": "UnsupportedError",
     "port_unavailable": "PortUnavailableError",
     "snapshot_in_use": "SnapshotInUseError",
+    "forbidden": "ForbiddenError",
+    "quota_exceeded": "QuotaExceededError",
+    "rate_limited": "RateLimitedError",
 }
 
 _MISSING = object()

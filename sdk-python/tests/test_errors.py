@@ -36,10 +36,17 @@ TABLE = {
     "unsupported": "UnsupportedError",
     "port_unavailable": "PortUnavailableError",
     "snapshot_in_use": "SnapshotInUseError",
+    "forbidden": "ForbiddenError",
+    "quota_exceeded": "QuotaExceededError",
+    "rate_limited": "RateLimitedError",
 }
 # core/burrow/src/error.rs, ErrorCode::ALL, in its order.
 CORE_ALL = list(TABLE)
-NOT_PROVOKABLE_LOCALLY = ["protocol", "store", "io", "runtime_unavailable", "starting", "unauthorized", "unsupported"]
+NOT_PROVOKABLE_LOCALLY = [
+    "protocol", "store", "io", "runtime_unavailable", "starting", "unauthorized", "unsupported",
+    # answered only by a `burrow serve` with tenants
+    "forbidden", "quota_exceeded", "rate_limited",
+]
 SANDBOX_ID = "sb_01hzzzzzzzzzzzzzzzzzzzzzzz"
 PYTHON_ONLY = {"CommandFailedError"}
 
@@ -189,6 +196,34 @@ def test_codes_not_provokable_locally(installed_burrow, code):
         raise e
 
 
+@pytest.mark.no_sandbox
+def test_tenant_errors_carry_their_fields(installed_burrow):
+    """forbidden, quota_exceeded and rate_limited from error bodies (what a
+    `burrow serve` answers): their class, and the fields each one carries."""
+    import json
+
+    errors = installed_burrow.errors
+    e = errors._from_body(json.dumps(
+        {"code": "forbidden", "message": "m", "operation": "pool.create", "reason": "role viewer"}
+    ))
+    assert_typed(e, "forbidden")
+    assert (e.operation, e.reason) == ("pool.create", "role viewer")
+    e = errors._from_body(json.dumps(
+        {"code": "quota_exceeded", "message": "m", "subject": "cpus", "limit": 8, "reason": "9 requested"}
+    ))
+    assert_typed(e, "quota_exceeded")
+    assert (e.subject, e.limit, e.reason) == ("cpus", 8, "9 requested")
+    assert e.retry_after is None and e.retry_after_ms is None
+    e = errors._from_body(json.dumps({"code": "rate_limited", "message": "m", "retry_after_ms": 1500}))
+    assert_typed(e, "rate_limited")
+    assert (e.retry_after_ms, e.retry_after) == (1500, 1.5)
+    assert e.limit is None
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+        back = pickle.loads(pickle.dumps(e, protocol=protocol))
+        assert type(back) is errors.RateLimitedError
+        assert (back.code, back.retry_after_ms, back.retry_after) == ("rate_limited", 1500, 1.5)
+
+
 def test_an_error_crosses_multiprocessing(burrow_home):
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
@@ -249,7 +284,7 @@ async def test_invalid_state(image):
     assert info.value.status == Status.CREATED
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "a" * 129, "\u20ac" * 43, ".."])
+@pytest.mark.parametrize("name", ["", "a/b/c", "a" * 129, "\u20ac" * 43, ".."])
 async def test_invalid_name(image, name):
     from burrow import Sandbox, errors
 

@@ -56,7 +56,7 @@ def test_sync_errors_are_typed(image):
         burrow.sync.Sandbox.get("missing")
     assert info.value.code == "not_found"
     with pytest.raises(errors.InvalidNameError):
-        burrow.sync.Sandbox.define("a/b", image=image)
+        burrow.sync.Sandbox.define("a/b/c", image=image)
     first = burrow.sync.Sandbox.create("dup", image=image)
     with pytest.raises(errors.SandboxAlreadyExistsError) as info:
         burrow.sync.Sandbox.create("dup", image=image)

@@ -43,7 +43,10 @@ module Conformance
     "unauthorized" => "Burrow::UnauthorizedError",
     "unsupported" => "Burrow::UnsupportedError",
     "port_unavailable" => "Burrow::PortUnavailableError",
-    "snapshot_in_use" => "Burrow::SnapshotInUseError"
+    "snapshot_in_use" => "Burrow::SnapshotInUseError",
+    "forbidden" => "Burrow::ForbiddenError",
+    "quota_exceeded" => "Burrow::QuotaExceededError",
+    "rate_limited" => "Burrow::RateLimitedError"
   }.freeze
 
   # How long a follow_logs step waits for its stream to end (seconds,

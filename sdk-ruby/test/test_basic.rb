@@ -19,6 +19,21 @@ class TestBasic < Minitest::Test
     end
   end
 
+  def test_tenant_refusals_carry_their_fields
+    body = ->(code, fields) { { "code" => code, "message" => "m" }.merge(fields) }
+    e = Burrow.error_from(body.("forbidden", "operation" => "pool.create", "reason" => "role viewer"))
+    assert_instance_of Burrow::ForbiddenError, e
+    assert_equal ["forbidden", "pool.create", "role viewer"], [e.code, e.operation, e.reason]
+    e = Burrow.error_from(body.("quota_exceeded", "subject" => "cpus", "limit" => 8, "reason" => "9"))
+    assert_instance_of Burrow::QuotaExceededError, e
+    assert_equal ["quota_exceeded", "cpus", 8], [e.code, e.subject, e.limit]
+    assert_nil e.retry_after
+    e = Burrow.error_from(body.("rate_limited", "retry_after_ms" => 1500))
+    assert_instance_of Burrow::RateLimitedError, e
+    assert_kind_of Burrow::Error, e
+    assert_equal ["rate_limited", 1500, 1.5], [e.code, e.retry_after_ms, e.retry_after]
+  end
+
   def test_create_exec_files_spawn
     Burrow::Sandbox.create("rb-basic", image: IMAGE, memory: 256, env: { "WHO" => "ruby" }) do |sb|
       assert_match(/\Asb_/, sb.id)

@@ -1,7 +1,8 @@
 //! The one error payload of every binding: the core's
 //! [`burrow::api::ErrorBody`] (what `burrow serve` answers too), so every
 //! language sees the same code and fields (`id`, `actual_id`, `name`,
-//! `status`, `operation`, `subject`, `reason`, `after_ms`, `guest`, `path`).
+//! `status`, `operation`, `subject`, `reason`, `after_ms`, `guest`, `path`,
+//! `sandboxes`, `limit`, `retry_after_ms`).
 
 use burrow::api::ErrorBody;
 use burrow::{Error, ErrorCode};

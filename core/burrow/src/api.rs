@@ -296,6 +296,9 @@ pub fn http_status(code: ErrorCode) -> u16 {
         ErrorCode::StartFailed | ErrorCode::Protocol => 502,
         ErrorCode::Timeout => 504,
         ErrorCode::Unauthorized => 401,
+        ErrorCode::Forbidden => 403,
+        // The server adds `Retry-After` to a `rate_limited` answer itself.
+        ErrorCode::QuotaExceeded | ErrorCode::RateLimited => 429,
         ErrorCode::Unsupported => 501,
         ErrorCode::RuntimeUnavailable | ErrorCode::Guest | ErrorCode::Store | ErrorCode::Io => 500,
     }
@@ -329,12 +332,14 @@ pub struct ErrorBody {
     /// For `invalid_state`: the sandbox's status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
-    /// For `invalid_state`: the refused operation; for `timeout`: what timed out.
+    /// For `invalid_state` and `forbidden`: the refused operation; for
+    /// `timeout`: what timed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<String>,
     /// For `invalid_config`/`invalid_argument`: the field or argument; for
     /// `invalid_image`: the image; for `runtime_unavailable`: the runtime;
-    /// for `not_found`: what was looked up; for `io`: the context.
+    /// for `not_found`: what was looked up; for `io`: the context; for
+    /// `quota_exceeded`: the quota (`sandboxes`, `cpus`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
     /// The reason, where the variant has one.
@@ -352,6 +357,13 @@ pub struct ErrorBody {
     /// For `snapshot_in_use`: the sandboxes that use the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandboxes: Option<Vec<String>>,
+    /// For `quota_exceeded`: the quota's limit, in its own unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// For `rate_limited`: how long to wait before sending again, in
+    /// milliseconds (the answer's `Retry-After` says it in seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// The `subject` of an `already_exists` answer about a snapshot (one about
@@ -423,6 +435,20 @@ impl From<&Error> for ErrorBody {
                 b.reason = Some(source.to_string());
             }
             Error::Unsupported { operation } => b.operation = Some(operation.clone()),
+            Error::Forbidden { operation, reason } => {
+                b.operation = Some(operation.clone());
+                b.reason = Some(reason.clone());
+            }
+            Error::QuotaExceeded {
+                quota,
+                limit,
+                reason,
+            } => {
+                b.subject = Some(quota.clone());
+                b.limit = Some(*limit);
+                b.reason = Some(reason.clone());
+            }
+            Error::RateLimited { retry_after_ms } => b.retry_after_ms = Some(*retry_after_ms),
             Error::SnapshotExists { name } => {
                 b.subject = Some(SNAPSHOT_SUBJECT.to_owned());
                 b.name = Some(name.clone());
@@ -555,6 +581,19 @@ impl ErrorBody {
             ErrorCode::Unsupported => Error::Unsupported {
                 operation: self.operation.unwrap_or_default(),
             },
+            ErrorCode::Forbidden => Error::Forbidden {
+                operation: self.operation.unwrap_or_default(),
+                reason,
+            },
+            // Numbers a server left out read as 0, like a timeout's.
+            ErrorCode::QuotaExceeded => Error::QuotaExceeded {
+                quota: subject,
+                limit: self.limit.unwrap_or(0),
+                reason,
+            },
+            ErrorCode::RateLimited => Error::RateLimited {
+                retry_after_ms: self.retry_after_ms.unwrap_or(0),
+            },
         }
     }
 }
@@ -644,6 +683,18 @@ mod tests {
                 name: "base".into(),
             },
             Error::PoolExists { name: "web".into() },
+            Error::Forbidden {
+                operation: "pool.create".into(),
+                reason: "role viewer".into(),
+            },
+            Error::QuotaExceeded {
+                quota: "memory_mb".into(),
+                limit: 4096,
+                reason: "5120 requested".into(),
+            },
+            Error::RateLimited {
+                retry_after_ms: 2500,
+            },
         ]
     }
 
@@ -668,6 +719,44 @@ mod tests {
                 "{json}"
             );
         }
+    }
+
+    #[test]
+    fn tenant_errors_keep_their_fields_and_statuses() {
+        // The sample of `code`, its body as JSON, and the error rebuilt from it.
+        let wire = |code| {
+            let e = samples().into_iter().find(|e| e.code() == code).unwrap();
+            let json = serde_json::to_value(ErrorBody::from(&e)).unwrap();
+            let body: ErrorBody = serde_json::from_value(json.clone()).unwrap();
+            (json, body.into_error())
+        };
+        let (json, e) = wire(ErrorCode::Forbidden);
+        assert_eq!(json["operation"], "pool.create");
+        assert!(matches!(&e, Error::Forbidden { operation, reason }
+            if operation == "pool.create" && reason == "role viewer"));
+        let (json, e) = wire(ErrorCode::QuotaExceeded);
+        assert_eq!(
+            (json["subject"].as_str(), json["limit"].as_u64()),
+            (Some("memory_mb"), Some(4096))
+        );
+        assert!(
+            matches!(&e, Error::QuotaExceeded { quota, limit: 4096, reason }
+            if quota == "memory_mb" && reason == "5120 requested")
+        );
+        let (json, e) = wire(ErrorCode::RateLimited);
+        assert_eq!(json["retry_after_ms"], 2500);
+        assert!(matches!(
+            e,
+            Error::RateLimited {
+                retry_after_ms: 2500
+            }
+        ));
+        let statuses = [
+            ErrorCode::Forbidden,
+            ErrorCode::QuotaExceeded,
+            ErrorCode::RateLimited,
+        ];
+        assert_eq!(statuses.map(http_status), [403, 429, 429]);
     }
 
     #[test]

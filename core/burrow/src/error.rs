@@ -55,6 +55,12 @@ listed_enum! {
         PortUnavailable = "port_unavailable",
         /// See [`Error::SnapshotInUse`].
         SnapshotInUse = "snapshot_in_use",
+        /// See [`Error::Forbidden`].
+        Forbidden = "forbidden",
+        /// See [`Error::QuotaExceeded`].
+        QuotaExceeded = "quota_exceeded",
+        /// See [`Error::RateLimited`].
+        RateLimited = "rate_limited",
     }
 }
 
@@ -255,6 +261,34 @@ pub enum Error {
         /// The operation (`pause`, `modify`, ...).
         operation: String,
     },
+    /// A `burrow serve` server accepted the credentials, but their role or
+    /// tenant may not do this operation. Nothing was changed.
+    #[error("{operation} is forbidden: {reason}")]
+    Forbidden {
+        /// The refused operation (`create`, `pool.create`, ...).
+        operation: String,
+        /// Why.
+        reason: String,
+    },
+    /// The operation would exceed a quota of the caller's tenant. Nothing
+    /// was changed.
+    #[error("quota {quota} exceeded (limit {limit}): {reason}")]
+    QuotaExceeded {
+        /// Which quota (`sandboxes`, `running`, `cpus`, `memory_mb`,
+        /// `starts_per_minute`, ...).
+        quota: String,
+        /// The quota's limit, in its own unit.
+        limit: u64,
+        /// Why (what the operation would have brought it to).
+        reason: String,
+    },
+    /// Too many requests from this caller's token: the request was not
+    /// served; sending it again after `retry_after_ms` may be.
+    #[error("rate limited: retry after {retry_after_ms} ms")]
+    RateLimited {
+        /// How long to wait before sending again, in milliseconds.
+        retry_after_ms: u64,
+    },
 }
 
 /// The agent's error as carried inside [`Error::Guest`].
@@ -311,6 +345,9 @@ impl Error {
             Error::PortUnavailable { .. } => ErrorCode::PortUnavailable,
             Error::SnapshotExists { .. } | Error::PoolExists { .. } => ErrorCode::AlreadyExists,
             Error::SnapshotInUse { .. } => ErrorCode::SnapshotInUse,
+            Error::Forbidden { .. } => ErrorCode::Forbidden,
+            Error::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
+            Error::RateLimited { .. } => ErrorCode::RateLimited,
         }
     }
 
@@ -448,6 +485,42 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", c.as_str()));
         }
         assert_eq!(seen.len(), ErrorCode::ALL.len());
+    }
+
+    #[test]
+    fn tenant_errors_have_their_codes() {
+        let cases = [
+            (
+                Error::Forbidden {
+                    operation: "create".into(),
+                    reason: "role viewer".into(),
+                },
+                ErrorCode::Forbidden,
+                "forbidden",
+            ),
+            (
+                Error::QuotaExceeded {
+                    quota: "cpus".into(),
+                    limit: 8,
+                    reason: "9 requested".into(),
+                },
+                ErrorCode::QuotaExceeded,
+                "quota_exceeded",
+            ),
+            (
+                Error::RateLimited {
+                    retry_after_ms: 1500,
+                },
+                ErrorCode::RateLimited,
+                "rate_limited",
+            ),
+        ];
+        for (e, code, wire) in cases {
+            assert_eq!(e.code(), code);
+            assert_eq!(code.as_str(), wire);
+            assert!(ErrorCode::ALL.contains(&code));
+            assert_eq!((e.sandbox_id(), e.name(), e.status()), (None, None, None));
+        }
     }
 
     #[test]

@@ -151,7 +151,7 @@ async fn bad_pool_definitions_change_nothing() {
     let mut with_labels = config();
     with_labels.labels.insert("k".into(), "v".into());
     for (spec, code) in [
-        (PoolSpec::new("a/b", config(), 1), ErrorCode::InvalidName),
+        (PoolSpec::new("a/b/c", config(), 1), ErrorCode::InvalidName),
         (
             PoolSpec::new("big", config(), burrow::MAX_POOL_SIZE + 1),
             ErrorCode::InvalidArgument,

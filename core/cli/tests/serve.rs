@@ -662,7 +662,7 @@ async fn bad_requests_get_typed_errors_and_change_nothing() {
                 "POST",
                 "/v1/sandboxes".into(),
                 Some(format!(
-                    r#"{{"name":"a/b","config":{{"image":"{image}"}},"detached":true}}"#
+                    r#"{{"name":"a/b/c","config":{{"image":"{image}"}},"detached":true}}"#
                 )),
                 422,
                 "invalid_name",

@@ -58,7 +58,7 @@ async fn pools_through_two_replicas_hand_out_each_sandbox_once() {
     for (body, status, code) in [
         (spec.clone(), 409, "already_exists"),
         (
-            json!({"name": "a/b", "config": config(), "size": 1}),
+            json!({"name": "a/b/c", "config": config(), "size": 1}),
             422,
             "invalid_name",
         ),
@@ -147,7 +147,7 @@ async fn pools_through_two_replicas_hand_out_each_sandbox_once() {
     assert!(remote.capabilities().await.unwrap().pools);
     let scaled = remote.scale_pool("api", 0).await.unwrap();
     assert_eq!((scaled.size, scaled.warm), (0, 0));
-    let err = remote.get_pool("a/b").await.unwrap_err();
+    let err = remote.get_pool("a/b/c").await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidName);
     let out =
         s.th.cli()

@@ -182,7 +182,7 @@ async fn bad_and_taken_names_are_refused_and_write_nothing() {
             .unwrap_or(0)
     };
     let before = blobs();
-    for bad in ["", ".x", "a/b", "a:b", "snap shot", &"x".repeat(129)] {
+    for bad in ["", ".x", "a/b/c", "a:b", "snap shot", &"x".repeat(129)] {
         let e = a.snapshot(bad).await.unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument, "{bad:?}: {e}");
     }
@@ -203,7 +203,7 @@ async fn bad_and_taken_names_are_refused_and_write_nothing() {
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
     let e = home
         .builder("bad-ref")
-        .image("snapshot:a/b")
+        .image("snapshot:a/b/c")
         .define()
         .await
         .unwrap_err();

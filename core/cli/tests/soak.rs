@@ -393,7 +393,7 @@ fn exit_code_of(code: &str) -> i32 {
         "invalid_state" | "starting" | "sandbox_replaced" => 5,
         "invalid_name" | "invalid_config" | "invalid_image" | "invalid_argument" => 6,
         "start_failed" | "runtime_unavailable" | "timeout" => 7,
-        "unauthorized" => 8,
+        "unauthorized" | "forbidden" | "quota_exceeded" | "rate_limited" => 8,
         "usage" => 2,
         _ => 1,
     }

@@ -134,7 +134,7 @@ async fn bad_forks_change_nothing() {
             ErrorCode::InvalidArgument,
         ),
         (ForkOptions::named(["a", "a"]), ErrorCode::InvalidArgument),
-        (ForkOptions::named(["a/b"]), ErrorCode::InvalidName),
+        (ForkOptions::named(["a/b/c"]), ErrorCode::InvalidName),
         // The second name is taken: the first copy is not kept either.
         (
             ForkOptions::named(["free", "taken"]),

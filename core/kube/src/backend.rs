@@ -34,7 +34,7 @@ impl Backend for KubeBackend {
         pods::validate_image(&req.config.image)?;
         pods::check_limits(&req.config)?;
         if req.claim {
-            if let Some(pool) = self.pool_for(&req.config).await? {
+            if let Some(pool) = self.pool_for(&req.name, &req.config).await? {
                 if let Some(info) = self.claim_from_pool(&pool, &req.name, &req.config).await? {
                     return Ok(info);
                 }

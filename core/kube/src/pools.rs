@@ -545,14 +545,20 @@ impl KubeBackend {
         Err(record::store_error("a pool's status kept changing"))
     }
 
-    /// The pool a create of `config` may claim from (the first by name).
-    pub(crate) async fn pool_for(&self, config: &SandboxConfig) -> Result<Option<String>> {
+    /// The pool a create of `config` named `name` may claim from (the
+    /// first by name).
+    pub(crate) async fn pool_for(
+        &self,
+        name: &str,
+        config: &SandboxConfig,
+    ) -> Result<Option<String>> {
         Ok(self
             .all_pools()
             .await?
             .into_iter()
             .find(|p| {
-                PoolSpec::new(&p.def.name, p.def.config.clone(), p.def.size).claimable_by(config)
+                PoolSpec::new(&p.def.name, p.def.config.clone(), p.def.size)
+                    .claimable_by(name, config)
             })
             .map(|p| p.def.name))
     }

@@ -16,6 +16,7 @@ use burrow::{Backend, Error};
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
 use crate::store::{hash_token, Store, StoreError};
+use crate::tenancy::Caller;
 
 /// Everything a request handler needs.
 #[derive(Debug)]
@@ -32,7 +33,7 @@ pub struct AppState {
     pub gateway: crate::gateway::Gateway,
     /// Set once when the server shuts down (long-lived streams end).
     pub shutdown: tokio::sync::watch::Sender<bool>,
-    tokens: Mutex<HashMap<String, Instant>>,
+    tokens: Mutex<HashMap<String, (Instant, Caller)>>,
 }
 
 /// How long a checked token is trusted without asking the database again
@@ -63,22 +64,28 @@ impl AppState {
         self.config.gateway.retry_after.as_secs().max(1)
     }
 
-    async fn token_ok(&self, secret: &str) -> Result<bool, StoreError> {
+    /// Who holds `secret` (cached for [`TOKEN_CACHE`]).
+    async fn caller(&self, secret: &str) -> Result<Option<Caller>, StoreError> {
         let key = hash_token(secret);
         if let Ok(cache) = self.tokens.lock() {
-            if cache.get(&key).is_some_and(|t| t.elapsed() < TOKEN_CACHE) {
-                return Ok(true);
+            if let Some((at, caller)) = cache.get(&key) {
+                if at.elapsed() < TOKEN_CACHE {
+                    return Ok(Some(caller.clone()));
+                }
             }
         }
-        let ok = self.store.check_token(secret).await?.is_some();
+        let caller = self.store.check_token(secret).await?;
         if let Ok(mut cache) = self.tokens.lock() {
-            if ok {
-                cache.insert(key, Instant::now());
-            } else {
-                cache.remove(&key);
+            match &caller {
+                Some(c) => {
+                    cache.insert(key, (Instant::now(), c.clone()));
+                }
+                None => {
+                    cache.remove(&key);
+                }
             }
         }
-        Ok(ok)
+        Ok(caller)
     }
 }
 
@@ -202,11 +209,13 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .then_some(token.trim())
 }
 
-/// Requires a valid API token on TCP connections (health endpoints excepted).
+/// Requires a valid API token on TCP connections (health endpoints
+/// excepted), puts its [`Caller`] in the request and refuses what its role
+/// may not do (`forbidden`).
 async fn authenticate(
     State(state): State<Arc<AppState>>,
     Extension(transport): Extension<Transport>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
     let open = matches!(req.uri().path(), "/healthz" | "/readyz");
@@ -217,14 +226,23 @@ async fn authenticate(
         state.metrics.inc(&state.metrics.auth_failures);
         return unauthorized("an API token is required (Authorization: Bearer <token>)");
     };
-    match state.token_ok(token).await {
-        Ok(true) => next.run(req).await,
-        Ok(false) => {
+    let caller = match state.caller(token).await {
+        Ok(Some(caller)) => caller,
+        Ok(None) => {
             state.metrics.inc(&state.metrics.auth_failures);
-            unauthorized("unknown or revoked API token")
+            return unauthorized("unknown or revoked API token");
         }
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    if !caller.role.allows(req.method(), req.uri().path()) {
+        return ApiError::from(Error::Forbidden {
+            operation: format!("{} {}", req.method(), req.uri().path()),
+            reason: format!("the role {} may not do this", caller.role.as_str()),
+        })
+        .into_response();
     }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
 }
 
 /// Every (method, path template) [`router`] serves, as `openapi.json`

@@ -23,6 +23,7 @@ pub mod serve;
 pub mod sessions;
 pub mod store;
 pub mod targets;
+pub mod tenancy;
 
 pub use config::ServeConfig;
 pub use serve::{run, run_with, StartupError};

@@ -15,44 +15,55 @@ use burrow::{PoolInfo, PoolSpec};
 
 use crate::app::{ApiResult, AppState};
 use crate::routes::json_body;
+use crate::tenancy::Engine;
 
-pub(crate) async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+pub(crate) async fn create(
+    State(state): State<Arc<AppState>>,
+    engine: Engine,
+    body: Bytes,
+) -> ApiResult<Response> {
     state.metrics.inc(&state.metrics.api_requests);
     let spec: PoolSpec = json_body(&body)?;
-    let info = state.engine.create_pool(spec).await?;
+    let info = engine.create_pool(spec).await?;
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
-pub(crate) async fn list(State(state): State<Arc<AppState>>) -> ApiResult<Json<PoolList>> {
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    engine: Engine,
+) -> ApiResult<Json<PoolList>> {
     state.metrics.inc(&state.metrics.api_requests);
     Ok(Json(PoolList {
-        pools: state.engine.list_pools().await?,
+        pools: engine.list_pools().await?,
     }))
 }
 
 pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(name): Path<String>,
 ) -> ApiResult<Json<PoolInfo>> {
     state.metrics.inc(&state.metrics.api_requests);
-    Ok(Json(state.engine.get_pool(&name).await?))
+    Ok(Json(engine.get_pool(&name).await?))
 }
 
 pub(crate) async fn scale(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<PoolInfo>> {
     state.metrics.inc(&state.metrics.api_requests);
     let patch: PoolPatch = json_body(&body)?;
-    Ok(Json(state.engine.scale_pool(&name, patch.size).await?))
+    Ok(Json(engine.scale_pool(&name, patch.size).await?))
 }
 
 pub(crate) async fn remove(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     state.metrics.inc(&state.metrics.api_requests);
-    state.engine.remove_pool(&name).await?;
+    engine.remove_pool(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

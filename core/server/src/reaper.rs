@@ -328,6 +328,7 @@ mod tests {
                 metadata: serde_json::json!({}),
                 headers: Vec::new(),
                 created_at: 0,
+                tenant: "default".into(),
             })
             .await
             .unwrap();

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::AsyncWriteExt;
 
 use crate::app::{ApiError, ApiResult, AppState};
+use crate::tenancy::{Caller, Engine};
 
 /// The `/v1` routes.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -153,10 +154,10 @@ pub fn parse_id(id: &str) -> Result<SandboxId, Error> {
 }
 
 /// The name to check the id against: the caller's, or the current one.
-async fn name_of(state: &AppState, id: &SandboxId, q: &IdentityQuery) -> Result<String, Error> {
+async fn name_of(engine: &Engine, id: &SandboxId, q: &IdentityQuery) -> Result<String, Error> {
     match &q.name {
         Some(n) => Ok(n.clone()),
-        None => Ok(state.engine.get_by_id(id).await?.name),
+        None => Ok(engine.get_by_id(id).await?.name),
     }
 }
 
@@ -164,47 +165,55 @@ fn count(state: &AppState) {
     state.metrics.inc(&state.metrics.api_requests);
 }
 
-async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+async fn create(
+    State(state): State<Arc<AppState>>,
+    engine: Engine,
+    body: Bytes,
+) -> ApiResult<Response> {
     count(&state);
     let req: CreateRequest = json_body(&body)?;
-    let info = state.engine.create(req).await?;
+    let info = engine.create(req).await?;
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
 async fn list(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<SandboxList>> {
     count(&state);
     let filter = api::parse_list_query(q.as_deref().unwrap_or(""))?;
     Ok(Json(SandboxList {
-        sandboxes: state.engine.list(&filter).await?,
+        sandboxes: engine.list(&filter).await?,
     }))
 }
 
 async fn get_by_name(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(name): Path<String>,
 ) -> ApiResult<Json<SandboxInfo>> {
     count(&state);
-    Ok(Json(state.engine.get(&name).await?))
+    Ok(Json(engine.get(&name).await?))
 }
 
 async fn get_one(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(id): Path<String>,
     Query(q): Query<IdentityQuery>,
 ) -> ApiResult<Json<SandboxInfo>> {
     count(&state);
     let id = parse_id(&id)?;
     Ok(Json(match &q.name {
-        Some(n) => state.engine.status(n, &id).await?,
-        None => state.engine.get_by_id(&id).await?,
+        Some(n) => engine.status(n, &id).await?,
+        None => engine.get_by_id(&id).await?,
     }))
 }
 
 async fn modify(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(id): Path<String>,
     Query(q): Query<IdentityQuery>,
     body: Bytes,
@@ -212,19 +221,20 @@ async fn modify(
     count(&state);
     let id = parse_id(&id)?;
     let changes: Modify = json_body(&body)?;
-    let name = name_of(&state, &id, &q).await?;
-    Ok(Json(state.engine.modify(&name, &id, &changes).await?).into_response())
+    let name = name_of(&engine, &id, &q).await?;
+    Ok(Json(engine.modify(&name, &id, &changes).await?).into_response())
 }
 
 async fn remove(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(id): Path<String>,
     Query(q): Query<IdentityQuery>,
 ) -> ApiResult<StatusCode> {
     count(&state);
     let id = parse_id(&id)?;
-    let name = name_of(&state, &id, &q).await?;
-    state.engine.remove(&name, &id).await?;
+    let name = name_of(&engine, &id, &q).await?;
+    engine.remove(&name, &id).await?;
     forget(&state, &id).await;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -238,19 +248,25 @@ async fn forget(state: &AppState, id: &SandboxId) {
 
 async fn operation(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
+    caller: Caller,
     Path((id, op)): Path<(String, String)>,
     Query(q): Query<IdentityQuery>,
     body: Bytes,
 ) -> ApiResult<Response> {
     count(&state);
     let id = parse_id(&id)?;
-    let e = &state.engine;
+    let e = &engine;
     let info = match op.as_str() {
         "start" | "connect-or-start" => {
             let b: StartBody = json_body(&body)?;
-            let name = name_of(&state, &id, &q).await?;
+            let name = name_of(&engine, &id, &q).await?;
             if let Some(s) = &b.session {
-                if !state.store.session_live(s, crate::store::now_ms()).await? {
+                if !state
+                    .store
+                    .session_live(s, &caller.tenant, crate::store::now_ms())
+                    .await?
+                {
                     return Err(Error::InvalidArgument {
                         argument: "session".into(),
                         reason: format!("no live session {s:?}"),
@@ -265,7 +281,7 @@ async fn operation(
             } else {
                 e.connect_or_start(&name, &id, opts).await?
             };
-            crate::sessions::note_start(&state, &info, b.session.as_deref()).await?;
+            crate::sessions::note_start(&state, &caller, &info, b.session.as_deref()).await?;
             info
         }
         "stop" | "restart" => {
@@ -277,7 +293,7 @@ async fn operation(
                 }
                 .into());
             }
-            let name = name_of(&state, &id, &q).await?;
+            let name = name_of(&engine, &id, &q).await?;
             let opts = StopOptions::with_grace(Duration::from_millis(b.grace_ms));
             if op == "stop" {
                 e.stop(&name, &id, opts).await?
@@ -285,26 +301,26 @@ async fn operation(
                 e.restart(&name, &id, opts).await?
             }
         }
-        "kill" => e.kill(&name_of(&state, &id, &q).await?, &id).await?,
+        "kill" => e.kill(&name_of(&engine, &id, &q).await?, &id).await?,
         "drain" => {
-            let name = name_of(&state, &id, &q).await?;
+            let name = name_of(&engine, &id, &q).await?;
             e.request_drain(&name, &id).await?
         }
         "detach" => {
-            let info = e.detach(&name_of(&state, &id, &q).await?, &id).await?;
+            let info = e.detach(&name_of(&engine, &id, &q).await?, &id).await?;
             state.store.detach(id.as_str()).await?;
             info
         }
-        "pause" => e.pause(&name_of(&state, &id, &q).await?, &id).await?,
-        "resume" => e.resume(&name_of(&state, &id, &q).await?, &id).await?,
+        "pause" => e.pause(&name_of(&engine, &id, &q).await?, &id).await?,
+        "resume" => e.resume(&name_of(&engine, &id, &q).await?, &id).await?,
         "wait" => {
             let b: WaitBody = json_body(&body)?;
-            let name = name_of(&state, &id, &q).await?;
+            let name = name_of(&engine, &id, &q).await?;
             e.wait_for_status(&name, &id, &b.statuses).await?
         }
         "snapshot" => {
             let b: api::SnapshotBody = json_body(&body)?;
-            let name = name_of(&state, &id, &q).await?;
+            let name = name_of(&engine, &id, &q).await?;
             let opts = match b.kind {
                 burrow::SnapshotKind::Full => burrow::SnapshotOptions::full(),
                 _ => burrow::SnapshotOptions::filesystem(),
@@ -314,16 +330,16 @@ async fn operation(
         }
         "fork" => {
             let opts: burrow::ForkOptions = json_body(&body)?;
-            let name = name_of(&state, &id, &q).await?;
+            let name = name_of(&engine, &id, &q).await?;
             let sandboxes = e.fork(&name, &id, &opts).await?;
             return Ok((StatusCode::CREATED, Json(SandboxList { sandboxes })).into_response());
         }
         "touch" => {
-            e.touch(&name_of(&state, &id, &q).await?, &id).await?;
+            e.touch(&name_of(&engine, &id, &q).await?, &id).await?;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
         "destroy" => {
-            e.destroy(&name_of(&state, &id, &q).await?, &id).await?;
+            e.destroy(&name_of(&engine, &id, &q).await?, &id).await?;
             forget(&state, &id).await;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
@@ -338,48 +354,58 @@ async fn operation(
     Ok(Json(info).into_response())
 }
 
-async fn list_snapshots(State(state): State<Arc<AppState>>) -> ApiResult<Json<api::SnapshotList>> {
+async fn list_snapshots(
+    State(state): State<Arc<AppState>>,
+    engine: Engine,
+) -> ApiResult<Json<api::SnapshotList>> {
     count(&state);
     Ok(Json(api::SnapshotList {
-        snapshots: state.engine.list_snapshots().await?,
+        snapshots: engine.list_snapshots().await?,
     }))
 }
 
 async fn get_snapshot(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(name): Path<String>,
 ) -> ApiResult<Json<burrow::SnapshotInfo>> {
     count(&state);
-    Ok(Json(state.engine.get_snapshot(&name).await?))
+    Ok(Json(engine.get_snapshot(&name).await?))
 }
 
 async fn remove_snapshot(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     count(&state);
-    state.engine.remove_snapshot(&name).await?;
+    engine.remove_snapshot(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn capabilities(State(state): State<Arc<AppState>>) -> ApiResult<Json<burrow::Capabilities>> {
+async fn capabilities(
+    State(state): State<Arc<AppState>>,
+    engine: Engine,
+) -> ApiResult<Json<burrow::Capabilities>> {
     count(&state);
-    Ok(Json(state.engine.capabilities().await?))
+    Ok(Json(engine.capabilities().await?))
 }
 
 async fn metrics(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(id): Path<String>,
     Query(q): Query<IdentityQuery>,
 ) -> ApiResult<Json<burrow::Metrics>> {
     count(&state);
     let id = parse_id(&id)?;
-    let name = name_of(&state, &id, &q).await?;
-    Ok(Json(state.engine.metrics(&name, &id).await?))
+    let name = name_of(&engine, &id, &q).await?;
+    Ok(Json(engine.metrics(&name, &id).await?))
 }
 
 async fn logs(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
@@ -387,8 +413,8 @@ async fn logs(
     let id = parse_id(&id)?;
     let (name, rest) = split_name(raw.as_deref().unwrap_or(""));
     let opts = api::parse_logs_query(&rest)?;
-    let name = name_of(&state, &id, &IdentityQuery { name }).await?;
-    let mut stream = state.engine.logs(&name, &id, &opts).await?;
+    let name = name_of(&engine, &id, &IdentityQuery { name }).await?;
+    let mut stream = engine.logs(&name, &id, &opts).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     tokio::spawn(async move {
         while let Some(item) = stream.next().await {
@@ -440,12 +466,22 @@ pub fn tokio_stream_from<T: Send + 'static>(
 /// protocol stream relayed to the sandbox's supervisor.
 async fn runtime(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
     Path(id): Path<String>,
     Query(q): Query<RuntimeQuery>,
     mut req: Request,
 ) -> ApiResult<Response> {
     count(&state);
     let id = parse_id(&id)?;
+    // What does not exist (or is another tenant's) is that first.
+    let name = name_of(
+        &engine,
+        &id,
+        &IdentityQuery {
+            name: q.name.clone(),
+        },
+    )
+    .await?;
     let wants_upgrade = req
         .headers()
         .get(header::UPGRADE)
@@ -457,15 +493,7 @@ async fn runtime(
             reason: format!("this endpoint needs `Upgrade: {}`", api::UPGRADE_PROTOCOL),
         }));
     }
-    let name = name_of(
-        &state,
-        &id,
-        &IdentityQuery {
-            name: q.name.clone(),
-        },
-    )
-    .await?;
-    let stream = state.engine.open_runtime(&name, &id, q.wake).await?;
+    let stream = engine.open_runtime(&name, &id, q.wake).await?;
     let generation = stream.generation;
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {

@@ -22,6 +22,7 @@ use burrow::{SandboxId, SandboxInfo, StopOptions};
 
 use crate::app::{ApiResult, AppState};
 use crate::store::{ms, now_ms};
+use crate::tenancy::Caller;
 
 /// How often the open answer carries a heartbeat line (a closed connection
 /// is noticed at the next write).
@@ -38,10 +39,10 @@ fn frame(f: &SessionFrame) -> Bytes {
 }
 
 /// `POST /v1/sessions`.
-pub async fn open(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
+pub async fn open(State(state): State<Arc<AppState>>, caller: Caller) -> ApiResult<Response> {
     let id = state
         .store
-        .open_session(state.replica(), now_ms() + ms(SESSION_TTL))
+        .open_session(state.replica(), &caller.tenant, now_ms() + ms(SESSION_TTL))
         .await?;
     state.metrics.inc(&state.metrics.sessions_open);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
@@ -93,14 +94,22 @@ pub async fn open(State(state): State<Arc<AppState>>) -> ApiResult<Response> {
 }
 
 /// After a start through the API: an attached sandbox started with a
-/// session is tied to it; a detached one is tied to nothing.
+/// session is tied to it (by its engine's name: `info` is as `caller`
+/// sees it); a detached one is tied to nothing.
 pub async fn note_start(
     state: &AppState,
+    caller: &Caller,
     info: &SandboxInfo,
     session: Option<&str>,
 ) -> Result<(), crate::store::StoreError> {
     match (info.detached, session) {
-        (false, Some(s)) => state.store.attach(info.id.as_str(), &info.name, s).await,
+        (false, Some(s)) => {
+            let name = match caller.scope() {
+                Some(scope) => format!("{scope}/{}", info.name),
+                None => info.name.clone(),
+            };
+            state.store.attach(info.id.as_str(), &name, s).await
+        }
         (true, _) => state.store.detach(info.id.as_str()).await,
         (false, None) => Ok(()),
     }

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::app::{ApiResult, AppState};
 use crate::routes::{json_body, parse_id};
 use crate::store::{now_ms, RuntimeRow, Target, TargetKind};
+use crate::tenancy::{Caller, Engine};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -156,6 +157,8 @@ fn check_url(url: &str) -> Result<String, Error> {
 /// `PUT /v1/gateway/targets/{sandbox_id}`.
 pub async fn put_sandbox(
     State(state): State<Arc<AppState>>,
+    engine: Engine,
+    caller: Caller,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<TargetView>> {
@@ -175,8 +178,8 @@ pub async fn put_sandbox(
         }
         .into());
     }
-    // The sandbox must exist.
-    state.engine.get_by_id(&sid).await?;
+    // The sandbox must exist (in the caller's tenant).
+    engine.get_by_id(&sid).await?;
     let t = Target {
         id: id.clone(),
         kind: TargetKind::Sandbox {
@@ -186,6 +189,7 @@ pub async fn put_sandbox(
         metadata: check_metadata(b.metadata)?,
         headers: check_headers(b.headers)?,
         created_at: now_ms(),
+        tenant: caller.tenant,
     };
     state.store.put_target(&t).await?;
     state.gateway.forget(&id);
@@ -195,7 +199,11 @@ pub async fn put_sandbox(
 }
 
 /// `POST /v1/gateway/targets`.
-pub async fn create_url(State(state): State<Arc<AppState>>, body: Bytes) -> ApiResult<Response> {
+pub async fn create_url(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Response> {
     let b: UrlTargetBody = json_body(&body)?;
     let t = Target {
         id: format!(
@@ -208,15 +216,20 @@ pub async fn create_url(State(state): State<Arc<AppState>>, body: Bytes) -> ApiR
         metadata: check_metadata(b.metadata)?,
         headers: check_headers(b.headers)?,
         created_at: now_ms(),
+        tenant: caller.tenant,
     };
     state.store.put_target(&t).await?;
     Ok((StatusCode::CREATED, Json(view(t, None))).into_response())
 }
 
 /// `GET /v1/gateway/targets`.
-pub async fn list(State(state): State<Arc<AppState>>) -> ApiResult<Json<serde_json::Value>> {
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> ApiResult<Json<serde_json::Value>> {
     let mut out = Vec::new();
-    for t in state.store.list_targets().await? {
+    let targets = state.store.list_targets().await?;
+    for t in targets.into_iter().filter(|t| t.tenant == caller.tenant) {
         let rt = state.store.runtime(&t.id).await?;
         out.push(view(t, rt));
     }
@@ -249,17 +262,23 @@ pub(crate) fn check_target_id(id: &str) -> Result<(), Error> {
         })
 }
 
+/// The target `id` of the caller's tenant (another tenant's is
+/// `not_found`, as one that does not exist).
+pub(crate) async fn target_of(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Target> {
+    check_target_id(id)?;
+    match state.store.get_target(id).await? {
+        Some(t) if t.tenant == caller.tenant => Ok(t),
+        _ => Err(not_found(id).into()),
+    }
+}
+
 /// `GET /v1/gateway/targets/{id}`.
 pub async fn get_one(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<TargetView>> {
-    check_target_id(&id)?;
-    let t = state
-        .store
-        .get_target(&id)
-        .await?
-        .ok_or_else(|| not_found(&id))?;
+    let t = target_of(&state, &caller, &id).await?;
     let rt = state.store.runtime(&id).await?;
     Ok(Json(view(t, rt)))
 }
@@ -267,9 +286,10 @@ pub async fn get_one(
 /// `DELETE /v1/gateway/targets/{id}` (the sandbox itself is left alone).
 pub async fn delete(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    check_target_id(&id)?;
+    target_of(&state, &caller, &id).await?;
     if !state.store.delete_target(&id).await? {
         return Err(not_found(&id).into());
     }

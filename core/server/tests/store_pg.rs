@@ -37,6 +37,7 @@ fn target(id: &str) -> Target {
         metadata: serde_json::json!({}),
         headers: Vec::new(),
         created_at: 0,
+        tenant: "default".into(),
     }
 }
 

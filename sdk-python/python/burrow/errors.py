@@ -38,6 +38,9 @@ __all__ = [
     "UnsupportedError",
     "PortUnavailableError",
     "SnapshotInUseError",
+    "ForbiddenError",
+    "QuotaExceededError",
+    "RateLimitedError",
     "CommandFailedError",
     "CODES",
 ]
@@ -61,9 +64,11 @@ class BurrowError(Exception):
     status: Optional[Status]
     #: For ``sandbox_replaced``: the id that now owns the name.
     actual_id: Optional[str] = None
-    #: The refused operation (``invalid_state``) or what timed out.
+    #: The refused operation (``invalid_state``, ``forbidden``) or what
+    #: timed out.
     operation: Optional[str] = None
-    #: The field, argument, image or runtime concerned.
+    #: The field, argument, image or runtime concerned (for
+    #: ``quota_exceeded``: the quota, ``"sandboxes"``, ``"cpus"``, ...).
     subject: Optional[str] = None
     #: The reason, where the error has one.
     reason: Optional[str] = None
@@ -74,6 +79,14 @@ class BurrowError(Exception):
     after_ms: Optional[int] = None
     #: For ``snapshot_in_use``: the names of the sandboxes that use it.
     sandboxes: Optional[List[str]] = None
+    #: For ``quota_exceeded``: the quota's limit, in its own unit.
+    limit: Optional[int] = None
+    #: For ``rate_limited``: how long to wait before trying again, in
+    #: seconds.
+    retry_after: Optional[float] = None
+    #: For ``rate_limited``: the same wait in milliseconds (the core's
+    #: field; the same as :attr:`retry_after`).
+    retry_after_ms: Optional[int] = None
 
     def __init__(
         self,
@@ -233,6 +246,30 @@ class SnapshotInUseError(BurrowError):
     CODE = "snapshot_in_use"
 
 
+class ForbiddenError(BurrowError):
+    """A ``burrow serve`` server accepted the credentials, but their role
+    or tenant may not do this (``operation`` is the refused operation).
+    Nothing was changed."""
+
+    CODE = "forbidden"
+
+
+class QuotaExceededError(BurrowError):
+    """The operation would exceed a quota of the caller's tenant:
+    ``subject`` is the quota (``"sandboxes"``, ``"running"``, ``"cpus"``,
+    ``"memory_mb"``, ``"starts_per_minute"``, ...), ``limit`` its limit.
+    Nothing was changed."""
+
+    CODE = "quota_exceeded"
+
+
+class RateLimitedError(BurrowError):
+    """Too many requests from this token: the request was not served;
+    ``retry_after`` (seconds) says when to send it again."""
+
+    CODE = "rate_limited"
+
+
 class UnsupportedError(BurrowError):
     """The backend does not support this operation at all (for instance a
     backend that cannot pause). Nothing was changed."""
@@ -265,6 +302,9 @@ CODES: Dict[str, Type[BurrowError]] = {
         UnsupportedError,
         PortUnavailableError,
         SnapshotInUseError,
+        ForbiddenError,
+        QuotaExceededError,
+        RateLimitedError,
     )
 }
 
@@ -311,6 +351,9 @@ def _from_body(text: str) -> BurrowError:
     exc.after_ms = body.get("after_ms")
     exc.after = None if exc.after_ms is None else exc.after_ms / 1000.0
     exc.sandboxes = body.get("sandboxes")
+    exc.limit = body.get("limit")
+    exc.retry_after_ms = body.get("retry_after_ms")
+    exc.retry_after = None if exc.retry_after_ms is None else exc.retry_after_ms / 1000.0
     return exc
 
 

@@ -17,12 +17,24 @@ module Burrow
   # @!attribute [r] guest
   #   @return [Hash, nil] the agent's error (+guest+): +{"code", "message"}+
   # @!attribute [r] after_ms
-  #   @return [Integer, nil] when to retry (+starting+)
+  #   @return [Integer, nil] the deadline in milliseconds (+timeout+)
+  # @!attribute [r] sandboxes
+  #   @return [Array<String>, nil] the sandboxes that use the snapshot
+  #     (+snapshot_in_use+)
+  # @!attribute [r] limit
+  #   @return [Integer, nil] the quota's limit, in its own unit; +subject+
+  #     is the quota (+quota_exceeded+)
+  # @!attribute [r] retry_after_ms
+  #   @return [Integer, nil] how long to wait before trying again, in
+  #     milliseconds (+rate_limited+)
+  # @!attribute [r] retry_after
+  #   @return [Float, nil] the same wait in seconds (+rate_limited+)
   # @!attribute [r] body
   #   @return [Hash] the whole error body of the core
   class Error < StandardError
     attr_reader :code, :sandbox_id, :name, :status, :actual_id, :operation,
-                :subject, :reason, :after_ms, :guest, :path, :sandboxes, :body
+                :subject, :reason, :after_ms, :guest, :path, :sandboxes,
+                :limit, :retry_after_ms, :retry_after, :body
 
     def initialize(body)
       @body = body
@@ -38,6 +50,9 @@ module Burrow
       @guest = body["guest"]
       @path = body["path"]
       @sandboxes = body["sandboxes"]
+      @limit = body["limit"]
+      @retry_after_ms = body["retry_after_ms"]
+      @retry_after = @retry_after_ms && (@retry_after_ms / 1000.0)
       super(body["message"])
     end
   end
@@ -62,7 +77,10 @@ module Burrow
     "unauthorized" => :UnauthorizedError,
     "unsupported" => :UnsupportedError,
     "port_unavailable" => :PortUnavailableError,
-    "snapshot_in_use" => :SnapshotInUseError
+    "snapshot_in_use" => :SnapshotInUseError,
+    "forbidden" => :ForbiddenError,
+    "quota_exceeded" => :QuotaExceededError,
+    "rate_limited" => :RateLimitedError
   }.freeze
 
   # Every error class by its code.

@@ -128,7 +128,7 @@ mod tests {
             let e = opts.validate().unwrap_err();
             assert_eq!(e.code(), ErrorCode::InvalidArgument, "{opts:?}");
         }
-        let e = ForkOptions::named(["ok", "a/b"]).validate().unwrap_err();
+        let e = ForkOptions::named(["ok", "a/b/c"]).validate().unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidName);
     }
 }

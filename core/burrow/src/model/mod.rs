@@ -20,14 +20,14 @@ pub use fork::{ForkOptions, MAX_FORK_COUNT};
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};
 pub use modify::{Applies, FieldChange, Modify, ModifyPlan};
-pub use name::validate_name;
+pub use name::{split_scope, validate_base, validate_name, validate_scope, MAX_SCOPE_BYTES};
 pub use pool::{PoolInfo, PoolSpec, MAX_POOL_SIZE, WARM_NAME_PREFIX};
 pub use ports::{PortMapping, PortMappingError, PortProtocol, MAX_PORTS};
 #[cfg(feature = "local")]
 pub(crate) use secrets::new_placeholder;
 pub use secrets::{Secret, SecretHost, SecretValue, MAX_HOSTS, MAX_SECRETS, MAX_VALUE};
 pub use snapshot::{
-    snapshot_of_image, validate_snapshot_name, SnapshotInfo, SnapshotKind, SnapshotOptions,
-    MAX_SNAPSHOT_NAME, SNAPSHOT_IMAGE_PREFIX,
+    snapshot_of_image, validate_snapshot_base, validate_snapshot_name, SnapshotInfo, SnapshotKind,
+    SnapshotOptions, MAX_SNAPSHOT_NAME, SNAPSHOT_IMAGE_PREFIX,
 };
 pub use status::Status;

@@ -91,11 +91,14 @@ impl PoolSpec {
         }
     }
 
-    /// Whether a create of `config` may claim a sandbox of this pool: the
-    /// same configuration once what a claim sets is left out (labels,
-    /// environment, timeouts, the idle action and demand starts).
-    pub fn claimable_by(&self, config: &SandboxConfig) -> bool {
-        launch_part(&self.config) == launch_part(config)
+    /// Whether a create of `config` named `name` may claim a sandbox of
+    /// this pool: a name in the pool's scope (a `burrow serve` tenant's
+    /// creates claim from its own pools only) and the same configuration
+    /// once what a claim sets is left out (labels, environment, timeouts,
+    /// the idle action and demand starts).
+    pub fn claimable_by(&self, name: &str, config: &SandboxConfig) -> bool {
+        super::name::split_scope(&self.name).0 == super::name::split_scope(name).0
+            && launch_part(&self.config) == launch_part(config)
     }
 }
 
@@ -175,7 +178,7 @@ mod tests {
             s.validate().unwrap_err().code()
         };
         use crate::ErrorCode;
-        assert_eq!(bad(|s| s.name = "a/b".into()), ErrorCode::InvalidName);
+        assert_eq!(bad(|s| s.name = "a/b/c".into()), ErrorCode::InvalidName);
         assert_eq!(
             bad(|s| s.size = MAX_POOL_SIZE + 1),
             ErrorCode::InvalidArgument
@@ -206,15 +209,20 @@ mod tests {
         c.max_duration = Some(Duration::from_secs(50));
         c.startup_timeout = Duration::from_secs(3);
         c.demand_start = Some(true);
-        assert!(pool.claimable_by(&c));
+        assert!(pool.claimable_by("x", &c));
+        // Only creates in the pool's scope claim.
+        assert!(!pool.claimable_by("team/x", &c));
+        let scoped = PoolSpec::new("team/p", pool.config.clone(), 1);
+        assert!(scoped.claimable_by("team/x", &c));
+        assert!(!scoped.claimable_by("x", &c) && !scoped.claimable_by("other/x", &c));
         let mut other = c.clone();
         other.memory_mb = Some(256);
-        assert!(!pool.claimable_by(&other));
+        assert!(!pool.claimable_by("x", &other));
         let mut other = c.clone();
         other.image = "debian".into();
-        assert!(!pool.claimable_by(&other));
+        assert!(!pool.claimable_by("x", &other));
         let mut other = c;
         other.command = Some(vec!["sleep".into(), "1".into()]);
-        assert!(!pool.claimable_by(&other));
+        assert!(!pool.claimable_by("x", &other));
     }
 }

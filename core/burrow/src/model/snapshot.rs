@@ -13,8 +13,26 @@ pub const SNAPSHOT_IMAGE_PREFIX: &str = "snapshot:";
 
 /// Checks a snapshot name: 1..=128 bytes of ASCII letters, digits, `_`,
 /// `-` and `.`, starting with a letter or a digit (names appear in image
-/// references, paths and URLs).
+/// references, paths and URLs), optionally in a scope as a sandbox name
+/// may be (`<scope>/<name>`: see [`super::name::validate_scope`]).
 pub fn validate_snapshot_name(name: &str) -> Result<()> {
+    match name.split_once('/') {
+        Some((scope, base)) => {
+            super::name::validate_scope(scope).map_err(|e| Error::InvalidArgument {
+                argument: "snapshot name".into(),
+                reason: match e {
+                    Error::InvalidName { reason } => reason,
+                    other => other.to_string(),
+                },
+            })?;
+            validate_snapshot_base(base)
+        }
+        None => validate_snapshot_base(name),
+    }
+}
+
+/// Checks a snapshot name without a scope (see [`validate_snapshot_name`]).
+pub fn validate_snapshot_base(name: &str) -> Result<()> {
     let fail = |reason: String| {
         Err(Error::InvalidArgument {
             argument: "snapshot name".into(),
@@ -146,7 +164,7 @@ mod tests {
             "a".repeat(129),
             ".hidden".into(),
             "-x".into(),
-            "a/b".into(),
+            "a/b/c".into(),
             "a:b".into(),
             "a b".into(),
             "é".into(),

@@ -639,7 +639,7 @@ mod tests {
         assert_eq!(err.code(), ErrorCode::Io);
         assert!(err.to_string().contains(&url), "{err}");
         // Names are checked before anything is sent.
-        let err = b.get("a/b").await.unwrap_err();
+        let err = b.get("a/b/c").await.unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidName);
     }
 }

@@ -20,6 +20,7 @@ mod pool;
 mod rm;
 mod run;
 mod serve;
+mod serve_tenants;
 mod shell;
 mod snapshot;
 mod up;

@@ -20,7 +20,8 @@ Exit codes:
   5  invalid state (invalid_state, starting, sandbox_replaced)
   6  invalid input (invalid_name, invalid_config, invalid_image, invalid_argument)
   7  start failed, runtime unavailable or timeout (start_failed, runtime_unavailable, timeout)
-  8  refused by the burrow server (unauthorized: missing or unknown BURROW_TOKEN)
+  8  refused by the burrow server (unauthorized: missing or unknown BURROW_TOKEN;
+     forbidden, quota_exceeded, rate_limited)
   `exec`, `shell` and `run CMD` exit with the command's own code: its exit
   status, 128+N when signal N ended it, 124 when --timeout killed it.
 
@@ -42,7 +43,10 @@ pub(crate) fn exit_code(code: ErrorCode) -> u8 {
         | ErrorCode::InvalidImage
         | ErrorCode::InvalidArgument => 6,
         ErrorCode::StartFailed | ErrorCode::RuntimeUnavailable | ErrorCode::Timeout => 7,
-        ErrorCode::Unauthorized => 8,
+        ErrorCode::Unauthorized
+        | ErrorCode::Forbidden
+        | ErrorCode::QuotaExceeded
+        | ErrorCode::RateLimited => 8,
         _ => 1,
     }
 }
@@ -181,4 +185,21 @@ pub(crate) fn usage_failure(e: clap::Error) -> ExitCode {
     let err = json!({"code": "usage", "message": message, "sandbox_id": null, "name": null, "status": null});
     say(json!({ "error": err }));
     ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_of_the_server_exit_8() {
+        for code in [
+            ErrorCode::Unauthorized,
+            ErrorCode::Forbidden,
+            ErrorCode::QuotaExceeded,
+            ErrorCode::RateLimited,
+        ] {
+            assert_eq!(exit_code(code), 8, "{code}");
+        }
+    }
 }

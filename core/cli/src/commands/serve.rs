@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -37,23 +36,13 @@ enum ServeCommand {
     /// Manage API tokens (stored hashed in the server's database).
     Token {
         #[command(subcommand)]
-        command: TokenCommand,
+        command: super::serve_tenants::TokenCommand,
     },
-}
-
-#[derive(Debug, Subcommand)]
-enum TokenCommand {
-    /// Create a token; its secret is printed once.
-    Create {
-        /// A name for the token (unique).
-        name: String,
-    },
-    /// List tokens (names only).
-    List,
-    /// Revoke a token by name.
-    Revoke {
-        /// The token's name.
-        name: String,
+    /// Manage tenants: each token belongs to one, and sees only its
+    /// tenant's sandboxes, pools, snapshots, targets and sessions.
+    Tenant {
+        #[command(subcommand)]
+        command: super::serve_tenants::TenantCommand,
     },
 }
 
@@ -149,32 +138,14 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
             let store = burrow_server::serve::open_store(&config)
                 .await
                 .map_err(startup_error)?;
-            match command {
-                TokenCommand::Create { name } => {
-                    let secret = store
-                        .create_token(name)
-                        .await
-                        .with_context(|| format!("creating token {name:?} (names are unique)"))?;
-                    ctx.print(
-                        &json!({"name": name, "token": secret}),
-                        format_args!("{secret}"),
-                    )?;
-                }
-                TokenCommand::List => {
-                    let tokens = store.list_tokens().await?;
-                    let text: Vec<String> = tokens.iter().map(|t| t.name.clone()).collect();
-                    ctx.print(
-                        &json!({"tokens": tokens}),
-                        format_args!("{}", text.join("\n")),
-                    )?;
-                }
-                TokenCommand::Revoke { name } => {
-                    if !store.revoke_token(name).await? {
-                        anyhow::bail!("no token named {name:?}");
-                    }
-                    ctx.print(&json!({"revoked": name}), format_args!("revoked {name}"))?;
-                }
-            }
+            super::serve_tenants::token(&ctx, &store, command).await?;
+            Ok(0)
+        }
+        Some(ServeCommand::Tenant { command }) => {
+            let store = burrow_server::serve::open_store(&config)
+                .await
+                .map_err(startup_error)?;
+            super::serve_tenants::tenant(&ctx, &store, command).await?;
             Ok(0)
         }
     }

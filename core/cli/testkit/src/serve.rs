@@ -60,19 +60,37 @@ impl ServeEnv {
         c
     }
 
-    /// Creates an API token named `name`; returns its secret.
+    /// Creates an API token named `name` (the default tenant's admin);
+    /// returns its secret.
     pub fn create_token(&self, name: &str) -> String {
+        self.create_token_in(name, "default", "admin")
+    }
+
+    /// Creates an API token named `name` of `tenant` with `role`; returns
+    /// its secret.
+    pub fn create_token_in(&self, name: &str, tenant: &str, role: &str) -> String {
+        let out = self.admin(&["token", "create", name, "--tenant", tenant, "--role", role]);
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Creates the tenant `name`.
+    pub fn create_tenant(&self, name: &str) {
+        self.admin(&["tenant", "create", name]);
+    }
+
+    /// Runs `burrow serve ARGS`, which must succeed.
+    pub fn admin(&self, args: &[&str]) -> std::process::Output {
         let out = self
             .command()
-            .args(["token", "create", name])
+            .args(args)
             .output()
-            .expect("burrow serve token create");
+            .expect("running burrow serve");
         assert!(
             out.status.success(),
-            "token create failed: {}",
+            "burrow serve {args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        out
     }
 
     /// Starts a replica listening on a free loopback port.

@@ -41,6 +41,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::routes::parse_id;
 use crate::store::{Target, TargetKind};
+use crate::targets::not_found;
+use crate::tenancy::Caller;
 
 mod call;
 mod start;
@@ -84,6 +86,14 @@ impl Gateway {
         if let Ok(mut e) = self.entries.lock() {
             e.remove(id);
         }
+    }
+
+    /// The tenant of a cached target, at whatever version (a target's
+    /// tenant never changes: a sandbox target's is its sandbox's, a URL
+    /// target's id is new for each).
+    fn cached_tenant(&self, id: &str) -> Option<String> {
+        let t = self.targets.lock().ok()?;
+        t.get(id).map(|(_, t)| t.tenant.clone())
     }
 
     /// The cached target, if it is at `version`.
@@ -151,14 +161,32 @@ impl Gateway {
 /// `ANY /gw/{id}[/{*rest}]`.
 pub async fn handle(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     Path(params): Path<HashMap<String, String>>,
     req: Request,
 ) -> Response {
     let id = params.get("id").cloned().unwrap_or_default();
-    match serve(&state, &id, req).await {
+    let served = async {
+        ours(&state, &caller, &id).await?;
+        serve(&state, &id, req).await
+    };
+    match served.await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
+}
+
+/// Whether target `id` is the caller's tenant's: another tenant's is
+/// `not_found`, as one that does not exist, before anything is touched.
+async fn ours(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()> {
+    if let Some(tenant) = state.gateway.cached_tenant(id) {
+        if tenant == caller.tenant {
+            return Ok(());
+        }
+        return Err(not_found(id).into());
+    }
+    crate::targets::target_of(state, caller, id).await?;
+    Ok(())
 }
 
 async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<Response> {

@@ -31,6 +31,7 @@ mod tokens;
 pub use calls::{CallHold, CallLocks};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
+pub use tokens::TenantInfo;
 
 /// Errors of the server's store. The database's error is in the text, so
 /// it is not also a `source()`: a printed chain says it once.
@@ -174,6 +175,8 @@ pub struct Target {
     pub headers: Vec<(String, String)>,
     /// Creation time.
     pub created_at: i64,
+    /// The tenant it belongs to.
+    pub tenant: String,
 }
 
 /// A reclaim candidate found by a sweep.
@@ -205,6 +208,10 @@ pub struct TokenInfo {
     pub id: String,
     /// Its name.
     pub name: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its role in the tenant.
+    pub role: crate::tenancy::Role,
     /// Creation time.
     pub created_at: i64,
 }
@@ -327,14 +334,26 @@ impl Store {
             .await
             .map_err(open_err)?;
         let migrator = burrow::internal::migrations::embedded(match kind {
-            DbKind::Sqlite => &[(
-                "0001_init.sql",
-                include_str!("../../migrations/sqlite/0001_init.sql"),
-            )],
-            DbKind::Postgres => &[(
-                "0001_init.sql",
-                include_str!("../../migrations/postgres/0001_init.sql"),
-            )],
+            DbKind::Sqlite => &[
+                (
+                    "0001_init.sql",
+                    include_str!("../../migrations/sqlite/0001_init.sql"),
+                ),
+                (
+                    "0002_tenants.sql",
+                    include_str!("../../migrations/sqlite/0002_tenants.sql"),
+                ),
+            ],
+            DbKind::Postgres => &[
+                (
+                    "0001_init.sql",
+                    include_str!("../../migrations/postgres/0001_init.sql"),
+                ),
+                (
+                    "0002_tenants.sql",
+                    include_str!("../../migrations/postgres/0002_tenants.sql"),
+                ),
+            ],
         });
         migrator
             .run(&pool)
@@ -428,6 +447,7 @@ mod testutil {
             metadata: serde_json::json!({"tools": 3}),
             headers: vec![("x-k".into(), "v".into())],
             created_at: 0,
+            tenant: "default".into(),
         }
     }
 

@@ -59,7 +59,7 @@ impl Store {
     pub async fn status(&self, now: i64) -> Result<Vec<TargetStatus>> {
         let rows = sqlx::query(
             "SELECT t.id, t.kind, t.port, t.url, t.metadata, t.credentials, t.command, \
-                    t.created_at, r.state, r.generation, r.last_used_at, \
+                    t.created_at, t.tenant, r.state, r.generation, r.last_used_at, \
                     r.updated_at AS runtime_updated_at, r.owner, r.last_error, \
                     (SELECT COUNT(*) FROM leases l \
                      WHERE l.target_id = t.id AND l.expires_at >= $1) AS live_leases \

@@ -7,15 +7,23 @@ use super::{random_id, Result, Store};
 
 impl Store {
     /// Registers a session held by `replica`.
-    pub async fn open_session(&self, replica: &str, expires_at: i64) -> Result<String> {
+    pub async fn open_session(
+        &self,
+        replica: &str,
+        tenant: &str,
+        expires_at: i64,
+    ) -> Result<String> {
         let _turn = self.write_turn().await;
         let id = random_id("ses_");
-        sqlx::query("INSERT INTO sessions (id, replica, expires_at) VALUES ($1, $2, $3)")
-            .bind(&id)
-            .bind(replica)
-            .bind(expires_at)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "INSERT INTO sessions (id, replica, expires_at, tenant) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&id)
+        .bind(replica)
+        .bind(expires_at)
+        .bind(tenant)
+        .execute(&self.pool)
+        .await?;
         Ok(id)
     }
 
@@ -30,17 +38,21 @@ impl Store {
         Ok(r.rows_affected() > 0)
     }
 
-    /// Whether a session is live.
-    pub async fn session_live(&self, id: &str, now: i64) -> Result<bool> {
+    /// Whether a session of `tenant` is live (another tenant's is as if
+    /// there were none).
+    pub async fn session_live(&self, id: &str, tenant: &str, now: i64) -> Result<bool> {
         if id.contains('\0') {
             // Never an id this server gave out (PostgreSQL's text has no NUL).
             return Ok(false);
         }
-        let row = sqlx::query("SELECT 1 AS one FROM sessions WHERE id = $1 AND expires_at >= $2")
-            .bind(id)
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT 1 AS one FROM sessions WHERE id = $1 AND expires_at >= $2 AND tenant = $3",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(tenant)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.is_some())
     }
 
@@ -104,14 +116,16 @@ mod tests {
     #[tokio::test]
     async fn sessions_collect_their_attachments() {
         let (_d, s) = sqlite().await;
-        let ses = s.open_session("r1", 100).await.unwrap();
-        assert!(s.session_live(&ses, 50).await.unwrap());
+        let ses = s.open_session("r1", "default", 100).await.unwrap();
+        assert!(s.session_live(&ses, "default", 50).await.unwrap());
+        // Another tenant's session is as if there were none.
+        assert!(!s.session_live(&ses, "team", 50).await.unwrap());
         s.attach("sb_1", "one", &ses).await.unwrap();
         s.attach("sb_2", "two", &ses).await.unwrap();
         s.detach("sb_2").await.unwrap();
         assert_eq!(s.expired_sessions(200).await.unwrap(), vec![ses.clone()]);
         let gone = s.end_session(&ses).await.unwrap();
         assert_eq!(gone, vec![("sb_1".to_string(), "one".to_string())]);
-        assert!(!s.session_live(&ses, 50).await.unwrap());
+        assert!(!s.session_live(&ses, "default", 50).await.unwrap());
     }
 }

@@ -27,8 +27,9 @@ impl Store {
         let now = now_ms();
         sqlx::query(
             "INSERT INTO targets \
-               (id, kind, port, url, metadata, credentials, command, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $8, $7, $7) \
+               (id, kind, port, url, metadata, credentials, command, created_at, updated_at, \
+                tenant) \
+             VALUES ($1, $2, $3, $4, $5, $6, $8, $7, $7, $9) \
              ON CONFLICT (id) DO UPDATE SET kind = $2, port = $3, url = $4, metadata = $5, \
              credentials = $6, command = $8, \
              updated_at = CASE WHEN targets.updated_at < $7 THEN $7 \
@@ -42,6 +43,7 @@ impl Store {
         .bind(headers)
         .bind(now)
         .bind(command)
+        .bind(&t.tenant)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -56,8 +58,8 @@ impl Store {
     /// gateway caches it.
     pub async fn get_target_versioned(&self, id: &str) -> Result<Option<(Target, i64)>> {
         let row = sqlx::query(
-            "SELECT id, kind, port, url, metadata, credentials, command, created_at, updated_at \
-             FROM targets WHERE id = $1",
+            "SELECT id, kind, port, url, metadata, credentials, command, created_at, updated_at, \
+             tenant FROM targets WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -69,7 +71,8 @@ impl Store {
     /// Every target.
     pub async fn list_targets(&self) -> Result<Vec<Target>> {
         let rows = sqlx::query(
-            "SELECT id, kind, port, url, metadata, credentials, command, created_at FROM targets ORDER BY id",
+            "SELECT id, kind, port, url, metadata, credentials, command, created_at, tenant \
+             FROM targets ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -124,6 +127,7 @@ pub(super) fn target_from_row(r: &sqlx::any::AnyRow) -> Result<Target> {
             None => Vec::new(),
         },
         created_at: r.try_get("created_at")?,
+        tenant: r.try_get("tenant")?,
     })
 }
 

@@ -335,7 +335,7 @@ impl Backend for LocalBackend {
         validate_name(&req.name)?;
         self.prepare_config(&mut req.config)?;
         let pool = match req.claim {
-            true => self.pool_for(&req.config).await?,
+            true => self.pool_for(&req.name, &req.config).await?,
             false => None,
         };
         if let Some(pool) = pool {

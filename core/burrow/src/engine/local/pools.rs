@@ -170,12 +170,17 @@ impl LocalBackend {
         failed.map_or(Ok(()), Err)
     }
 
-    /// The pool a create of `config` may claim from (the first by name).
-    pub(super) async fn pool_for(&self, config: &SandboxConfig) -> Result<Option<String>> {
+    /// The pool a create of `config` named `name` may claim from (the
+    /// first by name).
+    pub(super) async fn pool_for(
+        &self,
+        name: &str,
+        config: &SandboxConfig,
+    ) -> Result<Option<String>> {
         let pools = self.store.list_pools().await?;
         Ok(pools
             .into_iter()
-            .find(|p| PoolSpec::new(&p.name, p.config.clone(), p.size).claimable_by(config))
+            .find(|p| PoolSpec::new(&p.name, p.config.clone(), p.size).claimable_by(name, config))
             .map(|p| p.name))
     }
 

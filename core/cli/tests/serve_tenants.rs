@@ -1,0 +1,571 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Tenants of `burrow serve`, on a real PostgreSQL with real sandboxes:
+//! every operation of the OpenAPI document, driven by one tenant with the
+//! other tenant's ids and names, answers exactly as for ones that do not
+//! exist and changes nothing; names are unique per tenant; lists show the
+//! tenant's own; roles refuse what they may not do (`forbidden`).
+//!
+//! The operations come from the served document itself, so a new operation
+//! cannot escape the check: each one with a path parameter must answer
+//! `not_found` for an absent id or name (a request body the operation
+//! refuses first would show as something else, and fail the test).
+
+use burrow_cli_testkit as common;
+
+use std::sync::OnceLock;
+
+use common::serve::pg::PgCluster;
+use common::serve::{http, Resp, ServeEnv, Server};
+use common::TestHome;
+use serde_json::{json, Value};
+
+fn cluster() -> &'static PgCluster {
+    static PG: OnceLock<PgCluster> = OnceLock::new();
+    PG.get_or_init(PgCluster::start)
+}
+
+/// A server with tenants `alpha` and `beta` (each with a tenant admin
+/// token) and the test image installed as the named image `busybox` (a
+/// tenant may not name host directories).
+struct Fixture {
+    _home: TestHome,
+    env: ServeEnv,
+    server: Server,
+    alpha: String,
+    beta: String,
+}
+
+fn fixture(db: &str) -> Fixture {
+    let home = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(TestHome::new());
+    let named = home.path().join("images/named");
+    std::fs::create_dir_all(&named).unwrap();
+    std::os::unix::fs::symlink(common::busybox_rootfs(), named.join("busybox")).unwrap();
+    let url = cluster().create_database(db).unwrap();
+    let env = ServeEnv::new(home.path(), &url);
+    env.create_tenant("alpha");
+    env.create_tenant("beta");
+    let alpha = env.create_token_in("alpha-admin", "alpha", "tenant_admin");
+    let beta = env.create_token_in("beta-admin", "beta", "tenant_admin");
+    let server = env.start("r1");
+    Fixture {
+        _home: home,
+        env,
+        server,
+        alpha,
+        beta,
+    }
+}
+
+fn call(f: &Fixture, token: &str, method: &str, path: &str, body: Option<Value>) -> Resp {
+    let body = body.map(|b| b.to_string());
+    http(
+        method,
+        &format!("{}{path}", f.server.url),
+        Some(token),
+        body.as_deref(),
+    )
+}
+
+fn ok(r: Resp, what: &str) -> Value {
+    assert!(
+        (200..300).contains(&r.status),
+        "{what}: {} {}",
+        r.status,
+        r.text()
+    );
+    if r.body.is_empty() {
+        Value::Null
+    } else {
+        r.json()
+    }
+}
+
+/// What one tenant made: a running sandbox, a snapshot, a pool, a sandbox
+/// target and a URL target.
+struct Objects {
+    id: String,
+    name: String,
+    snapshot: String,
+    pool: String,
+    url_target: String,
+}
+
+fn make_objects(f: &Fixture, token: &str) -> Objects {
+    let config = json!({"image": "busybox", "command": ["sleep", "3600"]});
+    let created = ok(
+        call(
+            f,
+            token,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "worker", "config": config, "detached": true})),
+        ),
+        "create",
+    );
+    let id = created["id"].as_str().unwrap().to_owned();
+    ok(
+        call(
+            f,
+            token,
+            "POST",
+            &format!("/v1/sandboxes/{id}/start"),
+            Some(json!({})),
+        ),
+        "start",
+    );
+    ok(
+        call(
+            f,
+            token,
+            "POST",
+            &format!("/v1/sandboxes/{id}/snapshot"),
+            Some(json!({"snapshot": "snap"})),
+        ),
+        "snapshot",
+    );
+    ok(
+        call(
+            f,
+            token,
+            "POST",
+            "/v1/pools",
+            Some(json!({"name": "pool", "size": 0, "config": config})),
+        ),
+        "pool",
+    );
+    ok(
+        call(
+            f,
+            token,
+            "PUT",
+            &format!("/v1/gateway/targets/{id}"),
+            Some(json!({"port": 8080})),
+        ),
+        "sandbox target",
+    );
+    let url_target = ok(
+        call(
+            f,
+            token,
+            "POST",
+            "/v1/gateway/targets",
+            Some(json!({"url": "http://127.0.0.1:9"})),
+        ),
+        "url target",
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Objects {
+        id,
+        name: "worker".into(),
+        snapshot: "snap".into(),
+        pool: "pool".into(),
+        url_target,
+    }
+}
+
+/// A body each operation accepts when its object exists, so that an
+/// absent one is what it answers: the least its schema in the document
+/// asks for (required properties only).
+fn body_for(doc: &Value, op: &Value) -> Option<Value> {
+    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+    (!schema.is_null()).then(|| least(doc, schema))
+}
+
+fn least(doc: &Value, schema: &Value) -> Value {
+    if let Some(r) = schema["$ref"].as_str() {
+        let path = r.trim_start_matches("#/");
+        let target = path.split('/').fold(doc, |v, k| &v[k]);
+        return least(doc, target);
+    }
+    for key in ["oneOf", "anyOf", "allOf"] {
+        if let Some(first) = schema[key].as_array().and_then(|a| a.first()) {
+            if schema["properties"].is_null() {
+                return least(doc, first);
+            }
+            // Branches that only say which of the properties are required.
+            let mut merged = schema.clone();
+            let obj = merged.as_object_mut().unwrap();
+            obj.remove(key);
+            let mut required = schema["required"].as_array().cloned().unwrap_or_default();
+            required.extend(first["required"].as_array().cloned().unwrap_or_default());
+            obj.insert("required".into(), Value::Array(required));
+            return least(doc, &merged);
+        }
+    }
+    if let Some(e) = schema["enum"].as_array().and_then(|a| a.first()) {
+        return e.clone();
+    }
+    let ty = match &schema["type"] {
+        Value::Array(t) => t
+            .iter()
+            .find(|t| *t != "null")
+            .cloned()
+            .unwrap_or(Value::Null),
+        t => t.clone(),
+    };
+    match ty.as_str() {
+        Some("object") | None => {
+            let mut out = serde_json::Map::new();
+            for req in schema["required"].as_array().into_iter().flatten() {
+                let k = req.as_str().unwrap();
+                out.insert(k.to_owned(), least(doc, &schema["properties"][k]));
+            }
+            Value::Object(out)
+        }
+        Some("integer") | Some("number") => {
+            json!(schema["minimum"].as_u64().unwrap_or(1).max(1))
+        }
+        Some("boolean") => json!(false),
+        Some("array") => json!([least(doc, &schema["items"])]),
+        _ => json!("x1"),
+    }
+}
+
+/// The path with its parameters filled from `o` (the objects named by the
+/// template: a sandbox's id or name, a snapshot's, a pool's, a target's).
+fn fill(template: &str, o: &Objects) -> String {
+    let id = if template.starts_with("/gw/") || template.starts_with("/v1/gateway/targets/") {
+        // The URL target for the gateway's paths (the sandbox target is
+        // checked through the sandbox's id below).
+        if template.starts_with("/gw/") {
+            &o.url_target
+        } else {
+            &o.id
+        }
+    } else {
+        &o.id
+    };
+    let name = if template.starts_with("/v1/snapshots/") {
+        &o.snapshot
+    } else if template.starts_with("/v1/pools/") {
+        &o.pool
+    } else {
+        &o.name
+    };
+    template
+        .replace("{id}", id)
+        .replace("{name}", name)
+        .replace("{rest}", "x")
+}
+
+/// Objects that do not exist anywhere (fresh ids, unused names).
+fn absent() -> Objects {
+    let fresh = || burrow::SandboxId::new().as_str().to_owned();
+    Objects {
+        id: fresh(),
+        name: "nobody".into(),
+        snapshot: "nosnap".into(),
+        pool: "nopool".into(),
+        url_target: format!("tg_{}", fresh().trim_start_matches("sb_")),
+    }
+}
+
+/// An answer with `o`'s ids and names replaced by `stand_in`'s, to compare
+/// with the answer for `stand_in`: in every string of a JSON answer (a
+/// string that is a name, or a quoted name in a message), or in the text.
+fn normalized(r: &Resp, o: &Objects, stand_in: &Objects) -> (u16, String) {
+    let swap = |text: &str| {
+        let mut t = text
+            .replace(&o.id, &stand_in.id)
+            .replace(&o.url_target, &stand_in.url_target);
+        for (a, b) in [
+            (&o.name, &stand_in.name),
+            (&o.snapshot, &stand_in.snapshot),
+            (&o.pool, &stand_in.pool),
+        ] {
+            if t == *a {
+                t = b.clone();
+            }
+            t = t.replace(&format!("\"{a}\""), &format!("\"{b}\""));
+        }
+        t
+    };
+    fn walk(v: &mut Value, swap: &dyn Fn(&str) -> String) {
+        match v {
+            Value::String(s) => *s = swap(s),
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, swap)),
+            Value::Object(m) => m.values_mut().for_each(|x| walk(x, swap)),
+            _ => {}
+        }
+    }
+    let text = match serde_json::from_slice::<Value>(&r.body) {
+        Ok(mut v) => {
+            walk(&mut v, &swap);
+            v.to_string()
+        }
+        Err(_) => swap(&r.text()),
+    };
+    (r.status, text)
+}
+
+#[test]
+fn another_tenants_objects_are_as_absent_in_every_operation() {
+    let f = fixture("tenants_isolation");
+    let mine = make_objects(&f, &f.alpha);
+    let before = ok(
+        call(
+            &f,
+            &f.alpha,
+            "GET",
+            &format!("/v1/sandboxes/{}", mine.id),
+            None,
+        ),
+        "get",
+    );
+
+    let doc = ok(
+        call(&f, &f.beta, "GET", "/v1/openapi.json", None),
+        "openapi.json",
+    );
+    let mut checked = 0;
+    for (template, item) in doc["paths"].as_object().unwrap() {
+        if !template.contains('{') {
+            continue;
+        }
+        for method in item.as_object().unwrap().keys() {
+            let method = method.to_ascii_uppercase();
+            if !matches!(
+                method.as_str(),
+                "GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS" | "TRACE"
+            ) {
+                continue;
+            }
+            let body = body_for(&doc, &item[method.to_ascii_lowercase()]);
+            let nobody = absent();
+            let theirs = call(&f, &f.beta, &method, &fill(template, &mine), body.clone());
+            let missing = call(&f, &f.beta, &method, &fill(template, &nobody), body);
+            if method != "HEAD" {
+                assert_eq!(
+                    missing.error_code(),
+                    "not_found",
+                    "{method} {template} for an absent object: {} {}",
+                    missing.status,
+                    missing.text()
+                );
+            }
+            assert_eq!(
+                missing.status,
+                404,
+                "{method} {template}: {}",
+                missing.text()
+            );
+            assert_eq!(
+                normalized(&theirs, &mine, &nobody),
+                normalized(&missing, &nobody, &nobody),
+                "{method} {template}: another tenant's object answers otherwise than an absent one"
+            );
+            checked += 1;
+        }
+    }
+    // Every sandbox operation, snapshots, pools, targets and the gateway.
+    assert!(checked >= 40, "only {checked} operations were checked");
+
+    // Nothing of alpha's changed.
+    let after = ok(
+        call(
+            &f,
+            &f.alpha,
+            "GET",
+            &format!("/v1/sandboxes/{}", mine.id),
+            None,
+        ),
+        "get",
+    );
+    assert_eq!(after["status"], "running");
+    assert_eq!(after["generation"], before["generation"]);
+    ok(
+        call(&f, &f.alpha, "GET", "/v1/snapshots/snap", None),
+        "snapshot",
+    );
+    ok(call(&f, &f.alpha, "GET", "/v1/pools/pool", None), "pool");
+    ok(
+        call(
+            &f,
+            &f.alpha,
+            "GET",
+            &format!("/v1/gateway/targets/{}", mine.id),
+            None,
+        ),
+        "target",
+    );
+    ok(
+        call(
+            &f,
+            &f.alpha,
+            "GET",
+            &format!("/v1/gateway/targets/{}", mine.url_target),
+            None,
+        ),
+        "url target",
+    );
+
+    // Lists show each tenant its own; names are unique per tenant.
+    for path in [
+        "/v1/sandboxes",
+        "/v1/snapshots",
+        "/v1/pools",
+        "/v1/gateway/targets",
+    ] {
+        let list = call(&f, &f.beta, "GET", path, None);
+        let text = list.text();
+        assert_eq!(list.status, 200, "{path}: {text}");
+        assert!(
+            !text.contains(&mine.id) && !text.contains(&mine.url_target),
+            "{path}: {text}"
+        );
+        let own = ok(call(&f, &f.alpha, "GET", path, None), path).to_string();
+        assert!(!own.contains("alpha/"), "{path} shows the scope: {own}");
+    }
+    let theirs = make_objects(&f, &f.beta);
+    assert_ne!(theirs.id, mine.id, "beta's own 'worker'");
+    let listed = ok(call(&f, &f.alpha, "GET", "/v1/sandboxes", None), "list");
+    let ids: Vec<&str> = listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [mine.id.as_str()]);
+    let by_name = ok(
+        call(&f, &f.beta, "GET", "/v1/sandboxes/by-name/worker", None),
+        "by name",
+    );
+    assert_eq!(by_name["id"], theirs.id.as_str());
+    assert_eq!(by_name["name"], "worker");
+    for o in [&mine, &theirs] {
+        ok(
+            call(
+                &f,
+                if o.id == mine.id { &f.alpha } else { &f.beta },
+                "POST",
+                &format!("/v1/sandboxes/{}/destroy", o.id),
+                Some(json!({})),
+            ),
+            "destroy",
+        );
+    }
+}
+
+#[test]
+fn roles_refuse_what_they_may_not_do() {
+    let f = fixture("tenants_roles");
+    let reader = f.env.create_token_in("alpha-reader", "alpha", "read_only");
+    let operator = f.env.create_token_in("alpha-op", "alpha", "operator");
+    let config = json!({"image": "busybox"});
+    let forbidden = |r: Resp, what: &str| {
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (403, "forbidden"),
+            "{what}: {}",
+            r.text()
+        );
+    };
+    forbidden(
+        call(
+            &f,
+            &reader,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "r", "config": config, "detached": true})),
+        ),
+        "read_only create",
+    );
+    ok(
+        call(&f, &reader, "GET", "/v1/sandboxes", None),
+        "read_only list",
+    );
+    let made = ok(
+        call(
+            &f,
+            &operator,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "o", "config": config, "detached": true})),
+        ),
+        "operator create",
+    );
+    let id = made["id"].as_str().unwrap();
+    forbidden(
+        call(
+            &f,
+            &reader,
+            "GET",
+            &format!("/v1/sandboxes/{id}/runtime"),
+            None,
+        ),
+        "read_only runtime",
+    );
+    forbidden(
+        call(&f, &reader, "DELETE", &format!("/v1/sandboxes/{id}"), None),
+        "read_only remove",
+    );
+    forbidden(
+        call(
+            &f,
+            &operator,
+            "POST",
+            "/v1/pools",
+            Some(json!({"name": "p", "size": 0, "config": config})),
+        ),
+        "operator pool",
+    );
+    forbidden(
+        call(
+            &f,
+            &operator,
+            "POST",
+            "/v1/gateway/targets",
+            Some(json!({"url": "http://127.0.0.1:9"})),
+        ),
+        "operator url target",
+    );
+    forbidden(
+        call(&f, &f.alpha, "GET", "/metrics", None),
+        "tenant admin metrics",
+    );
+    let admin = f.env.create_token("server-admin");
+    assert_eq!(
+        call(&f, &admin, "GET", "/metrics", None).status,
+        200,
+        "admin metrics"
+    );
+    // Nothing was made by what was refused.
+    let pools = ok(call(&f, &f.alpha, "GET", "/v1/pools", None), "pools");
+    assert_eq!(pools["pools"], json!([]));
+    let listed = ok(call(&f, &f.alpha, "GET", "/v1/sandboxes", None), "list");
+    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 1);
+    // A tenant may not reach the server's host: host directories as images
+    // or mounts, published ports.
+    for (field, config) in [
+        ("image", json!({"image": common::busybox_rootfs()})),
+        (
+            "mounts[0].source.host",
+            json!({"image": "busybox", "mounts": [{"source": {"host": "/tmp"}, "target": "/h"}]}),
+        ),
+        ("ports", json!({"image": "busybox", "ports": ["18080:80"]})),
+    ] {
+        let r = call(
+            &f,
+            &f.alpha,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "h", "config": config, "detached": true})),
+        );
+        assert_eq!(r.error_code(), "invalid_config", "{field}: {}", r.text());
+        assert_eq!(r.json()["error"]["subject"], field, "{}", r.text());
+    }
+    ok(
+        call(
+            &f,
+            &operator,
+            "DELETE",
+            &format!("/v1/sandboxes/{id}"),
+            None,
+        ),
+        "operator remove",
+    );
+}
