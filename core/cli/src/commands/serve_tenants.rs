@@ -2,7 +2,7 @@
 //! the tenants they belong to, in the server's database.
 
 use burrow::Error;
-use burrow_server::store::Store;
+use burrow_server::store::{Quotas, Store};
 use burrow_server::tenancy::{validate_tenant, Role, DEFAULT_TENANT};
 use clap::Subcommand;
 use serde_json::json;
@@ -37,12 +37,23 @@ pub(crate) enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TenantCommand {
-    /// Create a tenant (lowercase letters, digits and '-', 1..=32).
+    /// Create a tenant (lowercase letters, digits and '-', 1..=32), with
+    /// the limits given (none by default).
     Create {
         /// Its name.
         name: String,
+        #[command(flatten)]
+        limits: Limits,
     },
-    /// List tenants and how many tokens each has.
+    /// Change a tenant's limits: those given (`none` lifts one), the
+    /// others as they were.
+    Set {
+        /// Its name.
+        name: String,
+        #[command(flatten)]
+        limits: Limits,
+    },
+    /// List tenants, their limits and how many tokens each has.
     #[command(alias = "ls")]
     List,
     /// Remove a tenant and its tokens (its sandboxes stay in the engine
@@ -51,6 +62,79 @@ pub(crate) enum TenantCommand {
         /// Its name.
         name: String,
     },
+}
+
+/// A tenant's limits on the command line (`none`: no limit).
+#[derive(Debug, clap::Args)]
+pub(crate) struct Limits {
+    /// Sandboxes in any status (a pool's warm sandboxes count at its size).
+    #[arg(long, value_name = "N|none", value_parser = limit::<u64>)]
+    max_sandboxes: Option<Limit<u64>>,
+    /// Sandboxes with a runtime (starting, running, draining, paused).
+    #[arg(long, value_name = "N|none", value_parser = limit::<u64>)]
+    max_running: Option<Limit<u64>>,
+    /// The running sandboxes' CPUs, summed (one without a limit counts 1).
+    #[arg(long, value_name = "CPUS|none", value_parser = limit::<f64>)]
+    max_cpus: Option<Limit<f64>>,
+    /// The running sandboxes' memory, summed: MiB or with a unit (8G); one
+    /// without a limit counts 512 MiB.
+    #[arg(long, value_name = "SIZE|none", value_parser = memory_limit)]
+    max_memory: Option<Limit<u64>>,
+    /// Starts in any minute.
+    #[arg(long, value_name = "N|none", value_parser = limit::<u64>)]
+    max_starts_per_minute: Option<Limit<u64>>,
+}
+
+/// A limit, or `none`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit<T>(Option<T>);
+
+fn limit<T: std::str::FromStr>(s: &str) -> Result<Limit<T>, String> {
+    if s == "none" {
+        return Ok(Limit(None));
+    }
+    s.parse()
+        .map(|v| Limit(Some(v)))
+        .map_err(|_| format!("{s:?} is not a number (or none)"))
+}
+
+fn memory_limit(s: &str) -> Result<Limit<u64>, String> {
+    if s == "none" {
+        return Ok(Limit(None));
+    }
+    super::common::parse_mib(s).map(|v| Limit(Some(v)))
+}
+
+impl Limits {
+    /// `q` with these limits applied.
+    fn apply(&self, mut q: Quotas) -> Result<Quotas, Error> {
+        if let Some(Limit(v)) = self.max_sandboxes {
+            q.max_sandboxes = v;
+        }
+        if let Some(Limit(v)) = self.max_running {
+            q.max_running = v;
+        }
+        if let Some(Limit(v)) = self.max_cpus {
+            if v.is_some_and(|c| !c.is_finite() || c < 0.0) {
+                return Err(Error::InvalidArgument {
+                    argument: "max-cpus".into(),
+                    reason: "must be a number of CPUs, 0 or more".into(),
+                });
+            }
+            q.max_cpus = v;
+        }
+        if let Some(Limit(v)) = self.max_memory {
+            q.max_memory_mb = v;
+        }
+        if let Some(Limit(v)) = self.max_starts_per_minute {
+            q.max_starts_per_minute = v;
+        }
+        Ok(q)
+    }
+}
+
+fn shown<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -127,8 +211,9 @@ pub(crate) async fn tenant(
     command: &TenantCommand,
 ) -> anyhow::Result<()> {
     match command {
-        TenantCommand::Create { name } => {
+        TenantCommand::Create { name, limits } => {
             validate_tenant(name)?;
+            let quotas = limits.apply(Quotas::default())?;
             if !store.create_tenant(name).await? {
                 return Err(Error::InvalidArgument {
                     argument: "name".into(),
@@ -136,18 +221,62 @@ pub(crate) async fn tenant(
                 }
                 .into());
             }
-            ctx.print(&json!({"created": name}), format_args!("created {name}"))?;
+            store.set_quotas(name, &quotas).await?;
+            ctx.print(
+                &json!({"created": name, "quotas": quotas}),
+                format_args!("created {name}"),
+            )?;
+        }
+        TenantCommand::Set { name, limits } => {
+            let current = store.quotas(name).await?.ok_or_else(|| no_tenant(name))?;
+            let quotas = limits.apply(current)?;
+            if !store.set_quotas(name, &quotas).await? {
+                return Err(no_tenant(name).into());
+            }
+            ctx.print(
+                &json!({"tenant": name, "quotas": quotas}),
+                format_args!("{name}: limits set"),
+            )?;
         }
         TenantCommand::List => {
-            let tenants = store.list_tenants().await?;
+            let mut out = Vec::new();
+            for t in store.list_tenants().await? {
+                let q = store.quotas(&t.name).await?.unwrap_or_default();
+                out.push((t, q));
+            }
             if ctx.json {
+                let tenants: Vec<_> = out
+                    .iter()
+                    .map(|(t, q)| json!({"name": t.name, "tokens": t.tokens, "created_at": t.created_at, "quotas": q}))
+                    .collect();
                 return ctx.print_json(&json!({ "tenants": tenants }));
             }
-            let rows: Vec<Vec<String>> = tenants
+            let rows: Vec<Vec<String>> = out
                 .iter()
-                .map(|t| vec![t.name.clone(), t.tokens.to_string()])
+                .map(|(t, q)| {
+                    vec![
+                        t.name.clone(),
+                        t.tokens.to_string(),
+                        shown(q.max_sandboxes),
+                        shown(q.max_running),
+                        shown(q.max_cpus),
+                        shown(q.max_memory_mb),
+                        shown(q.max_starts_per_minute),
+                    ]
+                })
                 .collect();
-            print_table(&["NAME", "TOKENS"], &rows);
+            print_table(
+                &[
+                    "NAME",
+                    "TOKENS",
+                    "SANDBOXES",
+                    "RUNNING",
+                    "CPUS",
+                    "MEMORY_MB",
+                    "STARTS/MIN",
+                ],
+                &rows,
+            );
         }
         TenantCommand::Rm { name } => {
             if name == DEFAULT_TENANT {

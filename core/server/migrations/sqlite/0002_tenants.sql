@@ -2,10 +2,24 @@
 -- default tenant exists always; the rows that were there before are its,
 -- and the tokens that were there before are its admins.
 
+-- Quotas: NULL is no limit.
 CREATE TABLE tenants (
-    name        TEXT PRIMARY KEY,
-    created_at  INTEGER NOT NULL
+    name                   TEXT PRIMARY KEY,
+    created_at             INTEGER NOT NULL,
+    max_sandboxes          INTEGER,
+    max_running            INTEGER,
+    max_cpus               REAL,
+    max_memory_mb          INTEGER,
+    max_starts_per_minute  INTEGER
 );
+
+-- Starts of the last minute, per tenant (older rows are deleted as new
+-- ones come).
+CREATE TABLE tenant_starts (
+    tenant  TEXT NOT NULL,
+    at      INTEGER NOT NULL
+);
+CREATE INDEX tenant_starts_by_tenant ON tenant_starts (tenant, at);
 INSERT INTO tenants (name, created_at) VALUES ('default', 0);
 
 ALTER TABLE api_tokens ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';

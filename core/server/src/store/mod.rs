@@ -22,6 +22,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, Connection};
 
 mod calls;
+mod quotas;
 mod reaper;
 mod runtime;
 mod sessions;
@@ -29,6 +30,7 @@ mod targets;
 mod tokens;
 
 pub use calls::{CallHold, CallLocks};
+pub use quotas::{QuotaTurn, Quotas};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
 pub use tokens::TenantInfo;
@@ -225,6 +227,9 @@ pub struct Store {
     local_locks: calls::LocalHolds,
     calls: Arc<CallLocks>,
     sqlite_writer: Arc<tokio::sync::Mutex<()>>,
+    /// Quota turns of this process, per tenant (taken before the
+    /// database's, so that one waiter per tenant holds a connection).
+    quota_turns: quotas::LocalTurns,
 }
 
 /// Milliseconds since the epoch.
@@ -374,6 +379,7 @@ impl Store {
             local_locks,
             calls,
             sqlite_writer: Arc::default(),
+            quota_turns: Arc::default(),
         })
     }
 

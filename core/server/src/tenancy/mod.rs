@@ -8,6 +8,7 @@
 //! so a server that never defines a tenant works as before; the unix
 //! socket, and a server without auth, act as its admin.
 
+pub mod quota;
 mod scoped;
 
 use std::sync::Arc;
@@ -113,9 +114,13 @@ impl Caller {
         (self.tenant != DEFAULT_TENANT).then(|| self.tenant.clone())
     }
 
-    /// The engine as this caller sees it.
-    pub fn engine(&self, inner: &Arc<dyn Backend>) -> Arc<dyn Backend> {
-        Arc::new(Scoped::new(inner.clone(), self.scope()))
+    /// The engine as this caller sees it, within its tenant's limits.
+    pub fn engine(&self, state: &AppState) -> Arc<dyn Backend> {
+        let ctx = quota::QuotaCtx {
+            store: state.store.clone(),
+            tenant: self.tenant.clone(),
+        };
+        Arc::new(Scoped::new(state.engine.clone(), self.scope()).with_quota(ctx))
     }
 }
 
@@ -147,7 +152,7 @@ impl FromRequestParts<Arc<AppState>> for Engine {
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         let caller = caller_of(parts);
-        Ok(Engine(caller.engine(&state.engine)))
+        Ok(Engine(caller.engine(state)))
     }
 }
 

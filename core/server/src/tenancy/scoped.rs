@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use super::quota::{Demand, QuotaCtx};
+
 use async_trait::async_trait;
 use burrow::api::ErrorBody;
 use burrow::model::{snapshot_of_image, split_scope, validate_base, validate_snapshot_base};
@@ -34,13 +36,36 @@ pub struct Scoped {
     inner: Arc<dyn Backend>,
     /// `None`: the default tenant (names without a scope).
     scope: Option<String>,
+    /// Whose limits apply (none: no limits).
+    pub(super) quota: Option<QuotaCtx>,
 }
 
 impl Scoped {
     /// `inner` seen by the tenant whose scope is `scope` (`None` for the
     /// default tenant).
     pub fn new(inner: Arc<dyn Backend>, scope: Option<String>) -> Scoped {
-        Scoped { inner, scope }
+        Scoped {
+            inner,
+            scope,
+            quota: None,
+        }
+    }
+
+    /// The same, checking the limits of `ctx`'s tenant (see
+    /// [`super::quota`]).
+    pub fn with_quota(mut self, ctx: QuotaCtx) -> Scoped {
+        self.quota = Some(ctx);
+        self
+    }
+
+    /// What a start of `id` adds: nothing when it has a runtime already.
+    async fn start_demand(&self, name: &str, id: &SandboxId, restart: bool) -> Result<Demand> {
+        let info = self.status(name, id).await?;
+        Ok(match (info.status.has_runtime(), restart) {
+            (true, true) => Demand::restart(),
+            (true, false) => Demand::none(),
+            (false, _) => Demand::started(&info.config, 1, false),
+        })
     }
 
     /// The engine's name of the tenant's `name` (checked: no scope of its
@@ -281,7 +306,12 @@ impl Backend for Scoped {
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         req.name = self.engine_name(&req.name)?;
         self.config_in(&mut req.config)?;
-        let r = self.inner.create(req).await;
+        // A create that may claim a pool's sandbox counts as a start.
+        let demand = match req.claim {
+            true => Demand::started(&req.config, 1, true),
+            false => Demand::defined(1),
+        };
+        let r = self.within_quota(demand, self.inner.create(req)).await;
         self.out(r, |i| self.info_out(i))
     }
 
@@ -328,10 +358,11 @@ impl Backend for Scoped {
     }
 
     async fn start(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
-        self.info_by_id(name, id, |n, i| async move {
+        let demand = self.start_demand(name, id, false).await?;
+        let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.start(&n, &i, opts).await
-        })
-        .await
+        });
+        self.within_quota(demand, op).await
     }
 
     async fn connect_or_start(
@@ -340,10 +371,11 @@ impl Backend for Scoped {
         id: &SandboxId,
         opts: StartOptions,
     ) -> Result<SandboxInfo> {
-        self.info_by_id(name, id, |n, i| async move {
+        let demand = self.start_demand(name, id, false).await?;
+        let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.connect_or_start(&n, &i, opts).await
-        })
-        .await
+        });
+        self.within_quota(demand, op).await
     }
 
     async fn stop(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
@@ -370,10 +402,11 @@ impl Backend for Scoped {
     }
 
     async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
-        self.info_by_id(name, id, |n, i| async move {
+        let demand = self.start_demand(name, id, true).await?;
+        let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.restart(&n, &i, opts).await
-        })
-        .await
+        });
+        self.within_quota(demand, op).await
     }
 
     async fn remove(&self, name: &str, id: &SandboxId) -> Result<()> {
@@ -497,10 +530,16 @@ impl Backend for Scoped {
         for n in &mut opts.names {
             *n = self.engine_name(n)?;
         }
+        let config = self.status(name, id).await?.config;
+        let copies = match opts.names.len() {
+            0 => u64::from(opts.count),
+            n => n as u64,
+        };
+        let op = self.by_id(name, id, |n, i| async move {
+            self.inner.fork(&n, &i, &opts).await
+        });
         let copies = self
-            .by_id(name, id, |n, i| async move {
-                self.inner.fork(&n, &i, &opts).await
-            })
+            .within_quota(Demand::started(&config, copies, true), op)
             .await?;
         Ok(copies.into_iter().map(|i| self.info_out(i)).collect())
     }
@@ -533,7 +572,10 @@ impl Backend for Scoped {
     async fn create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
         spec.name = self.engine_name(&spec.name)?;
         self.config_in(&mut spec.config)?;
-        let r = self.inner.create_pool(spec).await;
+        let demand = Demand::warm(&spec.config, u64::from(spec.size));
+        let r = self
+            .within_quota(demand, self.inner.create_pool(spec))
+            .await;
         self.out(r, |p| self.pool_out(p))
     }
 
@@ -557,8 +599,13 @@ impl Backend for Scoped {
     }
 
     async fn scale_pool(&self, pool: &str, size: u32) -> Result<PoolInfo> {
+        let current = self.get_pool(pool).await?;
         let pool = self.engine_name(pool)?;
-        let r = self.inner.scale_pool(&pool, size).await;
+        let more = u64::from(size.saturating_sub(current.size));
+        let demand = Demand::warm(&current.config, more);
+        let r = self
+            .within_quota(demand, self.inner.scale_pool(&pool, size))
+            .await;
         self.out(r, |p| self.pool_out(p))
     }
 

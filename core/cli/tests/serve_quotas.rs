@@ -1,0 +1,290 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Tenants' quotas through `burrow serve`, on a real PostgreSQL with two
+//! replicas and real sandboxes: concurrent creates across the replicas
+//! never pass a limit together (16 against 5: exactly 5), starts count
+//! against running sandboxes, CPUs, memory and starts per minute, a pool's
+//! warm sandboxes count at its size, and a refusal (`quota_exceeded`, 429,
+//! with the quota and its limit) changes nothing.
+
+use burrow_cli_testkit as common;
+
+use std::sync::OnceLock;
+
+use common::serve::pg::PgCluster;
+use common::serve::{http, Resp, ServeEnv, Server};
+use common::TestHome;
+use serde_json::{json, Value};
+
+fn cluster() -> &'static PgCluster {
+    static PG: OnceLock<PgCluster> = OnceLock::new();
+    PG.get_or_init(PgCluster::start)
+}
+
+struct Fixture {
+    _home: TestHome,
+    env: ServeEnv,
+    replicas: Vec<Server>,
+}
+
+/// Two replicas on one database and one engine home, with the test image
+/// installed as the named image `busybox`.
+fn fixture(db: &str) -> Fixture {
+    let home = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(TestHome::new());
+    let named = home.path().join("images/named");
+    std::fs::create_dir_all(&named).unwrap();
+    std::os::unix::fs::symlink(common::busybox_rootfs(), named.join("busybox")).unwrap();
+    let url = cluster().create_database(db).unwrap();
+    let env = ServeEnv::new(home.path(), &url);
+    let replicas = vec![env.start("r1"), env.start("r2")];
+    Fixture {
+        _home: home,
+        env,
+        replicas,
+    }
+}
+
+impl Fixture {
+    /// A tenant with `limits` (`burrow serve tenant create` flags) and a
+    /// tenant admin token.
+    fn tenant(&self, name: &str, limits: &[&str]) -> String {
+        let mut args = vec!["tenant", "create", name];
+        args.extend_from_slice(limits);
+        self.env.admin(&args);
+        self.env
+            .create_token_in(&format!("{name}-admin"), name, "tenant_admin")
+    }
+
+    fn call(
+        &self,
+        replica: usize,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Resp {
+        let body = body.map(|b| b.to_string());
+        let url = format!("{}{path}", self.replicas[replica % 2].url);
+        http(method, &url, Some(token), body.as_deref())
+    }
+
+    fn create(&self, token: &str, name: &str) -> Resp {
+        let config = json!({"image": "busybox", "command": ["sleep", "3600"]});
+        self.call(
+            0,
+            token,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": name, "config": config, "detached": true})),
+        )
+    }
+}
+
+fn id_of(r: &Resp) -> String {
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["id"].as_str().unwrap().to_owned()
+}
+
+/// Asserts a refusal of `quota` at `limit`.
+fn refused(r: &Resp, quota: &str, limit: u64) {
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (429, "quota_exceeded"),
+        "{}",
+        r.text()
+    );
+    let e = &r.json()["error"];
+    assert_eq!(e["subject"], quota, "{}", r.text());
+    assert_eq!(e["limit"], limit, "{}", r.text());
+}
+
+fn names(f: &Fixture, token: &str) -> Vec<String> {
+    let r = f.call(1, token, "GET", "/v1/sandboxes", None);
+    let mut v: Vec<String> = r.json()["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn concurrent_creates_across_replicas_never_pass_a_limit() {
+    let f = fixture("quotas_race");
+    let token = f.tenant("racers", &["--max-sandboxes", "5"]);
+    let answers: Vec<Resp> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let (f, token) = (&f, &token);
+                s.spawn(move || {
+                    let config = json!({"image": "busybox"});
+                    f.call(
+                        i,
+                        token,
+                        "POST",
+                        "/v1/sandboxes",
+                        Some(json!({"name": format!("c{i}"), "config": config, "detached": true})),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let made = answers.iter().filter(|r| r.status == 201).count();
+    assert_eq!(
+        made,
+        5,
+        "{:?}",
+        answers.iter().map(|r| r.text()).collect::<Vec<_>>()
+    );
+    for r in answers.iter().filter(|r| r.status != 201) {
+        refused(r, "sandboxes", 5);
+    }
+    assert_eq!(names(&f, &token).len(), 5);
+    // Another tenant's limit is its own; the default tenant has none.
+    let other = f.tenant("others", &["--max-sandboxes", "1"]);
+    id_of(&f.create(&other, "c0"));
+    refused(&f.create(&other, "c1"), "sandboxes", 1);
+    // Lifted, the limit lets creates through again.
+    f.env
+        .admin(&["tenant", "set", "racers", "--max-sandboxes", "none"]);
+    id_of(&f.create(&token, "late"));
+}
+
+#[test]
+fn starts_count_against_running_cpus_memory_and_the_minute() {
+    let f = fixture("quotas_starts");
+    let token = f.tenant(
+        "runners",
+        &["--max-running", "1", "--max-starts-per-minute", "3"],
+    );
+    let a = id_of(&f.create(&token, "a"));
+    let b = id_of(&f.create(&token, "b"));
+    let start = |id: &str, replica: usize| {
+        f.call(
+            replica,
+            &token,
+            "POST",
+            &format!("/v1/sandboxes/{id}/start"),
+            Some(json!({})),
+        )
+    };
+    let stop = |id: &str| {
+        f.call(
+            0,
+            &token,
+            "POST",
+            &format!("/v1/sandboxes/{id}/stop"),
+            Some(json!({"grace_ms": 100})),
+        )
+    };
+    assert_eq!(start(&a, 0).status, 200);
+    let r = start(&b, 1);
+    refused(&r, "running", 1);
+    let status = |id: &str| {
+        f.call(0, &token, "GET", &format!("/v1/sandboxes/{id}"), None)
+            .json()["status"]
+            .clone()
+    };
+    assert_eq!(status(&b), "created", "a refused start changes nothing");
+    // A start of what runs already asks nothing more.
+    assert_eq!(
+        f.call(
+            1,
+            &token,
+            "POST",
+            &format!("/v1/sandboxes/{a}/connect-or-start"),
+            Some(json!({}))
+        )
+        .status,
+        200
+    );
+    assert_eq!(stop(&a).status, 200);
+    assert_eq!(start(&b, 1).status, 200, "the running one stopped");
+    assert_eq!(stop(&b).status, 200);
+    // Three starts so far this minute (a, b, and no more).
+    assert_eq!(start(&a, 0).status, 200);
+    assert_eq!(stop(&a).status, 200);
+    refused(&start(&a, 1), "starts_per_minute", 3);
+
+    // CPUs and memory of running sandboxes, summed.
+    let token = f.tenant("sized", &["--max-cpus", "1.5", "--max-memory", "1G"]);
+    let sized = |name: &str, cpus: f64, mem: u64| {
+        let config = json!({"image": "busybox", "command": ["sleep", "3600"], "cpus": cpus, "memory_mb": mem});
+        id_of(&f.call(
+            0,
+            &token,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": name, "config": config, "detached": true})),
+        ))
+    };
+    let one = sized("one", 1.0, 256);
+    let two = sized("two", 1.0, 256);
+    let three = sized("three", 0.5, 900);
+    let start = |id: &str| {
+        f.call(
+            0,
+            &token,
+            "POST",
+            &format!("/v1/sandboxes/{id}/start"),
+            Some(json!({})),
+        )
+    };
+    assert_eq!(start(&one).status, 200);
+    refused(&start(&two), "millicpus", 1500);
+    refused(&start(&three), "memory_mb", 1024);
+    let path = format!("/v1/sandboxes/{one}/destroy");
+    assert_eq!(
+        f.call(0, &token, "POST", &path, Some(json!({}))).status,
+        204
+    );
+}
+
+#[test]
+fn a_pools_warm_sandboxes_count_at_its_size() {
+    let f = fixture("quotas_pools");
+    let token = f.tenant("pooled", &["--max-sandboxes", "3", "--max-running", "2"]);
+    let config = json!({"image": "busybox", "command": ["sleep", "3600"]});
+    let pool = |size: u32| {
+        f.call(
+            0,
+            &token,
+            "POST",
+            "/v1/pools",
+            Some(json!({"name": "p", "size": size, "config": config})),
+        )
+    };
+    refused(&pool(3), "running", 2);
+    let pools = f.call(0, &token, "GET", "/v1/pools", None);
+    assert_eq!(
+        pools.json()["pools"],
+        json!([]),
+        "a refused pool is not defined"
+    );
+    assert_eq!(pool(2).status, 201);
+    let created = id_of(&f.create(&token, "x"));
+    refused(&f.create(&token, "y"), "sandboxes", 3);
+    let r = f.call(1, &token, "PATCH", "/v1/pools/p", Some(json!({"size": 3})));
+    refused(&r, "sandboxes", 3);
+    assert_eq!(
+        f.call(1, &token, "PATCH", "/v1/pools/p", Some(json!({"size": 1})))
+            .status,
+        200
+    );
+    assert_eq!(
+        f.call(
+            0,
+            &token,
+            "DELETE",
+            &format!("/v1/sandboxes/{created}"),
+            None
+        )
+        .status,
+        204
+    );
+    assert_eq!(f.call(0, &token, "DELETE", "/v1/pools/p", None).status, 204);
+}
