@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 use burrow::api::{list_query, parse_list_query};
-use burrow::model::validate_name;
+use burrow::model::{split_scope, validate_name, validate_scope, MAX_SCOPE_BYTES};
 use burrow::{
     DriverKind, ErrorCode, ListFilter, Modify, Mount, MountSource, OciRuntime, SandboxConfig,
 };
@@ -71,9 +71,15 @@ fuzz_target!(|data: &[u8]| {
 fn name(s: &str) {
     match validate_name(s) {
         Ok(()) => {
-            assert!(!s.is_empty() && s.len() <= 128, "{s:?}: length");
+            // A name, or `<scope>/<name>`.
+            let (scope, base) = split_scope(s);
+            if let Some(scope) = scope {
+                assert!(scope.len() <= MAX_SCOPE_BYTES, "{s:?}: scope length");
+                validate_scope(scope).expect("the scope of a valid name is one");
+            }
+            assert!(!base.is_empty() && base.len() <= 128, "{s:?}: length");
             assert!(
-                !s.contains('/') && s != "." && s != "..",
+                !base.contains('/') && base != "." && base != "..",
                 "{s:?}: path-like"
             );
             assert!(!s.chars().any(char::is_control), "{s:?}: control character");

@@ -4,7 +4,8 @@
 //! never pass a limit together (16 against 5: exactly 5), starts count
 //! against running sandboxes, CPUs, memory and starts per minute, a pool's
 //! warm sandboxes count at its size, and a refusal (`quota_exceeded`, 429,
-//! with the quota and its limit) changes nothing.
+//! with the quota and its limit) changes nothing. A token over its request
+//! rate is answered `rate_limited` (429, `Retry-After`), alone.
 
 use burrow_cli_testkit as common;
 
@@ -29,6 +30,11 @@ struct Fixture {
 /// Two replicas on one database and one engine home, with the test image
 /// installed as the named image `busybox`.
 fn fixture(db: &str) -> Fixture {
+    fixture_with(db, &[])
+}
+
+/// The same, with `BURROW_SERVE_<key>=value` settings.
+fn fixture_with(db: &str, settings: &[(&str, &str)]) -> Fixture {
     let home = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(TestHome::new());
@@ -36,7 +42,11 @@ fn fixture(db: &str) -> Fixture {
     std::fs::create_dir_all(&named).unwrap();
     std::os::unix::fs::symlink(common::busybox_rootfs(), named.join("busybox")).unwrap();
     let url = cluster().create_database(db).unwrap();
-    let env = ServeEnv::new(home.path(), &url);
+    let env = settings
+        .iter()
+        .fold(ServeEnv::new(home.path(), &url), |env, (k, v)| {
+            env.set(k, v)
+        });
     let replicas = vec![env.start("r1"), env.start("r2")];
     Fixture {
         _home: home,
@@ -287,4 +297,35 @@ fn a_pools_warm_sandboxes_count_at_its_size() {
         204
     );
     assert_eq!(f.call(0, &token, "DELETE", "/v1/pools/p", None).status, 204);
+}
+
+#[test]
+fn a_token_over_its_rate_is_refused_alone() {
+    // 60 a minute: 10 at once, then one a second (per token and replica).
+    let f = fixture_with("quotas_rate", &[("REQUESTS_PER_MINUTE", "60")]);
+    let busy = f.tenant("busy", &[]);
+    let calm = f.env.create_token_in("calm", "busy", "read_only");
+    let answers: Vec<Resp> = (0..12)
+        .map(|_| f.call(0, &busy, "GET", "/v1/sandboxes", None))
+        .collect();
+    let limited: Vec<&Resp> = answers.iter().filter(|r| r.status != 200).collect();
+    assert!(
+        !limited.is_empty(),
+        "12 requests at once passed a burst of 10"
+    );
+    for r in &limited {
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (429, "rate_limited"),
+            "{}",
+            r.text()
+        );
+        let after: u64 = r.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=2).contains(&after), "Retry-After {after}");
+        assert!(r.json()["error"]["retry_after_ms"].as_u64().unwrap() > 0);
+    }
+    // Another token has its own rate; the limited one's comes back.
+    assert_eq!(f.call(0, &calm, "GET", "/v1/sandboxes", None).status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(f.call(0, &busy, "GET", "/v1/sandboxes", None).status, 200);
 }

@@ -33,6 +33,8 @@ pub struct AppState {
     pub gateway: crate::gateway::Gateway,
     /// Set once when the server shuts down (long-lived streams end).
     pub shutdown: tokio::sync::watch::Sender<bool>,
+    /// Per-token request rate limits, if configured.
+    pub rate_limiter: Option<crate::ratelimit::RateLimiter>,
     tokens: Mutex<HashMap<String, (Instant, Caller)>>,
 }
 
@@ -46,10 +48,14 @@ impl AppState {
         Arc::new(AppState {
             engine,
             store,
-            config,
             metrics: Metrics::default(),
             gateway: crate::gateway::Gateway::default(),
             shutdown: tokio::sync::watch::channel(false).0,
+            rate_limiter: config
+                .auth
+                .requests_per_minute
+                .map(crate::ratelimit::RateLimiter::new),
+            config,
             tokens: Mutex::default(),
         })
     }
@@ -117,6 +123,18 @@ impl ApiError {
             retry_after: Some(secs),
             state_header: Some(state),
             status: None,
+        }
+    }
+
+    /// A `429` `rate_limited`, with `Retry-After` (whole seconds, rounded
+    /// up).
+    pub fn rate_limited(wait: Duration) -> ApiError {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        ApiError {
+            error: Error::RateLimited { retry_after_ms: ms },
+            retry_after: Some(ms.div_ceil(1000)),
+            state_header: None,
+            status: Some(StatusCode::TOO_MANY_REQUESTS),
         }
     }
 
@@ -240,6 +258,12 @@ async fn authenticate(
             reason: format!("the role {} may not do this", caller.role.as_str()),
         })
         .into_response();
+    }
+    if let (Some(limiter), Some(token)) = (&state.rate_limiter, &caller.token) {
+        if let Err(wait) = limiter.take(token) {
+            state.metrics.inc(&state.metrics.rate_limited);
+            return ApiError::rate_limited(wait).into_response();
+        }
     }
     req.extensions_mut().insert(caller);
     next.run(req).await

@@ -3,6 +3,8 @@
 //! any number of replicas can run against one Postgres database.
 //!
 //! - [`routes`]: the lifecycle API (the contract is [`burrow::api`]).
+//! - [`runtime_relay`]: the runtime stream, which carries runtime requests
+//!   only (lifecycle control frames are refused).
 //! - [`gateway`]: demand start, leases, proxying; [`targets`]: what it
 //!   proxies to.
 //! - [`reaper`]: idle reclaim across replicas (advisory try-locks).
@@ -17,8 +19,10 @@ mod defaults_tests;
 pub mod gateway;
 pub mod metrics;
 mod pools;
+pub mod ratelimit;
 pub mod reaper;
 pub mod routes;
+pub mod runtime_relay;
 pub mod serve;
 pub mod sessions;
 pub mod store;

@@ -18,6 +18,8 @@ pub struct Metrics {
     pub api_requests: AtomicU64,
     /// Requests refused for a missing or bad token.
     pub auth_failures: AtomicU64,
+    /// Requests refused by a token's rate limit.
+    pub rate_limited: AtomicU64,
     /// Gateway calls proxied to a ready target.
     pub gw_warm: AtomicU64,
     /// Gateway calls that started their target and were then proxied.
@@ -90,6 +92,13 @@ pub async fn render(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoRe
         "counter",
         "Requests refused for a missing or unknown token.",
         &[("", g(&m.auth_failures))],
+    );
+    line(
+        &mut out,
+        "burrow_rate_limited_total",
+        "counter",
+        "Requests refused by a token's rate limit (auth.requests_per_minute).",
+        &[("", g(&m.rate_limited))],
     );
     line(
         &mut out,

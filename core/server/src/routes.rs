@@ -17,7 +17,6 @@ use burrow::api::{
 };
 use burrow::{CreateRequest, Error, Modify, SandboxId, SandboxInfo, StartOptions, StopOptions};
 use serde::de::DeserializeOwned;
-use tokio::io::AsyncWriteExt;
 
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::tenancy::{Caller, Engine};
@@ -462,8 +461,9 @@ pub fn tokio_stream_from<T: Send + 'static>(
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// `GET /v1/sandboxes/{id}/runtime`: upgrades the connection to a raw
-/// protocol stream relayed to the sandbox's supervisor.
+/// `GET /v1/sandboxes/{id}/runtime`: upgrades the connection to a
+/// protocol stream relayed to the sandbox's supervisor, runtime requests
+/// only ([`crate::runtime_relay`]).
 async fn runtime(
     State(state): State<Arc<AppState>>,
     engine: Engine,
@@ -501,25 +501,9 @@ async fn runtime(
             return;
         };
         let io = hyper_util::rt::TokioIo::new(upgraded);
-        let (mut client_rd, mut client_wr) = tokio::io::split(io);
-        let burrow::backend::RuntimeStream {
-            mut reader,
-            mut writer,
-            ..
-        } = stream;
-        let up = async {
-            let _ = tokio::io::copy(&mut client_rd, &mut writer).await;
-            let _ = writer.shutdown().await;
-        };
-        let down = async {
-            let _ = tokio::io::copy(&mut reader, &mut client_wr).await;
-            let _ = client_wr.shutdown().await;
-        };
-        // Either side closing ends the relay.
-        tokio::select! {
-            _ = up => {}
-            _ = down => {}
-        }
+        let (client_rd, client_wr) = tokio::io::split(io);
+        // Frame by frame: lifecycle control frames are refused there.
+        crate::runtime_relay::relay(client_rd, client_wr, stream).await;
     });
     let mut res = Response::new(Body::empty());
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;

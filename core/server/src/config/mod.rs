@@ -20,6 +20,7 @@
 //! | `database_pool.max_connections`   | `BURROW_SERVE_MAX_CONNECTIONS`     | `10`                         |
 //! | `database_pool.acquire_timeout`   | `BURROW_SERVE_ACQUIRE_TIMEOUT`     | `5s`                         |
 //! | `auth.required`                   | `BURROW_SERVE_AUTH_REQUIRED`       | `true`                       |
+//! | `auth.requests_per_minute`        | `BURROW_SERVE_REQUESTS_PER_MINUTE` | `0` (no limit; per token and replica) |
 //! | `gateway.startup_timeout`         | `BURROW_SERVE_STARTUP_TIMEOUT`     | `60s`                        |
 //! | `gateway.retry_after`             | `BURROW_SERVE_RETRY_AFTER`         | `1s`                         |
 //! | `gateway.lease_ttl`               | `BURROW_SERVE_LEASE_TTL`           | `30s`                        |

@@ -15,7 +15,8 @@ use super::settings::{
     Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUTH_REQUIRED, BACKEND, DATABASE, HEARTBEAT_INTERVAL,
     HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE, KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS,
     KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE, KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT,
-    MAX_CONNECTIONS, REPLICA_ID, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL,
+    MAX_CONNECTIONS, REPLICA_ID, REQUESTS_PER_MINUTE, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT,
+    SWEEP_INTERVAL,
 };
 use super::values::{
     absolute, as_str, default_database, default_home, default_replica_id, format_duration,
@@ -180,6 +181,17 @@ impl<'a> Layers<'a> {
             .map_or(Duration::from_secs(5), |v| v.value);
 
         let auth_required = self.get(AUTH_REQUIRED, parse_bool)?.is_none_or(|v| v.value);
+        let requests_per_minute = self
+            .get(REQUESTS_PER_MINUTE, |raw| {
+                let n = parse_int(raw)?;
+                match u32::try_from(n) {
+                    Ok(n) if n <= 1_000_000 => Ok(n),
+                    _ => Err(format!(
+                        "{n} is out of range; must be 0..=1000000 (0: no limit)"
+                    )),
+                }
+            })?
+            .map_or(0, |v| v.value);
 
         let startup_timeout = self
             .get(STARTUP_TIMEOUT, positive_duration)?
@@ -266,6 +278,7 @@ impl<'a> Layers<'a> {
             },
             auth: AuthConfig {
                 required: auth_required,
+                requests_per_minute: (requests_per_minute > 0).then_some(requests_per_minute),
             },
             gateway: GatewayConfig {
                 startup_timeout,

@@ -179,6 +179,10 @@ pub struct AuthConfig {
     /// Whether TCP listeners require an API token. Unix-socket listeners
     /// never do (the socket's file permissions guard them).
     pub required: bool,
+    /// Requests one token may make per minute on one replica (a
+    /// sixth of it at once); more are answered `rate_limited` (429, with
+    /// `Retry-After`). `None`: no limit.
+    pub requests_per_minute: Option<u32>,
 }
 
 /// `[gateway]`: the demand gateway and its leases.

@@ -47,6 +47,10 @@ pub(super) const AUTH_REQUIRED: Setting = Setting {
     key: "auth.required",
     env: "BURROW_SERVE_AUTH_REQUIRED",
 };
+pub(super) const REQUESTS_PER_MINUTE: Setting = Setting {
+    key: "auth.requests_per_minute",
+    env: "BURROW_SERVE_REQUESTS_PER_MINUTE",
+};
 pub(super) const STARTUP_TIMEOUT: Setting = Setting {
     key: "gateway.startup_timeout",
     env: "BURROW_SERVE_STARTUP_TIMEOUT",
@@ -116,6 +120,7 @@ pub(super) const SETTINGS: &[Setting] = &[
     MAX_CONNECTIONS,
     ACQUIRE_TIMEOUT,
     AUTH_REQUIRED,
+    REQUESTS_PER_MINUTE,
     STARTUP_TIMEOUT,
     RETRY_AFTER,
     LEASE_TTL,
