@@ -56,7 +56,7 @@ func TestPools(t *testing.T) {
 		want burrow.ErrorCode
 	}{
 		{"go-pool", 1, nil, burrow.ErrAlreadyExists},
-		{"no/slash", 1, nil, burrow.ErrInvalidName},
+		{"no/slash/x", 1, nil, burrow.ErrInvalidName},
 		{"go-big", 65, nil, burrow.ErrInvalidArgument},
 		{"go-labelled", 1, []burrow.Option{burrow.WithLabels(map[string]string{"k": "v"})}, burrow.ErrInvalidConfig},
 	} {

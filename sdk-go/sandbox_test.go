@@ -137,7 +137,7 @@ func TestTypedErrors(t *testing.T) {
 	if !errors.Is(err, burrow.ErrNotFound) || !errors.As(err, &e) || e.Name != "go-nobody" {
 		t.Fatalf("get: %v", err)
 	}
-	if _, err := burrow.CreateSandbox(ctx, "no/slash", burrow.WithImage(testImage)); !errors.Is(err, burrow.ErrInvalidName) {
+	if _, err := burrow.CreateSandbox(ctx, "no/slash/x", burrow.WithImage(testImage)); !errors.Is(err, burrow.ErrInvalidName) {
 		t.Fatalf("bad name: %v", err)
 	}
 	sb := must[*burrow.Sandbox](t)(burrow.CreateSandbox(ctx, "go-dup", burrow.WithImage(testImage)))

@@ -65,7 +65,7 @@ test("create, exec, files, processes, stop", async () => {
 
 test("typed errors", async () => {
   await assert.rejects(Sandbox.get("node-nobody"), (e) => e instanceof SandboxNotFoundError && e.code === "not_found" && e.sandboxName === "node-nobody");
-  await assert.rejects(Sandbox.builder("no/slash").image(image).create(), InvalidNameError);
+  await assert.rejects(Sandbox.builder("no/slash/x").image(image).create(), InvalidNameError);
   const sb = await Sandbox.builder("node-dup").image(image).create();
   await assert.rejects(Sandbox.builder("node-dup").image(image).create(), (e) => e instanceof SandboxAlreadyExistsError && e.sandboxId === sb.id);
   await assert.rejects(sb.waitForStatus("stopped", { timeout: 0.3 }), (e) => e instanceof TimeoutError && e.afterMs === 300 && e.after === 0.3);

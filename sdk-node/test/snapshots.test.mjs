@@ -34,7 +34,7 @@ test("a snapshot is an image of what the sandbox changed, kept while used", asyn
   assert.equal((await Sandbox.capabilities()).snapshots, true);
 
   await assert.rejects(src.snapshot("node-base"), SandboxAlreadyExistsError);
-  await assert.rejects(src.snapshot("no/slash"), InvalidArgumentError);
+  await assert.rejects(src.snapshot("no/slash/x"), InvalidArgumentError);
 
   const copy = await Sandbox.builder("node-snap-copy").image(snap.image).create();
   const out = await copy.exec(["sh", "-c", "cat /kept; test -e /bin/false || echo gone"]);

@@ -47,7 +47,7 @@ async def test_a_create_claims_a_running_sandbox_of_a_pool(image):
         await Sandbox.create_pool("py-pool", 1, image=image)
     assert taken.value.code == "already_exists"
     with pytest.raises(errors.InvalidNameError):
-        await Sandbox.create_pool("no/slash", 1, image=image)
+        await Sandbox.create_pool("no/slash/x", 1, image=image)
     with pytest.raises(errors.InvalidArgumentError):
         await Sandbox.create_pool("py-big", 65, image=image)
     with pytest.raises(errors.InvalidConfigError):

@@ -29,7 +29,7 @@ async def test_a_snapshot_is_an_image_of_what_the_sandbox_changed(image):
         await src.snapshot("py-base")
     assert taken.value.code == "already_exists"
     with pytest.raises(errors.InvalidArgumentError):
-        await src.snapshot("no/slash")
+        await src.snapshot("no/slash/x")
     with pytest.raises(ValueError):
         await src.snapshot("x", kind="memory")
 

@@ -37,7 +37,7 @@ class TestPools < Minitest::Test
 
     err = assert_raises(Burrow::AlreadyExistsError) { Burrow::Sandbox.create_pool("rb-pool", 1, image: IMAGE) }
     assert_equal "already_exists", err.code
-    assert_raises(Burrow::InvalidNameError) { Burrow::Sandbox.create_pool("no/slash", 1, image: IMAGE) }
+    assert_raises(Burrow::InvalidNameError) { Burrow::Sandbox.create_pool("no/slash/x", 1, image: IMAGE) }
     assert_raises(Burrow::InvalidArgumentError) { Burrow::Sandbox.create_pool("rb-big", 65, image: IMAGE) }
     assert_raises(Burrow::InvalidConfigError) do
       Burrow::Sandbox.create_pool("rb-labelled", 1, image: IMAGE, labels: { "k" => "v" })

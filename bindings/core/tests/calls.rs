@@ -236,7 +236,7 @@ fn failures_are_the_cores_error_bodies() {
     setup();
     let bad_name = go(
         None,
-        json!({"op": "build", "name": "no/slash", "image": image()}),
+        json!({"op": "build", "name": "no/slash/x", "image": image()}),
         None,
     )
     .unwrap_err();

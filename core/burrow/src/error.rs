@@ -274,7 +274,7 @@ pub enum Error {
     /// was changed.
     #[error("quota {quota} exceeded (limit {limit}): {reason}")]
     QuotaExceeded {
-        /// Which quota (`sandboxes`, `running`, `cpus`, `memory_mb`,
+        /// Which quota (`sandboxes`, `running`, `millicpus`, `memory_mb`,
         /// `starts_per_minute`, ...).
         quota: String,
         /// The quota's limit, in its own unit.

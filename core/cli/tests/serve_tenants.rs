@@ -569,3 +569,160 @@ fn roles_refuse_what_they_may_not_do() {
         "operator remove",
     );
 }
+
+fn audit(f: &Fixture, token: &str, query: &str) -> Value {
+    ok(
+        call(f, token, "GET", &format!("/v1/audit{query}"), None),
+        "audit",
+    )
+}
+
+fn operations(page: &Value) -> Vec<(String, u64, Option<String>)> {
+    page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["operation"].as_str().unwrap().to_owned(),
+                e["status"].as_u64().unwrap(),
+                e["code"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_audit_log_says_who_did_what_to_which_object() {
+    let f = fixture("tenants_audit");
+    let reader = f.env.create_token_in("alpha-reader", "alpha", "read_only");
+    let operator = f.env.create_token_in("alpha-op", "alpha", "operator");
+    let config = json!({"image": "busybox"});
+    let create = |token: &str, name: &str| {
+        call(
+            &f,
+            token,
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": name, "config": config, "detached": true})),
+        )
+    };
+    let made = ok(create(&f.alpha, "w"), "create");
+    let id = made["id"].as_str().unwrap().to_owned();
+    assert_eq!(create(&reader, "r").status, 403);
+    assert_eq!(create("bw_nonsense", "x").status, 401);
+    ok(create(&f.beta, "b"), "beta create");
+    ok(
+        call(&f, &f.alpha, "GET", "/v1/sandboxes", None),
+        "a read, not logged",
+    );
+    assert_eq!(
+        call(&f, &f.alpha, "DELETE", &format!("/v1/sandboxes/{id}"), None).status,
+        204
+    );
+
+    // Alpha's admin reads alpha's entries only, oldest first.
+    let page = audit(&f, &f.alpha, "");
+    assert_eq!(
+        operations(&page),
+        [
+            ("POST /v1/sandboxes".into(), 201, None),
+            ("POST /v1/sandboxes".into(), 403, Some("forbidden".into())),
+            ("DELETE /v1/sandboxes/{id}".into(), 204, None),
+        ]
+    );
+    let entries = page["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["token"], "alpha-admin");
+    assert_eq!(entries[1]["token"], "alpha-reader");
+    assert_eq!(entries[2]["object"], id.as_str());
+    assert!(entries.iter().all(|e| e["tenant"] == "alpha"));
+    assert_eq!(page["next"], Value::Null);
+    // Pages of one.
+    let first = audit(&f, &f.alpha, "?limit=1");
+    let next = first["next"].as_i64().unwrap();
+    let second = audit(&f, &f.alpha, &format!("?limit=1&after={next}"));
+    assert_eq!(operations(&second)[0].1, 403);
+    // An operator may not read it (and that refusal is logged); a tenant's
+    // admin may not read another tenant's.
+    let r = call(&f, &operator, "GET", "/v1/audit", None);
+    assert_eq!((r.status, r.error_code().as_str()), (403, "forbidden"));
+    let r = call(&f, &f.alpha, "GET", "/v1/audit?tenant=beta", None);
+    assert_eq!((r.status, r.error_code().as_str()), (403, "forbidden"));
+    let r = call(&f, &f.alpha, "GET", "/v1/audit?limit=0", None);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (422, "invalid_argument")
+    );
+    // The server's admin reads any tenant's, or all (the request without a
+    // valid token too).
+    let admin = f.env.create_token("server-admin");
+    let beta = audit(&f, &admin, "?tenant=beta");
+    assert_eq!(
+        operations(&beta),
+        [("POST /v1/sandboxes".into(), 201, None)]
+    );
+    let all = audit(&f, &admin, "");
+    let unknown: Vec<&Value> = all["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["tenant"].is_null())
+        .collect();
+    assert_eq!(unknown.len(), 1, "{all}");
+    assert_eq!(
+        (unknown[0]["status"].as_u64(), unknown[0]["code"].as_str()),
+        (Some(401), Some("unauthorized"))
+    );
+    // The CLI reads the same log from the database.
+    let out = f.env.admin(&["audit", "--tenant", "alpha", "--json"]);
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Alpha's three, then its two refused reads of the log.
+    let ops = operations(&cli);
+    assert_eq!(ops.len(), 5, "{cli}");
+    assert!(
+        ops[3..]
+            .iter()
+            .all(|(op, status, _)| op == "GET /v1/audit" && *status == 403),
+        "{cli}"
+    );
+}
+
+#[test]
+fn audit_entries_older_than_the_retention_are_dropped() {
+    let home = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(TestHome::new());
+    let url = cluster()
+        .create_database("tenants_audit_retention")
+        .unwrap();
+    let env = ServeEnv::new(home.path(), &url)
+        .set("AUDIT_RETENTION", "1s")
+        .set("SWEEP_INTERVAL", "1s");
+    let token = env.create_token("admin");
+    let server = env.start("r1");
+    let r = http(
+        "DELETE",
+        &format!("{}/v1/pools/nope", server.url),
+        Some(&token),
+        None,
+    );
+    assert_eq!(r.status, 404);
+    let count = || {
+        let r = http(
+            "GET",
+            &format!("{}/v1/audit", server.url),
+            Some(&token),
+            None,
+        );
+        r.json()["entries"].as_array().unwrap().len()
+    };
+    assert_eq!(count(), 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the entry outlived its retention"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -123,7 +123,7 @@ async fn bad_pool_definitions_change_nothing() {
     let mut with_ports = config();
     with_ports.ports = vec!["18080:80".parse().unwrap()];
     for (spec, code) in [
-        (PoolSpec::new("a/b", config(), 1), ErrorCode::InvalidName),
+        (PoolSpec::new("a/b/c", config(), 1), ErrorCode::InvalidName),
         (
             PoolSpec::new("big", config(), 65),
             ErrorCode::InvalidArgument,

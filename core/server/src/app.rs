@@ -194,7 +194,10 @@ impl IntoResponse for ApiError {
         let body = ErrorEnvelope {
             error: ErrorBody::from(&self.error),
         };
+        let code = body.error.code.clone();
         let mut res = (status, axum::Json(body)).into_response();
+        res.extensions_mut()
+            .insert(crate::audit::AnsweredCode(code));
         let h = res.headers_mut();
         if let Some(s) = self.retry_after.or_else(|| (status == 503).then_some(1)) {
             h.insert(header::RETRY_AFTER, HeaderValue::from(s));
@@ -233,40 +236,61 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 async fn authenticate(
     State(state): State<Arc<AppState>>,
     Extension(transport): Extension<Transport>,
-    mut req: Request,
+    req: Request,
     next: Next,
 ) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let (caller, res) = admit(&state, transport, req, next).await;
+    if crate::audit::logged(&method, &path, res.status()) {
+        let code = res
+            .extensions()
+            .get::<crate::audit::AnsweredCode>()
+            .map(|c| c.0.clone());
+        crate::audit::record(&state, caller.as_ref(), &method, &path, res.status(), code).await;
+    }
+    res
+}
+
+/// [`authenticate`]'s admission: the caller (if it is one) and the answer.
+async fn admit(
+    state: &Arc<AppState>,
+    transport: Transport,
+    mut req: Request,
+    next: Next,
+) -> (Option<Caller>, Response) {
     let open = matches!(req.uri().path(), "/healthz" | "/readyz");
     if open || transport == Transport::Unix || !state.config.auth.required {
-        return next.run(req).await;
+        return (Some(Caller::local()), next.run(req).await);
     }
     let Some(token) = bearer(req.headers()) else {
         state.metrics.inc(&state.metrics.auth_failures);
-        return unauthorized("an API token is required (Authorization: Bearer <token>)");
+        let res = unauthorized("an API token is required (Authorization: Bearer <token>)");
+        return (None, res);
     };
     let caller = match state.caller(token).await {
         Ok(Some(caller)) => caller,
         Ok(None) => {
             state.metrics.inc(&state.metrics.auth_failures);
-            return unauthorized("unknown or revoked API token");
+            return (None, unauthorized("unknown or revoked API token"));
         }
-        Err(e) => return ApiError::from(e).into_response(),
+        Err(e) => return (None, ApiError::from(e).into_response()),
     };
     if !caller.role.allows(req.method(), req.uri().path()) {
-        return ApiError::from(Error::Forbidden {
+        let res = ApiError::from(Error::Forbidden {
             operation: format!("{} {}", req.method(), req.uri().path()),
             reason: format!("the role {} may not do this", caller.role.as_str()),
         })
         .into_response();
+        return (Some(caller), res);
     }
     if let (Some(limiter), Some(token)) = (&state.rate_limiter, &caller.token) {
         if let Err(wait) = limiter.take(token) {
             state.metrics.inc(&state.metrics.rate_limited);
-            return ApiError::rate_limited(wait).into_response();
+            return (Some(caller), ApiError::rate_limited(wait).into_response());
         }
     }
-    req.extensions_mut().insert(caller);
-    next.run(req).await
+    req.extensions_mut().insert(caller.clone());
+    (Some(caller), next.run(req).await)
 }
 
 /// Every (method, path template) [`router`] serves, as `openapi.json`
@@ -307,6 +331,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PATCH", "/v1/pools/{name}"),
     ("DELETE", "/v1/pools/{name}"),
     ("POST", "/v1/sessions"),
+    ("GET", "/v1/audit"),
     ("GET", "/v1/gateway/targets"),
     ("POST", "/v1/gateway/targets"),
     ("PUT", "/v1/gateway/targets/{id}"),
@@ -334,6 +359,7 @@ pub fn router(state: Arc<AppState>, transport: Transport) -> Router {
         .route("/metrics", get(crate::metrics::render))
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/sessions", post(crate::sessions::open))
+        .route("/v1/audit", get(crate::audit::list))
         // Every answer is an error envelope, a path or method no route
         // has too.
         .fallback(no_route)

@@ -13,6 +13,7 @@
 //! - [`config`]: file + environment, validated at startup.
 
 pub mod app;
+pub mod audit;
 pub mod config;
 #[cfg(test)]
 mod defaults_tests;

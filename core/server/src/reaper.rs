@@ -232,6 +232,12 @@ pub async fn run(state: Arc<AppState>) {
         if let Err(e) = state.engine.refill_pools().await {
             tracing::warn!(error = %e, "refilling the pools failed");
         }
+        if let Some(keep) = state.config.audit.retention {
+            let before = crate::store::now_ms() - crate::store::ms(keep);
+            if let Err(e) = state.store.prune_audit(before).await {
+                tracing::warn!(error = %e, "pruning the audit log failed");
+            }
+        }
         // A lock session lost while calls run is replaced now, not at the
         // next call.
         if let Err(e) = state.store.calls().check().await {

@@ -68,7 +68,7 @@ class BurrowError(Exception):
     #: timed out.
     operation: Optional[str] = None
     #: The field, argument, image or runtime concerned (for
-    #: ``quota_exceeded``: the quota, ``"sandboxes"``, ``"cpus"``, ...).
+    #: ``quota_exceeded``: the quota, ``"sandboxes"``, ``"millicpus"``, ...).
     subject: Optional[str] = None
     #: The reason, where the error has one.
     reason: Optional[str] = None
@@ -256,7 +256,7 @@ class ForbiddenError(BurrowError):
 
 class QuotaExceededError(BurrowError):
     """The operation would exceed a quota of the caller's tenant:
-    ``subject`` is the quota (``"sandboxes"``, ``"running"``, ``"cpus"``,
+    ``subject`` is the quota (``"sandboxes"``, ``"running"``, ``"millicpus"``,
     ``"memory_mb"``, ``"starts_per_minute"``, ...), ``limit`` its limit.
     Nothing was changed."""
 

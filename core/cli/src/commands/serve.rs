@@ -44,6 +44,9 @@ enum ServeCommand {
         #[command(subcommand)]
         command: super::serve_tenants::TenantCommand,
     },
+    /// Page through the audit log (changes asked of the API and refusals),
+    /// oldest first.
+    Audit(super::serve_tenants::AuditArgs),
 }
 
 /// A configuration the server cannot use, as the library's
@@ -139,6 +142,13 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
                 .await
                 .map_err(startup_error)?;
             super::serve_tenants::token(&ctx, &store, command).await?;
+            Ok(0)
+        }
+        Some(ServeCommand::Audit(args)) => {
+            let store = burrow_server::serve::open_store(&config)
+                .await
+                .map_err(startup_error)?;
+            super::serve_tenants::audit(&ctx, &store, args).await?;
             Ok(0)
         }
         Some(ServeCommand::Tenant { command }) => {

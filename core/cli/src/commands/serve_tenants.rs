@@ -1,5 +1,6 @@
-//! `burrow serve token ...` and `burrow serve tenant ...`: API tokens and
-//! the tenants they belong to, in the server's database.
+//! `burrow serve token ...`, `burrow serve tenant ...` and `burrow serve
+//! audit`: API tokens, the tenants they belong to, and the audit log, in
+//! the server's database.
 
 use burrow::Error;
 use burrow_server::store::{Quotas, Store};
@@ -291,6 +292,65 @@ pub(crate) async fn tenant(
             }
             ctx.print(&json!({"removed": name}), format_args!("removed {name}"))?;
         }
+    }
+    Ok(())
+}
+
+/// `burrow serve audit`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AuditArgs {
+    /// Only this tenant's entries.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Entries after this id (the `next` a page printed).
+    #[arg(long, default_value_t = 0)]
+    after: i64,
+    /// At most this many entries.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    limit: u32,
+}
+
+pub(crate) async fn audit(ctx: &Ctx, store: &Store, args: &AuditArgs) -> anyhow::Result<()> {
+    let entries = store
+        .audit(args.tenant.as_deref(), args.after.max(0), args.limit)
+        .await?;
+    let next = (entries.len() == args.limit as usize)
+        .then(|| entries.last().map(|e| e.id))
+        .flatten();
+    if ctx.json {
+        return ctx.print_json(&json!({ "entries": entries, "next": next }));
+    }
+    let now = burrow_server::store::now_ms();
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                ago(now - e.at_ms),
+                shown(e.tenant.as_deref()),
+                shown(e.token.as_deref()),
+                e.operation.clone(),
+                shown(e.object.as_deref()),
+                e.status.to_string(),
+                shown(e.code.as_deref()),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "ID",
+            "WHEN",
+            "TENANT",
+            "TOKEN",
+            "OPERATION",
+            "OBJECT",
+            "STATUS",
+            "CODE",
+        ],
+        &rows,
+    );
+    if let Some(next) = next {
+        eprintln!("more: burrow serve audit --after {next}");
     }
     Ok(())
 }

@@ -27,3 +27,19 @@ ALTER TABLE api_tokens ADD COLUMN role TEXT NOT NULL DEFAULT 'admin'
     CHECK (role IN ('admin', 'tenant_admin', 'operator', 'read_only'));
 ALTER TABLE targets ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE sessions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+
+-- The audit log: every change asked of the API, and every refusal, with
+-- who asked (token, tenant) and how it ended. Pruned by the reaper after
+-- audit.retention.
+CREATE TABLE audit_log (
+    id          BIGSERIAL PRIMARY KEY,
+    at          BIGINT NOT NULL,
+    tenant      TEXT,
+    token       TEXT,
+    operation   TEXT NOT NULL,
+    object      TEXT,
+    status      INTEGER NOT NULL,
+    code        TEXT
+);
+CREATE INDEX audit_log_by_tenant ON audit_log (tenant, id);
+CREATE INDEX audit_log_by_time ON audit_log (at);

@@ -21,6 +21,7 @@
 //! | `database_pool.acquire_timeout`   | `BURROW_SERVE_ACQUIRE_TIMEOUT`     | `5s`                         |
 //! | `auth.required`                   | `BURROW_SERVE_AUTH_REQUIRED`       | `true`                       |
 //! | `auth.requests_per_minute`        | `BURROW_SERVE_REQUESTS_PER_MINUTE` | `0` (no limit; per token and replica) |
+//! | `audit.retention`                 | `BURROW_SERVE_AUDIT_RETENTION`     | `30d` (`0` keeps entries)    |
 //! | `gateway.startup_timeout`         | `BURROW_SERVE_STARTUP_TIMEOUT`     | `60s`                        |
 //! | `gateway.retry_after`             | `BURROW_SERVE_RETRY_AFTER`         | `1s`                         |
 //! | `gateway.lease_ttl`               | `BURROW_SERVE_LEASE_TTL`           | `30s`                        |
@@ -72,8 +73,8 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Origin};
 pub use sections::{
-    AuthConfig, BackendKind, DatabaseUrl, GatewayConfig, Listen, LogConfig, LogFormat, PoolConfig,
-    ReaperConfig,
+    AuditConfig, AuthConfig, BackendKind, DatabaseUrl, GatewayConfig, Listen, LogConfig, LogFormat,
+    PoolConfig, ReaperConfig,
 };
 pub use values::format_duration;
 
@@ -117,6 +118,8 @@ pub struct ServeConfig {
     pub gateway: GatewayConfig,
     /// `[reaper]`.
     pub reaper: ReaperConfig,
+    /// `[audit]`.
+    pub audit: AuditConfig,
     /// `[log]`.
     pub log: LogConfig,
     /// `[kubernetes]`: the cluster of the `kubernetes` backend (unused by

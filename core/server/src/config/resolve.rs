@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use super::error::{invalid, ConfigError, Origin};
 use super::sections::{
-    AuthConfig, BackendKind, GatewayConfig, Listen, LogConfig, LogFormat, PoolConfig, ReaperConfig,
+    AuditConfig, AuthConfig, BackendKind, GatewayConfig, Listen, LogConfig, LogFormat, PoolConfig,
+    ReaperConfig,
 };
 use super::settings::{
-    Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUTH_REQUIRED, BACKEND, DATABASE, HEARTBEAT_INTERVAL,
-    HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE, KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS,
-    KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE, KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT,
-    MAX_CONNECTIONS, REPLICA_ID, REQUESTS_PER_MINUTE, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT,
-    SWEEP_INTERVAL,
+    Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUDIT_RETENTION, AUTH_REQUIRED, BACKEND, DATABASE,
+    HEARTBEAT_INTERVAL, HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE, KUBE_CONTEXT,
+    KUBE_GVISOR_RUNTIME_CLASS, KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE, KUBE_RUNTIME_CLASS,
+    LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, REPLICA_ID, REQUESTS_PER_MINUTE, RETRY_AFTER,
+    REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL,
 };
 use super::values::{
     absolute, as_str, default_database, default_home, default_replica_id, format_duration,
@@ -249,6 +250,11 @@ impl<'a> Layers<'a> {
             Some(v) => Some(v.value),
             None => Some(Duration::from_secs(15 * 60)),
         };
+        let retention = match self.get(AUDIT_RETENTION, parse_duration_raw)? {
+            Some(v) if v.value.is_zero() => None,
+            Some(v) => Some(v.value),
+            None => Some(Duration::from_secs(30 * 24 * 3600)),
+        };
         let sweep_interval = self
             .get(SWEEP_INTERVAL, positive_duration)?
             .map_or(Duration::from_secs(30), |v| v.value);
@@ -290,6 +296,7 @@ impl<'a> Layers<'a> {
                 idle_timeout,
                 sweep_interval,
             },
+            audit: AuditConfig { retention },
             log: LogConfig { format },
             kubernetes,
         })

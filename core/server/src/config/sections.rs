@@ -199,6 +199,14 @@ pub struct GatewayConfig {
     pub heartbeat_interval: Duration,
 }
 
+/// `[audit]`: the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// How long entries are kept; `None` when configured as `0` (kept
+    /// until deleted by hand).
+    pub retention: Option<Duration>,
+}
+
 /// `[reaper]`: idle reclaim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReaperConfig {

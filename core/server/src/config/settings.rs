@@ -51,6 +51,10 @@ pub(super) const REQUESTS_PER_MINUTE: Setting = Setting {
     key: "auth.requests_per_minute",
     env: "BURROW_SERVE_REQUESTS_PER_MINUTE",
 };
+pub(super) const AUDIT_RETENTION: Setting = Setting {
+    key: "audit.retention",
+    env: "BURROW_SERVE_AUDIT_RETENTION",
+};
 pub(super) const STARTUP_TIMEOUT: Setting = Setting {
     key: "gateway.startup_timeout",
     env: "BURROW_SERVE_STARTUP_TIMEOUT",
@@ -121,6 +125,7 @@ pub(super) const SETTINGS: &[Setting] = &[
     ACQUIRE_TIMEOUT,
     AUTH_REQUIRED,
     REQUESTS_PER_MINUTE,
+    AUDIT_RETENTION,
     STARTUP_TIMEOUT,
     RETRY_AFTER,
     LEASE_TTL,
@@ -141,6 +146,7 @@ pub(super) const SETTINGS: &[Setting] = &[
 pub(super) const TABLES: &[&str] = &[
     "database_pool",
     "auth",
+    "audit",
     "gateway",
     "reaper",
     "log",

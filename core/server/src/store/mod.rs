@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, Connection};
 
+mod audit;
 mod calls;
 mod quotas;
 mod reaper;
@@ -29,6 +30,7 @@ mod sessions;
 mod targets;
 mod tokens;
 
+pub use audit::AuditEntry;
 pub use calls::{CallHold, CallLocks};
 pub use quotas::{QuotaTurn, Quotas};
 pub use reaper::ReapLocker;

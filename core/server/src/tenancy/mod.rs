@@ -72,6 +72,7 @@ impl Role {
         let reads = matches!(*method, Method::GET | Method::HEAD);
         match segments.as_slice() {
             ["metrics"] => self == Role::Admin,
+            ["v1", "audit"] => matches!(self, Role::Admin | Role::TenantAdmin),
             ["gw", ..] => matches!(self, Role::Admin | Role::TenantAdmin | Role::Operator),
             // The runtime stream runs processes and moves files.
             ["v1", "sandboxes", _, "runtime"] => self != Role::ReadOnly,
@@ -203,6 +204,8 @@ mod tests {
         assert!(Role::TenantAdmin.allows(&post, "/v1/pools"));
         assert!(!Role::TenantAdmin.allows(&get, "/metrics"));
         assert!(Role::Admin.allows(&get, "/metrics"));
+        assert!(Role::TenantAdmin.allows(&get, "/v1/audit"));
+        assert!(!Role::Operator.allows(&get, "/v1/audit"));
         assert_eq!(Role::parse("root"), None);
     }
 
