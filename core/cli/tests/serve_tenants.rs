@@ -39,9 +39,7 @@ fn fixture(db: &str) -> Fixture {
     let home = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(TestHome::new());
-    let named = home.path().join("images/named");
-    std::fs::create_dir_all(&named).unwrap();
-    std::os::unix::fs::symlink(common::busybox_rootfs(), named.join("busybox")).unwrap();
+    home.name_image("busybox");
     let url = cluster().create_database(db).unwrap();
     let env = ServeEnv::new(home.path(), &url);
     env.create_tenant("alpha");

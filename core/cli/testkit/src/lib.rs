@@ -73,6 +73,14 @@ impl TestHome {
         self.dir.path()
     }
 
+    /// Installs the test image as the named image `name` of this home
+    /// (what a `burrow serve` tenant may use: not a host directory).
+    pub fn name_image(&self, name: &str) {
+        let named = self.path().join("images/named");
+        std::fs::create_dir_all(&named).expect("images/named");
+        std::os::unix::fs::symlink(busybox_rootfs(), named.join(name)).expect("named image");
+    }
+
     pub fn dyn_backend(&self) -> Arc<dyn Backend> {
         self.backend.clone()
     }

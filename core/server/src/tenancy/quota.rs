@@ -136,18 +136,24 @@ impl Scoped {
         Ok(u)
     }
 
-    /// Runs `op` if the tenant's limits allow `demand`, in the tenant's
-    /// quota turn; a start it makes is counted.
-    pub(super) async fn within_quota<T, Fut>(&self, demand: Demand, op: Fut) -> Result<T>
+    /// Runs `op` if the tenant's limits allow what it adds (`demand`,
+    /// read only when the tenant has limits), in the tenant's quota turn;
+    /// a start it makes is counted.
+    pub(super) async fn within_quota<T, D, Fut>(&self, demand: D, op: Fut) -> Result<T>
     where
+        D: Future<Output = Result<Demand>>,
         Fut: Future<Output = Result<T>>,
     {
-        let Some(ctx) = self.quota.as_ref().filter(|_| demand != Demand::none()) else {
+        let Some(ctx) = self.quota.as_ref() else {
             return op.await;
         };
         let quotas = ctx.store.quotas(&ctx.tenant).await.map_err(store_error)?;
         let quotas = quotas.unwrap_or_default();
         if !quotas.any() {
+            return op.await;
+        }
+        let demand = demand.await?;
+        if demand == Demand::none() {
             return op.await;
         }
         let mut turn = ctx

@@ -311,7 +311,9 @@ impl Backend for Scoped {
             true => Demand::started(&req.config, 1, true),
             false => Demand::defined(1),
         };
-        let r = self.within_quota(demand, self.inner.create(req)).await;
+        let r = self
+            .within_quota(async { Ok(demand) }, self.inner.create(req))
+            .await;
         self.out(r, |i| self.info_out(i))
     }
 
@@ -358,7 +360,7 @@ impl Backend for Scoped {
     }
 
     async fn start(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
-        let demand = self.start_demand(name, id, false).await?;
+        let demand = self.start_demand(name, id, false);
         let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.start(&n, &i, opts).await
         });
@@ -371,7 +373,7 @@ impl Backend for Scoped {
         id: &SandboxId,
         opts: StartOptions,
     ) -> Result<SandboxInfo> {
-        let demand = self.start_demand(name, id, false).await?;
+        let demand = self.start_demand(name, id, false);
         let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.connect_or_start(&n, &i, opts).await
         });
@@ -402,7 +404,7 @@ impl Backend for Scoped {
     }
 
     async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
-        let demand = self.start_demand(name, id, true).await?;
+        let demand = self.start_demand(name, id, true);
         let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.restart(&n, &i, opts).await
         });
@@ -530,17 +532,18 @@ impl Backend for Scoped {
         for n in &mut opts.names {
             *n = self.engine_name(n)?;
         }
-        let config = self.status(name, id).await?.config;
         let copies = match opts.names.len() {
             0 => u64::from(opts.count),
             n => n as u64,
         };
+        let demand = async {
+            let config = self.status(name, id).await?.config;
+            Ok(Demand::started(&config, copies, true))
+        };
         let op = self.by_id(name, id, |n, i| async move {
             self.inner.fork(&n, &i, &opts).await
         });
-        let copies = self
-            .within_quota(Demand::started(&config, copies, true), op)
-            .await?;
+        let copies = self.within_quota(demand, op).await?;
         Ok(copies.into_iter().map(|i| self.info_out(i)).collect())
     }
 
@@ -573,6 +576,7 @@ impl Backend for Scoped {
         spec.name = self.engine_name(&spec.name)?;
         self.config_in(&mut spec.config)?;
         let demand = Demand::warm(&spec.config, u64::from(spec.size));
+        let demand = async { Ok(demand) };
         let r = self
             .within_quota(demand, self.inner.create_pool(spec))
             .await;
@@ -599,10 +603,12 @@ impl Backend for Scoped {
     }
 
     async fn scale_pool(&self, pool: &str, size: u32) -> Result<PoolInfo> {
-        let current = self.get_pool(pool).await?;
+        let demand = async {
+            let current = self.get_pool(pool).await?;
+            let more = u64::from(size.saturating_sub(current.size));
+            Ok(Demand::warm(&current.config, more))
+        };
         let pool = self.engine_name(pool)?;
-        let more = u64::from(size.saturating_sub(current.size));
-        let demand = Demand::warm(&current.config, more);
         let r = self
             .within_quota(demand, self.inner.scale_pool(&pool, size))
             .await;
