@@ -22,8 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::error::{Error, Result};
 use crate::logs::{LogOptions, LogStream};
 use crate::model::{
-    ForkOptions, Modify, ModifyPlan, PoolInfo, PoolSpec, SandboxConfig, SandboxId, SandboxInfo,
-    SnapshotInfo, SnapshotOptions, Status,
+    EventPage, ForkOptions, Modify, ModifyPlan, PoolInfo, PoolSpec, SandboxConfig, SandboxId,
+    SandboxInfo, SnapshotInfo, SnapshotOptions, Status,
 };
 
 pub use burrow_protocol::Metrics;
@@ -510,6 +510,15 @@ pub trait Backend: Send + Sync + Debug {
     /// its pools by itself.
     async fn refill_pools(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// The lifecycle events after position `after` (0: from the oldest
+    /// the log holds), oldest first, at most `limit`: every change of a
+    /// sandbox record (made, status changed, renamed, removed), whoever
+    /// made it. A backend without a log answers [`Error::Unsupported`].
+    async fn events(&self, after: u64, limit: usize) -> Result<EventPage> {
+        let _ = (after, limit);
+        Err(Error::unsupported("events"))
     }
 }
 

@@ -74,6 +74,7 @@ pub use model::{
     SecretValue, SnapshotInfo, SnapshotKind, SnapshotOptions, Status, MAX_DURATION, MAX_PIDS_LIMIT,
     MAX_PORTS, SANDBOX_CA_FILE, SNAPSHOT_IMAGE_PREFIX,
 };
+pub use model::{EventKind, EventPage, SandboxEvent};
 pub use model::{PoolInfo, PoolSpec, MAX_POOL_SIZE};
 #[cfg(feature = "remote")]
 pub use remote::RemoteBackend;

@@ -1,6 +1,7 @@
 //! The core model: identities, names, statuses and configuration.
 
 mod config;
+mod event;
 mod fork;
 mod id;
 mod info;
@@ -16,6 +17,7 @@ pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
     NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT, SANDBOX_CA_FILE,
 };
+pub use event::{EventKind, EventPage, SandboxEvent};
 pub use fork::{ForkOptions, MAX_FORK_COUNT};
 pub use id::SandboxId;
 pub use info::{ExitReason, RunInfo, SandboxInfo};

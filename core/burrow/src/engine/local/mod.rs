@@ -507,6 +507,9 @@ impl Backend for LocalBackend {
     async fn remove_pool(&self, pool: &str) -> Result<()> {
         self.do_remove_pool(pool).await
     }
+    async fn events(&self, after: u64, limit: usize) -> Result<crate::EventPage> {
+        self.store.events(after, limit).await
+    }
     async fn refill_pools(&self) -> Result<()> {
         for pool in self.store.list_pools().await? {
             if let Err(e) = self.refill_pool(&pool.name).await {

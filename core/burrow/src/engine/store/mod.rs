@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::lifecycle::Operation;
 use crate::model::{ExitReason, RunInfo, SandboxConfig, SandboxId, SandboxInfo, Status};
 
+mod events;
 pub mod migrations;
 pub(crate) mod pools;
 pub(crate) mod snapshots;
@@ -41,6 +42,10 @@ static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyL
         (
             "0005_pool_claims.sql",
             include_str!("migrations/0005_pool_claims.sql"),
+        ),
+        (
+            "0006_events.sql",
+            include_str!("migrations/0006_events.sql"),
         ),
     ])
 });
