@@ -26,6 +26,10 @@ nothing else:
 - A snapshot of a sandbox whose registry image is not in the server's
   image store (never started, never pulled): `invalid_image`, 422, the
   image its subject; a snapshot never reaches out to a registry.
+- The run's token is a tenant's (`st`, not the default tenant's): a host
+  directory (an image given as a path, a mount's source) or a published
+  port is refused to a tenant's sandboxes (`invalid_config`, the field its
+  subject), whatever its shape.
 - A `501` (`unsupported`) to a full snapshot (`kind: "full"`) where the
   server's capabilities say `full_snapshots: false` (its default driver
   cannot save memory): the document lists it as that operation's answer
@@ -154,6 +158,34 @@ def _secret_refused(case, response) -> bool:
     return host.rstrip(".").rsplit(".", 1)[-1].isdigit()
 
 
+HOST_MOUNT = re.compile(r"mounts\[([0-9]+)\]\.source\.host")
+
+
+def _host_refused_to_tenant(case, response) -> bool:
+    # The run's token is a tenant's (not the default tenant's): its
+    # sandboxes may not reach the server's host, so an image given as a
+    # host path, a host directory mount and published ports are refused
+    # (`invalid_config` naming the field) however well-formed.
+    err = _refusal(response)
+    if err.get("code") != "invalid_config":
+        return False
+    body = case.body if isinstance(case.body, dict) else {}
+    config = body.get("config") or {}
+    subject = err.get("subject", "")
+    if subject == "image":
+        image = config.get("image")
+        return isinstance(image, str) and image.startswith(("/", ".", "oci:"))
+    if subject == "ports":
+        return bool(config.get("ports"))
+    m = HOST_MOUNT.fullmatch(subject)
+    if m is None:
+        return False
+    try:
+        return "host" in config["mounts"][int(m.group(1))]["source"]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return False
+
+
 def _inferred_non_sandbox_id(case) -> bool:
     if case.method.upper() != "PUT" or case.operation.path != "/v1/gateway/targets/{id}":
         return False
@@ -213,6 +245,7 @@ def filter_failure(ctx, failure, case, response) -> bool:
         or _ports_twice(case, response)
         or _secret_refused(case, response)
         or _snapshot_of_unpulled_image(case, response)
+        or _host_refused_to_tenant(case, response)
     ):
         return False
     if failure.code == "ST101":
@@ -244,3 +277,18 @@ def _full_snapshot_unsupported(case, response, code) -> bool:
         and case.operation.path == "/v1/sandboxes/{id}/snapshot"
         and body.get("kind") == "full"
     )
+
+
+# A webhook posts to the URL it was given: every schema-valid URL is
+# pointed at 127.0.0.1's discard port, so the run reaches no other host
+# (its deliveries fail there, and are retried and given up, unseen).
+WEBHOOK_URL = re.compile(r"^https?://[^/@?#\s]+(/[^\s#]*)?$")
+
+
+@schemathesis.hook
+def before_call(ctx, case, **kwargs):
+    if case.operation.path == "/v1/webhooks" and case.method.upper() == "POST":
+        body = case.body
+        if isinstance(body, dict) and isinstance(body.get("url"), str):
+            if WEBHOOK_URL.match(body["url"]) and len(body["url"]) <= 2048:
+                body["url"] = "http://127.0.0.1:9/hook"

@@ -210,7 +210,7 @@ mod tests {
     #[tokio::test]
     async fn a_remote_selection_is_checked_when_opened() {
         let bad = BackendSelection::Remote {
-            url: "https://example.com".into(),
+            url: "ftp://127.0.0.1".into(),
             token: None,
         };
         match bad.open().await.unwrap_err() {

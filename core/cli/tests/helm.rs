@@ -267,6 +267,18 @@ fn check_render(
         assert_eq!(c["ports"][0]["containerPort"], 7878);
     }
 
+    // Defaults of the settings other tests vary: plain HTTP, no rate
+    // limit, a month of audit log.
+    assert_eq!(
+        env_value(c, "BURROW_SERVE_REQUESTS_PER_MINUTE").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        env_value(c, "BURROW_SERVE_AUDIT_RETENTION").as_deref(),
+        Some("30d")
+    );
+    check_tls(&objects, None, host_network, &what);
+
     // The service account and what it may do; the Sandbox definition.
     let sa = object(&objects, "ServiceAccount").unwrap();
     assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
@@ -289,6 +301,146 @@ fn check_render(
         .collect();
     names.sort_unstable();
     assert_eq!(names, ["sandboxes.burrow.dev", "sandboxpools.burrow.dev"]);
+}
+
+/// What `tls.existingSecret` (`secret`) shapes: the Secret mounted whole
+/// and read-only (no subPath: the kubelet updates it in place, and the
+/// server reloads it), the server's TLS settings naming its files, HTTPS
+/// probes and port names; or none of it.
+fn check_tls(objects: &[Value], secret: Option<&str>, host_network: bool, what: &str) {
+    let d = object(objects, "Deployment").unwrap();
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "tls");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls");
+    let service = object(objects, "Service").unwrap();
+    let Some(secret) = secret else {
+        assert!(mount.is_none() && volume.is_none(), "{what}");
+        for var in ["BURROW_SERVE_TLS_CERT", "BURROW_SERVE_TLS_KEY"] {
+            assert_eq!(env_value(c, var), None, "{what}");
+        }
+        for probe in ["readinessProbe", "livenessProbe"] {
+            assert!(c[probe]["httpGet"]["scheme"].is_null(), "{what}");
+        }
+        assert_eq!(service["spec"]["ports"][0]["name"], "http", "{what}");
+        return;
+    };
+    let (mount, volume) = (mount.unwrap(), volume.unwrap());
+    assert_eq!(volume["secret"]["secretName"], secret, "{what}");
+    assert_eq!(mount["readOnly"], true, "{what}");
+    assert!(
+        mount["subPath"].is_null(),
+        "{what}: a subPath is never updated"
+    );
+    let dir = mount["mountPath"].as_str().unwrap();
+    let items = volume["secret"]["items"].as_array().unwrap();
+    for (var, key) in [
+        ("BURROW_SERVE_TLS_CERT", "tls.crt"),
+        ("BURROW_SERVE_TLS_KEY", "tls.key"),
+    ] {
+        let item = items.iter().find(|i| i["key"] == key).unwrap();
+        assert_eq!(
+            env_value(c, var),
+            Some(format!("{dir}/{}", item["path"].as_str().unwrap())),
+            "{what}"
+        );
+    }
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{what}");
+    }
+    assert_eq!(service["spec"]["ports"][0]["name"], "https", "{what}");
+    if !host_network {
+        assert_eq!(c["ports"][0]["name"], "https", "{what}");
+    }
+}
+
+#[test]
+fn tls_rate_limits_retention_and_webhooks_render_what_they_say() {
+    let mut renders = 0;
+    for tls in [None, Some("burrow-tls")] {
+        for host_network in [false, true] {
+            for (rpm, retention) in [("0", "0"), ("600", "7d"), ("1000000", "720h")] {
+                let mut sets = vec![
+                    ("database.url", DB),
+                    ("hostNetwork", if host_network { "true" } else { "false" }),
+                    ("auth.requestsPerMinute", rpm),
+                    ("audit.retention", retention),
+                ];
+                if let Some(secret) = tls {
+                    sets.push(("tls.existingSecret", secret));
+                }
+                let what = format!("{sets:?}");
+                let objects = render(&sets).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let d = object(&objects, "Deployment").unwrap();
+                let c = &d["spec"]["template"]["spec"]["containers"][0];
+                assert_eq!(
+                    env_value(c, "BURROW_SERVE_REQUESTS_PER_MINUTE").as_deref(),
+                    Some(rpm),
+                    "{what}"
+                );
+                assert_eq!(
+                    env_value(c, "BURROW_SERVE_AUDIT_RETENTION").as_deref(),
+                    Some(retention),
+                    "{what}"
+                );
+                for (var, want) in [
+                    ("BURROW_SERVE_EVENTS_RETENTION", "7d"),
+                    ("BURROW_SERVE_WEBHOOK_TIMEOUT", "10s"),
+                    ("BURROW_SERVE_WEBHOOK_BACKOFF", "1s"),
+                    ("BURROW_SERVE_WEBHOOK_MAX_ATTEMPTS", "8"),
+                ] {
+                    assert_eq!(env_value(c, var).as_deref(), Some(want), "{what}: {var}");
+                }
+                check_tls(&objects, tls, host_network, &what);
+                renders += 1;
+            }
+        }
+    }
+    assert_eq!(renders, 12);
+    // Events and webhooks, set.
+    let objects = render(&[
+        ("database.url", DB),
+        ("events.retention", "0"),
+        ("webhooks.timeout", "30s"),
+        ("webhooks.backoff", "500ms"),
+        ("webhooks.maxAttempts", "3"),
+    ])
+    .unwrap();
+    let d = object(&objects, "Deployment").unwrap();
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    for (var, want) in [
+        ("BURROW_SERVE_EVENTS_RETENTION", "0"),
+        ("BURROW_SERVE_WEBHOOK_TIMEOUT", "30s"),
+        ("BURROW_SERVE_WEBHOOK_BACKOFF", "500ms"),
+        ("BURROW_SERVE_WEBHOOK_MAX_ATTEMPTS", "3"),
+    ] {
+        assert_eq!(env_value(c, var).as_deref(), Some(want), "{var}");
+    }
+    // The chart passes lint with TLS on.
+    let chart = chart().display().to_string();
+    let out = helm(&[
+        "lint",
+        "--strict",
+        &chart,
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        &format!("database.url={DB},tls.existingSecret=burrow-tls,auth.requestsPerMinute=60"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -331,6 +483,33 @@ fn bad_values_fail_the_render_naming_the_value() {
         (vec![url, ("logFormat", "xml")], "logFormat"),
         (vec![url, ("idleTimeout", "soon")], "idleTimeout"),
         (vec![url, ("sweepInterval", "-1s")], "sweepInterval"),
+        (
+            vec![url, ("auth.requestsPerMinute", "many")],
+            "auth.requestsPerMinute",
+        ),
+        (
+            vec![url, ("auth.requestsPerMinute", "1000001")],
+            "auth.requestsPerMinute",
+        ),
+        (vec![url, ("audit.retention", "a month")], "audit.retention"),
+        (
+            vec![url, ("events.retention", "forever")],
+            "events.retention",
+        ),
+        (vec![url, ("webhooks.timeout", "0s")], "webhooks.timeout"),
+        (vec![url, ("webhooks.backoff", "soon")], "webhooks.backoff"),
+        (
+            vec![url, ("webhooks.maxAttempts", "0")],
+            "webhooks.maxAttempts",
+        ),
+        (
+            vec![url, ("webhooks.maxAttempts", "51")],
+            "webhooks.maxAttempts",
+        ),
+        (
+            vec![url, ("tls.existingSecret", "true")],
+            "tls.existingSecret",
+        ),
     ];
     for (sets, names) in cases {
         let err = render(&sets).expect_err(&format!("{sets:?} rendered"));

@@ -327,3 +327,74 @@ fn a_token_over_its_rate_is_refused_alone() {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     assert_eq!(f.call(0, &busy, "GET", "/v1/sandboxes", None).status, 200);
 }
+
+/// The race window held open: a create that passed its check in replica
+/// r1 is held inside the tenant's quota turn (fault point
+/// `quota.in_turn`); a create through r2 waits for the turn rather than
+/// checking beside it, and once r1's create is done it is refused. Without
+/// the turn both would pass a limit of 1.
+#[test]
+fn a_create_held_in_its_quota_turn_makes_the_other_replicas_wait() {
+    use burrow_test_support::fault::FaultWindow;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    let home = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(TestHome::new());
+    home.name_image("busybox");
+    let url = cluster().create_database("quotas_turn").unwrap();
+    let env = ServeEnv::new(home.path(), &url);
+    let window = FaultWindow::new(home.path(), "quota.in_turn");
+    let mut armed = env.clone();
+    for (k, v) in window.env() {
+        armed.vars.push((k.to_owned(), v.into_string().unwrap()));
+    }
+    let (r1, r2) = (armed.start("r1"), env.start("r2"));
+    env.admin(&["tenant", "create", "one", "--max-sandboxes", "1"]);
+    let token = env.create_token_in("one-admin", "one", "tenant_admin");
+    let create = |server: &Server, name: &str| {
+        let config = json!({"image": "busybox"});
+        let body = json!({"name": name, "config": config, "detached": true}).to_string();
+        http(
+            "POST",
+            &format!("{}/v1/sandboxes", server.url),
+            Some(&token),
+            Some(&body),
+        )
+    };
+    std::thread::scope(|s| {
+        let first = s.spawn(|| create(&r1, "a"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !window.is_open() {
+            assert!(Instant::now() < deadline, "r1 never reached its quota turn");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (tx, rx) = mpsc::channel();
+        let create = &create;
+        let (r2, tx) = (&r2, tx.clone());
+        let second = s.spawn(move || {
+            let r = create(r2, "b");
+            let _ = tx.send(());
+            r
+        });
+        // Held open: r2's create waits for the turn.
+        assert!(
+            rx.recv_timeout(Duration::from_secs(2)).is_err(),
+            "r2 checked the quota while r1 held the turn"
+        );
+        window.release();
+        id_of(&first.join().unwrap());
+        refused(&second.join().unwrap(), "sandboxes", 1);
+    });
+    let f = |server: &Server| {
+        let r = http(
+            "GET",
+            &format!("{}/v1/sandboxes", server.url),
+            Some(&token),
+            None,
+        );
+        r.json()["sandboxes"].as_array().unwrap().len()
+    };
+    assert_eq!((f(&r1), f(&r2)), (1, 1));
+}

@@ -88,6 +88,7 @@ struct Objects {
     snapshot: String,
     pool: String,
     url_target: String,
+    webhook: String,
 }
 
 fn make_objects(f: &Fixture, token: &str) -> Objects {
@@ -156,12 +157,26 @@ fn make_objects(f: &Fixture, token: &str) -> Objects {
         .as_str()
         .unwrap()
         .to_owned();
+    let webhook = ok(
+        call(
+            f,
+            token,
+            "POST",
+            "/v1/webhooks",
+            Some(json!({"url": "http://127.0.0.1:9/", "types": ["sandbox.removed"]})),
+        ),
+        "webhook",
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     Objects {
         id,
         name: "worker".into(),
         snapshot: "snap".into(),
         pool: "pool".into(),
         url_target,
+        webhook,
     }
 }
 
@@ -234,6 +249,8 @@ fn fill(template: &str, o: &Objects) -> String {
         } else {
             &o.id
         }
+    } else if template.starts_with("/v1/webhooks/") {
+        &o.webhook
     } else {
         &o.id
     };
@@ -259,6 +276,7 @@ fn absent() -> Objects {
         snapshot: "nosnap".into(),
         pool: "nopool".into(),
         url_target: format!("tg_{}", fresh().trim_start_matches("sb_")),
+        webhook: format!("wh_{}", &fresh()[3..27]),
     }
 }
 
@@ -269,7 +287,8 @@ fn normalized(r: &Resp, o: &Objects, stand_in: &Objects) -> (u16, String) {
     let swap = |text: &str| {
         let mut t = text
             .replace(&o.id, &stand_in.id)
-            .replace(&o.url_target, &stand_in.url_target);
+            .replace(&o.url_target, &stand_in.url_target)
+            .replace(&o.webhook, &stand_in.webhook);
         for (a, b) in [
             (&o.name, &stand_in.name),
             (&o.snapshot, &stand_in.snapshot),
@@ -407,15 +426,22 @@ fn another_tenants_objects_are_as_absent_in_every_operation() {
         "/v1/snapshots",
         "/v1/pools",
         "/v1/gateway/targets",
+        "/v1/webhooks",
+        "/v1/events",
     ] {
         let list = call(&f, &f.beta, "GET", path, None);
         let text = list.text();
         assert_eq!(list.status, 200, "{path}: {text}");
         assert!(
-            !text.contains(&mine.id) && !text.contains(&mine.url_target),
+            !text.contains(&mine.id)
+                && !text.contains(&mine.url_target)
+                && !text.contains(&mine.webhook),
             "{path}: {text}"
         );
-        let own = ok(call(&f, &f.alpha, "GET", path, None), path).to_string();
+        // (Text: the event stream is NDJSON.)
+        let own = call(&f, &f.alpha, "GET", path, None);
+        assert_eq!(own.status, 200, "{path}: {}", own.text());
+        let own = own.text();
         assert!(!own.contains("alpha/"), "{path} shows the scope: {own}");
     }
     let theirs = make_objects(&f, &f.beta);

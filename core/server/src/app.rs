@@ -35,6 +35,8 @@ pub struct AppState {
     pub shutdown: tokio::sync::watch::Sender<bool>,
     /// Per-token request rate limits, if configured.
     pub rate_limiter: Option<crate::ratelimit::RateLimiter>,
+    /// Wakes this replica's event streams and deliverer.
+    pub wakers: crate::events::Wakers,
     tokens: Mutex<HashMap<String, (Instant, Caller)>>,
 }
 
@@ -55,6 +57,7 @@ impl AppState {
                 .auth
                 .requests_per_minute
                 .map(crate::ratelimit::RateLimiter::new),
+            wakers: crate::events::Wakers::default(),
             config,
             tokens: Mutex::default(),
         })
@@ -332,6 +335,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/pools/{name}"),
     ("POST", "/v1/sessions"),
     ("GET", "/v1/audit"),
+    ("GET", "/v1/events"),
+    ("POST", "/v1/webhooks"),
+    ("GET", "/v1/webhooks"),
+    ("GET", "/v1/webhooks/{id}"),
+    ("DELETE", "/v1/webhooks/{id}"),
+    ("GET", "/v1/webhooks/{id}/deliveries"),
     ("GET", "/v1/gateway/targets"),
     ("POST", "/v1/gateway/targets"),
     ("PUT", "/v1/gateway/targets/{id}"),
@@ -360,6 +369,19 @@ pub fn router(state: Arc<AppState>, transport: Transport) -> Router {
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/sessions", post(crate::sessions::open))
         .route("/v1/audit", get(crate::audit::list))
+        .route("/v1/events", get(crate::events::api::stream))
+        .route(
+            "/v1/webhooks",
+            get(crate::events::api::list).post(crate::events::api::create),
+        )
+        .route(
+            "/v1/webhooks/{id}",
+            get(crate::events::api::get).delete(crate::events::api::remove),
+        )
+        .route(
+            "/v1/webhooks/{id}/deliveries",
+            get(crate::events::api::deliveries),
+        )
         // Every answer is an error envelope, a path or method no route
         // has too.
         .fallback(no_route)

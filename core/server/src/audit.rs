@@ -134,7 +134,10 @@ fn parse_query(raw: &str) -> Result<AuditQuery, Error> {
                     .filter(|n| (1..=1000).contains(n))
                     .ok_or_else(|| bad("limit", format!("{v:?} is not 1..=1000")))?;
             }
-            "tenant" => q.tenant = Some(v.into_owned()),
+            "tenant" => {
+                crate::tenancy::check_tenant_filter(&v)?;
+                q.tenant = Some(v.into_owned());
+            }
             other => return Err(bad(other, "not a parameter of the audit log".into())),
         }
     }
@@ -221,7 +224,15 @@ mod tests {
                 tenant: Some("a".into())
             }
         );
-        for bad in ["after=-1", "limit=0", "limit=1001", "after=x", "other=1"] {
+        for bad in [
+            "after=-1",
+            "limit=0",
+            "limit=1001",
+            "after=x",
+            "other=1",
+            "tenant=%00",
+            "tenant=A",
+        ] {
             let e = parse_query(bad).unwrap_err();
             assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument, "{bad}");
         }

@@ -11,12 +11,15 @@
 //! - [`sessions`]: attached sandboxes of remote clients.
 //! - [`store`]: the server's tables (SQLite or Postgres, migrations for each).
 //! - [`config`]: file + environment, validated at startup.
+//! - [`tls`]: TLS on the TCP listeners, the certificate reloaded when its
+//!   files change.
 
 pub mod app;
 pub mod audit;
 pub mod config;
 #[cfg(test)]
 mod defaults_tests;
+pub mod events;
 pub mod gateway;
 pub mod metrics;
 mod pools;
@@ -29,6 +32,7 @@ pub mod sessions;
 pub mod store;
 pub mod targets;
 pub mod tenancy;
+pub mod tls;
 
 pub use config::ServeConfig;
 pub use serve::{run, run_with, StartupError};

@@ -20,6 +20,12 @@ pub struct Metrics {
     pub auth_failures: AtomicU64,
     /// Requests refused by a token's rate limit.
     pub rate_limited: AtomicU64,
+    /// Webhook deliveries a receiver took (2xx).
+    pub webhook_delivered: AtomicU64,
+    /// Webhook attempts that failed and will be tried again.
+    pub webhook_retried: AtomicU64,
+    /// Webhook deliveries given up (attempts used up).
+    pub webhook_failed: AtomicU64,
     /// Gateway calls proxied to a ready target.
     pub gw_warm: AtomicU64,
     /// Gateway calls that started their target and were then proxied.
@@ -99,6 +105,17 @@ pub async fn render(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoRe
         "counter",
         "Requests refused by a token's rate limit (auth.requests_per_minute).",
         &[("", g(&m.rate_limited))],
+    );
+    line(
+        &mut out,
+        "burrow_webhook_attempts_total",
+        "counter",
+        "Webhook delivery attempts by outcome (retried: failed, tried again later; failed: the last attempt failed).",
+        &[
+            ("outcome=\"delivered\"", g(&m.webhook_delivered)),
+            ("outcome=\"retried\"", g(&m.webhook_retried)),
+            ("outcome=\"failed\"", g(&m.webhook_failed)),
+        ],
     );
     line(
         &mut out,

@@ -238,6 +238,12 @@ pub async fn run(state: Arc<AppState>) {
                 tracing::warn!(error = %e, "pruning the audit log failed");
             }
         }
+        if let Some(keep) = state.config.events.retention {
+            let before = crate::store::now_ms() - crate::store::ms(keep);
+            if let Err(e) = state.store.prune_events(before).await {
+                tracing::warn!(error = %e, "pruning the event log failed");
+            }
+        }
         // A lock session lost while calls run is replaced now, not at the
         // next call.
         if let Err(e) = state.store.calls().check().await {

@@ -9,6 +9,7 @@ use burrow::{Backend, LocalBackend};
 use crate::app::{router, AppState, Transport};
 use crate::config::{Listen, ServeConfig};
 use crate::store::{Store, StoreError};
+use crate::tls::ServerTls;
 
 /// Why the server could not start. Each thing is said once: an error of
 /// the engine is the `source()` (its own chain says why), an I/O error is
@@ -38,6 +39,10 @@ pub enum StartupError {
         #[source]
         error: burrow::Error,
     },
+    /// The TLS certificate or key of `[tls]` cannot be used (the error
+    /// names the file and why).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// A listener could not be bound.
     #[error("cannot listen on {what}: {error}")]
     Listen {
@@ -81,7 +86,11 @@ enum Bound {
     Unix(tokio::net::UnixListener, std::path::PathBuf),
 }
 
-async fn bind(listen: &Listen, reuse_port: bool) -> Result<(Bound, String), StartupError> {
+async fn bind(
+    listen: &Listen,
+    reuse_port: bool,
+    tls: bool,
+) -> Result<(Bound, String), StartupError> {
     let what = |l: &Listen| match l {
         Listen::Tcp(a) => a.to_string(),
         Listen::Unix(p) => format!("unix:{}", p.display()),
@@ -105,7 +114,8 @@ async fn bind(listen: &Listen, reuse_port: bool) -> Result<(Bound, String), Star
             socket.bind(*addr).map_err(err)?;
             let l = socket.listen(1024).map_err(err)?;
             let local = l.local_addr().map_err(err)?;
-            Ok((Bound::Tcp(l), format!("http://{local}")))
+            let scheme = if tls { "https" } else { "http" };
+            Ok((Bound::Tcp(l), format!("{scheme}://{local}")))
         }
         Listen::Unix(path) => {
             // A socket file left by a server that died is replaced; anything
@@ -166,20 +176,32 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
 /// operation it does not support answers `501 unsupported`. The server's
 /// own tables live in the configured database (and `home` holds the
 /// default SQLite one). Prints one `listening on <url>` line per listener
-/// on stdout once every listener is bound.
+/// on stdout once every listener is bound (`https://` for TCP listeners
+/// with `[tls]`, whose certificate is read again when its files change).
 pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(), StartupError> {
     tracing::info!("{}", config.describe());
+    // The certificate first: a pair that cannot be used stops the server
+    // before it listens.
+    let tls = config.tls.as_ref().map(ServerTls::load).transpose()?;
     let store = open_store(&config).await?;
     let mut bound = Vec::new();
     for l in &config.listen {
-        bound.push(bind(l, config.reuse_port).await?);
+        bound.push(bind(l, config.reuse_port, tls.is_some()).await?);
     }
     let state = AppState::new(engine, store, config);
     for (_, url) in &bound {
         println!("listening on {url}");
     }
     tokio::spawn(crate::reaper::run(state.clone()));
+    tokio::spawn(crate::events::pump::run(state.clone()));
+    tokio::spawn(crate::events::deliver::run(state.clone()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Some(tls) = &tls {
+        let mut rx = stop_rx.clone();
+        tls.watch(async move {
+            let _ = rx.wait_for(|s| *s).await;
+        });
+    }
     let mut servers = Vec::new();
     let mut sockets = Vec::new();
     for (b, _) in bound {
@@ -190,13 +212,24 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
         servers.push(match b {
             Bound::Tcp(l) => {
                 let app = router(state.clone(), Transport::Tcp);
-                // Small request/answer exchanges: no Nagle delay.
-                let l = l.tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
-                tokio::spawn(
-                    async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await },
-                )
+                match &tls {
+                    // Handshakes in tasks of their own; nodelay set there.
+                    Some(tls) => {
+                        let l = tls.listener(l);
+                        tokio::spawn(async move {
+                            axum::serve(l, app).with_graceful_shutdown(shutdown).await
+                        })
+                    }
+                    None => {
+                        // Small request/answer exchanges: no Nagle delay.
+                        let l = l.tap_io(|tcp| {
+                            let _ = tcp.set_nodelay(true);
+                        });
+                        tokio::spawn(async move {
+                            axum::serve(l, app).with_graceful_shutdown(shutdown).await
+                        })
+                    }
+                }
             }
             Bound::Unix(l, path) => {
                 sockets.push(path);

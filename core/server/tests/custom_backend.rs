@@ -182,9 +182,9 @@ impl Backend for Ledger {
     }
 }
 
-/// A server over `engine` on a loopback port (routed as a unix-socket
-/// connection, so no token), and a remote backend talking to it.
-async fn serve(engine: Arc<dyn Backend>) -> (tempfile::TempDir, Arc<dyn Backend>) {
+/// The server's state over `engine`, its SQLite database and home in a
+/// fresh directory.
+async fn state_over(engine: Arc<dyn Backend>) -> (tempfile::TempDir, Arc<AppState>) {
     let dir = tempfile::tempdir().unwrap();
     let env: BTreeMap<String, String> = [
         ("BURROW_HOME", dir.path().join("home").display().to_string()),
@@ -198,7 +198,13 @@ async fn serve(engine: Arc<dyn Backend>) -> (tempfile::TempDir, Arc<dyn Backend>
     .collect();
     let config = ServeConfig::load(None, &env).unwrap();
     let store = burrow_server::serve::open_store(&config).await.unwrap();
-    let state = AppState::new(engine, store, config);
+    (dir, AppState::new(engine, store, config))
+}
+
+/// A server over `engine` on a loopback port (routed as a unix-socket
+/// connection, so no token), and a remote backend talking to it.
+async fn serve(engine: Arc<dyn Backend>) -> (tempfile::TempDir, Arc<dyn Backend>) {
+    let (dir, state) = state_over(engine).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let app = router(state, Transport::Unix);
@@ -252,5 +258,94 @@ async fn a_custom_backend_served_answers_its_own_capabilities_and_unsupported() 
     assert_eq!(
         remote.get("ledgered").await.unwrap_err().code(),
         ErrorCode::NotFound
+    );
+}
+
+/// A backend without an event log still has lifecycle events: the pump
+/// lists its sandboxes and each difference from the last listing is an
+/// event of the sandbox's tenant (what the Kubernetes backend gets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_without_an_event_log_has_events_from_its_listings() {
+    use burrow::model::RunInfo;
+    use burrow::ExitReason;
+    use burrow_server::events::pump::{diff_turn, turn, PumpError};
+
+    let ledger = Arc::new(Ledger::default());
+    let (_dir, state) = state_over(ledger.clone()).await;
+    match turn(&state).await.unwrap_err() {
+        PumpError::Engine(e) => assert_eq!(e.code(), ErrorCode::Unsupported),
+        other => panic!("unexpected {other:?}"),
+    }
+    let events = |after: i64| {
+        let store = state.store.clone();
+        async move {
+            store
+                .events_after(None, after, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).unwrap())
+                .map(|e| {
+                    (
+                        e["tenant"].as_str().unwrap().to_owned(),
+                        e["type"].as_str().unwrap().to_owned(),
+                        e["sandbox"]["name"].as_str().unwrap().to_owned(),
+                        e["reason"].as_str().map(str::to_owned),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let ev = |t: &str, ty: &str, n: &str, r: Option<&str>| {
+        (
+            t.to_owned(),
+            ty.to_owned(),
+            n.to_owned(),
+            r.map(str::to_owned),
+        )
+    };
+
+    let web = ledger
+        .create(CreateRequest::new("web", SandboxConfig::new("img")))
+        .await
+        .unwrap();
+    ledger
+        .create(CreateRequest::new("alpha/api", SandboxConfig::new("img")))
+        .await
+        .unwrap();
+    diff_turn(&state).await.unwrap();
+    let mut got = events(0).await;
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ev("alpha", "sandbox.created", "api", None),
+            ev("default", "sandbox.created", "web", None),
+        ]
+    );
+    let set = |status: Status, reason: Option<ExitReason>| {
+        let mut all = ledger.sandboxes.lock().unwrap();
+        let s = all.iter_mut().find(|s| s.id == web.id).unwrap();
+        s.status = status;
+        s.generation = 1;
+        let mut run = RunInfo::new(1, 0);
+        run.exit_reason = reason;
+        s.last_run = Some(run);
+    };
+    set(Status::Running, None);
+    diff_turn(&state).await.unwrap();
+    // Nothing changed: nothing new.
+    diff_turn(&state).await.unwrap();
+    set(Status::Stopped, Some(ExitReason::IdleTimeout));
+    diff_turn(&state).await.unwrap();
+    ledger.remove("web", &web.id).await.unwrap();
+    diff_turn(&state).await.unwrap();
+    assert_eq!(
+        events(2).await,
+        [
+            ev("default", "sandbox.running", "web", None),
+            ev("default", "sandbox.stopped", "web", Some("idle_timeout")),
+            ev("default", "sandbox.removed", "web", None),
+        ]
     );
 }

@@ -64,6 +64,9 @@ listed_enum! {
         /// `burrow serve` gateway: holds a call that found its target not
         /// ready, before it claims the start.
         GatewayBeforeClaim = "gateway.before_claim",
+        /// `burrow serve` quotas: holds an operation that passed its
+        /// tenant's quota check, in the tenant's quota turn, before it runs.
+        QuotaInTurn = "quota.in_turn",
         /// Supervisor: holds with the guest frozen for a snapshot, before its
         /// layer is written.
         SnapshotFrozen = "snapshot.frozen",

@@ -543,14 +543,14 @@ impl SandboxConfig {
                     }
                 }
                 MountSource::Volume(v) => {
-                    let ok = !v.is_empty()
-                        && v.len() <= 64
-                        && v.bytes().all(|b| {
-                            b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
-                        })
-                        && !v.starts_with('.');
-                    if !ok {
-                        return bad(&field("source.volume"), format!("{v:?} is not a volume name ([A-Za-z0-9_.-], 1..=64, not starting with '.')"));
+                    let scoped = v
+                        .strip_prefix(SCOPED_VOLUME_PREFIX)
+                        .and_then(|rest| rest.split_once('.'))
+                        .is_some_and(|(scope, name)| {
+                            super::validate_scope(scope).is_ok() && is_volume_name(name)
+                        });
+                    if !is_volume_name(v) && !scoped {
+                        return Err(volume_name_error(&field("source.volume"), v));
                     }
                 }
             }
@@ -678,3 +678,28 @@ mod opt_duration_ms {
 
 #[cfg(test)]
 mod tests;
+
+/// Named volumes of a tenant of `burrow serve` are `_t.<tenant>.<name>`
+/// (`<name>` a volume name of its own, so such a name may be longer than
+/// one a caller gives).
+pub const SCOPED_VOLUME_PREFIX: &str = "_t.";
+
+/// Whether `v` is a volume name: 1..=64 of `[A-Za-z0-9_.-]`, not starting
+/// with `.`.
+pub fn is_volume_name(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 64
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && !v.starts_with('.')
+}
+
+/// The refusal of a bad volume name `v` at `field`.
+pub fn volume_name_error(field: &str, v: &str) -> crate::Error {
+    crate::Error::InvalidConfig {
+        field: field.to_owned(),
+        reason: format!(
+            "{v:?} is not a volume name ([A-Za-z0-9_.-], 1..=64, not starting with '.')"
+        ),
+    }
+}

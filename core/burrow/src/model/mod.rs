@@ -13,6 +13,7 @@ pub(crate) mod secrets;
 mod snapshot;
 mod status;
 
+pub use config::{is_volume_name, volume_name_error, SCOPED_VOLUME_PREFIX};
 pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
     NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT, SANDBOX_CA_FILE,

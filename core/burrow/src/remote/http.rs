@@ -1,10 +1,10 @@
-//! HTTP/1.1 over TCP or a unix socket with hyper's connection API: a small
-//! pool of idle keep-alive connections, `Retry-After` on `503`, and the
-//! decoding of answers and error bodies.
+//! HTTP/1.1 over TCP, TLS over TCP (`https://`) or a unix socket with
+//! hyper's connection API: a small pool of idle keep-alive connections,
+//! `Retry-After` on `503`, and the decoding of answers and error bodies.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::task::JoinHandle;
+use tokio_rustls::client::TlsStream;
 
 use super::url::Endpoint;
 use crate::api::ErrorEnvelope;
@@ -33,7 +34,7 @@ const MAX_IDLE: usize = 8;
 /// An idle connection older than this is not reused (servers close idle
 /// keep-alive connections; a fresh one avoids racing that close).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
-/// Bound on establishing a connection.
+/// Bound on establishing a connection (the TLS handshake included).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest single wait a `Retry-After` can ask for.
 pub(crate) const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
@@ -117,6 +118,8 @@ pub(crate) struct Http {
     endpoint: Endpoint,
     url: String,
     auth: Option<HeaderValue>,
+    /// The TLS client configuration of an `https://` endpoint.
+    tls: Option<Arc<rustls::ClientConfig>>,
     idle: Mutex<Vec<Idle>>,
 }
 
@@ -130,13 +133,22 @@ impl std::fmt::Debug for Http {
 }
 
 impl Http {
-    pub(crate) fn new(endpoint: Endpoint, url: String, auth: Option<HeaderValue>) -> Http {
-        Http {
+    /// The client of `endpoint`; an `https://` one reads its trusted
+    /// roots here (the system's and `$BURROW_CA_CERT`'s: a file there that
+    /// cannot be used is [`Error::InvalidConfig`]).
+    pub(crate) fn new(endpoint: Endpoint, url: String, auth: Option<HeaderValue>) -> Result<Http> {
+        let tls = if endpoint.is_tls() {
+            Some(super::tls::client_config()?)
+        } else {
+            None
+        };
+        Ok(Http {
             endpoint,
             url,
             auth,
+            tls,
             idle: Mutex::new(Vec::new()),
-        }
+        })
     }
 
     /// The server URL as configured.
@@ -165,16 +177,37 @@ impl Http {
         let connect = async {
             match &self.endpoint {
                 Endpoint::Tcp { host, port, .. } => {
-                    let s = TcpStream::connect((host.as_str(), *port)).await?;
-                    s.set_nodelay(true)?;
-                    Ok(Stream::Tcp(s))
+                    let s = TcpStream::connect((host.as_str(), *port))
+                        .await
+                        .map_err(Dial::Connect)?;
+                    s.set_nodelay(true).map_err(Dial::Connect)?;
+                    let Some(tls) = &self.tls else {
+                        return Ok(Stream::Tcp(s));
+                    };
+                    // Checked when the URL was parsed.
+                    let name = super::tls::server_name(host).ok_or_else(|| {
+                        Dial::Connect(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("{host:?} is not a host name a certificate can hold"),
+                        ))
+                    })?;
+                    let s = tokio_rustls::TlsConnector::from(tls.clone())
+                        .connect(name, s)
+                        .await
+                        .map_err(Dial::Handshake)?;
+                    Ok(Stream::Tls(Box::new(s)))
                 }
-                Endpoint::Unix { path } => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+                Endpoint::Unix { path } => Ok(Stream::Unix(
+                    UnixStream::connect(path).await.map_err(Dial::Connect)?,
+                )),
             }
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(self.io_error("cannot connect to", e)),
+            Ok(Err(Dial::Connect(e))) => Err(self.io_error("cannot connect to", e)),
+            // Not retried (nothing is, but a 503): a certificate the
+            // client does not trust stays untrusted.
+            Ok(Err(Dial::Handshake(e))) => Err(super::tls::handshake_error(&self.url, e)),
             Err(_) => Err(self.io_error(
                 "cannot connect to",
                 io::Error::new(
@@ -473,10 +506,19 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     )
 }
 
-/// A TCP or unix stream.
+/// Why a connection could not be made.
+enum Dial {
+    /// Connecting (TCP or the unix socket).
+    Connect(io::Error),
+    /// The TLS handshake.
+    Handshake(io::Error),
+}
+
+/// A TCP, TLS or unix stream.
 #[derive(Debug)]
 enum Stream {
     Tcp(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
     Unix(UnixStream),
 }
 
@@ -488,6 +530,7 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
@@ -501,6 +544,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
@@ -512,6 +556,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
@@ -519,6 +564,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
             Stream::Unix(s) => s.is_write_vectored(),
         }
     }
@@ -526,6 +572,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
@@ -533,6 +580,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
@@ -642,7 +690,7 @@ mod tests {
         let ep = Endpoint::parse("http://h:8080/base", "url").unwrap();
         let mut auth = HeaderValue::from_static("Bearer s3cret");
         auth.set_sensitive(true);
-        let http = Http::new(ep, "http://h:8080/base".into(), Some(auth));
+        let http = Http::new(ep, "http://h:8080/base".into(), Some(auth)).unwrap();
         let req = Req::new(Method::POST, "/v1/sandboxes/x/start?name=a".into())
             .json(&crate::api::StartBody::default())
             .unwrap();
@@ -666,7 +714,7 @@ mod tests {
         assert!(!format!("{http:?}").contains("s3cret"));
 
         let ep = Endpoint::parse("unix:/run/b.sock", "url").unwrap();
-        let http = Http::new(ep, "unix:/run/b.sock".into(), None);
+        let http = Http::new(ep, "unix:/run/b.sock".into(), None).unwrap();
         let built = http
             .build(&Req::new(Method::GET, "/v1/sandboxes".into()), Mode::Pooled)
             .unwrap();

@@ -27,6 +27,7 @@
 mod http;
 mod ndjson;
 mod session;
+mod tls;
 mod url;
 
 use std::sync::Arc;
@@ -51,6 +52,7 @@ use crate::error::{Error, Result};
 use crate::logs::{LogLine, LogOptions, LogStream};
 use crate::model::{validate_name, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
 
+pub use self::tls::ENV_CA_CERT;
 pub use crate::select::{ENV_TOKEN, ENV_URL};
 /// Default of [`RemoteBackend::with_retry_budget`].
 pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(120);
@@ -84,13 +86,20 @@ impl std::fmt::Debug for RemoteBackend {
 
 impl RemoteBackend {
     /// A backend for the server at `url`: `http://host:port` (optionally
-    /// with a path prefix, `http://host:port/burrow`) or
+    /// with a path prefix, `http://host:port/burrow`), `https://host[:port]`
+    /// (port 443 by default; the server's certificate is checked against
+    /// the system's CA certificates and those of the PEM file named by
+    /// `$BURROW_CA_CERT`, [`ENV_CA_CERT`], for a private CA) or
     /// `unix:/absolute/path.sock` (HTTP over a unix socket). `token` is sent
-    /// as `Authorization: Bearer <token>`. No I/O happens here: connections
-    /// are made on first use.
+    /// as `Authorization: Bearer <token>`. No connection is made here
+    /// (an `https://` URL's CA certificates are read): connections are
+    /// made on first use. A server certificate the client does not trust
+    /// fails the call that connects with [`Error::Io`], as a refused
+    /// connection does, and is not retried.
     ///
-    /// Any other URL (https, a relative unix path, ...) is
-    /// [`Error::InvalidConfig`] for the field `url`.
+    /// Any other URL (ftp, a relative unix path, ...) is
+    /// [`Error::InvalidConfig`] for the field `url`; an unusable
+    /// `$BURROW_CA_CERT` is [`Error::InvalidConfig`] for `BURROW_CA_CERT`.
     pub fn connect(url: &str, token: Option<String>) -> Result<RemoteBackend> {
         Self::build(url, token, "url", "token")
     }
@@ -134,7 +143,7 @@ impl RemoteBackend {
         };
         Ok(RemoteBackend {
             inner: Arc::new(Inner {
-                http: Http::new(endpoint, url.trim().to_owned(), auth),
+                http: Http::new(endpoint, url.trim().to_owned(), auth)?,
                 session: tokio::sync::Mutex::new(None),
             }),
             retry_budget: DEFAULT_RETRY_BUDGET,
@@ -600,7 +609,8 @@ mod tests {
         assert!(!dbg.contains("s3cret"), "{dbg}");
         assert!(RemoteBackend::connect("unix:/tmp/b.sock", None).is_ok());
         assert!(RemoteBackend::connect("http://h:1", Some(String::new())).is_ok());
-        for bad in ["https://h", "unix:rel.sock", "nonsense", ""] {
+        assert!(RemoteBackend::connect("https://h", None).is_ok());
+        for bad in ["https://", "unix:rel.sock", "nonsense", ""] {
             match RemoteBackend::connect(bad, None).unwrap_err() {
                 Error::InvalidConfig { field, .. } => assert_eq!(field, "url", "{bad:?}"),
                 other => panic!("{bad:?}: {other:?}"),

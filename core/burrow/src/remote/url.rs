@@ -1,5 +1,6 @@
-//! The server address (`http://host:port[/prefix]` or `unix:/path.sock`)
-//! and the percent-encoding of path segments.
+//! The server address (`http://host:port[/prefix]`,
+//! `https://host:port[/prefix]` or `unix:/path.sock`) and the
+//! percent-encoding of path segments.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -9,8 +10,11 @@ use crate::error::{Error, Result};
 /// Where the server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Endpoint {
-    /// Plain HTTP over TCP.
+    /// HTTP over TCP, or over TLS over TCP (`https://`).
     Tcp {
+        /// Whether the connection is TLS (`https://`); the host is the
+        /// name the server's certificate must hold (and the SNI).
+        tls: bool,
         /// Host name or address (IPv6 without brackets).
         host: String,
         /// Port.
@@ -54,14 +58,14 @@ impl Endpoint {
             }
             return Ok(Endpoint::Unix { path });
         }
-        if lower.starts_with("https://") {
+        let (tls, rest) = if let Some(rest) = strip_prefix_ci(url, &lower, "https://") {
+            (true, rest)
+        } else if let Some(rest) = strip_prefix_ci(url, &lower, "http://") {
+            (false, rest)
+        } else {
             return Err(fail(format!(
-                "{url:?}: https is not supported; use http:// (behind a TLS-terminating proxy or on a trusted network) or unix:/path.sock"
-            )));
-        }
-        let Some(rest) = strip_prefix_ci(url, &lower, "http://") else {
-            return Err(fail(format!(
-                "{url:?} is not a burrow server URL (http://host:port[/prefix] or unix:/path.sock)"
+                "{url:?} is not a burrow server URL (http://host:port[/prefix], \
+                 https://host:port[/prefix] or unix:/path.sock)"
             )));
         };
         let (authority, path) = match rest.find('/') {
@@ -81,21 +85,34 @@ impl Endpoint {
         if authority.is_empty() {
             return Err(fail(format!("{url:?} has no host")));
         }
-        let (host, port) = split_host_port(authority)
+        let default_port = if tls { 443 } else { 80 };
+        let (host, port) = split_host_port(authority, default_port)
             .ok_or_else(|| fail(format!("{url:?} does not name a valid host[:port]")))?;
         if http::uri::Authority::from_str(authority).is_err() {
             return Err(fail(format!("{url:?} does not name a valid host[:port]")));
+        }
+        if tls && super::tls::server_name(&host).is_none() {
+            return Err(fail(format!(
+                "{url:?}: {host:?} is not a name a TLS certificate can hold (a DNS name or an IP \
+                 address)"
+            )));
         }
         let prefix = path.trim_end_matches('/');
         if !prefix.is_empty() && http::uri::PathAndQuery::from_str(prefix).is_err() {
             return Err(fail(format!("{url:?} has an invalid path")));
         }
         Ok(Endpoint::Tcp {
+            tls,
             host,
             port,
             authority: authority.to_owned(),
             prefix: prefix.to_owned(),
         })
+    }
+
+    /// Whether connections are TLS (`https://`).
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self, Endpoint::Tcp { tls: true, .. })
     }
 
     /// The value of the `Host` header.
@@ -120,8 +137,9 @@ fn strip_prefix_ci<'a>(url: &'a str, lower: &str, prefix: &str) -> Option<&'a st
     lower.starts_with(prefix).then(|| &url[prefix.len()..])
 }
 
-/// `host`, `host:port`, `[v6]`, `[v6]:port` (port 80 by default).
-fn split_host_port(authority: &str) -> Option<(String, u16)> {
+/// `host`, `host:port`, `[v6]`, `[v6]:port` (`default_port` when none is
+/// given).
+fn split_host_port(authority: &str, default_port: u16) -> Option<(String, u16)> {
     let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
         if host.parse::<std::net::Ipv6Addr>().is_err() {
@@ -141,7 +159,7 @@ fn split_host_port(authority: &str) -> Option<(String, u16)> {
         return None;
     }
     let port = match port {
-        None => 80,
+        None => default_port,
         Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
             p.parse::<u16>().ok().filter(|p| *p != 0)?
         }
@@ -175,6 +193,20 @@ mod tests {
     fn tcp(url: &str) -> (String, u16, String, String) {
         match Endpoint::parse(url, "url").unwrap() {
             Endpoint::Tcp {
+                tls: false,
+                host,
+                port,
+                authority,
+                prefix,
+            } => (host, port, authority, prefix),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn tls(url: &str) -> (String, u16, String, String) {
+        match Endpoint::parse(url, "url").unwrap() {
+            Endpoint::Tcp {
+                tls: true,
                 host,
                 port,
                 authority,
@@ -223,6 +255,42 @@ mod tests {
     }
 
     #[test]
+    fn https_urls() {
+        assert_eq!(
+            tls("https://127.0.0.1:7878"),
+            ("127.0.0.1".into(), 7878, "127.0.0.1:7878".into(), "".into())
+        );
+        // Port 443 by default.
+        assert_eq!(
+            tls("https://burrow.example.com"),
+            (
+                "burrow.example.com".into(),
+                443,
+                "burrow.example.com".into(),
+                "".into()
+            )
+        );
+        assert_eq!(
+            tls("HTTPS://host:8443/api/burrow/"),
+            (
+                "host".into(),
+                8443,
+                "host:8443".into(),
+                "/api/burrow".into()
+            )
+        );
+        assert_eq!(
+            tls("https://[::1]/x"),
+            ("::1".into(), 443, "[::1]".into(), "/x".into())
+        );
+        let e = Endpoint::parse("https://h:1", "url").unwrap();
+        assert!(e.is_tls());
+        assert!(!Endpoint::parse("http://h:1", "url").unwrap().is_tls());
+        assert!(!Endpoint::parse("unix:/s.sock", "url").unwrap().is_tls());
+        assert_eq!(e.host_header(), "h:1");
+    }
+
+    #[test]
     fn unix_urls() {
         let e = Endpoint::parse("unix:/run/burrow/serve.sock", "url").unwrap();
         assert_eq!(
@@ -240,8 +308,11 @@ mod tests {
         for bad in [
             "",
             "   ",
-            "https://host:443",
-            "HTTPS://host",
+            "https://",
+            "https://host:0",
+            "https://u:p@host",
+            "https://host:443?x",
+            "httpx://host",
             "unix:relative.sock",
             "unix:",
             "unix:./x.sock",
@@ -269,7 +340,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        match Endpoint::parse("https://x", "url").unwrap_err() {
+        match Endpoint::parse("https://x:99999", "url").unwrap_err() {
             Error::InvalidConfig { field, .. } => assert_eq!(field, "url"),
             other => panic!("{other:?}"),
         }

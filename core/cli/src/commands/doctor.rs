@@ -155,7 +155,8 @@ fn rootless_hint(c: &container::ContainerSupport) -> Option<String> {
 }
 
 async fn kubernetes(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
-    let settings = super::serve::load_config(args.config.as_deref())?.kubernetes;
+    let settings =
+        super::serve::load_config(args.config.as_deref(), &Default::default())?.kubernetes;
     if !ctx.json {
         say(format!(
             "checking the cluster (namespace {}): a probe sandbox per runtime class...",

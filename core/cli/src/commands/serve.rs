@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::common::{ago, print_table};
 use super::Ctx;
-use burrow_server::config::{ConfigError, LogFormat};
+use burrow_server::config::{ConfigError, Flags, LogFormat};
 use burrow_server::store::{StoreError, TargetKind, TargetStatus};
 use burrow_server::{ServeConfig, StartupError};
 
@@ -19,14 +19,23 @@ pub(crate) struct ServeArgs {
     /// variables BURROW_SERVE_* override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Serve HTTPS on the TCP listeners with this certificate chain (PEM;
+    /// `tls.cert`, $BURROW_SERVE_TLS_CERT). Needs --tls-key; both files are
+    /// read again when they change.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<String>,
+    /// The private key of --tls-cert (PEM; `tls.key`, $BURROW_SERVE_TLS_KEY).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<String>,
     #[command(subcommand)]
     command: Option<ServeCommand>,
 }
 
 #[derive(Debug, Subcommand)]
 enum ServeCommand {
-    /// Check the configuration and the database (migrating it), print the
-    /// effective configuration, and exit.
+    /// Check the configuration, the TLS certificate and key, and the
+    /// database (migrating it), print the effective configuration, and
+    /// exit.
     Check,
     /// Print each gateway target's runtime state (dormant, starting, ready,
     /// reaping, failed; `-` if never called), when it was last used, its
@@ -60,17 +69,26 @@ fn config_error(field: &str, reason: &(dyn std::error::Error + 'static)) -> anyh
 }
 
 fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
-    load_config(args.config.as_deref()).map_err(|e| e.context("burrow serve cannot start"))
+    let flags = Flags {
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
+    };
+    load_config(args.config.as_deref(), &flags).map_err(|e| e.context("burrow serve cannot start"))
 }
 
-/// The serve configuration of `file` (else `$BURROW_SERVE_CONFIG`) and the
-/// environment; a bad one is [`burrow::Error::InvalidConfig`] naming the
-/// key.
-pub(crate) fn load_config(file: Option<&std::path::Path>) -> anyhow::Result<ServeConfig> {
+/// The serve configuration of `file` (else `$BURROW_SERVE_CONFIG`), the
+/// environment and `flags`; a bad one is [`burrow::Error::InvalidConfig`]
+/// naming the key.
+pub(crate) fn load_config(
+    file: Option<&std::path::Path>,
+    flags: &Flags,
+) -> anyhow::Result<ServeConfig> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    ServeConfig::load(file, &env).map_err(|e| {
+    ServeConfig::load_with_flags(file, &env, flags).map_err(|e| {
         let field = match &e {
-            ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => key.clone(),
+            ConfigError::UnknownKey { key, .. }
+            | ConfigError::Invalid { key, .. }
+            | ConfigError::Missing { key, .. } => key.clone(),
             ConfigError::UnknownBackend { .. } => "backend".into(),
             ConfigError::UnknownEnv { name, .. } => name.clone(),
             _ => "configuration file".into(),
@@ -89,6 +107,7 @@ fn startup_error(e: StartupError) -> anyhow::Error {
         StartupError::Store(s @ StoreError::Open { .. }) => config_error("database", &s),
         StartupError::Listen { .. } => config_error("listen", &e),
         StartupError::Kubernetes { .. } => config_error("kubernetes", &e),
+        StartupError::Tls(ref t) => config_error(t.setting(), &e),
         other => anyhow::Error::new(other).context("burrow serve cannot start"),
     }
 }
@@ -123,6 +142,10 @@ pub(crate) async fn serve(ctx: Ctx, args: ServeArgs) -> anyhow::Result<u8> {
             Ok(0)
         }
         Some(ServeCommand::Check) => {
+            if let Some(tls) = &config.tls {
+                burrow_server::tls::ServerTls::load(tls)
+                    .map_err(|e| startup_error(StartupError::Tls(e)))?;
+            }
             burrow_server::serve::open_store(&config)
                 .await
                 .map_err(startup_error)?;

@@ -16,6 +16,7 @@ pub mod kube;
 pub mod mcp;
 pub mod runtimes;
 pub mod serve;
+pub mod tls;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -13,19 +13,22 @@ pub use burrow_test_support::pg;
 /// A running `burrow serve` replica.
 pub struct Server {
     child: Option<Child>,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS).
     pub url: String,
     /// Its replica id.
     pub replica: String,
     stderr: PathBuf,
 }
 
-/// Settings of a replica (environment variables of `burrow serve`).
+/// Settings of a replica (environment variables of `burrow serve`, and
+/// flags of it).
 #[derive(Clone)]
 pub struct ServeEnv {
     pub home: PathBuf,
     pub database: String,
     pub vars: Vec<(String, String)>,
+    /// Flags after `burrow serve` (`--tls-cert FILE`, ...).
+    pub args: Vec<String>,
 }
 
 impl ServeEnv {
@@ -34,7 +37,14 @@ impl ServeEnv {
             home: home.to_path_buf(),
             database: database.to_owned(),
             vars: Vec::new(),
+            args: Vec::new(),
         }
+    }
+
+    /// Adds flags of `burrow serve` (before any subcommand).
+    pub fn args(mut self, args: &[&str]) -> ServeEnv {
+        self.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
     }
 
     /// Adds `BURROW_SERVE_<key>=value`.
@@ -48,6 +58,7 @@ impl ServeEnv {
     pub fn command(&self) -> Command {
         let mut c = Command::new(burrow_bin());
         c.arg("serve")
+            .args(&self.args)
             .env("BURROW_HOME", &self.home)
             .env("BURROW_BIN", burrow_bin())
             .env("BURROW_AGENT_BIN", agent_bin())

@@ -12,6 +12,8 @@ pub enum Origin {
     File(PathBuf),
     /// This environment variable.
     Env(String),
+    /// This command-line flag of `burrow serve` (`--tls-cert`).
+    Flag(String),
     /// The built-in default.
     Default,
 }
@@ -21,6 +23,7 @@ impl fmt::Display for Origin {
         match self {
             Origin::File(path) => write!(f, "in configuration file {}", path.display()),
             Origin::Env(name) => write!(f, "from environment variable {name}"),
+            Origin::Flag(flag) => write!(f, "from flag {flag}"),
             Origin::Default => f.write_str("(built-in default)"),
         }
     }
@@ -52,6 +55,19 @@ pub enum ConfigError {
         /// Dotted path of the setting's key in the file, e.g. `gateway.lease_ttl`.
         key: String,
         /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// A setting that goes with another one is missing (`tls.key` without
+    /// `tls.cert`, or the other way round).
+    #[error("`{key}` is not set, but `{with}` is ({origin}): {reason}")]
+    Missing {
+        /// Dotted path of the missing setting, e.g. `tls.key`.
+        key: String,
+        /// The setting that is set and needs it.
+        with: String,
+        /// Where that one came from.
+        origin: Origin,
+        /// What to do.
         reason: String,
     },
     /// The configuration file cannot be read.

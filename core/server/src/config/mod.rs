@@ -22,6 +22,12 @@
 //! | `auth.required`                   | `BURROW_SERVE_AUTH_REQUIRED`       | `true`                       |
 //! | `auth.requests_per_minute`        | `BURROW_SERVE_REQUESTS_PER_MINUTE` | `0` (no limit; per token and replica) |
 //! | `audit.retention`                 | `BURROW_SERVE_AUDIT_RETENTION`     | `30d` (`0` keeps entries)    |
+//! | `events.retention`                | `BURROW_SERVE_EVENTS_RETENTION`    | `7d` (`0` keeps events)      |
+//! | `webhooks.timeout`                | `BURROW_SERVE_WEBHOOK_TIMEOUT`     | `10s` (at most `5m`)         |
+//! | `webhooks.backoff`                | `BURROW_SERVE_WEBHOOK_BACKOFF`     | `1s` (doubled per attempt, at most `10m`) |
+//! | `webhooks.max_attempts`           | `BURROW_SERVE_WEBHOOK_MAX_ATTEMPTS`| `8` (1..=50)                 |
+//! | `tls.cert`                        | `BURROW_SERVE_TLS_CERT`            | none (plain HTTP)            |
+//! | `tls.key`                         | `BURROW_SERVE_TLS_KEY`             | none (plain HTTP)            |
 //! | `gateway.startup_timeout`         | `BURROW_SERVE_STARTUP_TIMEOUT`     | `60s`                        |
 //! | `gateway.retry_after`             | `BURROW_SERVE_RETRY_AFTER`         | `1s`                         |
 //! | `gateway.lease_ttl`               | `BURROW_SERVE_LEASE_TTL`           | `30s`                        |
@@ -39,7 +45,13 @@
 //!
 //! The file itself is the `file` argument of [`ServeConfig::load`], else
 //! `BURROW_SERVE_CONFIG`; without either only the environment and the
-//! defaults apply.
+//! defaults apply. A few settings are also flags of `burrow serve`
+//! ([`Flags`]: `--tls-cert`, `--tls-key`), which override the environment.
+//!
+//! `tls.cert` and `tls.key` go together: one without the other is
+//! [`ConfigError::Missing`] naming the one that is missing. Their files are
+//! read when the server starts (and whenever they change), not while the
+//! configuration loads.
 //!
 //! Durations are read by [`burrow::parse_duration`], as the CLI's flags
 //! are: `500ms`, `1.5s`, `30s`, `10m`, `1h30m`, `2d`, or a bare number of
@@ -73,13 +85,14 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Origin};
 pub use sections::{
-    AuditConfig, AuthConfig, BackendKind, DatabaseUrl, GatewayConfig, Listen, LogConfig, LogFormat,
-    PoolConfig, ReaperConfig,
+    AuditConfig, AuthConfig, BackendKind, DatabaseUrl, EventsConfig, GatewayConfig, Listen,
+    LogConfig, LogFormat, PoolConfig, ReaperConfig, TlsConfig, WebhooksConfig,
 };
 pub use values::format_duration;
 
 use file::{check_env_names, read_file};
 use resolve::Layers;
+use settings::{Setting, TLS_CERT, TLS_KEY};
 
 /// Environment variable naming the configuration file when no file is given.
 pub const CONFIG_ENV: &str = "BURROW_SERVE_CONFIG";
@@ -87,6 +100,30 @@ pub const CONFIG_ENV: &str = "BURROW_SERVE_CONFIG";
 /// Prefix of the environment variables `burrow serve` reads; any other
 /// variable with this prefix is rejected as a typo.
 pub const ENV_PREFIX: &str = "BURROW_SERVE_";
+
+/// Settings given as flags of `burrow serve`: they override the
+/// environment and the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// `--tls-cert FILE`: `tls.cert`.
+    pub tls_cert: Option<String>,
+    /// `--tls-key FILE`: `tls.key`.
+    pub tls_key: Option<String>,
+}
+
+impl Flags {
+    /// The flag that gives setting `s`, and its value, if it was given.
+    fn value(&self, s: Setting) -> Option<(&'static str, &str)> {
+        let (flag, value) = if s.key == TLS_CERT.key {
+            ("--tls-cert", &self.tls_cert)
+        } else if s.key == TLS_KEY.key {
+            ("--tls-key", &self.tls_key)
+        } else {
+            return None;
+        };
+        value.as_deref().map(|v| (flag, v))
+    }
+}
 
 /// The validated configuration of `burrow serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +157,12 @@ pub struct ServeConfig {
     pub reaper: ReaperConfig,
     /// `[audit]`.
     pub audit: AuditConfig,
+    /// `[events]`.
+    pub events: EventsConfig,
+    /// `[webhooks]`.
+    pub webhooks: WebhooksConfig,
+    /// `[tls]`: `None` serves plain HTTP.
+    pub tls: Option<TlsConfig>,
     /// `[log]`.
     pub log: LogConfig,
     /// `[kubernetes]`: the cluster of the `kubernetes` backend (unused by
@@ -132,6 +175,15 @@ impl ServeConfig {
     /// `BURROW_SERVE_CONFIG` in `env`, else none), overridden by the
     /// variables in `env` (pass `std::env::vars().collect()`).
     pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        Self::load_with_flags(file, env, &Flags::default())
+    }
+
+    /// [`ServeConfig::load`], with `flags` over the environment.
+    pub fn load_with_flags(
+        file: Option<&Path>,
+        env: &BTreeMap<String, String>,
+        flags: &Flags,
+    ) -> Result<Self, ConfigError> {
         check_env_names(env)?;
         let file = match file {
             Some(path) => Some(path.to_path_buf()),
@@ -156,6 +208,7 @@ impl ServeConfig {
             file: file.as_deref(),
             values: &values,
             env,
+            flags,
         };
         layers.resolve(file.clone())
     }
@@ -183,6 +236,9 @@ impl ServeConfig {
                 if self.reuse_port && matches!(l, Listen::Tcp(_)) {
                     notes.push("port shared (reuse_port)");
                 }
+                if self.tls.is_some() && matches!(l, Listen::Tcp(_)) {
+                    notes.push("TLS");
+                }
                 notes.push(match (l, self.requires_token(l)) {
                     (_, true) => "token required",
                     (Listen::Unix(_), false) => "no token: unix socket",
@@ -207,10 +263,19 @@ impl ServeConfig {
                 format_duration(self.reaper.sweep_interval)
             ),
         };
+        let tls = match &self.tls {
+            Some(t) => format!(
+                "certificate {}, key {} (reloaded when they change)",
+                t.cert.display(),
+                t.key.display()
+            ),
+            None => "off (plain HTTP)".into(),
+        };
         let g = &self.gateway;
         format!(
             "config file: {file}\n\
              listen:      {listen}\n\
+             tls:         {tls}\n\
              database:    {} (max {} connections, acquire timeout {})\n\
              home:        {}\n\
              backend:     {}{}\n\

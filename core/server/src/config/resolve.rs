@@ -9,27 +9,29 @@ use std::time::Duration;
 
 use super::error::{invalid, ConfigError, Origin};
 use super::sections::{
-    AuditConfig, AuthConfig, BackendKind, GatewayConfig, Listen, LogConfig, LogFormat, PoolConfig,
-    ReaperConfig,
+    AuditConfig, AuthConfig, BackendKind, EventsConfig, GatewayConfig, Listen, LogConfig,
+    LogFormat, PoolConfig, ReaperConfig, TlsConfig, WebhooksConfig,
 };
 use super::settings::{
     Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUDIT_RETENTION, AUTH_REQUIRED, BACKEND, DATABASE,
-    HEARTBEAT_INTERVAL, HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE, KUBE_CONTEXT,
-    KUBE_GVISOR_RUNTIME_CLASS, KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE, KUBE_RUNTIME_CLASS,
-    LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, REPLICA_ID, REQUESTS_PER_MINUTE, RETRY_AFTER,
-    REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL,
+    EVENTS_RETENTION, HEARTBEAT_INTERVAL, HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE,
+    KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS, KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE,
+    KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, REPLICA_ID,
+    REQUESTS_PER_MINUTE, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL, TLS_CERT,
+    TLS_KEY, WEBHOOK_BACKOFF, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_TIMEOUT,
 };
 use super::values::{
     absolute, as_str, default_database, default_home, default_replica_id, format_duration,
     parse_bool, parse_database, parse_duration_raw, parse_file_home, parse_int, parse_listen,
     parse_replica_id, positive_duration,
 };
-use super::ServeConfig;
+use super::{Flags, ServeConfig};
 
 /// A raw value before it is parsed.
 #[derive(Debug)]
 pub(super) enum Raw<'a> {
     Toml(&'a toml::Value),
+    /// Text: an environment variable's value, or a flag's.
     Env(&'a str),
 }
 
@@ -47,12 +49,14 @@ struct Val<T> {
     origin: Origin,
 }
 
-/// The file's values and the environment, in order of precedence.
+/// The file's values, the environment and the flags, in order of
+/// precedence.
 #[derive(Debug)]
 pub(super) struct Layers<'a> {
     pub(super) file: Option<&'a Path>,
     pub(super) values: &'a BTreeMap<String, toml::Value>,
     pub(super) env: &'a BTreeMap<String, String>,
+    pub(super) flags: &'a Flags,
 }
 
 impl<'a> Layers<'a> {
@@ -68,6 +72,12 @@ impl<'a> Layers<'a> {
         if let Some(v) = self.env.get(s.env) {
             out.push(Found {
                 origin: Origin::Env(s.env.to_owned()),
+                raw: Raw::Env(v),
+            });
+        }
+        if let Some((flag, v)) = self.flags.value(s) {
+            out.push(Found {
+                origin: Origin::Flag(flag.to_owned()),
                 raw: Raw::Env(v),
             });
         }
@@ -133,7 +143,7 @@ impl<'a> Layers<'a> {
             // The file's value must still be valid.
             Some(h) => {
                 self.file_only(HOME, parse_file_home)?;
-                absolute(PathBuf::from(h), &Origin::Env(HOME.env.into()))?
+                absolute(PathBuf::from(h), &Origin::Env(HOME.env.into()), HOME)?
             }
             None => match self.file_only(HOME, parse_file_home)? {
                 Some(h) => h,
@@ -255,6 +265,43 @@ impl<'a> Layers<'a> {
             Some(v) => Some(v.value),
             None => Some(Duration::from_secs(30 * 24 * 3600)),
         };
+        let events_retention = match self.get(EVENTS_RETENTION, parse_duration_raw)? {
+            Some(v) if v.value.is_zero() => None,
+            Some(v) => Some(v.value),
+            None => Some(Duration::from_secs(7 * 24 * 3600)),
+        };
+        let at_most = |limit: Duration| {
+            move |raw: &Raw<'_>| {
+                let d = positive_duration(raw)?;
+                if d > limit {
+                    Err(format!(
+                        "{} is too long; must be at most {}",
+                        format_duration(d),
+                        format_duration(limit)
+                    ))
+                } else {
+                    Ok(d)
+                }
+            }
+        };
+        let webhooks = WebhooksConfig {
+            timeout: self
+                .get(WEBHOOK_TIMEOUT, at_most(Duration::from_secs(300)))?
+                .map_or(Duration::from_secs(10), |v| v.value),
+            backoff: self
+                .get(WEBHOOK_BACKOFF, at_most(Duration::from_secs(600)))?
+                .map_or(Duration::from_secs(1), |v| v.value),
+            max_attempts: self
+                .get(WEBHOOK_MAX_ATTEMPTS, |raw| {
+                    let n = parse_int(raw)?;
+                    match u32::try_from(n) {
+                        Ok(n) if (1..=50).contains(&n) => Ok(n),
+                        _ => Err(format!("{n} is out of range; must be 1..=50")),
+                    }
+                })?
+                .map_or(8, |v| v.value),
+        };
+        let tls = self.tls()?;
         let sweep_interval = self
             .get(SWEEP_INTERVAL, positive_duration)?
             .map_or(Duration::from_secs(30), |v| v.value);
@@ -297,9 +344,53 @@ impl<'a> Layers<'a> {
                 sweep_interval,
             },
             audit: AuditConfig { retention },
+            events: EventsConfig {
+                retention: events_retention,
+            },
+            webhooks,
+            tls,
             log: LogConfig { format },
             kubernetes,
         })
+    }
+
+    /// `[tls]`: both files or neither (one alone names the other as
+    /// missing). The files are read when the server starts, not here.
+    fn tls(&self) -> Result<Option<TlsConfig>, ConfigError> {
+        let path = |s: Setting| {
+            self.layered(s, |found| {
+                let text = as_str(&found.raw).map_err(|r| invalid(&found.origin, s, r))?;
+                if text.is_empty() {
+                    return Err(invalid(
+                        &found.origin,
+                        s,
+                        "the path is empty; leave the setting out to serve plain HTTP".into(),
+                    ));
+                }
+                absolute(PathBuf::from(text), &found.origin, s)
+            })
+        };
+        let cert = path(TLS_CERT)?;
+        let key = path(TLS_KEY)?;
+        let missing = |set: Setting, origin: Origin, missing: Setting| ConfigError::Missing {
+            key: missing.key.to_owned(),
+            with: set.key.to_owned(),
+            origin,
+            reason: format!(
+                "set both (the certificate chain and its private key, PEM files; {} and {}) \
+                 or neither",
+                TLS_CERT.env, TLS_KEY.env
+            ),
+        };
+        match (cert, key) {
+            (Some(cert), Some(key)) => Ok(Some(TlsConfig {
+                cert: cert.value,
+                key: key.value,
+            })),
+            (None, None) => Ok(None),
+            (Some(cert), None) => Err(missing(TLS_CERT, cert.origin, TLS_KEY)),
+            (None, Some(key)) => Err(missing(TLS_KEY, key.origin, TLS_CERT)),
+        }
     }
 
     /// The `[kubernetes]` settings (checked whatever the backend: a typo is
@@ -308,7 +399,7 @@ impl<'a> Layers<'a> {
         let text = |raw: &Raw<'_>| as_str(raw).map(str::to_owned);
         let mut k = burrow_kube::KubeSettings::default();
         if let Some(v) = self.get(KUBECONFIG, text)? {
-            k.kubeconfig = Some(absolute(PathBuf::from(v.value), &v.origin)?);
+            k.kubeconfig = Some(absolute(PathBuf::from(v.value), &v.origin, KUBECONFIG)?);
         }
         k.context = self.get(KUBE_CONTEXT, text)?.map(|v| v.value);
         let mut origins = Vec::new();

@@ -207,6 +207,39 @@ pub struct AuditConfig {
     pub retention: Option<Duration>,
 }
 
+/// `[events]`: the lifecycle event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsConfig {
+    /// How long events (and finished webhook deliveries) are kept; `None`
+    /// when configured as `0` (kept until deleted by hand).
+    pub retention: Option<Duration>,
+}
+
+/// `[webhooks]`: posting events to the tenants' webhooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhooksConfig {
+    /// The longest an attempt may take, connection to answer (> 0, <= 5m).
+    pub timeout: Duration,
+    /// The wait after a first failed attempt, doubled after each next one
+    /// (at most 10m; > 0).
+    pub backoff: Duration,
+    /// Attempts before a delivery is given up (1..=50).
+    pub max_attempts: u32,
+}
+
+/// `[tls]`: TLS on the TCP listeners (unix-socket listeners stay plain
+/// HTTP). The files are read when the server starts, and again whenever
+/// they change while it runs (see `crate::tls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// The certificate chain, PEM: the server's certificate first, then
+    /// the intermediates (absolute).
+    pub cert: PathBuf,
+    /// The private key of that certificate, PEM: PKCS#8, PKCS#1 (RSA) or
+    /// SEC1 (EC) (absolute).
+    pub key: PathBuf,
+}
+
 /// `[reaper]`: idle reclaim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReaperConfig {

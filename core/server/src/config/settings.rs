@@ -55,6 +55,30 @@ pub(super) const AUDIT_RETENTION: Setting = Setting {
     key: "audit.retention",
     env: "BURROW_SERVE_AUDIT_RETENTION",
 };
+pub(super) const EVENTS_RETENTION: Setting = Setting {
+    key: "events.retention",
+    env: "BURROW_SERVE_EVENTS_RETENTION",
+};
+pub(super) const WEBHOOK_TIMEOUT: Setting = Setting {
+    key: "webhooks.timeout",
+    env: "BURROW_SERVE_WEBHOOK_TIMEOUT",
+};
+pub(super) const WEBHOOK_BACKOFF: Setting = Setting {
+    key: "webhooks.backoff",
+    env: "BURROW_SERVE_WEBHOOK_BACKOFF",
+};
+pub(super) const WEBHOOK_MAX_ATTEMPTS: Setting = Setting {
+    key: "webhooks.max_attempts",
+    env: "BURROW_SERVE_WEBHOOK_MAX_ATTEMPTS",
+};
+pub(super) const TLS_CERT: Setting = Setting {
+    key: "tls.cert",
+    env: "BURROW_SERVE_TLS_CERT",
+};
+pub(super) const TLS_KEY: Setting = Setting {
+    key: "tls.key",
+    env: "BURROW_SERVE_TLS_KEY",
+};
 pub(super) const STARTUP_TIMEOUT: Setting = Setting {
     key: "gateway.startup_timeout",
     env: "BURROW_SERVE_STARTUP_TIMEOUT",
@@ -126,6 +150,12 @@ pub(super) const SETTINGS: &[Setting] = &[
     AUTH_REQUIRED,
     REQUESTS_PER_MINUTE,
     AUDIT_RETENTION,
+    EVENTS_RETENTION,
+    WEBHOOK_TIMEOUT,
+    WEBHOOK_BACKOFF,
+    WEBHOOK_MAX_ATTEMPTS,
+    TLS_CERT,
+    TLS_KEY,
     STARTUP_TIMEOUT,
     RETRY_AFTER,
     LEASE_TTL,
@@ -147,6 +177,9 @@ pub(super) const TABLES: &[&str] = &[
     "database_pool",
     "auth",
     "audit",
+    "events",
+    "webhooks",
+    "tls",
     "gateway",
     "reaper",
     "log",

@@ -605,3 +605,98 @@ fn messages_name_the_key_and_the_source() {
     assert!(msg.contains("reaper.idle_timout"), "{msg}");
     assert!(msg.contains(&path.display().to_string()), "{msg}");
 }
+
+#[test]
+fn tls_takes_both_files_or_neither() {
+    let c = ServeConfig::load(None, &env(&[])).unwrap();
+    assert_eq!(c.tls, None);
+    assert!(c.describe().contains("plain HTTP"));
+
+    // From the environment; a relative path is the current directory's.
+    let c = ServeConfig::load(
+        None,
+        &env(&[
+            ("BURROW_SERVE_TLS_CERT", "/etc/tls/tls.crt"),
+            ("BURROW_SERVE_TLS_KEY", "tls.key"),
+        ]),
+    )
+    .unwrap();
+    let tls = c.tls.clone().unwrap();
+    assert_eq!(tls.cert, PathBuf::from("/etc/tls/tls.crt"));
+    assert_eq!(tls.key, std::env::current_dir().unwrap().join("tls.key"));
+    let text = c.describe();
+    assert!(text.contains("/etc/tls/tls.crt"), "{text}");
+    assert!(text.contains("TLS"), "{text}");
+
+    // From the file, overridden by the environment, overridden by flags.
+    let file = "[tls]\ncert = \"/f/c.pem\"\nkey = \"/f/k.pem\"\n";
+    let (c, _) = load_file(file, &[]);
+    let tls = c.unwrap().tls.unwrap();
+    assert_eq!(
+        (tls.cert, tls.key),
+        (PathBuf::from("/f/c.pem"), PathBuf::from("/f/k.pem"))
+    );
+    let (c, _) = load_file(file, &[("BURROW_SERVE_TLS_KEY", "/e/k.pem")]);
+    assert_eq!(c.unwrap().tls.unwrap().key, PathBuf::from("/e/k.pem"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, file);
+    let flags = Flags {
+        tls_cert: Some("/flag/c.pem".into()),
+        tls_key: None,
+    };
+    let c = ServeConfig::load_with_flags(
+        Some(&path),
+        &env(&[("BURROW_SERVE_TLS_CERT", "/e/c.pem")]),
+        &flags,
+    )
+    .unwrap();
+    let tls = c.tls.unwrap();
+    assert_eq!(
+        (tls.cert, tls.key),
+        (PathBuf::from("/flag/c.pem"), PathBuf::from("/f/k.pem"))
+    );
+
+    // One alone names the other as missing, and where the one came from.
+    let r = ServeConfig::load_with_flags(None, &env(&[]), &flags);
+    match r {
+        Err(ConfigError::Missing {
+            key, with, origin, ..
+        }) => {
+            assert_eq!((key.as_str(), with.as_str()), ("tls.key", "tls.cert"));
+            assert_eq!(origin, Origin::Flag("--tls-cert".into()));
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = ServeConfig::load(None, &env(&[("BURROW_SERVE_TLS_KEY", "/k.pem")]));
+    match r {
+        Err(ConfigError::Missing { key, origin, .. }) => {
+            assert_eq!(key, "tls.cert");
+            assert_eq!(origin, env_origin("BURROW_SERVE_TLS_KEY"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let (r, path) = load_file("[tls]\ncert = \"/c.pem\"\n", &[]);
+    assert!(
+        matches!(&r, Err(ConfigError::Missing { key, origin, .. })
+            if key == "tls.key" && *origin == file_origin(&path)),
+        "{r:?}"
+    );
+
+    // Empty or not a string: invalid, naming the key.
+    let r = ServeConfig::load(
+        None,
+        &env(&[
+            ("BURROW_SERVE_TLS_CERT", ""),
+            ("BURROW_SERVE_TLS_KEY", "/k.pem"),
+        ]),
+    );
+    assert_invalid(r, "tls.cert", env_origin("BURROW_SERVE_TLS_CERT"));
+    let (r, path) = load_file("[tls]\ncert = \"/c.pem\"\nkey = 5\n", &[]);
+    assert_invalid(r, "tls.key", file_origin(&path));
+    let (r, _) = load_file("[tls]\ncrt = \"/c.pem\"\n", &[]);
+    assert!(
+        matches!(&r, Err(ConfigError::UnknownKey { suggestion, .. })
+            if suggestion.as_deref() == Some("tls.cert")),
+        "{r:?}"
+    );
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::error::{invalid, ConfigError, Origin};
 use super::resolve::Raw;
 use super::sections::{DatabaseUrl, Listen};
-use super::settings::{DATABASE, HOME};
+use super::settings::{Setting, DATABASE, HOME};
 
 /// Longest unix socket path the kernel accepts (`sun_path` minus the NUL).
 const MAX_SOCKET_PATH: usize = 107;
@@ -262,8 +262,12 @@ pub(super) fn parse_file_home(raw: &Raw<'_>) -> Result<PathBuf, String> {
 }
 
 /// Like `burrow::LocalBackend::open_at`: a relative path is taken from the current
-/// directory.
-pub(super) fn absolute(path: PathBuf, origin: &Origin) -> Result<PathBuf, ConfigError> {
+/// directory. `setting` is the one an error names.
+pub(super) fn absolute(
+    path: PathBuf,
+    origin: &Origin,
+    setting: Setting,
+) -> Result<PathBuf, ConfigError> {
     if path.is_absolute() {
         return Ok(path);
     }
@@ -272,7 +276,7 @@ pub(super) fn absolute(path: PathBuf, origin: &Origin) -> Result<PathBuf, Config
         .map_err(|e| {
             invalid(
                 origin,
-                HOME,
+                setting,
                 format!(
                     "{} is relative and the current directory is unknown: {e}",
                     path.display()
@@ -296,7 +300,7 @@ pub(super) fn default_home(env: &BTreeMap<String, String>) -> Result<PathBuf, Co
             "neither BURROW_HOME, XDG_DATA_HOME nor HOME is set; set `home` or BURROW_HOME".into(),
         ));
     };
-    absolute(path, &Origin::Default)
+    absolute(path, &Origin::Default, HOME)
 }
 
 /// `sqlite://<home>/serve.db?mode=rwc` (created if missing).

@@ -23,6 +23,7 @@ use sqlx::{AnyConnection, AnyPool, Connection};
 
 mod audit;
 mod calls;
+mod events;
 mod quotas;
 mod reaper;
 mod runtime;
@@ -32,6 +33,10 @@ mod tokens;
 
 pub use audit::AuditEntry;
 pub use calls::{CallHold, CallLocks};
+pub use events::{
+    Delivery, DeliveryAttempt, DeliveryNext, DueDelivery, EventRow, NewEvent, PumpTurn, SeenRow,
+    Webhook,
+};
 pub use quotas::{QuotaTurn, Quotas};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
@@ -350,6 +355,10 @@ impl Store {
                     "0002_tenants.sql",
                     include_str!("../../migrations/sqlite/0002_tenants.sql"),
                 ),
+                (
+                    "0003_events.sql",
+                    include_str!("../../migrations/sqlite/0003_events.sql"),
+                ),
             ],
             DbKind::Postgres => &[
                 (
@@ -359,6 +368,10 @@ impl Store {
                 (
                     "0002_tenants.sql",
                     include_str!("../../migrations/postgres/0002_tenants.sql"),
+                ),
+                (
+                    "0003_events.sql",
+                    include_str!("../../migrations/postgres/0003_events.sql"),
                 ),
             ],
         });

@@ -79,6 +79,8 @@ impl Role {
             // Pool definitions and URL targets (which reach the server's
             // network): the tenant's admins.
             ["v1", "pools", ..] if !reads => matches!(self, Role::Admin | Role::TenantAdmin),
+            // Webhooks post to the server's network, signed with a secret.
+            ["v1", "webhooks", ..] if !reads => matches!(self, Role::Admin | Role::TenantAdmin),
             ["v1", "gateway", "targets"] if *method == Method::POST => {
                 matches!(self, Role::Admin | Role::TenantAdmin)
             }
@@ -132,6 +134,23 @@ pub fn validate_tenant(name: &str) -> Result<(), Error> {
         argument: "tenant".into(),
         reason: burrow::api::ErrorBody::from(&e).message,
     })
+}
+
+/// Checks a tenant named by a read's filter (`?tenant=`): the shape of a
+/// tenant's name (one that cannot exist is not refused: it has nothing).
+pub fn check_tenant_filter(name: &str) -> Result<(), Error> {
+    let fits = (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if fits {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            argument: "tenant".into(),
+            reason: format!("{name:?} is not a tenant's name (1..=32 of a-z, 0-9, -)"),
+        })
+    }
 }
 
 /// The caller's view of the engine, as a handler's argument.

@@ -167,6 +167,7 @@ impl Scoped {
             _ => 0,
         };
         check(&quotas, &usage, starts, &demand)?;
+        burrow::internal::fault::hold(burrow::internal::fault::Fault::QuotaInTurn).await;
         let r = op.await;
         if r.is_ok() && demand.starts > 0 {
             for _ in 0..demand.starts {

@@ -28,7 +28,7 @@ use burrow::{
 
 /// Named volumes of a scoped tenant are the engine's `_t.<tenant>.<name>`;
 /// the default tenant may not name one so.
-const VOLUME_SCOPE_PREFIX: &str = "_t.";
+const VOLUME_SCOPE_PREFIX: &str = burrow::model::SCOPED_VOLUME_PREFIX;
 
 /// The engine as one tenant sees it.
 #[derive(Debug, Clone)]
@@ -141,6 +141,14 @@ impl Scoped {
                     return Err(forbidden(&format!("mounts[{i}].source.host"), "directories"))
                 }
                 MountSource::Host(_) => {}
+                // The tenant's own name is checked here: the engine's,
+                // with the scope, is longer.
+                MountSource::Volume(v) if !burrow::model::is_volume_name(v) => {
+                    return Err(burrow::model::volume_name_error(
+                        &format!("mounts[{i}].source.volume"),
+                        v,
+                    ))
+                }
                 MountSource::Volume(v) => match &self.scope {
                     Some(s) => *v = format!("{VOLUME_SCOPE_PREFIX}{s}.{v}"),
                     None if v.starts_with(VOLUME_SCOPE_PREFIX) => {

@@ -45,6 +45,11 @@ url
 {{- end -}}
 {{- end -}}
 
+{{/* The port's name: https when the server terminates TLS. */}}
+{{- define "burrow.portName" -}}
+{{- ternary "https" "http" (not (empty .Values.tls.existingSecret)) -}}
+{{- end -}}
+
 {{- define "burrow.listen" -}}
 {{- $addr := .Values.listenAddress | default (ternary "127.0.0.1" "0.0.0.0" .Values.hostNetwork) -}}
 {{- printf "%s:%v" $addr .Values.service.port -}}
@@ -90,6 +95,34 @@ credentials without a word.
 {{- end -}}
 {{- if not (has .Values.logFormat (list "json" "text")) -}}
 {{- fail (printf "logFormat %q: use json or text" .Values.logFormat) -}}
+{{- end -}}
+{{- $rpm := toString .Values.auth.requestsPerMinute -}}
+{{- if not (regexMatch "^[0-9]+$" $rpm) -}}
+{{- fail (printf "auth.requestsPerMinute %q must be a whole number (0: no limit)" $rpm) -}}
+{{- end -}}
+{{- if gt (int64 $rpm) 1000000 -}}
+{{- fail (printf "auth.requestsPerMinute %s is out of range: at most 1000000 (0: no limit)" $rpm) -}}
+{{- end -}}
+{{- $retention := toString .Values.audit.retention -}}
+{{- if not (regexMatch "^[0-9]+(ms|s|m|h|d)?$" $retention) -}}
+{{- fail (printf "audit.retention %q is not a duration (30d, 720h; 0 keeps entries)" $retention) -}}
+{{- end -}}
+{{- $events := toString .Values.events.retention -}}
+{{- if not (regexMatch "^[0-9]+(ms|s|m|h|d)?$" $events) -}}
+{{- fail (printf "events.retention %q is not a duration (7d, 168h; 0 keeps events)" $events) -}}
+{{- end -}}
+{{- range $k := list "timeout" "backoff" -}}
+{{- $v := toString (index $.Values.webhooks $k) -}}
+{{- if not (regexMatch "^[0-9]*[1-9][0-9]*(ms|s|m)?$" $v) -}}
+{{- fail (printf "webhooks.%s %q is not a duration above 0 (10s, 500ms)" $k $v) -}}
+{{- end -}}
+{{- end -}}
+{{- $attempts := toString .Values.webhooks.maxAttempts -}}
+{{- if or (not (regexMatch "^[0-9]+$" $attempts)) (lt (int64 $attempts) 1) (gt (int64 $attempts) 50) -}}
+{{- fail (printf "webhooks.maxAttempts %q must be 1..=50" $attempts) -}}
+{{- end -}}
+{{- if and .Values.tls.existingSecret (not (kindIs "string" .Values.tls.existingSecret)) -}}
+{{- fail "tls.existingSecret must be the name of a kubernetes.io/tls Secret (or empty)" -}}
 {{- end -}}
 {{- range $k := list "idleTimeout" "sweepInterval" "startupTimeout" -}}
 {{- $v := toString (index $.Values $k) -}}
