@@ -245,6 +245,23 @@ fn starts_count_against_running_cpus_memory_and_the_minute() {
     assert_eq!(start(&one).status, 200);
     refused(&start(&two), "millicpus", 1500);
     refused(&start(&three), "memory_mb", 1024);
+    // More CPUs or memory for a running sandbox count too; a stopped one
+    // may be given anything (it counts when it starts).
+    let modify = |id: &str, body: Value| {
+        f.call(
+            0,
+            &token,
+            "PATCH",
+            &format!("/v1/sandboxes/{id}"),
+            Some(body),
+        )
+    };
+    refused(&modify(&one, json!({"cpus": 2.0})), "millicpus", 1500);
+    refused(&modify(&one, json!({"memory_mb": 2048})), "memory_mb", 1024);
+    let r = modify(&one, json!({"cpus": 1.5}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = modify(&two, json!({"cpus": 4.0}));
+    assert_eq!(r.status, 200, "{}", r.text());
     let path = format!("/v1/sandboxes/{one}/destroy");
     assert_eq!(
         f.call(0, &token, "POST", &path, Some(json!({}))).status,
@@ -397,4 +414,40 @@ fn a_create_held_in_its_quota_turn_makes_the_other_replicas_wait() {
         r.json()["sandboxes"].as_array().unwrap().len()
     };
     assert_eq!((f(&r1), f(&r2)), (1, 1));
+}
+
+/// A gateway call that would start its target is within the target's
+/// tenant's quota: refused (429 `quota_exceeded`), nothing started.
+#[test]
+fn a_gateway_start_is_within_the_tenants_quota() {
+    let f = fixture("quotas_gateway");
+    let token = f.tenant("gw", &["--max-running", "1"]);
+    let a = id_of(&f.create(&token, "a"));
+    let b = id_of(&f.create(&token, "b"));
+    let r = f.call(
+        0,
+        &token,
+        "POST",
+        &format!("/v1/sandboxes/{a}/start"),
+        Some(json!({})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = f.call(
+        0,
+        &token,
+        "PUT",
+        &format!("/v1/gateway/targets/{b}"),
+        Some(json!({"port": 8080})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for replica in [0, 1] {
+        let r = f.call(replica, &token, "GET", &format!("/gw/{b}/"), None);
+        refused(&r, "running", 1);
+    }
+    let r = f.call(1, &token, "GET", &format!("/v1/sandboxes/{b}"), None);
+    assert_eq!(
+        r.json()["status"],
+        "created",
+        "a refused start starts nothing"
+    );
 }

@@ -226,7 +226,7 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
             let (mut generation, mut cold) = match ready {
                 Some(g) => (g, false),
                 None => {
-                    let r = start(state, id, &sid, port, command, None).await?;
+                    let r = start(state, &target.tenant, id, &sid, port, command, None).await?;
                     (r.generation, r.started)
                 }
             };
@@ -235,7 +235,16 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
                 Err(e) if !cold && gone(&e) => {
                     // Ready on record but not running (stopped outside the
                     // gateway, crashed): start it, once.
-                    let r = start(state, id, &sid, port, command, Some(generation)).await?;
+                    let r = start(
+                        state,
+                        &target.tenant,
+                        id,
+                        &sid,
+                        port,
+                        command,
+                        Some(generation),
+                    )
+                    .await?;
                     (generation, cold) = (r.generation, r.started);
                     connect(state, id, &sid, generation, port)
                         .await

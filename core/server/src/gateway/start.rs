@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use burrow::{Error, GuestErrorCode, Sandbox, SandboxId, StartOptions};
+use burrow::{Error, ErrorCode, GuestErrorCode, Sandbox, SandboxId, StartOptions};
 
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::store::{ms, now_ms, RuntimeState};
+use crate::tenancy::{Caller, Role};
 
 /// A `starting` row older than `startup_timeout` plus this is stranded (its
 /// replica died mid-start) and may be claimed again.
@@ -31,6 +32,7 @@ pub(super) struct Ready {
 /// answers 503 while someone else's start (or a reclaim) is under way.
 pub(super) async fn start(
     state: &Arc<AppState>,
+    tenant: &str,
     id: &str,
     sid: &SandboxId,
     port: u16,
@@ -74,6 +76,7 @@ pub(super) async fn start(
     // The start is its own task: the caller giving up does not cancel it.
     let task = tokio::spawn(run_start(
         state.clone(),
+        tenant.to_owned(),
         id.to_owned(),
         sid.clone(),
         port,
@@ -85,6 +88,8 @@ pub(super) async fn start(
             generation,
             started: true,
         }),
+        // The tenant's quota: its own answer (429), not the upstream's.
+        Ok(Err(e)) if e.code() == ErrorCode::QuotaExceeded => Err(e.into()),
         Ok(Err(e)) => {
             state.metrics.inc(&state.metrics.gw_failed);
             Err(ApiError::bad_gateway(e))
@@ -97,6 +102,7 @@ pub(super) async fn start(
 
 async fn run_start(
     state: Arc<AppState>,
+    tenant: String,
     id: String,
     sid: SandboxId,
     port: u16,
@@ -114,11 +120,21 @@ async fn run_start(
             *g = p;
         }
     };
+    // The start is the tenant's, within its quotas; the rest (the port,
+    // the calls) acts on the engine as it is.
+    let tenants = Caller {
+        token: None,
+        tenant,
+        role: Role::Admin,
+    }
+    .engine(&state);
     let work = async {
         let info = engine.get_by_id(&sid).await?;
         name = info.name.clone();
         let opts = StartOptions::default().detached(true);
-        let info = engine.connect_or_start(&info.name, &sid, opts).await?;
+        let theirs = tenants.get_by_id(&sid).await?;
+        tenants.connect_or_start(&theirs.name, &sid, opts).await?;
+        let info = engine.get_by_id(&sid).await?;
         let sandbox = Sandbox::from_info(engine.clone(), &info);
         if let Some(argv) = &command {
             set_phase(
@@ -182,13 +198,18 @@ async fn run_start(
         Err(e) => {
             state.metrics.inc(&state.metrics.starts_failed);
             tracing::warn!(target = %id, error = %e, "gateway start failed");
-            // A failed start leaves nothing running.
-            if !name.is_empty() {
+            // A failed start leaves nothing running (one its tenant's
+            // quota refused did not start anything).
+            let refused = e.code() == ErrorCode::QuotaExceeded;
+            if !name.is_empty() && !refused {
                 if let Err(k) = engine.kill(&name, &sid).await {
                     tracing::warn!(target = %id, error = %k, "removing the workload of a failed start failed");
                 }
             }
             finish(&state, &id, generation, now, Err(e.to_string())).await;
+            if refused {
+                return Err(e);
+            }
             Err(Error::StartFailed {
                 name,
                 id: sid,

@@ -73,6 +73,24 @@ impl Demand {
         }
     }
 
+    /// A running sandbox given more CPUs or memory (a change of its
+    /// limits): what it grows by, if anything.
+    pub fn grown(info: &burrow::SandboxInfo, changes: &burrow::Modify) -> Demand {
+        if !info.status.has_runtime() {
+            return Demand::none();
+        }
+        let cpus = |c: Option<f64>| c.unwrap_or(DEFAULT_CPUS);
+        let memory = |m: Option<u64>| m.unwrap_or(DEFAULT_MEMORY_MB);
+        let (old_cpus, old_memory) = (cpus(info.config.cpus), memory(info.config.memory_mb));
+        let new_cpus = changes.cpus.map_or(old_cpus, cpus);
+        let new_memory = changes.memory_mb.map_or(old_memory, memory);
+        Demand {
+            cpus: (new_cpus - old_cpus).max(0.0),
+            memory_mb: new_memory.saturating_sub(old_memory),
+            ..Demand::default()
+        }
+    }
+
     /// A start of a sandbox that has a runtime already (a restart).
     pub fn restart() -> Demand {
         Demand {

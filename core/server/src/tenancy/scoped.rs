@@ -493,10 +493,16 @@ impl Backend for Scoped {
     }
 
     async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
-        self.by_id(name, id, |n, i| async move {
+        // More CPUs or memory for a running sandbox count against the
+        // tenant's sums.
+        let demand = async {
+            let info = self.status(name, id).await?;
+            Ok(Demand::grown(&info, changes))
+        };
+        let op = self.by_id(name, id, |n, i| async move {
             self.inner.modify(&n, &i, changes).await
-        })
-        .await
+        });
+        self.within_quota(demand, op).await
     }
 
     async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
