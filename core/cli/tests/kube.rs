@@ -4,7 +4,8 @@
 //! `scripts/test.sh` around the tests: `burrow doctor --kubernetes`, and
 //! `burrow serve` with the kubernetes backend behind two replicas on a real
 //! Postgres server (the gateway's one start, 503 + Retry-After while it
-//! starts, warm calls never 503). `BURROW_TEST_KUBECONFIG` names the
+//! starts, warm calls never 503; its lifecycle events, listed from the
+//! cluster). `BURROW_TEST_KUBECONFIG` names the
 //! cluster's kubeconfig and `BURROW_K8S_BIN` its binaries; without them
 //! these tests fail, they are never skipped.
 
@@ -285,6 +286,38 @@ async fn serve_on_kubernetes_cold_calls_make_one_start_and_warm_calls_never_see_
         None,
     );
     assert_eq!(r.status, 204, "{}", r.text());
+
+    // Lifecycle events, though the cluster keeps no event log: the pump
+    // lists the sandboxes every second and each change is an event (a
+    // quick `starting` may fall between two listings).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = http(
+            "GET",
+            &format!("{}/v1/events?limit=1000", b.url),
+            Some(&token),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let types: Vec<String> = r
+            .text()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["sandbox"]["id"] == id.as_str())
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect();
+        let done = types.first().map(String::as_str) == Some("sandbox.created")
+            && types.iter().any(|t| t == "sandbox.running")
+            && types.last().map(String::as_str) == Some("sandbox.removed");
+        if done {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the events never told the sandbox's life: {types:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Portable snapshots: a filesystem snapshot taken in a laptop's home and
