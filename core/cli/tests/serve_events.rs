@@ -317,18 +317,7 @@ fn webhooks_are_signed_filtered_retried_and_logged() {
     let rx = Receiver::start();
     // 500, 500, then 200: delivered on the third attempt.
     rx.script(&[Reply::Status(500), Reply::Status(500), Reply::Status(200)]);
-    let made = ok(
-        call(
-            &r1,
-            &alpha,
-            "POST",
-            "/v1/webhooks",
-            Some(json!({"url": rx.url("/hook"), "types": ["sandbox.created"]})),
-        ),
-        "webhook",
-    );
-    let hook = made["id"].as_str().unwrap().to_owned();
-    let secret = made["secret"].as_str().unwrap().to_owned();
+    let (hook, secret) = add_webhook(&r1, &alpha, &rx.url("/hook"), "sandbox.created");
     assert!(secret.starts_with("whsec_"));
     // Listed without the secret.
     let listed = ok(call(&r1, &alpha, "GET", "/v1/webhooks", None), "list");
@@ -460,18 +449,7 @@ fn a_delivery_cut_short_by_a_replica_kill_is_posted_by_another() {
     let alpha = f.tenant("alpha");
     let rx = Receiver::start();
     rx.script(&[Reply::Hold]);
-    let made = ok(
-        call(
-            &r1,
-            &alpha,
-            "POST",
-            "/v1/webhooks",
-            Some(json!({"url": rx.url("/"), "types": ["sandbox.created"]})),
-        ),
-        "webhook",
-    );
-    let hook = made["id"].as_str().unwrap().to_owned();
-    let secret = made["secret"].as_str().unwrap().to_owned();
+    let (hook, secret) = add_webhook(&r1, &alpha, &rx.url("/"), "sandbox.created");
     create(&r1, &alpha, "x");
     // The first post arrives and is held unanswered; its replica dies.
     let first = rx.wait_for(1, Duration::from_secs(30)).remove(0);
@@ -497,6 +475,23 @@ fn a_delivery_cut_short_by_a_replica_kill_is_posted_by_another() {
     // The first attempt was cut short: no end, no answer.
     assert!(attempts[0]["ended_at_ms"].is_null(), "{log:#?}");
     assert_eq!(attempts[1]["status"], 200);
+}
+
+/// Adds a webhook of `token`'s tenant for events of type `kind`; returns
+/// its id and secret.
+fn add_webhook(server: &Server, token: &str, url: &str, kind: &str) -> (String, String) {
+    let made = ok(
+        call(
+            server,
+            token,
+            "POST",
+            "/v1/webhooks",
+            Some(json!({"url": url, "types": [kind]})),
+        ),
+        "webhook",
+    );
+    let field = |k: &str| made[k].as_str().unwrap().to_owned();
+    (field("id"), field("secret"))
 }
 
 fn deliveries_until(

@@ -109,39 +109,20 @@ struct AuditQuery {
 
 /// Parses the query; a bad or unknown parameter is `invalid_argument`.
 fn parse_query(raw: &str) -> Result<AuditQuery, Error> {
-    let bad = |argument: &str, reason: String| Error::InvalidArgument {
-        argument: argument.to_owned(),
-        reason,
-    };
-    let mut q = AuditQuery {
-        after: 0,
-        limit: 100,
-        tenant: None,
-    };
-    for (k, v) in form_urlencoded::parse(raw.as_bytes()) {
-        match k.as_ref() {
-            "after" => {
-                q.after = v
-                    .parse()
-                    .ok()
-                    .filter(|n: &i64| *n >= 0)
-                    .ok_or_else(|| bad("after", format!("{v:?} is not an id (0 or more)")))?;
-            }
-            "limit" => {
-                q.limit = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| bad("limit", format!("{v:?} is not 1..=1000")))?;
-            }
-            "tenant" => {
-                crate::tenancy::check_tenant_filter(&v)?;
-                q.tenant = Some(v.into_owned());
-            }
-            other => return Err(bad(other, "not a parameter of the audit log".into())),
+    let mut tenant = None;
+    let (after, limit) = crate::events::api::paging(raw, "the audit log", |k, v| {
+        if k != "tenant" {
+            return Ok(false);
         }
-    }
-    Ok(q)
+        crate::tenancy::check_tenant_filter(v)?;
+        tenant = Some(v.to_owned());
+        Ok(true)
+    })?;
+    Ok(AuditQuery {
+        after,
+        limit,
+        tenant,
+    })
 }
 
 /// A page of the audit log.

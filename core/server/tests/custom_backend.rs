@@ -284,7 +284,7 @@ async fn a_backend_without_an_event_log_has_events_from_its_listings() {
                 .await
                 .unwrap()
                 .into_iter()
-                .map(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).unwrap())
+                .map(|e| serde_json::from_str::<serde_json::Value>(&e.body).unwrap())
                 .map(|e| {
                     (
                         e["tenant"].as_str().unwrap().to_owned(),

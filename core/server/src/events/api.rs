@@ -23,7 +23,7 @@ use super::event_types;
 use super::webhooks::Endpoint;
 use crate::app::{ApiResult, AppState};
 use crate::routes::{json_body, tokio_stream_from};
-use crate::store::{Delivery, Webhook};
+use crate::store::{Delivery, EventRow, Webhook};
 use crate::tenancy::{Caller, Role, DEFAULT_TENANT};
 
 /// Webhooks a tenant may have.
@@ -43,9 +43,10 @@ fn bad(argument: &str, reason: String) -> Error {
     }
 }
 
-/// The query of a paged read: `after`, `limit`, and the others `extra`
-/// takes (`false`: not a parameter).
-fn paging(
+/// The query of a paged read (the audit log's, the events', a webhook's
+/// deliveries): `after`, `limit`, and the others `extra` takes (`false`:
+/// not a parameter); a bad or unknown one is `invalid_argument`.
+pub(crate) fn paging(
     raw: &str,
     what: &str,
     mut extra: impl FnMut(&str, &str) -> Result<bool, Error>,
@@ -125,15 +126,14 @@ pub async fn stream(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
-    let frame = move |id: i64, body: &str| -> Bytes {
+    let frame = move |e: &EventRow| -> Bytes {
         if sse {
-            let kind = serde_json::from_str::<serde_json::Value>(body)
-                .ok()
-                .and_then(|v| v["type"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            Bytes::from(format!("id: {id}\nevent: {kind}\ndata: {body}\n\n"))
+            Bytes::from(format!(
+                "id: {}\nevent: {}\ndata: {}\n\n",
+                e.id, e.kind, e.body
+            ))
         } else {
-            Bytes::from(format!("{body}\n"))
+            Bytes::from(format!("{}\n", e.body))
         }
     };
     // The first page is read here, so a database error is this answer's.
@@ -147,11 +147,11 @@ pub async fn stream(
         let mut shutdown = state.shutdown.subscribe();
         let mut idle_since = tokio::time::Instant::now();
         loop {
-            for (id, body) in &page {
-                if tx.send(Ok(frame(*id, body))).await.is_err() {
+            for e in &page {
+                if tx.send(Ok(frame(e))).await.is_err() {
                     return;
                 }
-                after = *id;
+                after = e.id;
             }
             if !follow {
                 return;

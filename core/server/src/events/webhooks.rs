@@ -155,10 +155,6 @@ async fn send(d: &DueDelivery) -> Result<u16, String> {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let event_type = serde_json::from_str::<serde_json::Value>(&d.body)
-        .ok()
-        .and_then(|v| v["type"].as_str().map(str::to_owned))
-        .unwrap_or_default();
     let req = Request::post(to.path.as_str())
         .header(header::HOST, to.authority.as_str())
         .header(header::CONTENT_TYPE, "application/json")
@@ -167,7 +163,7 @@ async fn send(d: &DueDelivery) -> Result<u16, String> {
             concat!("burrow/", env!("CARGO_PKG_VERSION")),
         )
         .header("burrow-event-id", d.event_id.to_string())
-        .header("burrow-event-type", event_type)
+        .header("burrow-event-type", d.event_type.as_str())
         .header("burrow-delivery", d.id.to_string())
         .header("burrow-attempt", d.attempt.to_string())
         .header(

@@ -88,6 +88,8 @@ pub struct DueDelivery {
     pub secret: String,
     /// The event's id.
     pub event_id: i64,
+    /// The event's type.
+    pub event_type: String,
     /// The event's JSON.
     pub body: String,
 }
@@ -263,8 +265,16 @@ type AttemptRow = (i32, i64, Option<i64>, Option<i32>, Option<String>);
 /// A row of `event_states`: id, name, status, generation.
 pub type SeenRow = (String, String, String, i64);
 
-/// A row of `events` as served: its id and its JSON.
-pub type EventRow = (i64, String);
+/// A row of `events` as served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRow {
+    /// Its id.
+    pub id: i64,
+    /// Its type (`sandbox.running`, ...).
+    pub kind: String,
+    /// Its JSON.
+    pub body: String,
+}
 
 impl Store {
     /// The pump's turn, if no other replica holds it.
@@ -294,15 +304,19 @@ impl Store {
         after: i64,
         limit: u32,
     ) -> Result<Vec<EventRow>> {
-        Ok(sqlx::query_as(
-            "SELECT id, body FROM events WHERE id > $1 AND ($2 = '' OR tenant = $2) \
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT id, type, body FROM events WHERE id > $1 AND ($2 = '' OR tenant = $2) \
              ORDER BY id LIMIT $3",
         )
         .bind(after)
         .bind(tenant.unwrap_or(""))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, kind, body)| EventRow { id, kind, body })
+            .collect())
     }
 
     /// The last event id given (0: none yet).
@@ -485,8 +499,8 @@ impl Store {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            let row: (String, String, i64, String) = sqlx::query_as(
-                "SELECT w.url, w.secret, e.id, e.body FROM deliveries d \
+            let row: (String, String, i64, String, String) = sqlx::query_as(
+                "SELECT w.url, w.secret, e.id, e.type, e.body FROM deliveries d \
                  JOIN webhooks w ON w.id = d.webhook JOIN events e ON e.id = d.event \
                  WHERE d.id = $1",
             )
@@ -499,7 +513,8 @@ impl Store {
                 url: row.0,
                 secret: row.1,
                 event_id: row.2,
-                body: row.3,
+                event_type: row.3,
+                body: row.4,
             });
         }
         tx.commit().await?;
@@ -616,8 +631,9 @@ mod tests {
         drop(turn);
 
         let a = s.events_after(Some("a"), 0, 10).await.unwrap();
-        assert_eq!(a.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 3]);
-        let body: serde_json::Value = serde_json::from_str(&a[1].1).unwrap();
+        assert_eq!(a.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(a[1].kind, "sandbox.removed");
+        let body: serde_json::Value = serde_json::from_str(&a[1].body).unwrap();
         assert_eq!(body["id"], "3");
         assert_eq!(s.events_after(None, 1, 10).await.unwrap().len(), 2);
         assert_eq!(s.last_event_id().await.unwrap(), 3);
@@ -667,7 +683,7 @@ mod tests {
         // Pruning keeps what a pending delivery waits on.
         s.prune_events(now_ms() + 1).await.unwrap();
         let left = s.events_after(None, 0, 10).await.unwrap();
-        assert_eq!(left.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [3]);
+        assert_eq!(left.iter().map(|e| e.id).collect::<Vec<_>>(), [3]);
         // Ids are never reused after a prune.
         let mut turn = s.pump_turn().await.unwrap().unwrap();
         turn.append(vec![event("b", "sandbox.created")])
