@@ -1,0 +1,27 @@
+//! `burrow mcp`: an MCP server over stdio whose tools are burrow's
+//! sandboxes (WORK IN PROGRESS, issue 42), on the backend the CLI would
+//! use (local home, `BURROW_URL`, Kubernetes).
+
+use clap::Args;
+
+use super::Ctx;
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// An image the agent may use (repeat; none given: any image).
+    #[arg(long = "allow-image", value_name = "IMAGE")]
+    allow_images: Vec<String>,
+    /// The most sandboxes the agent may have at once.
+    #[arg(long, value_name = "N")]
+    max_sandboxes: Option<usize>,
+}
+
+pub(crate) async fn mcp(ctx: Ctx, args: McpArgs) -> anyhow::Result<u8> {
+    let backend = ctx.backend().await?;
+    let policy = burrow_mcp::Policy {
+        allowed_images: args.allow_images,
+        max_sandboxes: args.max_sandboxes,
+    };
+    burrow_mcp::serve_stdio(backend, policy).await?;
+    Ok(0)
+}
