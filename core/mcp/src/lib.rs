@@ -73,6 +73,57 @@ pub struct ExecArgs {
     pub argv: Vec<String>,
 }
 
+/// Arguments naming a file in a sandbox.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathArgs {
+    /// The sandbox's name.
+    pub name: String,
+    /// An absolute path in the sandbox.
+    pub path: String,
+}
+
+/// `fs_write` arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteArgs {
+    /// The sandbox's name.
+    pub name: String,
+    /// An absolute path in the sandbox.
+    pub path: String,
+    /// The content: text, or base64 when `base64` is true.
+    pub content: String,
+    /// Whether `content` is base64 (for binary files).
+    #[serde(default)]
+    pub base64: bool,
+}
+
+/// `fs_remove` arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveArgs {
+    /// The sandbox's name.
+    pub name: String,
+    /// An absolute path in the sandbox.
+    pub path: String,
+    /// Remove a directory and what it holds.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// `logs` arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogsArgs {
+    /// The sandbox's name.
+    pub name: String,
+    /// The last this many lines (default 100, at most 1000).
+    pub tail: Option<usize>,
+}
+
+/// The largest file `fs_read` returns and `fs_write` takes.
+pub const MAX_FILE: usize = 4 * 1024 * 1024;
+
 /// A burrow error as a tool error: the message, and the code in the
 /// structured content.
 fn tool_error(e: &Error) -> CallToolResult {
@@ -131,6 +182,183 @@ impl BurrowMcp {
         done(self.do_exec(a, ctx).await)
     }
 
+    #[tool(description = "Start a stopped sandbox (or connect to it if it runs)")]
+    async fn start(
+        &self,
+        Parameters(a): Parameters<NameArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let h = SandboxHandle::get_in(self.backend.clone(), &a.name).await?;
+                let s = h.connect_or_start().await?;
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"name": s.name(), "id": s.id(), "status": "running"}),
+                ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(
+        description = "Read a file of a sandbox (text, or base64 when it is not UTF-8; at most 4 MiB)"
+    )]
+    async fn fs_read(
+        &self,
+        Parameters(a): Parameters<PathArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let s = self.running(&a.name).await?;
+                let stat = s.fs().stat(&a.path).await?;
+                if stat.size > MAX_FILE as u64 {
+                    return Err(Error::InvalidArgument {
+                        argument: "path".into(),
+                        reason: format!(
+                            "{} is {} bytes; at most {MAX_FILE} are read",
+                            a.path, stat.size
+                        ),
+                    });
+                }
+                let data = s.fs().read(&a.path).await?;
+                Ok(CallToolResult::structured(match String::from_utf8(data) {
+                    Ok(text) => {
+                        serde_json::json!({"path": a.path, "content": text, "base64": false})
+                    }
+                    Err(e) => {
+                        use base64::Engine as _;
+                        let b = base64::engine::general_purpose::STANDARD.encode(e.into_bytes());
+                        serde_json::json!({"path": a.path, "content": b, "base64": true})
+                    }
+                }))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "Write a file of a sandbox (text, or base64; at most 4 MiB)")]
+    async fn fs_write(
+        &self,
+        Parameters(a): Parameters<WriteArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let data = if a.base64 {
+                    use base64::Engine as _;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&a.content)
+                        .map_err(|e| Error::InvalidArgument {
+                            argument: "content".into(),
+                            reason: format!("not base64: {e}"),
+                        })?
+                } else {
+                    a.content.into_bytes()
+                };
+                if data.len() > MAX_FILE {
+                    return Err(Error::InvalidArgument {
+                        argument: "content".into(),
+                        reason: format!("{} bytes; at most {MAX_FILE} are written", data.len()),
+                    });
+                }
+                let s = self.running(&a.name).await?;
+                s.fs().write(&a.path, &data).await?;
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"path": a.path, "bytes": data.len()}),
+                ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "List a directory of a sandbox")]
+    async fn fs_list(
+        &self,
+        Parameters(a): Parameters<PathArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let s = self.running(&a.name).await?;
+                let entries = s.fs().list(&a.path).await?;
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"path": a.path, "entries": entries}),
+                ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "A file's metadata in a sandbox")]
+    async fn fs_stat(
+        &self,
+        Parameters(a): Parameters<PathArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let s = self.running(&a.name).await?;
+                let stat = s.fs().stat(&a.path).await?;
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"path": a.path, "stat": stat}),
+                ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "Remove a file (or, with recursive, a directory) of a sandbox")]
+    async fn fs_remove(
+        &self,
+        Parameters(a): Parameters<RemoveArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let s = self.running(&a.name).await?;
+                s.fs().remove(&a.path, a.recursive).await?;
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"path": a.path}),
+                ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "The last lines of a sandbox's logs")]
+    async fn logs(&self, Parameters(a): Parameters<LogsArgs>) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let h = SandboxHandle::get_in(self.backend.clone(), &a.name).await?;
+                let info = h.info().await?;
+                let tail = a.tail.unwrap_or(100).min(1000);
+                let opts = burrow::LogOptions::default().tail(tail);
+                let mut stream = self.backend.logs(&info.name, &info.id, &opts).await?;
+                let mut lines = Vec::new();
+                while let Some(line) = stream.next().await {
+                    let line = line?;
+                    lines.push(serde_json::json!({"source": line.source, "text": line.text}));
+                }
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"name": a.name, "lines": lines}),
+                ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "A running sandbox's resource usage")]
+    async fn metrics(
+        &self,
+        Parameters(a): Parameters<NameArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let s = self.running(&a.name).await?;
+                let m = s.metrics().await?;
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"name": a.name, "metrics": m}),
+                ))
+            }
+            .await,
+        )
+    }
+
     #[tool(description = "Stop a sandbox")]
     async fn stop(&self, Parameters(a): Parameters<NameArgs>) -> Result<CallToolResult, ErrorData> {
         done(
@@ -164,6 +392,15 @@ impl BurrowMcp {
 }
 
 impl BurrowMcp {
+    /// The running sandbox `name` (started if it was not: a call is
+    /// activity).
+    async fn running(&self, name: &str) -> Result<burrow::Sandbox, Error> {
+        SandboxHandle::get_in(self.backend.clone(), name)
+            .await?
+            .connect_or_start()
+            .await
+    }
+
     async fn do_create(&self, a: CreateArgs) -> Result<CallToolResult, Error> {
         if !self.policy.allowed_images.is_empty() && !self.policy.allowed_images.contains(&a.image)
         {
@@ -201,8 +438,7 @@ impl BurrowMcp {
         a: ExecArgs,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, Error> {
-        let h = SandboxHandle::get_in(self.backend.clone(), &a.name).await?;
-        let sandbox = h.connect_or_start().await?;
+        let sandbox = self.running(&a.name).await?;
         let mut process = sandbox.spawn(burrow::ExecOptions::new(a.argv)).await?;
         let token = ctx.meta.get_progress_token();
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
@@ -260,4 +496,25 @@ pub async fn serve_stdio(backend: Arc<dyn Backend>, policy: Policy) -> std::io::
         .map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;
     Ok(())
+}
+
+/// Serves `backend` over streamable HTTP at `http://<listener>/mcp` until
+/// the process ends. No authentication: `listener` must be a loopback
+/// address (the caller checks; see `burrow mcp --listen`).
+pub async fn serve_http(
+    backend: Arc<dyn Backend>,
+    policy: Policy,
+    listener: tokio::net::TcpListener,
+) -> std::io::Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(BurrowMcp::new(backend.clone(), policy.clone())),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    axum::serve(listener, app).await
 }

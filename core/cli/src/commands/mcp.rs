@@ -14,6 +14,10 @@ pub(crate) struct McpArgs {
     /// The most sandboxes the agent may have at once.
     #[arg(long, value_name = "N")]
     max_sandboxes: Option<usize>,
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (a
+    /// loopback address: there is no authentication).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
 }
 
 pub(crate) async fn mcp(ctx: Ctx, args: McpArgs) -> anyhow::Result<u8> {
@@ -22,6 +26,16 @@ pub(crate) async fn mcp(ctx: Ctx, args: McpArgs) -> anyhow::Result<u8> {
         allowed_images: args.allow_images,
         max_sandboxes: args.max_sandboxes,
     };
-    burrow_mcp::serve_stdio(backend, policy).await?;
+    match args.listen {
+        Some(addr) => {
+            if !addr.ip().is_loopback() {
+                anyhow::bail!("--listen {addr}: only a loopback address (no authentication)");
+            }
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            println!("listening on http://{}/mcp", listener.local_addr()?);
+            burrow_mcp::serve_http(backend, policy, listener).await?;
+        }
+        None => burrow_mcp::serve_stdio(backend, policy).await?,
+    }
     Ok(0)
 }
