@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use burrow::{Backend, LocalBackend, SandboxBuilder};
 /// The environment shared with the other end-to-end suites.
 pub use burrow_test_support::{
-    agent_bin, burrow_bin, busybox_rootfs, helm_bin, mcp_image, probe, processes_with, registry,
-    schemathesis_bin, workspace_root,
+    agent_bin, burrow_bin, busybox_rootfs, helm_bin, mcp_client_python, mcp_image, probe,
+    processes_with, registry, schemathesis_bin, workspace_root,
 };
 
 static ENV: Once = Once::new();

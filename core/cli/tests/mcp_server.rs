@@ -1,0 +1,69 @@
+#![allow(clippy::unwrap_used)]
+//! `burrow mcp` driven by a real MCP client: the official Python SDK
+//! (PyPI `mcp`, `tests/mcp/client.py`) spawns it over stdio on a test home
+//! and creates a sandbox of the test image, refuses an image the policy
+//! does not allow (a tool error with burrow's code), streams an exec's
+//! output as progress notifications, writes and reads a file, destroys
+//! the sandbox, and gets `not_found` after.
+
+use burrow_cli_testkit as common;
+
+use common::{agent_bin, burrow_bin, mcp_client_python, workspace_root, TestHome};
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    let python = tokio::task::spawn_blocking(mcp_client_python)
+        .await
+        .unwrap();
+    let out = tokio::process::Command::new(python)
+        .arg(workspace_root().join("tests/mcp/client.py"))
+        .arg(burrow_bin())
+        .arg("busybox")
+        .args(["--allow-image", "busybox", "--max-sandboxes", "2"])
+        .env("BURROW_HOME", th.path())
+        .env("BURROW_BIN", burrow_bin())
+        .env("BURROW_AGENT_BIN", agent_bin())
+        .env_remove("BURROW_URL")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["tools_capability"], true);
+    for tool in ["create", "exec", "fs_read", "fs_write", "destroy", "list"] {
+        assert!(
+            r["tools"].as_array().unwrap().iter().any(|t| t == tool),
+            "{tool}: {}",
+            r["tools"]
+        );
+    }
+    // The input schema is the contract: exact, no other keys.
+    assert_eq!(r["create_schema"]["additionalProperties"], false);
+    assert_eq!(
+        r["create_schema"]["required"],
+        serde_json::json!(["name", "image"])
+    );
+    assert_eq!(r["refused"]["is_error"], true);
+    assert_eq!(r["refused"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["created"]["is_error"], false, "{}", r["created"]);
+    assert_eq!(r["exec"]["structured"]["exit_code"], 0, "{}", r["exec"]);
+    assert_eq!(r["exec"]["structured"]["stdout"], "one\ntwo\n");
+    let progress: String = r["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(progress, "one\ntwo\n", "output streamed as progress");
+    assert_eq!(r["read"]["structured"]["content"], "hello");
+    assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
+    assert_eq!(r["gone"]["structured"]["code"], "not_found");
+}

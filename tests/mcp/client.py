@@ -1,0 +1,69 @@
+"""Drives `burrow mcp` over stdio with the official Python MCP client.
+
+Usage: client.py BURROW_BIN IMAGE [server args...]. Prints one JSON object:
+what each step saw (core/cli/tests/mcp_server.rs asserts on it).
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def structured(result):
+    return {
+        "is_error": bool(result.is_error),
+        "structured": result.structured_content,
+    }
+
+
+async def main() -> None:
+    burrow, image, *server_args = sys.argv[1:]
+    # The client passes the server a minimal environment: burrow's own
+    # variables (its home, its binaries) are handed on.
+    env = {k: v for k, v in os.environ.items() if k.startswith("BURROW_")}
+    params = StdioServerParameters(command=burrow, args=["mcp", *server_args], env=env)
+    out = {}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            out["tools_capability"] = init.capabilities.tools is not None
+            tools = await session.list_tools()
+            out["tools"] = sorted(t.name for t in tools.tools)
+            out["create_schema"] = next(t.input_schema for t in tools.tools if t.name == "create")
+            out["refused"] = structured(
+                await session.call_tool("create", {"name": "no", "image": "not-allowed:1"})
+            )
+            out["created"] = structured(
+                await session.call_tool("create", {"name": "agent", "image": image})
+            )
+            progress = []
+
+            async def on_progress(p, total, message):
+                progress.append(message)
+
+            out["exec"] = structured(
+                await session.call_tool(
+                    "exec",
+                    {"name": "agent", "argv": ["sh", "-c", "echo one; sleep 0.2; echo two"]},
+                    progress_callback=on_progress,
+                )
+            )
+            out["progress"] = progress
+            out["write"] = structured(
+                await session.call_tool(
+                    "fs_write", {"name": "agent", "path": "/tmp/f.txt", "content": "hello"}
+                )
+            )
+            out["read"] = structured(
+                await session.call_tool("fs_read", {"name": "agent", "path": "/tmp/f.txt"})
+            )
+            out["destroy"] = structured(await session.call_tool("destroy", {"name": "agent"}))
+            out["gone"] = structured(await session.call_tool("stop", {"name": "agent"}))
+    print(json.dumps(out))
+
+
+asyncio.run(main())
