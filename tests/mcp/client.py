@@ -53,6 +53,34 @@ async def main() -> None:
                 )
             )
             out["progress"] = progress
+            # A cancelled call: the client's cancellation reaches the
+            # server, which kills the process.
+            started = asyncio.Event()
+
+            async def on_started(p, total, message):
+                if message and "started" in message:
+                    started.set()
+
+            long = asyncio.create_task(
+                session.call_tool(
+                    "exec",
+                    {"name": "agent", "argv": ["sh", "-c", "echo started; exec sleep 30"]},
+                    progress_callback=on_started,
+                )
+            )
+            await asyncio.wait_for(started.wait(), 30)
+            long.cancel()
+            try:
+                await long
+            except asyncio.CancelledError:
+                pass
+            ps = ""
+            for _ in range(50):
+                ps = (await session.call_tool("exec", {"name": "agent", "argv": ["ps"]})).structured_content["stdout"]
+                if "sleep 30" not in ps:
+                    break
+                await asyncio.sleep(0.1)
+            out["after_cancel_ps"] = ps
             out["write"] = structured(
                 await session.call_tool(
                     "fs_write", {"name": "agent", "path": "/tmp/f.txt", "content": "hello"}

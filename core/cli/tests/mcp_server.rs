@@ -3,7 +3,7 @@
 //! (PyPI `mcp`, `tests/mcp/client.py`) spawns it over stdio on a test home
 //! and creates a sandbox of the test image, refuses an image the policy
 //! does not allow (a tool error with burrow's code), streams an exec's
-//! output as progress notifications, writes and reads a file, destroys
+//! output as progress notifications, cancels one (its process killed), writes and reads a file, destroys
 //! the sandbox, and gets `not_found` after.
 
 use burrow_cli_testkit as common;
@@ -63,6 +63,12 @@ async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
         .map(|m| m.as_str().unwrap_or(""))
         .collect();
     assert_eq!(progress, "one\ntwo\n", "output streamed as progress");
+    let ps = r["after_cancel_ps"].as_str().unwrap();
+    assert!(
+        !ps.contains("sleep 30"),
+        "a cancelled exec's process lives on:\n{ps}"
+    );
+    assert!(ps.contains("ps"), "{ps}");
     assert_eq!(r["read"]["structured"]["content"], "hello");
     assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
     assert_eq!(r["gone"]["structured"]["code"], "not_found");
