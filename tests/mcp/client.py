@@ -1,6 +1,6 @@
 """Drives `burrow mcp` over stdio with the official Python MCP client.
 
-Usage: client.py BURROW_BIN IMAGE [server args...]. Prints one JSON object:
+Usage: client.py stdio|http:URL BURROW_BIN IMAGE [server args...]. Prints one JSON object:
 what each step saw (core/cli/tests/mcp_server.rs asserts on it).
 """
 
@@ -11,6 +11,7 @@ import sys
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 
 def structured(result):
@@ -21,13 +22,19 @@ def structured(result):
 
 
 async def main() -> None:
-    burrow, image, *server_args = sys.argv[1:]
-    # The client passes the server a minimal environment: burrow's own
-    # variables (its home, its binaries) are handed on.
-    env = {k: v for k, v in os.environ.items() if k.startswith("BURROW_")}
-    params = StdioServerParameters(command=burrow, args=["mcp", *server_args], env=env)
+    transport, burrow, image, *server_args = sys.argv[1:]
+    if transport == "stdio":
+        # The client passes the server a minimal environment: burrow's own
+        # variables (its home, its binaries) are handed on.
+        env = {k: v for k, v in os.environ.items() if k.startswith("BURROW_")}
+        params = StdioServerParameters(command=burrow, args=["mcp", *server_args], env=env)
+        connect = stdio_client(params)
+    else:
+        # `http:URL`: a `burrow mcp --listen` the test started.
+        connect = streamable_http_client(transport.removeprefix("http:"))
     out = {}
-    async with stdio_client(params) as (read, write):
+    async with connect as streams:
+        read, write = streams[0], streams[1]
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             out["tools_capability"] = init.capabilities.tools is not None

@@ -11,15 +11,15 @@ use burrow_cli_testkit as common;
 use common::{agent_bin, burrow_bin, mcp_client_python, workspace_root, TestHome};
 use serde_json::Value;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
-    let th = TestHome::new().await;
-    th.name_image("busybox");
+/// Runs tests/mcp/client.py with `transport` (`stdio`, or `http:URL`)
+/// against `burrow mcp` on `th`; returns what it saw.
+async fn client(th: &TestHome, transport: &str) -> Value {
     let python = tokio::task::spawn_blocking(mcp_client_python)
         .await
         .unwrap();
     let out = tokio::process::Command::new(python)
         .arg(workspace_root().join("tests/mcp/client.py"))
+        .arg(transport)
         .arg(burrow_bin())
         .arg("busybox")
         .args(["--allow-image", "busybox", "--max-sandboxes", "2"])
@@ -32,11 +32,15 @@ async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
         .unwrap();
     assert!(
         out.status.success(),
-        "client failed: {}\n{}",
+        "client ({transport}) failed: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// What every transport must have seen.
+fn check(r: &Value) {
     assert_eq!(r["tools_capability"], true);
     for tool in ["create", "exec", "fs_read", "fs_write", "destroy", "list"] {
         assert!(
@@ -72,4 +76,37 @@ async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
     assert_eq!(r["read"]["structured"]["content"], "hello");
     assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
     assert_eq!(r["gone"]["structured"]["code"], "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    check(&client(&th, "stdio").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_drives_burrow_mcp_over_streamable_http() {
+    use tokio::io::AsyncBufReadExt;
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    let mut server = th.cli_async();
+    let mut child = server
+        .args(["mcp", "--listen", "127.0.0.1:0", "--allow-image", "busybox"])
+        .args(["--max-sandboxes", "2"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.strip_prefix("listening on ").unwrap().to_owned();
+    check(&client(&th, &format!("http:{url}")).await);
+    // Refused: a listen address other than loopback (no authentication).
+    let out = th
+        .cli()
+        .args(["mcp", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
 }

@@ -110,6 +110,11 @@ impl TestHome {
     }
 
     /// A `burrow` CLI command bound to this home.
+    /// [`TestHome::cli`] as a tokio command.
+    pub fn cli_async(&self) -> tokio::process::Command {
+        tokio::process::Command::from(self.cli())
+    }
+
     pub fn cli(&self) -> Command {
         let mut c = Command::new(burrow_bin());
         c.env("BURROW_HOME", self.path())
