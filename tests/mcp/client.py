@@ -47,6 +47,18 @@ async def main() -> None:
             out["created"] = structured(
                 await session.call_tool("create", {"name": "agent", "image": image})
             )
+            again = structured(
+                await session.call_tool("connect_or_create", {"name": "agent", "image": image})
+            )
+            out["converged_same_id"] = again["structured"]["id"] == out["created"]["structured"]["id"]
+            out["too_many_cpus"] = structured(
+                await session.call_tool("create", {"name": "big", "image": image, "cpus": 64})
+            )
+            out["no_network"] = structured(
+                await session.call_tool(
+                    "create", {"name": "net", "image": image, "network_allow": ["tcp:example.com:443"]}
+                )
+            )
             progress = []
 
             async def on_progress(p, total, message):

@@ -22,7 +22,14 @@ async fn client(th: &TestHome, transport: &str) -> Value {
         .arg(transport)
         .arg(burrow_bin())
         .arg("busybox")
-        .args(["--allow-image", "busybox", "--max-sandboxes", "2"])
+        .args([
+            "--allow-image",
+            "busybox",
+            "--max-sandboxes",
+            "2",
+            "--max-cpus",
+            "2",
+        ])
         .env("BURROW_HOME", th.path())
         .env("BURROW_BIN", burrow_bin())
         .env("BURROW_AGENT_BIN", agent_bin())
@@ -58,6 +65,9 @@ fn check(r: &Value) {
     assert_eq!(r["refused"]["is_error"], true);
     assert_eq!(r["refused"]["structured"]["code"], "invalid_config");
     assert_eq!(r["created"]["is_error"], false, "{}", r["created"]);
+    assert_eq!(r["converged_same_id"], true);
+    assert_eq!(r["too_many_cpus"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["no_network"]["structured"]["code"], "invalid_config");
     assert_eq!(r["exec"]["structured"]["exit_code"], 0, "{}", r["exec"]);
     assert_eq!(r["exec"]["structured"]["stdout"], "one\ntwo\n");
     let progress: String = r["progress"]
@@ -93,7 +103,7 @@ async fn the_python_sdk_drives_burrow_mcp_over_streamable_http() {
     let mut server = th.cli_async();
     let mut child = server
         .args(["mcp", "--listen", "127.0.0.1:0", "--allow-image", "busybox"])
-        .args(["--max-sandboxes", "2"])
+        .args(["--max-sandboxes", "2", "--max-cpus", "2"])
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -27,6 +27,12 @@ pub struct Policy {
     /// Sandboxes it may have at once (its own, by [`LABEL`]; `None`: no
     /// limit).
     pub max_sandboxes: Option<usize>,
+    /// The most CPUs one sandbox may ask for (`None`: no limit).
+    pub max_cpus: Option<f64>,
+    /// The most memory one sandbox may ask for, in MiB (`None`: no limit).
+    pub max_memory_mb: Option<u64>,
+    /// Whether a sandbox may have a network at all (default: none).
+    pub allow_network: bool,
 }
 
 /// The MCP server.
@@ -53,6 +59,15 @@ pub struct CreateArgs {
     pub name: String,
     /// The image (a registry reference, or a named image).
     pub image: String,
+    /// CPU limit in cores.
+    pub cpus: Option<f64>,
+    /// Memory limit in MiB.
+    pub memory_mb: Option<u64>,
+    /// Network rules the sandbox may reach (`tcp:example.com:443`, ...);
+    /// absent: no network.
+    pub network_allow: Option<Vec<String>>,
+    /// Seconds idle before the sandbox is stopped (its files stay).
+    pub idle_timeout_s: Option<u64>,
 }
 
 /// Arguments naming a sandbox.
@@ -154,6 +169,16 @@ impl BurrowMcp {
         Parameters(a): Parameters<CreateArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         done(self.do_create(a).await)
+    }
+
+    #[tool(
+        description = "Connect to a sandbox by name, creating and starting it if there is none (many callers converge on one)"
+    )]
+    async fn connect_or_create(
+        &self,
+        Parameters(a): Parameters<CreateArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(self.do_create_with(a, true).await)
     }
 
     #[tool(description = "List the sandboxes")]
@@ -402,6 +427,42 @@ impl BurrowMcp {
     }
 
     async fn do_create(&self, a: CreateArgs) -> Result<CallToolResult, Error> {
+        self.do_create_with(a, false).await
+    }
+
+    /// Checks `a` against the policy; a refusal is `invalid_config` naming
+    /// the field.
+    fn check(&self, a: &CreateArgs) -> Result<(), Error> {
+        let refuse = |field: &str, reason: String| {
+            Err(Error::InvalidConfig {
+                field: field.into(),
+                reason,
+            })
+        };
+        if let (Some(max), Some(c)) = (self.policy.max_cpus, a.cpus) {
+            if c > max {
+                return refuse("cpus", format!("{c} is over this server's limit of {max}"));
+            }
+        }
+        if let (Some(max), Some(m)) = (self.policy.max_memory_mb, a.memory_mb) {
+            if m > max {
+                return refuse(
+                    "memory_mb",
+                    format!("{m} is over this server's limit of {max}"),
+                );
+            }
+        }
+        if a.network_allow.is_some() && !self.policy.allow_network {
+            return refuse(
+                "network_allow",
+                "this server's sandboxes have no network".into(),
+            );
+        }
+        Ok(())
+    }
+
+    async fn do_create_with(&self, a: CreateArgs, converge: bool) -> Result<CallToolResult, Error> {
+        self.check(&a)?;
         if !self.policy.allowed_images.is_empty() && !self.policy.allowed_images.contains(&a.image)
         {
             return Err(Error::InvalidConfig {
@@ -409,7 +470,12 @@ impl BurrowMcp {
                 reason: format!("{:?} is not an image this server allows", a.image),
             });
         }
-        if let Some(max) = self.policy.max_sandboxes {
+        // Converging on a sandbox that exists adds nothing.
+        let exists = converge
+            && SandboxHandle::get_in(self.backend.clone(), &a.name)
+                .await
+                .is_ok();
+        if let (Some(max), false) = (self.policy.max_sandboxes, exists) {
             let mut mine = ListFilter::default();
             mine.labels.insert(LABEL.into(), "true".into());
             let have = self.backend.list(&mine).await?.len();
@@ -421,13 +487,32 @@ impl BurrowMcp {
                 });
             }
         }
-        let sandbox = burrow::Sandbox::builder(a.name)
+        let mut b = burrow::Sandbox::builder(a.name)
             .image(a.image)
             .label(LABEL, "true")
             .detached(true)
-            .backend(self.backend.clone())
-            .create()
-            .await?;
+            .backend(self.backend.clone());
+        if let Some(c) = a.cpus {
+            b = b.cpus(c);
+        }
+        if let Some(m) = a.memory_mb {
+            b = b.memory_mb(m);
+        }
+        if let Some(s) = a.idle_timeout_s {
+            b = b.idle_timeout(std::time::Duration::from_secs(s));
+        }
+        if let Some(rules) = a.network_allow {
+            let policy = burrow::NetworkPolicy::allow(rules).map_err(|e| Error::InvalidConfig {
+                field: "network_allow".into(),
+                reason: e.to_string(),
+            })?;
+            b = b.network(burrow::Network::Policy(policy));
+        }
+        let sandbox = if converge {
+            b.connect_or_create().await?
+        } else {
+            b.create().await?
+        };
         Ok(CallToolResult::structured(serde_json::json!({
             "name": sandbox.name(), "id": sandbox.id(), "status": "running"
         })))

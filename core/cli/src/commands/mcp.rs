@@ -14,6 +14,16 @@ pub(crate) struct McpArgs {
     /// The most sandboxes the agent may have at once.
     #[arg(long, value_name = "N")]
     max_sandboxes: Option<usize>,
+    /// The most CPUs one sandbox may ask for.
+    #[arg(long, value_name = "CPUS")]
+    max_cpus: Option<f64>,
+    /// The most memory one sandbox may ask for, in MiB.
+    #[arg(long, value_name = "MIB")]
+    max_memory_mb: Option<u64>,
+    /// Let sandboxes have a network (the rules an agent gives; without
+    /// this flag a sandbox has none).
+    #[arg(long)]
+    allow_network: bool,
     /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (a
     /// loopback address: there is no authentication).
     #[arg(long, value_name = "ADDR")]
@@ -25,6 +35,9 @@ pub(crate) async fn mcp(ctx: Ctx, args: McpArgs) -> anyhow::Result<u8> {
     let policy = burrow_mcp::Policy {
         allowed_images: args.allow_images,
         max_sandboxes: args.max_sandboxes,
+        max_cpus: args.max_cpus,
+        max_memory_mb: args.max_memory_mb,
+        allow_network: args.allow_network,
     };
     match args.listen {
         Some(addr) => {
