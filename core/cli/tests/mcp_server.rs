@@ -8,7 +8,7 @@
 
 use burrow_cli_testkit as common;
 
-use common::{agent_bin, burrow_bin, mcp_client_python, workspace_root, TestHome};
+use common::{agent_bin, burrow_bin, mcp_client_python, mcp_image, workspace_root, TestHome};
 use serde_json::Value;
 
 /// Runs tests/mcp/client.py with `transport` (`stdio`, or `http:URL`)
@@ -119,4 +119,67 @@ async fn the_python_sdk_drives_burrow_mcp_over_streamable_http() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+}
+
+/// The official TypeScript client (the SDK of examples/mcp, from the
+/// example's image build) over stdio: tools, a refused image, exec
+/// streamed as progress, a cancellation through an AbortSignal killing the
+/// process, a binary file through base64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_drives_burrow_mcp_over_stdio() {
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    let image = tokio::task::spawn_blocking(mcp_image).await.unwrap();
+    // The client script beside the SDK's modules.
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        image.join("rootfs/app/node_modules"),
+        dir.path().join("node_modules"),
+    )
+    .unwrap();
+    std::fs::copy(
+        workspace_root().join("tests/mcp/client.mjs"),
+        dir.path().join("client.mjs"),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new("node")
+        .arg(dir.path().join("client.mjs"))
+        .arg("stdio")
+        .arg(burrow_bin())
+        .arg("busybox")
+        .args(["--allow-image", "busybox"])
+        .env("BURROW_HOME", th.path())
+        .env("BURROW_BIN", burrow_bin())
+        .env("BURROW_AGENT_BIN", agent_bin())
+        .env_remove("BURROW_URL")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["tools"].as_array().unwrap().iter().any(|t| t == "exec"));
+    assert_eq!(r["refused"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["created"]["is_error"], false, "{}", r["created"]);
+    assert_eq!(r["exec"]["structured"]["stdout"], "one\ntwo\n");
+    let progress: String = r["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(progress, "one\ntwo\n");
+    assert!(r["cancelled"]["aborted"].is_string(), "{}", r["cancelled"]);
+    let ps = r["after_cancel_ps"].as_str().unwrap();
+    assert!(
+        !ps.contains("sleep 30"),
+        "a cancelled exec's process lives on:\n{ps}"
+    );
+    assert_eq!(r["read_binary"]["structured"]["base64"], true);
+    assert_eq!(r["read_binary"]["structured"]["content"], "AAEC/w==");
+    assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
 }
