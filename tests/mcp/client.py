@@ -100,6 +100,22 @@ async def main() -> None:
                     break
                 await asyncio.sleep(0.1)
             out["after_cancel_ps"] = ps
+            spawned = (
+                await session.call_tool(
+                    "spawn", {"name": "agent", "argv": ["sh", "-c", "echo a; sleep 0.3; echo b"]}
+                )
+            ).structured_content
+            collected, last = "", {}
+            for _ in range(100):
+                last = (
+                    await session.call_tool("read", {"process": spawned["process"]})
+                ).structured_content
+                collected += last["stdout"]
+                if last["ended"]:
+                    break
+                await asyncio.sleep(0.05)
+            out["spawned"] = {"stdout": collected, "exit_code": last.get("exit_code")}
+            out["read_unknown"] = structured(await session.call_tool("read", {"process": 999999}))
             out["write"] = structured(
                 await session.call_tool(
                     "fs_write", {"name": "agent", "path": "/tmp/f.txt", "content": "hello"}

@@ -83,6 +83,9 @@ fn check(r: &Value) {
         "a cancelled exec's process lives on:\n{ps}"
     );
     assert!(ps.contains("ps"), "{ps}");
+    assert_eq!(r["spawned"]["stdout"], "a\nb\n", "{}", r["spawned"]);
+    assert_eq!(r["spawned"]["exit_code"], 0);
+    assert_eq!(r["read_unknown"]["structured"]["code"], "not_found");
     assert_eq!(r["read"]["structured"]["content"], "hello");
     assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
     assert_eq!(r["gone"]["structured"]["code"], "not_found");

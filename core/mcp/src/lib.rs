@@ -35,11 +35,40 @@ pub struct Policy {
     pub allow_network: bool,
 }
 
+/// Output kept per spawned process between two reads (older bytes are
+/// dropped and counted).
+pub const MAX_SPAWN_BUFFER: usize = 1024 * 1024;
+
+/// A spawned process's output not read yet, and its end.
+#[derive(Debug, Default)]
+struct Spawned {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    dropped: usize,
+    exit: Option<(Option<i32>, Option<i32>)>,
+    error: Option<String>,
+}
+
+impl Spawned {
+    fn keep(buf: &mut Vec<u8>, dropped: &mut usize, data: &[u8]) {
+        buf.extend_from_slice(data);
+        if buf.len() > MAX_SPAWN_BUFFER {
+            let over = buf.len() - MAX_SPAWN_BUFFER;
+            buf.drain(..over);
+            *dropped += over;
+        }
+    }
+}
+
+type Processes = Arc<std::sync::Mutex<std::collections::HashMap<u64, Spawned>>>;
+
 /// The MCP server.
 #[derive(Clone)]
 pub struct BurrowMcp {
     backend: Arc<dyn Backend>,
     policy: Policy,
+    processes: Processes,
+    next_process: Arc<std::sync::atomic::AtomicU64>,
     tool_router: ToolRouter<BurrowMcp>,
 }
 
@@ -136,6 +165,14 @@ pub struct LogsArgs {
     pub tail: Option<usize>,
 }
 
+/// `read` arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadArgs {
+    /// The process, as `spawn` gave it.
+    pub process: u64,
+}
+
 /// The largest file `fs_read` returns and `fs_write` takes.
 pub const MAX_FILE: usize = 4 * 1024 * 1024;
 
@@ -159,6 +196,8 @@ impl BurrowMcp {
         Self {
             backend,
             policy,
+            processes: Arc::default(),
+            next_process: Arc::new(std::sync::atomic::AtomicU64::new(1)),
             tool_router: Self::tool_router(),
         }
     }
@@ -384,6 +423,82 @@ impl BurrowMcp {
         )
     }
 
+    #[tool(
+        description = "Start a command in a sandbox and return at once; `read` gives its output and end"
+    )]
+    async fn spawn(
+        &self,
+        Parameters(a): Parameters<ExecArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        done(
+            async {
+                let sandbox = self.running(&a.name).await?;
+                let mut process = sandbox.spawn(burrow::ExecOptions::new(a.argv)).await?;
+                let id = self
+                    .next_process
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.lock().insert(id, Spawned::default());
+                let processes = self.processes.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let event = process.next_event().await;
+                        let mut all = processes.lock().unwrap_or_else(|p| p.into_inner());
+                        let Some(p) = all.get_mut(&id) else { return };
+                        match event {
+                            Ok(Some(burrow::ExecEvent::Stdout(b))) => {
+                                Spawned::keep(&mut p.stdout, &mut p.dropped, &b)
+                            }
+                            Ok(Some(burrow::ExecEvent::Stderr(b))) => {
+                                Spawned::keep(&mut p.stderr, &mut p.dropped, &b)
+                            }
+                            Ok(Some(burrow::ExecEvent::Exit(s))) => {
+                                p.exit = Some((s.code, s.signal));
+                                return;
+                            }
+                            Ok(None) => return,
+                            Err(e) => {
+                                p.error = Some(e.to_string());
+                                return;
+                            }
+                        }
+                    }
+                });
+                Ok(CallToolResult::structured(
+                    serde_json::json!({"process": id}),
+                ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(
+        description = "The output of a spawned process since the last read, and whether it ended"
+    )]
+    async fn read(&self, Parameters(a): Parameters<ReadArgs>) -> Result<CallToolResult, ErrorData> {
+        let mut all = self.lock();
+        let Some(p) = all.get_mut(&a.process) else {
+            return done(Err(Error::NotFound {
+                what: format!("process {}", a.process),
+                name: None,
+                id: None,
+            }));
+        };
+        let out = serde_json::json!({
+            "process": a.process,
+            "stdout": String::from_utf8_lossy(&std::mem::take(&mut p.stdout)),
+            "stderr": String::from_utf8_lossy(&std::mem::take(&mut p.stderr)),
+            "dropped_bytes": std::mem::take(&mut p.dropped),
+            "ended": p.exit.is_some() || p.error.is_some(),
+            "exit_code": p.exit.and_then(|e| e.0),
+            "signal": p.exit.and_then(|e| e.1),
+            "error": p.error.clone(),
+        });
+        if p.exit.is_some() || p.error.is_some() {
+            all.remove(&a.process);
+        }
+        Ok(CallToolResult::structured(out))
+    }
+
     #[tool(description = "Stop a sandbox")]
     async fn stop(&self, Parameters(a): Parameters<NameArgs>) -> Result<CallToolResult, ErrorData> {
         done(
@@ -417,6 +532,10 @@ impl BurrowMcp {
 }
 
 impl BurrowMcp {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Spawned>> {
+        self.processes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The running sandbox `name` (started if it was not: a call is
     /// activity).
     async fn running(&self, name: &str) -> Result<burrow::Sandbox, Error> {
