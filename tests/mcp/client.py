@@ -116,6 +116,16 @@ async def main() -> None:
                 await asyncio.sleep(0.05)
             out["spawned"] = {"stdout": collected, "exit_code": last.get("exit_code")}
             out["read_unknown"] = structured(await session.call_tool("read", {"process": 999999}))
+            out["resources_capability"] = init.capabilities.resources is not None
+            listed = await session.list_resources()
+            out["resources"] = sorted(str(r.uri) for r in listed.resources)
+            info = await session.read_resource("burrow://sandbox/agent/info")
+            out["info_resource"] = json.loads(info.contents[0].text)
+            try:
+                await session.read_resource("burrow://sandbox/nobody/info")
+                out["missing_resource"] = "answered"
+            except Exception as e:  # the SDK raises the JSON-RPC error
+                out["missing_resource"] = type(e).__name__
             out["write"] = structured(
                 await session.call_tool(
                     "fs_write", {"name": "agent", "path": "/tmp/f.txt", "content": "hello"}

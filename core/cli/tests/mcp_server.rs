@@ -86,6 +86,14 @@ fn check(r: &Value) {
     assert_eq!(r["spawned"]["stdout"], "a\nb\n", "{}", r["spawned"]);
     assert_eq!(r["spawned"]["exit_code"], 0);
     assert_eq!(r["read_unknown"]["structured"]["code"], "not_found");
+    assert_eq!(r["resources_capability"], true);
+    let resources = r["resources"].as_array().unwrap();
+    for want in ["burrow://sandbox/agent/info", "burrow://sandbox/agent/logs"] {
+        assert!(resources.iter().any(|u| u == want), "{want}: {resources:?}");
+    }
+    assert_eq!(r["info_resource"]["name"], "agent");
+    assert_eq!(r["info_resource"]["status"], "running");
+    assert_ne!(r["missing_resource"], "answered");
     assert_eq!(r["read"]["structured"]["content"], "hello");
     assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
     assert_eq!(r["gone"]["structured"]["code"], "not_found");

@@ -688,8 +688,93 @@ impl BurrowMcp {
     }
 }
 
+/// A sandbox's resources: `burrow://sandbox/<name>/info` (its record, JSON)
+/// and `burrow://sandbox/<name>/logs` (its last 200 log lines).
+const RESOURCE_PREFIX: &str = "burrow://sandbox/";
+
 #[tool_handler(router = self.tool_router)]
-impl ServerHandler for BurrowMcp {}
+impl ServerHandler for BurrowMcp {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        let mut info = rmcp::model::ServerConfig::default();
+        info.capabilities = rmcp::model::ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        info
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        let all = self
+            .backend
+            .list(&ListFilter::default())
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let mut resources = Vec::new();
+        for s in all {
+            for (what, mime) in [("info", "application/json"), ("logs", "text/plain")] {
+                let mut r = rmcp::model::Resource::new(
+                    format!("{RESOURCE_PREFIX}{}/{what}", s.name),
+                    format!("{} {what}", s.name),
+                );
+                r.mime_type = Some(mime.into());
+                resources.push(r);
+            }
+        }
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let uri = request.uri;
+        let parsed = uri
+            .strip_prefix(RESOURCE_PREFIX)
+            .and_then(|rest| rest.rsplit_once('/'));
+        let Some((name, what)) = parsed else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}"),
+                None,
+            ));
+        };
+        let text = async {
+            let h = SandboxHandle::get_in(self.backend.clone(), name).await?;
+            let info = h.info().await?;
+            match what {
+                "info" => Ok(serde_json::to_string_pretty(&info).unwrap_or_default()),
+                "logs" => {
+                    let opts = burrow::LogOptions::default().tail(200);
+                    let mut stream = self.backend.logs(&info.name, &info.id, &opts).await?;
+                    let mut text = String::new();
+                    while let Some(line) = stream.next().await {
+                        text.push_str(&line?.text);
+                        text.push('\n');
+                    }
+                    Ok(text)
+                }
+                _ => Err(Error::NotFound {
+                    what: format!("resource {uri}"),
+                    name: None,
+                    id: None,
+                }),
+            }
+        }
+        .await
+        .map_err(|e: Error| ErrorData::resource_not_found(e.to_string(), None))?;
+        Ok(
+            rmcp::model::ReadResourceResult::new(vec![rmcp::model::ResourceContents::text(
+                text,
+                uri.clone(),
+            )])
+            .into(),
+        )
+    }
+}
 
 /// Serves `backend` over stdin/stdout until the client goes away.
 pub async fn serve_stdio(backend: Arc<dyn Backend>, policy: Policy) -> std::io::Result<()> {
