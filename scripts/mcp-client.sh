@@ -10,7 +10,12 @@ venv="target/mcp-client/$version"
 if [ ! -f "$venv/.complete" ]; then
   echo "==> mcp $version into $venv" >&2
   rm -rf "$venv"
-  python3 -m venv "$venv"
+  # The system's python where there is one: a venv's interpreter is a
+  # link to it, and the rootless test runs (an unprivileged user) must
+  # reach it (not one under root's home, as pyenv's).
+  py=python3
+  [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+  "$py" -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "mcp==$version" >&2
   touch "$venv/.complete"
 fi

@@ -140,14 +140,10 @@ async fn the_python_sdk_drives_burrow_mcp_over_streamable_http() {
 async fn the_typescript_sdk_drives_burrow_mcp_over_stdio() {
     let th = TestHome::new().await;
     th.name_image("busybox");
-    let image = tokio::task::spawn_blocking(mcp_image).await.unwrap();
+    let modules = tokio::task::spawn_blocking(sdk_modules).await.unwrap();
     // The client script beside the SDK's modules.
     let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(
-        image.join("rootfs/app/node_modules"),
-        dir.path().join("node_modules"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(modules, dir.path().join("node_modules")).unwrap();
     std::fs::copy(
         workspace_root().join("tests/mcp/client.mjs"),
         dir.path().join("client.mjs"),
@@ -193,4 +189,18 @@ async fn the_typescript_sdk_drives_burrow_mcp_over_stdio() {
     assert_eq!(r["read_binary"]["structured"]["base64"], true);
     assert_eq!(r["read_binary"]["structured"]["content"], "AAEC/w==");
     assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
+}
+
+/// The TypeScript SDK's modules of the MCP example's image: one built
+/// already (the newest; what a run as an unprivileged user over root's
+/// build can use without the build's lock), else built now.
+fn sdk_modules() -> std::path::PathBuf {
+    let built = std::fs::read_dir(workspace_root().join("target/mcp"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("rootfs/app/node_modules"))
+        .filter(|m| m.join("@modelcontextprotocol/sdk").exists())
+        .max_by_key(|m| m.metadata().and_then(|md| md.modified()).ok());
+    built.unwrap_or_else(|| mcp_image().join("rootfs/app/node_modules"))
 }
