@@ -137,6 +137,28 @@ pub fn helm_bin() -> PathBuf {
 /// The `schemathesis` command (the OpenAPI fuzzer): `$BURROW_SCHEMATHESIS`,
 /// else the virtualenv of `scripts/schemathesis.sh` (made on first use,
 /// from PyPI, under `target/schemathesis`).
+/// The python of a virtualenv with the official MCP SDK (PyPI `mcp`), from
+/// `scripts/mcp-client.sh` (made once per version).
+pub fn mcp_client_python() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        // Made already (checked before the lock, which a test run as an
+        // unprivileged user over root's build could not take). The version
+        // is scripts/mcp-client.sh's.
+        let made = workspace_root().join("target/mcp-client/2.3.0");
+        if made.join(".complete").exists() {
+            return made.join("bin/python");
+        }
+        tool_from_script(
+            Some("BURROW_MCP_PYTHON"),
+            "scripts/mcp-client.sh",
+            "target/mcp-client/.lock",
+            "python3 -m venv and PyPI are needed",
+        )
+    })
+    .clone()
+}
+
 pub fn schemathesis_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {

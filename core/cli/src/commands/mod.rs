@@ -12,6 +12,7 @@ mod images;
 mod lifecycle;
 mod logs;
 mod ls;
+mod mcp;
 mod metrics;
 mod modify;
 mod output;
@@ -83,6 +84,9 @@ enum Command {
     /// A ping is not activity: it never keeps an idle sandbox alive (add
     /// --touch for that) and never starts a reclaimed one.
     Ping(ping::PingArgs),
+    /// Serve burrow's sandboxes as tools of an MCP server over stdio (for
+    /// an agent's MCP configuration). Work in progress.
+    Mcp(mcp::McpArgs),
     /// Count as activity: keeps an idle timeout from reclaiming the sandbox.
     Touch(lifecycle::Target),
     /// Change limits, environment, labels or timeouts of a sandbox.
@@ -186,6 +190,7 @@ async fn dispatch(ctx: Ctx, command: Command) -> anyhow::Result<u8> {
         Command::Pause(a) => lifecycle::pause(ctx, a).await,
         Command::Resume(a) => lifecycle::resume(ctx, a).await,
         Command::Ping(a) => ping::ping(ctx, a).await,
+        Command::Mcp(a) => mcp::mcp(ctx, a).await,
         Command::Touch(a) => ping::touch(ctx, a).await,
         Command::Modify(a) => modify::modify(ctx, a).await,
         Command::Metrics(a) => metrics::metrics(ctx, a).await,

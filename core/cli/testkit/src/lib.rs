@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use burrow::{Backend, LocalBackend, SandboxBuilder};
 /// The environment shared with the other end-to-end suites.
 pub use burrow_test_support::{
-    agent_bin, burrow_bin, busybox_rootfs, helm_bin, mcp_image, probe, processes_with, registry,
-    schemathesis_bin, workspace_root,
+    agent_bin, burrow_bin, busybox_rootfs, helm_bin, mcp_client_python, mcp_image, probe,
+    processes_with, registry, schemathesis_bin, workspace_root,
 };
 
 static ENV: Once = Once::new();
@@ -110,6 +110,11 @@ impl TestHome {
     }
 
     /// A `burrow` CLI command bound to this home.
+    /// [`TestHome::cli`] as a tokio command.
+    pub fn cli_async(&self) -> tokio::process::Command {
+        tokio::process::Command::from(self.cli())
+    }
+
     pub fn cli(&self) -> Command {
         let mut c = Command::new(burrow_bin());
         c.env("BURROW_HOME", self.path())

@@ -1,0 +1,206 @@
+#![allow(clippy::unwrap_used)]
+//! `burrow mcp` driven by a real MCP client: the official Python SDK
+//! (PyPI `mcp`, `tests/mcp/client.py`) spawns it over stdio on a test home
+//! and creates a sandbox of the test image, refuses an image the policy
+//! does not allow (a tool error with burrow's code), streams an exec's
+//! output as progress notifications, cancels one (its process killed), writes and reads a file, destroys
+//! the sandbox, and gets `not_found` after.
+
+use burrow_cli_testkit as common;
+
+use common::{agent_bin, burrow_bin, mcp_client_python, mcp_image, workspace_root, TestHome};
+use serde_json::Value;
+
+/// Runs tests/mcp/client.py with `transport` (`stdio`, or `http:URL`)
+/// against `burrow mcp` on `th`; returns what it saw.
+async fn client(th: &TestHome, transport: &str) -> Value {
+    let python = tokio::task::spawn_blocking(mcp_client_python)
+        .await
+        .unwrap();
+    let out = tokio::process::Command::new(python)
+        .arg(workspace_root().join("tests/mcp/client.py"))
+        .arg(transport)
+        .arg(burrow_bin())
+        .arg("busybox")
+        .args([
+            "--allow-image",
+            "busybox",
+            "--max-sandboxes",
+            "2",
+            "--max-cpus",
+            "2",
+        ])
+        .env("BURROW_HOME", th.path())
+        .env("BURROW_BIN", burrow_bin())
+        .env("BURROW_AGENT_BIN", agent_bin())
+        .env_remove("BURROW_URL")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client ({transport}) failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// What every transport must have seen.
+fn check(r: &Value) {
+    assert_eq!(r["tools_capability"], true);
+    for tool in ["create", "exec", "fs_read", "fs_write", "destroy", "list"] {
+        assert!(
+            r["tools"].as_array().unwrap().iter().any(|t| t == tool),
+            "{tool}: {}",
+            r["tools"]
+        );
+    }
+    // The input schema is the contract: exact, no other keys.
+    assert_eq!(r["create_schema"]["additionalProperties"], false);
+    assert_eq!(
+        r["create_schema"]["required"],
+        serde_json::json!(["name", "image"])
+    );
+    assert_eq!(r["refused"]["is_error"], true);
+    assert_eq!(r["refused"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["created"]["is_error"], false, "{}", r["created"]);
+    assert_eq!(r["converged_same_id"], true);
+    assert_eq!(r["too_many_cpus"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["no_network"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["exec"]["structured"]["exit_code"], 0, "{}", r["exec"]);
+    assert_eq!(r["exec"]["structured"]["stdout"], "one\ntwo\n");
+    let progress: String = r["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(progress, "one\ntwo\n", "output streamed as progress");
+    let ps = r["after_cancel_ps"].as_str().unwrap();
+    assert!(
+        !ps.contains("sleep 30"),
+        "a cancelled exec's process lives on:\n{ps}"
+    );
+    assert!(ps.contains("ps"), "{ps}");
+    assert_eq!(r["spawned"]["stdout"], "a\nb\n", "{}", r["spawned"]);
+    assert_eq!(r["spawned"]["exit_code"], 0);
+    assert_eq!(r["read_unknown"]["structured"]["code"], "not_found");
+    assert_eq!(r["resources_capability"], true);
+    let resources = r["resources"].as_array().unwrap();
+    for want in ["burrow://sandbox/agent/info", "burrow://sandbox/agent/logs"] {
+        assert!(resources.iter().any(|u| u == want), "{want}: {resources:?}");
+    }
+    assert_eq!(r["info_resource"]["name"], "agent");
+    assert_eq!(r["info_resource"]["status"], "running");
+    assert_ne!(r["missing_resource"], "answered");
+    assert_eq!(r["read"]["structured"]["content"], "hello");
+    assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
+    assert_eq!(r["gone"]["structured"]["code"], "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    check(&client(&th, "stdio").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_drives_burrow_mcp_over_streamable_http() {
+    use tokio::io::AsyncBufReadExt;
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    let mut server = th.cli_async();
+    let mut child = server
+        .args(["mcp", "--listen", "127.0.0.1:0", "--allow-image", "busybox"])
+        .args(["--max-sandboxes", "2", "--max-cpus", "2"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.strip_prefix("listening on ").unwrap().to_owned();
+    check(&client(&th, &format!("http:{url}")).await);
+    // Refused: a listen address other than loopback (no authentication).
+    let out = th
+        .cli()
+        .args(["mcp", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+/// The official TypeScript client (the SDK of examples/mcp, from the
+/// example's image build) over stdio: tools, a refused image, exec
+/// streamed as progress, a cancellation through an AbortSignal killing the
+/// process, a binary file through base64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_drives_burrow_mcp_over_stdio() {
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    let modules = tokio::task::spawn_blocking(sdk_modules).await.unwrap();
+    // The client script beside the SDK's modules.
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(modules, dir.path().join("node_modules")).unwrap();
+    std::fs::copy(
+        workspace_root().join("tests/mcp/client.mjs"),
+        dir.path().join("client.mjs"),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new("node")
+        .arg(dir.path().join("client.mjs"))
+        .arg("stdio")
+        .arg(burrow_bin())
+        .arg("busybox")
+        .args(["--allow-image", "busybox"])
+        .env("BURROW_HOME", th.path())
+        .env("BURROW_BIN", burrow_bin())
+        .env("BURROW_AGENT_BIN", agent_bin())
+        .env_remove("BURROW_URL")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["tools"].as_array().unwrap().iter().any(|t| t == "exec"));
+    assert_eq!(r["refused"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["created"]["is_error"], false, "{}", r["created"]);
+    assert_eq!(r["exec"]["structured"]["stdout"], "one\ntwo\n");
+    let progress: String = r["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(progress, "one\ntwo\n");
+    assert!(r["cancelled"]["aborted"].is_string(), "{}", r["cancelled"]);
+    let ps = r["after_cancel_ps"].as_str().unwrap();
+    assert!(
+        !ps.contains("sleep 30"),
+        "a cancelled exec's process lives on:\n{ps}"
+    );
+    assert_eq!(r["read_binary"]["structured"]["base64"], true);
+    assert_eq!(r["read_binary"]["structured"]["content"], "AAEC/w==");
+    assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
+}
+
+/// The TypeScript SDK's modules of the MCP example's image: one built
+/// already (the newest; what a run as an unprivileged user over root's
+/// build can use without the build's lock), else built now.
+fn sdk_modules() -> std::path::PathBuf {
+    let built = std::fs::read_dir(workspace_root().join("target/mcp"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("rootfs/app/node_modules"))
+        .filter(|m| m.join("@modelcontextprotocol/sdk").exists())
+        .max_by_key(|m| m.metadata().and_then(|md| md.modified()).ok());
+    built.unwrap_or_else(|| mcp_image().join("rootfs/app/node_modules"))
+}
