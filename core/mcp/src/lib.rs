@@ -1,5 +1,5 @@
 //! `burrow mcp`: burrow's sandboxes as tools of an MCP server, for any
-//! agent. WORK IN PROGRESS (issue 42): the first tools, over stdio.
+//! agent, over stdio or streamable HTTP.
 //!
 //! Every tool acts through one [`Backend`] (local, remote or Kubernetes,
 //! chosen as the CLI chooses), within a [`Policy`]; every sandbox it
@@ -14,53 +14,19 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam};
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler};
-use serde::Deserialize;
+
+mod args;
+mod policy;
+mod resources;
+mod spawned;
+
+pub use args::*;
+pub use policy::Policy;
+pub use spawned::MAX_SPAWN_BUFFER;
+use spawned::{Processes, Spawned};
 
 /// The label on every sandbox the server creates.
 pub const LABEL: &str = "burrow.mcp";
-
-/// What an agent may do.
-#[derive(Debug, Clone, Default)]
-pub struct Policy {
-    /// Images it may use (empty: any).
-    pub allowed_images: Vec<String>,
-    /// Sandboxes it may have at once (its own, by [`LABEL`]; `None`: no
-    /// limit).
-    pub max_sandboxes: Option<usize>,
-    /// The most CPUs one sandbox may ask for (`None`: no limit).
-    pub max_cpus: Option<f64>,
-    /// The most memory one sandbox may ask for, in MiB (`None`: no limit).
-    pub max_memory_mb: Option<u64>,
-    /// Whether a sandbox may have a network at all (default: none).
-    pub allow_network: bool,
-}
-
-/// Output kept per spawned process between two reads (older bytes are
-/// dropped and counted).
-pub const MAX_SPAWN_BUFFER: usize = 1024 * 1024;
-
-/// A spawned process's output not read yet, and its end.
-#[derive(Debug, Default)]
-struct Spawned {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    dropped: usize,
-    exit: Option<(Option<i32>, Option<i32>)>,
-    error: Option<String>,
-}
-
-impl Spawned {
-    fn keep(buf: &mut Vec<u8>, dropped: &mut usize, data: &[u8]) {
-        buf.extend_from_slice(data);
-        if buf.len() > MAX_SPAWN_BUFFER {
-            let over = buf.len() - MAX_SPAWN_BUFFER;
-            buf.drain(..over);
-            *dropped += over;
-        }
-    }
-}
-
-type Processes = Arc<std::sync::Mutex<std::collections::HashMap<u64, Spawned>>>;
 
 /// The MCP server.
 #[derive(Clone)]
@@ -79,102 +45,6 @@ impl std::fmt::Debug for BurrowMcp {
             .finish_non_exhaustive()
     }
 }
-
-/// `create` arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateArgs {
-    /// The sandbox's name.
-    pub name: String,
-    /// The image (a registry reference, or a named image).
-    pub image: String,
-    /// CPU limit in cores.
-    pub cpus: Option<f64>,
-    /// Memory limit in MiB.
-    pub memory_mb: Option<u64>,
-    /// Network rules the sandbox may reach (`tcp:example.com:443`, ...);
-    /// absent: no network.
-    pub network_allow: Option<Vec<String>>,
-    /// Seconds idle before the sandbox is stopped (its files stay).
-    pub idle_timeout_s: Option<u64>,
-}
-
-/// Arguments naming a sandbox.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NameArgs {
-    /// The sandbox's name.
-    pub name: String,
-}
-
-/// `exec` arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExecArgs {
-    /// The sandbox's name.
-    pub name: String,
-    /// The command and its arguments.
-    pub argv: Vec<String>,
-}
-
-/// Arguments naming a file in a sandbox.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PathArgs {
-    /// The sandbox's name.
-    pub name: String,
-    /// An absolute path in the sandbox.
-    pub path: String,
-}
-
-/// `fs_write` arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WriteArgs {
-    /// The sandbox's name.
-    pub name: String,
-    /// An absolute path in the sandbox.
-    pub path: String,
-    /// The content: text, or base64 when `base64` is true.
-    pub content: String,
-    /// Whether `content` is base64 (for binary files).
-    #[serde(default)]
-    pub base64: bool,
-}
-
-/// `fs_remove` arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RemoveArgs {
-    /// The sandbox's name.
-    pub name: String,
-    /// An absolute path in the sandbox.
-    pub path: String,
-    /// Remove a directory and what it holds.
-    #[serde(default)]
-    pub recursive: bool,
-}
-
-/// `logs` arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LogsArgs {
-    /// The sandbox's name.
-    pub name: String,
-    /// The last this many lines (default 100, at most 1000).
-    pub tail: Option<usize>,
-}
-
-/// `read` arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReadArgs {
-    /// The process, as `spawn` gave it.
-    pub process: u64,
-}
-
-/// The largest file `fs_read` returns and `fs_write` takes.
-pub const MAX_FILE: usize = 4 * 1024 * 1024;
 
 /// A burrow error as a tool error: the message, and the code in the
 /// structured content.
@@ -549,46 +419,8 @@ impl BurrowMcp {
         self.do_create_with(a, false).await
     }
 
-    /// Checks `a` against the policy; a refusal is `invalid_config` naming
-    /// the field.
-    fn check(&self, a: &CreateArgs) -> Result<(), Error> {
-        let refuse = |field: &str, reason: String| {
-            Err(Error::InvalidConfig {
-                field: field.into(),
-                reason,
-            })
-        };
-        if let (Some(max), Some(c)) = (self.policy.max_cpus, a.cpus) {
-            if c > max {
-                return refuse("cpus", format!("{c} is over this server's limit of {max}"));
-            }
-        }
-        if let (Some(max), Some(m)) = (self.policy.max_memory_mb, a.memory_mb) {
-            if m > max {
-                return refuse(
-                    "memory_mb",
-                    format!("{m} is over this server's limit of {max}"),
-                );
-            }
-        }
-        if a.network_allow.is_some() && !self.policy.allow_network {
-            return refuse(
-                "network_allow",
-                "this server's sandboxes have no network".into(),
-            );
-        }
-        Ok(())
-    }
-
     async fn do_create_with(&self, a: CreateArgs, converge: bool) -> Result<CallToolResult, Error> {
-        self.check(&a)?;
-        if !self.policy.allowed_images.is_empty() && !self.policy.allowed_images.contains(&a.image)
-        {
-            return Err(Error::InvalidConfig {
-                field: "image".into(),
-                reason: format!("{:?} is not an image this server allows", a.image),
-            });
-        }
+        self.policy.check(&a)?;
         // Converging on a sandbox that exists adds nothing.
         let exists = converge
             && SandboxHandle::get_in(self.backend.clone(), &a.name)
@@ -688,10 +520,6 @@ impl BurrowMcp {
     }
 }
 
-/// A sandbox's resources: `burrow://sandbox/<name>/info` (its record, JSON)
-/// and `burrow://sandbox/<name>/logs` (its last 200 log lines).
-const RESOURCE_PREFIX: &str = "burrow://sandbox/";
-
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for BurrowMcp {
     fn get_info(&self) -> rmcp::model::ServerConfig {
@@ -708,23 +536,7 @@ impl ServerHandler for BurrowMcp {
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
-        let all = self
-            .backend
-            .list(&ListFilter::default())
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let mut resources = Vec::new();
-        for s in all {
-            for (what, mime) in [("info", "application/json"), ("logs", "text/plain")] {
-                let mut r = rmcp::model::Resource::new(
-                    format!("{RESOURCE_PREFIX}{}/{what}", s.name),
-                    format!("{} {what}", s.name),
-                );
-                r.mime_type = Some(mime.into());
-                resources.push(r);
-            }
-        }
-        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
+        resources::list(&self.backend).await
     }
 
     async fn read_resource(
@@ -732,47 +544,7 @@ impl ServerHandler for BurrowMcp {
         request: rmcp::model::ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
-        let uri = request.uri;
-        let parsed = uri
-            .strip_prefix(RESOURCE_PREFIX)
-            .and_then(|rest| rest.rsplit_once('/'));
-        let Some((name, what)) = parsed else {
-            return Err(ErrorData::resource_not_found(
-                format!("no resource {uri}"),
-                None,
-            ));
-        };
-        let text = async {
-            let h = SandboxHandle::get_in(self.backend.clone(), name).await?;
-            let info = h.info().await?;
-            match what {
-                "info" => Ok(serde_json::to_string_pretty(&info).unwrap_or_default()),
-                "logs" => {
-                    let opts = burrow::LogOptions::default().tail(200);
-                    let mut stream = self.backend.logs(&info.name, &info.id, &opts).await?;
-                    let mut text = String::new();
-                    while let Some(line) = stream.next().await {
-                        text.push_str(&line?.text);
-                        text.push('\n');
-                    }
-                    Ok(text)
-                }
-                _ => Err(Error::NotFound {
-                    what: format!("resource {uri}"),
-                    name: None,
-                    id: None,
-                }),
-            }
-        }
-        .await
-        .map_err(|e: Error| ErrorData::resource_not_found(e.to_string(), None))?;
-        Ok(
-            rmcp::model::ReadResourceResult::new(vec![rmcp::model::ResourceContents::text(
-                text,
-                uri.clone(),
-            )])
-            .into(),
-        )
+        resources::read(&self.backend, request.uri).await
     }
 }
 
