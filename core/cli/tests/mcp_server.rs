@@ -126,10 +126,12 @@ async fn the_python_sdk_drives_burrow_mcp_over_streamable_http() {
     // Refused: a listen address other than loopback (no authentication).
     let out = th
         .cli()
-        .args(["mcp", "--listen", "0.0.0.0:0"])
+        .args(["--json", "mcp", "--listen", "0.0.0.0:0"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(6), "invalid_argument's exit code");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["error"]["code"], "invalid_argument");
 }
 
 /// The official TypeScript client (the SDK of examples/mcp, from the

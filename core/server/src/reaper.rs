@@ -244,6 +244,11 @@ pub async fn run(state: Arc<AppState>) {
                 tracing::warn!(error = %e, "pruning the event log failed");
             }
         }
+        let expired =
+            crate::store::now_ms() - crate::store::ms(state.config.gateway.mcp_session_ttl);
+        if let Err(e) = state.store.purge_mcp_sessions(expired).await {
+            tracing::warn!(error = %e, "purging expired MCP sessions failed");
+        }
         // A lock session lost while calls run is replaced now, not at the
         // next call.
         if let Err(e) = state.store.calls().check().await {

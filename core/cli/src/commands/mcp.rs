@@ -1,6 +1,6 @@
-//! `burrow mcp`: an MCP server over stdio whose tools are burrow's
-//! sandboxes (WORK IN PROGRESS, issue 42), on the backend the CLI would
-//! use (local home, `BURROW_URL`, Kubernetes).
+//! `burrow mcp`: an MCP server over stdio (or streamable HTTP on a
+//! loopback address) whose tools are burrow's sandboxes, on the backend the
+//! CLI would use (local home, `BURROW_URL`, Kubernetes).
 
 use clap::Args;
 
@@ -42,7 +42,13 @@ pub(crate) async fn mcp(ctx: Ctx, args: McpArgs) -> anyhow::Result<u8> {
     match args.listen {
         Some(addr) => {
             if !addr.ip().is_loopback() {
-                anyhow::bail!("--listen {addr}: only a loopback address (no authentication)");
+                return Err(burrow::Error::InvalidArgument {
+                    argument: "--listen".into(),
+                    reason: format!(
+                        "{addr} is not a loopback address (there is no authentication)"
+                    ),
+                }
+                .into());
             }
             let listener = tokio::net::TcpListener::bind(addr).await?;
             println!("listening on http://{}/mcp", listener.local_addr()?);

@@ -30,6 +30,7 @@
 //! | `tls.key`                         | `BURROW_SERVE_TLS_KEY`             | none (plain HTTP)            |
 //! | `gateway.startup_timeout`         | `BURROW_SERVE_STARTUP_TIMEOUT`     | `60s`                        |
 //! | `gateway.retry_after`             | `BURROW_SERVE_RETRY_AFTER`         | `1s`                         |
+//! | `gateway.mcp_session_ttl`         | `BURROW_SERVE_MCP_SESSION_TTL`     | `24h` (at least `1m`)        |
 //! | `gateway.lease_ttl`               | `BURROW_SERVE_LEASE_TTL`           | `30s`                        |
 //! | `gateway.heartbeat_interval`      | `BURROW_SERVE_HEARTBEAT_INTERVAL`  | `lease_ttl / 3`              |
 //! | `reaper.idle_timeout`             | `BURROW_SERVE_IDLE_TIMEOUT`        | `15m` (`0` disables reclaim) |

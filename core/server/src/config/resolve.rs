@@ -16,9 +16,9 @@ use super::settings::{
     Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUDIT_RETENTION, AUTH_REQUIRED, BACKEND, DATABASE,
     EVENTS_RETENTION, HEARTBEAT_INTERVAL, HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE,
     KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS, KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE,
-    KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, REPLICA_ID,
-    REQUESTS_PER_MINUTE, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL, TLS_CERT,
-    TLS_KEY, WEBHOOK_BACKOFF, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_TIMEOUT,
+    KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, MCP_SESSION_TTL,
+    REPLICA_ID, REQUESTS_PER_MINUTE, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL,
+    TLS_CERT, TLS_KEY, WEBHOOK_BACKOFF, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_TIMEOUT,
 };
 use super::values::{
     absolute, as_str, default_database, default_home, default_replica_id, format_duration,
@@ -255,6 +255,20 @@ impl<'a> Layers<'a> {
             None => lease_ttl / 3,
         };
 
+        let mcp_session_ttl = self
+            .get(MCP_SESSION_TTL, |raw| {
+                let d = parse_duration_raw(raw)?;
+                if d < Duration::from_secs(60) {
+                    Err(format!(
+                        "{} is too short; must be at least 1m",
+                        format_duration(d)
+                    ))
+                } else {
+                    Ok(d)
+                }
+            })?
+            .map_or(Duration::from_secs(24 * 3600), |v| v.value);
+
         let idle_timeout = match self.get(IDLE_TIMEOUT, parse_duration_raw)? {
             Some(v) if v.value.is_zero() => None,
             Some(v) => Some(v.value),
@@ -338,6 +352,7 @@ impl<'a> Layers<'a> {
                 retry_after,
                 lease_ttl,
                 heartbeat_interval,
+                mcp_session_ttl,
             },
             reaper: ReaperConfig {
                 idle_timeout,

@@ -197,6 +197,9 @@ pub struct GatewayConfig {
     pub lease_ttl: Duration,
     /// How often a running call renews its lease (> 0, < `lease_ttl`).
     pub heartbeat_interval: Duration,
+    /// How long the gateway keeps an MCP session it re-establishes after a
+    /// reclaim, counted from its last call (>= 1m).
+    pub mcp_session_ttl: Duration,
 }
 
 /// `[audit]`: the audit log.

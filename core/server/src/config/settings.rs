@@ -91,6 +91,10 @@ pub(super) const LEASE_TTL: Setting = Setting {
     key: "gateway.lease_ttl",
     env: "BURROW_SERVE_LEASE_TTL",
 };
+pub(super) const MCP_SESSION_TTL: Setting = Setting {
+    key: "gateway.mcp_session_ttl",
+    env: "BURROW_SERVE_MCP_SESSION_TTL",
+};
 pub(super) const HEARTBEAT_INTERVAL: Setting = Setting {
     key: "gateway.heartbeat_interval",
     env: "BURROW_SERVE_HEARTBEAT_INTERVAL",
@@ -158,6 +162,7 @@ pub(super) const SETTINGS: &[Setting] = &[
     TLS_KEY,
     STARTUP_TIMEOUT,
     RETRY_AFTER,
+    MCP_SESSION_TTL,
     LEASE_TTL,
     HEARTBEAT_INTERVAL,
     IDLE_TIMEOUT,

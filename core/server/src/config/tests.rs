@@ -86,6 +86,7 @@ fn defaults() {
             retry_after: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
+            mcp_session_ttl: Duration::from_secs(24 * 3600),
         }
     );
     assert_eq!(c.reaper.idle_timeout, Some(Duration::from_secs(900)));
@@ -140,6 +141,7 @@ const FULL: &str = r#"
     retry_after = "2s"
     lease_ttl = "1m"
     heartbeat_interval = "15s"
+    mcp_session_ttl = "2h"
 
     [reaper]
     idle_timeout = "1h30m"
@@ -176,6 +178,7 @@ fn file_parsing() {
     assert_eq!(c.gateway.startup_timeout, Duration::from_secs(120));
     assert_eq!(c.gateway.retry_after, Duration::from_secs(2));
     assert_eq!(c.gateway.lease_ttl, Duration::from_secs(60));
+    assert_eq!(c.gateway.mcp_session_ttl, Duration::from_secs(2 * 3600));
     assert_eq!(c.gateway.heartbeat_interval, Duration::from_secs(15));
     assert_eq!(c.reaper.idle_timeout, Some(Duration::from_secs(5400)));
     assert_eq!(c.reaper.sweep_interval, Duration::from_millis(250));
@@ -519,6 +522,11 @@ fn value_validation() {
         ("BURROW_SERVE_RETRY_AFTER", "1.5s", "gateway.retry_after"),
         ("BURROW_SERVE_RETRY_AFTER", "0", "gateway.retry_after"),
         ("BURROW_SERVE_LEASE_TTL", "999ms", "gateway.lease_ttl"),
+        (
+            "BURROW_SERVE_MCP_SESSION_TTL",
+            "59s",
+            "gateway.mcp_session_ttl",
+        ),
         (
             "BURROW_SERVE_HEARTBEAT_INTERVAL",
             "30s",

@@ -24,6 +24,7 @@ use sqlx::{AnyConnection, AnyPool, Connection};
 mod audit;
 mod calls;
 mod events;
+mod mcp_sessions;
 mod quotas;
 mod reaper;
 mod runtime;
@@ -37,6 +38,7 @@ pub use events::{
     Delivery, DeliveryAttempt, DeliveryNext, DueDelivery, EventRow, NewEvent, PumpTurn, SeenRow,
     Webhook,
 };
+pub use mcp_sessions::McpSession;
 pub use quotas::{QuotaTurn, Quotas};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
@@ -359,6 +361,10 @@ impl Store {
                     "0003_events.sql",
                     include_str!("../../migrations/sqlite/0003_events.sql"),
                 ),
+                (
+                    "0004_mcp_sessions.sql",
+                    include_str!("../../migrations/sqlite/0004_mcp_sessions.sql"),
+                ),
             ],
             DbKind::Postgres => &[
                 (
@@ -372,6 +378,10 @@ impl Store {
                 (
                     "0003_events.sql",
                     include_str!("../../migrations/postgres/0003_events.sql"),
+                ),
+                (
+                    "0004_mcp_sessions.sql",
+                    include_str!("../../migrations/postgres/0004_mcp_sessions.sql"),
                 ),
             ],
         });

@@ -79,13 +79,16 @@ impl Store {
         rows.iter().map(target_from_row).collect()
     }
 
-    /// Deletes a target and its runtime state; false if there was none.
+    /// Deletes a target, its runtime state and its MCP sessions; false if
+    /// there was none.
     pub async fn delete_target(&self, id: &str) -> Result<bool> {
         let _turn = self.write_turn().await;
-        sqlx::query("DELETE FROM runtime_state WHERE target_id = $1")
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
+        for table in ["runtime_state", "mcp_sessions"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE target_id = $1"))
+                .bind(id)
+                .execute(&self.pool)
+                .await?;
+        }
         let r = sqlx::query("DELETE FROM targets WHERE id = $1")
             .bind(id)
             .execute(&self.pool)
