@@ -34,6 +34,8 @@ pub struct Metrics {
     pub gw_busy: AtomicU64,
     /// Gateway calls answered 502 (start failed, upstream unreachable).
     pub gw_failed: AtomicU64,
+    /// MCP sessions the gateway re-established on a new server.
+    pub gw_mcp_replays: AtomicU64,
     /// Starts made by the gateway that succeeded.
     pub starts_ok: AtomicU64,
     /// Starts made by the gateway that failed.
@@ -128,6 +130,13 @@ pub async fn render(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoRe
             ("outcome=\"busy\"", g(&m.gw_busy)),
             ("outcome=\"failed\"", g(&m.gw_failed)),
         ],
+    );
+    line(
+        &mut out,
+        "burrow_gateway_mcp_sessions_reestablished_total",
+        "counter",
+        "MCP sessions the gateway re-established on a new server (their initialize replayed after a reclaim).",
+        &[("", g(&m.gw_mcp_replays))],
     );
     line(
         &mut out,

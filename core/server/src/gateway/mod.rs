@@ -45,6 +45,7 @@ use crate::targets::not_found;
 use crate::tenancy::Caller;
 
 mod call;
+mod mcp;
 mod start;
 
 use call::{open_call, GuardedBody, LeaseGuard};
@@ -58,6 +59,7 @@ pub struct Gateway {
     targets: Mutex<HashMap<String, (i64, Arc<Target>)>>,
     entries: Mutex<HashMap<String, Entry>>,
     client: OnceLock<Client<HttpConnector, Body>>,
+    replays: mcp::Replays,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -190,6 +192,9 @@ async fn ours(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()> {
 }
 
 async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<Response> {
+    if let Some(r) = mcp::refuse_stream(state, id, req.method(), req.headers()).await? {
+        return Ok(r);
+    }
     let (target, lease, ready) = open_call(state, id).await?;
     let path_and_query = forwarded_path(req.uri());
     // A protocol upgrade (WebSocket, ...): the client's side of it, relayed
@@ -265,11 +270,20 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
             keep_upgrade(&mut parts.headers, &upgrade);
             parts.uri = uri;
             parts.version = axum::http::Version::HTTP_11;
+            let (mcp, body) = mcp::classify(state, id, &mut parts, body).await?;
             let mut conn = conn;
             let res = conn
                 .send_request(Request::from_parts(parts, body))
                 .await
                 .map_err(|e| upstream_error(state, id, &e.to_string()))?;
+            let upstream = mcp::Upstream {
+                state,
+                target: &target,
+                sid: &sid,
+                generation,
+                port,
+            };
+            let (res, conn) = mcp.answer(&upstream, res, conn).await?;
             state.metrics.inc(if cold {
                 &state.metrics.gw_cold
             } else {
