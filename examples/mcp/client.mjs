@@ -9,6 +9,13 @@
 //   node client.mjs URL tools                      the tool names
 //   node client.mjs URL call TOOL [JSON-ARGS]      call a tool (progress shown as it streams)
 //   node client.mjs URL bench N TOOL [JSON-ARGS]   N calls after one warm-up, their milliseconds
+//   node client.mjs URL session                    one session, driven by JSON lines on stdin:
+//       {"call": TOOL, "args": {...}, "via": URL?}      a call (through another endpoint, e.g.
+//                                                       another replica, if "via" is given)
+//       {"concurrent": [{"call": ..., "via": ...}, ...]} calls at once, each sent once the one
+//                                                       before it went out
+//       {"end": true}                                   ends the session (DELETE) and exits
+//     and one JSON line out per line in: {result, sessionId (the client's), retries}
 //
 // URL is the MCP endpoint, e.g. http://127.0.0.1:7777/gw/sb_.../mcp; the
 // API token is $BURROW_TOKEN. Each command prints one JSON line:
@@ -24,11 +31,14 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * `maxRetryWaitMs` each, and for `deadlineMs` in all) and counts them in
  * `stats.retries`.
  */
-export function gatewayFetch(stats, { maxRetryWaitMs = Infinity, deadlineMs = 300_000 } = {}) {
+export function gatewayFetch(stats, { maxRetryWaitMs = Infinity, deadlineMs = 300_000, via } = {}) {
   return async (url, init) => {
     const end = Date.now() + deadlineMs;
+    // Another endpoint for this request (`via()`: its origin and path).
+    const to = via?.() ?? url;
+    stats.sent = (stats.sent ?? 0) + 1;
     for (;;) {
-      const res = await fetch(url, init);
+      const res = await fetch(to, init);
       const after = Number(res.headers.get("retry-after"));
       if (res.status !== 503 || !Number.isFinite(after) || Date.now() > end) return res;
       stats.retries += 1;
@@ -39,15 +49,15 @@ export function gatewayFetch(stats, { maxRetryWaitMs = Infinity, deadlineMs = 30
 }
 
 /** Connects (the MCP initialize exchange) to the endpoint `url`. */
-export async function connect(url, { token, maxRetryWaitMs, deadlineMs } = {}) {
+export async function connect(url, { token, maxRetryWaitMs, deadlineMs, via } = {}) {
   const stats = { retries: 0 };
   const transport = new StreamableHTTPClientTransport(new URL(url), {
-    fetch: gatewayFetch(stats, { maxRetryWaitMs, deadlineMs }),
+    fetch: gatewayFetch(stats, { maxRetryWaitMs, deadlineMs, via }),
     requestInit: token ? { headers: { authorization: `Bearer ${token}` } } : undefined,
   });
   const client = new Client({ name: "burrow-mcp-example-client", version: "0.1.0" });
   await client.connect(transport);
-  return { client, stats };
+  return { client, stats, transport };
 }
 
 /** The text of a tool result. */
@@ -61,7 +71,13 @@ async function main(argv) {
   }
   const t0 = performance.now();
   const maxRetryWaitMs = process.env.MCP_MAX_RETRY_WAIT_MS ? Number(process.env.MCP_MAX_RETRY_WAIT_MS) : undefined;
-  const { client, stats } = await connect(url, { token: process.env.BURROW_TOKEN, maxRetryWaitMs });
+  let via;
+  const { client, stats, transport } = await connect(url, {
+    token: process.env.BURROW_TOKEN,
+    maxRetryWaitMs,
+    via: () => via,
+  });
+  if (command === "session") return session(client, stats, transport, (v) => (via = v));
   const out = { command };
   if (command === "tools") {
     out.tools = (await client.listTools()).tools.map((t) => t.name);
@@ -100,6 +116,41 @@ async function main(argv) {
   out.retries = stats.retries;
   await client.close();
   console.log(JSON.stringify(out));
+  return 0;
+}
+
+/** The `session` command: calls read from stdin on one session. */
+async function session(client, stats, transport, setVia) {
+  const call = async (c) => {
+    const r = await client.callTool({ name: c.call, arguments: c.args ?? {} });
+    return { result: resultText(r), isError: r.isError ?? false };
+  };
+  const lines = (await import("node:readline")).createInterface({ input: process.stdin });
+  for await (const line of lines) {
+    const c = JSON.parse(line);
+    const retries = stats.retries;
+    let out;
+    if (c.end) {
+      await transport.terminateSession();
+      out = { ended: true };
+    } else if (c.concurrent) {
+      const running = [];
+      for (const one of c.concurrent) {
+        const sent = stats.sent;
+        setVia(one.via);
+        running.push(call(one));
+        while (stats.sent === sent) await new Promise((r) => setImmediate(r));
+      }
+      out = { results: await Promise.all(running) };
+    } else {
+      setVia(c.via);
+      out = await call(c);
+    }
+    setVia(undefined);
+    console.log(JSON.stringify({ ...out, sessionId: transport.sessionId, retries: stats.retries - retries }));
+    if (c.end) break;
+  }
+  await client.close();
   return 0;
 }
 

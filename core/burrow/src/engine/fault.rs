@@ -64,6 +64,9 @@ listed_enum! {
         /// `burrow serve` gateway: holds a call that found its target not
         /// ready, before it claims the start.
         GatewayBeforeClaim = "gateway.before_claim",
+        /// `burrow serve` gateway: holds a call that re-established an MCP
+        /// session on a new server, before it maps the client's id to it.
+        GatewayMcpBeforeRemap = "gateway.mcp.before_remap",
         /// `burrow serve` quotas: holds an operation that passed its
         /// tenant's quota check, in the tenant's quota turn, before it runs.
         QuotaInTurn = "quota.in_turn",

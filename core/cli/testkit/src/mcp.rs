@@ -89,6 +89,75 @@ pub fn slow_server_command(delay_s: u32) -> Vec<String> {
     ]
 }
 
+/// The target command of the stateful server (`MCP_STATEFUL=1`: sessions,
+/// and the tool `count`).
+pub fn stateful_server_command() -> Vec<String> {
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        "MCP_STATEFUL=1 /usr/bin/node /app/server.mjs >/tmp/mcp-server.log 2>&1 &".into(),
+    ]
+}
+
+/// One MCP session of the example's client (`client.mjs URL session`),
+/// driven a JSON line at a time: it initializes once, then every call
+/// carries its session id.
+pub struct SessionClient {
+    child: Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl SessionClient {
+    /// Starts the client on the endpoint `url` (it initializes there).
+    pub fn spawn(url: &str, token: &str) -> SessionClient {
+        let mut child = Command::new("node")
+            .arg(super::mcp_image().join("rootfs/app/client.mjs"))
+            .args([url, "session"])
+            .env("BURROW_TOKEN", token)
+            .env_remove("NODE_EXTRA_CA_CERTS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning node (is Node.js installed?)");
+        let out = child.stdout.take().expect("stdout");
+        SessionClient {
+            child,
+            lines: std::io::BufRead::lines(std::io::BufReader::new(out)),
+        }
+    }
+
+    /// Sends one command line without waiting for its answer.
+    pub fn send(&mut self, command: &Value) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{command}").expect("writing to the MCP client");
+    }
+
+    /// The answer line of the command sent before.
+    pub fn read(&mut self) -> Value {
+        let line = self
+            .lines
+            .next()
+            .expect("the MCP client ended")
+            .expect("reading the MCP client");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Sends a command and reads its answer.
+    pub fn call(&mut self, command: Value) -> Value {
+        self.send(&command);
+        self.read()
+    }
+}
+
+impl Drop for SessionClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The value of a sample in the `/metrics` of the replica at `url` (0 if
 /// absent).
 pub fn metric(url: &str, token: &str, sample: &str) -> u64 {

@@ -235,6 +235,17 @@ fn split_url(url: &str) -> (String, String) {
 
 /// Opens a connection and sends a request; returns the stream to read from.
 pub fn send(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> TcpStream {
+    send_with(method, url, token, &[], body)
+}
+
+/// [`send`] with extra request headers.
+pub fn send_with(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> TcpStream {
     let (authority, prefix) = split_url(url);
     let mut s = TcpStream::connect(&authority).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
@@ -246,6 +257,9 @@ pub fn send(method: &str, url: &str, token: Option<&str>, body: Option<&str>) ->
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
     if let Some(t) = token {
         req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
     }
     let body = body.unwrap_or("");
     if !body.is_empty() || method != "GET" {

@@ -363,6 +363,8 @@ async fn reestablish(up: &Upstream<'_>, session: &McpSession, path: &Uri) -> Api
                 "replaying an MCP session's initialize timed out",
             )
         })??;
+    // Tests hold a replay here while another replica's goes first.
+    burrow::internal::fault::hold(burrow::internal::fault::Fault::GatewayMcpBeforeRemap).await;
     if store
         .remap_mcp_session(target, &session.session, &session.upstream, &new, now_ms())
         .await?
