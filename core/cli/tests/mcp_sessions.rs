@@ -244,3 +244,71 @@ async fn a_stateful_mcp_servers_session_survives_reclaims_through_two_replicas()
     let log = format!("{}{}", a.log(), b.log());
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// With `idle_action = hibernate` (the vm driver), the server's memory, and
+/// so its sessions, live through the idle reclaim: the next call resumes
+/// the guest and goes to the same server session, with nothing replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hibernated_vm_keeps_its_mcp_servers_sessions() {
+    let th = TestHome::new().await;
+    let url = tokio::task::spawn_blocking(|| cluster().create_database("mcp_hibernate").unwrap())
+        .await
+        .unwrap();
+    // The gateway's reaper is off: the sandbox's own idle timeout
+    // hibernates it.
+    let env = ServeEnv::new(th.path(), &url).set("IDLE_TIMEOUT", "0");
+    let token = {
+        let env = env.clone();
+        tokio::task::spawn_blocking(move || env.create_token("mcp"))
+            .await
+            .unwrap()
+    };
+    let server = env.start("a");
+    let h = burrow::Sandbox::builder("stateful-vm")
+        .image(mcp::rootfs())
+        .backend(th.dyn_backend())
+        .driver("vm")
+        .memory_mb(512)
+        .idle_timeout(Duration::from_secs(3))
+        .idle_action(burrow::IdleAction::Hibernate)
+        .detached(true)
+        .define()
+        .await
+        .unwrap();
+    let id = h.id().to_string();
+    let body = json!({"port": mcp::PORT, "command": mcp::stateful_server_command()}).to_string();
+    let r = http(
+        "PUT",
+        &format!("{}/v1/gateway/targets/{id}", server.url),
+        Some(&token),
+        Some(&body),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let endpoint = format!("{}/gw/{id}/mcp", server.url);
+
+    let mut client = tokio::task::block_in_place(|| SessionClient::spawn(&endpoint, &token));
+    let first = tokio::task::block_in_place(|| client.call(json!({"call": "count"})));
+    let session = first["sessionId"].as_str().unwrap().to_owned();
+    let (server_session, calls, started) = count(&first);
+    assert_eq!((server_session.as_str(), calls), (session.as_str(), 1));
+
+    // Idle: hibernated (the run ends Stopped, its reason Hibernated).
+    let info = tokio::time::timeout(
+        Duration::from_secs(120),
+        h.wait_for_status(&[burrow::Status::Stopped]),
+    )
+    .await
+    .expect("hibernated within two minutes")
+    .unwrap();
+    let reason = info.last_run.as_ref().and_then(|r| r.exit_reason);
+    assert_eq!(reason, Some(burrow::ExitReason::Hibernated));
+
+    // The next call resumes it: the same process, the same session, its
+    // state, and no replay.
+    let woken = tokio::task::block_in_place(|| client.call(json!({"call": "count"})));
+    assert_eq!(woken["sessionId"], session.as_str(), "{woken}");
+    assert_eq!(count(&woken), (session.clone(), 2, started));
+    assert_eq!(mcp::metric(&server.url, &token, REPLAYS), 0);
+    let end = tokio::task::block_in_place(|| client.call(json!({"end": true})));
+    assert_eq!(end["ended"], true, "{end}");
+}
