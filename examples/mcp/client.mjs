@@ -12,8 +12,9 @@
 //   node client.mjs URL session                    one session, driven by JSON lines on stdin:
 //       {"call": TOOL, "args": {...}, "via": URL?}      a call (through another endpoint, e.g.
 //                                                       another replica, if "via" is given)
-//       {"concurrent": [{"call": ..., "via": ...}, ...]} calls at once, each sent once the one
-//                                                       before it went out
+//       {"concurrent": [{"call": ..., "via": ..., "after": FILE?}, ...]}
+//                                                       calls at once, each sent once the one
+//                                                       before it went out (and FILE exists)
 //       {"end": true}                                   ends the session (DELETE) and exits
 //     and one JSON line out per line in: {result, sessionId (the client's), retries}
 //
@@ -21,6 +22,7 @@
 // API token is $BURROW_TOKEN. Each command prints one JSON line:
 // `retries` counts the 503s waited out, `firstMs` is the time from the
 // first request to the first answer of the command.
+import { existsSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -136,6 +138,7 @@ async function session(client, stats, transport, setVia) {
     } else if (c.concurrent) {
       const running = [];
       for (const one of c.concurrent) {
+        while (one.after && !existsSync(one.after)) await sleep(20);
         const sent = stats.sent;
         setVia(one.via);
         running.push(call(one));

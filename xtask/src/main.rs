@@ -103,7 +103,7 @@ fn dispatch(args: &[String]) -> Result<(), String> {
             run(cargo(&env).args(["test", "-q", "--workspace", "--lib", "--bins"]))
         }
         ("test", [flag, args @ ..]) if flag == "--rootless" && !args.is_empty() => {
-            env.agent()?.image()?;
+            env.agent()?.image()?.mcp_image()?;
             rootless(&mut env)?;
             run(script(&env, "scripts/test-parallel.sh").args(args))
         }

@@ -170,9 +170,9 @@ async fn a_stateful_mcp_servers_session_survives_reclaims_through_two_replicas()
 
     // Reclaimed again; two calls at once, the first through A (which
     // starts the sandbox, replays the session and is held before mapping
-    // it), the second through B (which replays and maps first). A then
-    // finds B's mapping and sends its call under B's server session: both
-    // calls land in one session of the new process.
+    // it), the second through B once A is held (B replays and maps first).
+    // A then finds B's mapping and sends its call under B's server
+    // session: both calls land in one session of the new process.
     reclaimed().await;
     let before = store
         .mcp_session(&id, &session, 0)
@@ -180,16 +180,18 @@ async fn a_stateful_mcp_servers_session_survives_reclaims_through_two_replicas()
         .unwrap()
         .unwrap()
         .upstream;
+    let gate = dir.path().join("a-is-held");
     tokio::task::block_in_place(|| {
         client.send(&json!({"concurrent": [
             {"call": "count", "via": at_a},
-            {"call": "count", "via": at_b},
+            {"call": "count", "via": at_b, "after": gate},
         ]}))
     });
     assert!(
         window.wait_open(Duration::from_secs(60)).await,
         "A never replayed the session"
     );
+    std::fs::write(&gate, b"").unwrap();
     wait_until("B maps the session", || async {
         store
             .mcp_session(&id, &session, 0)

@@ -102,14 +102,14 @@ pub fn busybox_rootfs() -> PathBuf {
 /// filesystem with this machine's Node.js and the example's MCP server and
 /// client (the official SDK), built by `examples/mcp/build-image.sh` once
 /// per content into `target/mcp/<key>`, under a lock shared with the other
-/// suites. Holds `rootfs/` (the local backend's image), `mcp.tar` (an OCI
+/// suites (or `$BURROW_MCP_IMAGE`, as `cargo xtask` sets it). Holds `rootfs/` (the local backend's image), `mcp.tar` (an OCI
 /// layout for the cluster's containerd) and `ref` (its name).
 pub fn mcp_image() -> PathBuf {
     static IMAGE: OnceLock<PathBuf> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
             tool_from_script(
-                None,
+                Some("BURROW_MCP_IMAGE"),
                 "examples/mcp/build-image.sh",
                 "target/mcp/.lock",
                 "are node and npm installed?",
