@@ -56,10 +56,19 @@ bash scripts/rootless-user.sh >/dev/null
 lanes=target/ci-lanes
 rm -rf "$lanes"
 mkdir -p "$lanes"
+# A lane's exit status goes to a file, not through `wait PID`: with
+# pid_max at 32768 the run's thousands of processes wrap the pids, and a
+# fork of this shell that reuses a finished lane's pid makes bash forget
+# that lane's status (`wait` then answers 127 for a lane that passed).
+# Run in the background only (`lane NAME FN &`): its `set +e` is its own
+# shell's, and the lane's commands still stop at the first failure (no
+# `||` around them, which would switch that off inside).
 lane() {
   local name=$1
   shift
+  set +e
   ( set -euo pipefail; LANE=$name; "$@" ) 3>&1 >"$lanes/$name.log" 2>&1
+  echo "$?" >"$lanes/$name.rc"
 }
 sdks() {
   step "Python SDK: wheel (maturin), fresh venv, mypy --strict, pytest + the conformance list (locally, through a server, and through a server on the cluster)"
@@ -89,14 +98,13 @@ drivers() {
 }
 step "two lanes at once: the SDKs, and the other drivers and the rootless runs (logs: $lanes/)"
 lane sdks sdks &
-sdks_pid=$!
 lane drivers drivers &
-drivers_pid=$!
+wait
 failed=()
-wait "$drivers_pid" || failed+=(drivers)
-cat "$lanes/drivers.log"
-wait "$sdks_pid" || failed+=(sdks)
-cat "$lanes/sdks.log"
+for name in drivers sdks; do
+  cat "$lanes/$name.log"
+  [ "$(cat "$lanes/$name.rc" 2>/dev/null)" = 0 ] || failed+=("$name")
+done
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "failed lanes: ${failed[*]} (their logs are above, and in $lanes/)" >&2
   exit 1
