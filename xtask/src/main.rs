@@ -329,18 +329,19 @@ fn bench(env: &mut Env, name: &str) -> Result<(), String> {
                 run(cargo(env).args(["bench", "-p", "burrow-kube", "--bench", "kube"]))
             })
         }
-        "vm" | "lifecycle" | "policies" | "images" | "serve" | "mcp" | "throughput" => {
+        "vm" | "lifecycle" | "policies" | "images" | "serve" | "mcp" | "burrow_mcp"
+        | "throughput" => {
             if name == "vm" || name == "throughput" {
                 // The throughput bench's vm rows need the guest kernel.
                 env.kernel()?;
             }
-            if name == "mcp" {
+            if name == "mcp" || name == "burrow_mcp" {
                 env.mcp_image()?;
             }
             run(cargo(env).args(["bench", "-p", "burrow-cli", "--bench", name]))
         }
         other => Err(format!(
-            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, throughput, kube"
+            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, burrow_mcp, throughput, kube"
         )),
     }
 }

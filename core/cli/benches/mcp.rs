@@ -16,6 +16,12 @@
 //!      after its idle timeout): the cold call, dormant to first result;
 //!      with the part of it the gateway's start took (sandbox start, the
 //!      target's command, the port answering) from `/metrics`.
+//! 3. A connected client's first call after a stop reclaim (local backend,
+//!    BENCH_COLD times each; the client's round trip, dormant to result):
+//!    to the stateless server (the anchor: the cold call of today), and to
+//!    the stateful one (`MCP_STATEFUL=1`), whose session the gateway
+//!    re-establishes on the new process (replaying the client's
+//!    `initialize` and `initialized`) before it sends the call again.
 //!
 //! Run: `cargo bench -p burrow-cli --bench mcp` (starts its own Postgres
 //! server). The Kubernetes part runs when `BURROW_TEST_KUBECONFIG` and
@@ -34,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use burrow::{Backend, Sandbox, SandboxId};
 use burrow_server::store::{RuntimeState, Store};
-use common::mcp::{self, client, metric, spawn_client};
+use common::mcp::{self, client, metric, spawn_client, SessionClient};
 use common::serve::pg::PgCluster;
 use common::serve::{http, ServeEnv, Server};
 use common::TestHome;
@@ -205,30 +211,103 @@ async fn measure(s: Setting, iters: usize, cold: usize) {
     assert_eq!(r.status, 204, "{}", r.text());
 }
 
+/// A connected client's first calls after stop reclaims: to a stateless
+/// server and to a stateful one (its session re-established), BENCH_COLD
+/// each.
+async fn sessions(s: &Setting, image: &str, cold: usize) {
+    let mut rows = Vec::new();
+    for (name, command, tool) in [
+        ("mcp-stateless", mcp::server_command(), "add"),
+        ("mcp-stateful", mcp::stateful_server_command(), "count"),
+    ] {
+        let id = target(&s.server, &s.token, image, name, &command);
+        let gw = format!("{}/gw/{id}/mcp", s.server.url);
+        let args = if tool == "add" {
+            json!({"a": 1, "b": 2})
+        } else {
+            json!({})
+        };
+        let call = json!({"call": tool, "args": args});
+        let mut c = tokio::task::block_in_place(|| SessionClient::spawn(&gw, &s.token));
+        let first = tokio::task::block_in_place(|| c.call(call.clone()));
+        assert_eq!(first["isError"], false, "{first}");
+        let session = first["sessionId"].clone();
+        let mut ms = Vec::new();
+        for _ in 0..cold {
+            let end = Instant::now() + Duration::from_secs(120);
+            while s.store.runtime(id.as_str()).await.unwrap().map(|r| r.state)
+                != Some(RuntimeState::Dormant)
+            {
+                assert!(Instant::now() < end, "never reclaimed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let t = Instant::now();
+            let out = tokio::task::block_in_place(|| c.call(call.clone()));
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(
+                (&out["isError"], &out["sessionId"]),
+                (&json!(false), &session),
+                "{out}"
+            );
+        }
+        rows.push(sorted(ms));
+    }
+    let replays = metric(
+        &s.server.url,
+        &s.token,
+        "burrow_gateway_mcp_sessions_reestablished_total",
+    );
+    assert_eq!(
+        replays, cold as u64,
+        "every stateful call after a reclaim replays its session"
+    );
+    let (anchor, stateful) = (&rows[0], &rows[1]);
+    println!(
+        "a connected client's first call after a stop reclaim, {cold} each: p50 (min..max)\n  \
+         stateless server (cold call)        {:8.1} ms ({:.1}..{:.1})\n  \
+         stateful, session re-established    {:8.1} ms ({:.1}..{:.1})\n  \
+         the replay's share                  {:+8.1} ms",
+        pct(anchor, 0.5),
+        anchor[0],
+        anchor[cold - 1],
+        pct(stateful, 0.5),
+        stateful[0],
+        stateful[cold - 1],
+        pct(stateful, 0.5) - pct(anchor, 0.5),
+    );
+}
+
+/// A sandbox `name` of `image` defined through the API, and a gateway
+/// target on the MCP port started with `command`.
+fn target(server: &Server, token: &str, image: &str, name: &str, command: &[String]) -> SandboxId {
+    let create = json!({"name": name, "config": {"image": image, "startup_timeout": 120_000}, "detached": true})
+        .to_string();
+    let r = http(
+        "POST",
+        &format!("{}/v1/sandboxes", server.url),
+        Some(token),
+        Some(&create),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id: SandboxId = r.json()["id"].as_str().unwrap().parse().unwrap();
+    let target = json!({"port": mcp::PORT, "command": command}).to_string();
+    let r = http(
+        "PUT",
+        &format!("{}/v1/gateway/targets/{id}", server.url),
+        Some(token),
+        Some(&target),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    id
+}
+
 /// A replica reclaiming after 1 s idle, its token, and the MCP target
 /// defined through its API with `image`.
 async fn serve(env: ServeEnv, image: &str) -> (Server, String, SandboxId) {
     let env = env.set("IDLE_TIMEOUT", "1s").set("SWEEP_INTERVAL", "200ms");
     let token = env.create_token("bench");
     let server = env.start("bench");
-    let create = json!({"name": "mcp", "config": {"image": image, "startup_timeout": 120_000}, "detached": true})
-        .to_string();
-    let r = http(
-        "POST",
-        &format!("{}/v1/sandboxes", server.url),
-        Some(&token),
-        Some(&create),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
-    let id: SandboxId = r.json()["id"].as_str().unwrap().parse().unwrap();
-    let target = json!({"port": mcp::PORT, "command": mcp::server_command()}).to_string();
-    let r = http(
-        "PUT",
-        &format!("{}/v1/gateway/targets/{id}", server.url),
-        Some(&token),
-        Some(&target),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
+    let id = target(&server, &token, image, "mcp", &mcp::server_command());
     (server, token, id)
 }
 
@@ -253,6 +332,8 @@ fn main() {
         let (server, token, id) = serve(ServeEnv::new(th.path(), &url), &mcp::rootfs()).await;
         let store = Store::open(&url, &url, 2, Duration::from_secs(10)).await.unwrap();
         let setting = Setting { label: "local", server, token, id, engine: th.dyn_backend(), store };
+        sessions(&setting, &mcp::rootfs(), cold).await;
+        println!();
         measure(setting, iters, cold).await;
 
         let Ok(kubeconfig) = std::env::var("BURROW_TEST_KUBECONFIG") else {
