@@ -3,8 +3,10 @@
 //! (PyPI `mcp`, `tests/mcp/client.py`) spawns it over stdio on a test home
 //! and creates a sandbox of the test image, refuses an image the policy
 //! does not allow (a tool error with burrow's code), streams an exec's
-//! output as progress notifications, cancels one (its process killed), writes and reads a file, destroys
-//! the sandbox, and gets `not_found` after.
+//! output as progress notifications, cancels one (its process killed),
+//! writes and reads a file, destroys the sandbox, and gets `not_found`
+//! after; over streamable HTTP the same; with `BURROW_URL` the same through
+//! a `burrow serve`; and the official TypeScript client over stdio.
 
 use burrow_cli_testkit as common;
 
@@ -14,6 +16,12 @@ use serde_json::Value;
 /// Runs tests/mcp/client.py with `transport` (`stdio`, or `http:URL`)
 /// against `burrow mcp` on `th`; returns what it saw.
 async fn client(th: &TestHome, transport: &str) -> Value {
+    client_with(th, transport, &[]).await
+}
+
+/// [`client`] with more environment for `burrow mcp` (`BURROW_URL`: its
+/// backend is a server's).
+async fn client_with(th: &TestHome, transport: &str, env: &[(&str, &str)]) -> Value {
     let python = tokio::task::spawn_blocking(mcp_client_python)
         .await
         .unwrap();
@@ -34,6 +42,7 @@ async fn client(th: &TestHome, transport: &str) -> Value {
         .env("BURROW_BIN", burrow_bin())
         .env("BURROW_AGENT_BIN", agent_bin())
         .env_remove("BURROW_URL")
+        .envs(env.iter().copied())
         .output()
         .await
         .unwrap();
@@ -104,6 +113,43 @@ async fn the_python_sdk_drives_burrow_mcp_over_stdio() {
     let th = TestHome::new().await;
     th.name_image("busybox");
     check(&client(&th, "stdio").await);
+}
+
+/// The remote backend: `burrow mcp` with `BURROW_URL` acts through a
+/// `burrow serve` (SQLite) on the test home, with the same results; the
+/// sandbox it made is the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burrow_mcp_acts_through_a_server_with_burrow_url() {
+    let th = TestHome::new().await;
+    th.name_image("busybox");
+    let sqlite = format!("sqlite://{}/serve.db", th.path().display());
+    let env = common::serve::ServeEnv::new(th.path(), &sqlite);
+    let token = {
+        let env = env.clone();
+        tokio::task::spawn_blocking(move || env.create_token("mcp"))
+            .await
+            .unwrap()
+    };
+    let server = env.start("a");
+    let remote = [
+        ("BURROW_URL", server.url.as_str()),
+        ("BURROW_TOKEN", &token),
+    ];
+    check(&client_with(&th, "stdio", &remote).await);
+    // What it did went through the server: its audit log has the create.
+    let r = common::serve::http(
+        "GET",
+        &format!("{}/v1/audit?limit=1000", server.url),
+        Some(&token),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let created = r.json()["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["operation"] == "POST /v1/sandboxes" && e["status"] == 201);
+    assert!(created, "{}", r.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
