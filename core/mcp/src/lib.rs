@@ -1,8 +1,8 @@
 //! `burrow mcp`: burrow's sandboxes as tools of an MCP server, for any
 //! agent, over stdio or streamable HTTP.
 //!
-//! Every tool acts through one [`Backend`] (local, remote or Kubernetes,
-//! chosen as the CLI chooses), within a [`Policy`]; every sandbox it
+//! Every tool acts through one [`Backend`] (any: `burrow mcp` gives it the
+//! CLI's, the local home or a `burrow serve`), within a [`Policy`]; every sandbox it
 //! creates carries the label [`LABEL`] so a cleanup finds them. A burrow
 //! error is a tool error whose structured content carries burrow's code.
 

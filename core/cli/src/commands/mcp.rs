@@ -1,6 +1,7 @@
 //! `burrow mcp`: an MCP server over stdio (or streamable HTTP on a
 //! loopback address) whose tools are burrow's sandboxes, on the backend the
-//! CLI would use (local home, `BURROW_URL`, Kubernetes).
+//! CLI would use (the local home, or a `burrow serve` at `BURROW_URL`, whose
+//! backend may be Kubernetes).
 
 use clap::Args;
 
