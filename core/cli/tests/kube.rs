@@ -5,7 +5,8 @@
 //! `burrow serve` with the kubernetes backend behind two replicas on a real
 //! Postgres server (the gateway's one start, 503 + Retry-After while it
 //! starts, warm calls never 503; its lifecycle events, listed from the
-//! cluster). `BURROW_TEST_KUBECONFIG` names the
+//! cluster), and `burrow mcp` acting through such a server (each sandbox a
+//! pod). `BURROW_TEST_KUBECONFIG` names the
 //! cluster's kubeconfig and `BURROW_K8S_BIN` its binaries; without them
 //! these tests fail, they are never skipped.
 
@@ -380,4 +381,29 @@ async fn a_snapshot_pushed_from_a_laptop_runs_in_a_pod() {
     );
     pod.destroy().await.unwrap();
     let _ = std::fs::remove_dir_all(&hosts);
+}
+
+/// `burrow mcp` on the Kubernetes backend (which the CLI reaches through a
+/// `burrow serve` whose backend is the cluster): the official Python
+/// client's whole round trip, every sandbox a pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burrow_mcp_acts_on_the_cluster_through_a_server() {
+    let th = TestHome::new().await;
+    let ns = Namespace::new("mcp-tools");
+    let env = tokio::task::spawn_blocking({
+        let (home, ns) = (th.path().to_path_buf(), ns.0.clone());
+        move || kube_serve_env(&home, "kube_mcp_tools", &ns)
+    })
+    .await
+    .unwrap();
+    let token = env.create_token("mcp");
+    let server = env.start("a");
+    let remote = [
+        ("BURROW_URL", server.url.as_str()),
+        ("BURROW_TOKEN", token.as_str()),
+    ];
+    let seen = common::mcp::python_client(th.path(), "stdio", &image(), &remote).await;
+    common::mcp::check(&seen);
+    // Destroyed by the client: no pod is left.
+    assert_eq!(ns.objects("pods"), Vec::<String>::new());
 }

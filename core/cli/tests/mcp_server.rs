@@ -10,102 +10,16 @@
 
 use burrow_cli_testkit as common;
 
-use common::{agent_bin, burrow_bin, mcp_client_python, mcp_image, workspace_root, TestHome};
+use common::mcp::{self, check};
+use common::{agent_bin, burrow_bin, mcp_image, workspace_root, TestHome};
 use serde_json::Value;
 
-/// Runs tests/mcp/client.py with `transport` (`stdio`, or `http:URL`)
-/// against `burrow mcp` on `th`; returns what it saw.
 async fn client(th: &TestHome, transport: &str) -> Value {
     client_with(th, transport, &[]).await
 }
 
-/// [`client`] with more environment for `burrow mcp` (`BURROW_URL`: its
-/// backend is a server's).
 async fn client_with(th: &TestHome, transport: &str, env: &[(&str, &str)]) -> Value {
-    let python = tokio::task::spawn_blocking(mcp_client_python)
-        .await
-        .unwrap();
-    let out = tokio::process::Command::new(python)
-        .arg(workspace_root().join("tests/mcp/client.py"))
-        .arg(transport)
-        .arg(burrow_bin())
-        .arg("busybox")
-        .args([
-            "--allow-image",
-            "busybox",
-            "--max-sandboxes",
-            "2",
-            "--max-cpus",
-            "2",
-        ])
-        .env("BURROW_HOME", th.path())
-        .env("BURROW_BIN", burrow_bin())
-        .env("BURROW_AGENT_BIN", agent_bin())
-        .env_remove("BURROW_URL")
-        .envs(env.iter().copied())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client ({transport}) failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// What every transport must have seen.
-fn check(r: &Value) {
-    assert_eq!(r["tools_capability"], true);
-    for tool in ["create", "exec", "fs_read", "fs_write", "destroy", "list"] {
-        assert!(
-            r["tools"].as_array().unwrap().iter().any(|t| t == tool),
-            "{tool}: {}",
-            r["tools"]
-        );
-    }
-    // The input schema is the contract: exact, no other keys.
-    assert_eq!(r["create_schema"]["additionalProperties"], false);
-    assert_eq!(
-        r["create_schema"]["required"],
-        serde_json::json!(["name", "image"])
-    );
-    assert_eq!(r["refused"]["is_error"], true);
-    assert_eq!(r["refused"]["structured"]["code"], "invalid_config");
-    assert_eq!(r["created"]["is_error"], false, "{}", r["created"]);
-    assert_eq!(r["converged_same_id"], true);
-    assert_eq!(r["too_many_cpus"]["structured"]["code"], "invalid_config");
-    assert_eq!(r["no_network"]["structured"]["code"], "invalid_config");
-    assert_eq!(r["exec"]["structured"]["exit_code"], 0, "{}", r["exec"]);
-    assert_eq!(r["exec"]["structured"]["stdout"], "one\ntwo\n");
-    let progress: String = r["progress"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(progress, "one\ntwo\n", "output streamed as progress");
-    let ps = r["after_cancel_ps"].as_str().unwrap();
-    assert!(
-        !ps.contains("sleep 30"),
-        "a cancelled exec's process lives on:\n{ps}"
-    );
-    assert!(ps.contains("ps"), "{ps}");
-    assert_eq!(r["spawned"]["stdout"], "a\nb\n", "{}", r["spawned"]);
-    assert_eq!(r["spawned"]["exit_code"], 0);
-    assert_eq!(r["read_unknown"]["structured"]["code"], "not_found");
-    assert_eq!(r["resources_capability"], true);
-    let resources = r["resources"].as_array().unwrap();
-    for want in ["burrow://sandbox/agent/info", "burrow://sandbox/agent/logs"] {
-        assert!(resources.iter().any(|u| u == want), "{want}: {resources:?}");
-    }
-    assert_eq!(r["info_resource"]["name"], "agent");
-    assert_eq!(r["info_resource"]["status"], "running");
-    assert_ne!(r["missing_resource"], "answered");
-    assert_eq!(r["read"]["structured"]["content"], "hello");
-    assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
-    assert_eq!(r["gone"]["structured"]["code"], "not_found");
+    mcp::python_client(th.path(), transport, "busybox", env).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

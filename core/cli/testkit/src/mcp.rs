@@ -472,3 +472,101 @@ impl RoundTrip<'_> {
         assert!(!log.contains("burrow_server::reaper"), "{log}");
     }
 }
+
+/// Runs `tests/mcp/client.py` (the official Python SDK) with `transport`
+/// (`stdio`, or `http:URL`) against `burrow mcp` on the home `home`, with
+/// `image` (the one image its policy allows) and more environment for
+/// `burrow mcp` (`BURROW_URL`, `BURROW_TOKEN`: its backend is a server's);
+/// returns what it saw (see [`check`]).
+pub async fn python_client(
+    home: &std::path::Path,
+    transport: &str,
+    image: &str,
+    env: &[(&str, &str)],
+) -> Value {
+    let python = tokio::task::spawn_blocking(super::mcp_client_python)
+        .await
+        .unwrap();
+    let out = tokio::process::Command::new(python)
+        .arg(super::workspace_root().join("tests/mcp/client.py"))
+        .arg(transport)
+        .arg(super::burrow_bin())
+        .arg(image)
+        .args([
+            "--allow-image",
+            image,
+            "--max-sandboxes",
+            "2",
+            "--max-cpus",
+            "2",
+        ])
+        .env("BURROW_HOME", home)
+        .env("BURROW_BIN", super::burrow_bin())
+        .env("BURROW_AGENT_BIN", super::agent_bin())
+        .env_remove("BURROW_URL")
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client ({transport}) failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// What `burrow mcp` must have shown [`python_client`], whatever its
+/// transport and backend.
+pub fn check(r: &Value) {
+    assert_eq!(r["tools_capability"], true);
+    for tool in ["create", "exec", "fs_read", "fs_write", "destroy", "list"] {
+        assert!(
+            r["tools"].as_array().unwrap().iter().any(|t| t == tool),
+            "{tool}: {}",
+            r["tools"]
+        );
+    }
+    // The input schema is the contract: exact, no other keys.
+    assert_eq!(r["create_schema"]["additionalProperties"], false);
+    assert_eq!(
+        r["create_schema"]["required"],
+        serde_json::json!(["name", "image"])
+    );
+    assert_eq!(r["refused"]["is_error"], true);
+    assert_eq!(r["refused"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["created"]["is_error"], false, "{}", r["created"]);
+    assert_eq!(r["converged_same_id"], true);
+    assert_eq!(r["too_many_cpus"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["no_network"]["structured"]["code"], "invalid_config");
+    assert_eq!(r["exec"]["structured"]["exit_code"], 0, "{}", r["exec"]);
+    assert_eq!(r["exec"]["structured"]["stdout"], "one\ntwo\n");
+    let progress: String = r["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(progress, "one\ntwo\n", "output streamed as progress");
+    let ps = r["after_cancel_ps"].as_str().unwrap();
+    assert!(
+        !ps.contains("sleep 30"),
+        "a cancelled exec's process lives on:\n{ps}"
+    );
+    assert!(ps.contains("ps"), "{ps}");
+    assert_eq!(r["spawned"]["stdout"], "a\nb\n", "{}", r["spawned"]);
+    assert_eq!(r["spawned"]["exit_code"], 0);
+    assert_eq!(r["read_unknown"]["structured"]["code"], "not_found");
+    assert_eq!(r["resources_capability"], true);
+    let resources = r["resources"].as_array().unwrap();
+    for want in ["burrow://sandbox/agent/info", "burrow://sandbox/agent/logs"] {
+        assert!(resources.iter().any(|u| u == want), "{want}: {resources:?}");
+    }
+    assert_eq!(r["info_resource"]["name"], "agent");
+    assert_eq!(r["info_resource"]["status"], "running");
+    assert_ne!(r["missing_resource"], "answered");
+    assert_eq!(r["read"]["structured"]["content"], "hello");
+    assert_eq!(r["destroy"]["is_error"], false, "{}", r["destroy"]);
+    assert_eq!(r["gone"]["structured"]["code"], "not_found");
+}
