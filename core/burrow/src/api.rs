@@ -73,6 +73,17 @@ pub struct SandboxList {
     pub sandboxes: Vec<SandboxInfo>,
 }
 
+/// `GET /v1/sandboxes/{id}/runs` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunList {
+    /// The runs, newest first.
+    pub runs: Vec<crate::RunInfo>,
+}
+
+/// The most runs one `runs` answer gives (and its default; `?limit=`
+/// asks for fewer).
+pub const MAX_RUNS: usize = 100;
+
 /// Body of `start` and `connect-or-start`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

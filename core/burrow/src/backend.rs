@@ -22,8 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::error::{Error, Result};
 use crate::logs::{LogOptions, LogStream};
 use crate::model::{
-    EventPage, ForkOptions, Modify, ModifyPlan, PoolInfo, PoolSpec, SandboxConfig, SandboxId,
-    SandboxInfo, SnapshotInfo, SnapshotOptions, Status,
+    EventPage, ForkOptions, Modify, ModifyPlan, PoolInfo, PoolSpec, RunInfo, SandboxConfig,
+    SandboxId, SandboxInfo, SnapshotInfo, SnapshotOptions, Status,
 };
 
 pub use burrow_protocol::Metrics;
@@ -425,6 +425,12 @@ pub trait Backend: Send + Sync + Debug {
     async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
         let _ = (name, id);
         Err(Error::unsupported("metrics"))
+    }
+    /// The sandbox's runs, newest first, at most `limit` (at least 1). The
+    /// default keeps no history: it gives the last run.
+    async fn runs(&self, name: &str, id: &SandboxId, limit: usize) -> Result<Vec<RunInfo>> {
+        let _ = limit;
+        Ok(self.status(name, id).await?.last_run.into_iter().collect())
     }
     /// The sandbox's logs.
     async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {

@@ -70,9 +70,9 @@ pub use model::{
 pub use model::{
     Applies, DriverKind, ExitReason, FieldChange, IdleAction, Modify, ModifyPlan, Mount,
     MountSource, Network, NetworkPolicy, NetworkRule, NetworkRuleError, OciRuntime, PortMapping,
-    PortMappingError, PortProtocol, SandboxConfig, SandboxId, SandboxInfo, Secret, SecretHost,
-    SecretValue, SnapshotInfo, SnapshotKind, SnapshotOptions, Status, MAX_DURATION, MAX_PIDS_LIMIT,
-    MAX_PORTS, SANDBOX_CA_FILE, SNAPSHOT_IMAGE_PREFIX,
+    PortMappingError, PortProtocol, RunInfo, SandboxConfig, SandboxId, SandboxInfo, Secret,
+    SecretHost, SecretValue, SnapshotInfo, SnapshotKind, SnapshotOptions, Status, MAX_DURATION,
+    MAX_PIDS_LIMIT, MAX_PORTS, SANDBOX_CA_FILE, SNAPSHOT_IMAGE_PREFIX,
 };
 pub use model::{EventKind, EventPage, SandboxEvent};
 pub use model::{PoolInfo, PoolSpec, MAX_POOL_SIZE};

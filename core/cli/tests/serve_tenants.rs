@@ -340,7 +340,9 @@ fn another_tenants_objects_are_as_absent_in_every_operation() {
     );
     let mut checked = 0;
     for (template, item) in doc["paths"].as_object().unwrap() {
-        if !template.contains('{') {
+        // The console's pages and files name no object (any path is the
+        // app's page).
+        if !template.contains('{') || template == "/ui/{path}" {
             continue;
         }
         for method in item.as_object().unwrap().keys() {

@@ -119,6 +119,16 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// `error`, answered with `status` rather than the one of its code.
+    pub fn with_status(error: Error, status: StatusCode) -> ApiError {
+        ApiError {
+            error,
+            retry_after: None,
+            state_header: None,
+            status: Some(status),
+        }
+    }
+
     /// A `503` that tells the client to come back after `secs`.
     pub fn busy(error: Error, secs: u64, state: &'static str) -> ApiError {
         ApiError {
@@ -218,7 +228,7 @@ impl IntoResponse for ApiError {
 /// Result of a handler.
 pub type ApiResult<T> = Result<T, ApiError>;
 
-fn unauthorized(reason: &str) -> Response {
+pub(crate) fn unauthorized(reason: &str) -> Response {
     ApiError::from(Error::Unauthorized {
         reason: reason.to_owned(),
     })
@@ -261,22 +271,28 @@ async fn admit(
     mut req: Request,
     next: Next,
 ) -> (Option<Caller>, Response) {
-    let open = matches!(req.uri().path(), "/healthz" | "/readyz");
+    let path = req.uri().path();
+    let open = matches!(path, "/healthz" | "/readyz") || crate::console::is_open(path);
     if open || transport == Transport::Unix || !state.config.auth.required {
         return (Some(Caller::local()), next.run(req).await);
     }
-    let Some(token) = bearer(req.headers()) else {
-        state.metrics.inc(&state.metrics.auth_failures);
-        let res = unauthorized("an API token is required (Authorization: Bearer <token>)");
-        return (None, res);
-    };
-    let caller = match state.caller(token).await {
-        Ok(Some(caller)) => caller,
-        Ok(None) => {
-            state.metrics.inc(&state.metrics.auth_failures);
-            return (None, unauthorized("unknown or revoked API token"));
-        }
-        Err(e) => return (None, ApiError::from(e).into_response()),
+    let caller = match bearer(req.headers()) {
+        Some(token) => match state.caller(token).await {
+            Ok(Some(caller)) => caller,
+            Ok(None) => {
+                state.metrics.inc(&state.metrics.auth_failures);
+                return (None, unauthorized("unknown or revoked API token"));
+            }
+            Err(e) => return (None, ApiError::from(e).into_response()),
+        },
+        // The web console's login, in its cookie.
+        None => match crate::console::auth::admit_cookie(state, &mut req).await {
+            Ok(caller) => caller,
+            Err(res) => {
+                state.metrics.inc(&state.metrics.auth_failures);
+                return (None, res);
+            }
+        },
     };
     if !caller.role.allows(req.method(), req.uri().path()) {
         let res = ApiError::from(Error::Forbidden {
@@ -324,6 +340,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/fork"),
     ("GET", "/v1/sandboxes/{id}/metrics"),
     ("GET", "/v1/sandboxes/{id}/logs"),
+    ("GET", "/v1/sandboxes/{id}/runs"),
     ("GET", "/v1/sandboxes/{id}/runtime"),
     ("GET", "/v1/snapshots"),
     ("GET", "/v1/snapshots/{name}"),
@@ -349,6 +366,16 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("ANY", "/gw/{id}"),
     ("ANY", "/gw/{id}/"),
     ("ANY", "/gw/{id}/{*rest}"),
+    ("GET", "/ui"),
+    ("GET", "/ui/"),
+    ("GET", "/ui/{*path}"),
+    ("POST", "/ui/api/login"),
+    ("GET", "/ui/api/session"),
+    ("POST", "/ui/api/logout"),
+    ("GET", "/ui/api/sandboxes/{id}/files"),
+    ("GET", "/ui/api/sandboxes/{id}/files/content"),
+    ("PUT", "/ui/api/sandboxes/{id}/files/content"),
+    ("GET", "/ui/api/sandboxes/{id}/terminal"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -360,6 +387,7 @@ pub fn router(state: Arc<AppState>, transport: Transport) -> Router {
     let gw = any(crate::gateway::handle);
     Router::new()
         .merge(crate::routes::routes())
+        .merge(crate::console::routes())
         .route("/gw/{id}", gw.clone())
         .route("/gw/{id}/", gw.clone())
         .route("/gw/{id}/{*rest}", gw)

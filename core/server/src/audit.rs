@@ -30,7 +30,9 @@ pub fn logged(method: &Method, path: &str, status: StatusCode) -> bool {
         return true;
     }
     let reads = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-    !reads && path.starts_with("/v1/")
+    // A terminal opened from the console is a shell: no read.
+    let terminal = path.starts_with("/ui/api/") && path.ends_with("/terminal");
+    terminal || (!reads && (path.starts_with("/v1/") || path.starts_with("/ui/api/")))
 }
 
 /// The route of `method path` (`POST /v1/sandboxes/{id}/stop`) and the

@@ -17,6 +17,7 @@
 pub mod app;
 pub mod audit;
 pub mod config;
+pub mod console;
 #[cfg(test)]
 mod defaults_tests;
 pub mod events;

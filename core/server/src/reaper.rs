@@ -249,6 +249,13 @@ pub async fn run(state: Arc<AppState>) {
         if let Err(e) = state.store.purge_mcp_sessions(expired).await {
             tracing::warn!(error = %e, "purging expired MCP sessions failed");
         }
+        if let Err(e) = state
+            .store
+            .purge_console_sessions(crate::store::now_ms())
+            .await
+        {
+            tracing::warn!(error = %e, "purging expired console sessions failed");
+        }
         // A lock session lost while calls run is replaced now, not at the
         // next call.
         if let Err(e) = state.store.calls().check().await {

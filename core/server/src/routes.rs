@@ -33,6 +33,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
         .route("/v1/sandboxes/{id}/metrics", get(metrics))
         .route("/v1/sandboxes/{id}/logs", get(logs))
+        .route("/v1/sandboxes/{id}/runs", get(runs))
         .route("/v1/sandboxes/{id}/runtime", get(runtime))
         .route("/v1/sandboxes/{id}/{op}", post(operation))
         .route("/v1/snapshots", get(list_snapshots))
@@ -400,6 +401,44 @@ async fn metrics(
     let id = parse_id(&id)?;
     let name = name_of(&engine, &id, &q).await?;
     Ok(Json(engine.metrics(&name, &id).await?))
+}
+
+/// `GET /v1/sandboxes/{id}/runs?name=&limit=`.
+async fn runs(
+    State(state): State<Arc<AppState>>,
+    engine: Engine,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<api::RunList>> {
+    count(&state);
+    let id = parse_id(&id)?;
+    let (mut q, mut limit) = (IdentityQuery::default(), api::MAX_RUNS);
+    for (k, v) in form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "name" => q.name = Some(v.into_owned()),
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=api::MAX_RUNS).contains(n))
+                    .ok_or_else(|| Error::InvalidArgument {
+                        argument: "limit".into(),
+                        reason: format!("{v:?} is not 1..={}", api::MAX_RUNS),
+                    })?;
+            }
+            other => {
+                return Err(Error::InvalidArgument {
+                    argument: other.to_owned(),
+                    reason: "not a parameter of runs (name, limit)".into(),
+                }
+                .into())
+            }
+        }
+    }
+    let name = name_of(&engine, &id, &q).await?;
+    Ok(Json(api::RunList {
+        runs: engine.runs(&name, &id, limit).await?,
+    }))
 }
 
 async fn logs(

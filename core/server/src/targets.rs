@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::{ApiResult, AppState};
 use crate::routes::{json_body, parse_id};
-use crate::store::{now_ms, RuntimeRow, Target, TargetKind};
+use crate::store::{now_ms, ColdStart, RuntimeRow, Target, TargetKind};
 use crate::tenancy::{Caller, Engine};
 
 #[derive(Debug, Deserialize)]
@@ -63,6 +63,24 @@ pub struct TargetView {
     created_at_ms: i64,
     /// Absent until the first gateway call.
     runtime: Option<RuntimeRow>,
+    /// Gateway calls in flight.
+    leases: i64,
+    /// The last cold starts (calls that started the workload), oldest
+    /// first.
+    cold_starts: Vec<ColdStart>,
+}
+
+/// The view of `t` with its runtime row, its live leases and its cold
+/// starts.
+async fn view_of(state: &AppState, t: Target) -> ApiResult<TargetView> {
+    let rt = state.store.runtime(&t.id).await?;
+    let leases = state.store.target_leases(&t.id, now_ms()).await?;
+    let cold_starts = state.store.cold_starts(&t.id).await?;
+    Ok(TargetView {
+        leases,
+        cold_starts,
+        ..view(t, rt)
+    })
 }
 
 fn view(t: Target, runtime: Option<RuntimeRow>) -> TargetView {
@@ -79,6 +97,8 @@ fn view(t: Target, runtime: Option<RuntimeRow>) -> TargetView {
         metadata: t.metadata,
         created_at_ms: t.created_at,
         runtime,
+        leases: 0,
+        cold_starts: Vec::new(),
     }
 }
 
@@ -194,8 +214,7 @@ pub async fn put_sandbox(
     state.store.put_target(&t).await?;
     state.gateway.forget(&id);
     let t = state.store.get_target(&id).await?.unwrap_or(t);
-    let rt = state.store.runtime(&id).await?;
-    Ok(Json(view(t, rt)))
+    Ok(Json(view_of(&state, t).await?))
 }
 
 /// `POST /v1/gateway/targets`.
@@ -230,8 +249,7 @@ pub async fn list(
     let mut out = Vec::new();
     let targets = state.store.list_targets().await?;
     for t in targets.into_iter().filter(|t| t.tenant == caller.tenant) {
-        let rt = state.store.runtime(&t.id).await?;
-        out.push(view(t, rt));
+        out.push(view_of(&state, t).await?);
     }
     Ok(Json(serde_json::json!({ "targets": out })))
 }
@@ -279,8 +297,7 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> ApiResult<Json<TargetView>> {
     let t = target_of(&state, &caller, &id).await?;
-    let rt = state.store.runtime(&id).await?;
-    Ok(Json(view(t, rt)))
+    Ok(Json(view_of(&state, t).await?))
 }
 
 /// `DELETE /v1/gateway/targets/{id}` (the sandbox itself is left alone).

@@ -162,14 +162,22 @@ fn references_resolve_and_operations_are_complete() {
 }
 
 #[test]
-fn security_is_bearer_except_health() {
+fn security_is_bearer_or_the_console_cookie_except_open_paths() {
     let doc = doc();
     let scheme = &doc["components"]["securitySchemes"]["bearerAuth"];
     assert_eq!(scheme["type"], "http");
     assert_eq!(scheme["scheme"], "bearer");
-    assert_eq!(doc["security"], serde_json::json!([{"bearerAuth": []}]));
+    let cookie = &doc["components"]["securitySchemes"]["consoleCookie"];
+    assert_eq!(cookie["in"], "cookie");
+    assert_eq!(cookie["name"], burrow_server::console::auth::COOKIE);
+    assert_eq!(
+        doc["security"],
+        serde_json::json!([{"bearerAuth": []}, {"consoleCookie": []}])
+    );
     for (m, path, op, _) in operations(&doc) {
-        let open = matches!(path, "/healthz" | "/readyz");
+        // Health, and the console's pages and login: as the server has it.
+        let open =
+            matches!(path, "/healthz" | "/readyz") || burrow_server::console::is_open(path);
         match op.get("security") {
             Some(s) => assert!(open && s == &serde_json::json!([]), "{m} {path} security"),
             None => assert!(!open, "{m} {path} must be open"),

@@ -50,7 +50,7 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::logs::{LogLine, LogOptions, LogStream};
-use crate::model::{validate_name, Modify, ModifyPlan, SandboxId, SandboxInfo, Status};
+use crate::model::{validate_name, Modify, ModifyPlan, RunInfo, SandboxId, SandboxInfo, Status};
 
 pub use self::tls::ENV_CA_CERT;
 pub use crate::select::{ENV_TOKEN, ENV_URL};
@@ -445,6 +445,13 @@ impl Backend for RemoteBackend {
             id_path(id, Some("metrics"), Some(name)),
         ))
         .await
+    }
+
+    async fn runs(&self, name: &str, id: &SandboxId, limit: usize) -> Result<Vec<RunInfo>> {
+        let limit = limit.clamp(1, api::MAX_RUNS);
+        let path = format!("{}&limit={limit}", id_path(id, Some("runs"), Some(name)));
+        let list: api::RunList = self.call(Req::new(Method::GET, path)).await?;
+        Ok(list.runs)
     }
 
     async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {

@@ -228,6 +228,7 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
             let port = *port;
             // Cold: this call ran a start (not one that converged on a
             // start someone else finished meanwhile).
+            let (began, began_ms) = (std::time::Instant::now(), crate::store::now_ms());
             let (mut generation, mut cold) = match ready {
                 Some(g) => (g, false),
                 None => {
@@ -257,6 +258,9 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
                 }
                 Err(e) => return Err(upstream_error(state, id, &e.to_string())),
             };
+            if cold {
+                note_cold_start(state, id, began_ms, began.elapsed());
+            }
             let uri: Uri = path_and_query
                 .parse()
                 .map_err(|_| bad_path(&path_and_query))?;
@@ -524,4 +528,19 @@ mod tests {
         assert!(!keeps_alive(&res(Version::HTTP_10, None)));
         assert!(keeps_alive(&res(Version::HTTP_10, Some("Keep-Alive"))));
     }
+}
+
+/// Keeps a cold start in the target's history (the console plots it), off
+/// the call's path.
+fn note_cold_start(state: &Arc<AppState>, id: &str, at_ms: i64, took: Duration) {
+    let (state, id) = (state.clone(), id.to_owned());
+    let start = crate::store::ColdStart {
+        at_ms,
+        ms: crate::store::ms(took),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = state.store.record_cold_start(&id, start).await {
+            tracing::warn!(target = %id, error = %e, "recording a cold start failed");
+        }
+    });
 }

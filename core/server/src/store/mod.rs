@@ -23,6 +23,7 @@ use sqlx::{AnyConnection, AnyPool, Connection};
 
 mod audit;
 mod calls;
+mod console;
 mod events;
 mod mcp_sessions;
 mod quotas;
@@ -34,6 +35,7 @@ mod tokens;
 
 pub use audit::AuditEntry;
 pub use calls::{CallHold, CallLocks};
+pub use console::{ColdStart, ConsoleSession};
 pub use events::{
     Delivery, DeliveryAttempt, DeliveryNext, DueDelivery, EventRow, NewEvent, PumpTurn, SeenRow,
     Webhook,
@@ -365,6 +367,10 @@ impl Store {
                     "0004_mcp_sessions.sql",
                     include_str!("../../migrations/sqlite/0004_mcp_sessions.sql"),
                 ),
+                (
+                    "0005_console.sql",
+                    include_str!("../../migrations/sqlite/0005_console.sql"),
+                ),
             ],
             DbKind::Postgres => &[
                 (
@@ -382,6 +388,10 @@ impl Store {
                 (
                     "0004_mcp_sessions.sql",
                     include_str!("../../migrations/postgres/0004_mcp_sessions.sql"),
+                ),
+                (
+                    "0005_console.sql",
+                    include_str!("../../migrations/postgres/0005_console.sql"),
                 ),
             ],
         });

@@ -341,6 +341,18 @@ impl Store {
         Ok(r.rows_affected())
     }
 
+    /// Live leases of one target: its gateway calls in flight.
+    pub async fn target_leases(&self, target: &str, now: i64) -> Result<i64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM leases WHERE target_id = $1 AND expires_at >= $2",
+        )
+        .bind(target)
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("n")?)
+    }
+
     /// Live leases (for metrics).
     pub async fn live_leases(&self, now: i64) -> Result<i64> {
         let row = sqlx::query("SELECT COUNT(*) AS n FROM leases WHERE expires_at >= $1")

@@ -79,11 +79,11 @@ impl Store {
         rows.iter().map(target_from_row).collect()
     }
 
-    /// Deletes a target, its runtime state and its MCP sessions; false if
-    /// there was none.
+    /// Deletes a target, its runtime state, its MCP sessions and its cold
+    /// starts; false if there was none.
     pub async fn delete_target(&self, id: &str) -> Result<bool> {
         let _turn = self.write_turn().await;
-        for table in ["runtime_state", "mcp_sessions"] {
+        for table in ["runtime_state", "mcp_sessions", "cold_starts"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE target_id = $1"))
                 .bind(id)
                 .execute(&self.pool)

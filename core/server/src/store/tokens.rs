@@ -147,7 +147,7 @@ impl Store {
     }
 }
 
-fn role(s: &str) -> Result<Role> {
+pub(super) fn role(s: &str) -> Result<Role> {
     Role::parse(s).ok_or_else(|| StoreError::Corrupt(format!("token role {s:?}")))
 }
 

@@ -74,8 +74,10 @@ impl Role {
             ["metrics"] => self == Role::Admin,
             ["v1", "audit"] => matches!(self, Role::Admin | Role::TenantAdmin),
             ["gw", ..] => matches!(self, Role::Admin | Role::TenantAdmin | Role::Operator),
-            // The runtime stream runs processes and moves files.
+            // The runtime stream runs processes and moves files; so do the
+            // console's terminal and files browser.
             ["v1", "sandboxes", _, "runtime"] => self != Role::ReadOnly,
+            ["ui", "api", "sandboxes", _, "terminal" | "files", ..] => self != Role::ReadOnly,
             // Pool definitions and URL targets (which reach the server's
             // network): the tenant's admins.
             ["v1", "pools", ..] if !reads => matches!(self, Role::Admin | Role::TenantAdmin),

@@ -21,7 +21,7 @@ use burrow::api::ErrorBody;
 use burrow::model::{snapshot_of_image, split_scope, validate_base, validate_snapshot_base};
 use burrow::{
     Backend, Capabilities, CreateRequest, Error, ForkOptions, ListFilter, LogOptions, LogStream,
-    Metrics, Modify, ModifyPlan, MountSource, PoolInfo, PoolSpec, Result, RuntimeStream,
+    Metrics, Modify, ModifyPlan, MountSource, PoolInfo, PoolSpec, Result, RunInfo, RuntimeStream,
     SandboxConfig, SandboxId, SandboxInfo, SnapshotInfo, SnapshotOptions, StartOptions, Status,
     StopOptions, SNAPSHOT_IMAGE_PREFIX,
 };
@@ -511,6 +511,13 @@ impl Backend for Scoped {
             id,
             |n, i| async move { self.inner.metrics(&n, &i).await },
         )
+        .await
+    }
+
+    async fn runs(&self, name: &str, id: &SandboxId, limit: usize) -> Result<Vec<RunInfo>> {
+        self.by_id(name, id, |n, i| async move {
+            self.inner.runs(&n, &i, limit).await
+        })
         .await
     }
 

@@ -34,7 +34,7 @@ use crate::engine::paths::Home;
 use crate::engine::store::{Record, Store};
 use crate::error::{Error, ErrorCode, Result};
 use crate::logs::{LogOptions, LogStream};
-use crate::model::{validate_name, ExitReason, SandboxId, SandboxInfo, Status};
+use crate::model::{validate_name, ExitReason, RunInfo, SandboxId, SandboxInfo, Status};
 use crate::model::{ForkOptions, Modify, ModifyPlan, SnapshotInfo, SnapshotOptions};
 
 /// The embedded backend: sandboxes of one burrow home on this host.
@@ -430,6 +430,18 @@ impl Backend for LocalBackend {
     }
     async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
         self.do_metrics(name, id).await
+    }
+    async fn runs(&self, name: &str, id: &SandboxId, limit: usize) -> Result<Vec<RunInfo>> {
+        // The current run as the lookup reconciled it (a dead owner reads
+        // as crashed), the others as recorded.
+        let info = self.lookup(name, id).await?.info;
+        let mut runs = self.store.runs(id, limit).await?;
+        if let Some(last) = info.last_run {
+            for r in runs.iter_mut().filter(|r| r.generation == last.generation) {
+                *r = last.clone();
+            }
+        }
+        Ok(runs)
     }
     async fn logs(&self, name: &str, id: &SandboxId, opts: &LogOptions) -> Result<LogStream> {
         let rec = self.lookup(name, id).await?;

@@ -248,6 +248,22 @@ impl Store {
         row.map(|r| decode(&r)).transpose()
     }
 
+    /// The runs of a sandbox, newest first, at most `limit`.
+    pub async fn runs(&self, id: &SandboxId, limit: usize) -> Result<Vec<RunInfo>> {
+        let rows = sqlx::query(
+            "SELECT generation AS r_gen, supervisor_pid, started_at, running_at, ended_at,
+             exit_reason, detail, timings FROM runs WHERE sandbox_id = ?
+             ORDER BY generation DESC LIMIT ?",
+        )
+        .bind(id.as_str())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .filter_map(|r| decode_run(r).transpose())
+            .collect()
+    }
+
     /// Looks a sandbox up by name.
     pub async fn get_by_name(&self, name: &str) -> Result<Option<Record>> {
         let row = sqlx::query(&format!("{} WHERE s.name = ?", Self::SELECT))
@@ -565,25 +581,7 @@ fn decode(row: &sqlx::sqlite::SqliteRow) -> Result<Record> {
         }),
         _ => None,
     };
-    let last_run = match row.try_get::<Option<i64>, _>("r_gen")? {
-        Some(g) => Some(RunInfo {
-            generation: g as u64,
-            supervisor_pid: row
-                .try_get::<Option<i64>, _>("supervisor_pid")?
-                .map(|p| p as u32),
-            started_at_ms: row.try_get("started_at")?,
-            running_at_ms: row.try_get("running_at")?,
-            ended_at_ms: row.try_get("ended_at")?,
-            exit_reason: row
-                .try_get::<Option<&str>, _>("exit_reason")?
-                .and_then(ExitReason::parse),
-            detail: row.try_get("detail")?,
-            timings: row
-                .try_get::<Option<&str>, _>("timings")?
-                .and_then(|t| serde_json::from_str(t).ok()),
-        }),
-        None => None,
-    };
+    let last_run = decode_run(row)?;
     Ok(Record {
         info: SandboxInfo {
             id,
@@ -598,6 +596,30 @@ fn decode(row: &sqlx::sqlite::SqliteRow) -> Result<Record> {
         },
         owner,
     })
+}
+
+/// The run of a row that has the run's columns (`r_gen` its generation;
+/// `None`: the sandbox never ran).
+fn decode_run(row: &sqlx::sqlite::SqliteRow) -> Result<Option<RunInfo>> {
+    let Some(g) = row.try_get::<Option<i64>, _>("r_gen")? else {
+        return Ok(None);
+    };
+    Ok(Some(RunInfo {
+        generation: g as u64,
+        supervisor_pid: row
+            .try_get::<Option<i64>, _>("supervisor_pid")?
+            .map(|p| p as u32),
+        started_at_ms: row.try_get("started_at")?,
+        running_at_ms: row.try_get("running_at")?,
+        ended_at_ms: row.try_get("ended_at")?,
+        exit_reason: row
+            .try_get::<Option<&str>, _>("exit_reason")?
+            .and_then(ExitReason::parse),
+        detail: row.try_get("detail")?,
+        timings: row
+            .try_get::<Option<&str>, _>("timings")?
+            .and_then(|t| serde_json::from_str(t).ok()),
+    }))
 }
 
 /// `'created','stopped'` for a SQL `IN (...)`: the statuses come from the
