@@ -11,6 +11,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
     };
     for e in entries.flatten() {
         let path = e.path();
+        // Dotfiles are no part of a build.
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
         if path.is_dir() {
             walk(root, &path, out);
         } else if let Ok(rel) = path.strip_prefix(root) {

@@ -176,8 +176,7 @@ fn security_is_bearer_or_the_console_cookie_except_open_paths() {
     );
     for (m, path, op, _) in operations(&doc) {
         // Health, and the console's pages and login: as the server has it.
-        let open =
-            matches!(path, "/healthz" | "/readyz") || burrow_server::console::is_open(path);
+        let open = matches!(path, "/healthz" | "/readyz") || burrow_server::console::is_open(path);
         match op.get("security") {
             Some(s) => assert!(open && s == &serde_json::json!([]), "{m} {path} security"),
             None => assert!(!open, "{m} {path} must be open"),
