@@ -77,10 +77,16 @@ export function Sandbox({ id }: { id: string }) {
     setGone(false);
     setError(null);
     const abort = new AbortController();
+    let removed = false;
     const events = subscribe((e) => {
-      if (e.sandbox.id === id) void reload.current();
+      if (e.sandbox.id !== id) return;
+      if (e.type === 'sandbox.removed') {
+        removed = true;
+        setGone(true);
+      } else void reload.current();
     });
     reload.current = async () => {
+      if (removed) return;
       try {
         const [s, at] = await jsonAt<SandboxInfo>(`/v1/sandboxes/${seg(id)}`, { signal: abort.signal });
         setInfo(s);
@@ -120,6 +126,11 @@ export function Sandbox({ id }: { id: string }) {
       </p>
       <h1 tabIndex={-1}>{info?.name ?? (gone ? 'Sandbox not found' : 'Sandbox')}</h1>
       <ErrorAlert error={error} context={gone ? `Sandbox ${id}` : 'Reading the sandbox'} />
+      {gone && info ? (
+        <p class="note" role="status">
+          This sandbox was removed.
+        </p>
+      ) : null}
       {info ? (
         <>
           <section aria-labelledby="overview-h">

@@ -146,7 +146,15 @@ export function Sandboxes() {
     };
   }, [queue]);
 
-  const { onAsk, dialog, busy, error, context } = useActions((ask) => queue(ask.target.id));
+  const { onAsk, dialog, busy, error, context } = useActions((ask, failed) => {
+    if (ask.action !== 'destroy' || failed) return queue(ask.target.id);
+    // Gone: no need to ask the server (its event removes it too).
+    setRows((old) => {
+      const next = new Map(old ?? []);
+      next.delete(ask.target.id);
+      return next;
+    });
+  });
 
   const sorted = useMemo(
     () => (rows ? [...rows.values()].sort((a, b) => a.name.localeCompare(b.name)) : []),
