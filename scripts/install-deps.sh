@@ -36,8 +36,10 @@ need=()
 # ruby, ruby-dev and libclang-dev: the Ruby binding (bindings/ruby, magnus
 # and rb-sys, whose build script generates Ruby's bindings with libclang);
 # ruby-minitest: its tests (the gem registry is not reachable).
+# chromium: the web console's browser tests (tests/console, driven by
+# playwright-core; its own browser download cannot work here).
 for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3 docker-registry skopeo apache2-utils umoci \
-  ruby ruby-dev libclang-dev ruby-minitest \
+  ruby ruby-dev libclang-dev ruby-minitest chromium \
   containernetworking-plugins openssl iptables nftables curl gcc libc6-dev sccache; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done

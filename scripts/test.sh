@@ -42,7 +42,7 @@ step "clippy, and the build of every test, bench and example (one compilation); 
 cargo xtask lint
 step "fuzzing: every cargo-fuzz target of fuzz/ from its committed seeds, 20 s each (scripts/fuzz.sh; its own build, on the dated nightly of fuzz/rust-toolchain.toml)"
 cargo xtask fuzz "${BURROW_FUZZ_SECONDS:-20}"
-step "tests (container driver; the demo image, the MCP example's image, helm, the guest kernel (first build about 7 minutes) and the Kubernetes test cluster (first build about 15 minutes) are built once under target/; core/cli/tests/schemathesis.rs: the API against its OpenAPI document; soak.rs: 8 processes of random lifecycle operations with kill -9 injected; vm.rs: the vm-only tests; install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster; mcp.rs and kube_serverless.rs: serverless MCP locally, on the cluster and behind the Helm chart)"
+step "tests (container driver; the demo image, the MCP example's image, helm, the guest kernel (first build about 7 minutes) and the Kubernetes test cluster (first build about 15 minutes) are built once under target/; core/cli/tests/schemathesis.rs: the API against its OpenAPI document; soak.rs: 8 processes of random lifecycle operations with kill -9 injected; vm.rs: the vm-only tests; install.rs: cargo install into an empty prefix runs a sandbox; core/kube/tests: the Kubernetes backend and the conformance kit on the cluster; mcp.rs and kube_serverless.rs: serverless MCP locally, on the cluster and behind the Helm chart; console.rs: the web console in headless Chromium against a server on PostgreSQL)"
 # The test binaries three at a time (scripts/test-parallel.sh): they mostly
 # wait on sandboxes, servers and timeouts.
 cargo xtask all
@@ -81,9 +81,10 @@ sdks() {
 drivers() {
   # Two test binaries at a time in this lane: the other lane builds.
   export BURROW_TEST_JOBS=2
-  step "as an unprivileged user (scripts/rootless-user.sh): the shared lifecycle suites and the conformance kit with rootless containers (the user's own user namespace), and the lifecycle suites against the vm driver"
+  step "as an unprivileged user (scripts/rootless-user.sh): the shared lifecycle suites and the conformance kit with rootless containers (the user's own user namespace), the web console in Chromium (with its own sandbox), and the lifecycle suites against the vm driver"
   cargo xtask e2e container --rootless
   cargo xtask conformance container --rootless
+  cargo xtask test --rootless --test console
   cargo xtask e2e vm --rootless
   step "the shared lifecycle suites again, against the vm driver (QEMU microVMs)"
   cargo xtask e2e vm

@@ -143,6 +143,13 @@ export async function jsonAt<T>(path: string, req: Request = {}): Promise<[T, nu
 export const ACTIONS = ['start', 'stop', 'restart', 'drain', 'destroy'] as const;
 export type Action = (typeof ACTIONS)[number];
 
-/** `POST /v1/sandboxes/{id}/{action}` with `{}`. */
+/** SIGTERM to SIGKILL of a stop or restart: the library's default. */
+const GRACE_MS = 10_000;
+
+/** `POST /v1/sandboxes/{id}/{action}`: a stop or restart with the default
+ * grace, the others with `{}`. */
 export const act = (id: string, action: Action) =>
-  json<unknown>(`/v1/sandboxes/${seg(id)}/${action}`, { method: 'POST', body: {} });
+  json<unknown>(`/v1/sandboxes/${seg(id)}/${action}`, {
+    method: 'POST',
+    body: action === 'stop' || action === 'restart' ? { grace_ms: GRACE_MS } : {},
+  });

@@ -66,9 +66,13 @@ impl Env {
         }
     }
 
-    /// The static guest agent (built once; `burrow` embeds this same file).
+    /// What the workspace's builds embed, built once: the static guest
+    /// agent (`burrow` embeds this same file) and the web console
+    /// (`burrow-server` embeds console/dist), with the browser tests'
+    /// packages.
     pub fn agent(&mut self) -> Result<&mut Env, String> {
         if !self.agent {
+            output(script(self, "scripts/build-console.sh"))?;
             let path = output(script(self, "scripts/build-agent.sh"))?;
             let path = path.trim().to_owned();
             self.set("BURROW_AGENT_BIN", path.clone())

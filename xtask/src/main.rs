@@ -21,6 +21,10 @@ usage: cargo xtask <command> [args]
   lint                 clippy -D warnings over every crate and target, built
                        once for the tests too; the crate without its default
                        features; cargo deny where installed
+  console              the web console (console/ -> console/dist, embedded
+                       by burrow-server when it is compiled; every command
+                       that builds does this first) and the browser tests'
+                       packages (tests/console)
   unit                 the unit tests of every crate (no sandboxes)
   test ARGS...         `cargo test ARGS` with the end-to-end tests'
                        environment (agent, demo image; the guest kernel when
@@ -47,7 +51,7 @@ usage: cargo xtask <command> [args]
                        ruby (python also through a server on the cluster)
   fuzz [SECONDS]       every fuzz target from its seeds (default 20 s each)
   bench [NAME]         a benchmark of core/cli/benches (lifecycle, policies,
-                       images, vm, serve, mcp, throughput) or kube
+                       images, vm, serve, mcp, throughput, console) or kube
                        (core/kube/benches)
   deny                 cargo deny: licenses, bans, sources
   ci                   everything CI runs (scripts/test.sh)
@@ -55,7 +59,8 @@ usage: cargo xtask <command> [args]
 The lifecycle suites are core/cli/tests/{lifecycle,policies,processes,logs,
 registry_sandbox,flow}.rs. Artifacts are built once per content under target/:
 the agent (target/agent), the demo image (target/test-images), the guest
-kernel (target/kernel), the cluster and runsc (target/k8s).";
+kernel (target/kernel), the cluster and runsc (target/k8s); the console under
+console/dist.";
 
 /// The suites every driver runs (the driver-independent lifecycle).
 const SUITES: &[&str] = &[
@@ -98,6 +103,7 @@ fn dispatch(args: &[String]) -> Result<(), String> {
         ("fmt", []) => run(cargo(&env).args(["fmt", "--all", "--", "--check"])),
         ("fmt", [fix]) if fix == "--fix" => run(cargo(&env).args(["fmt", "--all"])),
         ("lint", []) => lint(&mut env),
+        ("console", []) => run(script(&env, "scripts/build-console.sh")),
         ("unit", []) => {
             env.agent()?;
             run(cargo(&env).args(["test", "-q", "--workspace", "--lib", "--bins"]))
@@ -330,7 +336,7 @@ fn bench(env: &mut Env, name: &str) -> Result<(), String> {
             })
         }
         "vm" | "lifecycle" | "policies" | "images" | "serve" | "mcp" | "burrow_mcp"
-        | "throughput" => {
+        | "throughput" | "console" => {
             if name == "vm" || name == "throughput" {
                 // The throughput bench's vm rows need the guest kernel.
                 env.kernel()?;
@@ -341,7 +347,7 @@ fn bench(env: &mut Env, name: &str) -> Result<(), String> {
             run(cargo(env).args(["bench", "-p", "burrow-cli", "--bench", name]))
         }
         other => Err(format!(
-            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, burrow_mcp, throughput, kube"
+            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, burrow_mcp, throughput, console, kube"
         )),
     }
 }

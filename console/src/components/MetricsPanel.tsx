@@ -9,6 +9,10 @@ import { Sparkline } from '../plots';
 import type { Metrics } from '../types';
 import { ErrorAlert } from './ErrorAlert';
 
+/** A cgroup without a memory limit reports the largest page-aligned
+ * value (about 8 EiB): anything from 2^62 up is no limit. */
+const NO_LIMIT = 2 ** 62;
+
 const EVERY_MS = 2_000;
 const KEEP = 60;
 
@@ -55,7 +59,12 @@ function series(samples: Sample[]): Series[] {
       label: 'Memory',
       values: gauge(samples, (m) => m.memory_bytes),
       format: bytes,
-      note: last?.memory_limit_bytes != null ? `limit ${bytes(last.memory_limit_bytes)}` : undefined,
+      note:
+        last?.memory_limit_bytes == null
+          ? undefined
+          : last.memory_limit_bytes >= NO_LIMIT
+            ? 'no limit'
+            : `limit ${bytes(last.memory_limit_bytes)}`,
     },
     { label: 'Processes', values: gauge(samples, (m) => m.pids), format: count },
     {

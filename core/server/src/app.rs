@@ -366,9 +366,6 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("ANY", "/gw/{id}"),
     ("ANY", "/gw/{id}/"),
     ("ANY", "/gw/{id}/{*rest}"),
-    ("GET", "/ui"),
-    ("GET", "/ui/"),
-    ("GET", "/ui/{*path}"),
     ("POST", "/ui/api/login"),
     ("GET", "/ui/api/session"),
     ("POST", "/ui/api/logout"),
@@ -376,6 +373,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/ui/api/sandboxes/{id}/files/content"),
     ("PUT", "/ui/api/sandboxes/{id}/files/content"),
     ("GET", "/ui/api/sandboxes/{id}/terminal"),
+    // After the console's API: the audit log names a request by the first
+    // template that matches it.
+    ("GET", "/ui"),
+    ("GET", "/ui/"),
+    ("GET", "/ui/{*path}"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),

@@ -493,6 +493,21 @@ async fn connect(
     });
     Ok(sender)
 }
+/// Keeps a cold start in the target's history (the console plots it), off
+/// the call's path.
+fn note_cold_start(state: &Arc<AppState>, id: &str, at_ms: i64, took: Duration) {
+    let (state, id) = (state.clone(), id.to_owned());
+    let start = crate::store::ColdStart {
+        at_ms,
+        ms: crate::store::ms(took),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = state.store.record_cold_start(&id, start).await {
+            tracing::warn!(target = %id, error = %e, "recording a cold start failed");
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,19 +543,4 @@ mod tests {
         assert!(!keeps_alive(&res(Version::HTTP_10, None)));
         assert!(keeps_alive(&res(Version::HTTP_10, Some("Keep-Alive"))));
     }
-}
-
-/// Keeps a cold start in the target's history (the console plots it), off
-/// the call's path.
-fn note_cold_start(state: &Arc<AppState>, id: &str, at_ms: i64, took: Duration) {
-    let (state, id) = (state.clone(), id.to_owned());
-    let start = crate::store::ColdStart {
-        at_ms,
-        ms: crate::store::ms(took),
-    };
-    tokio::spawn(async move {
-        if let Err(e) = state.store.record_cold_start(&id, start).await {
-            tracing::warn!(target = %id, error = %e, "recording a cold start failed");
-        }
-    });
 }

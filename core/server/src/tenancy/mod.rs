@@ -78,6 +78,8 @@ impl Role {
             // console's terminal and files browser.
             ["v1", "sandboxes", _, "runtime"] => self != Role::ReadOnly,
             ["ui", "api", "sandboxes", _, "terminal" | "files", ..] => self != Role::ReadOnly,
+            // Anybody may end their own console session.
+            ["ui", "api", "logout"] => true,
             // Pool definitions and URL targets (which reach the server's
             // network): the tenant's admins.
             ["v1", "pools", ..] if !reads => matches!(self, Role::Admin | Role::TenantAdmin),
@@ -228,6 +230,19 @@ mod tests {
         assert!(Role::TenantAdmin.allows(&get, "/v1/audit"));
         assert!(!Role::Operator.allows(&get, "/v1/audit"));
         assert_eq!(Role::parse("root"), None);
+        // The console's terminal and files run processes and move files.
+        let ui = "/ui/api/sandboxes/sb_x";
+        for path in [
+            format!("{ui}/terminal"),
+            format!("{ui}/files"),
+            format!("{ui}/files/content"),
+        ] {
+            assert!(!Role::ReadOnly.allows(&get, &path), "{path}");
+            assert!(Role::Operator.allows(&get, &path), "{path}");
+        }
+        assert!(!Role::ReadOnly.allows(&Method::PUT, &format!("{ui}/files/content")));
+        assert!(Role::ReadOnly.allows(&get, "/ui/api/session"));
+        assert!(Role::ReadOnly.allows(&post, "/ui/api/logout"));
     }
 
     #[test]
