@@ -51,7 +51,8 @@ usage: cargo xtask <command> [args]
                        ruby (python also through a server on the cluster)
   fuzz [SECONDS]       every fuzz target from its seeds (default 20 s each)
   bench [NAME]         a benchmark of core/cli/benches (lifecycle, policies,
-                       images, vm, serve, mcp, throughput, console) or kube
+                       images, vm, serve, mcp, throughput, pools (BURROW_DRIVER
+                       =vm for the vm's), console) or kube
                        (core/kube/benches)
   deny                 cargo deny: licenses, bans, sources
   ci                   everything CI runs (scripts/test.sh)
@@ -336,8 +337,8 @@ fn bench(env: &mut Env, name: &str) -> Result<(), String> {
             })
         }
         "vm" | "lifecycle" | "policies" | "images" | "serve" | "mcp" | "burrow_mcp"
-        | "throughput" | "console" => {
-            if name == "vm" || name == "throughput" {
+        | "throughput" | "console" | "pools" => {
+            if name == "vm" || name == "throughput" || name == "pools" {
                 // The throughput bench's vm rows need the guest kernel.
                 env.kernel()?;
             }
@@ -347,7 +348,7 @@ fn bench(env: &mut Env, name: &str) -> Result<(), String> {
             run(cargo(env).args(["bench", "-p", "burrow-cli", "--bench", name]))
         }
         other => Err(format!(
-            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, burrow_mcp, throughput, console, kube"
+            "unknown bench {other:?}: lifecycle, policies, images, vm, serve, mcp, burrow_mcp, throughput, pools, console, kube"
         )),
     }
 }
