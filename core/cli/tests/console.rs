@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use common::serve::pg::PgCluster;
-use common::serve::{http, read_response, send_with, web_command, Resp, ServeEnv, Server};
+use common::serve::{http, ok, read_response, send_with, web_command, Resp, ServeEnv, Server};
 use common::TestHome;
 use serde_json::{json, Value};
 
@@ -61,20 +61,6 @@ fn call(f: &Fixture, token: &str, method: &str, path: &str, body: Option<Value>)
     let body = body.map(|b| b.to_string());
     let url = format!("{}{path}", f.server.url);
     http(method, &url, Some(token), body.as_deref())
-}
-
-fn ok(r: Resp, what: &str) -> Value {
-    assert!(
-        (200..300).contains(&r.status),
-        "{what}: {} {}",
-        r.status,
-        r.text()
-    );
-    if r.body.is_empty() {
-        Value::Null
-    } else {
-        r.json()
-    }
 }
 
 /// A request with only `headers` (a cookie, the CSRF header, an origin).

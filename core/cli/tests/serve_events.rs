@@ -17,7 +17,7 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::serve::pg::PgCluster;
-use common::serve::{http, Resp, ServeEnv, Server};
+use common::serve::{http, ok, Resp, ServeEnv, Server};
 use common::TestHome;
 use serde_json::{json, Value};
 
@@ -65,20 +65,6 @@ fn call(server: &Server, token: &str, method: &str, path: &str, body: Option<Val
         Some(token),
         body.as_deref(),
     )
-}
-
-fn ok(r: Resp, what: &str) -> Value {
-    assert!(
-        (200..300).contains(&r.status),
-        "{what}: {} {}",
-        r.status,
-        r.text()
-    );
-    if r.body.is_empty() {
-        Value::Null
-    } else {
-        r.json()
-    }
 }
 
 /// Creates (detached) and returns the id of sandbox `name`.

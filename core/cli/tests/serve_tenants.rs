@@ -15,7 +15,7 @@ use burrow_cli_testkit as common;
 use std::sync::OnceLock;
 
 use common::serve::pg::PgCluster;
-use common::serve::{http, Resp, ServeEnv, Server};
+use common::serve::{http, ok, Resp, ServeEnv, Server};
 use common::TestHome;
 use serde_json::{json, Value};
 
@@ -64,20 +64,6 @@ fn call(f: &Fixture, token: &str, method: &str, path: &str, body: Option<Value>)
         Some(token),
         body.as_deref(),
     )
-}
-
-fn ok(r: Resp, what: &str) -> Value {
-    assert!(
-        (200..300).contains(&r.status),
-        "{what}: {} {}",
-        r.status,
-        r.text()
-    );
-    if r.body.is_empty() {
-        Value::Null
-    } else {
-        r.json()
-    }
 }
 
 /// What one tenant made: a running sandbox, a snapshot, a pool, a sandbox

@@ -233,6 +233,22 @@ fn split_url(url: &str) -> (String, String) {
     }
 }
 
+/// The JSON of a `2xx` answer (`null` for an empty body); any other answer
+/// fails the test with `what`, the status and the body.
+pub fn ok(r: Resp, what: &str) -> serde_json::Value {
+    assert!(
+        (200..300).contains(&r.status),
+        "{what}: {} {}",
+        r.status,
+        r.text()
+    );
+    if r.body.is_empty() {
+        serde_json::Value::Null
+    } else {
+        r.json()
+    }
+}
+
 /// Opens a connection and sends a request; returns the stream to read from.
 pub fn send(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> TcpStream {
     send_with(method, url, token, &[], body)
