@@ -74,9 +74,21 @@ async fn create_exec_fs_stop_restart_remove() {
     let stopped = sb.stop().await.unwrap();
     assert_eq!(stopped.status, Status::Stopped);
     assert_eq!(
-        stopped.last_run.unwrap().exit_reason,
+        stopped.last_run.clone().unwrap().exit_reason,
         Some(burrow::ExitReason::Stopped)
     );
+
+    // Every run is kept, newest first, each with its start's phases; the
+    // newest is the record's last run.
+    let runs = home.backend.runs("basic", sb.id(), 10).await.unwrap();
+    let gens: Vec<u64> = runs.iter().map(|r| r.generation).collect();
+    assert_eq!(gens, vec![gen1 + 1, gen1]);
+    assert_eq!(Some(&runs[0]), stopped.last_run.as_ref());
+    assert_eq!(runs[1].exit_reason, Some(burrow::ExitReason::Stopped));
+    assert!(runs.iter().all(|r| r.timings.is_some()), "{runs:?}");
+    let newest = home.backend.runs("basic", sb.id(), 1).await.unwrap();
+    assert_eq!(newest, runs[..1]);
+
     let err = sb.exec(["true"]).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidState);
 
@@ -86,6 +98,12 @@ async fn create_exec_fs_stop_restart_remove() {
     assert!(err.is_err());
     let err = home.backend.get("basic").await;
     assert_eq!(err.unwrap_err().code(), ErrorCode::NotFound);
+    let err = home.backend.runs("basic", sb.id(), 1).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        ErrorCode::NotFound,
+        "runs go with their sandbox"
+    );
     assert!(
         !home
             .path()
