@@ -18,6 +18,8 @@ mkdirSync(shots, { recursive: true });
 
 const report = { steps: [], axe: {}, unreachable: {}, shots: [] };
 let page;
+/** Fetches of the whole list (`GET /v1/sandboxes`) the page made. */
+let listFetches = 0;
 
 async function step(title, fn) {
   const t0 = Date.now();
@@ -60,6 +62,9 @@ const browser = await launch();
 try {
   const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1280, height: 900 } });
   page = await context.newPage();
+  page.on('request', (r) => {
+    if (new URL(r.url()).pathname === '/v1/sandboxes') listFetches++;
+  });
 
   await step('the login page', async () => {
     await page.goto(`${base}/ui/`);
@@ -82,7 +87,31 @@ try {
     await shot('sandboxes');
   });
 
-  await step('stop from the table, the status changes live', async () => {
+  await step('a change made elsewhere shows up live (the event stream)', async () => {
+    // Through the API, not the page: only the page's event stream can
+    // tell it.
+    const call = async (op, body) => {
+      const r = await fetch(`${base}/v1/sandboxes/${id}/${op}`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      if (!r.ok) throw new Error(`${op}: ${r.status} ${await r.text()}`);
+    };
+    // The page also refetches the whole list every 15 s: a round during
+    // which it did proves nothing, and is made again.
+    for (let round = 1; ; round++) {
+      const before = listFetches;
+      await call('stop', { grace_ms: 1000 });
+      await statusIn(row(), 'stopped', 10_000);
+      await call('start', {});
+      await statusIn(row(), 'running', 10_000);
+      if (listFetches === before) break;
+      if (round === 3) throw new Error('the list was refetched during every round');
+    }
+  });
+
+  await step('stop from the table, the status changes', async () => {
     await act(row(), 'Stop');
     await statusIn(row(), 'stopped');
   });
