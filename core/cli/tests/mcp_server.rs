@@ -141,7 +141,14 @@ async fn the_typescript_sdk_drives_burrow_mcp_over_stdio() {
         .iter()
         .map(|m| m.as_str().unwrap_or(""))
         .collect();
-    assert_eq!(progress, "one\ntwo\n");
+    // `one` is streamed 0.2 s before `two` is printed, so before the
+    // result; the last chunk's notification may reach the client after
+    // the result (rmcp queues notifications apart from responses), and the
+    // TypeScript client drops progress of a request it has answered.
+    assert!(
+        progress.starts_with("one\n") && "one\ntwo\n".starts_with(&progress),
+        "progress {progress:?}"
+    );
     assert!(r["cancelled"]["aborted"].is_string(), "{}", r["cancelled"]);
     let ps = r["after_cancel_ps"].as_str().unwrap();
     assert!(
