@@ -180,9 +180,30 @@ remove_bridge() {
   ip link del "$BRIDGE"
 }
 
+# What a failed test needs to know about the cluster it ran on: components
+# that exited before the stop (with their last log lines), and the node's
+# taints and conditions when they are not the healthy ones.
+report_health() {
+  local c f node
+  for c in $COMPONENTS; do
+    f=$RUN/pids/$c.pid
+    [ -f "$f" ] && ! pid_of "$c" >/dev/null || continue
+    warn "$c had exited before the stop; the end of its log:"
+    tail -n 20 "$RUN/logs/$c.log" >&2 || true
+  done
+  BIN=$(cat "$RUN/bindir" 2>/dev/null) || return 0
+  node=$(timeout 10 "$BIN/kubectl" --kubeconfig "$RUN/kubeconfig" --request-timeout=5s get node localhost \
+    -o go-template='{{range .spec.taints}}taint {{.key}}:{{.effect}}{{"\n"}}{{end}}{{range .status.conditions}}{{if eq .type "Ready"}}{{if ne .status "True"}}condition {{.type}}={{.status}} ({{.reason}}: {{.message}}){{"\n"}}{{end}}{{else if ne .status "False"}}condition {{.type}}={{.status}} ({{.reason}}: {{.message}}){{"\n"}}{{end}}{{end}}' \
+    2>/dev/null) || return 0
+  if [ -n "$node" ]; then warn "node localhost at the stop:"; echo "$node" >&2; fi
+}
+
 stop_all() {
   [ -d "$RUN" ] || return 0
-  if [ -d "$RUN/pids" ]; then say "stopping the cluster"; fi
+  if [ -d "$RUN/pids" ]; then
+    report_health
+    say "stopping the cluster"
+  fi
   local c
   for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_one "$c"; done
   kill_leftovers # pods, shims, runsc sandboxes and gofers
@@ -475,15 +496,13 @@ podLogsDir: $RUN/pod-logs
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 makeIPTablesUtilChains: false # fewer host iptables changes (they are restored anyway)
-# The disk here is ~85% full: no image GC, eviction only when really full.
+# A test node on a shared build machine: no image GC and no eviction. With
+# any threshold, a build that fills the disk or the page cache (kubelet counts
+# active file pages as used memory) gives the node a DiskPressure or
+# MemoryPressure taint, and every later pod stays Pending, unschedulable.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-  imagefs.inodesFree: 1%
+evictionHard: {}
 EOF
 }
 
@@ -551,7 +570,8 @@ start_all() {
     --authentication-kubeconfig="$RUN/kubeconfigs/controller-manager" \
     --authorization-kubeconfig="$RUN/kubeconfigs/controller-manager" \
     --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-    --use-service-account-credentials=true --profiling=false
+    --use-service-account-credentials=true --profiling=false \
+    --node-monitor-grace-period=10m # a kubelet starved of CPU for a while is not an unreachable node
   launch kube-scheduler "$BIN/kube-scheduler" --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
     --cert-dir="$RUN/scheduler" --leader-elect=false --kubeconfig="$RUN/kubeconfigs/scheduler" \
     --authentication-kubeconfig="$RUN/kubeconfigs/scheduler" \
