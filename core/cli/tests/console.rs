@@ -16,8 +16,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use common::serve::pg::PgCluster;
-use common::serve::{http, ok, read_response, send_with, web_command, Resp, ServeEnv, Server};
-use common::TestHome;
+use common::serve::{ok, read_response, send_with, web_command, Resp, TenantServer};
 use serde_json::{json, Value};
 
 fn cluster() -> &'static PgCluster {
@@ -30,37 +29,32 @@ fn workspace() -> PathBuf {
 }
 
 struct Fixture {
-    _home: TestHome,
-    server: Server,
-    env: ServeEnv,
+    t: TenantServer,
     ops: String,
     read_only: String,
 }
 
-fn fixture(db: &str) -> Fixture {
-    let home = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(TestHome::new());
-    home.name_image("busybox");
-    let url = cluster().create_database(db).unwrap();
-    let env = ServeEnv::new(home.path(), &url);
-    env.create_tenant("team");
-    let ops = env.create_token_in("console-ops", "team", "operator");
-    let read_only = env.create_token_in("console-ro", "team", "read_only");
-    let server = env.start("r1");
-    Fixture {
-        _home: home,
-        server,
-        env,
-        ops,
-        read_only,
+impl std::ops::Deref for Fixture {
+    type Target = TenantServer;
+    fn deref(&self) -> &TenantServer {
+        &self.t
     }
 }
 
+fn fixture(db: &str) -> Fixture {
+    let url = cluster().create_database(db).unwrap();
+    let tokens = [
+        ("console-ops", "team", "operator"),
+        ("console-ro", "team", "read_only"),
+    ];
+    let mut t = TenantServer::start(&url, &["team"], &tokens);
+    let read_only = t.tokens.pop().unwrap();
+    let ops = t.tokens.pop().unwrap();
+    Fixture { t, ops, read_only }
+}
+
 fn call(f: &Fixture, token: &str, method: &str, path: &str, body: Option<Value>) -> Resp {
-    let body = body.map(|b| b.to_string());
-    let url = format!("{}{path}", f.server.url);
-    http(method, &url, Some(token), body.as_deref())
+    f.t.call(token, method, path, body)
 }
 
 /// A request with only `headers` (a cookie, the CSRF header, an origin).

@@ -15,7 +15,7 @@ use burrow_cli_testkit as common;
 use std::sync::OnceLock;
 
 use common::serve::pg::PgCluster;
-use common::serve::{http, ok, Resp, ServeEnv, Server};
+use common::serve::{http, ok, Resp, ServeEnv, TenantServer};
 use common::TestHome;
 use serde_json::{json, Value};
 
@@ -24,46 +24,34 @@ fn cluster() -> &'static PgCluster {
     PG.get_or_init(PgCluster::start)
 }
 
-/// A server with tenants `alpha` and `beta` (each with a tenant admin
-/// token) and the test image installed as the named image `busybox` (a
-/// tenant may not name host directories).
+/// A server with tenants `alpha` and `beta`, each with a tenant admin token.
 struct Fixture {
-    _home: TestHome,
-    env: ServeEnv,
-    server: Server,
+    t: TenantServer,
     alpha: String,
     beta: String,
 }
 
-fn fixture(db: &str) -> Fixture {
-    let home = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(TestHome::new());
-    home.name_image("busybox");
-    let url = cluster().create_database(db).unwrap();
-    let env = ServeEnv::new(home.path(), &url);
-    env.create_tenant("alpha");
-    env.create_tenant("beta");
-    let alpha = env.create_token_in("alpha-admin", "alpha", "tenant_admin");
-    let beta = env.create_token_in("beta-admin", "beta", "tenant_admin");
-    let server = env.start("r1");
-    Fixture {
-        _home: home,
-        env,
-        server,
-        alpha,
-        beta,
+impl std::ops::Deref for Fixture {
+    type Target = TenantServer;
+    fn deref(&self) -> &TenantServer {
+        &self.t
     }
 }
 
+fn fixture(db: &str) -> Fixture {
+    let url = cluster().create_database(db).unwrap();
+    let tokens = [
+        ("alpha-admin", "alpha", "tenant_admin"),
+        ("beta-admin", "beta", "tenant_admin"),
+    ];
+    let mut t = TenantServer::start(&url, &["alpha", "beta"], &tokens);
+    let beta = t.tokens.pop().unwrap();
+    let alpha = t.tokens.pop().unwrap();
+    Fixture { t, alpha, beta }
+}
+
 fn call(f: &Fixture, token: &str, method: &str, path: &str, body: Option<Value>) -> Resp {
-    let body = body.map(|b| b.to_string());
-    http(
-        method,
-        &format!("{}{path}", f.server.url),
-        Some(token),
-        body.as_deref(),
-    )
+    f.t.call(token, method, path, body)
 }
 
 /// What one tenant made: a running sandbox, a snapshot, a pool, a sandbox

@@ -10,6 +10,55 @@ use super::{agent_bin, burrow_bin};
 
 pub use burrow_test_support::pg;
 
+/// A replica `r1` for tests of tenants and roles: a fresh home with the test
+/// image named `busybox` (a tenant may not name host directories), its own
+/// database `database`, and the tenants and tokens made before it starts.
+pub struct TenantServer {
+    // Field order is drop order: the replica stops before its home goes.
+    pub server: Server,
+    pub env: ServeEnv,
+    /// The secrets of the tokens asked for, in their order.
+    pub tokens: Vec<String>,
+    _home: crate::TestHome,
+}
+
+impl TenantServer {
+    /// `tokens` are (name, tenant, role).
+    pub fn start(database: &str, tenants: &[&str], tokens: &[(&str, &str, &str)]) -> TenantServer {
+        let home = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(crate::TestHome::new());
+        home.name_image("busybox");
+        let env = ServeEnv::new(home.path(), database);
+        for tenant in tenants {
+            env.create_tenant(tenant);
+        }
+        let tokens = tokens
+            .iter()
+            .map(|(name, tenant, role)| env.create_token_in(name, tenant, role))
+            .collect();
+        TenantServer {
+            server: env.start("r1"),
+            env,
+            tokens,
+            _home: home,
+        }
+    }
+
+    /// `method path` with `token` and a JSON `body`.
+    pub fn call(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Resp {
+        let body = body.map(|b| b.to_string());
+        let url = format!("{}{path}", self.server.url);
+        http(method, &url, Some(token), body.as_deref())
+    }
+}
+
 /// A running `burrow serve` replica.
 pub struct Server {
     child: Option<Child>,
