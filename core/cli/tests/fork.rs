@@ -258,3 +258,93 @@ async fn forks_racing_across_processes_make_whole_copies_or_typed_errors() {
         .collect();
     assert!(scratch.is_empty(), "{scratch:?}");
 }
+
+/// Every backend opened (in any process) sweeps the directories of removed
+/// sandboxes, and the copy a fork is making has a directory before it has a
+/// record. Both windows held open by fault points: a sweep in the moment
+/// before the copy's removal lock is taken deletes the directory, and the
+/// fork makes it again; a sweep that read "no record" just before the fork
+/// recorded the copy and let its lock go reads again and leaves it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_in_another_process_never_takes_a_copy_being_made() {
+    use burrow::internal::fault::Fault;
+    use burrow_test_support::fault::FaultWindow;
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    const OPEN: Duration = Duration::from_secs(60);
+    let home = TestHome::new().await;
+    let parent = home.builder("swept-parent").create().await.unwrap();
+    run(&parent, "echo swept > /swept").await;
+    let dirs = || {
+        std::fs::read_dir(home.path().join("sandboxes"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("sb_")
+            })
+            .count()
+    };
+    let fork = |w: &FaultWindow, name: &str| {
+        w.arm(&mut home.cli())
+            .args(["--json", "fork", "swept-parent", "--name", name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let made = |child: std::process::Child| {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+
+    // 1. The copy's directory made, its lock not taken yet: `burrow ls`
+    //    opens a backend, whose sweep deletes that directory.
+    let making = FaultWindow::new(home.path(), Fault::MakeDirBeforeLock.as_str());
+    let child = fork(&making, "c1");
+    assert!(making.wait_open(OPEN).await, "never reached the fault");
+    assert_eq!(dirs(), 2);
+    assert!(home.cli().arg("ls").output().unwrap().status.success());
+    assert_eq!(dirs(), 1, "the sweep took the directory being made");
+    making.release();
+    made(child);
+    whole(&home, "c1").await;
+
+    // 2. A sweep holds having read no record for the copy being made; the
+    //    fork then takes its lock, makes the copy, records it, lets go.
+    let making = FaultWindow::new(home.path(), Fault::MakeDirBeforeLock.as_str());
+    let child = fork(&making, "c2");
+    assert!(making.wait_open(OPEN).await, "never reached the fault");
+    let sweeping = FaultWindow::new(home.path(), Fault::SweepBeforeLock.as_str());
+    let sweeper = sweeping
+        .arm(&mut home.cli())
+        .arg("ls")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(sweeping.wait_open(OPEN).await, "the sweep never held");
+    making.release();
+    made(child);
+    sweeping.release();
+    let mut sweeper = sweeper;
+    assert!(sweeper.wait().unwrap().success());
+    assert_eq!(dirs(), 3, "a sweep took a recorded copy's directory");
+    whole(&home, "c2").await;
+}
+
+/// The copy `name` of `swept-parent`, running with the parent's file.
+async fn whole(home: &TestHome, name: &str) {
+    let copy = burrow::SandboxHandle::get_in(home.dyn_backend(), name)
+        .await
+        .unwrap();
+    assert_eq!(copy.status().await.unwrap(), Status::Running);
+    let copy = copy.connect_or_start().await.unwrap();
+    assert_eq!(run(&copy, "cat /swept").await, "swept\n");
+}

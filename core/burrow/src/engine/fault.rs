@@ -86,6 +86,12 @@ listed_enum! {
         /// Pool claim: holds with a warm sandbox reserved and told of its
         /// claim, before it takes the claimer's name.
         PoolClaimReserved = "pool.claim_reserved",
+        /// Making the directory of a sandbox not recorded yet (a fork's
+        /// copy, a restore): holds with it created, before its removal lock.
+        MakeDirBeforeLock = "make_dir.before_lock",
+        /// Opening a backend: holds in the sweep of leftover directories
+        /// with one found unrecorded, before taking its removal lock.
+        SweepBeforeLock = "sweep.before_lock",
         /// Binding core: does not hang; every call panics (the SDKs' tests).
         BindingPanic = "binding.panic",
     }

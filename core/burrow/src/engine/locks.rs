@@ -50,6 +50,48 @@ impl FileLock {
         Ok(FileLock { file })
     }
 
+    /// Takes the lock of `path` and answers it only if, once held, it is
+    /// still the file at `path`: `None` when the path's directory is gone,
+    /// or when the holder we waited for deleted the file (with its
+    /// directory) before letting it go — a lock nobody else can find.
+    pub async fn acquire_linked(path: &Path) -> Result<Option<FileLock>> {
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let file = match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(Error::io("opening a lock file", Some(&path), e)),
+            };
+            file.lock()
+                .map_err(|e| Error::io("locking", Some(&path), e))?;
+            let lock = FileLock { file };
+            Ok(lock.is_at(&path).then_some(lock))
+        })
+        .await
+        .map_err(|e| {
+            Error::io(
+                "lock task failed",
+                None,
+                std::io::Error::other(e.to_string()),
+            )
+        })?
+    }
+
+    /// Whether the locked file is (still) the file at `path`.
+    pub fn is_at(&self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::metadata(path)) {
+            (Ok(mine), Ok(there)) => mine.dev() == there.dev() && mine.ino() == there.ino(),
+            _ => false,
+        }
+    }
+
     /// Takes the lock if it is free right now.
     pub fn try_acquire(path: &Path) -> Result<Option<FileLock>> {
         let file = open(path)?;

@@ -28,9 +28,8 @@ use burrow_protocol::{Control, GuestErrorCode, Response};
 
 use super::snapshots::{scratch_dir, sweep_scratch, Scratch};
 use super::transitions::ControlError;
-use super::{LocalBackend, REMOVAL_LOCK};
+use super::LocalBackend;
 use crate::backend::{Backend, StartOptions};
-use crate::engine::locks::FileLock;
 use crate::error::{Error, Result};
 use crate::model::{DriverKind, ForkOptions, SandboxId, SandboxInfo, Status};
 
@@ -193,10 +192,7 @@ impl LocalBackend {
         sealed: Option<&str>,
         saved: &std::path::Path,
     ) -> Result<()> {
-        let dir = self.home.sandbox_dir(id);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io("creating the sandbox directory", Some(&dir), e))?;
-        let _making = FileLock::acquire(&dir.join(REMOVAL_LOCK)).await?;
+        let (dir, _making) = self.make_unrecorded_dir(id).await?;
         if parent.config.driver.unwrap_or_default() == DriverKind::Vm {
             let (from, to) = (saved.to_path_buf(), dir.clone());
             crate::engine::image::snapshot::blocking("giving a copy the saved guest", move || {

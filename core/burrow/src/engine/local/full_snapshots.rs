@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 
 use super::snapshots::{scratch_dir, sweep_scratch, Scratch};
-use super::{LocalBackend, REMOVAL_LOCK};
+use super::LocalBackend;
 use crate::engine::image::snapshot::blocking;
 use crate::engine::locks::FileLock;
 use crate::error::{Error, Result};
@@ -131,12 +131,8 @@ impl LocalBackend {
                 ),
             });
         }
-        let dir = self.home.sandbox_dir(id);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io("creating the sandbox directory", Some(&dir), e))?;
-        // Held until the record exists: no sweep takes the directory for a
-        // removed sandbox's.
-        let making = FileLock::acquire(&dir.join(REMOVAL_LOCK)).await?;
+        // Held until the record exists.
+        let (dir, making) = self.make_unrecorded_dir(id).await?;
         let (from, to) = (saved_dir(&self.home, &snap.digest), dir);
         blocking("giving the sandbox the saved guest", move || {
             crate::engine::driver::vm::seed_from_copy(&from, &to)

@@ -198,15 +198,50 @@ impl LocalBackend {
                 continue;
             };
             if let Ok(None) = self.store.get_by_id(&id).await {
-                let Ok(Some(_removing)) = FileLock::try_acquire(&entry.path().join(REMOVAL_LOCK))
-                else {
+                crate::engine::fault::hold(Fault::SweepBeforeLock).await;
+                let lock = entry.path().join(REMOVAL_LOCK);
+                let Ok(Some(removing)) = FileLock::try_acquire(&lock) else {
                     continue;
                 };
+                // Read again with the lock held: a sandbox being made
+                // ([`LocalBackend::make_unrecorded_dir`]) records itself
+                // before it lets the lock go, so the record read now is
+                // final. A lock file no longer at its path was another
+                // sweep's, which removed the directory.
+                if !removing.is_at(&lock) || !matches!(self.store.get_by_id(&id).await, Ok(None)) {
+                    continue;
+                }
                 tracing::info!(sandbox = %id, "removing the leftover directory of a removed sandbox");
                 let _ =
                     crate::engine::driver::container::rootless::remove_tree(&entry.path()).await;
             }
         }
+    }
+
+    /// Creates the directory of a sandbox that has no record yet (a fork's
+    /// copy, a restore of a full snapshot) and takes its removal lock, to
+    /// be held until the record exists, so that no sweep (of any process)
+    /// takes the directory for a removed sandbox's leftover. A sweep can
+    /// take it in the moment between the two and delete it: then it is
+    /// made again.
+    async fn make_unrecorded_dir(&self, id: &SandboxId) -> Result<(PathBuf, FileLock)> {
+        const ATTEMPTS: usize = 20;
+        let dir = self.home.sandbox_dir(id);
+        for _ in 0..ATTEMPTS {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::io("creating the sandbox directory", Some(&dir), e))?;
+            crate::engine::fault::hold(Fault::MakeDirBeforeLock).await;
+            if let Some(lock) = FileLock::acquire_linked(&dir.join(REMOVAL_LOCK)).await? {
+                return Ok((dir, lock));
+            }
+        }
+        Err(Error::io(
+            "creating the sandbox directory",
+            Some(&dir),
+            std::io::Error::other(format!(
+                "removed by other processes' sweeps {ATTEMPTS} times in a row"
+            )),
+        ))
     }
 
     async fn name_lock(&self, name: &str) -> Result<FileLock> {
