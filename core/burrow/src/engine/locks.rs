@@ -16,29 +16,37 @@ pub struct FileLock {
     file: File,
 }
 
-fn open(path: &Path) -> Result<File> {
+fn open_raw(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(|e| Error::io("opening a lock file", Some(path), e))
+}
+
+fn open(path: &Path) -> Result<File> {
+    open_raw(path).map_err(|e| Error::io("opening a lock file", Some(path), e))
+}
+
+/// Runs a blocking lock call off the async runtime.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Error::io(
+            "lock task failed",
+            None,
+            std::io::Error::other(e.to_string()),
+        )
+    })?
 }
 
 impl FileLock {
     /// Blocks (off the async runtime) until the lock is held.
     pub async fn acquire(path: &Path) -> Result<FileLock> {
         let path = path.to_path_buf();
-        tokio::task::spawn_blocking(move || FileLock::acquire_blocking(&path))
-            .await
-            .map_err(|e| {
-                Error::io(
-                    "lock task failed",
-                    None,
-                    std::io::Error::other(e.to_string()),
-                )
-            })?
+        off_runtime(move || FileLock::acquire_blocking(&path)).await
     }
 
     /// Blocks the calling thread until the lock is held (for code that runs
@@ -56,14 +64,8 @@ impl FileLock {
     /// directory) before letting it go — a lock nobody else can find.
     pub async fn acquire_linked(path: &Path) -> Result<Option<FileLock>> {
         let path = path.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            let file = match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-            {
+        off_runtime(move || {
+            let file = match open_raw(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(Error::io("opening a lock file", Some(&path), e)),
@@ -74,13 +76,6 @@ impl FileLock {
             Ok(lock.is_at(&path).then_some(lock))
         })
         .await
-        .map_err(|e| {
-            Error::io(
-                "lock task failed",
-                None,
-                std::io::Error::other(e.to_string()),
-            )
-        })?
     }
 
     /// Whether the locked file is (still) the file at `path`.
