@@ -62,6 +62,37 @@ pub(crate) fn run_call(py: Python<'_>, blocking: bool, fut: CallFuture) -> PyRes
     }
 }
 
+/// Gives this runtime thread a Python thread state of its own for the rest
+/// of its life, the GIL released (once per thread).
+///
+/// Without it every delivery creates a thread state and deletes it, each
+/// time under the interpreter's runtime lock, taken without the GIL. A
+/// `fork()` by another thread at that moment leaves the child with that
+/// lock held, and CPython before 3.11.8 and 3.12 takes it again in the
+/// child (`PyOS_AfterFork_Child`), which then hangs forever
+/// (python/cpython#112275). With a kept state a delivery only takes and
+/// releases the GIL. The state outlives the thread only if the thread ends
+/// first: the runtime's workers live as long as the process (or the fork
+/// child's runtime).
+fn keep_thread_state() {
+    thread_local! {
+        static KEPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if KEPT.with(|kept| kept.replace(true)) {
+        return;
+    }
+    // SAFETY: a thread without a Python thread state holds no GIL: Ensure
+    // creates its state and takes the GIL, SaveThread releases the GIL and
+    // keeps the state, which later `Python::attach` calls reuse. A thread
+    // that has a state (one Python made) is left as it is.
+    unsafe {
+        if pyo3::ffi::PyGILState_GetThisThreadState().is_null() {
+            pyo3::ffi::PyGILState_Ensure();
+            pyo3::ffi::PyEval_SaveThread();
+        }
+    }
+}
+
 fn spawn_awaitable(py: Python<'_>, fut: CallFuture) -> PyResult<Py<PyAny>> {
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let py_fut = event_loop.call_method0("create_future")?;
@@ -73,6 +104,7 @@ fn spawn_awaitable(py: Python<'_>, fut: CallFuture) -> PyResult<Py<PyAny>> {
         if EXITING.load(Ordering::SeqCst) {
             return;
         }
+        keep_thread_state();
         Python::attach(|py| {
             let (ok, value) = match res.map(|out| output(py, out)) {
                 Ok(Ok(v)) => (true, v),

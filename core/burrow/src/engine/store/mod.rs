@@ -22,6 +22,7 @@ use crate::lifecycle::Operation;
 use crate::model::{ExitReason, RunInfo, SandboxConfig, SandboxId, SandboxInfo, Status};
 
 mod events;
+mod fork;
 pub mod migrations;
 pub(crate) mod pools;
 pub(crate) mod snapshots;
@@ -77,6 +78,7 @@ impl Store {
     /// Opens (creating and migrating) the database of `home`. Refuses a
     /// database written by a newer burrow.
     pub async fn open(home: &Home) -> Result<Store> {
+        fork::hold_sqlite_across_fork();
         let path = home.db_path();
         let opts = SqliteConnectOptions::new()
             .filename(&path)
