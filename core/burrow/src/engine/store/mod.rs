@@ -79,9 +79,14 @@ impl Store {
     /// database written by a newer burrow.
     pub async fn open(home: &Home) -> Result<Store> {
         fork::hold_sqlite_across_fork();
+        // A fork child: its parent's connections go first (see `fork`).
+        fork::close_inherited();
         let path = home.db_path();
         let opts = SqliteConnectOptions::new()
             .filename(&path)
+            // Each connection has its own mutex, held inside every call:
+            // what a fork waits on (see `fork`).
+            .serialized(true)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -98,6 +103,13 @@ impl Store {
                 .max_connections(4)
                 .min_connections(0)
                 .idle_timeout(Some(Duration::from_secs(30)))
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        let mut handle = conn.lock_handle().await?;
+                        fork::register(handle.as_raw_handle().as_ptr());
+                        Ok(())
+                    })
+                })
                 .connect_with(opts.clone())
                 .await;
             match opened {
