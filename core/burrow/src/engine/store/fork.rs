@@ -393,6 +393,15 @@ mod tests {
         pid
     }
 
+    /// A home in a temporary directory, a runtime, and its store opened.
+    fn parent_store() -> (tempfile::TempDir, Home, tokio::runtime::Runtime, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path()).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt.block_on(Store::open(&home)).unwrap();
+        (dir, home, rt, store)
+    }
+
     /// A pipe: (read end, write end).
     fn pipe() -> (std::fs::File, std::fs::File) {
         let mut fds = [0; 2];
@@ -414,11 +423,8 @@ mod tests {
     /// inherits the mutex locked and waits forever.
     #[test]
     fn a_fork_during_an_allocation_leaves_the_child_a_working_sqlite() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::at(dir.path()).unwrap();
-        let rt = tokio::runtime::Runtime::new().unwrap();
         // The parent's store stays open across the fork, its connections live.
-        let store = rt.block_on(Store::open(&home)).unwrap();
+        let (_dir, home, rt, store) = parent_store();
         rt.block_on(store.list()).unwrap();
 
         let (held, holding) = std::sync::mpsc::channel();
@@ -464,10 +470,7 @@ mod tests {
     fn a_fork_child_and_its_parent_share_the_database_after_the_parent_reopens() {
         use std::io::{Read, Write};
 
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::at(dir.path()).unwrap();
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let store = rt.block_on(Store::open(&home)).unwrap();
+        let (_dir, home, rt, store) = parent_store();
         rt.block_on(sqlx::query("CREATE TABLE fork_probe (who TEXT)").execute(&store.pool))
             .unwrap();
         let (mut ready_r, mut ready_w) = pipe();
