@@ -254,9 +254,8 @@ impl AgentClient {
         make: impl FnOnce(u64) -> HostMsg,
         hold: Option<oneshot::Receiver<()>>,
     ) -> Result<RequestHandle> {
-        if self.is_closed() {
-            return Err(lost());
-        }
+        #[cfg(test)]
+        tests_hook::before_open();
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let credit = mode.window().map(|w| {
@@ -265,11 +264,16 @@ impl AgentClient {
                 input: Semaphore::new(w as usize),
             })
         });
-        self.inner
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
+        {
+            // Looked at under the lock the reader holds to close the
+            // channel and end its requests: a request is either refused
+            // here or registered before that end, never after it (it then
+            // waited forever for an answer).
+            let mut pending = self.inner.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if self.is_closed() {
+                return Err(lost());
+            }
+            pending.insert(
                 id,
                 Route {
                     tx,
@@ -277,6 +281,7 @@ impl AgentClient {
                     windows: matches!(mode, Mode::Relayed(_)),
                 },
             );
+        }
         let handle = RequestHandle::new(id, rx, self.clone(), mode, credit);
         let msg = make(id);
         let out = match hold {
@@ -481,8 +486,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
             let _ = route.tx.send(msg);
         }
     }
+    let mut map = lock();
     closed.store(true, Ordering::SeqCst);
-    for (_, route) in lock().drain() {
+    for (_, route) in map.drain() {
         if let Some(c) = &route.credit {
             c.input.close();
         }
@@ -504,4 +510,25 @@ fn overrun(id: u64, route: Route, tx: &mpsc::UnboundedSender<Outgoing>) {
             "the sandbox sent more output than the request's window allows",
         )),
     });
+}
+
+/// A hook of the tests, run where a request starts to be opened.
+#[cfg(test)]
+pub(super) mod tests_hook {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static BEFORE_OPEN: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `f` the next time this thread starts opening a request.
+    pub(in crate::channel) fn set_before_open(f: impl FnOnce() + 'static) {
+        BEFORE_OPEN.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    pub(super) fn before_open() {
+        if let Some(f) = BEFORE_OPEN.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
 }

@@ -221,3 +221,48 @@ async fn an_agent_that_overruns_the_window_fails_the_request() {
     }
     assert_eq!(chunks, DEFAULT_WINDOW as usize / burrow_protocol::MAX_CHUNK);
 }
+
+/// A request opened just as the reader ends (the peer closed the channel,
+/// as a supervisor does when its run ends) is refused as lost. It used to
+/// be registered after the reader had ended every request, and waited
+/// forever for an answer: the hang of a `ping` on a reclaimed sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_opened_as_the_channel_closes_is_lost_not_left_waiting() {
+    let ((rd, wr), (far_rd, mut far_wr)) = pair();
+    let agent = tokio::spawn(async move {
+        far_wr.write_all(&encode(&hello(1, None))).await.unwrap();
+        let mut far_rd = far_rd;
+        let _ = read_frame::<_, HostMsg>(&mut far_rd).await;
+        (far_rd, far_wr)
+    });
+    let client = AgentClient::connect(rd, wr, Handshake::Agent, HELLO)
+        .await
+        .unwrap();
+    let far = agent.await.unwrap();
+    let opened = tokio::task::spawn_blocking(move || {
+        // The window held open: the peer goes away and the reader ends all
+        // requests after the request started opening, before it registers.
+        let closing = client.clone();
+        super::client::tests_hook::set_before_open(move || {
+            drop(far);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !closing.is_closed() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the reader never ended"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        client.request(Request::Ping)
+    })
+    .await
+    .unwrap();
+    match opened {
+        Err(e) => assert_eq!(e.code(), crate::ErrorCode::Protocol),
+        Ok(mut handle) => {
+            let end = tokio::time::timeout(Duration::from_secs(10), handle.next()).await;
+            panic!("a request on a closed channel was registered (next: {end:?})");
+        }
+    }
+}
