@@ -18,6 +18,8 @@
 # With BURROW_TEST_USER set (root only), each binary runs as that
 # unprivileged user (scripts/rootless-user.sh), with its own HOME and no
 # XDG directories of root's: the rootless runs.
+# A binary still running after BURROW_TEST_BINARY_TIMEOUT seconds (default
+# 1200) is killed and fails: a hung test ends the run with its log.
 # Exits non-zero if any binary (or the doc tests) failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,8 +66,15 @@ run_one() {
     as=(runuser -u "$BURROW_TEST_USER" -- env -u XDG_RUNTIME_DIR -u XDG_DATA_HOME -u XDG_CACHE_HOME
       HOME="$(getent passwd "$BURROW_TEST_USER" | cut -d: -f6)" TMPDIR=/tmp)
   fi
-  (cd "$dir" && CARGO="$cargo_bin" CARGO_MANIFEST_DIR="$dir" "${as[@]}" "$exe" -q) \
+  # A hung test fails its binary after the limit (its log names the tests
+  # still running), instead of holding the whole run until CI's own limit.
+  local limit=${BURROW_TEST_BINARY_TIMEOUT:-1200}
+  (cd "$dir" && CARGO="$cargo_bin" CARGO_MANIFEST_DIR="$dir" \
+    timeout --kill-after=30 "$limit" "${as[@]}" "$exe" -q) \
     >"$logs/$name.log" 2>&1 || status=$?
+  if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+    echo "==> $name was still running after ${limit}s and was killed (a hung test?)" >>"$logs/$name.log"
+  fi
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   printf '%s %s %d.%d\n' "$status" "$name" $((ms / 1000)) $((ms % 1000 / 100))
 }
