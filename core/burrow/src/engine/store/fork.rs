@@ -160,13 +160,8 @@ unsafe extern "C" fn forget(db: *mut c_void) {
 /// store opens connections of its own.
 pub(crate) fn close_inherited() {
     let me = pid();
-    let inherited: Vec<Conn> = REGISTRY.with(|conns| {
-        let (theirs, mine) = std::mem::take(conns)
-            .into_iter()
-            .partition(|c: &Conn| c.pid != me);
-        *conns = mine;
-        theirs
-    });
+    let inherited: Vec<Conn> =
+        REGISTRY.with(|conns| conns.extract_if(.., |c| c.pid != me).collect());
     for conn in inherited {
         // SAFETY: the connection is alive (a parent's, never closed here)
         // and no thread of this process uses it: its worker thread did not
@@ -341,8 +336,12 @@ mod tests {
         }
     }
 
-    /// In the child: a runtime of its own, the store opened and read.
-    fn child_uses_the_store(home: &Home) -> i32 {
+    /// In the child: a runtime of its own and the store opened (exit code
+    /// 2 or 3 if either fails), then `body`'s exit code.
+    fn child_with_store<F: std::future::Future<Output = i32>>(
+        home: &Home,
+        body: impl FnOnce(Store) -> F,
+    ) -> i32 {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -351,8 +350,19 @@ mod tests {
         };
         rt.block_on(async {
             match Store::open(home).await {
-                Ok(store) if store.list().await.is_ok() => 0,
-                _ => 3,
+                Ok(store) => body(store).await,
+                Err(_) => 3,
+            }
+        })
+    }
+
+    /// In the child: the store opened and read.
+    fn child_uses_the_store(home: &Home) -> i32 {
+        child_with_store(home, |store| async move {
+            if store.list().await.is_ok() {
+                0
+            } else {
+                4
             }
         })
     }
@@ -476,16 +486,7 @@ mod tests {
         let (mut ready_r, mut ready_w) = pipe();
         let (mut go_r, mut go_w) = pipe();
         let pid = fork_running(|| {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return 2;
-            };
-            rt.block_on(async {
-                let Ok(store) = Store::open(&home).await else {
-                    return 3;
-                };
+            child_with_store(&home, |store| async move {
                 let mut byte = [0u8];
                 if ready_w.write_all(b"r").is_err() || go_r.read_exact(&mut byte).is_err() {
                     return 4;
