@@ -197,10 +197,12 @@ async fn a_secret_reaches_its_host_only_and_never_the_guest() {
     let (_, node_ca) = sh(&sb, "echo $NODE_EXTRA_CA_CERTS").await;
     assert_eq!(node_ca, burrow::SANDBOX_CA_FILE);
 
-    // Plain HTTP to the secret's host: the far end gets the value.
+    // Plain HTTP to the secret's host: the far end gets the value, in the
+    // header only (a placeholder in the URL is refused: see
+    // tests/attacks/secrets.rs).
     let get = |host: &str, port: u16| {
         format!(
-            "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://{host}:{port}/x?t=$TOKEN 2>&1; echo \" rc=$?\""
+            "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://{host}:{port}/x 2>&1; echo \" rc=$?\""
         )
     };
     let (_, out) = sh(&sb, &get("api.test", s.http)).await;
@@ -208,13 +210,12 @@ async fn a_secret_reaches_its_host_only_and_never_the_guest() {
     let h = heads();
     let got = h
         .iter()
-        .find(|h| h.starts_with("GET /x?"))
+        .find(|h| h.starts_with("GET /x "))
         .expect("the request to api.test");
     assert!(
         got.contains(&format!("Authorization: Bearer {VALUE}\r\n")),
         "{got}"
     );
-    assert!(got.contains(&format!("GET /x?t={VALUE} ")), "{got}");
 
     // To another host (allowed by the policy, at the same address): the
     // connection is closed before anything reaches it, and logged.

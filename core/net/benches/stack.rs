@@ -157,15 +157,16 @@ fn main() {
         .unwrap();
     let (g1, nsenter) = start_stack(&rt, ports, None);
     let ours = measure(&nsenter, "10.0.2.2", ports, bytes, iters);
-    let secrets = Arc::new(burrow_net::secrets::Secrets {
-        list: Arc::from(vec![burrow_net::secrets::Secret {
+    let secrets = Arc::new(burrow_net::secrets::Secrets::new(
+        vec![burrow_net::secrets::Secret {
             name: "TOKEN".into(),
             placeholder: burrow_net::secrets::placeholder_from([1; 16]),
             value: "bench".into(),
             hosts: vec![burrow_net::secrets::SecretHost::parse("api.example.com").unwrap()],
-        }]),
-        tls: None,
-    });
+            headers: Vec::new(),
+        }],
+        None,
+    ));
     let (g2, nsenter2) = start_stack(&rt, ports, Some(secrets));
     let guarded = measure(&nsenter2, "10.0.2.2", ports, bytes, iters);
 

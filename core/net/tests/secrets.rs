@@ -1,7 +1,9 @@
 //! Secrets through the stack against real kernels and real TLS on both
 //! ends: a guest (python's http over sockets and its ssl module, trusting
 //! only the sandbox's CA) and far HTTP/HTTPS servers that keep each head
-//! they got (see `lab`). Each test runs in a lab of its own.
+//! they got and echo it back, the way a reflecting service would (see
+//! `lab`): the far end gets the value in the header, the guest gets the
+//! echo with the value masked. Each test runs in a lab of its own.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,6 +11,7 @@ mod lab;
 
 use std::sync::Arc;
 
+use burrow_net::secrets::http::Place;
 use burrow_net::secrets::tls::{generate_authority, host_roots, AuthorityPem, Interceptor};
 use burrow_net::secrets::{placeholder_from, Secret, SecretHost, Secrets};
 use burrow_net::stack::Target;
@@ -36,6 +39,7 @@ fn secrets() -> (Arc<Secrets>, AuthorityPem, String) {
             SecretHost::parse("a.test").unwrap(),
             SecretHost::parse("x.c.test").unwrap(),
         ],
+        headers: Vec::new(),
     }];
     // Unique, not per pid alone: a pid comes round again in a long run,
     // and an earlier run's directory (another user's, rootless) is not
@@ -49,10 +53,7 @@ fn secrets() -> (Arc<Secrets>, AuthorityPem, String) {
     std::fs::write(&ca_file, &ca.cert).unwrap();
     let far_file = dir.join("far-ca.pem");
     std::fs::write(&far_file, &far_ca().cert_pem).unwrap();
-    let secrets = Arc::new(Secrets {
-        list: Arc::from(list),
-        tls: Some(tls),
-    });
+    let secrets = Arc::new(Secrets::new(list, Some(tls)));
     (secrets, ca, dir.display().to_string())
 }
 
@@ -73,15 +74,41 @@ async fn a_plain_request_to_its_host_gets_the_value_and_elsewhere_is_refused() {
     let (lab, _) = lab();
     let ph = placeholder();
     let echoed = lab.guest(&["http", "a.test", "8080", &ph]).await;
+    // The echo of the head, the value masked in it.
     assert!(
         echoed.starts_with(&format!(
-            "GET /?t={VALUE} HTTP/1.1|Host: a.test|X-Token: {VALUE}|"
+            "GET /echo HTTP/1.1|Host: a.test|Authorization: Bearer {}|",
+            "*".repeat(VALUE.len())
         )),
         "{echoed}"
     );
+    assert!(!echoed.contains(VALUE) && !echoed.contains(&ph));
     let far = heads("198.18.0.2:8080");
     assert_eq!(far.len(), 1);
-    assert!(far[0].contains(VALUE) && !far[0].contains(&ph));
+    assert!(
+        far[0].contains(&format!("Authorization: Bearer {VALUE}\r\n"))
+            && far[0].contains("Accept-Encoding: identity\r\n")
+            && !far[0].contains(&ph),
+        "{}",
+        far[0]
+    );
+
+    // In the request line, even to its host: refused, nothing sent.
+    let refused = lab
+        .guest(&["http", "a.test", "8080", &ph, "/x?t={t}"])
+        .await;
+    assert!(refused.starts_with("ERR") || refused == "EOF", "{refused}");
+    assert_eq!(heads("198.18.0.2:8080").len(), 1);
+    let r = lab.refusals();
+    assert!(
+        matches!(&r.last().unwrap().target, Target::Secret(s) if s.place == Place::RequestLine),
+        "{r:?}"
+    );
+    assert!(r
+        .last()
+        .unwrap()
+        .to_string()
+        .contains("in the request line to a.test"));
 
     // b.test is allowed by the policy, but the secret is not for it.
     let refused = lab.guest(&["http", "b.test", "8080", &ph]).await;
@@ -101,11 +128,14 @@ async fn a_plain_request_to_its_host_gets_the_value_and_elsewhere_is_refused() {
         Why::SecretHosts("a.test, x.c.test".into())
     );
     assert!(last.to_string().contains("GH"));
-    assert_eq!(lab.counters.read().refusals, 1);
+    assert_eq!(lab.counters.read().refusals, 2);
 
     // Without a placeholder, b.test is an ordinary allowed host.
     let plain = lab.guest(&["http", "b.test", "8080", "nothing"]).await;
-    assert!(plain.starts_with("GET /?t=nothing"), "{plain}");
+    assert!(
+        plain.starts_with("GET /echo HTTP/1.1|Host: b.test|"),
+        "{plain}"
+    );
 }
 
 #[tokio::test]
@@ -124,17 +154,50 @@ async fn https_to_its_host_is_intercepted_with_the_sandbox_ca_and_others_pass_un
     let echoed = lab
         .guest(&["https", "x.c.test", "443", "x.c.test", &sandbox_ca, &ph])
         .await;
-    assert!(echoed.contains(&format!("X-Token: {VALUE}|")), "{echoed}");
+    assert!(
+        echoed.contains(&format!(
+            "Authorization: Bearer {}|",
+            "*".repeat(VALUE.len())
+        )),
+        "{echoed}"
+    );
+    assert!(!echoed.contains(VALUE));
     let far = heads("198.18.0.3:443");
     assert_eq!(far.len(), 1);
     assert!(far[0].contains(VALUE) && !far[0].contains(&ph));
+
+    // The TLS name is x.c.test, the Host b.test (served at the same far
+    // end): refused before anything is sent there.
+    let refused = lab
+        .guest(&[
+            "https",
+            "x.c.test",
+            "443",
+            "x.c.test",
+            &sandbox_ca,
+            &ph,
+            "/echo",
+            "b.test",
+        ])
+        .await;
+    assert!(!refused.contains(VALUE), "{refused}");
+    assert_eq!(heads("198.18.0.3:443").len(), 1);
+    let r = lab.refusals();
+    assert!(
+        matches!(&r.last().unwrap().target, Target::Secret(s)
+            if s.host.as_deref() == Some("b.test") && s.place == Place::Misdirected("x.c.test".into())),
+        "{r:?}"
+    );
 
     // b.test is not a secret's host: its TLS is the far end's own (the
     // guest verifies it with the far CA; the sandbox's would fail).
     let echoed = lab
         .guest(&["https", "b.test", "443", "b.test", &far_ca_file, "nothing"])
         .await;
-    assert!(echoed.contains("X-Token: nothing|"), "{echoed}");
+    assert!(
+        echoed.contains("Authorization: Bearer nothing|"),
+        "{echoed}"
+    );
     let refused = lab
         .guest(&["https", "b.test", "443", "b.test", &sandbox_ca, "nothing"])
         .await;

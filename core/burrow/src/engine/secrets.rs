@@ -224,6 +224,7 @@ fn run_secrets(
             placeholder: placeholder.clone(),
             value: value.clone(),
             hosts: s.parsed_hosts(),
+            headers: s.headers.clone(),
         });
     }
     let ca = AuthorityPem {
@@ -237,10 +238,7 @@ fn run_secrets(
         }
     })?;
     Ok(RunSecrets {
-        stack: Arc::new(burrow_net::secrets::Secrets {
-            list: Arc::from(list),
-            tls: Some(tls),
-        }),
+        stack: Arc::new(burrow_net::secrets::Secrets::new(list, Some(tls))),
         ca_cert: ca.cert,
     })
 }

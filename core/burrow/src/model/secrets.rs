@@ -1,9 +1,12 @@
 //! Secrets of a sandbox's configuration: values the guest never holds.
 //!
 //! Each secret has a name (the guest's environment variable), the hosts it
-//! is for, and a value. The guest's variable holds a placeholder; the
-//! sandbox's network stack puts the value in its place in HTTP requests to
-//! those hosts only (see docs/networking.md). The value is given at create
+//! is for, optionally the headers it goes in, and a value. The guest's
+//! variable holds a placeholder; the sandbox's network stack puts the
+//! value in its place in those headers (`Authorization` and
+//! `Proxy-Authorization` unless others are named) of HTTP requests to
+//! those hosts only, and masks it out of their answers (see
+//! docs/networking.md). The value is given at create
 //! and never read back: a configuration a backend returns has each
 //! secret's name, hosts and placeholder, and no value; the local backend
 //! keeps the values sealed (ChaCha20-Poly1305) with a key file outside its
@@ -13,6 +16,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use burrow_net::secrets::MAX_HEADERS;
 pub use burrow_net::secrets::{SecretHost, MAX_HOSTS, MAX_SECRETS, MAX_VALUE};
 
 use crate::error::{Error, Result};
@@ -65,6 +69,13 @@ pub struct Secret {
     /// `*.example.com` (its subdomains), or an IPv4 address (`127.0.0.1`
     /// for the host's loopback, which the guest reaches at its gateway).
     pub hosts: Vec<String>,
+    /// The request headers whose values get it (any case): absent or
+    /// empty, `Authorization` and `Proxy-Authorization`. Naming headers
+    /// replaces those two. Never `Host` or another header that routes or
+    /// frames a request (`Content-Length`, `Transfer-Encoding`,
+    /// `Connection`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<String>,
     /// The value: given at create, never serialized (so never in a
     /// configuration a backend returns, nor in its records).
     #[serde(default, skip_serializing)]
@@ -85,9 +96,22 @@ impl Secret {
         Secret {
             name: name.into(),
             hosts: hosts.into_iter().map(Into::into).collect(),
+            headers: Vec::new(),
             value: Some(value.into()),
             placeholder: None,
         }
+    }
+
+    /// The same secret, going in the headers `headers` instead of
+    /// `Authorization` and `Proxy-Authorization`:
+    /// `Secret::new("KEY", key, ["api.example.com"]).in_headers(["X-Api-Key"])`.
+    pub fn in_headers<I, S>(mut self, headers: I) -> Secret
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.headers = headers.into_iter().map(Into::into).collect();
+        self
     }
 
     /// The hosts, parsed (they were validated with the configuration).
@@ -164,6 +188,21 @@ pub(crate) fn validate(
                 return bad(format!("secrets[{i}].hosts[{j}]"), e.reason);
             }
         }
+        if s.headers.len() > MAX_HEADERS {
+            return bad(
+                field("headers"),
+                format!("a secret names at most {MAX_HEADERS} headers"),
+            );
+        }
+        for (j, h) in s.headers.iter().enumerate() {
+            let field = format!("secrets[{i}].headers[{j}]");
+            if let Err(e) = burrow_net::secrets::check_header(h) {
+                return bad(field, e.reason);
+            }
+            if s.headers[..j].iter().any(|o| o.eq_ignore_ascii_case(h)) {
+                return bad(field, format!("{h} is named twice"));
+            }
+        }
         match (&s.value, &s.placeholder) {
             (Some(v), _) => {
                 if let Err(e) = burrow_net::secrets::check_value(v.expose()) {
@@ -229,5 +268,48 @@ mod tests {
         validate(&[s], &env).unwrap();
         let env = [("X".to_owned(), "1".to_owned())].into();
         assert!(validate(&[Secret::new("X", "v", ["a.b"])], &env).is_err());
+    }
+
+    #[test]
+    fn headers_are_optional_checked_and_kept() {
+        let env = Default::default();
+        let plain = Secret::new("X", "v", ["a.b"]);
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("headers"), "{json}");
+        let named = plain.clone().in_headers(["X-Api-Key", "x-other"]);
+        validate(std::slice::from_ref(&named), &env).unwrap();
+        let json = serde_json::to_value(&named).unwrap();
+        assert_eq!(json["headers"], serde_json::json!(["X-Api-Key", "x-other"]));
+        let back: Secret = serde_json::from_value(json).unwrap();
+        assert_eq!(back.headers, named.headers);
+        let field = |s: Secret| match validate(&[s], &env) {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        for bad in [
+            "Host",
+            "content-length",
+            "Transfer-Encoding",
+            "x y",
+            "",
+            "a:b",
+        ] {
+            assert_eq!(
+                field(plain.clone().in_headers(["Authorization", bad])),
+                "secrets[0].headers[1]",
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            field(plain.clone().in_headers(["X-A", "x-a"])),
+            "secrets[0].headers[1]"
+        );
+        let many: Vec<String> = (0..=MAX_HEADERS).map(|i| format!("X-{i}")).collect();
+        assert_eq!(field(plain.clone().in_headers(many)), "secrets[0].headers");
+        // Unknown fields are still refused.
+        assert!(serde_json::from_str::<Secret>(
+            r#"{"name":"GH","hosts":["a.b"],"value":"v","header":["X"]}"#
+        )
+        .is_err());
     }
 }

@@ -1,8 +1,34 @@
 //! The guest's bytes on a connection of a sandbox with secrets, read as
-//! HTTP/1 requests: in each request's head (request line and headers) the
-//! placeholders of the secrets allowed for its host become their values;
-//! a placeholder anywhere else (a head to another host, a body, a
-//! connection that is not HTTP) is a [`Leak`], and the connection closes.
+//! HTTP/1 requests. A placeholder becomes its value in one place only:
+//! the value of a header the secret names (`Authorization` and
+//! `Proxy-Authorization` unless it names others), in the head of a
+//! request to a host the secret is for. Anything else with a placeholder
+//! in it is a [`Leak`], and the connection closes before any of that
+//! request goes on:
+//! - a head to another host, and a head whose hosts disagree: on
+//!   intercepted HTTPS a `Host` header or an absolute-form target naming
+//!   another host than the TLS name (SNI), on plain HTTP an absolute-form
+//!   target naming another host than `Host`, or two `Host` headers that
+//!   differ (each is a way to have a server, a virtual host or a proxy
+//!   take the value somewhere the secret is not for);
+//! - a placeholder in the request line or in a header the secret does not
+//!   name, even to the secret's host. Refusing rather than passing it
+//!   unchanged: the head is held whole, so nothing of the request has
+//!   left, and a placeholder there is either a mistake (a token put in a
+//!   URL or an `X-Api-Key` the secret does not name), which the log then
+//!   names instead of the far end answering 401, or a try at getting the
+//!   value into a part of the request that servers echo (a 404 page
+//!   quotes the path, a redirect repeats it);
+//! - a placeholder in a body, or in bytes that are not HTTP, to a host
+//!   the secret is not for.
+//!
+//! In a body to the secret's own host a placeholder passes unchanged: a
+//! body is streamed (refusing would cut a request that has partly left)
+//! and a placeholder is worth nothing without the stack.
+//!
+//! A request that got a value asks for an answer without content coding
+//! (`Accept-Encoding: identity` in place of the guest's), so that the
+//! answer can be read for the value ([`super::answer`]).
 //!
 //! The filter keeps only what it must: the head being read (at most
 //! [`MAX_HEAD`]), a chunk-size line, and the last bytes it passed on, to
@@ -12,9 +38,11 @@
 //! a malformed head or chunk, anything that is not HTTP) passes as opaque
 //! bytes, still searched for placeholders.
 
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use super::head::{host_of, splice, Head, Spot};
 use super::{Secret, PLACEHOLDER_DIGITS, PLACEHOLDER_PREFIX};
 
 /// Longest request head read; a longer one passes as opaque bytes.
@@ -25,6 +53,9 @@ const MAX_HEADERS: usize = 128;
 const MAX_LINE: usize = 4096;
 /// A placeholder's length.
 const PLACEHOLDER_LEN: usize = PLACEHOLDER_PREFIX.len() + PLACEHOLDER_DIGITS;
+/// Most requests of a connection waiting for their answers that are
+/// remembered (their methods and whether they carried a value).
+pub const MAX_WAITING: usize = 1024;
 
 /// Whom the requests on a connection go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +77,8 @@ pub enum Peer {
     },
 }
 
-/// A placeholder on its way where its secret may not go.
+/// A placeholder on its way where its secret may not go (or, from
+/// [`super::answer`], its value on its way back to the guest unread).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leak {
     /// The secret's name.
@@ -54,6 +86,47 @@ pub struct Leak {
     /// The host the request named (`None`: not in a request head, or a
     /// head without a host).
     pub host: Option<String>,
+    /// Where it was.
+    pub place: Place,
+}
+
+/// Where a refused placeholder (or value) was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Going to a host the secret is not for.
+    Elsewhere,
+    /// In the request line of a request to its host.
+    RequestLine,
+    /// In this header of a request to its host, which the secret does not
+    /// name.
+    Header(String),
+    /// In a request whose hosts disagree: it named `Leak::host` on a
+    /// connection to this one (the TLS name, or the `Host` header).
+    Misdirected(String),
+    /// Coming back in an answer with this content or transfer coding,
+    /// which cannot be read for the value.
+    Coded(String),
+    /// In a request behind [`MAX_WAITING`] others waiting for answers.
+    Backlog,
+}
+
+/// What a request asked, for reading its answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Asked {
+    /// A `HEAD` request (its answer has no body).
+    pub head: bool,
+    /// A `CONNECT` request (a 2xx answer starts a tunnel).
+    pub connect: bool,
+    /// The secret whose value it carried, and the host it went to.
+    pub carried: Option<(String, Option<String>)>,
+}
+
+/// The requests of a connection waiting for their answers.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    pub queue: VecDeque<Asked>,
+    /// More came than are remembered: answers are no longer told apart.
+    pub lost: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +167,8 @@ pub struct Filter {
     host: Option<String>,
     /// The last bytes passed outside a head.
     tail: Vec<u8>,
+    /// Where the requests are told to the reader of their answers.
+    waiting: Option<Arc<Mutex<Waiting>>>,
 }
 
 impl Filter {
@@ -111,7 +186,20 @@ impl Filter {
             line: Vec::new(),
             host,
             tail: Vec::new(),
+            waiting: None,
         }
+    }
+
+    /// The same filter telling `waiting` what each request asked (for the
+    /// reader of the answers).
+    pub(crate) fn telling(mut self, waiting: Arc<Mutex<Waiting>>) -> Filter {
+        self.waiting = Some(waiting);
+        self
+    }
+
+    /// Whom the requests go to.
+    pub fn peer(&self) -> &Peer {
+        &self.peer
     }
 
     /// Takes the guest's next bytes; appends what goes on to the far end
@@ -180,41 +268,139 @@ impl Filter {
 
     /// A whole head: its host verified, the next state from its framing,
     /// its placeholders replaced (or refused).
-    fn finish_head(&mut self, mut head: Vec<u8>, out: &mut Vec<u8>) -> Result<(), Leak> {
+    fn finish_head(&mut self, head: Vec<u8>, out: &mut Vec<u8>) -> Result<(), Leak> {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut headers);
         // It parsed complete a moment ago.
         let _ = req.parse(&head);
-        let named = req
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("host"))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-            .map(host_of);
-        self.state = framing(req.method.unwrap_or(""), req.headers);
+        let method = req.method.unwrap_or("").to_owned();
+        self.state = framing(&method, req.headers);
+        let Some(read) = Head::read(&head) else {
+            // httparse took what this reader does not: pass it as opaque
+            // bytes (searched, never changed).
+            self.state = State::Opaque;
+            self.host = self.fixed_host();
+            return self.pass(&head, out);
+        };
+        let hosts: Vec<String> = read
+            .values("host")
+            .map(|v| host_of(&String::from_utf8_lossy(v)))
+            .collect();
+        let absolute = read.absolute_host();
+        // What the request names: an absolute-form target wins over Host
+        // (RFC 9112, 3.2.2), as a server reads it.
+        let named = absolute.clone().or_else(|| hosts.first().cloned());
         self.host = match &self.peer {
             Peer::Tls(name) => Some(name.clone()),
             Peer::Plain { .. } => named.as_deref().and_then(|h| self.verified(h)),
         };
         self.tail.clear();
-        for secret in self.placeholders_in(&head) {
-            if !self.host.as_deref().is_some_and(|h| secret.allowed(h)) {
+        let found = self.placeholders_in(&head);
+        let mut asked = Asked {
+            head: method.eq_ignore_ascii_case("HEAD"),
+            connect: method.eq_ignore_ascii_case("CONNECT"),
+            carried: None,
+        };
+        let Some(&(_, first)) = found.first() else {
+            self.tell(asked, false)?;
+            out.extend_from_slice(&head);
+            return Ok(());
+        };
+        if let Some((other, connection)) = self.disagreeing(&hosts, absolute.as_deref()) {
+            return Err(Leak {
+                secret: first.name.clone(),
+                host: Some(other),
+                place: Place::Misdirected(connection),
+            });
+        }
+        let mut edits = Vec::new();
+        for &(at, secret) in &found {
+            let host = self.host.as_deref().filter(|h| secret.allowed(h));
+            let Some(host) = host else {
                 return Err(Leak {
                     secret: secret.name.clone(),
                     host: named.or_else(|| self.host.clone()),
+                    place: Place::Elsewhere,
+                });
+            };
+            let leak = |place| Leak {
+                secret: secret.name.clone(),
+                host: Some(host.to_owned()),
+                place,
+            };
+            match read.spot(at, PLACEHOLDER_LEN) {
+                Spot::Value(i) if secret.goes_in(read.name(i)) => {
+                    edits.push((at..at + PLACEHOLDER_LEN, secret.value.as_bytes().to_vec()));
+                }
+                Spot::Value(i) | Spot::Header(i) => {
+                    return Err(leak(Place::Header(shown_name(read.name(i)))))
+                }
+                Spot::RequestLine => return Err(leak(Place::RequestLine)),
+            }
+        }
+        // Uncoded answers, so that they can be read for the value: every
+        // Accept-Encoding out, one asking for identity in.
+        for h in &read.headers {
+            if head[h.name.clone()].eq_ignore_ascii_case(b"accept-encoding") {
+                edits.push((h.line.clone(), Vec::new()));
+            }
+        }
+        edits.push((
+            read.end..read.end,
+            b"Accept-Encoding: identity\r\n".to_vec(),
+        ));
+        edits.sort_by_key(|(r, _)| (r.start, r.end));
+        asked.carried = Some((first.name.clone(), self.host.clone()));
+        if let Err(mut leak) = self.tell(asked, true) {
+            leak.secret = first.name.clone();
+            return Err(leak);
+        }
+        out.extend_from_slice(&splice(&head, &edits));
+        Ok(())
+    }
+
+    /// Another host a request with a placeholder names than its
+    /// connection's, and the connection's: on intercepted HTTPS every
+    /// `Host` and an absolute-form target's host must be the TLS name; on
+    /// plain HTTP `Host` headers must agree, and with an absolute-form
+    /// target's host.
+    fn disagreeing(&self, hosts: &[String], absolute: Option<&str>) -> Option<(String, String)> {
+        let named = hosts.iter().map(String::as_str).chain(absolute);
+        match &self.peer {
+            Peer::Tls(name) => named
+                .into_iter()
+                .find(|h| h != name)
+                .map(|h| (h.to_owned(), name.clone())),
+            Peer::Plain { .. } => {
+                let first = hosts.first()?;
+                named
+                    .into_iter()
+                    .find(|h| h != first)
+                    .map(|h| (h.to_owned(), first.clone()))
+            }
+        }
+    }
+
+    /// Tells the reader of the answers what a request asked; a request
+    /// that `carries` a value is refused behind too many waiting (its
+    /// answer could no longer be told from the others).
+    fn tell(&self, asked: Asked, carries: bool) -> Result<(), Leak> {
+        let Some(waiting) = &self.waiting else {
+            return Ok(());
+        };
+        let mut w = waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if w.lost || w.queue.len() >= MAX_WAITING {
+            if carries {
+                return Err(Leak {
+                    secret: String::new(),
+                    host: self.host.clone(),
+                    place: Place::Backlog,
                 });
             }
+            w.lost = true;
+            return Ok(());
         }
-        for secret in self.secrets.iter() {
-            if self.host.as_deref().is_some_and(|h| secret.allowed(h)) {
-                head = replace_all(
-                    &head,
-                    secret.placeholder.as_bytes(),
-                    secret.value.as_bytes(),
-                );
-            }
-        }
-        out.extend_from_slice(&head);
+        w.queue.push_back(asked);
         Ok(())
     }
 
@@ -294,11 +480,12 @@ impl Filter {
     fn pass(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), Leak> {
         let mut window = std::mem::take(&mut self.tail);
         window.extend_from_slice(bytes);
-        for secret in self.placeholders_in(&window) {
+        for (_, secret) in self.placeholders_in(&window) {
             if !self.host.as_deref().is_some_and(|h| secret.allowed(h)) {
                 return Err(Leak {
                     secret: secret.name.clone(),
                     host: self.host.clone(),
+                    place: Place::Elsewhere,
                 });
             }
         }
@@ -309,8 +496,8 @@ impl Filter {
         Ok(())
     }
 
-    /// The secrets whose placeholders are in `bytes`.
-    fn placeholders_in<'a>(&'a self, bytes: &[u8]) -> Vec<&'a Secret> {
+    /// The placeholders in `bytes`: where, and whose.
+    fn placeholders_in<'a>(&'a self, bytes: &[u8]) -> Vec<(usize, &'a Secret)> {
         let mut found = Vec::new();
         let prefix = PLACEHOLDER_PREFIX.as_bytes();
         let mut from = 0;
@@ -322,7 +509,7 @@ impl Filter {
                     .iter()
                     .find(|s| s.placeholder.as_bytes() == candidate)
                 {
-                    found.push(s);
+                    found.push((at, s));
                 }
             }
             from = at + 1;
@@ -372,16 +559,6 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// A `Host` header's host: lower case, without a port or a final dot.
-fn host_of(value: &str) -> String {
-    let v = value.trim();
-    let host = match v.rsplit_once(':') {
-        Some((h, port)) if !h.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => v,
-    };
-    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
-}
-
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let first = *needle.first()?;
     let mut from = 0;
@@ -395,14 +572,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     None
 }
 
-fn replace_all(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(hay.len());
-    let mut from = 0;
-    while let Some(i) = find(&hay[from..], needle) {
-        out.extend_from_slice(&hay[from..from + i]);
-        out.extend_from_slice(with);
-        from += i + needle.len();
-    }
-    out.extend_from_slice(&hay[from..]);
-    out
+/// A header's name as a log shows it (bounded: the guest wrote it).
+fn shown_name(name: &str) -> String {
+    name.chars().take(64).collect()
 }

@@ -2,20 +2,29 @@
 //!
 //! The guest holds a placeholder (`BURROW_SECRET_` and 32 hex digits) in
 //! its environment; the stack puts the real value in place of the
-//! placeholder in the head of each HTTP request (request line and headers)
-//! to a host the secret is allowed for, over plain HTTP or over HTTPS that
-//! it intercepts with a per-sandbox CA the guest trusts. A placeholder in
-//! anything sent elsewhere (another host, a request body to a host it is
-//! not for, a connection that is not HTTP) closes the connection as a
-//! refusal. This module has the model: what a secret's host may be and
-//! how a placeholder looks; [`http`] reads the requests, [`tls`] speaks to
-//! both ends of an intercepted connection.
+//! placeholder in the values of the headers the secret names
+//! (`Authorization` and `Proxy-Authorization` unless it names others) of
+//! each HTTP request to a host the secret is for, over plain HTTP or over
+//! HTTPS that it intercepts with a per-sandbox CA the guest trusts, and
+//! masks the value out of what comes back. A placeholder anywhere else (the
+//! request line, another header, a request to another host or naming two,
+//! a body to a host it is not for, a connection that is not HTTP) closes
+//! the connection as a refusal. This module has the model: what a secret's
+//! host and headers may be and how a placeholder looks; [`http`] reads the
+//! requests, [`answer`] the answers, [`redact`] masks the values (the
+//! value, and its encodings), [`tls`] speaks to both ends of an
+//! intercepted connection.
 
 use std::fmt;
 use std::net::Ipv4Addr;
 
 #[cfg(feature = "stack")]
+pub mod answer;
+#[cfg(feature = "stack")]
+mod head;
+#[cfg(feature = "stack")]
 pub mod http;
+pub mod redact;
 #[cfg(feature = "stack")]
 pub mod tls;
 
@@ -29,6 +38,26 @@ pub const MAX_VALUE: usize = 16 * 1024;
 pub const MAX_SECRETS: usize = 32;
 /// Most hosts of one secret.
 pub const MAX_HOSTS: usize = 32;
+/// Most headers one secret names.
+pub const MAX_HEADERS: usize = 16;
+/// The headers a secret goes in when it names none.
+pub const DEFAULT_HEADERS: [&str; 2] = ["Authorization", "Proxy-Authorization"];
+/// Headers a secret may not name: they route or frame the request (a value
+/// there would change where it goes or how it is read), or the stack
+/// writes them itself.
+pub const FORBIDDEN_HEADERS: [&str; 11] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "accept-encoding",
+];
 
 /// Whether `s` is a placeholder's form.
 pub fn is_placeholder(s: &str) -> bool {
@@ -146,6 +175,30 @@ pub fn check_name(name: &str) -> Result<(), SecretError> {
     }
 }
 
+/// Checks a header name a secret names: an HTTP token (RFC 9110) of 1 to
+/// 64 bytes, not one of [`FORBIDDEN_HEADERS`].
+pub fn check_header(name: &str) -> Result<(), SecretError> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
+        return Err(SecretError::new(
+            "secret header",
+            name,
+            "not a header name (letters, digits and !#$%&'*+-.^_`|~, at most 64 bytes)",
+        ));
+    }
+    if FORBIDDEN_HEADERS
+        .iter()
+        .any(|f| f.eq_ignore_ascii_case(name))
+    {
+        return Err(SecretError::new(
+            "secret header",
+            name,
+            "it routes or frames the request (Host, Content-Length, Transfer-Encoding, Connection, ...); a secret goes only in headers that do neither",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a secret's value: 1 to [`MAX_VALUE`] bytes, without NUL, CR or
 /// LF (it goes into a request line or a header). The error never quotes
 /// the value.
@@ -178,12 +231,38 @@ pub struct Secret {
     pub value: String,
     /// Where it may go.
     pub hosts: Vec<SecretHost>,
+    /// The headers whose values get it (empty: [`DEFAULT_HEADERS`]).
+    pub headers: Vec<String>,
 }
 
 impl Secret {
     /// Whether a request to `host` may carry it.
     pub fn allowed(&self, host: &str) -> bool {
         self.hosts.iter().any(|h| h.matches(host))
+    }
+
+    /// Whether it goes in the value of the header `name` (any case).
+    pub fn goes_in(&self, name: &str) -> bool {
+        if FORBIDDEN_HEADERS
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case(name))
+        {
+            return false;
+        }
+        if self.headers.is_empty() {
+            DEFAULT_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+        } else {
+            self.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
+        }
+    }
+
+    /// The headers it goes in, as a log says them.
+    pub fn header_names(&self) -> String {
+        if self.headers.is_empty() {
+            DEFAULT_HEADERS.join(", ")
+        } else {
+            self.headers.join(", ")
+        }
     }
 }
 
@@ -192,6 +271,7 @@ impl fmt::Debug for Secret {
         f.debug_struct("Secret")
             .field("name", &self.name)
             .field("hosts", &self.hosts)
+            .field("headers", &self.headers)
             .finish_non_exhaustive()
     }
 }
@@ -199,9 +279,10 @@ impl fmt::Debug for Secret {
 #[cfg(test)]
 mod tests;
 
-/// The secrets of one sandbox's stack, and the TLS interceptor of the
-/// hosts they are for (`None`: HTTPS is not intercepted, so secrets go
-/// only into plain HTTP requests).
+/// The secrets of one sandbox's stack, the TLS interceptor of the hosts
+/// they are for (`None`: HTTPS is not intercepted, so secrets go only into
+/// plain HTTP requests), and the forms of their values that are masked
+/// out of answers.
 #[cfg(feature = "stack")]
 #[derive(Debug)]
 pub struct Secrets {
@@ -209,10 +290,26 @@ pub struct Secrets {
     pub list: std::sync::Arc<[Secret]>,
     /// The interceptor.
     pub tls: Option<tls::Interceptor>,
+    forms: std::sync::Arc<redact::Forms>,
 }
 
 #[cfg(feature = "stack")]
 impl Secrets {
+    /// The secrets `list`, intercepting HTTPS with `tls`.
+    pub fn new(list: Vec<Secret>, tls: Option<tls::Interceptor>) -> Secrets {
+        let forms = redact::Forms::new(list.iter().map(|s| s.value.as_bytes()));
+        Secrets {
+            list: std::sync::Arc::from(list),
+            tls,
+            forms: std::sync::Arc::new(forms),
+        }
+    }
+
+    /// The forms of the values, to mask.
+    pub fn forms(&self) -> std::sync::Arc<redact::Forms> {
+        self.forms.clone()
+    }
+
     /// Whether some secret may go to `name` (so that its HTTPS is
     /// intercepted).
     pub fn for_host(&self, name: &str) -> bool {

@@ -51,10 +51,10 @@ fn placeholders_have_their_form() {
 mod filter {
     use std::sync::Arc;
 
-    use super::super::http::{Filter, Leak, Peer};
+    use super::super::http::{Filter, Leak, Peer, Place};
     use super::*;
 
-    fn secret(name: &str, fill: u8, value: &str, hosts: &[&str]) -> Secret {
+    pub(crate) fn secret(name: &str, fill: u8, value: &str, hosts: &[&str]) -> Secret {
         Secret {
             name: name.into(),
             placeholder: placeholder_from([fill; 16]),
@@ -63,13 +63,17 @@ mod filter {
                 .iter()
                 .map(|h| SecretHost::parse(h).unwrap())
                 .collect(),
+            headers: Vec::new(),
         }
     }
 
     fn secrets() -> Arc<[Secret]> {
+        let mut key = secret("KEY", 3, "key_real", &["api.github.com"]);
+        key.headers = vec!["X-Api-Key".into()];
         Arc::from(vec![
             secret("GH", 1, "ghp_real", &["api.github.com"]),
             secret("LOCAL", 2, "loc_real", &["127.0.0.1"]),
+            key,
         ])
     }
 
@@ -97,32 +101,95 @@ mod filter {
         Ok(out)
     }
 
+    fn text(r: Result<Vec<u8>, Leak>) -> String {
+        String::from_utf8(r.unwrap()).unwrap()
+    }
+
     #[test]
-    fn a_head_to_an_allowed_host_gets_the_value_in_headers_and_url() {
+    fn the_value_goes_only_in_the_headers_the_secret_names() {
         let req = format!(
-            "GET /x?t={} HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer {}\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer {}\r\n\
+             Accept-Encoding: gzip, br\r\nProxy-Authorization: {}\r\nx-api-key: {}\r\n\r\n",
             ph(1),
-            ph(1)
+            ph(1),
+            ph(3)
         );
         for step in [1, 7, 4096] {
-            let out = run(plain(&["api.github.com"]), req.as_bytes(), step).unwrap();
-            let text = String::from_utf8(out).unwrap();
             assert_eq!(
-                text,
-                "GET /x?t=ghp_real HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer ghp_real\r\n\r\n"
+                text(run(plain(&["api.github.com"]), req.as_bytes(), step)),
+                "GET /x HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: Bearer ghp_real\r\n\
+                 Proxy-Authorization: ghp_real\r\nx-api-key: key_real\r\n\
+                 Accept-Encoding: identity\r\n\r\n"
             );
+        }
+        // Without a placeholder the head passes as it is, Accept-Encoding
+        // and all.
+        let req = "GET / HTTP/1.1\r\nHost: api.github.com\r\nAccept-Encoding: gzip\r\n\r\n";
+        assert_eq!(
+            text(run(plain(&["api.github.com"]), req.as_bytes(), 3)),
+            req
+        );
+    }
+
+    #[test]
+    fn a_placeholder_in_the_request_line_or_another_header_is_refused_even_to_its_host() {
+        let cases = [
+            (
+                format!(
+                    "GET /x?t={} HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: {}\r\n\r\n",
+                    ph(1),
+                    ph(1)
+                ),
+                "GH",
+                Place::RequestLine,
+            ),
+            (
+                format!(
+                    "GET /x HTTP/1.1\r\nHost: api.github.com\r\nX-Token: {}\r\n\r\n",
+                    ph(1)
+                ),
+                "GH",
+                Place::Header("X-Token".into()),
+            ),
+            // KEY names X-Api-Key only: not Authorization.
+            (
+                format!(
+                    "GET / HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: {}\r\n\r\n",
+                    ph(3)
+                ),
+                "KEY",
+                Place::Header("Authorization".into()),
+            ),
+            // In a header's name.
+            (
+                format!(
+                    "GET / HTTP/1.1\r\nHost: api.github.com\r\n{}: x\r\n\r\n",
+                    ph(1)
+                ),
+                "GH",
+                Place::Header(ph(1)),
+            ),
+        ];
+        for (req, secret, place) in cases {
+            for step in [1, 5, 4096] {
+                let leak = run(plain(&["api.github.com"]), req.as_bytes(), step).unwrap_err();
+                assert_eq!(leak.secret, secret, "{req}");
+                assert_eq!(leak.place, place, "{req}");
+                assert_eq!(leak.host.as_deref(), Some("api.github.com"));
+            }
         }
     }
 
     #[test]
     fn a_head_to_another_host_is_a_leak() {
         let req = format!(
-            "GET / HTTP/1.1\r\nHost: evil.test\r\nX-T: {}\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: evil.test\r\nAuthorization: {}\r\n\r\n",
             ph(1)
         );
         let leak = run(plain(&["evil.test"]), req.as_bytes(), 5).unwrap_err();
         assert_eq!(leak.secret, "GH");
         assert_eq!(leak.host.as_deref(), Some("evil.test"));
+        assert_eq!(leak.place, Place::Elsewhere);
     }
 
     #[test]
@@ -130,12 +197,79 @@ mod filter {
         // The guest names the allowed host but connects to an address it
         // resolved from another name (or none).
         let req = format!(
-            "GET / HTTP/1.1\r\nHost: api.github.com\r\nX: {}\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: {}\r\n\r\n",
             ph(1)
         );
         let leak = run(plain(&["evil.test"]), req.as_bytes(), 64).unwrap_err();
         assert_eq!(leak.secret, "GH");
         assert!(run(plain(&[]), req.as_bytes(), 64).is_err());
+    }
+
+    #[test]
+    fn an_absolute_form_target_must_name_the_host_header_s_host() {
+        let peer = plain(&["api.github.com", "evil.test"]);
+        for target in [
+            "http://evil.test/x",
+            "http://evil.test:8080",
+            "HTTP://user@evil.test/",
+            "http://api.github.com@evil.test/",
+        ] {
+            let req = format!(
+                "GET {target} HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: {}\r\n\r\n",
+                ph(1)
+            );
+            let leak = run(peer.clone(), req.as_bytes(), 9).unwrap_err();
+            assert_eq!(leak.host.as_deref(), Some("evil.test"), "{target}");
+            assert_eq!(leak.place, Place::Misdirected("api.github.com".into()));
+        }
+        // Agreeing, it is the request's host; without Host, it names it.
+        for req in [
+            format!("GET http://api.github.com:80/x HTTP/1.1\r\nHost: API.github.com\r\nAuthorization: {}\r\n\r\n", ph(1)),
+            format!("GET http://api.github.com/x HTTP/1.0\r\nAuthorization: {}\r\n\r\n", ph(1)),
+        ] {
+            assert!(text(run(peer.clone(), req.as_bytes(), 9)).contains("Authorization: ghp_real\r\n"));
+        }
+        // Two Host headers that differ.
+        let req = format!(
+            "GET / HTTP/1.1\r\nHost: api.github.com\r\nHost: evil.test\r\nAuthorization: {}\r\n\r\n",
+            ph(1)
+        );
+        let leak = run(peer.clone(), req.as_bytes(), 9).unwrap_err();
+        assert_eq!(leak.place, Place::Misdirected("api.github.com".into()));
+        // Without a placeholder none of it is the filter's business.
+        let req = "GET http://evil.test/ HTTP/1.1\r\nHost: api.github.com\r\n\r\n";
+        assert_eq!(text(run(peer, req.as_bytes(), 9)), req);
+    }
+
+    #[test]
+    fn on_intercepted_tls_every_host_named_must_be_the_tls_name() {
+        let tls = || Peer::Tls("api.github.com".into());
+        for req in [
+            format!("GET / HTTP/1.1\r\nHost: evil.test\r\nAuthorization: {}\r\n\r\n", ph(1)),
+            format!("GET https://evil.test/ HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: {}\r\n\r\n", ph(1)),
+            format!("GET https://evil.test/ HTTP/1.1\r\nAuthorization: {}\r\n\r\n", ph(1)),
+            format!("GET / HTTP/1.1\r\nHost: api.github.com\r\nHost: evil.test\r\nAuthorization: {}\r\n\r\n", ph(1)),
+        ] {
+            let leak = run(tls(), req.as_bytes(), 6).unwrap_err();
+            assert_eq!(leak.secret, "GH", "{req}");
+            assert_eq!(leak.host.as_deref(), Some("evil.test"), "{req}");
+            assert_eq!(leak.place, Place::Misdirected("api.github.com".into()));
+        }
+        let req = format!(
+            "GET / HTTP/1.1\r\nHost: api.github.com:443\r\nAuthorization: {}\r\n\r\n",
+            ph(1)
+        );
+        assert!(text(run(tls(), req.as_bytes(), 6)).contains("Authorization: ghp_real\r\n"));
+        // A head without a host goes to the TLS name.
+        let req = format!("GET / HTTP/1.0\r\nAuthorization: {}\r\n\r\n", ph(1));
+        assert!(text(run(tls(), req.as_bytes(), 6)).contains("Authorization: ghp_real\r\n"));
+        // The TLS name is not the secret's: a leak, as before.
+        let req = format!(
+            "GET / HTTP/1.1\r\nHost: evil.test\r\nAuthorization: {}\r\n\r\n",
+            ph(1)
+        );
+        let leak = run(Peer::Tls("evil.test".into()), req.as_bytes(), 6).unwrap_err();
+        assert_eq!(leak.place, Place::Elsewhere);
     }
 
     #[test]
@@ -146,13 +280,16 @@ mod filter {
             names: Vec::new(),
         };
         let req = format!(
-            "GET / HTTP/1.1\r\nHost: 10.0.2.2:8080\r\nX: {}\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: 10.0.2.2:8080\r\nAuthorization: {}\r\n\r\n",
             ph(2)
         );
-        let out = run(peer.clone(), req.as_bytes(), 3).unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("X: loc_real\r\n"));
+        let out = text(run(peer.clone(), req.as_bytes(), 3));
+        assert!(out.contains("Authorization: loc_real\r\n"), "{out}");
         // Another address named in Host is not this connection's.
-        let req = format!("GET / HTTP/1.1\r\nHost: 10.0.2.3\r\nX: {}\r\n\r\n", ph(2));
+        let req = format!(
+            "GET / HTTP/1.1\r\nHost: 10.0.2.3\r\nAuthorization: {}\r\n\r\n",
+            ph(2)
+        );
         assert!(run(peer, req.as_bytes(), 3).is_err());
     }
 
@@ -180,7 +317,7 @@ mod filter {
     #[test]
     fn pipelined_requests_after_bodies_are_each_read() {
         let second = format!(
-            "GET /b HTTP/1.1\r\nHost: api.github.com\r\nA: {}\r\n\r\n",
+            "GET /b HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: {}\r\n\r\n",
             ph(1)
         );
         let req = format!(
@@ -191,7 +328,10 @@ mod filter {
         for step in [1, 2, 5, 64, 4096] {
             let out = run(plain(&["api.github.com"]), req.as_bytes(), step).unwrap();
             let text = String::from_utf8(out).unwrap();
-            assert!(text.ends_with("A: ghp_real\r\n\r\n"), "{step}: {text}");
+            assert!(
+                text.ends_with("Authorization: ghp_real\r\nAccept-Encoding: identity\r\n\r\n"),
+                "{step}: {text}"
+            );
             assert!(text.contains("5;ext=1\r\nhello\r\n0\r\n"));
         }
     }
@@ -214,32 +354,23 @@ mod filter {
 
     #[test]
     fn an_unfinished_head_at_the_end_is_searched() {
-        let req = format!("GET /{} HTTP/1.1\r\nHost: api.github.com\r\n", ph(1));
+        let req = format!("GET /{} HTTP/1.1\r\nHost: api.github.com\r\n", ph(2));
         assert!(run(plain(&["api.github.com"]), req.as_bytes(), 8).is_err());
     }
 
     #[test]
     fn upgrades_and_connect_become_opaque_after_the_head() {
         let req = format!(
-            "GET /ws HTTP/1.1\r\nHost: api.github.com\r\nUpgrade: websocket\r\nAuth: {}\r\n\r\n\
+            "GET /ws HTTP/1.1\r\nHost: api.github.com\r\nUpgrade: websocket\r\nAuthorization: {}\r\n\r\n\
              GET / HTTP/1.1\r\nX: {}\r\n\r\n",
             ph(1),
             ph(1)
         );
-        let out =
-            String::from_utf8(run(plain(&["api.github.com"]), req.as_bytes(), 4).unwrap()).unwrap();
+        let out = text(run(plain(&["api.github.com"]), req.as_bytes(), 4));
         // The head got its value; what follows an upgrade is not a request
         // (its placeholder, for this host, passes unchanged).
-        assert!(out.contains("Auth: ghp_real\r\n"));
+        assert!(out.contains("Authorization: ghp_real\r\n"));
         assert!(out.contains(&format!("X: {}", ph(1))));
-    }
-
-    #[test]
-    fn a_tls_peer_is_its_name_whatever_host_is_named() {
-        let req = format!("GET / HTTP/1.1\r\nHost: evil.test\r\nA: {}\r\n\r\n", ph(1));
-        let out = run(Peer::Tls("api.github.com".into()), req.as_bytes(), 6).unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("A: ghp_real"));
-        assert!(run(Peer::Tls("evil.test".into()), req.as_bytes(), 6).is_err());
     }
 }
 

@@ -1,14 +1,16 @@
 //! The guest's TCP connections in a sandbox with secrets: instead of a
 //! plain copy, the guest's bytes go through the secrets' filter (its
 //! requests get their values, a placeholder going elsewhere closes the
-//! connection as a refusal), and HTTPS to a host a secret is for is
-//! intercepted so that its requests can be read.
+//! connection as a refusal), the far end's through the reader of answers
+//! where a value may have gone out (the values masked), and HTTPS to a
+//! host a secret is for is intercepted so that both can be read.
 
 use std::io;
 use std::net::SocketAddrV4;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
@@ -16,14 +18,18 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::PollSender;
 
 use crate::policy::{Verdict, Why};
-use crate::secrets::http::{Filter, Leak, Peer};
+use crate::secrets::answer::{pair, Answers};
+use crate::secrets::http::{Filter, Leak, Peer, Place};
 use crate::secrets::tls::{client_hello, Hello, MAX_HELLO};
-use crate::secrets::Secrets;
+use crate::secrets::{Secret, Secrets};
 
 use super::{Ctx, Refusal, SecretTarget, Target};
 
 /// Bytes read at once.
 const CHUNK: usize = 32 * 1024;
+/// How long the far end may pause before the bytes the answers' matcher
+/// holds go on anyway (the guest may wait for them before it sends more).
+const RELEASE_AFTER: Duration = Duration::from_millis(50);
 
 /// Runs one connection from the guest (to `dst`) whose host side is
 /// `stream` (to `target`), until both directions are done or a
@@ -79,40 +85,55 @@ pub(crate) async fn run(
             let Ok(near) = tokio_rustls::TlsAcceptor::from(server).accept(guest).await else {
                 return;
             };
-            let filter = Filter::new(secrets.list.clone(), Peer::Tls(name));
-            relay(near, far, filter).await
+            let (filter, answers) = pair(secrets.list.clone(), Peer::Tls(name), secrets.forms());
+            relay(near, far, filter, answers).await
         }
-        _ => {
+        (hello, _) => {
             let names = ctx.names.of(*dst.ip());
             let peer = Peer::Plain {
                 dst: *dst.ip(),
                 host_ip: *target.ip(),
                 names,
             };
-            relay(guest, stream, Filter::new(secrets.list.clone(), peer)).await
+            let (filter, answers) = pair(secrets.list.clone(), peer, secrets.forms());
+            // TLS the stack does not intercept carries no value (the
+            // filter cannot put one in), and its answers cannot be read.
+            let answers = answers.filter(|_| !matches!(hello, Hello::Tls(_)));
+            relay(guest, stream, filter, answers).await
         }
     };
     if let Err(leak) = outcome {
-        let hosts = secrets
-            .list
-            .iter()
-            .find(|s| s.name == leak.secret)
-            .map(|s| {
-                let hosts: Vec<String> = s.hosts.iter().map(ToString::to_string).collect();
-                hosts.join(", ")
-            })
-            .unwrap_or_default();
-        ctx.refused(Refusal {
-            target: Target::Secret(Box::new(SecretTarget {
-                name: leak.secret,
-                host: leak.host,
-                dst: target,
-            })),
-            verdict: Verdict {
-                allowed: false,
-                why: Why::SecretHosts(hosts),
-            },
-        });
+        ctx.refused(refusal(&secrets.list, leak, target));
+    }
+}
+
+/// The refusal a leak is: which secret, where it was, and where it may go.
+fn refusal(list: &[Secret], leak: Leak, dst: SocketAddrV4) -> Refusal {
+    let secret = list.iter().find(|s| s.name == leak.secret);
+    let hosts = secret
+        .map(|s| {
+            let hosts: Vec<String> = s.hosts.iter().map(ToString::to_string).collect();
+            hosts.join(", ")
+        })
+        .unwrap_or_default();
+    let only_for = match &leak.place {
+        Place::RequestLine | Place::Header(_) => {
+            let headers = secret.map(Secret::header_names).unwrap_or_default();
+            format!("its headers ({headers}) of requests to {hosts}")
+        }
+        _ => hosts,
+    };
+    Refusal {
+        target: Target::Secret(Box::new(SecretTarget {
+            name: leak.secret,
+            host: leak.host,
+            dst,
+            place: leak.place,
+        })),
+        verdict: Verdict {
+            allowed: false,
+            why: Why::SecretHosts(only_for),
+        },
     }
 }
 
@@ -142,9 +163,15 @@ async fn first_bytes(guest: &mut GuestStream, far: &TcpStream) -> (Vec<u8>, Hell
     }
 }
 
-/// Copies both ways, the guest's bytes through `filter`; a leak ends both
+/// Copies both ways, the guest's bytes through `filter` and the far
+/// end's through `answers` (where there are); a leak either way ends both
 /// at once.
-async fn relay<G, F>(guest: G, far: F, mut filter: Filter) -> Result<(), Leak>
+async fn relay<G, F>(
+    guest: G,
+    far: F,
+    mut filter: Filter,
+    mut answers: Option<Answers>,
+) -> Result<(), Leak>
 where
     G: AsyncRead + AsyncWrite + Unpin,
     F: AsyncRead + AsyncWrite + Unpin,
@@ -173,27 +200,61 @@ where
     };
     let downward = async {
         let mut buf = vec![0u8; CHUNK];
+        let mut out = Vec::with_capacity(CHUNK);
         loop {
-            match fr.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if gw.write_all(&buf[..n]).await.is_err() {
-                        break;
+            out.clear();
+            let held = answers.as_ref().is_some_and(|a| a.releasable() > 0);
+            let read = if held {
+                match tokio::time::timeout(RELEASE_AFTER, fr.read(&mut buf)).await {
+                    Ok(read) => read,
+                    Err(_) => {
+                        if let Some(a) = answers.as_mut() {
+                            a.release(&mut out);
+                        }
+                        if gw.write_all(&out).await.is_err() {
+                            break;
+                        }
+                        continue;
                     }
                 }
+            } else {
+                fr.read(&mut buf).await
+            };
+            let n = match read {
+                Ok(0) | Err(_) => {
+                    if let Some(a) = answers.as_mut() {
+                        a.finish(&mut out);
+                        let _ = gw.write_all(&out).await;
+                    }
+                    break;
+                }
+                Ok(n) => n,
+            };
+            let bytes = match answers.as_mut() {
+                Some(a) => {
+                    a.push(&buf[..n], &mut out)?;
+                    &out[..]
+                }
+                None => &buf[..n],
+            };
+            if gw.write_all(bytes).await.is_err() {
+                break;
             }
         }
         let _ = gw.shutdown().await;
+        Ok::<(), Leak>(())
     };
     tokio::pin!(upward, downward);
     tokio::select! {
         r = &mut upward => {
             r?;
-            downward.await;
+            downward.await
         }
-        () = &mut downward => upward.await?,
+        r = &mut downward => {
+            r?;
+            upward.await
+        }
     }
-    Ok(())
 }
 
 /// The guest's side of a connection as a byte stream: what the stack's

@@ -112,6 +112,40 @@ pub struct SecretTarget {
     pub host: Option<String>,
     /// The connection's destination (the host side's).
     pub dst: SocketAddrV4,
+    /// Where in the request (or the answer) it was.
+    pub place: crate::secrets::http::Place,
+}
+
+impl fmt::Display for SecretTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::secrets::http::Place;
+        let (name, dst) = (&self.name, self.dst);
+        let host = self.host.as_deref().unwrap_or("a request without a host");
+        match (&self.place, &self.host) {
+            (Place::Elsewhere, Some(host)) => write!(f, "refused secret {name} to {host} ({dst})"),
+            (Place::Elsewhere, None) => write!(f, "refused secret {name} to {dst}"),
+            (Place::RequestLine, _) => write!(
+                f,
+                "refused secret {name} in the request line to {host} ({dst})"
+            ),
+            (Place::Header(header), _) => write!(
+                f,
+                "refused secret {name} in header {header} to {host} ({dst})"
+            ),
+            (Place::Misdirected(connection), _) => write!(
+                f,
+                "refused secret {name} to {host} on a connection to {connection} ({dst})"
+            ),
+            (Place::Coded(coding), _) => write!(
+                f,
+                "refused secret {name} back from {host} in an answer coded {coding} ({dst})"
+            ),
+            (Place::Backlog, _) => write!(
+                f,
+                "refused secret {name} to {host} behind too many requests waiting for answers ({dst})"
+            ),
+        }
+    }
 }
 
 /// A refusal, with the rule or range that decided it.
@@ -134,10 +168,7 @@ impl fmt::Display for Refusal {
             }
             Target::Name(n) => write!(f, "refused name {n}")?,
             Target::Answer(n, ip) => write!(f, "refused answer {ip} for {n}")?,
-            Target::Secret(s) => match &s.host {
-                Some(host) => write!(f, "refused secret {} to {host} ({})", s.name, s.dst)?,
-                None => write!(f, "refused secret {} to {}", s.name, s.dst)?,
-            },
+            Target::Secret(s) => s.fmt(f)?,
             Target::Tls { name, dst } => write!(f, "refused https {name} ({dst})")?,
         }
         write!(f, ": {}", self.verdict)

@@ -9,11 +9,15 @@ namespace with the system's python3. One action per run; prints one line.
   bulk HOST PORT           read until EOF, print the byte count
   connects HOST PORT N     connect (and read the greeting) N times, print
                            the median microseconds of one
-  http NAME PORT TOKEN     resolve NAME, GET /?t=TOKEN with X-Token: TOKEN,
-                           print the body (CRLF as |) or ERR <name>
-  https ADDR PORT SNI CA TOKEN
+  http NAME PORT TOKEN [TARGET [HOST]]
+                           resolve NAME, GET TARGET (default /echo; {t} in it
+                           becomes TOKEN) with Host: HOST (default NAME) and
+                           Authorization: Bearer TOKEN, print the body (CRLF
+                           as |), EOF when nothing came, or ERR <name>
+  https ADDR PORT SNI CA TOKEN [TARGET [HOST]]
                            the same over TLS to ADDR (a name is resolved) as
-                           SNI, trusting the CA file only; ERR ssl <reason>
+                           SNI (HOST's default), trusting the CA file only;
+                           ERR ssl <reason>
 """
 import errno
 import socket
@@ -86,11 +90,11 @@ def recv_exact(s, n):
     return out
 
 
-def request(s, host, token):
+def request(s, host, token, target="/echo"):
     s.sendall(
         (
-            "GET /?t=%s HTTP/1.1\r\nHost: %s\r\nX-Token: %s\r\n"
-            "Connection: close\r\n\r\n" % (token, host, token)
+            "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+            "Connection: close\r\n\r\n" % (target.replace("{t}", token), host, token)
         ).encode()
     )
     out = b""
@@ -170,7 +174,9 @@ def main(argv):
             print(int(times[len(times) // 2] * 1e6))
         elif act == "http":
             s = socket.create_connection((address(argv[1]), int(argv[2])), timeout=5)
-            print(request(s, argv[1], argv[3]))
+            target = argv[4] if len(argv) > 4 else "/echo"
+            host = argv[5] if len(argv) > 5 else argv[1]
+            print(request(s, host, argv[3], target))
         elif act == "https":
             import ssl
 
@@ -181,7 +187,9 @@ def main(argv):
             except ssl.SSLError as e:
                 print("ERR ssl " + str(e.reason))
                 return
-            print(request(t, argv[3], argv[5]))
+            target = argv[6] if len(argv) > 6 else "/echo"
+            host = argv[7] if len(argv) > 7 else argv[3]
+            print(request(t, host, argv[5], target))
         else:
             print("ERR usage")
     except OSError as e:
