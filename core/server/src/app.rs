@@ -74,7 +74,7 @@ impl AppState {
     }
 
     /// Who holds `secret` (cached for [`TOKEN_CACHE`]).
-    async fn caller(&self, secret: &str) -> Result<Option<Caller>, StoreError> {
+    pub(crate) async fn caller(&self, secret: &str) -> Result<Option<Caller>, StoreError> {
         let key = hash_token(secret);
         if let Ok(cache) = self.tokens.lock() {
             if let Some((at, caller)) = cache.get(&key) {
@@ -235,7 +235,7 @@ pub(crate) fn unauthorized(reason: &str) -> Response {
     .into_response()
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
     scheme
@@ -273,7 +273,13 @@ async fn admit(
 ) -> (Option<Caller>, Response) {
     let path = req.uri().path();
     let open = matches!(path, "/healthz" | "/readyz") || crate::console::is_open(path);
-    if open || transport == Transport::Unix || !state.config.auth.required {
+    if open || transport == Transport::Unix {
+        return (Some(Caller::local()), next.run(req).await);
+    }
+    if !state.config.auth.required {
+        if let Err(res) = crate::loopback::admit(req.method(), path, req.headers()) {
+            return (None, res);
+        }
         return (Some(Caller::local()), next.run(req).await);
     }
     let caller = match bearer(req.headers()) {
@@ -285,6 +291,15 @@ async fn admit(
             }
             Err(e) => return (None, ApiError::from(e).into_response()),
         },
+        // The console's cookie never admits a gateway call: a sandbox's
+        // page must not act as the console's viewer.
+        None if crate::gateway::is_gateway_path(req.uri().path()) => {
+            state.metrics.inc(&state.metrics.auth_failures);
+            return (
+                None,
+                unauthorized("a gateway call needs an API token (Authorization: Bearer <token>)"),
+            );
+        }
         // The web console's login, in its cookie.
         None => match crate::console::auth::admit_cookie(state, &mut req).await {
             Ok(caller) => caller,
@@ -363,6 +378,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/gateway/targets/{id}"),
     ("GET", "/v1/gateway/targets/{id}"),
     ("DELETE", "/v1/gateway/targets/{id}"),
+    ("POST", "/v1/gateway/targets/{id}/previews"),
+    ("DELETE", "/v1/gateway/targets/{id}/previews/{preview}"),
     ("ANY", "/gw/{id}"),
     ("ANY", "/gw/{id}/"),
     ("ANY", "/gw/{id}/{*rest}"),

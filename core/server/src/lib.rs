@@ -22,6 +22,7 @@ pub mod console;
 mod defaults_tests;
 pub mod events;
 pub mod gateway;
+mod loopback;
 pub mod metrics;
 mod pools;
 pub mod ratelimit;

@@ -256,6 +256,9 @@ pub async fn run(state: Arc<AppState>) {
         {
             tracing::warn!(error = %e, "purging expired console sessions failed");
         }
+        if let Err(e) = state.store.purge_previews(crate::store::now_ms()).await {
+            tracing::warn!(error = %e, "purging expired preview links failed");
+        }
         // A lock session lost while calls run is replaced now, not at the
         // next call.
         if let Err(e) = state.store.calls().check().await {

@@ -61,6 +61,14 @@ pub fn routes() -> Router<Arc<AppState>> {
                 .get(crate::targets::get_one)
                 .delete(crate::targets::delete),
         )
+        .route(
+            "/v1/gateway/targets/{id}/previews",
+            post(crate::gateway::previews::create),
+        )
+        .route(
+            "/v1/gateway/targets/{id}/previews/{preview}",
+            axum::routing::delete(crate::gateway::previews::revoke),
+        )
 }
 
 /// Parses a JSON body into `T`; bad JSON is `invalid_argument`, its

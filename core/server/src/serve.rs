@@ -81,6 +81,15 @@ fn create_home(home: &std::path::Path) -> std::io::Result<()> {
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
 }
 
+/// What a listener serves.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    /// The API, the console and `/gw/` for programs.
+    Api,
+    /// The gateway's own origin (`gateway.listen`).
+    Gateway,
+}
+
 enum Bound {
     Tcp(tokio::net::TcpListener),
     Unix(tokio::net::UnixListener, std::path::PathBuf),
@@ -186,11 +195,29 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
     let store = open_store(&config).await?;
     let mut bound = Vec::new();
     for l in &config.listen {
-        bound.push(bind(l, config.reuse_port, tls.is_some()).await?);
+        let (b, url) = bind(l, config.reuse_port, tls.is_some()).await?;
+        bound.push((b, url, Role::Api));
+    }
+    let mut gateway_port = None;
+    for l in &config.gateway.listen {
+        let (b, url) = bind(l, config.reuse_port, tls.is_some()).await?;
+        if let (Bound::Tcp(t), None) = (&b, gateway_port) {
+            gateway_port = t.local_addr().ok().map(|a| a.port());
+        }
+        bound.push((b, url, Role::Gateway));
+    }
+    // The default domain names the first gateway listener's port: the one
+    // it got when it was configured as port 0.
+    let mut config = config;
+    if let Some(d) = config.gateway.domain.as_mut().filter(|d| d.port == Some(0)) {
+        d.port = gateway_port;
     }
     let state = AppState::new(engine, store, config);
-    for (_, url) in &bound {
-        println!("listening on {url}");
+    for (_, url, role) in &bound {
+        match role {
+            Role::Api => println!("listening on {url}"),
+            Role::Gateway => println!("gateway listening on {url}"),
+        }
     }
     tokio::spawn(crate::reaper::run(state.clone()));
     tokio::spawn(crate::events::pump::run(state.clone()));
@@ -204,14 +231,17 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
     }
     let mut servers = Vec::new();
     let mut sockets = Vec::new();
-    for (b, _) in bound {
+    for (b, _, role) in bound {
         let mut rx = stop_rx.clone();
         let shutdown = async move {
             let _ = rx.wait_for(|s| *s).await;
         };
         servers.push(match b {
             Bound::Tcp(l) => {
-                let app = router(state.clone(), Transport::Tcp);
+                let app = match role {
+                    Role::Api => router(state.clone(), Transport::Tcp),
+                    Role::Gateway => crate::gateway::host::router(state.clone()),
+                };
                 match &tls {
                     // Handshakes in tasks of their own; nodelay set there.
                     Some(tls) => {
@@ -233,7 +263,10 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
             }
             Bound::Unix(l, path) => {
                 sockets.push(path);
-                let app = router(state.clone(), Transport::Unix);
+                let app = match role {
+                    Role::Api => router(state.clone(), Transport::Unix),
+                    Role::Gateway => crate::gateway::host::router(state.clone()),
+                };
                 tokio::spawn(
                     async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await },
                 )

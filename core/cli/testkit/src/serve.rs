@@ -25,11 +25,24 @@ pub struct TenantServer {
 impl TenantServer {
     /// `tokens` are (name, tenant, role).
     pub fn start(database: &str, tenants: &[&str], tokens: &[(&str, &str, &str)]) -> TenantServer {
+        TenantServer::start_with(database, tenants, tokens, &[])
+    }
+
+    /// [`TenantServer::start`] with extra settings (`BURROW_SERVE_<key>`).
+    pub fn start_with(
+        database: &str,
+        tenants: &[&str],
+        tokens: &[(&str, &str, &str)],
+        vars: &[(&str, &str)],
+    ) -> TenantServer {
         let home = tokio::runtime::Runtime::new()
             .unwrap()
             .block_on(crate::TestHome::new());
         home.name_image("busybox");
-        let env = ServeEnv::new(home.path(), database);
+        let mut env = ServeEnv::new(home.path(), database);
+        for (k, v) in vars {
+            env = env.set(k, v);
+        }
         for tenant in tenants {
             env.create_tenant(tenant);
         }
@@ -66,6 +79,9 @@ pub struct Server {
     pub url: String,
     /// Its replica id.
     pub replica: String,
+    /// `http://127.0.0.1:PORT` of its gateway listener, when it has one
+    /// (`BURROW_SERVE_GATEWAY_LISTEN`).
+    pub gateway: Option<String>,
     stderr: PathBuf,
 }
 
@@ -190,9 +206,21 @@ impl ServeEnv {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
+        // The gateway's listeners are announced after the API's.
+        let gateway = self
+            .vars
+            .iter()
+            .any(|(k, _)| k == "BURROW_SERVE_GATEWAY_LISTEN")
+            .then(|| {
+                let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                line.strip_prefix("gateway listening on ")
+                    .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+                    .to_owned()
+            });
         Server {
             child: Some(child),
             url,
+            gateway,
             replica: replica.to_owned(),
             stderr,
         }

@@ -33,6 +33,8 @@
 //! | `gateway.mcp_session_ttl`         | `BURROW_SERVE_MCP_SESSION_TTL`     | `24h` (at least `1m`)        |
 //! | `gateway.lease_ttl`               | `BURROW_SERVE_LEASE_TTL`           | `30s`                        |
 //! | `gateway.heartbeat_interval`      | `BURROW_SERVE_HEARTBEAT_INTERVAL`  | `lease_ttl / 3`              |
+//! | `gateway.listen`                  | `BURROW_SERVE_GATEWAY_LISTEN` (commas) | none: no gateway origin (browsers cannot open sandbox pages) |
+//! | `gateway.domain`                  | `BURROW_SERVE_GATEWAY_DOMAIN`      | `localhost:<port of the first gateway listener>` |
 //! | `reaper.idle_timeout`             | `BURROW_SERVE_IDLE_TIMEOUT`        | `15m` (`0` disables reclaim) |
 //! | `reaper.sweep_interval`           | `BURROW_SERVE_SWEEP_INTERVAL`      | `30s`                        |
 //! | `log.format`                      | `BURROW_SERVE_LOG_FORMAT`          | `"text"` (or `"json"`)       |
@@ -86,8 +88,8 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Origin};
 pub use sections::{
-    AuditConfig, AuthConfig, BackendKind, DatabaseUrl, EventsConfig, GatewayConfig, Listen,
-    LogConfig, LogFormat, PoolConfig, ReaperConfig, TlsConfig, WebhooksConfig,
+    AuditConfig, AuthConfig, BackendKind, DatabaseUrl, EventsConfig, GatewayConfig, GatewayDomain,
+    Listen, LogConfig, LogFormat, PoolConfig, ReaperConfig, TlsConfig, WebhooksConfig,
 };
 pub use values::format_duration;
 
@@ -281,7 +283,7 @@ impl ServeConfig {
              home:        {}\n\
              backend:     {}{}\n\
              replica:     {}\n\
-             gateway:     startup timeout {}, retry-after {}, lease ttl {}, heartbeat every {}\n\
+             gateway:     startup timeout {}, retry-after {}, lease ttl {}, heartbeat every {}; {}\n\
              reaper:      {reaper}\n\
              log format:  {}",
             self.database.redacted(),
@@ -307,6 +309,19 @@ impl ServeConfig {
             format_duration(g.retry_after),
             format_duration(g.lease_ttl),
             format_duration(g.heartbeat_interval),
+            match (&g.domain, g.listen.is_empty()) {
+                (Some(d), false) => format!(
+                    "own origin on {} as {}",
+                    g.listen
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    d.authority("{id}")
+                ),
+                _ => "no origin of its own (gateway.listen): /gw/ answers are inert in browsers"
+                    .into(),
+            },
             self.log.format,
         )
     }

@@ -9,16 +9,16 @@ use std::time::Duration;
 
 use super::error::{invalid, ConfigError, Origin};
 use super::sections::{
-    AuditConfig, AuthConfig, BackendKind, EventsConfig, GatewayConfig, Listen, LogConfig,
-    LogFormat, PoolConfig, ReaperConfig, TlsConfig, WebhooksConfig,
+    AuditConfig, AuthConfig, BackendKind, EventsConfig, GatewayConfig, GatewayDomain, Listen,
+    LogConfig, LogFormat, PoolConfig, ReaperConfig, TlsConfig, WebhooksConfig,
 };
 use super::settings::{
     Setting, ACQUIRE_TIMEOUT, ALLOW_PUBLIC, AUDIT_RETENTION, AUTH_REQUIRED, BACKEND, DATABASE,
-    EVENTS_RETENTION, HEARTBEAT_INTERVAL, HOME, IDLE_TIMEOUT, KUBECONFIG, KUBE_AGENT_IMAGE,
-    KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS, KUBE_IMAGE_PULL_POLICY, KUBE_NAMESPACE,
-    KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS, MCP_SESSION_TTL,
-    REPLICA_ID, REQUESTS_PER_MINUTE, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT, SWEEP_INTERVAL,
-    TLS_CERT, TLS_KEY, WEBHOOK_BACKOFF, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_TIMEOUT,
+    EVENTS_RETENTION, GATEWAY_DOMAIN, GATEWAY_LISTEN, HEARTBEAT_INTERVAL, HOME, IDLE_TIMEOUT,
+    KUBECONFIG, KUBE_AGENT_IMAGE, KUBE_CONTEXT, KUBE_GVISOR_RUNTIME_CLASS, KUBE_IMAGE_PULL_POLICY,
+    KUBE_NAMESPACE, KUBE_RUNTIME_CLASS, LEASE_TTL, LISTEN, LOG_FORMAT, MAX_CONNECTIONS,
+    MCP_SESSION_TTL, REPLICA_ID, REQUESTS_PER_MINUTE, RETRY_AFTER, REUSE_PORT, STARTUP_TIMEOUT,
+    SWEEP_INTERVAL, TLS_CERT, TLS_KEY, WEBHOOK_BACKOFF, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_TIMEOUT,
 };
 use super::values::{
     absolute, as_str, default_database, default_home, default_replica_id, format_duration,
@@ -138,6 +138,7 @@ impl<'a> Layers<'a> {
         };
 
         let reuse_port = self.get(REUSE_PORT, parse_bool)?.is_some_and(|v| v.value);
+        let (gateway_listen, gateway_domain) = self.gateway_origin(&listen, allow_public_value)?;
 
         let home = match self.env.get(HOME.env).filter(|h| !h.is_empty()) {
             // The file's value must still be valid.
@@ -191,7 +192,17 @@ impl<'a> Layers<'a> {
             .get(ACQUIRE_TIMEOUT, positive_duration)?
             .map_or(Duration::from_secs(5), |v| v.value);
 
-        let auth_required = self.get(AUTH_REQUIRED, parse_bool)?.is_none_or(|v| v.value);
+        let auth = self.get(AUTH_REQUIRED, parse_bool)?;
+        if let (Some(off), true) = (auth.as_ref().filter(|v| !v.value), allow_public_value) {
+            return Err(invalid(
+                &off.origin,
+                AUTH_REQUIRED,
+                "a server without authentication is for one machine: it cannot be combined \
+                 with `allow_public = true`"
+                    .into(),
+            ));
+        }
+        let auth_required = auth.is_none_or(|v| v.value);
         let requests_per_minute = self
             .get(REQUESTS_PER_MINUTE, |raw| {
                 let n = parse_int(raw)?;
@@ -353,6 +364,8 @@ impl<'a> Layers<'a> {
                 lease_ttl,
                 heartbeat_interval,
                 mcp_session_ttl,
+                listen: gateway_listen,
+                domain: gateway_domain,
             },
             reaper: ReaperConfig {
                 idle_timeout,
@@ -367,6 +380,71 @@ impl<'a> Layers<'a> {
             log: LogConfig { format },
             kubernetes,
         })
+    }
+
+    /// `gateway.listen` and `gateway.domain`: the gateway's own listeners
+    /// (public ones under `allow_public` as the API's, never one of the
+    /// API's addresses) and the domain of its origins (by default
+    /// `localhost:<port>` of the first TCP listener). A domain without a
+    /// listener is an error: nothing would serve it.
+    fn gateway_origin(
+        &self,
+        api: &[Listen],
+        allow_public: bool,
+    ) -> Result<(Vec<Listen>, Option<GatewayDomain>), ConfigError> {
+        let listen = match self.get(GATEWAY_LISTEN, parse_listen)? {
+            Some(v) => {
+                // Port 0 is a fresh port for each listener: never the same.
+                let fixed = |l: &&Listen| !matches!(l, Listen::Tcp(a) if a.port() == 0);
+                if let Some(bad) = v.value.iter().filter(fixed).find(|l| api.contains(l)) {
+                    return Err(invalid(
+                        &v.origin,
+                        GATEWAY_LISTEN,
+                        format!(
+                            "{bad} is also an API listener: the gateway needs an origin of its own"
+                        ),
+                    ));
+                }
+                if let (Some(public), false) =
+                    (v.value.iter().find(|l| l.is_public()), allow_public)
+                {
+                    return Err(invalid(
+                        &v.origin,
+                        GATEWAY_LISTEN,
+                        format!(
+                            "{public} is not a loopback address; set `allow_public = true` \
+                             (or {}=true) to listen on a public address",
+                            ALLOW_PUBLIC.env
+                        ),
+                    ));
+                }
+                v.value
+            }
+            None => Vec::new(),
+        };
+        let domain = self.get(GATEWAY_DOMAIN, |raw| GatewayDomain::parse(as_str(raw)?))?;
+        let domain = match (domain, listen.first()) {
+            (Some(d), Some(_)) => Some(d.value),
+            (Some(d), None) => {
+                return Err(invalid(
+                    &d.origin,
+                    GATEWAY_DOMAIN,
+                    format!(
+                        "a gateway domain needs a gateway listener ({} or {})",
+                        GATEWAY_LISTEN.key, GATEWAY_LISTEN.env
+                    ),
+                ))
+            }
+            (None, Some(first)) => Some(GatewayDomain {
+                host: "localhost".into(),
+                port: match first {
+                    Listen::Tcp(a) => Some(a.port()),
+                    Listen::Unix(_) => None,
+                },
+            }),
+            (None, None) => None,
+        };
+        Ok((listen, domain))
     }
 
     /// `[tls]`: both files or neither (one alone names the other as

@@ -200,6 +200,90 @@ pub struct GatewayConfig {
     /// How long the gateway keeps an MCP session it re-establishes after a
     /// reclaim, counted from its last call (>= 1m).
     pub mcp_session_ttl: Duration,
+    /// The gateway's own listeners: sandbox content on an origin of its
+    /// own, routed by host name (`{id}.{domain}`, `{port}-{id}.{domain}`),
+    /// never on the API's and the console's. Empty: none.
+    pub listen: Vec<Listen>,
+    /// The domain the gateway's host names end in, with the port browsers
+    /// use when it is not the scheme's default (`localhost:8081`,
+    /// `sandboxes.example.com`). `None` when there is no gateway listener.
+    pub domain: Option<GatewayDomain>,
+}
+
+/// The domain of the gateway's origins: each target is `{id}.{host}` (and
+/// `{port}-{id}.{host}`), reached at `port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayDomain {
+    /// The host name the targets' names end in (lower case, no dot at
+    /// either end).
+    pub host: String,
+    /// The port in the links the server hands out (`None`: the scheme's
+    /// default).
+    pub port: Option<u16>,
+}
+
+impl GatewayDomain {
+    /// Parses `host[:port]`: a DNS name of letters, digits, `-` and `.`.
+    pub fn parse(text: &str) -> Result<GatewayDomain, String> {
+        let (host, port) = match text.rsplit_once(':') {
+            Some((h, p)) => (
+                h,
+                Some(
+                    p.parse::<u16>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| format!("`{text}`: {p:?} is not a port"))?,
+                ),
+            ),
+            None => (text, None),
+        };
+        let host = host.to_ascii_lowercase();
+        let ok = !host.is_empty()
+            && host.len() <= 200
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !ok {
+            return Err(format!(
+                "`{text}` is not a domain (host[:port], e.g. localhost:8081 or sandboxes.example.com)"
+            ));
+        }
+        Ok(GatewayDomain { host, port })
+    }
+
+    /// The authority of a target's origin: `{label}.{host}[:port]`.
+    pub fn authority(&self, label: &str) -> String {
+        match self.port {
+            Some(p) => format!("{label}.{}:{p}", self.host),
+            None => format!("{label}.{}", self.host),
+        }
+    }
+
+    /// The label a `Host` header names under this domain (the part before
+    /// `.{host}`, one label, lower case), if it is one of ours.
+    pub fn label_of<'a>(&self, host_header: &'a str) -> Option<&'a str> {
+        let name = match host_header.rsplit_once(':') {
+            Some((n, p)) if p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => host_header,
+        };
+        let name = name.strip_suffix('.').unwrap_or(name);
+        if name.len() <= self.host.len() + 1 {
+            return None;
+        }
+        let (label, rest) = name.split_at(name.len() - self.host.len() - 1);
+        let rest = &rest[1..];
+        (rest.eq_ignore_ascii_case(&self.host)
+            && name.as_bytes()[label.len()] == b'.'
+            && !label.is_empty()
+            && !label.contains('.'))
+        .then_some(label)
+    }
 }
 
 /// `[audit]`: the audit log.

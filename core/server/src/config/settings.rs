@@ -99,6 +99,14 @@ pub(super) const HEARTBEAT_INTERVAL: Setting = Setting {
     key: "gateway.heartbeat_interval",
     env: "BURROW_SERVE_HEARTBEAT_INTERVAL",
 };
+pub(super) const GATEWAY_LISTEN: Setting = Setting {
+    key: "gateway.listen",
+    env: "BURROW_SERVE_GATEWAY_LISTEN",
+};
+pub(super) const GATEWAY_DOMAIN: Setting = Setting {
+    key: "gateway.domain",
+    env: "BURROW_SERVE_GATEWAY_DOMAIN",
+};
 pub(super) const IDLE_TIMEOUT: Setting = Setting {
     key: "reaper.idle_timeout",
     env: "BURROW_SERVE_IDLE_TIMEOUT",
@@ -165,6 +173,8 @@ pub(super) const SETTINGS: &[Setting] = &[
     MCP_SESSION_TTL,
     LEASE_TTL,
     HEARTBEAT_INTERVAL,
+    GATEWAY_LISTEN,
+    GATEWAY_DOMAIN,
     IDLE_TIMEOUT,
     SWEEP_INTERVAL,
     LOG_FORMAT,

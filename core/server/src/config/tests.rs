@@ -87,6 +87,8 @@ fn defaults() {
             lease_ttl: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
             mcp_session_ttl: Duration::from_secs(24 * 3600),
+            listen: Vec::new(),
+            domain: None,
         }
     );
     assert_eq!(c.reaper.idle_timeout, Some(Duration::from_secs(900)));
@@ -134,7 +136,7 @@ const FULL: &str = r#"
     acquire_timeout = "2s"
 
     [auth]
-    required = false
+    required = true
 
     [gateway]
     startup_timeout = 120
@@ -174,7 +176,7 @@ fn file_parsing() {
     assert_eq!(c.replica_id, "replica-a");
     assert_eq!(c.database_pool.max_connections, 50);
     assert_eq!(c.database_pool.acquire_timeout, Duration::from_secs(2));
-    assert!(!c.auth.required);
+    assert!(c.auth.required);
     assert_eq!(c.gateway.startup_timeout, Duration::from_secs(120));
     assert_eq!(c.gateway.retry_after, Duration::from_secs(2));
     assert_eq!(c.gateway.lease_ttl, Duration::from_secs(60));
@@ -183,7 +185,7 @@ fn file_parsing() {
     assert_eq!(c.reaper.idle_timeout, Some(Duration::from_secs(5400)));
     assert_eq!(c.reaper.sweep_interval, Duration::from_millis(250));
     assert_eq!(c.log.format, LogFormat::Json);
-    assert!(!c.requires_token(&c.listen[0]));
+    assert!(c.requires_token(&c.listen[0]));
 
     let text = c.describe();
     assert!(text.contains("0.0.0.0:8080"), "{text}");
@@ -427,6 +429,20 @@ fn listen_validation() {
         &[("BURROW_SERVE_ALLOW_PUBLIC", "false")],
     );
     assert_invalid(r, "listen", file_origin(&path));
+    // A server without authentication is for one machine only.
+    let (r, path) = load_file("allow_public = true\n[auth]\nrequired = false\n", &[]);
+    assert_invalid(r, "auth.required", file_origin(&path));
+    let e = env(&[
+        ("BURROW_SERVE_ALLOW_PUBLIC", "true"),
+        ("BURROW_SERVE_AUTH_REQUIRED", "false"),
+    ]);
+    assert_invalid(
+        ServeConfig::load(None, &e),
+        "auth.required",
+        env_origin("BURROW_SERVE_AUTH_REQUIRED"),
+    );
+    let (r, _) = load_file("[auth]\nrequired = false\n", &[]);
+    assert!(r.is_ok_and(|c| !c.auth.required));
     // IPv4-mapped loopback is loopback.
     let e = env(&[("BURROW_SERVE_LISTEN", "[::ffff:127.0.0.1]:80")]);
     assert!(ServeConfig::load(None, &e).is_ok());

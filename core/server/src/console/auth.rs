@@ -26,8 +26,12 @@ use crate::routes::json_body;
 use crate::store::{ms, now_ms};
 use crate::tenancy::Caller;
 
-/// The session cookie's name.
+/// The session cookie's name over plain HTTP.
 pub const COOKIE: &str = "burrow_console";
+/// The session cookie's name over TLS: `__Host-` makes browsers refuse it
+/// unless it is `Secure`, `Path=/` and without `Domain`, so no other host
+/// (a sandbox's origin under the same domain) can set or shadow it.
+pub const TLS_COOKIE: &str = "__Host-burrow_console";
 /// The header carrying the session's CSRF token.
 pub const CSRF_HEADER: &str = "x-burrow-csrf";
 /// How long a login lasts.
@@ -69,15 +73,30 @@ fn view(caller: &Caller, csrf: Option<String>, auth: bool) -> SessionView {
     }
 }
 
-/// The session cookie of a request, if it has one.
-pub fn cookie(headers: &HeaderMap) -> Option<&str> {
+/// The console's session cookie of a request (named as [`cookie_name`]
+/// says for a server with or without TLS), if it has one.
+pub fn cookie(headers: &HeaderMap, tls: bool) -> Option<&str> {
+    cookie_named(headers, cookie_name(tls))
+}
+
+/// The console cookie's name on a server with (or without) TLS.
+pub fn cookie_name(tls: bool) -> &'static str {
+    if tls {
+        TLS_COOKIE
+    } else {
+        COOKIE
+    }
+}
+
+/// The value of the cookie `name` of a request, if it has a non-empty one.
+pub fn cookie_named<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
         .filter(|v| !v.is_empty())
 }
@@ -121,7 +140,8 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// its caller, with the [`Login`] put in the request; or the answer that
 /// refuses it.
 pub async fn admit_cookie(state: &AppState, req: &mut Request) -> Result<Caller, Response> {
-    let Some(id) = cookie(req.headers()).map(str::to_owned) else {
+    let tls = state.config.tls.is_some();
+    let Some(id) = cookie(req.headers(), tls).map(str::to_owned) else {
         return Err(unauthorized(
             "an API token is required (Authorization: Bearer <token>)",
         ));
@@ -150,13 +170,10 @@ pub async fn admit_cookie(state: &AppState, req: &mut Request) -> Result<Caller,
 }
 
 fn set_cookie(state: &AppState, value: &str, max_age: u64) -> HeaderValue {
-    let secure = if state.config.tls.is_some() {
-        "; Secure"
-    } else {
-        ""
-    };
-    let v =
-        format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
+    let tls = state.config.tls.is_some();
+    let secure = if tls { "; Secure" } else { "" };
+    let name = cookie_name(tls);
+    let v = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
     // Hex and fixed words only.
     HeaderValue::from_str(&v).unwrap_or(HeaderValue::from_static(""))
 }
@@ -252,11 +269,28 @@ mod tests {
     #[test]
     fn the_cookie_is_found_among_others() {
         let h = headers(&[("cookie", "a=1; burrow_console=abc; b=2")]);
-        assert_eq!(cookie(&h), Some("abc"));
+        assert_eq!(cookie(&h, false), Some("abc"));
         let h = headers(&[("cookie", "a=1"), ("cookie", "burrow_console=x")]);
-        assert_eq!(cookie(&h), Some("x"));
-        assert_eq!(cookie(&headers(&[("cookie", "burrow_console=")])), None);
-        assert_eq!(cookie(&headers(&[("cookie", "xburrow_console=1")])), None);
+        assert_eq!(cookie(&h, false), Some("x"));
+        assert_eq!(
+            cookie(&headers(&[("cookie", "burrow_console=")]), false),
+            None
+        );
+        assert_eq!(
+            cookie(&headers(&[("cookie", "xburrow_console=1")]), false),
+            None
+        );
+        // Over TLS only the __Host- cookie counts: a plain one could have
+        // been set by another host of the domain.
+        let h = headers(&[(
+            "cookie",
+            "burrow_console=tossed; __Host-burrow_console=real",
+        )]);
+        assert_eq!(cookie(&h, true), Some("real"));
+        assert_eq!(
+            cookie(&headers(&[("cookie", "burrow_console=t")]), true),
+            None
+        );
     }
 
     #[test]

@@ -431,6 +431,7 @@ async fn post(
         &mut headers,
         &format!("127.0.0.1:{}", up.port),
         &up.target.id,
+        super::Via::API,
         &up.target.headers,
     );
     headers.insert(

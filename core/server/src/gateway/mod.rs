@@ -45,11 +45,31 @@ use crate::targets::not_found;
 use crate::tenancy::Caller;
 
 mod call;
+pub mod host;
 mod mcp;
+pub mod origin;
+pub mod previews;
 mod start;
 
 use call::{open_call, GuardedBody, LeaseGuard};
+use origin::Origin;
 use start::start;
+
+/// How a call reached the gateway: through which origin, and for which
+/// port of a sandbox target (`None`: the target's own).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Via {
+    origin: Origin,
+    port: Option<u16>,
+}
+
+impl Via {
+    /// `/gw/{id}/...` on an API listener, the target's own port.
+    const API: Via = Via {
+        origin: Origin::Api,
+        port: None,
+    };
+}
 
 /// Per-target cache: the target as last read (with its version), the live
 /// handle of the current generation and idle HTTP connections over tunnels
@@ -170,12 +190,17 @@ pub async fn handle(
     let id = params.get("id").cloned().unwrap_or_default();
     let served = async {
         ours(&state, &caller, &id).await?;
-        serve(&state, &id, req).await
+        serve(&state, &id, req, Via::API).await
     };
     match served.await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
+}
+
+/// Whether `path` is a gateway call's on an API listener (`/gw/{id}...`).
+pub fn is_gateway_path(path: &str) -> bool {
+    path == "/gw" || path.starts_with("/gw/")
 }
 
 /// Whether target `id` is the caller's tenant's: another tenant's is
@@ -191,12 +216,18 @@ async fn ours(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()> {
     Ok(())
 }
 
-async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<Response> {
+async fn serve(state: &Arc<AppState>, id: &str, mut req: Request, via: Via) -> ApiResult<Response> {
     if let Some(r) = mcp::refuse_stream(state, id, req.method(), req.headers()).await? {
         return Ok(r);
     }
     let (target, lease, ready) = open_call(state, id).await?;
-    let path_and_query = forwarded_path(req.uri());
+    let path_and_query = match via.origin {
+        Origin::Api => forwarded_path(req.uri()),
+        Origin::Own => req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+    };
     // A protocol upgrade (WebSocket, ...): the client's side of it, relayed
     // once the target agrees (101).
     let upgrade = req
@@ -205,13 +236,14 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
         .cloned()
         .map(|proto| (proto, hyper::upgrade::on(&mut req)));
     match &target.kind {
+        TargetKind::Url { .. } if via.port.is_some() => Err(not_found(id).into()),
         TargetKind::Url { url } => {
             let uri: Uri = format!("{url}{path_and_query}")
                 .parse()
                 .map_err(|_| bad_path(&path_and_query))?;
             let (mut parts, body) = req.into_parts();
             let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-            upstream_headers(&mut parts.headers, &authority, id, &target.headers);
+            upstream_headers(&mut parts.headers, &authority, id, via, &target.headers);
             keep_upgrade(&mut parts.headers, &upgrade);
             parts.uri = uri;
             let res = state
@@ -221,11 +253,13 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
                 .await
                 .map_err(|e| upstream_error(state, id, &e.to_string()))?;
             state.metrics.inc(&state.metrics.gw_warm);
-            Ok(respond(res, lease, None, upgrade))
+            Ok(respond(res, lease, None, upgrade, via.origin))
         }
         TargetKind::Sandbox { port, command } => {
             let sid = parse_id(id)?;
-            let port = *port;
+            // The target's own port is what a start waits for; a call for
+            // another port of it goes there once it runs.
+            let (port, to) = (*port, via.port.unwrap_or(*port));
             // Cold: this call ran a start (not one that converged on a
             // start someone else finished meanwhile).
             let (began, began_ms) = (std::time::Instant::now(), crate::store::now_ms());
@@ -236,7 +270,7 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
                     (r.generation, r.started)
                 }
             };
-            let conn = match connect(state, id, &sid, generation, port).await {
+            let conn = match connect(state, id, &sid, generation, to).await {
                 Ok(c) => c,
                 Err(e) if !cold && gone(&e) => {
                     // Ready on record but not running (stopped outside the
@@ -252,7 +286,7 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
                     )
                     .await?;
                     (generation, cold) = (r.generation, r.started);
-                    connect(state, id, &sid, generation, port)
+                    connect(state, id, &sid, generation, to)
                         .await
                         .map_err(|e| upstream_error(state, id, &e.to_string()))?
                 }
@@ -267,8 +301,9 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
             let (mut parts, body) = req.into_parts();
             upstream_headers(
                 &mut parts.headers,
-                &format!("127.0.0.1:{port}"),
+                &format!("127.0.0.1:{to}"),
                 id,
+                via,
                 &target.headers,
             );
             keep_upgrade(&mut parts.headers, &upgrade);
@@ -295,9 +330,11 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request) -> ApiResult<R
             });
             // An upgraded connection is never reused, nor one the target
             // said it closes.
-            let back = (upgrade.is_none() && keeps_alive(&res))
+            // Idle connections are kept per target and generation: only
+            // those to the target's own port.
+            let back = (upgrade.is_none() && keeps_alive(&res) && to == port)
                 .then(|| (state.clone(), id.to_owned(), generation, conn));
-            Ok(respond(res, lease, back, upgrade))
+            Ok(respond(res, lease, back, upgrade, via.origin))
         }
     }
 }
@@ -383,15 +420,24 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-fn upstream_headers(h: &mut HeaderMap, authority: &str, id: &str, extra: &[(String, String)]) {
+fn upstream_headers(
+    h: &mut HeaderMap,
+    authority: &str,
+    id: &str,
+    via: Via,
+    extra: &[(String, String)],
+) {
     strip_hop_by_hop(h);
     // The client's credentials are for burrow, never for the target.
-    h.remove(header::AUTHORIZATION);
+    origin::inbound(h);
     if let Ok(v) = HeaderValue::from_str(authority) {
         h.insert(header::HOST, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&format!("/gw/{id}")) {
-        h.insert("x-forwarded-prefix", v);
+    h.remove("x-forwarded-prefix");
+    if via.origin == Origin::Api {
+        if let Ok(v) = HeaderValue::from_str(&format!("/gw/{id}")) {
+            h.insert("x-forwarded-prefix", v);
+        }
     }
     for (k, v) in extra {
         if let (Ok(k), Ok(v)) = (
@@ -416,6 +462,7 @@ fn respond(
     lease: LeaseGuard,
     back: Option<(Arc<AppState>, String, i64, SendRequest<Body>)>,
     upgrade: Option<(HeaderValue, hyper::upgrade::OnUpgrade)>,
+    origin: Origin,
 ) -> Response {
     if let (Some((_, client)), axum::http::StatusCode::SWITCHING_PROTOCOLS) =
         (upgrade, res.status())
@@ -431,11 +478,13 @@ fn respond(
             }
         });
         let (mut parts, _) = res.into_parts();
+        origin::outbound(&mut parts.headers, origin);
         via(&mut parts.headers);
         return Response::from_parts(parts, Body::empty());
     }
     let (mut parts, inner) = res.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    origin::outbound(&mut parts.headers, origin);
     via(&mut parts.headers);
     let body = GuardedBody::new(inner, lease, back);
     Response::from_parts(parts, Body::new(body))

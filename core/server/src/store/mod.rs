@@ -26,6 +26,7 @@ mod calls;
 mod console;
 mod events;
 mod mcp_sessions;
+mod previews;
 mod quotas;
 mod reaper;
 mod runtime;
@@ -41,6 +42,7 @@ pub use events::{
     Webhook,
 };
 pub use mcp_sessions::McpSession;
+pub use previews::{Preview, PreviewGrant};
 pub use quotas::{QuotaTurn, Quotas};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
@@ -371,6 +373,10 @@ impl Store {
                     "0005_console.sql",
                     include_str!("../../migrations/sqlite/0005_console.sql"),
                 ),
+                (
+                    "0006_previews.sql",
+                    include_str!("../../migrations/sqlite/0006_previews.sql"),
+                ),
             ],
             DbKind::Postgres => &[
                 (
@@ -392,6 +398,10 @@ impl Store {
                 (
                     "0005_console.sql",
                     include_str!("../../migrations/postgres/0005_console.sql"),
+                ),
+                (
+                    "0006_previews.sql",
+                    include_str!("../../migrations/postgres/0006_previews.sql"),
                 ),
             ],
         });

@@ -1,0 +1,11 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The attack suite of the security review (issue 56): one module per
+//! class of hole, each test an attack that succeeded on the reviewed build
+//! and must fail on this one. They run as root and, in the rootless lane,
+//! as an unprivileged user (`cargo xtask test --rootless --test attacks`).
+//! docs/security.md names the test that proves each boundary.
+
+#[path = "attacks/gateway_origin.rs"]
+mod gateway_origin;
+#[path = "attacks/secrets.rs"]
+mod secrets;
