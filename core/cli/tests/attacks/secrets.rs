@@ -235,7 +235,10 @@ func main() {
 fn graw() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("attacks-secrets");
+        // One per user, in the temporary directory: the rootless lane may
+        // not write the target directory, nor a directory root made.
+        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+        let dir = std::env::temp_dir().join(format!("burrow-attacks-secrets-{uid}"));
         std::fs::create_dir_all(&dir).unwrap();
         let src = dir.join("graw.go");
         std::fs::write(&src, GRAW).unwrap();
