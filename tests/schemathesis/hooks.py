@@ -30,6 +30,12 @@ nothing else:
   directory (an image given as a path, a mount's source) or a published
   port is refused to a tenant's sandboxes (`invalid_config`, the field its
   subject), whatever its shape.
+- The server's host and private networks are not the tenant's: an allow
+  rule naming such an address (`invalid_config`, the rule's path its
+  subject), an image whose registry is one (`invalid_config`, `image`), and
+  a URL target or webhook at one (`invalid_argument`, `url`) are refused
+  however well-formed (the egress ceiling and the outbound guard; the run's
+  webhooks go to 127.0.0.1's discard port, which its server allows).
 - A `501` (`unsupported`) to a full snapshot (`kind: "full"`) where the
   server's capabilities say `full_snapshots: false` (its default driver
   cannot save memory): the document lists it as that operation's answer
@@ -43,8 +49,10 @@ nothing else:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import socket
 
 import schemathesis
 
@@ -229,6 +237,83 @@ def _descending_port_range(case, response) -> bool:
     return False
 
 
+def _address(host: str):
+    """The address `host` spells (any spelling a resolver takes), or None."""
+    h = host.strip().rstrip(".")
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]
+    h = h.split("%", 1)[0]
+    try:
+        return ipaddress.ip_address(h)
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.inet_aton(h))
+    except (OSError, ValueError):
+        return None
+
+
+def _internal_host(host: str) -> bool:
+    """Whether `host` (a name, an address, a CIDR) is the server's host or a
+    private network's, as the egress ceiling and the outbound guard see it."""
+    h = host.strip().rstrip(".").lower()
+    if h.startswith("*."):
+        h = h[2:]
+    if h in ("localhost", "localhost.localdomain") or h.endswith(".localhost"):
+        return True
+    a = _address(h.split("/", 1)[0].strip("[]") if "/" in h else h)
+    if a is None:
+        return False
+    if isinstance(a, ipaddress.IPv6Address):
+        a = a.ipv4_mapped or a.sixtofour or a
+    return not a.is_global or a.is_multicast
+
+
+def _rule_host(rule: str) -> str:
+    rest = rule[4:] if rule[:4].lower() in ("tcp:", "udp:") else rule
+    if rest.startswith("["):
+        return rest.split("]", 1)[0] + "]"
+    return rest.split(":", 1)[0]
+
+
+def _internal_refused(case, response) -> bool:
+    # What the tenant may not reach, however well-formed its shape.
+    err = _refusal(response)
+    code, subject = err.get("code"), err.get("subject", "")
+    body = case.body if isinstance(case.body, dict) else {}
+    if code == "invalid_argument" and subject == "url":
+        url = body.get("url")
+        if not isinstance(url, str) or "://" not in url:
+            return False
+        authority = url.split("://", 1)[1].split("/", 1)[0]
+        if authority.startswith("["):
+            host = authority.split("]", 1)[0] + "]"
+        else:
+            host = authority.rsplit(":", 1)[0]
+        return _internal_host(host)
+    if code != "invalid_config":
+        return False
+    config = body.get("config") if "config" in body else body
+    config = config if isinstance(config, dict) else {}
+    if subject == "image":
+        image = config.get("image")
+        if not isinstance(image, str) or "/" not in image:
+            return False
+        first = image.split("/", 1)[0]
+        if not ("." in first or ":" in first or first == "localhost"):
+            return False
+        host = first.split("]", 1)[0] + "]" if first.startswith("[") else first.rsplit(":", 1)[0]
+        return _internal_host(host)
+    m = RULE_PATH.fullmatch(subject)
+    if m is None or m.group(1) != "allow":
+        return False
+    try:
+        rule = config["network"]["allow"][int(m.group(2))]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return False
+    return isinstance(rule, str) and _internal_host(_rule_host(rule))
+
+
 @schemathesis.hook
 def filter_failure(ctx, failure, case, response) -> bool:
     if response is None:
@@ -246,6 +331,7 @@ def filter_failure(ctx, failure, case, response) -> bool:
         or _secret_refused(case, response)
         or _snapshot_of_unpulled_image(case, response)
         or _host_refused_to_tenant(case, response)
+        or _internal_refused(case, response)
     ):
         return False
     if failure.code == "ST101":

@@ -5,7 +5,11 @@
 //! as an unprivileged user (`cargo xtask test --rootless --test attacks`).
 //! docs/security.md names the test that proves each boundary.
 
+#[path = "attacks/egress.rs"]
+mod egress;
 #[path = "attacks/gateway_origin.rs"]
 mod gateway_origin;
 #[path = "attacks/secrets.rs"]
 mod secrets;
+#[path = "attacks/ssrf.rs"]
+mod ssrf;

@@ -204,9 +204,14 @@ async fn an_expired_lease_is_swept_and_no_longer_fences() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn never_called_sandboxes_and_url_targets_are_never_reclaimed() {
+    // The URL target is on this host's loopback: the operator allows it.
     let s = setup(
         "never",
-        &[("IDLE_TIMEOUT", "1s"), ("SWEEP_INTERVAL", "200ms")],
+        &[
+            ("IDLE_TIMEOUT", "1s"),
+            ("SWEEP_INTERVAL", "200ms"),
+            ("OUTBOUND_ALLOW", "127.0.0.1"),
+        ],
     )
     .await;
     let a = Arc::new(s.env.start("a"));

@@ -44,7 +44,15 @@ fn fixture(db: &str) -> Fixture {
         ("alpha-admin", "alpha", "tenant_admin"),
         ("beta-admin", "beta", "tenant_admin"),
     ];
-    let mut t = TenantServer::start(&url, &["alpha", "beta"], &tokens);
+    // The URL target and the webhook point at 127.0.0.1's discard port,
+    // which the server's outbound calls reach only where the operator
+    // allows.
+    let mut t = TenantServer::start_with(
+        &url,
+        &["alpha", "beta"],
+        &tokens,
+        &[("OUTBOUND_ALLOW", "tcp:127.0.0.1:9")],
+    );
     let beta = t.tokens.pop().unwrap();
     let alpha = t.tokens.pop().unwrap();
     Fixture { t, alpha, beta }

@@ -180,6 +180,14 @@ pub fn check_limits(config: &SandboxConfig) -> burrow::Result<()> {
             reason: "a pod's network is its cluster's: this backend does not enforce a network policy (allow and deny rules)".into(),
         });
     }
+    if config.egress_ceiling.is_some() && config.network.is_enabled() {
+        // Fail closed: a tenant's pod would reach its node and the
+        // cluster's private addresses.
+        return Err(burrow::Error::InvalidConfig {
+            field: "network".into(),
+            reason: "a pod's network is its cluster's: this backend cannot hold a tenant's sandbox below the egress ceiling (no host or private addresses); give it no network".into(),
+        });
+    }
     Ok(())
 }
 
@@ -378,6 +386,18 @@ pub fn state(pod: Option<&Pod>) -> PodState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenants_sandbox_with_a_network_is_refused() {
+        let mut c = SandboxConfig::new("busybox");
+        c.egress_ceiling = Some(serde_json::from_str("{}").unwrap());
+        check_limits(&c).unwrap();
+        c.network = burrow::Network::All;
+        let e = check_limits(&c).unwrap_err();
+        assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig);
+        c.egress_ceiling = None;
+        check_limits(&c).unwrap();
+    }
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
         ContainerStatus, PodStatus,

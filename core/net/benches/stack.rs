@@ -241,6 +241,7 @@ fn start_stack(
                 on_refusal: Arc::new(|_| {}),
                 mtu: burrow_net::addrs::MTU,
                 secrets,
+                ceiling: None,
             },
         )
         .await

@@ -222,3 +222,65 @@ async fn the_gateway_reaches_the_hosts_loopback_only_where_named() {
         "ERR ECONNREFUSED"
     );
 }
+
+#[tokio::test]
+async fn an_egress_ceiling_wins_over_rules_that_name_denied_addresses() {
+    if !lab::inside("an_egress_ceiling_wins_over_rules_that_name_denied_addresses") {
+        return;
+    }
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for c in server.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &c, b"H");
+        }
+    });
+    // Every denied address named by a rule: the private network, the
+    // host's own address on the lab's link, its loopback (the gateway).
+    let named = [
+        "*.test",
+        "198.18.0.2",
+        "10.9.0.0/24",
+        "198.18.0.1",
+        &format!("tcp:127.0.0.1:{port}"),
+    ];
+    let lab = Lab::with_ceiling(policy(&named, &[]));
+    // A public address the rules allow: reached as without a ceiling.
+    assert_eq!(lab.guest(&["tcp", "198.18.0.2", "80"]).await, "A");
+    assert_eq!(
+        lab.guest(&["tcp", "10.9.0.2", "80"]).await,
+        "ERR ECONNREFUSED"
+    );
+    assert_eq!(
+        lab.guest(&["tcp", "198.18.0.1", "80"]).await,
+        "ERR ECONNREFUSED"
+    );
+    assert_eq!(
+        lab.guest(&["tcp", "10.0.2.2", &port]).await,
+        "ERR ECONNREFUSED"
+    );
+    // A name leading into a denied range: the answer is dropped; a mixed
+    // one keeps its public address only.
+    assert_eq!(lab.guest(&["dns", "rebind.test"]).await, "0");
+    assert_eq!(lab.guest(&["dns", "mixed.test"]).await, "0 198.18.0.3");
+    let refusals = lab.refusals();
+    // (The loopback is one of the host's own addresses.)
+    for (dst, range) in [
+        ("10.9.0.2:80", "10.0.0.0/8"),
+        ("198.18.0.1:80", "host"),
+        (&*format!("127.0.0.1:{port}"), "host"),
+    ] {
+        assert!(
+            refusals.iter().any(|r| matches!(&r.target,
+                Target::Connection { dst: d, .. } if d.to_string() == dst)
+                && r.verdict.why == Why::Ceiling(range.into())),
+            "{dst}: {refusals:?}"
+        );
+    }
+    // A change of the rules does not lift the ceiling.
+    lab.policy.send(policy(&["*", "10.9.0.2"], &[])).unwrap();
+    assert_eq!(
+        lab.guest(&["tcp", "10.9.0.2", "80"]).await,
+        "ERR ECONNREFUSED"
+    );
+}

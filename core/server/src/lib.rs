@@ -7,6 +7,9 @@
 //!   only (lifecycle control frames are refused).
 //! - [`gateway`]: demand start, leases, proxying; [`targets`]: what it
 //!   proxies to.
+//! - [`outbound`]: the guard of the server's own calls for its tenants (URL
+//!   targets, webhooks): no host, loopback or private address unless the
+//!   operator allows it.
 //! - [`reaper`]: idle reclaim across replicas (advisory try-locks).
 //! - [`sessions`]: attached sandboxes of remote clients.
 //! - [`store`]: the server's tables (SQLite or Postgres, migrations for each).
@@ -24,6 +27,7 @@ pub mod events;
 pub mod gateway;
 mod loopback;
 pub mod metrics;
+pub mod outbound;
 mod pools;
 pub mod ratelimit;
 pub mod reaper;

@@ -8,7 +8,14 @@
 //!
 //! Both take optional `metadata` (any JSON object, returned as is) and
 //! `headers` (added to every proxied request, e.g. upstream credentials;
-//! stored, never returned).
+//! stored, never returned). A header may not be `Host` (the target's own
+//! authority is sent) nor a hop-by-hop or framing header (`Connection`,
+//! `Transfer-Encoding`, `Content-Length`, ...): `invalid_argument`.
+//!
+//! A URL target is called through the outbound guard (see
+//! [`crate::outbound`]): one at the server's host or a private address is
+//! reached only where `[outbound] allow` names it, and one written as such
+//! an address is refused when it is registered.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -113,6 +120,23 @@ fn check_metadata(m: Option<serde_json::Value>) -> Result<serde_json::Value, Err
     }
 }
 
+/// Headers a target may not set: the target's authority (`Host`), the
+/// hop-by-hop ones (RFC 9110 7.6.1) and the message's framing.
+const RESERVED_HEADERS: [&str; 12] = [
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "expect",
+];
+
 fn check_headers(h: BTreeMap<String, String>) -> Result<Vec<(String, String)>, Error> {
     h.into_iter()
         .map(|(k, v)| {
@@ -122,6 +146,14 @@ fn check_headers(h: BTreeMap<String, String>) -> Result<Vec<(String, String)>, E
             };
             axum::http::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| bad("not a header name"))?;
+            if RESERVED_HEADERS
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(k.trim()))
+            {
+                return Err(bad(
+                    "the gateway sets this header itself (the target's Host, hop-by-hop and framing headers)",
+                ));
+            }
             axum::http::HeaderValue::from_str(&v).map_err(|_| bad("not a header value"))?;
             Ok((k.to_ascii_lowercase(), v))
         })
@@ -224,14 +256,24 @@ pub async fn create_url(
     body: Bytes,
 ) -> ApiResult<Response> {
     let b: UrlTargetBody = json_body(&body)?;
+    let url = check_url(&b.url)?;
+    if let Ok(uri) = url.parse::<axum::http::Uri>() {
+        if let Some(host) = uri.host() {
+            crate::outbound::refuse_internal(
+                &state.config,
+                host,
+                uri.port_u16().unwrap_or(80),
+                "url",
+            )
+            .await?;
+        }
+    }
     let t = Target {
         id: format!(
             "tg_{}",
             burrow::SandboxId::new().as_str().trim_start_matches("sb_")
         ),
-        kind: TargetKind::Url {
-            url: check_url(&b.url)?,
-        },
+        kind: TargetKind::Url { url },
         metadata: check_metadata(b.metadata)?,
         headers: check_headers(b.headers)?,
         created_at: now_ms(),
@@ -357,6 +399,21 @@ mod tests {
         );
         let h = [("bad header".to_string(), "v".to_string())].into();
         assert!(check_headers(h).is_err());
+        for reserved in [
+            "Host",
+            "host",
+            "Connection",
+            "Transfer-Encoding",
+            "TE",
+            "Upgrade",
+            "Proxy-Authorization",
+            "Keep-Alive",
+            "Content-Length",
+        ] {
+            let h = [(reserved.to_string(), "v".to_string())].into();
+            let e = check_headers(h).unwrap_err();
+            assert_eq!(e.code(), burrow::ErrorCode::InvalidArgument, "{reserved}");
+        }
         assert!(check_metadata(Some(serde_json::json!([1]))).is_err());
         for good in [
             "sb_01h2x3y4z5a6b7c8d9e0f1g2h3",

@@ -243,6 +243,14 @@ pub struct SandboxConfig {
     /// sandbox's own network stack (see docs/networking.md).
     #[serde(default)]
     pub network: Network,
+    /// The egress ceiling (`burrow serve` sets it on every tenant's
+    /// sandbox but the default tenant's, whatever the request said): the
+    /// host's own, loopback, private, link-local and other non-public
+    /// addresses are refused whatever `network` names, and the pulls of
+    /// the image reach them only where it allows (see docs/networking.md).
+    /// `None`: `network` alone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ceiling: Option<burrow_net::Ceiling>,
     /// Secrets: each guest variable holds a placeholder, which the
     /// network stack replaces with the value in HTTP requests to the
     /// secret's hosts only (see [`Secret`](super::Secret)). Given at
@@ -337,6 +345,7 @@ impl SandboxConfig {
             labels: BTreeMap::new(),
             mounts: Vec::new(),
             network: Network::None,
+            egress_ceiling: None,
             ports: Vec::new(),
             secrets: Vec::new(),
             idle_timeout: None,
@@ -452,6 +461,16 @@ impl SandboxConfig {
             if let Err(e) = p.validate() {
                 return bad("network", e.to_string());
             }
+        }
+        if self
+            .egress_ceiling
+            .as_ref()
+            .is_some_and(|c| c.pull_allow.len() > burrow_net::policy::MAX_RULES)
+        {
+            return bad(
+                "egress_ceiling.pull_allow",
+                format!("more than {} rules", burrow_net::policy::MAX_RULES),
+            );
         }
         if self.network.is_enabled()
             && self.driver == Some(DriverKind::Container)

@@ -11,9 +11,18 @@ use burrow_net::dns::{parse, response, RData, Record, NOERROR, NXDOMAIN};
 /// process start at it (`BURROW_DNS_SERVERS`). Call it before any thread
 /// reads the environment (first thing in a test binary's setup).
 pub fn serve(zone: fn(&str) -> Option<Ipv4Addr>) -> SocketAddr {
+    let addr = start(zone);
+    std::env::set_var("BURROW_DNS_SERVERS", addr.to_string());
+    addr
+}
+
+/// Serves `zone` (which may answer differently each time it is asked) on a
+/// loopback port until the process ends, without touching the
+/// environment: the address is for a `burrow serve` (and its stacks) the
+/// test starts with `BURROW_DNS_SERVERS` set to it.
+pub fn start(zone: impl Fn(&str) -> Option<Ipv4Addr> + Send + 'static) -> SocketAddr {
     let sock = UdpSocket::bind("127.0.0.1:0").expect("binding the DNS server");
     let addr = sock.local_addr().expect("the DNS server's address");
-    std::env::set_var("BURROW_DNS_SERVERS", addr.to_string());
     std::thread::spawn(move || {
         let mut buf = [0u8; 2048];
         while let Ok((n, from)) = sock.recv_from(&mut buf) {

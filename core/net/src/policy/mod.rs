@@ -25,7 +25,7 @@
 //! domain matches it and no deny rule for all ports and protocols does).
 
 mod parse;
-mod ranges;
+pub(crate) mod ranges;
 #[cfg(test)]
 mod tests;
 
@@ -140,7 +140,7 @@ impl Rule {
 
     /// Whether the rule matches a connection to `ip` that `names`
     /// resolved to.
-    fn matches(&self, ip: IpAddr, names: &[&str], proto: Proto, port: u16) -> bool {
+    pub(crate) fn matches(&self, ip: IpAddr, names: &[&str], proto: Proto, port: u16) -> bool {
         self.covers(proto, port)
             && match &self.host {
                 Host::Net { .. } => self.host.contains(ip),
@@ -238,6 +238,10 @@ pub enum Why {
     /// The far end of an intercepted HTTPS connection did not prove the
     /// name (why).
     Untrusted(String),
+    /// The address is above the sandbox's egress ceiling (see
+    /// [`crate::ceiling`]), whatever the rules say: the range
+    /// (`127.0.0.0/8`, `host`).
+    Ceiling(String),
 }
 
 /// A verdict of the policy.
@@ -274,6 +278,7 @@ impl fmt::Display for Verdict {
             Why::NoRule => f.write_str("denied: no allow rule matches"),
             Why::SecretHosts(hosts) => write!(f, "denied: the secret is only for {hosts}"),
             Why::Untrusted(why) => write!(f, "denied: the far end is not trusted ({why})"),
+            Why::Ceiling(range) => write!(f, "denied: {range} is above the egress ceiling"),
         }
     }
 }

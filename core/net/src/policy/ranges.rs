@@ -21,12 +21,18 @@ const V4: &[([u8; 4], u8)] = &[
 ];
 
 /// IPv6 ranges that are not the public internet: unspecified, loopback,
-/// unique local, link-local and multicast. (IPv4-mapped and NAT64
-/// addresses are judged by the IPv4 address they carry.)
+/// the deprecated IPv4-compatible addresses (`::a.b.c.d`), the discard
+/// prefix, local-use NAT64, unique local, site-local (deprecated),
+/// link-local and multicast. (IPv4-mapped, NAT64 and 6to4 addresses are
+/// judged by the IPv4 address they carry.)
 const V6: &[([u16; 8], u8)] = &[
     ([0, 0, 0, 0, 0, 0, 0, 0], 128),
     ([0, 0, 0, 0, 0, 0, 0, 1], 128),
+    ([0, 0, 0, 0, 0, 0, 0, 0], 96),
+    ([0x100, 0, 0, 0, 0, 0, 0, 0], 64),
+    ([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48),
     ([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7),
+    ([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10),
     ([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),
     ([0xff00, 0, 0, 0, 0, 0, 0, 0], 8),
 ];
@@ -77,8 +83,14 @@ pub(crate) fn network_of(ip: IpAddr, prefix: u8) -> IpAddr {
 }
 
 /// The special range `ip` lies in, as (network, prefix), or `None` for a
-/// public address. An IPv4-mapped (`::ffff:0:0/96`) or NAT64
-/// (`64:ff9b::/96`) address is judged by the IPv4 address it carries.
+/// public address. An IPv4-mapped (`::ffff:0:0/96`), NAT64
+/// (`64:ff9b::/96`) or 6to4 (`2002::/16`) address is judged by the IPv4
+/// address it carries.
+///
+/// This is the one classification of addresses burrow has: a sandbox's
+/// stack refuses these unless a rule names them (and always, under an
+/// egress ceiling, see [`crate::ceiling`]), and the server's outbound
+/// calls refuse them unless the operator allows them.
 pub fn special_range(ip: IpAddr) -> Option<(IpAddr, u8)> {
     match ip {
         IpAddr::V4(a) => V4
@@ -97,15 +109,28 @@ pub fn special_range(ip: IpAddr) -> Option<(IpAddr, u8)> {
     }
 }
 
-/// The IPv4 address an IPv4-mapped or NAT64 address carries.
-fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
+/// The IPv4 address an IPv4-mapped, NAT64 or 6to4 address carries.
+pub(crate) fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = a.segments();
-    let last = || Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
     if s[..5] == [0, 0, 0, 0, 0] && s[5] == 0xffff {
-        return Some(last());
+        return Some(v4(s[6], s[7]));
     }
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return Some(last());
+        return Some(v4(s[6], s[7]));
+    }
+    if s[0] == 0x2002 {
+        return Some(v4(s[1], s[2]));
     }
     None
+}
+
+/// The IPv4 network an IPv6 network within one of the embedding prefixes
+/// (IPv4-mapped, NAT64: /96; 6to4: /16) stands for, when it is at least
+/// as long as that prefix.
+pub(crate) fn embedded_v4_net(addr: Ipv6Addr, prefix: u8) -> Option<(Ipv4Addr, u8)> {
+    let s = addr.segments();
+    let v4 = embedded_v4(addr)?;
+    let base = if s[0] == 0x2002 { 16 } else { 96 };
+    (prefix >= base).then(|| (v4, (prefix - base).min(32)))
 }

@@ -6,15 +6,14 @@
 mod frames;
 mod guarded;
 mod io;
-mod resolver;
+pub(crate) mod resolver;
 mod tcp;
 mod udp;
 
-use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -202,6 +201,10 @@ pub struct StackConfig {
     /// The sandbox's secrets (`None`: it has none; its connections are
     /// copied as they are).
     pub secrets: Option<Arc<crate::secrets::Secrets>>,
+    /// The egress ceiling (a tenant's sandbox): the denied addresses of
+    /// [`crate::ceiling`] are refused whatever the policy names, and DNS
+    /// answers leading to them dropped. `None`: the policy alone decides.
+    pub ceiling: Option<crate::ceiling::Ceiling>,
 }
 
 impl fmt::Debug for StackConfig {
@@ -211,6 +214,7 @@ impl fmt::Debug for StackConfig {
             .field("upstream", &self.upstream)
             .field("mtu", &self.mtu)
             .field("secrets", &self.secrets)
+            .field("ceiling", &self.ceiling)
             .finish_non_exhaustive()
     }
 }
@@ -222,9 +226,9 @@ pub(crate) struct Ctx {
     names: resolver::Names,
     counters: Arc<Counters>,
     on_refusal: OnRefusal,
-    host: Mutex<(Option<Instant>, HashSet<IpAddr>)>,
     mtu: usize,
     secrets: Option<Arc<crate::secrets::Secrets>>,
+    ceiling: Option<crate::ceiling::Ceiling>,
 }
 
 impl fmt::Debug for Ctx {
@@ -249,10 +253,14 @@ impl Ctx {
         let names = self.names.of(*dst.ip());
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let ip = IpAddr::V4(*dst.ip());
-        let verdict = self
-            .policy
-            .borrow()
-            .check(ip, dst.port(), proto, &refs, self.host_own(ip));
+        let host_own = self.host_own(ip);
+        let verdict = match self.above_ceiling(ip, host_own) {
+            Some(refused) => refused,
+            None => self
+                .policy
+                .borrow()
+                .check(ip, dst.port(), proto, &refs, host_own),
+        };
         if verdict.allowed {
             Ok(())
         } else {
@@ -266,47 +274,14 @@ impl Ctx {
     /// Whether `ip` is one of the host's addresses (read again at most
     /// every two seconds).
     fn host_own(&self, ip: IpAddr) -> bool {
-        let mut host = self.host.lock().unwrap_or_else(|p| p.into_inner());
-        if host.0.is_none_or(|t| t.elapsed() > Duration::from_secs(2)) {
-            *host = (Some(Instant::now()), host_addresses());
-        }
-        host.1.contains(&ip.to_canonical())
+        crate::ceiling::is_host_own(ip)
     }
-}
 
-/// The addresses of the host's interfaces.
-fn host_addresses() -> HashSet<IpAddr> {
-    let mut out = HashSet::new();
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list`, freed below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return out;
+    /// The refusal of `ip` by the egress ceiling, if the sandbox has one
+    /// and `ip` is above it.
+    fn above_ceiling(&self, ip: IpAddr, host_own: bool) -> Option<Verdict> {
+        self.ceiling.as_ref()?.refuses(ip, host_own)
     }
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: a non-null ifa_addr points to a sockaddr of the
-            // family it names.
-            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-            if family == libc::AF_INET {
-                // SAFETY: the family is AF_INET, so this is a sockaddr_in.
-                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
-                out.insert(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: the family is AF_INET6, so this is a sockaddr_in6.
-                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
-                out.insert(IpAddr::V6(sin6.sin6_addr.s6_addr.into()));
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `list` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(list) };
-    out
 }
 
 /// Runs a stack on `link` until the link closes (the sandbox stopped).
@@ -317,9 +292,9 @@ pub async fn run(mut link: Link, cfg: StackConfig) {
         names: resolver::Names::default(),
         counters: cfg.counters,
         on_refusal: cfg.on_refusal,
-        host: Mutex::new((None, HashSet::new())),
         mtu: cfg.mtu,
         secrets: cfg.secrets,
+        ceiling: cfg.ceiling,
     });
     let mut policy = cfg.policy;
     let mut policy_open = true;

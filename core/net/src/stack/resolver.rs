@@ -143,7 +143,10 @@ fn admitted(ctx: &Ctx, name: &str, upstream: Message) -> Vec<Record> {
         match rec.data {
             RData::Cname(_) => kept.push(rec),
             RData::A(ip) => {
-                let verdict = policy.answer_admits(IpAddr::V4(ip), ctx.host_own(IpAddr::V4(ip)));
+                let host_own = ctx.host_own(IpAddr::V4(ip));
+                let verdict = ctx
+                    .above_ceiling(IpAddr::V4(ip), host_own)
+                    .unwrap_or_else(|| policy.answer_admits(IpAddr::V4(ip), host_own));
                 if verdict.allowed {
                     ctx.names
                         .record(ip, name, Duration::from_secs(u64::from(rec.ttl)));
@@ -162,7 +165,7 @@ fn admitted(ctx: &Ctx, name: &str, upstream: Message) -> Vec<Record> {
 }
 
 /// Asks the upstream servers in turn for the A records of `name`.
-async fn lookup(servers: &[SocketAddr], name: &str) -> Option<Message> {
+pub(crate) async fn lookup(servers: &[SocketAddr], name: &str) -> Option<Message> {
     for server in servers {
         let id: u16 = rand::random();
         let bind: SocketAddr = if server.is_ipv4() {

@@ -104,6 +104,19 @@ impl Lab {
 
     /// As [`Lab::new`], with the stack keeping `secrets`.
     pub fn with_secrets(policy: Policy, secrets: Option<Arc<burrow_net::secrets::Secrets>>) -> Lab {
+        Lab::build(policy, secrets, None)
+    }
+
+    /// As [`Lab::new`], under an egress ceiling.
+    pub fn with_ceiling(policy: Policy) -> Lab {
+        Lab::build(policy, None, Some(burrow_net::Ceiling::default()))
+    }
+
+    fn build(
+        policy: Policy,
+        secrets: Option<Arc<burrow_net::secrets::Secrets>>,
+        ceiling: Option<burrow_net::Ceiling>,
+    ) -> Lab {
         sh("ip link set lo up");
         let far = holder();
         wait_own_netns(far.id());
@@ -135,6 +148,7 @@ impl Lab {
             on_refusal: Arc::new(move |r: &Refusal| seen.lock().unwrap().push(r.clone())),
             mtu: burrow_net::addrs::MTU,
             secrets,
+            ceiling,
         };
         let link = stack::packet_link(link, burrow_net::addrs::MTU).unwrap();
         let stack = tokio::spawn(stack::run(link, cfg));

@@ -38,6 +38,7 @@
 //! | `reaper.idle_timeout`             | `BURROW_SERVE_IDLE_TIMEOUT`        | `15m` (`0` disables reclaim) |
 //! | `reaper.sweep_interval`           | `BURROW_SERVE_SWEEP_INTERVAL`      | `30s`                        |
 //! | `log.format`                      | `BURROW_SERVE_LOG_FORMAT`          | `"text"` (or `"json"`)       |
+//! | `outbound.allow`                  | `BURROW_SERVE_OUTBOUND_ALLOW` (commas) | `[]`: the guard refuses every denied address |
 //! | `kubernetes.kubeconfig`           | `BURROW_KUBECONFIG`                | in-cluster, `$KUBECONFIG`, `~/.kube/config` |
 //! | `kubernetes.context`              | `BURROW_KUBE_CONTEXT`              | the current context          |
 //! | `kubernetes.namespace`            | `BURROW_KUBE_NAMESPACE`            | `"default"`                  |
@@ -75,6 +76,7 @@
 
 mod error;
 mod file;
+mod outbound;
 mod resolve;
 mod sections;
 mod settings;
@@ -87,6 +89,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Origin};
+pub use outbound::OutboundConfig;
 pub use sections::{
     AuditConfig, AuthConfig, BackendKind, DatabaseUrl, EventsConfig, GatewayConfig, GatewayDomain,
     Listen, LogConfig, LogFormat, PoolConfig, ReaperConfig, TlsConfig, WebhooksConfig,
@@ -168,6 +171,8 @@ pub struct ServeConfig {
     pub tls: Option<TlsConfig>,
     /// `[log]`.
     pub log: LogConfig,
+    /// `[outbound]`: the operator's exceptions to the outbound guard.
+    pub outbound: OutboundConfig,
     /// `[kubernetes]`: the cluster of the `kubernetes` backend (unused by
     /// the local one).
     pub kubernetes: burrow_kube::KubeSettings,

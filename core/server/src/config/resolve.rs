@@ -341,6 +341,15 @@ impl<'a> Layers<'a> {
             })?
             .map_or(LogFormat::Text, |v| v.value);
 
+        let outbound = super::outbound::OutboundConfig {
+            allow: self
+                .get(
+                    super::settings::OUTBOUND_ALLOW,
+                    super::outbound::parse_allow,
+                )?
+                .map_or_else(Vec::new, |v| v.value),
+        };
+
         Ok(ServeConfig {
             file,
             listen,
@@ -378,6 +387,7 @@ impl<'a> Layers<'a> {
             webhooks,
             tls,
             log: LogConfig { format },
+            outbound,
             kubernetes,
         })
     }

@@ -119,6 +119,10 @@ pub(super) const LOG_FORMAT: Setting = Setting {
     key: "log.format",
     env: "BURROW_SERVE_LOG_FORMAT",
 };
+pub(super) const OUTBOUND_ALLOW: Setting = Setting {
+    key: "outbound.allow",
+    env: "BURROW_SERVE_OUTBOUND_ALLOW",
+};
 pub(super) const KUBECONFIG: Setting = Setting {
     key: "kubernetes.kubeconfig",
     env: "BURROW_KUBECONFIG",
@@ -178,6 +182,7 @@ pub(super) const SETTINGS: &[Setting] = &[
     IDLE_TIMEOUT,
     SWEEP_INTERVAL,
     LOG_FORMAT,
+    OUTBOUND_ALLOW,
     KUBECONFIG,
     KUBE_CONTEXT,
     KUBE_NAMESPACE,
@@ -198,5 +203,6 @@ pub(super) const TABLES: &[&str] = &[
     "gateway",
     "reaper",
     "log",
+    "outbound",
     "kubernetes",
 ];

@@ -262,7 +262,8 @@ pub async fn create(
     body: Bytes,
 ) -> ApiResult<Response> {
     let b: WebhookBody = json_body(&body)?;
-    Endpoint::parse(&b.url)?;
+    let to = Endpoint::parse(&b.url)?;
+    crate::outbound::refuse_internal(&state.config, &to.host, to.port, "url").await?;
     check_types(&b.types)?;
     let secret = check_secret(b.secret)?;
     let have = state.store.webhooks(&caller.tenant).await?.len() as u64;

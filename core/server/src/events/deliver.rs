@@ -7,6 +7,11 @@
 //! and another replica posts the delivery again (at least once; the
 //! receiver tells repeats apart by `Burrow-Delivery`).
 //!
+//! Each post goes through the outbound guard (see [`crate::outbound`]): a
+//! receiver at the server's host or a private address is reached only
+//! where `[outbound] allow` names it, and an attempt without an answer
+//! records one generic error, whatever kept it from one.
+//!
 //! A request carries `Content-Type: application/json`, the event as its
 //! body, and
 //! - `Burrow-Event-Id`, `Burrow-Event-Type`: the event's id and type;
@@ -18,6 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use burrow_net::outbound::Guard;
 use futures_util::future::join_all;
 
 use super::webhooks::{post, Posted};
@@ -58,9 +64,9 @@ pub fn backoff(base: Duration, attempt: u32) -> Duration {
 }
 
 /// Posts one leased delivery and records how it went.
-async fn deliver(state: &AppState, d: DueDelivery) {
+async fn deliver(state: &AppState, d: DueDelivery, guard: &Guard) {
     let settings = &state.config.webhooks;
-    let posted = post(&d, settings.timeout).await;
+    let posted = post(&d, settings.timeout, guard).await;
     let m = &state.metrics;
     let (status, error) = match &posted {
         Posted::Answered(s) => (Some(*s), None),
@@ -91,6 +97,7 @@ async fn deliver(state: &AppState, d: DueDelivery) {
 /// Leases and posts due deliveries until the server shuts down.
 pub async fn run(state: Arc<AppState>) {
     let mut shutdown = state.shutdown.subscribe();
+    let guard = crate::outbound::guard(&state.config);
     loop {
         let lease = state.config.webhooks.timeout + LEASE_MARGIN;
         match state
@@ -99,7 +106,7 @@ pub async fn run(state: Arc<AppState>) {
             .await
         {
             Ok(due) if !due.is_empty() => {
-                join_all(due.into_iter().map(|d| deliver(&state, d))).await;
+                join_all(due.into_iter().map(|d| deliver(&state, d, &guard))).await;
                 continue;
             }
             Ok(_) => {}

@@ -1,4 +1,9 @@
-//! Webhook URLs and the one request a delivery attempt makes.
+//! Webhook URLs and the one request a delivery attempt makes, through the
+//! outbound guard (see [`crate::outbound`]): a receiver at a denied address
+//! is never connected to, and whatever kept an attempt from an answer is
+//! recorded as the same [`NOT_REACHED`](crate::outbound::NOT_REACHED) (the
+//! detail goes to the server's log), so deliveries tell nothing of what
+//! listens where.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -6,6 +11,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{header, Request, Uri};
 use burrow::Error;
+use burrow_net::outbound::Guard;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -88,17 +94,25 @@ impl Endpoint {
 pub enum Posted {
     /// The receiver answered with this status.
     Answered(u16),
-    /// No answer: why.
+    /// No answer: what the delivery records (always
+    /// [`NOT_REACHED`](crate::outbound::NOT_REACHED)).
     Failed(String),
 }
 
-/// Posts delivery `d` (the whole exchange within `timeout`).
-pub async fn post(d: &DueDelivery, timeout: Duration) -> Posted {
-    match tokio::time::timeout(timeout, send(d)).await {
-        Ok(Ok(status)) => Posted::Answered(status),
-        Ok(Err(e)) => Posted::Failed(e),
-        Err(_) => Posted::Failed(format!("no answer within {} ms", timeout.as_millis())),
-    }
+/// Posts delivery `d` through `guard` (the whole exchange within
+/// `timeout`).
+pub async fn post(d: &DueDelivery, timeout: Duration, guard: &Guard) -> Posted {
+    let why = match tokio::time::timeout(timeout, send(d, guard)).await {
+        Ok(Ok(status)) => return Posted::Answered(status),
+        Ok(Err(e)) => e,
+        Err(_) => format!("no answer within {} ms", timeout.as_millis()),
+    };
+    tracing::warn!(
+        delivery = d.id,
+        attempt = d.attempt,
+        "a webhook delivery got no answer: {why}"
+    );
+    Posted::Failed(crate::outbound::NOT_REACHED.to_owned())
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -129,12 +143,12 @@ fn tls() -> Result<Arc<rustls::ClientConfig>, String> {
         .clone()
 }
 
-async fn send(d: &DueDelivery) -> Result<u16, String> {
+async fn send(d: &DueDelivery, guard: &Guard) -> Result<u16, String> {
     let to = Endpoint::parse(&d.url).map_err(|e| e.to_string())?;
-    let tcp = tokio::net::TcpStream::connect((to.host.as_str(), to.port))
+    let tcp = guard
+        .connect(&to.host, to.port)
         .await
-        .map_err(|e| format!("connecting to {}: {e}", to.authority))?;
-    let _ = tcp.set_nodelay(true);
+        .map_err(|e| e.to_string())?;
     let io: Box<dyn Io> = if to.tls {
         let name = rustls::pki_types::ServerName::try_from(to.host.clone())
             .map_err(|e| format!("{}: {e}", to.host))?;

@@ -34,7 +34,6 @@ use axum::response::{IntoResponse, Response};
 use burrow::{Error, ErrorCode, Sandbox, SandboxId};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
@@ -78,7 +77,7 @@ impl Via {
 pub struct Gateway {
     targets: Mutex<HashMap<String, (i64, Arc<Target>)>>,
     entries: Mutex<HashMap<String, Entry>>,
-    client: OnceLock<Client<HttpConnector, Body>>,
+    client: OnceLock<Client<crate::outbound::GuardedConnector, Body>>,
     replays: mcp::Replays,
 }
 
@@ -175,9 +174,16 @@ impl Gateway {
         }
     }
 
-    fn client(&self) -> &Client<HttpConnector, Body> {
-        self.client
-            .get_or_init(|| Client::builder(TokioExecutor::new()).build_http())
+    /// The client of URL targets: every connection through the outbound
+    /// guard (see [`crate::outbound`]).
+    fn client(
+        &self,
+        config: &crate::ServeConfig,
+    ) -> &Client<crate::outbound::GuardedConnector, Body> {
+        self.client.get_or_init(|| {
+            Client::builder(TokioExecutor::new())
+                .build(crate::outbound::GuardedConnector::new(config))
+        })
     }
 }
 /// `ANY /gw/{id}[/{*rest}]`.
@@ -248,7 +254,7 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request, via: Via) -> A
             parts.uri = uri;
             let res = state
                 .gateway
-                .client()
+                .client(&state.config)
                 .request(Request::from_parts(parts, body))
                 .await
                 .map_err(|e| upstream_error(state, id, &e.to_string()))?;

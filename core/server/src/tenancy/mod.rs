@@ -8,6 +8,7 @@
 //! so a server that never defines a tenant works as before; the unix
 //! socket, and a server without auth, act as its admin.
 
+mod policy;
 pub mod quota;
 mod scoped;
 
@@ -18,6 +19,7 @@ use axum::http::request::Parts;
 use axum::http::Method;
 use burrow::{Backend, Error};
 
+pub use policy::TenantPolicy;
 pub use scoped::Scoped;
 
 use crate::app::{ApiError, AppState};
@@ -127,7 +129,12 @@ impl Caller {
             store: state.store.clone(),
             tenant: self.tenant.clone(),
         };
-        Arc::new(Scoped::new(state.engine.clone(), self.scope()).with_quota(ctx))
+        let policy = TenantPolicy::for_scope(self.scope().as_deref(), &state.config.outbound.allow);
+        Arc::new(
+            Scoped::new(state.engine.clone(), self.scope())
+                .with_quota(ctx)
+                .with_policy(policy),
+        )
     }
 }
 

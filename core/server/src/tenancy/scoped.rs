@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::policy::TenantPolicy;
 use super::quota::{Demand, QuotaCtx};
 
 use async_trait::async_trait;
@@ -38,16 +39,48 @@ pub struct Scoped {
     scope: Option<String>,
     /// Whose limits apply (none: no limits).
     pub(super) quota: Option<QuotaCtx>,
+    /// What the tenant's sandboxes may be and reach.
+    policy: TenantPolicy,
 }
 
 impl Scoped {
     /// `inner` seen by the tenant whose scope is `scope` (`None` for the
-    /// default tenant).
+    /// default tenant), under the policy of such a tenant with no
+    /// operator's exceptions ([`TenantPolicy::for_scope`]).
     pub fn new(inner: Arc<dyn Backend>, scope: Option<String>) -> Scoped {
+        let policy = TenantPolicy::for_scope(scope.as_deref(), &[]);
         Scoped {
             inner,
             scope,
             quota: None,
+            policy,
+        }
+    }
+
+    /// The same, under `policy`.
+    pub fn with_policy(mut self, policy: TenantPolicy) -> Scoped {
+        self.policy = policy;
+        self
+    }
+
+    /// Checks a stored sandbox against the tenant's policy before it
+    /// starts or is copied (`fork`): its configuration as the engine
+    /// holds it.
+    async fn policy_holds(&self, name: &str, id: &SandboxId, fork: bool) -> Result<()> {
+        if self.policy == TenantPolicy::unrestricted() {
+            return Ok(());
+        }
+        let info = self
+            .by_id(
+                name,
+                id,
+                |n, i| async move { self.inner.status(&n, &i).await },
+            )
+            .await?;
+        if fork {
+            self.policy.check_fork(&info.config)
+        } else {
+            self.policy.check_start(&info.config)
         }
     }
 
@@ -169,6 +202,9 @@ impl Scoped {
     fn config_out(&self, config: &mut SandboxConfig) {
         self.image_out(&mut config.image);
         if let Some(s) = &self.scope {
+            // The server's, not the tenant's (its exceptions are the
+            // operator's allow list).
+            config.egress_ceiling = None;
             let prefix = format!("{VOLUME_SCOPE_PREFIX}{s}.");
             for m in &mut config.mounts {
                 if let MountSource::Volume(v) = &mut m.source {
@@ -313,6 +349,7 @@ impl Backend for Scoped {
 
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         req.name = self.engine_name(&req.name)?;
+        self.policy.check_create(&mut req.config)?;
         self.config_in(&mut req.config)?;
         // A create that may claim a pool's sandbox counts as a start.
         let demand = match req.claim {
@@ -368,6 +405,7 @@ impl Backend for Scoped {
     }
 
     async fn start(&self, name: &str, id: &SandboxId, opts: StartOptions) -> Result<SandboxInfo> {
+        self.policy_holds(name, id, false).await?;
         let demand = self.start_demand(name, id, false);
         let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.start(&n, &i, opts).await
@@ -381,6 +419,7 @@ impl Backend for Scoped {
         id: &SandboxId,
         opts: StartOptions,
     ) -> Result<SandboxInfo> {
+        self.policy_holds(name, id, false).await?;
         let demand = self.start_demand(name, id, false);
         let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.connect_or_start(&n, &i, opts).await
@@ -412,6 +451,7 @@ impl Backend for Scoped {
     }
 
     async fn restart(&self, name: &str, id: &SandboxId, opts: StopOptions) -> Result<SandboxInfo> {
+        self.policy_holds(name, id, false).await?;
         let demand = self.start_demand(name, id, true);
         let op = self.info_by_id(name, id, |n, i| async move {
             self.inner.restart(&n, &i, opts).await
@@ -493,6 +533,7 @@ impl Backend for Scoped {
     }
 
     async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
+        self.policy.check_modify(changes)?;
         // More CPUs or memory for a running sandbox count against the
         // tenant's sums.
         let demand = async {
@@ -553,6 +594,7 @@ impl Backend for Scoped {
         for n in &mut opts.names {
             *n = self.engine_name(n)?;
         }
+        self.policy_holds(name, id, true).await?;
         let copies = match opts.names.len() {
             0 => u64::from(opts.count),
             n => n as u64,
@@ -595,6 +637,7 @@ impl Backend for Scoped {
 
     async fn create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
         spec.name = self.engine_name(&spec.name)?;
+        self.policy.check_pool(&mut spec.config)?;
         self.config_in(&mut spec.config)?;
         let demand = Demand::warm(&spec.config, u64::from(spec.size));
         let demand = async { Ok(demand) };

@@ -33,10 +33,13 @@ impl Drop for NetStack {
 }
 
 impl NetStack {
-    /// Starts a stack on `link` with the rules of `network`.
+    /// Starts a stack on `link` with the rules of `network`, under
+    /// `ceiling` if the sandbox has one (it holds for the stack's life: a
+    /// change of the rules never lifts it).
     pub(crate) fn start(
         link: Link,
         network: &Network,
+        ceiling: Option<&burrow_net::Ceiling>,
         sandbox: &str,
         secrets: Option<Arc<burrow_net::secrets::Secrets>>,
     ) -> NetStack {
@@ -49,6 +52,7 @@ impl NetStack {
             on_refusal: refusal_log(sandbox.to_owned()),
             mtu: burrow_net::addrs::MTU,
             secrets,
+            ceiling: ceiling.cloned(),
         };
         let task = tokio::spawn(stack::run(link, cfg));
         NetStack {

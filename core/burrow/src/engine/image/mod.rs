@@ -34,7 +34,7 @@ pub use registry::{
     ImageReference, ImageSummary, PruneReport, PullEvent, PullOptions, PullPolicy, PullProgress,
     PushReport, INSECURE_REGISTRIES_ENV, REGISTRIES_FILE,
 };
-pub(crate) use resolve::{normalize_reference, parse_reference, prepare};
+pub(crate) use resolve::{normalize_reference, parse_reference, prepare_under};
 
 /// Where an image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

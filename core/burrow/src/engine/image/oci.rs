@@ -1,7 +1,7 @@
 //! OCI image layout directories: index -> manifest -> config + layers,
 //! unpacked once into a content-addressed cache.
 //!
-//! Reading: [`prepare_layout`] (behind [`crate::engine::image::prepare`] for
+//! Reading: [`prepare_layout`] (behind [`crate::engine::image::resolve::prepare`] for
 //! `oci:PATH[:TAG]` references) selects a manifest by tag, or the only one;
 //! descends through image indexes (OCI indexes and Docker manifest lists) to
 //! the host platform's manifest; verifies every blob against its descriptor;

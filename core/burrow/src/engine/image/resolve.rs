@@ -103,6 +103,20 @@ fn is_simple_name(s: &str) -> bool {
 /// cached) an image. Registry references are pulled if they are not in the
 /// local image store yet ([`super::PullPolicy::IfMissing`]).
 pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
+    prepare_under(home, reference, None).await
+}
+
+/// [`prepare`] for a sandbox under an egress `ceiling` (a tenant's):
+/// every connection of a pull goes through the outbound guard (a
+/// [`GuardProxy`] of this process), which refuses the denied addresses the
+/// ceiling's `pull_allow` does not name.
+///
+/// [`GuardProxy`]: burrow_net::outbound::proxy::GuardProxy
+pub async fn prepare_under(
+    home: &Home,
+    reference: &str,
+    ceiling: Option<&burrow_net::Ceiling>,
+) -> Result<PreparedImage> {
     let source = parse_reference(home, reference)?;
     let invalid = |reason: String| Error::InvalidImage {
         image: reference.to_owned(),
@@ -131,7 +145,23 @@ pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
             .await
             .map_err(|e| invalid(format!("image preparation panicked: {e}")))?
         }
-        ImageSource::Registry(_) => pull(home, reference, &PullOptions::default()).await,
+        ImageSource::Registry(_) => match ceiling {
+            None => pull(home, reference, &PullOptions::default()).await,
+            Some(c) => {
+                let guard = burrow_net::outbound::Guard::new(c.pull_allow.clone());
+                let proxy =
+                    burrow_net::outbound::proxy::GuardProxy::start(std::sync::Arc::new(guard))
+                        .await
+                        .map_err(|e| Error::io("starting the outbound guard of a pull", None, e))?;
+                let opts = PullOptions {
+                    proxy: Some(proxy.url()),
+                    ..PullOptions::default()
+                };
+                let pulled = pull(home, reference, &opts).await;
+                drop(proxy);
+                pulled
+            }
+        },
         ImageSource::Snapshot(name) => {
             let store = crate::engine::store::Store::open(home).await?;
             let snapshot = store
@@ -141,7 +171,7 @@ pub async fn prepare(home: &Home, reference: &str) -> Result<PreparedImage> {
             if snapshot.kind == crate::model::SnapshotKind::Full {
                 // A full snapshot's sandboxes run its base image (the saved
                 // guest comes with the sandbox's directory).
-                return Box::pin(prepare(home, &snapshot.base_image)).await;
+                return Box::pin(prepare_under(home, &snapshot.base_image, ceiling)).await;
             }
             super::snapshot::prepare_stored(home, reference, &snapshot.digest).await
         }

@@ -495,7 +495,9 @@ async fn boot(
     mark("runtime_lock", &mut t);
     crate::engine::fault::point(Fault::SupervisorAfterLock);
 
-    let image = crate::engine::image::prepare(home, &config.image).await?;
+    let image =
+        crate::engine::image::prepare_under(home, &config.image, config.egress_ceiling.as_ref())
+            .await?;
     let main = main_process::argv(&config, &image.config)?;
     mark("image", &mut t);
 

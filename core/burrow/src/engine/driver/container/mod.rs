@@ -540,6 +540,7 @@ async fn start(
         match network::attach(
             pid,
             &spec.config.network,
+            spec.config.egress_ceiling.as_ref(),
             &spec.sandbox_id.to_string(),
             spec.secrets.clone(),
         )

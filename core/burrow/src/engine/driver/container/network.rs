@@ -32,6 +32,7 @@ fn unavailable(reason: String) -> Error {
 pub(super) async fn attach(
     pid: i32,
     network: &Network,
+    ceiling: Option<&burrow_net::Ceiling>,
     sandbox: &str,
     secrets: Option<std::sync::Arc<burrow_net::secrets::Secrets>>,
 ) -> Result<NetStack> {
@@ -68,7 +69,7 @@ pub(super) async fn attach(
         .map_err(|e| Error::io("receiving the link", None, e))?;
     let link = burrow_net::stack::packet_link(fd, burrow_net::addrs::MTU)
         .map_err(|e| Error::io("reading the link", None, e))?;
-    Ok(NetStack::start(link, network, sandbox, secrets))
+    Ok(NetStack::start(link, network, ceiling, sandbox, secrets))
 }
 
 /// `__link PID FD`: makes the link into the network namespace of `pid`

@@ -29,7 +29,9 @@ pub async fn warm_template(
     let kernel = locate_kernel()?;
     let agent = crate::engine::procs::locate_agent()?.path;
     let choice = accel::choose(&qemu_bin, &kernel, &agent).await?;
-    let image = crate::engine::image::prepare(home, &config.image).await?;
+    let image =
+        crate::engine::image::prepare_under(home, &config.image, config.egress_ceiling.as_ref())
+            .await?;
     let images_dir = home.images_dir();
     let root_disk = {
         let images_dir = images_dir.clone();

@@ -261,6 +261,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         NetStack::start(
             burrow_net::stack::stream_link(link, burrow_net::addrs::MTU),
             &spec.config.network,
+            spec.config.egress_ceiling.as_ref(),
             spec.sandbox_id.as_str(),
             spec.secrets.clone(),
         )

@@ -139,6 +139,9 @@ pub struct PullOptions {
     pub insecure: bool,
     /// Called with each [`PullEvent`] (from the pulling task; keep it short).
     pub progress: Option<PullProgress>,
+    /// An HTTP proxy every connection of the pull goes through (its URL,
+    /// credentials in it): the outbound guard's, for a tenant's image.
+    pub proxy: Option<String>,
 }
 
 impl std::fmt::Debug for PullOptions {
@@ -151,6 +154,7 @@ impl std::fmt::Debug for PullOptions {
             )
             .field("insecure", &self.insecure)
             .field("progress", &self.progress.is_some())
+            .field("proxy", &self.proxy.is_some())
             .finish()
     }
 }

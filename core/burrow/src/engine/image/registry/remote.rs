@@ -113,6 +113,9 @@ impl Remote {
             connect_timeout: Some(Duration::from_secs(30)),
             read_timeout: Some(Duration::from_secs(120)),
             user_agent: USER_AGENT,
+            // Every connection (redirects too) through the guard's proxy.
+            http_proxy: opts.proxy.clone(),
+            https_proxy: opts.proxy.clone(),
             ..ClientConfig::default()
         };
         install_tls_provider();

@@ -1,0 +1,283 @@
+//! A tenant's policy: the most its sandboxes may be and reach, checked by
+//! the tenant's view of the engine ([`super::Scoped`]) on every path that
+//! creates or changes a sandbox — create (a restore from a snapshot and a
+//! claim from a pool are creates), pool definitions, modify, fork and
+//! start — so that no path forgets one.
+//!
+//! Today it holds the egress ceiling ([`burrow_net::ceiling`]): every
+//! tenant but the default one gets it on each of its sandboxes, whatever
+//! the request said (the stack then refuses the host's own, loopback,
+//! private, link-local and other non-public addresses even where a rule
+//! names them, and the pulls of its image go through the outbound guard);
+//! and a rule or an image reference that names such an address outright is
+//! refused at once (`invalid_config`), so nothing is accepted that could
+//! never work. The default tenant keeps the engine's own freedom (it is
+//! the operator's). Allowed images and registries, mount targets and
+//! limits belong here too, as further fields checked by the same calls.
+
+use burrow::{Error, Modify, Network, Result, SandboxConfig};
+use burrow_net::ceiling::{host_addresses, rule_reaches_denied};
+use burrow_net::{Ceiling, Rule};
+
+/// What a tenant's sandboxes may be and reach.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantPolicy {
+    /// The egress ceiling put on each of the tenant's sandboxes (`None`:
+    /// none, the default tenant's freedom).
+    pub egress: Option<Ceiling>,
+}
+
+impl TenantPolicy {
+    /// The default tenant's: nothing beyond the engine's own checks.
+    pub fn unrestricted() -> TenantPolicy {
+        TenantPolicy::default()
+    }
+
+    /// Another tenant's: the egress ceiling, its images' pulls reaching
+    /// the denied addresses the operator's `[outbound] allow` names.
+    pub fn scoped(outbound_allow: &[Rule]) -> TenantPolicy {
+        TenantPolicy {
+            egress: Some(Ceiling {
+                pull_allow: outbound_allow.to_vec(),
+            }),
+        }
+    }
+
+    /// The policy of the tenant whose scope is `scope` (`None`: the
+    /// default tenant).
+    pub fn for_scope(scope: Option<&str>, outbound_allow: &[Rule]) -> TenantPolicy {
+        match scope {
+            Some(_) => TenantPolicy::scoped(outbound_allow),
+            None => TenantPolicy::unrestricted(),
+        }
+    }
+
+    /// Checks a new sandbox's configuration (a create, a restore, a claim)
+    /// and puts the tenant's ceiling on it.
+    pub fn check_create(&self, config: &mut SandboxConfig) -> Result<()> {
+        let Some(ceiling) = &self.egress else {
+            return Ok(());
+        };
+        check_network(&config.network, "network")?;
+        check_image(&config.image, ceiling)?;
+        config.egress_ceiling = Some(ceiling.clone());
+        Ok(())
+    }
+
+    /// Checks a pool's configuration, which each of its sandboxes runs.
+    pub fn check_pool(&self, config: &mut SandboxConfig) -> Result<()> {
+        self.check_create(config)
+    }
+
+    /// Checks changes to one of the tenant's sandboxes.
+    pub fn check_modify(&self, changes: &Modify) -> Result<()> {
+        match (&self.egress, &changes.network) {
+            (Some(_), Some(network)) => check_network(network, "network"),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks a sandbox about to be copied (its copies keep its
+    /// configuration, ceiling included).
+    pub fn check_fork(&self, parent: &SandboxConfig) -> Result<()> {
+        self.holds(parent)
+    }
+
+    /// Checks a sandbox about to start.
+    pub fn check_start(&self, config: &SandboxConfig) -> Result<()> {
+        self.holds(config)
+    }
+
+    /// Whether a stored configuration is under the tenant's ceiling (one
+    /// made before the tenant had it is not: it is refused, never run
+    /// without).
+    fn holds(&self, config: &SandboxConfig) -> Result<()> {
+        if self.egress.is_none() || config.egress_ceiling.is_some() {
+            return Ok(());
+        }
+        Err(Error::InvalidConfig {
+            field: "network".into(),
+            reason: "the sandbox was made without its tenant's egress ceiling; \
+                     create it again"
+                .into(),
+        })
+    }
+}
+
+/// Refuses an allow rule that names an address above the ceiling.
+fn check_network(network: &Network, field: &str) -> Result<()> {
+    let Network::Policy(policy) = network else {
+        // `none`, and `all` (whose one rule names no denied address).
+        return Ok(());
+    };
+    let host = host_addresses();
+    for (i, rule) in policy.allow.iter().enumerate() {
+        if let Some(range) = rule_reaches_denied(rule, &host) {
+            return Err(above(&format!("{field}.allow[{i}]"), rule, &range));
+        }
+    }
+    Ok(())
+}
+
+fn above(field: &str, rule: &Rule, range: &str) -> Error {
+    Error::InvalidConfig {
+        field: field.to_owned(),
+        reason: format!(
+            "rule {rule} names {range}: the server's host, loopback, private, link-local and \
+             other non-public addresses are not open to a tenant's sandboxes"
+        ),
+    }
+}
+
+/// Refuses an image reference whose registry is a denied address written
+/// out (or `localhost`) that the ceiling's pulls may not reach; names are
+/// vetted when the pull connects.
+fn check_image(image: &str, ceiling: &Ceiling) -> Result<()> {
+    let Some((host, port)) = registry_of(image) else {
+        return Ok(());
+    };
+    let guard = burrow_net::outbound::Guard::new(ceiling.pull_allow.clone());
+    match guard.refuses_literal(&host, port) {
+        None => Ok(()),
+        Some(e) => {
+            tracing::info!("refused a tenant's image {image:?}: {e}");
+            Err(Error::InvalidConfig {
+                field: "image".into(),
+                reason: "the registry is an address of the server's host or of a private \
+                         network, which a tenant's pulls do not reach"
+                    .into(),
+            })
+        }
+    }
+}
+
+/// The registry `host` and port of an image reference that names one
+/// (`REGISTRY/REPO[:TAG]`: a first component with a `.` or a `:`, or
+/// `localhost`); `None` for the default registry, a snapshot, a path.
+fn registry_of(image: &str) -> Option<(String, u16)> {
+    if image.starts_with(burrow::SNAPSHOT_IMAGE_PREFIX) {
+        return None;
+    }
+    let (first, _) = image.split_once('/')?;
+    if !(first.contains('.') || first.contains(':') || first == "localhost") {
+        return None;
+    }
+    let (host, port) = if let Some(rest) = first.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match first.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (first, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => 443,
+    };
+    Some((host.to_owned(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+
+    fn config(network: serde_json::Value, image: &str) -> SandboxConfig {
+        serde_json::from_value(serde_json::json!({"image": image, "network": network})).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_gets_the_ceiling_and_no_rule_naming_a_denied_address() {
+        let p = TenantPolicy::scoped(&["10.0.0.5".parse().unwrap()]);
+        let mut ok = config(
+            serde_json::json!({"allow": ["pypi.org", "*", "0.0.0.0/0", "8.8.8.8"]}),
+            "busybox",
+        );
+        ok.egress_ceiling = None;
+        p.check_create(&mut ok).unwrap();
+        assert_eq!(
+            ok.egress_ceiling.as_ref().unwrap().pull_allow,
+            vec!["10.0.0.5".parse::<Rule>().unwrap()]
+        );
+        for (i, rule) in [
+            "tcp:127.0.0.1:7878",
+            "10.0.0.0/8",
+            "169.254.169.254",
+            "[::ffff:127.0.0.1]",
+            "localhost",
+            "0x7f000001",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut c = config(serde_json::json!({"allow": ["pypi.org", rule]}), "busybox");
+            let e = p.check_create(&mut c).unwrap_err();
+            assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig, "{i} {rule}");
+            assert!(c.egress_ceiling.is_none());
+            let mut changes = Modify::default();
+            changes.network = Some(c.network.clone());
+            assert!(p.check_modify(&changes).is_err(), "{rule}");
+        }
+        // The host's own addresses, by their exact IP.
+        if let Some(a) = host_addresses().into_iter().find(|a| !a.is_loopback()) {
+            let rule = match a {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            };
+            let mut c = config(serde_json::json!({"allow": [rule]}), "busybox");
+            assert!(p.check_create(&mut c).is_err(), "{a}");
+        }
+        // The default tenant keeps its freedom.
+        let mut c = config(
+            serde_json::json!({"allow": ["127.0.0.1"]}),
+            "127.0.0.1:5000/x",
+        );
+        TenantPolicy::unrestricted().check_create(&mut c).unwrap();
+        assert!(c.egress_ceiling.is_none());
+    }
+
+    #[test]
+    fn registries_at_denied_addresses_are_refused_unless_the_operator_allows() {
+        let p = TenantPolicy::scoped(&["tcp:10.0.0.5:5000".parse().unwrap()]);
+        for image in [
+            "127.0.0.1:5000/x:1",
+            "[::1]:5000/x",
+            "localhost/x",
+            "localhost:5000/x",
+            "2130706433:5000/x",
+            "169.254.169.254/x",
+            "10.0.0.5:5001/x",
+            "10.0.0.5/x",
+        ] {
+            let mut c = config(serde_json::json!("none"), image);
+            let e = p.check_create(&mut c).unwrap_err();
+            assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig, "{image}");
+        }
+        for image in [
+            "busybox",
+            "library/busybox:1",
+            "ghcr.io/x/y:1",
+            "registry.example.com:5000/x",
+            "10.0.0.5:5000/x",
+            "snapshot:mine",
+        ] {
+            let mut c = config(serde_json::json!("none"), image);
+            p.check_create(&mut c).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_stored_configuration_without_the_ceiling_does_not_start_or_fork() {
+        let p = TenantPolicy::scoped(&[]);
+        let bare = config(serde_json::json!("all"), "busybox");
+        assert!(p.check_start(&bare).is_err());
+        assert!(p.check_fork(&bare).is_err());
+        let mut held = bare.clone();
+        p.check_create(&mut held).unwrap();
+        p.check_start(&held).unwrap();
+        p.check_fork(&held).unwrap();
+        TenantPolicy::unrestricted().check_start(&bare).unwrap();
+    }
+}
