@@ -188,7 +188,6 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
 /// on stdout once every listener is bound (`https://` for TCP listeners
 /// with `[tls]`, whose certificate is read again when its files change).
 pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(), StartupError> {
-    tracing::info!("{}", config.describe());
     // The certificate first: a pair that cannot be used stops the server
     // before it listens.
     let tls = config.tls.as_ref().map(ServerTls::load).transpose()?;
@@ -212,6 +211,7 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
     if let Some(d) = config.gateway.domain.as_mut().filter(|d| d.port == Some(0)) {
         d.port = gateway_port;
     }
+    tracing::info!("{}", config.describe());
     let state = AppState::new(engine, store, config);
     for (_, url, role) in &bound {
         match role {

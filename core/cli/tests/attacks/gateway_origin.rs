@@ -33,6 +33,42 @@ echo 'Set-Cookie: burrow_console=planted; Path=/'\n\
 echo 'Service-Worker-Allowed: /'\n\
 echo 'Clear-Site-Data: \"cookies\"'\necho\nenv\n";
 
+/// The review's attack page: as the console's viewer, it reads the
+/// console's session (and its CSRF token), creates a sandbox `pwned`
+/// (same origin) or `pwned-api` (the API's origin named in `?api=`), reads
+/// its own cookies and registers a service worker for `/`; it writes what
+/// it got into its title (`ran:{...}`).
+const ATTACK: &str = r#"<!doctype html><title>page</title><script>
+(async () => {
+  const api = new URLSearchParams(location.search).get('api') || '';
+  const r = { ran: true, cookie: document.cookie };
+  const make = async (url, name, csrf) => {
+    const headers = { 'content-type': 'application/json' };
+    if (csrf) headers['x-burrow-csrf'] = csrf;
+    try {
+      const x = await fetch(url, { method: 'POST', credentials: 'include', headers,
+        body: JSON.stringify({ name, config: { image: 'busybox' }, detached: true }) });
+      return x.status;
+    } catch (e) { return 'blocked'; }
+  };
+  let csrf = null;
+  try {
+    const x = await fetch('/ui/api/session', { credentials: 'include' });
+    r.session = x.status;
+    try { csrf = (await x.json()).csrf; } catch (e) {}
+  } catch (e) { r.session = 'blocked'; }
+  r.same_origin_post = await make('/v1/sandboxes', 'pwned', csrf);
+  try {
+    const x = await fetch(api + '/ui/api/session', { credentials: 'include' });
+    r.api_session = x.status + ' ' + (await x.text()).slice(0, 200);
+  } catch (e) { r.api_session = 'blocked'; }
+  r.api_post = await make(api + '/v1/sandboxes', 'pwned-api', null);
+  try { await navigator.serviceWorker.register('sw.js', { scope: '/' }); r.sw = 'registered'; }
+  catch (e) { r.sw = 'refused'; }
+  document.title = 'ran:' + JSON.stringify(r);
+})();
+</script>"#;
+
 struct Fixture {
     t: TenantServer,
     ops: String,
@@ -58,10 +94,13 @@ fn fixture(db: &str) -> Fixture {
     let other = t.tokens.pop().unwrap();
     t.tokens.pop();
     let ops = t.tokens.pop().unwrap();
+    let quote = |s: &str| s.replace('\'', "'\\''");
     let script = format!(
         "mkdir -p /www/cgi-bin; echo ok > /www/index.html; printf '%s' '{}' > /www/cgi-bin/env; \
+         printf '%s' '{}' > /www/attack.html; echo 'self.onfetch = () => {{}};' > /www/sw.js; \
          chmod +x /www/cgi-bin/env; httpd -p 8080 -h /www; httpd -p 9090 -h /www",
-        CGI.replace('\'', "'\\''")
+        quote(CGI),
+        quote(ATTACK),
     );
     let config = json!({"image": "busybox"});
     let created = ok(
@@ -360,4 +399,80 @@ fn the_gateway_origin_admits_browsers_by_preview_links_only() {
         &[("Cookie", c.as_str())],
     );
     assert_eq!((r.status, r.error_code()), (401, "unauthorized".into()));
+}
+
+/// The same attacks from a real browser (headless Chromium) that is
+/// logged in to the console: the page never runs on the console's origin,
+/// is inert there even when a program-shaped call renders it, and on its
+/// own origin runs but gets nothing of the console.
+#[test]
+fn a_sandbox_page_in_a_real_browser() {
+    let scripts = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/console");
+    assert!(
+        scripts.join("node_modules/playwright-core").is_dir(),
+        "tests/console has no node_modules: run `cargo xtask console` (scripts/build-console.sh)"
+    );
+    let f = fixture("attack_gw_browser");
+    // The target runs before the browser comes (its cold start is not
+    // what is tested).
+    let bearer = format!("Bearer {}", f.ops);
+    let r = api_gw(&f, "/index.html", &[("Authorization", &bearer)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let preview = ok(
+        f.t.call(
+            &f.ops,
+            "POST",
+            &format!("/v1/gateway/targets/{}/previews", f.id),
+            None,
+        ),
+        "preview",
+    );
+    let out = std::process::Command::new("node")
+        .arg(scripts.join("gateway-attack.mjs"))
+        .env("BURROW_CONSOLE_URL", &f.t.server.url)
+        .env("BURROW_CONSOLE_TOKEN", &f.ops)
+        .env("BURROW_ATTACK_TARGET", &f.id)
+        .env("BURROW_ATTACK_PREVIEW", preview["url"].as_str().unwrap())
+        .output()
+        .expect("running node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no report from gateway-attack.mjs: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    println!("browser report: {report}");
+    assert_eq!(report["ok"], true, "{report:#}\n{}", f.t.server.log());
+    // On the console's origin: refused by cookie; inert by bearer.
+    assert_eq!(report["api_cookie"]["status"], 401, "{report:#}");
+    assert_eq!(report["api_cookie"]["title"], "", "{report:#}");
+    assert_eq!(report["api_bearer"]["status"], 200, "{report:#}");
+    assert_eq!(report["api_bearer"]["csp"], "sandbox", "{report:#}");
+    assert_eq!(
+        report["api_bearer"]["title"], "page",
+        "the page ran: {report:#}"
+    );
+    // On its own origin the page runs (so the checks below can fail) and
+    // gets nothing: no cookie it can read, no console session, no API.
+    let own = &report["own"];
+    assert_eq!(own["ran"], true, "{report:#}");
+    assert_eq!(own["cookie"], "", "{report:#}");
+    assert_ne!(own["session"], 200, "{report:#}");
+    assert_ne!(own["same_origin_post"], 201, "{report:#}");
+    assert_eq!(own["api_session"], "blocked", "{report:#}");
+    assert_eq!(own["api_post"], "blocked", "{report:#}");
+    // The server's side: no sandbox the page tried to make.
+    let list = ok(f.t.call(&f.ops, "GET", "/v1/sandboxes", None), "list");
+    let names: Vec<&str> = list["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["web"], "{list}");
 }
