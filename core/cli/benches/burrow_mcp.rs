@@ -39,7 +39,14 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let th = TestHome::new().await;
-        let sb = th.builder("bench").detached(true).create().await.unwrap();
+        // Labelled as `burrow mcp`'s own: it acts on no other sandbox.
+        let sb = th
+            .builder("bench")
+            .label(burrow_mcp::LABEL, "true")
+            .detached(true)
+            .create()
+            .await
+            .unwrap();
 
         sb.exec(["true"]).await.unwrap();
         let mut library = Vec::with_capacity(iters);

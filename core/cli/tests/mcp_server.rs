@@ -74,7 +74,8 @@ async fn the_python_sdk_drives_burrow_mcp_over_streamable_http() {
     let mut server = th.cli_async();
     let mut child = server
         .args(["mcp", "--listen", "127.0.0.1:0", "--allow-image", "busybox"])
-        .args(["--max-sandboxes", "2", "--max-cpus", "2"])
+        .args(["--max-sandboxes", "2"])
+        .args(mcp::cpu_ceiling())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

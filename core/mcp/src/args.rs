@@ -7,13 +7,14 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateArgs {
-    /// The sandbox's name.
+    /// The sandbox's name (a plain name: no `/`).
     pub name: String,
-    /// The image (a registry reference, or a named image).
+    /// The image (a registry reference, or a named image; a host directory
+    /// or a snapshot only where the server allows it).
     pub image: String,
-    /// CPU limit in cores.
+    /// CPU limit in cores (absent: the server's maximum, if it has one).
     pub cpus: Option<f64>,
-    /// Memory limit in MiB.
+    /// Memory limit in MiB (absent: the server's maximum, if it has one).
     pub memory_mb: Option<u64>,
     /// Network rules the sandbox may reach (`tcp:example.com:443`, ...);
     /// absent: no network.

@@ -2,13 +2,15 @@
 //! agent, over stdio or streamable HTTP.
 //!
 //! Every tool acts through one [`Backend`] (any: `burrow mcp` gives it the
-//! CLI's, the local home or a `burrow serve`), within a [`Policy`]; every sandbox it
-//! creates carries the label [`LABEL`] so a cleanup finds them. A burrow
-//! error is a tool error whose structured content carries burrow's code.
+//! CLI's, the local home or a `burrow serve`), within a [`Policy`]; every
+//! sandbox it creates carries the label [`LABEL`], and it acts on those
+//! only (`scope`: any other, another tenant's above all, is answered as
+//! one that is not there), on every transport. A burrow error is a tool
+//! error whose structured content carries burrow's code.
 
 use std::sync::Arc;
 
-use burrow::{Backend, Error, ListFilter, SandboxHandle};
+use burrow::{Backend, Error, SandboxHandle};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam};
@@ -18,6 +20,7 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler
 mod args;
 mod policy;
 mod resources;
+mod scope;
 mod spawned;
 
 pub use args::*;
@@ -90,11 +93,11 @@ impl BurrowMcp {
         done(self.do_create_with(a, true).await)
     }
 
-    #[tool(description = "List the sandboxes")]
+    #[tool(description = "List the sandboxes of this server")]
     async fn list(&self) -> Result<CallToolResult, ErrorData> {
         done(
             async {
-                let all = self.backend.list(&ListFilter::default()).await?;
+                let all = scope::list(&self.backend).await?;
                 let out: Vec<_> = all
                     .iter()
                     .map(|s| serde_json::json!({"name": s.name, "id": s.id, "status": s.status}))
@@ -123,8 +126,7 @@ impl BurrowMcp {
     ) -> Result<CallToolResult, ErrorData> {
         done(
             async {
-                let h = SandboxHandle::get_in(self.backend.clone(), &a.name).await?;
-                let s = h.connect_or_start().await?;
+                let s = self.owned(&a.name).await?.connect_or_start().await?;
                 Ok(CallToolResult::structured(
                     serde_json::json!({"name": s.name(), "id": s.id(), "status": "running"}),
                 ))
@@ -258,11 +260,10 @@ impl BurrowMcp {
     async fn logs(&self, Parameters(a): Parameters<LogsArgs>) -> Result<CallToolResult, ErrorData> {
         done(
             async {
-                let h = SandboxHandle::get_in(self.backend.clone(), &a.name).await?;
-                let info = h.info().await?;
+                let h = self.owned(&a.name).await?;
                 let tail = a.tail.unwrap_or(100).min(1000);
                 let opts = burrow::LogOptions::default().tail(tail);
-                let mut stream = self.backend.logs(&info.name, &info.id, &opts).await?;
+                let mut stream = h.logs(&opts).await?;
                 let mut lines = Vec::new();
                 while let Some(line) = stream.next().await {
                     let line = line?;
@@ -373,8 +374,7 @@ impl BurrowMcp {
     async fn stop(&self, Parameters(a): Parameters<NameArgs>) -> Result<CallToolResult, ErrorData> {
         done(
             async {
-                let h = SandboxHandle::get_in(self.backend.clone(), &a.name).await?;
-                let info = h.stop().await?;
+                let info = self.owned(&a.name).await?.stop().await?;
                 Ok(CallToolResult::structured(
                     serde_json::json!({"name": info.name, "status": info.status}),
                 ))
@@ -390,8 +390,7 @@ impl BurrowMcp {
     ) -> Result<CallToolResult, ErrorData> {
         done(
             async {
-                let h = SandboxHandle::get_in(self.backend.clone(), &a.name).await?;
-                h.destroy().await?;
+                self.owned(&a.name).await?.destroy().await?;
                 Ok(CallToolResult::structured(
                     serde_json::json!({"name": a.name}),
                 ))
@@ -406,13 +405,17 @@ impl BurrowMcp {
         self.processes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The running sandbox `name` (started if it was not: a call is
-    /// activity).
+    /// This server's sandbox `name`: the one gate of every tool and
+    /// resource that names a sandbox (see `scope`). Another's is
+    /// `not_found`, a scoped name `invalid_name`, before anything is done.
+    async fn owned(&self, name: &str) -> Result<SandboxHandle, Error> {
+        scope::owned(&self.backend, name).await
+    }
+
+    /// This server's running sandbox `name` (started if it was not: a call
+    /// is activity).
     async fn running(&self, name: &str) -> Result<burrow::Sandbox, Error> {
-        SandboxHandle::get_in(self.backend.clone(), name)
-            .await?
-            .connect_or_start()
-            .await
+        self.owned(name).await?.connect_or_start().await
     }
 
     async fn do_create(&self, a: CreateArgs) -> Result<CallToolResult, Error> {
@@ -420,16 +423,11 @@ impl BurrowMcp {
     }
 
     async fn do_create_with(&self, a: CreateArgs, converge: bool) -> Result<CallToolResult, Error> {
-        self.policy.check(&a)?;
-        // Converging on a sandbox that exists adds nothing.
-        let exists = converge
-            && SandboxHandle::get_in(self.backend.clone(), &a.name)
-                .await
-                .is_ok();
+        let a = self.policy.admit(a)?;
+        // Converging on a sandbox of this server's adds nothing.
+        let exists = converge && self.owned(&a.name).await.is_ok();
         if let (Some(max), false) = (self.policy.max_sandboxes, exists) {
-            let mut mine = ListFilter::default();
-            mine.labels.insert(LABEL.into(), "true".into());
-            let have = self.backend.list(&mine).await?.len();
+            let have = scope::list(&self.backend).await?.len();
             if have >= max {
                 return Err(Error::QuotaExceeded {
                     quota: "sandboxes".into(),
@@ -438,7 +436,7 @@ impl BurrowMcp {
                 });
             }
         }
-        let mut b = burrow::Sandbox::builder(a.name)
+        let mut b = burrow::Sandbox::builder(&a.name)
             .image(a.image)
             .label(LABEL, "true")
             .detached(true)
@@ -460,7 +458,7 @@ impl BurrowMcp {
             b = b.network(burrow::Network::Policy(policy));
         }
         let sandbox = if converge {
-            b.connect_or_create().await?
+            scope::converge(&self.backend, &a.name, b).await?
         } else {
             b.create().await?
         };

@@ -1,9 +1,10 @@
 //! A sandbox's resources: `burrow://sandbox/<name>/info` (its record, JSON)
-//! and `burrow://sandbox/<name>/logs` (its last 200 log lines).
+//! and `burrow://sandbox/<name>/logs` (its last 200 log lines), for this
+//! server's sandboxes only (`crate::scope`).
 
 use std::sync::Arc;
 
-use burrow::{Backend, Error, ListFilter, SandboxHandle};
+use burrow::{Backend, Error};
 use rmcp::model::{
     ListResourcesResult, ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
 };
@@ -14,10 +15,9 @@ const PREFIX: &str = "burrow://sandbox/";
 /// Log lines a `logs` resource holds.
 const LOG_LINES: usize = 200;
 
-/// Two resources per sandbox of the backend.
+/// Two resources per sandbox of this server.
 pub(crate) async fn list(backend: &Arc<dyn Backend>) -> Result<ListResourcesResult, ErrorData> {
-    let all = backend
-        .list(&ListFilter::default())
+    let all = crate::scope::list(backend)
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
     let mut resources = Vec::new();
@@ -34,8 +34,9 @@ pub(crate) async fn list(backend: &Arc<dyn Backend>) -> Result<ListResourcesResu
     Ok(ListResourcesResult::with_all_items(resources))
 }
 
-/// The resource at `uri`; one that is not there (no such sandbox, or not a
-/// resource's name) is `resource_not_found`.
+/// The resource at `uri`; one that is not there (no such sandbox, one
+/// that is not this server's, or not a resource's name) is
+/// `resource_not_found`.
 pub(crate) async fn read(
     backend: &Arc<dyn Backend>,
     uri: String,
@@ -61,15 +62,12 @@ async fn text_of(
     what: &str,
     uri: &str,
 ) -> Result<String, Error> {
-    let info = SandboxHandle::get_in(backend.clone(), name)
-        .await?
-        .info()
-        .await?;
+    let handle = crate::scope::owned(backend, name).await?;
     match what {
-        "info" => Ok(serde_json::to_string_pretty(&info).unwrap_or_default()),
+        "info" => Ok(serde_json::to_string_pretty(&handle.info().await?).unwrap_or_default()),
         "logs" => {
             let opts = burrow::LogOptions::default().tail(LOG_LINES);
-            let mut stream = backend.logs(&info.name, &info.id, &opts).await?;
+            let mut stream = handle.logs(&opts).await?;
             let mut text = String::new();
             while let Some(line) = stream.next().await {
                 text.push_str(&line?.text);

@@ -473,6 +473,18 @@ impl RoundTrip<'_> {
     }
 }
 
+/// `burrow mcp`'s CPU ceiling in these tests (`--max-cpus 2`) where this
+/// host enforces CPU limits for the tests' user: a ceiling is also the
+/// limit of a sandbox created without one, and a limit the host cannot
+/// enforce (a rootless container without a delegated cgroup) is refused.
+pub fn cpu_ceiling() -> &'static [&'static str] {
+    if super::enforceable().cpus {
+        &["--max-cpus", "2"]
+    } else {
+        &[]
+    }
+}
+
 /// Runs `tests/mcp/client.py` (the official Python SDK) with `transport`
 /// (`stdio`, or `http:URL`) against `burrow mcp` on the home `home`, with
 /// `image` (the one image its policy allows) and more environment for
@@ -492,14 +504,8 @@ pub async fn python_client(
         .arg(transport)
         .arg(super::burrow_bin())
         .arg(image)
-        .args([
-            "--allow-image",
-            image,
-            "--max-sandboxes",
-            "2",
-            "--max-cpus",
-            "2",
-        ])
+        .args(["--allow-image", image, "--max-sandboxes", "2"])
+        .args(cpu_ceiling())
         .env("BURROW_HOME", home)
         .env("BURROW_BIN", super::burrow_bin())
         .env("BURROW_AGENT_BIN", super::agent_bin())
