@@ -520,7 +520,7 @@ impl SandboxConfig {
             }
         }
         if let Some(w) = &self.workdir {
-            check_guest_path("workdir", w)?;
+            paths::check_workdir("workdir", w)?;
         }
         for (k, v) in &self.labels {
             if k.is_empty()
@@ -539,10 +539,8 @@ impl SandboxConfig {
         let mut targets = std::collections::HashSet::new();
         for (i, m) in self.mounts.iter().enumerate() {
             let field = |part: &str| format!("mounts[{i}].{part}");
-            check_guest_path(&field("target"), &m.target)?;
-            if m.target == "/" {
-                return bad(&field("target"), "cannot mount over /".into());
-            }
+            // Canonical from here on: the drivers mount this very string.
+            paths::check_mount_target(&field("target"), &m.target)?;
             if !targets.insert(m.target.as_str()) {
                 return bad(&field("target"), format!("two mounts target {}", m.target));
             }
@@ -626,21 +624,6 @@ fn to_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn check_guest_path(field: &str, p: &str) -> Result<()> {
-    let ok = p.starts_with('/')
-        && p.len() <= 4096
-        && !p.contains('\0')
-        && !p.split('/').any(|c| c == "..");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidConfig {
-            field: field.into(),
-            reason: format!("{p:?} is not an absolute guest path without '..'"),
-        })
-    }
-}
-
 impl SandboxConfig {
     /// Refuses a CPU count that is not a finite number (NaN, an
     /// infinity), as [`Error::InvalidConfig`]: JSON has no such numbers,
@@ -694,6 +677,9 @@ mod opt_duration_ms {
         Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
     }
 }
+
+mod paths;
+pub use paths::RESERVED_MOUNT_DIRS;
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,8 @@ mod status;
 pub use config::{is_volume_name, volume_name_error, SCOPED_VOLUME_PREFIX};
 pub use config::{
     DriverKind, IdleAction, Mount, MountSource, Network, NetworkPolicy, NetworkRule,
-    NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT, SANDBOX_CA_FILE,
+    NetworkRuleError, OciRuntime, SandboxConfig, MAX_DURATION, MAX_PIDS_LIMIT, RESERVED_MOUNT_DIRS,
+    SANDBOX_CA_FILE,
 };
 pub use event::{EventKind, EventPage, SandboxEvent};
 pub use fork::{ForkOptions, MAX_FORK_COUNT};

@@ -9,6 +9,9 @@ use super::attempt::Attempt;
 use super::Sandbox;
 use crate::error::{Error, Result};
 
+#[cfg(feature = "copy")]
+mod unpack;
+
 /// File operations on one sandbox (`sandbox.fs()`).
 #[derive(Debug, Clone, Copy)]
 pub struct Fs<'a> {
@@ -228,12 +231,28 @@ impl<'a> Fs<'a> {
         Ok(())
     }
 
-    /// Copies a guest file or directory into the host directory `host_dir`;
-    /// the entry keeps its name. Entries that would land outside `host_dir`
-    /// are refused. (Feature `copy`.)
+    /// Copies a guest file or directory into the host directory `host_dir`
+    /// (created if missing); the entry keeps its name. (Feature `copy`.)
+    ///
+    /// What the guest sends is untrusted and never lands as given: modes
+    /// lose their setuid, setgid, sticky and world-writable bits (masked
+    /// with `0o775`), files belong to the caller, symlinks are recreated
+    /// only when relative and inside the copied entry, and nothing is
+    /// written through a symlink. Hard links, device nodes, fifos and
+    /// symlinks that are absolute or lead outside are left out: the rest is
+    /// copied, then the call fails with [`Error::InvalidArgument`] naming
+    /// them. An entry outside the one asked for is [`Error::Protocol`].
     #[cfg(feature = "copy")]
     pub async fn copy_out(&self, guest: &str, host_dir: &Path) -> Result<()> {
         guest_path("path", guest)?;
+        // The agent names the archive's one top-level entry the same way.
+        let name = Path::new(guest)
+            .file_name()
+            .ok_or_else(|| Error::InvalidArgument {
+                argument: "path".into(),
+                reason: format!("{guest:?} has no last component to copy"),
+            })?
+            .to_os_string();
         let (tarball, _) = self
             .collect("copy_out", Request::CopyOut { path: guest.into() }, None)
             .await?;
@@ -241,24 +260,7 @@ impl<'a> Fs<'a> {
         tokio::task::spawn_blocking(move || -> Result<()> {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| Error::io("creating the host directory", Some(&dir), e))?;
-            let mut archive = tar::Archive::new(std::io::Cursor::new(tarball));
-            archive.set_preserve_permissions(true);
-            for entry in archive
-                .entries()
-                .map_err(|e| Error::io("reading the archive", None, e))?
-            {
-                let mut entry = entry.map_err(|e| Error::io("reading the archive", None, e))?;
-                // unpack_in refuses paths that escape `dir`.
-                let ok = entry
-                    .unpack_in(&dir)
-                    .map_err(|e| Error::io("unpacking", Some(&dir), e))?;
-                if !ok {
-                    return Err(Error::protocol(
-                        "the guest sent an archive entry outside the destination",
-                    ));
-                }
-            }
-            Ok(())
+            unpack::unpack(&tarball, &dir, &name)
         })
         .await
         .map_err(|e| Error::io("unpacking", None, std::io::Error::other(e.to_string())))?

@@ -213,3 +213,64 @@ fn unknown_fields_are_rejected() {
     let err = serde_json::from_str::<SandboxConfig>(r#"{"image":"x","colour":"red"}"#);
     assert!(err.is_err());
 }
+
+/// Issue 56: a volume at `/.burrow` replaced the container's agent (PID 1,
+/// which installs the seccomp filter) with the tenant's file; `/proc/sys`
+/// was accepted too. Every spelling is refused, naming the mount.
+#[test]
+fn mounts_over_the_agent_or_the_kernels_files_are_invalid_config() {
+    let field = |target: &str| {
+        let mut c = SandboxConfig::new("img");
+        c.mounts
+            .push(Mount::new(MountSource::Volume("ok".into()), "/data"));
+        c.mounts
+            .push(Mount::new(MountSource::Volume("v".into()), target));
+        match c.validate() {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("{target:?}: unexpected {other:?}"),
+        }
+    };
+    for target in [
+        "/",
+        "//",
+        "/.burrow",
+        "/.burrow/agent",
+        "//.burrow",
+        "/./.burrow",
+        "/.burrow/",
+        "/proc",
+        "/proc/sys",
+        "/./proc",
+        "//proc",
+        "/proc/.",
+        "/sys",
+        "/sys/x",
+        "/dev",
+        "/dev/shm",
+        "/data/",
+        "//data",
+    ] {
+        assert_eq!(field(target), "mounts[1].target", "{target:?}");
+    }
+    let mut c = SandboxConfig::new("img");
+    c.mounts
+        .push(Mount::new(MountSource::Volume("v".into()), "/data"));
+    c.mounts
+        .push(Mount::new(MountSource::Volume("w".into()), "/.burrowed/x"));
+    c.validate().unwrap();
+}
+
+#[test]
+fn workdirs_under_proc_are_invalid_config() {
+    for w in ["/proc/self/fd/7", "//proc/./self", "/proc"] {
+        let mut c = SandboxConfig::new("img");
+        c.workdir = Some(w.into());
+        match c.validate() {
+            Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "workdir", "{w:?}"),
+            other => panic!("{w:?}: unexpected {other:?}"),
+        }
+    }
+    let mut c = SandboxConfig::new("img");
+    c.workdir = Some("/srv/./app/".into());
+    c.validate().unwrap();
+}
