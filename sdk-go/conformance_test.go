@@ -112,7 +112,7 @@ var remoteMode = os.Getenv("BURROW_TEST_REMOTE") == "1"
 func serve(t *testing.T, home string) func() {
 	bin := os.Getenv("BURROW_BIN")
 	env := append(os.Environ(), "BURROW_HOME="+home, "BURROW_SERVE_LISTEN=127.0.0.1:0", "BURROW_SERVE_IDLE_TIMEOUT=0", "BURROW_URL=", "BURROW_TOKEN=")
-	tokCmd := exec.Command(bin, "serve", "token", "create", "tests")
+	tokCmd := exec.Command(bin, "serve", "token", "create", "tests", "--role", "admin")
 	tokCmd.Env = env
 	tok, err := tokCmd.Output()
 	if err != nil {

@@ -20,7 +20,7 @@ home=$(mktemp -d /tmp/burrow-mcp.XXXXXX)
 export BURROW_HOME=$home
 # Idle after 5 s, checked every second: short, to watch it happen.
 export BURROW_SERVE_IDLE_TIMEOUT=5s BURROW_SERVE_SWEEP_INTERVAL=1s BURROW_SERVE_LISTEN=127.0.0.1:0
-token=$("$burrow" serve token create example)
+token=$("$burrow" serve token create example --role operator)
 "$burrow" serve >"$home/serve.out" 2>"$home/serve.log" &
 serve=$!
 cleanup() {

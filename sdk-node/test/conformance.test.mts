@@ -97,7 +97,7 @@ async function serve(home: string): Promise<() => Promise<void>> {
   const env: NodeJS.ProcessEnv = { ...process.env, BURROW_HOME: home, BURROW_SERVE_LISTEN: "127.0.0.1:0", BURROW_SERVE_IDLE_TIMEOUT: "0" };
   delete env.BURROW_URL;
   delete env.BURROW_TOKEN;
-  const token = execFileSync(bin, ["serve", "token", "create", "tests"], { env }).toString().trim();
+  const token = execFileSync(bin, ["serve", "token", "create", "tests", "--role", "admin"], { env }).toString().trim();
   const log = openSync(`${home}/serve.log`, "w");
   const proc = spawn(bin, ["serve"], { env, stdio: ["ignore", "pipe", log] });
   const first: string = await new Promise((resolve) => {

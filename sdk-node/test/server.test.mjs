@@ -15,7 +15,7 @@ const home = mkdtempSync("/tmp/bns");
 const env = { ...process.env, BURROW_HOME: home, BURROW_SERVE_LISTEN: "127.0.0.1:0" };
 delete env.BURROW_URL;
 delete env.BURROW_TOKEN;
-const token = execFileSync(bin, ["serve", "token", "create", "tests"], { env }).toString().trim();
+const token = execFileSync(bin, ["serve", "token", "create", "tests", "--role", "admin"], { env }).toString().trim();
 const server = spawn(bin, ["serve"], { env, stdio: ["ignore", "pipe", openSync(`${home}/serve.log`, "w")] });
 const url = await new Promise((resolve, reject) => {
   createInterface({ input: server.stdout }).once("line", (l) => resolve(l.replace(/^listening on /, "")));

@@ -253,7 +253,7 @@ class Server:
                 BURROW_KUBE_NAMESPACE=self.namespace,
             )
         self.token = subprocess.run(
-            [str(burrow_bin()), "serve", "token", "create", "tests"],
+            [str(burrow_bin()), "serve", "token", "create", "tests", "--role", "admin"],
             env=env, check=True, capture_output=True, text=True,
         ).stdout.strip()
         self.log_path = os.path.join(home, "serve.log")

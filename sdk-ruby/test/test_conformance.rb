@@ -25,7 +25,7 @@ def serve(home)
   bin = ENV.fetch("BURROW_BIN")
   env = { "BURROW_HOME" => home, "BURROW_SERVE_LISTEN" => "127.0.0.1:0", "BURROW_SERVE_IDLE_TIMEOUT" => "0",
           "BURROW_URL" => nil, "BURROW_TOKEN" => nil }
-  token, status = Open3.capture2(env, bin, "serve", "token", "create", "tests")
+  token, status = Open3.capture2(env, bin, "serve", "token", "create", "tests", "--role", "admin")
   raise "burrow serve token create failed" unless status.success?
 
   token = token.strip

@@ -497,6 +497,31 @@ fn roles_refuse_what_they_may_not_do() {
         "operator create",
     );
     let id = made["id"].as_str().unwrap();
+    // A change's answer names the sandbox as the tenant does, never by the
+    // engine's scoped name.
+    let plan = ok(
+        call(
+            &f,
+            &operator,
+            "PATCH",
+            &format!("/v1/sandboxes/{id}"),
+            Some(json!({"env_set": {"A": "1"}})),
+        ),
+        "operator modify",
+    );
+    assert_eq!(plan["info"]["name"], "o", "{plan}");
+    assert!(!plan.to_string().contains("alpha/"), "{plan}");
+    // A sandbox's log holds its processes' output (execs' too).
+    forbidden(
+        call(
+            &f,
+            &reader,
+            "GET",
+            &format!("/v1/sandboxes/{id}/logs"),
+            None,
+        ),
+        "read_only logs",
+    );
     forbidden(
         call(
             &f,
@@ -534,6 +559,13 @@ fn roles_refuse_what_they_may_not_do() {
     forbidden(
         call(&f, &f.alpha, "GET", "/metrics", None),
         "tenant admin metrics",
+    );
+    // /metrics names every tenant's pools: not for another tenant's
+    // admin, only the default tenant's.
+    let alpha_admin = f.env.create_token_in("alpha-root", "alpha", "admin");
+    forbidden(
+        call(&f, &alpha_admin, "GET", "/metrics", None),
+        "a tenant's admin metrics",
     );
     let admin = f.env.create_token("server-admin");
     assert_eq!(

@@ -309,7 +309,7 @@ async fn admit(
             }
         },
     };
-    if !caller.role.allows(req.method(), req.uri().path()) {
+    if !caller.allows(req.method(), req.uri().path()) {
         let res = ApiError::from(Error::Forbidden {
             operation: format!("{} {}", req.method(), req.uri().path()),
             reason: format!("the role {} may not do this", caller.role.as_str()),

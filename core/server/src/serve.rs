@@ -141,14 +141,35 @@ async fn bind(
                     let _ = std::fs::remove_file(path);
                 }
             }
-            let l = tokio::net::UnixListener::bind(path).map_err(err)?;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+            let l = bind_private(path).map_err(err)?;
             Ok((
                 Bound::Unix(l, path.clone()),
                 format!("unix:{}", path.display()),
             ))
         }
     }
+}
+
+/// Binds a unix socket at `path` that only its owner can connect to from
+/// the first instant: bound in a new directory of mode 0700 beside it,
+/// made 0600, then renamed into place (a listening socket keeps working
+/// under its new name). A chmod after binding at `path` would leave a
+/// moment in which anybody could connect.
+fn bind_private(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    let parent = path.parent().unwrap_or(std::path::Path::new("/"));
+    let stage = parent.join(format!(".burrow-serve-{}.sock.d", std::process::id()));
+    let _ = std::fs::remove_dir_all(&stage);
+    std::fs::DirBuilder::new().mode(0o700).create(&stage)?;
+    let staged = stage.join("s");
+    let bound = (|| {
+        let l = tokio::net::UnixListener::bind(&staged)?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(l)
+    })();
+    let _ = std::fs::remove_dir_all(&stage);
+    bound
 }
 
 /// Runs the server over the configured backend (the local backend of the

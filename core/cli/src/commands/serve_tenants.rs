@@ -20,11 +20,12 @@ pub(crate) enum TokenCommand {
         /// The tenant it belongs to (which must exist).
         #[arg(long, default_value = DEFAULT_TENANT)]
         tenant: String,
-        /// What it may do in its tenant: admin (everything, and the
-        /// server's /metrics), tenant_admin (everything in the tenant),
-        /// operator (sandboxes and the gateway, not pool definitions nor
-        /// URL targets), read_only.
-        #[arg(long, default_value = "admin", value_parser = parse_role)]
+        /// What it may do in its tenant (required: there is no default, so
+        /// no token gets more than its maker meant): admin (everything,
+        /// and, in the default tenant, the server's /metrics),
+        /// tenant_admin (everything in the tenant), operator (sandboxes and
+        /// the gateway, not pool definitions nor URL targets), read_only.
+        #[arg(long, value_parser = parse_role)]
         role: Role,
     },
     /// List tokens: name, tenant, role (never their secrets).

@@ -56,7 +56,7 @@ impl Server {
     /// Creates a token and starts the server on `home` (blocking).
     pub fn start(home: &Path) -> Result<Server, BoxError> {
         let out = Self::command(home)
-            .args(["token", "create", "conformance"])
+            .args(["token", "create", "conformance", "--role", "admin"])
             .output()?;
         if !out.status.success() {
             return Err(format!(

@@ -133,7 +133,7 @@ async fn admit(
             }
             Err(e) => return Err(ApiError::from(e).into_response()),
         };
-        if !caller.role.allows(method, &format!("/gw/{id}")) {
+        if !caller.allows(method, &format!("/gw/{id}")) {
             return Err(ApiError::from(Error::Forbidden {
                 operation: format!("{method} /gw/{id}"),
                 reason: format!("the role {} may not do this", caller.role.as_str()),

@@ -285,6 +285,40 @@ pub fn hash_token(token: &str) -> String {
 /// a busy server.
 const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 
+/// Creates the SQLite file of `url` if it is missing, readable by its
+/// owner only from the first instant (it holds webhook secrets and token
+/// hashes; SQLite gives its `-wal` and `-shm` files the same mode), and
+/// takes group and other access away from one this user owns.
+fn private_sqlite_file(url: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        // A missing directory and the like: SQLite says why, as before.
+        Err(_) => return Ok(()),
+    }
+    let meta = std::fs::metadata(path)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() == me && meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Connects (creating a SQLite file if missing) and migrates.
     /// `redacted` names the database in errors.
@@ -311,6 +345,9 @@ impl Store {
             url: redacted.to_owned(),
             error,
         };
+        if kind == DbKind::Sqlite {
+            private_sqlite_file(&url).map_err(|e| open_err(sqlx::Error::Io(e)))?;
+        }
         let opts: AnyConnectOptions = url.parse().map_err(open_err)?;
         // One direct connection first: a pool only reports "timed out",
         // this says why (refused, unknown host, authentication, ...).
@@ -486,6 +523,30 @@ mod testutil {
             .await
             .unwrap();
         (dir, s)
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_database_is_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, store) = sqlite().await;
+        store.ping().await.unwrap();
+        for f in ["s.db", "s.db-wal", "s.db-shm"] {
+            let mode = std::fs::metadata(dir.path().join(f))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}: {mode:o}");
+        }
+        // One made readable by others before is taken back.
+        let loose = dir.path().join("loose.db");
+        std::fs::write(&loose, b"").unwrap();
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let url = format!("sqlite://{}", loose.display());
+        Store::open(&url, &url, 1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let mode = std::fs::metadata(&loose).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     pub(super) fn target(id: &str) -> Target {

@@ -31,8 +31,8 @@ pub const DEFAULT_TENANT: &str = "default";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
-    /// Everything, in its tenant, and the server's own endpoints
-    /// (`/metrics`).
+    /// Everything, in its tenant, and (an admin of the default tenant)
+    /// the server's own endpoints (`/metrics`).
     Admin,
     /// Everything in its tenant: sandboxes, pools, snapshots, targets.
     TenantAdmin,
@@ -79,6 +79,9 @@ impl Role {
             // The runtime stream runs processes and moves files; so do the
             // console's terminal and files browser.
             ["v1", "sandboxes", _, "runtime"] => self != Role::ReadOnly,
+            // A sandbox's log holds its processes' output, execs' too:
+            // only for roles that may run them.
+            ["v1", "sandboxes", _, "logs"] => self != Role::ReadOnly,
             ["ui", "api", "sandboxes", _, "terminal" | "files", ..] => self != Role::ReadOnly,
             // Anybody may end their own console session.
             ["ui", "api", "logout"] => true,
@@ -115,6 +118,16 @@ impl Caller {
             tenant: DEFAULT_TENANT.to_owned(),
             role: Role::Admin,
         }
+    }
+
+    /// Whether this caller may make `method` on `path`: what its role
+    /// allows, and the server's own endpoints (`/metrics`, which names
+    /// every tenant's objects) only for the default tenant's admins.
+    pub fn allows(&self, method: &Method, path: &str) -> bool {
+        if path.trim_end_matches('/') == "/metrics" && self.tenant != DEFAULT_TENANT {
+            return false;
+        }
+        self.role.allows(method, path)
     }
 
     /// The scope of the tenant's engine names (`None`: the default
@@ -234,6 +247,18 @@ mod tests {
         assert!(Role::TenantAdmin.allows(&post, "/v1/pools"));
         assert!(!Role::TenantAdmin.allows(&get, "/metrics"));
         assert!(Role::Admin.allows(&get, "/metrics"));
+        assert!(!Role::ReadOnly.allows(&get, &format!("{sb}/logs")));
+        assert!(Role::Operator.allows(&get, &format!("{sb}/logs")));
+        // /metrics names every tenant's pools: the default tenant's admins
+        // only, not another tenant's admin.
+        let caller = |tenant: &str| Caller {
+            token: Some("t".into()),
+            tenant: tenant.into(),
+            role: Role::Admin,
+        };
+        assert!(caller(DEFAULT_TENANT).allows(&get, "/metrics"));
+        assert!(!caller("team").allows(&get, "/metrics"));
+        assert!(caller("team").allows(&get, "/v1/sandboxes"));
         assert!(Role::TenantAdmin.allows(&get, "/v1/audit"));
         assert!(!Role::Operator.allows(&get, "/v1/audit"));
         assert_eq!(Role::parse("root"), None);

@@ -543,7 +543,9 @@ impl Backend for Scoped {
         let op = self.by_id(name, id, |n, i| async move {
             self.inner.modify(&n, &i, changes).await
         });
-        self.within_quota(demand, op).await
+        let mut plan = self.within_quota(demand, op).await?;
+        plan.info = self.info_out(plan.info);
+        Ok(plan)
     }
 
     async fn metrics(&self, name: &str, id: &SandboxId) -> Result<Metrics> {
