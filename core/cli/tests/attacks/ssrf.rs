@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use burrow_cli_testkit as common;
 use serde_json::{json, Value};
 
-use super::egress::{HostService, Served};
+use super::egress::{CodeOf, HostService, Served};
 
 /// An internal HTTP service's answer.
 const INTERNAL: &[u8] =
@@ -73,6 +73,7 @@ async fn url_targets_reach_no_internal_address_by_any_spelling() {
     ];
     let mut calls = Vec::new();
     let mut taken = Vec::new();
+    let mut refusals = Vec::new();
     for url in &urls {
         let r = s
             .call(
@@ -83,15 +84,23 @@ async fn url_targets_reach_no_internal_address_by_any_spelling() {
             )
             .await;
         if r.status != 201 {
-            assert_eq!(r.error_code(), "invalid_argument", "{url}: {}", r.text());
+            refusals.push((url.clone(), r.error_code_or_none()));
             continue;
         }
         taken.push(url.clone());
         let id = r.json()["id"].as_str().unwrap().to_owned();
         for _ in 0..2 {
             let g = s.call(&s.tenant, "GET", &format!("/gw/{id}/"), None).await;
-            calls.push((url.clone(), g.status, g.error_code()));
+            calls.push((url.clone(), g.status, g.error_code_or_none()));
         }
+    }
+    assert_eq!(
+        internal.hits(),
+        0,
+        "a URL target reached the internal service"
+    );
+    for (url, code) in &refusals {
+        assert_eq!(code, "invalid_argument", "{url}");
     }
     // The rebinding name looked public when it was registered: taken, and
     // refused at each connection since.
@@ -127,11 +136,6 @@ async fn url_targets_reach_no_internal_address_by_any_spelling() {
         )
         .await;
     assert_eq!(r.error_code(), "invalid_argument", "{}", r.text());
-    assert_eq!(
-        internal.hits(),
-        0,
-        "a URL target reached the internal service"
-    );
 }
 
 /// A webhook's outcome: how its registration was answered and, once
@@ -242,8 +246,7 @@ async fn webhooks_reach_no_internal_address_and_tell_nothing_of_its_ports() {
         registered.push((register(&s, to_open).await, register(&s, to_closed).await));
     }
     // The metadata service of a cloud host.
-    let (status, code, _) = register(&s, "http://169.254.169.254/latest/meta-data/").await;
-    assert_eq!((status, code.as_str()), (422, "invalid_argument"));
+    let metadata = register(&s, "http://169.254.169.254/latest/meta-data/").await;
     // An event for every webhook taken.
     let r = s
         .call(
@@ -268,6 +271,8 @@ async fn webhooks_reach_no_internal_address_and_tell_nothing_of_its_ports() {
         let a = pair.pop().unwrap();
         outcomes.push((a, b));
     }
+    assert_eq!(open.hits(), 0, "a webhook reached the internal service");
+    assert_eq!((metadata.0, metadata.1.as_str()), (422, "invalid_argument"));
     for ((open_url, _), (at_open, at_closed)) in pairs.iter().zip(&outcomes) {
         assert_eq!(
             at_open, at_closed,
@@ -290,19 +295,51 @@ async fn webhooks_reach_no_internal_address_and_tell_nothing_of_its_ports() {
         attempts.iter().all(|(status, _)| status.is_null()),
         "{attempts:?}"
     );
-    assert_eq!(open.hits(), 0, "a webhook reached the internal service");
 }
 
+/// A sandbox create of `image` (a `true` command), detached.
+fn with_image(name: &str, image: String) -> Value {
+    json!({"name": name, "detached": true, "config": {"image": image, "command": ["true"]}})
+}
+
+/// Creates sandbox `name` of `image` as `s`'s tenant and starts it (its
+/// pull): the create's status and error code, and the start's status if
+/// the create was taken.
+async fn create_and_start(s: &Served, name: &str, image: String) -> (u16, String, Option<u16>) {
+    let made = s
+        .call(
+            &s.tenant,
+            "POST",
+            "/v1/sandboxes",
+            Some(with_image(name, image)),
+        )
+        .await;
+    if made.status != 201 {
+        return (made.status, made.error_code_or_none(), None);
+    }
+    let id = made.json()["id"].as_str().unwrap().to_owned();
+    let started = s
+        .call(
+            &s.tenant,
+            "POST",
+            &format!("/v1/sandboxes/{id}/start"),
+            Some(json!({})),
+        )
+        .await;
+    (made.status, String::new(), Some(started.status))
+}
+
+/// What an internal registry answers.
+const NO_REGISTRY: &[u8] = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_tenants_pulls_reach_only_what_the_operator_allows() {
-    let registry = HostService::start(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-    let allowed = HostService::start(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-    let allow = format!("tcp:127.0.0.1:{}", allowed.port);
-    let s = Served::start(dns(), "operator", &[("OUTBOUND_ALLOW", allow.as_str())]).await;
+async fn a_tenants_pulls_reach_no_internal_registry() {
+    let registry = HostService::start(NO_REGISTRY);
+    let s = Served::start(dns(), "operator", &[]).await;
     let r = registry.port;
-    let create = |name: &str, image: String| json!({"name": name, "detached": true, "config": {"image": image, "command": ["true"]}});
     // Images at internal registries: refused as written out, refused at
     // the pull's connection behind a name.
+    let mut answers = Vec::new();
     for (i, image) in [
         format!("127.0.0.1:{r}/x:1"),
         format!("[::1]:{r}/x:1"),
@@ -313,58 +350,43 @@ async fn a_tenants_pulls_reach_only_what_the_operator_allows() {
     .into_iter()
     .enumerate()
     {
-        let made = s
-            .call(
-                &s.tenant,
-                "POST",
-                "/v1/sandboxes",
-                Some(create(&format!("p{i}"), image.clone())),
-            )
-            .await;
-        if made.status != 201 {
-            assert_eq!(
-                made.error_code(),
-                "invalid_config",
-                "{image}: {}",
-                made.text()
-            );
-            continue;
-        }
-        let id = made.json()["id"].as_str().unwrap().to_owned();
-        let started = s
-            .call(
-                &s.tenant,
-                "POST",
-                &format!("/v1/sandboxes/{id}/start"),
-                Some(json!({})),
-            )
-            .await;
-        assert!(started.status >= 400, "{image}: {}", started.text());
+        let answer = create_and_start(&s, &format!("p{i}"), image.clone()).await;
+        answers.push((image, answer));
     }
     assert_eq!(
         registry.hits(),
         0,
         "a tenant's pull reached an internal registry"
     );
-    // What the operator allows is reached (through the same guard).
-    let made = s
-        .call(
-            &s.tenant,
-            "POST",
-            "/v1/sandboxes",
-            Some(create("ok", format!("loop.test:{}/x:1", allowed.port))),
-        )
-        .await;
-    assert_eq!(made.status, 201, "{}", made.text());
-    let id = made.json()["id"].as_str().unwrap().to_owned();
-    let started = s
-        .call(
-            &s.tenant,
-            "POST",
-            &format!("/v1/sandboxes/{id}/start"),
-            Some(json!({})),
-        )
-        .await;
-    assert!(started.status >= 400, "not a registry: {}", started.text());
+    for (image, (status, code, started)) in answers {
+        match started {
+            None => assert_eq!((status, code.as_str()), (422, "invalid_config"), "{image}"),
+            Some(st) => assert!(st >= 400, "{image}: started ({st})"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_opens_an_internal_registry_to_tenants_pulls() {
+    let allowed = HostService::start(NO_REGISTRY);
+    let other = HostService::start(NO_REGISTRY);
+    let allow = format!("tcp:127.0.0.1:{}", allowed.port);
+    let s = Served::start(dns(), "operator", &[("OUTBOUND_ALLOW", allow.as_str())]).await;
+    // What the operator allows is reached through the same guard (the
+    // pull fails there: no registry), and nothing else of the host.
+    let (status, _, started) =
+        create_and_start(&s, "ok", format!("loop.test:{}/x:1", allowed.port)).await;
+    assert_eq!(status, 201);
+    assert!(
+        started.is_some_and(|st| st >= 400),
+        "not a registry: {started:?}"
+    );
     assert!(allowed.hits() >= 1, "the allowed registry was not reached");
+    let (_, _, started) = create_and_start(&s, "no", format!("loop.test:{}/x:1", other.port)).await;
+    assert!(started.is_some_and(|st| st >= 400), "{started:?}");
+    assert_eq!(
+        other.hits(),
+        0,
+        "a registry the operator did not allow was reached"
+    );
 }
