@@ -5,7 +5,10 @@
 //! of a target at or under `/.burrow`, `/proc`, `/sys` or `/dev` is now
 //! refused with `invalid_config` before anything is recorded, through the
 //! library and the CLI alike, and an ordinary mount still runs under the
-//! filter.
+//! filter. A target whose path the guest later turns into a symlink
+//! to `/.burrow` (`/mnt -> /d`, `/d/data -> /.burrow`) lands there at the
+//! next start, but the agent is mounted after every other mount, so it is
+//! still the real agent that runs as PID 1.
 
 use std::process::Output;
 
@@ -154,4 +157,43 @@ async fn an_ordinary_mount_works_and_pid_1_stays_filtered() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The shape that validation cannot see: an ordinary target, made by the
+/// guest to lead to `/.burrow` before the next start, with a fake agent in
+/// the volume. The real agent still runs as PID 1 (under its filter, in a
+/// container; a microVM's agent lives in its initramfs, out of reach).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_the_guest_redirects_to_the_agent_does_not_replace_it() {
+    let home = TestHome::new().await;
+    let sb = home
+        .builder("redirect")
+        .volume("vol1", "/mnt/data")
+        .create()
+        .await
+        .unwrap();
+    sh_ok(
+        &sb,
+        "printf '#!/bin/sh\\necho fake > /fake-ran\\nexec sleep 1000000\\n' > /mnt/data/agent; \
+         chmod 755 /mnt/data/agent; mkdir /d; ln -s /.burrow /d/data; mv /mnt /mnt.old; ln -s /d /mnt",
+    )
+    .await;
+    let handle = sb.handle();
+    sb.stop().await.unwrap();
+    // With the fake as PID 1 the start never got an agent's answer.
+    let sb = handle.connect_or_start().await.unwrap();
+    let status = sh_ok(
+        &sb,
+        "cat /proc/1/status; test -e /fake-ran && echo FAKE-RAN || echo no-fake",
+    )
+    .await;
+    assert!(status.contains("no-fake"), "the fake agent ran: {status}");
+    let seccomp = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no Seccomp line: {status}"));
+    let want = if is_vm() { "0" } else { "2" };
+    assert_eq!(seccomp, want, "PID 1 is not the filtered agent: {status}");
+    sb.destroy().await.unwrap();
 }

@@ -192,7 +192,6 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
         json!({ "destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"] }),
         json!({ "destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"] }),
         json!({ "destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"] }),
-        json!({ "destination": AGENT_PATH, "type": "bind", "source": input.agent_bin, "options": ["bind", "ro", "nosuid", "nodev"] }),
     ];
     if input.id_base.is_some() {
         // Rootless there is no cgroup of the container's own to show.
@@ -209,6 +208,12 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
         }
         mounts.push(json!({ "destination": m.target, "type": "bind", "source": m.host_path, "options": options }));
     }
+    // The agent last: the runtime resolves each destination through the
+    // symlinks of the root filesystem, which the guest wrote, so a mount
+    // made after it could land over it wherever a target's path leads
+    // (`/mnt -> /d`, `/d/data -> /.burrow`). Nothing is mounted after it,
+    // and no guest process runs between the mounts and the agent's exec.
+    mounts.push(json!({ "destination": AGENT_PATH, "type": "bind", "source": input.agent_bin, "options": ["bind", "ro", "nosuid", "nodev"] }));
     let mut doc = json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -551,5 +556,9 @@ mod tests {
             .unwrap()
             .iter()
             .any(|o| o == "ro"));
+        // Nothing is mounted after the agent (nothing can land over it).
+        let last = c["mounts"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["destination"], AGENT_PATH);
+        assert_eq!(last["source"], "/opt/agent");
     }
 }
