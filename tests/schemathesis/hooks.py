@@ -36,6 +36,9 @@ nothing else:
   a URL target or webhook at one (`invalid_argument`, `url`) are refused
   however well-formed (the egress ceiling and the outbound guard; the run's
   webhooks go to 127.0.0.1's discard port, which its server allows).
+- A preview link's `port` on a URL target (the target's kind is the
+  server's state) and a `ttl` that is not a duration of at most 24h (the
+  document types it as a string): `invalid_argument`, that subject.
 - A `501` (`unsupported`) to a full snapshot (`kind: "full"`) where the
   server's capabilities say `full_snapshots: false` (its default driver
   cannot save memory): the document lists it as that operation's answer
@@ -137,6 +140,18 @@ def _ports_twice(case, response) -> bool:
 
 
 SECRET_PATH = re.compile(r"secrets(?:\[([0-9]+)\]\.(name|hosts\[([0-9]+)\]))?")
+
+
+def _preview_refused(case, response) -> bool:
+    # A preview link's port is for a sandbox target only (a URL target has
+    # none: the target's kind is the server's state), and its ttl is a
+    # duration of at most 24h (any string passes the document's type).
+    err = _refusal(response)
+    return (
+        case.operation.path == "/v1/gateway/targets/{id}/previews"
+        and err.get("code") == "invalid_argument"
+        and err.get("subject") in ("port", "ttl")
+    )
 
 
 def _secret_refused(case, response) -> bool:
@@ -328,6 +343,7 @@ def filter_failure(ctx, failure, case, response) -> bool:
         or _descending_port_range(case, response)
         or _network_refused(case, response)
         or _ports_twice(case, response)
+        or _preview_refused(case, response)
         or _secret_refused(case, response)
         or _snapshot_of_unpulled_image(case, response)
         or _host_refused_to_tenant(case, response)

@@ -60,8 +60,11 @@ async fn the_api_matches_its_openapi_document() {
         .unwrap()
         .unwrap();
     // Webhooks are pointed at 127.0.0.1's discard port (hooks.py), which
-    // the server's outbound calls reach only where the operator allows.
-    let env = ServeEnv::new(th.path(), &url).set("OUTBOUND_ALLOW", "tcp:127.0.0.1:9");
+    // the server's outbound calls reach only where the operator allows;
+    // a gateway listener of its own makes preview links.
+    let env = ServeEnv::new(th.path(), &url)
+        .set("OUTBOUND_ALLOW", "tcp:127.0.0.1:9")
+        .set("GATEWAY_LISTEN", "127.0.0.1:0");
     let (server, token) = tokio::task::spawn_blocking(move || {
         // A tenant's admin, not the server's: every answer goes through
         // the tenant's scope (names, errors, quotas' bookkeeping).

@@ -368,10 +368,14 @@ fn bad_path(rest: &str) -> ApiError {
     .into()
 }
 
+/// A target that did not answer: one answer whatever the reason (refused
+/// by the outbound guard, a closed port, a reset), so a call tells nothing
+/// of the network behind the server; the reason goes to the server's log.
 fn upstream_error(state: &AppState, id: &str, detail: &str) -> ApiError {
     state.metrics.inc(&state.metrics.gw_failed);
+    tracing::info!(target = %id, error = %detail, "a gateway target did not answer");
     ApiError::bad_gateway(Error::Protocol {
-        reason: format!("gateway target {id} did not answer: {detail}"),
+        reason: format!("gateway target {id} did not answer"),
     })
 }
 
