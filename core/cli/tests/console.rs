@@ -411,16 +411,14 @@ fn the_console_in_a_real_browser() {
         by("console-ops", "POST /v1/sandboxes/{id}/start", 200),
         "{audit}"
     );
+    // The console's actions are named as such, with the path they moved.
+    assert!(by("console-ops", "console.terminal", 101), "{audit}");
+    assert!(by("console-ops", "console.upload", 204), "{audit}");
+    assert!(by("console-ops", "console.download", 200), "{audit}");
     assert!(
-        by("console-ops", "GET /ui/api/sandboxes/{id}/terminal", 101),
-        "{audit}"
-    );
-    assert!(
-        by(
-            "console-ops",
-            "PUT /ui/api/sandboxes/{id}/files/content",
-            204
-        ),
+        entries.iter().any(|e| e["operation"] == "console.download"
+            && e["object"] == "/tmp/console-upload.txt"
+            && e["sandbox"] == id.as_str()),
         "{audit}"
     );
     assert!(

@@ -253,14 +253,9 @@ async fn authenticate(
     next: Next,
 ) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let client = crate::audit::client_of(req.extensions());
     let (caller, res) = admit(&state, transport, req, next).await;
-    if crate::audit::logged(&method, &path, res.status()) {
-        let code = res
-            .extensions()
-            .get::<crate::audit::AnsweredCode>()
-            .map(|c| c.0.clone());
-        crate::audit::record(&state, caller.as_ref(), &method, &path, res.status(), code).await;
-    }
+    crate::audit::answered(&state, caller.as_ref(), client, &method, &path, &res).await;
     res
 }
 

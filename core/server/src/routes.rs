@@ -542,6 +542,7 @@ async fn runtime(
     }
     let stream = engine.open_runtime(&name, &id, q.wake).await?;
     let generation = stream.generation;
+    let audit = crate::audit::StreamAudit::of(&state, &req, &id.to_string());
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         let Ok(upgraded) = on_upgrade.await else {
@@ -550,7 +551,7 @@ async fn runtime(
         let io = hyper_util::rt::TokioIo::new(upgraded);
         let (client_rd, client_wr) = tokio::io::split(io);
         // Frame by frame: lifecycle control frames are refused there.
-        crate::runtime_relay::relay(client_rd, client_wr, stream).await;
+        crate::runtime_relay::relay(client_rd, client_wr, stream, Some(&audit)).await;
     });
     let mut res = Response::new(Body::empty());
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;

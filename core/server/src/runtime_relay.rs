@@ -18,6 +18,10 @@
 //! written between two frames, never inside one. A frame that is not a frame
 //! of the protocol (too long, truncated, not a host message) ends the relay,
 //! after a `fatal` to the client, as the runtime itself would answer it.
+//!
+//! Each action-shaped request that crosses (an exec, a file read or
+//! written, a copy, a tunnel, ...) and each refused control is an entry of
+//! the audit log, with the answer's outcome ([`crate::audit::StreamAudit`]).
 
 use burrow::backend::RuntimeStream;
 use burrow_protocol::{
@@ -26,6 +30,8 @@ use burrow_protocol::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+
+use crate::audit::StreamAudit;
 
 /// Answers (refusals, the last `fatal`) waiting for a frame boundary of the
 /// client-bound direction. A client that sends controls and never reads
@@ -45,9 +51,13 @@ pub fn allowed(control: &Control) -> bool {
 
 /// Relays between a client (`client_rd`, `client_wr`: an upgraded HTTP
 /// connection) and `runtime` until either side closes or the client sends
-/// something that is not a protocol frame.
-pub async fn relay<R, W>(client_rd: R, client_wr: W, runtime: RuntimeStream)
-where
+/// something that is not a protocol frame; logs its actions in `audit`.
+pub async fn relay<R, W>(
+    client_rd: R,
+    client_wr: W,
+    runtime: RuntimeStream,
+    audit: Option<&StreamAudit>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -59,7 +69,7 @@ where
     let (answers, pending) = mpsc::channel(PENDING_ANSWERS);
     let up = async move {
         let mut client = FrameReader::new(client_rd);
-        if let Err(e) = filter(&mut client, &mut runtime_wr, &answers).await {
+        if let Err(e) = filter(&mut client, &mut runtime_wr, &answers, audit).await {
             tracing::debug!(error = %e, "runtime stream: bad frame from the client");
             let fatal = GuestMsg::Fatal {
                 error: GuestError::new(GuestErrorCode::Protocol, format!("bad frame: {e}")),
@@ -74,7 +84,7 @@ where
     };
     let down = async move {
         let mut client_wr = client_wr;
-        merge(FrameReader::new(runtime_rd), &mut client_wr, pending).await;
+        merge(FrameReader::new(runtime_rd), &mut client_wr, pending, audit).await;
         let _ = client_wr.shutdown().await;
     };
     // Either side closing ends the relay: the client (through `answers`
@@ -83,6 +93,17 @@ where
         _ = up => {}
         _ = down => {}
     }
+    if let Some(audit) = audit {
+        audit.end().await;
+    }
+}
+
+/// The `op` of a control or request, as the protocol names it.
+fn op_name<T: serde::Serialize>(body: &T) -> String {
+    serde_json::to_value(body)
+        .ok()
+        .and_then(|v| v.get("op").and_then(|o| o.as_str()).map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// The client-to-runtime direction: frames passed on whole, refused
@@ -92,6 +113,7 @@ async fn filter<R, W>(
     client: &mut FrameReader<R>,
     runtime: &mut W,
     answers: &mpsc::Sender<Vec<u8>>,
+    audit: Option<&StreamAudit>,
 ) -> Result<(), FrameError>
 where
     R: AsyncRead + Unpin,
@@ -116,17 +138,26 @@ where
             }
         } else {
             let refused = match decode::<HostMsg>(body)? {
-                HostMsg::Control { id, body } if !allowed(&body) => Some((id, format!("{body:?}"))),
+                HostMsg::Control { id, body } if !allowed(&body) => Some((id, op_name(&body))),
                 // Requests that end or suspend the run: lifecycle too.
                 HostMsg::Request {
                     id,
                     body: body @ (Request::Shutdown { .. } | Request::Suspend),
                     ..
-                } => Some((id, format!("{body:?}"))),
+                } => Some((id, op_name(&body))),
+                HostMsg::Request { id, body, .. } => {
+                    if let Some(audit) = audit {
+                        audit.request(id, &body).await;
+                    }
+                    None
+                }
                 _ => None,
             };
             if let Some((id, what)) = refused {
                 tracing::debug!(id, what, "runtime stream: lifecycle request refused");
+                if let Some(audit) = audit {
+                    audit.refused(&what).await;
+                }
                 if answers.send(encode(&refusal(id))).await.is_err() {
                     return Ok(());
                 }
@@ -161,6 +192,7 @@ async fn merge<R, W>(
     mut runtime: FrameReader<R>,
     client: &mut W,
     mut answers: mpsc::Receiver<Vec<u8>>,
+    audit: Option<&StreamAudit>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -174,7 +206,13 @@ async fn merge<R, W>(
                 None => return,
             },
             frame = runtime.next() => match frame {
-                Ok(Some(_)) => client.write_all(runtime.frame()).await,
+                Ok(Some(header)) => {
+                    // An answer (JSON) may end a logged action.
+                    if let Some(audit) = audit.filter(|a| !header.binary && a.waiting()) {
+                        audit.answered(&runtime.frame()[4..]).await;
+                    }
+                    client.write_all(runtime.frame()).await
+                }
                 Ok(None) => return,
                 Err(e) => {
                     tracing::debug!(error = %e, "runtime stream: bad frame from the runtime");
@@ -402,7 +440,7 @@ mod tests {
         let (runtime_rd, _runtime_end) = duplex(64);
         let (client_wr, client_out) = duplex(1 << 16);
         let runtime = RuntimeStream::new(runtime_rd, writes.clone(), 1);
-        let task = tokio::spawn(relay(Trickle(sent, 0), client_wr, runtime));
+        let task = tokio::spawn(relay(Trickle(sent, 0), client_wr, runtime, None));
 
         let mut out = FrameReader::new(client_out);
         for (id, _) in &refused {
@@ -442,7 +480,7 @@ mod tests {
             let (runtime_rd, _runtime_end) = duplex(64);
             let (client_wr, client_out) = duplex(1 << 16);
             let runtime = RuntimeStream::new(runtime_rd, writes.clone(), 1);
-            let task = tokio::spawn(relay(Trickle(sent, 0), client_wr, runtime));
+            let task = tokio::spawn(relay(Trickle(sent, 0), client_wr, runtime, None));
             let mut out = FrameReader::new(client_out);
             match read(&mut out).await {
                 Some(GuestMsg::Fatal { error }) => {
@@ -467,7 +505,7 @@ mod tests {
         let (runtime_rd, mut runtime_end) = duplex(1 << 20);
         let (to_runtime, _runtime_in) = duplex(1 << 16);
         let runtime = RuntimeStream::new(runtime_rd, to_runtime, 1);
-        let task = tokio::spawn(relay(client_rd, client_wr, runtime));
+        let task = tokio::spawn(relay(client_rd, client_wr, runtime, None));
         let payload: Vec<u8> = (0..=255u8).cycle().take(256 * 1024).collect();
         let stdout = encode_for(
             &GuestMsg::Stdout {
@@ -501,5 +539,187 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn each_action_is_audited_once_without_its_arguments_or_bytes() {
+        use crate::audit::Who;
+        use crate::store::{AuditFilter, Outcome, Store};
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("a.db").display());
+        let store = Store::open(&url, &url, 2, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let who = Who {
+            tenant: Some("team".into()),
+            token: Some("ops".into()),
+            client: Some("127.0.0.1".into()),
+        };
+        let sandbox = "sb_0123456789abcdefghjkmnpqrs";
+        let audit = Arc::new(StreamAudit::new(store.clone(), who, sandbox.into()));
+
+        let request = |id, body| {
+            host(&HostMsg::Request {
+                id,
+                body,
+                window: None,
+            })
+        };
+        let data = |id, bytes: &[u8]| {
+            host(&HostMsg::Data {
+                id,
+                data: Bytes(bytes.to_vec()),
+            })
+        };
+        let sent = [
+            host(&HostMsg::Hello {
+                version: PROTOCOL_VERSION,
+                expect: None,
+            }),
+            request(
+                1,
+                Request::Exec(ExecRequest {
+                    argv: vec!["sh".into(), "-c".into(), "echo s3cret-arg".into()],
+                    stdin: true,
+                    ..Default::default()
+                }),
+            ),
+            data(1, b"s3cret-stdin"),
+            host(&HostMsg::Eof { id: 1 }),
+            request(
+                2,
+                Request::WriteFile {
+                    path: "/tmp/f".into(),
+                    mode: None,
+                    append: false,
+                },
+            ),
+            data(2, b"s3cret-file"),
+            host(&HostMsg::Eof { id: 2 }),
+            request(3, Request::Stat { path: "/".into() }),
+            control(4, Control::Kill),
+            request(
+                5,
+                Request::ReadFile {
+                    path: "/etc/x".into(),
+                },
+            ),
+        ]
+        .concat();
+
+        let (client_rd, mut client_in) = duplex(1 << 16);
+        let (client_wr, client_out) = duplex(1 << 16);
+        let (runtime_rd, mut runtime_end) = duplex(1 << 16);
+        let (to_runtime, runtime_in) = duplex(1 << 16);
+        let runtime = RuntimeStream::new(runtime_rd, to_runtime, 1);
+        let relayed = audit.clone();
+        let task = tokio::spawn(async move {
+            relay(client_rd, client_wr, runtime, Some(&relayed)).await;
+        });
+        client_in.write_all(&sent).await.unwrap();
+
+        // The runtime sees every request but the refused control, then
+        // answers the exec (with output), the write (an error) and the
+        // stat; the read stays unanswered.
+        let mut at_runtime = FrameReader::new(runtime_in);
+        let mut requests = Vec::new();
+        while requests.len() < 4 {
+            let header = at_runtime.next().await.unwrap().unwrap();
+            let msg: HostMsg = decode_frame(header, at_runtime.frame()[4..].to_vec()).unwrap();
+            if let HostMsg::Request { id, .. } = msg {
+                requests.push(id);
+            }
+        }
+        assert_eq!(requests, [1, 2, 3, 5]);
+        let guest = |msg: &GuestMsg| encode_for(msg, PROTOCOL_VERSION);
+        let answers = [
+            guest(&GuestMsg::Stdout {
+                id: 1,
+                data: Bytes(b"s3cret-output".to_vec()),
+            }),
+            guest(&GuestMsg::Response {
+                id: 1,
+                result: Ok(burrow_protocol::Response::Done),
+            }),
+            guest(&GuestMsg::Response {
+                id: 2,
+                result: Err(GuestError::new(GuestErrorCode::PermissionDenied, "no")),
+            }),
+            guest(&GuestMsg::Response {
+                id: 3,
+                result: Ok(burrow_protocol::Response::Done),
+            }),
+        ]
+        .concat();
+        runtime_end.write_all(&answers).await.unwrap();
+        let mut out = FrameReader::new(client_out);
+        let mut answered = Vec::new();
+        while answered.len() < 4 {
+            if let Some(GuestMsg::Response { id, .. }) = read(&mut out).await {
+                answered.push(id);
+            }
+        }
+        answered.sort_unstable();
+        assert_eq!(answered, [1, 2, 3, 4]);
+        // The client goes: the read is interrupted.
+        drop(client_in);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+        store.flush_audit().await;
+
+        let entries = store.audit(&AuditFilter::default(), 0, 100).await.unwrap();
+        let seen: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.operation.as_str(),
+                    e.object.as_deref(),
+                    e.outcome,
+                    e.code.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("exec", Some("sh"), Outcome::Ok, None),
+                (
+                    "fs.write",
+                    Some("/tmp/f"),
+                    Outcome::Error,
+                    Some("permission_denied")
+                ),
+                (
+                    "control",
+                    Some("kill"),
+                    Outcome::Refused,
+                    Some("unsupported")
+                ),
+                ("fs.read", Some("/etc/x"), Outcome::Interrupted, None),
+            ]
+        );
+        for e in &entries {
+            assert_eq!(
+                (
+                    e.tenant.as_deref(),
+                    e.token.as_deref(),
+                    e.client.as_deref(),
+                    e.sandbox.as_deref(),
+                    e.status
+                ),
+                (
+                    Some("team"),
+                    Some("ops"),
+                    Some("127.0.0.1"),
+                    Some(sandbox),
+                    None
+                )
+            );
+            let all = serde_json::to_string(e).unwrap();
+            assert!(!all.contains("s3cret"), "{all}");
+        }
     }
 }

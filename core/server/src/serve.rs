@@ -7,6 +7,7 @@ use axum::serve::ListenerExt;
 use burrow::{Backend, LocalBackend};
 
 use crate::app::{router, AppState, Transport};
+use crate::audit::{Peer, Peered};
 use crate::config::{Listen, ServeConfig};
 use crate::store::{Store, StoreError};
 use crate::tls::ServerTls;
@@ -208,6 +209,8 @@ pub async fn run(config: ServeConfig) -> Result<(), StartupError> {
 /// default SQLite one). Prints one `listening on <url>` line per listener
 /// on stdout once every listener is bound (`https://` for TCP listeners
 /// with `[tls]`, whose certificate is read again when its files change).
+/// Every listener tells the handlers its peer's address ([`Peer`], for
+/// the audit log).
 pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(), StartupError> {
     // The certificate first: a pair that cannot be used stops the server
     // before it listens.
@@ -266,16 +269,18 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
                 match &tls {
                     // Handshakes in tasks of their own; nodelay set there.
                     Some(tls) => {
-                        let l = tls.listener(l);
+                        let l = Peered(tls.listener(l));
+                        let app = app.into_make_service_with_connect_info::<Peer>();
                         tokio::spawn(async move {
                             axum::serve(l, app).with_graceful_shutdown(shutdown).await
                         })
                     }
                     None => {
                         // Small request/answer exchanges: no Nagle delay.
-                        let l = l.tap_io(|tcp| {
+                        let l = Peered(l.tap_io(|tcp| {
                             let _ = tcp.set_nodelay(true);
-                        });
+                        }));
+                        let app = app.into_make_service_with_connect_info::<Peer>();
                         tokio::spawn(async move {
                             axum::serve(l, app).with_graceful_shutdown(shutdown).await
                         })
@@ -288,6 +293,7 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
                     Role::Api => router(state.clone(), Transport::Unix),
                     Role::Gateway => crate::gateway::host::router(state.clone()),
                 };
+                let (l, app) = (Peered(l), app.into_make_service_with_connect_info::<Peer>());
                 tokio::spawn(
                     async move { axum::serve(l, app).with_graceful_shutdown(shutdown).await },
                 )
@@ -309,6 +315,9 @@ pub async fn run_with(config: ServeConfig, engine: Arc<dyn Backend>) -> Result<(
     for p in sockets {
         let _ = std::fs::remove_file(p);
     }
+    // What the audit log's queue holds is written before the process goes.
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_secs(5), state.store.flush_audit()).await;
     Ok(())
 }
 

@@ -300,4 +300,19 @@ fn bodies_use_the_wire_names() {
         .cloned()
         .collect();
     assert_eq!(metrics, keys("Metrics"));
+    let entry = burrow_server::store::AuditEntry::new("exec", None);
+    let entry = serde_json::to_value(entry).expect("audit entry");
+    let entry: BTreeSet<String> = entry.as_object().expect("object").keys().cloned().collect();
+    assert_eq!(entry, keys("AuditEntry"));
+    let outcomes = &schemas["AuditEntry"]["properties"]["outcome"]["enum"];
+    for o in [
+        burrow_server::store::Outcome::Ok,
+        burrow_server::store::Outcome::Refused,
+        burrow_server::store::Outcome::Error,
+        burrow_server::store::Outcome::Pending,
+        burrow_server::store::Outcome::Interrupted,
+    ] {
+        let o = serde_json::to_value(o).expect("outcome");
+        assert!(outcomes.as_array().is_some_and(|a| a.contains(&o)), "{o}");
+    }
 }

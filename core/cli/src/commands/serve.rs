@@ -53,8 +53,9 @@ enum ServeCommand {
         #[command(subcommand)]
         command: super::serve_tenants::TenantCommand,
     },
-    /// Page through the audit log (changes asked of the API and refusals),
-    /// oldest first.
+    /// Page through the audit log (changes asked of the API, refusals,
+    /// and actions in sandboxes: execs, files, copies, tunnels, console
+    /// downloads, gateway calls), oldest first.
     Audit(super::serve_tenants::AuditArgs),
 }
 

@@ -303,6 +303,9 @@ pub(crate) struct AuditArgs {
     /// Only this tenant's entries.
     #[arg(long)]
     tenant: Option<String>,
+    /// Only the entries of this sandbox (or gateway target), by id.
+    #[arg(long)]
+    sandbox: Option<String>,
     /// Entries after this id (the `next` a page printed).
     #[arg(long, default_value_t = 0)]
     after: i64,
@@ -312,9 +315,11 @@ pub(crate) struct AuditArgs {
 }
 
 pub(crate) async fn audit(ctx: &Ctx, store: &Store, args: &AuditArgs) -> anyhow::Result<()> {
-    let entries = store
-        .audit(args.tenant.as_deref(), args.after.max(0), args.limit)
-        .await?;
+    let filter = burrow_server::store::AuditFilter {
+        tenant: args.tenant.clone(),
+        sandbox: args.sandbox.clone(),
+    };
+    let entries = store.audit(&filter, args.after.max(0), args.limit).await?;
     let next = (entries.len() == args.limit as usize)
         .then(|| entries.last().map(|e| e.id))
         .flatten();
@@ -330,9 +335,12 @@ pub(crate) async fn audit(ctx: &Ctx, store: &Store, args: &AuditArgs) -> anyhow:
                 ago(now - e.at_ms),
                 shown(e.tenant.as_deref()),
                 shown(e.token.as_deref()),
+                shown(e.client.as_deref()),
                 e.operation.clone(),
                 shown(e.object.as_deref()),
-                e.status.to_string(),
+                shown(e.sandbox.as_deref()),
+                shown(e.status.map(|s| s.to_string()).as_deref()),
+                e.outcome.as_str().to_owned(),
                 shown(e.code.as_deref()),
             ]
         })
@@ -343,9 +351,12 @@ pub(crate) async fn audit(ctx: &Ctx, store: &Store, args: &AuditArgs) -> anyhow:
             "WHEN",
             "TENANT",
             "TOKEN",
+            "CLIENT",
             "OPERATION",
             "OBJECT",
+            "SANDBOX",
             "STATUS",
+            "OUTCOME",
             "CODE",
         ],
         &rows,

@@ -1,6 +1,7 @@
 //! The console's files browser: list a directory, download a file, upload
 //! one, in a running sandbox (through its runtime, as the library's `fs`
-//! does). Files move whole, up to [`MAX_FILE`] each way.
+//! does). Files move whole, up to [`MAX_FILE`] each way. Downloads and
+//! uploads are in the audit log (the path, never the bytes).
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request};
@@ -12,6 +13,7 @@ use http_body_util::BodyExt;
 use serde::Serialize;
 
 use crate::app::{ApiError, ApiResult};
+use crate::audit::{short, Action};
 use crate::routes::parse_id;
 use crate::tenancy::Engine;
 
@@ -110,15 +112,28 @@ fn disposition(path: &str) -> HeaderValue {
     HeaderValue::from_str(&v).unwrap_or(HeaderValue::from_static("attachment"))
 }
 
-/// `GET /ui/api/sandboxes/{id}/files/content?path=`: a file, as a download.
-pub async fn download(
-    engine: Engine,
-    Path(id): Path<String>,
-    RawQuery(raw): RawQuery,
-) -> ApiResult<Response> {
+/// The audit log's name of a console action on sandbox `id`, with the
+/// query's path.
+fn action(operation: &'static str, id: &str, raw: Option<&str>) -> Action {
+    Action {
+        operation,
+        sandbox: id.to_owned(),
+        object: path_of(raw).ok().map(|p| short(&p)),
+    }
+}
+
+/// `GET /ui/api/sandboxes/{id}/files/content?path=`: a file, as a download
+/// (logged as `console.download`, whatever the answer).
+pub async fn download(engine: Engine, Path(id): Path<String>, RawQuery(raw): RawQuery) -> Response {
+    let res = fetch(&engine, &id, raw.as_deref()).await;
+    action("console.download", &id, raw.as_deref())
+        .on(res.unwrap_or_else(IntoResponse::into_response))
+}
+
+async fn fetch(engine: &Engine, id: &str, raw: Option<&str>) -> ApiResult<Response> {
     // The sandbox first: another tenant's is absent, whatever the query.
-    let sandbox = running(&engine, &id).await?;
-    let path = path_of(raw.as_deref())?;
+    let sandbox = running(engine, id).await?;
+    let path = path_of(raw)?;
     let stat = sandbox.fs().stat(&path).await?;
     if stat.kind != burrow_protocol::FileKind::File {
         return Err(Error::InvalidArgument {
@@ -145,15 +160,25 @@ pub async fn download(
 }
 
 /// `PUT /ui/api/sandboxes/{id}/files/content?path=`: writes the body to a
-/// file (created or replaced).
+/// file (created or replaced; logged as `console.upload`).
 pub async fn upload(
     engine: Engine,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
     req: Request,
+) -> Response {
+    let res = store(&engine, &id, raw.as_deref(), req).await;
+    action("console.upload", &id, raw.as_deref()).on(res.into_response())
+}
+
+async fn store(
+    engine: &Engine,
+    id: &str,
+    raw: Option<&str>,
+    req: Request,
 ) -> ApiResult<StatusCode> {
-    let sandbox = running(&engine, &id).await?;
-    let path = path_of(raw.as_deref())?;
+    let sandbox = running(engine, id).await?;
+    let path = path_of(raw)?;
     let limited = http_body_util::Limited::new(req.into_body(), MAX_FILE as usize);
     let data = match Body::new(limited).collect().await {
         Ok(c) => c.to_bytes(),

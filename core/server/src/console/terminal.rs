@@ -12,7 +12,7 @@
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use burrow::api::ErrorBody;
 use burrow::{Error, ExecEvent, Process, Sandbox};
 use futures_util::{SinkExt, StreamExt};
@@ -20,6 +20,7 @@ use serde::Deserialize;
 
 use super::files::running;
 use crate::app::{ApiError, ApiResult};
+use crate::audit::Action;
 use crate::tenancy::Engine;
 
 /// A terminal's rows and columns: 1..=this.
@@ -81,15 +82,31 @@ fn error_message(e: &Error) -> Message {
     Message::Text(body.to_string().into())
 }
 
-/// `GET /ui/api/sandboxes/{id}/terminal?rows=&cols=` (a WebSocket).
+/// `GET /ui/api/sandboxes/{id}/terminal?rows=&cols=` (a WebSocket; logged
+/// as `console.terminal`, whatever the answer).
 pub async fn open(
     engine: Engine,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let res = upgraded(&engine, &id, raw, upgrade).await;
+    let action = Action {
+        operation: "console.terminal",
+        sandbox: id,
+        object: None,
+    };
+    action.on(res.unwrap_or_else(IntoResponse::into_response))
+}
+
+async fn upgraded(
+    engine: &Engine,
+    id: &str,
+    raw: Option<String>,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     // The sandbox first: another tenant's is absent, whatever the request.
-    let sandbox = running(&engine, &id).await?;
+    let sandbox = running(engine, id).await?;
     let (rows, cols) = size_of(raw.as_deref())?;
     let Ok(upgrade) = upgrade else {
         return Err(ApiError::with_status(

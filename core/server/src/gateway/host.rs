@@ -90,25 +90,31 @@ async fn routed(state: &Arc<AppState>, req: Request) -> ApiResult<Response> {
         return exchange(state, &id, port, req).await;
     }
     let (method, headers) = (req.method().clone(), req.headers().clone());
-    let caller = match admit(state, &id, port, &method, &headers).await {
-        Ok(c) => c,
-        Err(res) => return Ok(res),
+    let (path, client) = (
+        req.uri().path().to_owned(),
+        crate::audit::client_of(req.extensions()),
+    );
+    // Every call is logged, refused or answered (queued: off its path).
+    let (caller, res) = match admit(state, &id, port, &method, &headers).await {
+        Ok(caller) => {
+            let via = Via {
+                origin: Origin::Own,
+                port,
+            };
+            let served = match ours(state, &caller, &id).await {
+                Ok(()) => serve(state, &id, req, via).await,
+                Err(e) => Err(e),
+            };
+            (
+                Some(caller),
+                served.unwrap_or_else(IntoResponse::into_response),
+            )
+        }
+        Err(res) => (None, res),
     };
-    let path = format!("/gw/{id}");
-    ours(state, &caller, &id).await?;
-    let via = Via {
-        origin: Origin::Own,
-        port,
-    };
-    let res = serve(state, &id, req, via).await;
-    let status = match &res {
-        Ok(r) => r.status(),
-        Err(_) => StatusCode::BAD_GATEWAY,
-    };
-    if crate::audit::logged(&method, &path, status) {
-        crate::audit::record(state, Some(&caller), &method, &path, status, None).await;
-    }
-    res
+    let who = crate::audit::Who::new(caller.as_ref(), client);
+    crate::audit::gateway_call(state, &who, &id, port, &method, &path, &res).await;
+    Ok(res)
 }
 
 /// Who may make this call on target `id` (`port`): the caller, or the

@@ -34,7 +34,7 @@ mod sessions;
 mod targets;
 mod tokens;
 
-pub use audit::AuditEntry;
+pub use audit::{AuditEntry, AuditFilter, Outcome};
 pub use calls::{CallHold, CallLocks};
 pub use console::{ColdStart, ConsoleSession};
 pub use events::{
@@ -243,6 +243,8 @@ pub struct Store {
     /// Quota turns of this process, per tenant (taken before the
     /// database's, so that one waiter per tenant holds a connection).
     quota_turns: quotas::LocalTurns,
+    /// The audit log's writer of queued entries (started at first use).
+    audit_queue: audit::Queue,
 }
 
 /// Milliseconds since the epoch.
@@ -414,6 +416,10 @@ impl Store {
                     "0006_previews.sql",
                     include_str!("../../migrations/sqlite/0006_previews.sql"),
                 ),
+                (
+                    "0007_audit_actions.sql",
+                    include_str!("../../migrations/sqlite/0007_audit_actions.sql"),
+                ),
             ],
             DbKind::Postgres => &[
                 (
@@ -440,6 +446,10 @@ impl Store {
                     "0006_previews.sql",
                     include_str!("../../migrations/postgres/0006_previews.sql"),
                 ),
+                (
+                    "0007_audit_actions.sql",
+                    include_str!("../../migrations/postgres/0007_audit_actions.sql"),
+                ),
             ],
         });
         migrator
@@ -462,6 +472,7 @@ impl Store {
             calls,
             sqlite_writer: Arc::default(),
             quota_turns: Arc::default(),
+            audit_queue: audit::Queue::default(),
         })
     }
 
