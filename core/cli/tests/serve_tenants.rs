@@ -15,7 +15,7 @@ use burrow_cli_testkit as common;
 use std::sync::OnceLock;
 
 use common::serve::pg::PgCluster;
-use common::serve::{http, ok, Resp, ServeEnv, TenantServer};
+use common::serve::{http, ok, request_to_host, Resp, ServeEnv, TenantServer};
 use common::TestHome;
 use serde_json::{json, Value};
 
@@ -51,7 +51,10 @@ fn fixture(db: &str) -> Fixture {
         &url,
         &["alpha", "beta"],
         &tokens,
-        &[("OUTBOUND_ALLOW", "tcp:127.0.0.1:9")],
+        &[
+            ("OUTBOUND_ALLOW", "tcp:127.0.0.1:9"),
+            ("GATEWAY_LISTEN", "127.0.0.1:0"),
+        ],
     );
     let beta = t.tokens.pop().unwrap();
     let alpha = t.tokens.pop().unwrap();
@@ -71,6 +74,10 @@ struct Objects {
     pool: String,
     url_target: String,
     webhook: String,
+    /// A preview link of the sandbox target: its id and its origin's
+    /// cookie (`name=value`).
+    preview: String,
+    preview_cookie: String,
 }
 
 fn make_objects(f: &Fixture, token: &str) -> Objects {
@@ -152,6 +159,32 @@ fn make_objects(f: &Fixture, token: &str) -> Objects {
         .as_str()
         .unwrap()
         .to_owned();
+    let preview = ok(
+        call(
+            f,
+            token,
+            "POST",
+            &format!("/v1/gateway/targets/{id}/previews"),
+            None,
+        ),
+        "preview",
+    );
+    let link = preview["url"].as_str().unwrap();
+    let traded = request_to_host(
+        &gateway_addr(f),
+        "GET",
+        &origin_host(f, &id),
+        &link[link.find("/__burrow").unwrap()..],
+        &[],
+    );
+    assert_eq!(traded.status, 303, "{}", traded.text());
+    let preview_cookie = traded
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     Objects {
         id,
         name: "worker".into(),
@@ -159,7 +192,22 @@ fn make_objects(f: &Fixture, token: &str) -> Objects {
         pool: "pool".into(),
         url_target,
         webhook,
+        preview: preview["id"].as_str().unwrap().to_owned(),
+        preview_cookie,
     }
+}
+
+/// `127.0.0.1:PORT` of the server's gateway listener.
+fn gateway_addr(f: &Fixture) -> String {
+    let url = f.t.server.gateway.clone().expect("a gateway listener");
+    url.strip_prefix("http://").unwrap().to_owned()
+}
+
+/// The host name of `label`'s origin on the gateway listener.
+fn origin_host(f: &Fixture, label: &str) -> String {
+    let addr = gateway_addr(f);
+    let port = addr.rsplit_once(':').unwrap().1;
+    format!("{label}.localhost:{port}")
 }
 
 /// A body each operation accepts when its object exists, so that an
@@ -246,6 +294,7 @@ fn fill(template: &str, o: &Objects) -> String {
     template
         .replace("{id}", id)
         .replace("{name}", name)
+        .replace("{preview}", &o.preview)
         .replace("{rest}", "x")
 }
 
@@ -259,6 +308,8 @@ fn absent() -> Objects {
         pool: "nopool".into(),
         url_target: format!("tg_{}", fresh().trim_start_matches("sb_")),
         webhook: format!("wh_{}", &fresh()[3..27]),
+        preview: format!("pv_{}", "0".repeat(32)),
+        preview_cookie: format!("burrow_preview={}", "0".repeat(64)),
     }
 }
 
@@ -270,7 +321,8 @@ fn normalized(r: &Resp, o: &Objects, stand_in: &Objects) -> (u16, String) {
         let mut t = text
             .replace(&o.id, &stand_in.id)
             .replace(&o.url_target, &stand_in.url_target)
-            .replace(&o.webhook, &stand_in.webhook);
+            .replace(&o.webhook, &stand_in.webhook)
+            .replace(&o.preview, &stand_in.preview);
         for (a, b) in [
             (&o.name, &stand_in.name),
             (&o.snapshot, &stand_in.snapshot),
@@ -364,6 +416,66 @@ fn another_tenants_objects_are_as_absent_in_every_operation() {
     }
     // Every sandbox operation, snapshots, pools, targets and the gateway.
     assert!(checked >= 40, "only {checked} operations were checked");
+
+    // The gateway's own origin: another tenant's token, or this tenant's
+    // preview cookie carried to another tenant's... nothing: alpha's
+    // targets answer beta exactly as targets that do not exist.
+    let gw = gateway_addr(&f);
+    let beta = format!("Bearer {}", f.beta);
+    for (label, absent_label) in [
+        (mine.id.clone(), absent().id),
+        (format!("8080-{}", mine.id), format!("8080-{}", absent().id)),
+        (mine.url_target.clone(), absent().url_target),
+    ] {
+        for method in ["GET", "POST", "DELETE"] {
+            let theirs = request_to_host(
+                &gw,
+                method,
+                &origin_host(&f, &label),
+                "/",
+                &[("Authorization", &beta)],
+            );
+            let missing = request_to_host(
+                &gw,
+                method,
+                &origin_host(&f, &absent_label),
+                "/",
+                &[("Authorization", &beta)],
+            );
+            assert_eq!(
+                (missing.status, missing.error_code()),
+                (404, "not_found".into()),
+                "{method} {absent_label}: {}",
+                missing.text()
+            );
+            // The id in the answer (a label is `[PORT-]ID`; ids have no `-`).
+            let strip = |r: &Resp, l: &str| {
+                let id = l.rsplit_once('-').map_or(l, |(_, id)| id);
+                (r.status, r.text().replace(id, "ID"))
+            };
+            assert_eq!(
+                strip(&theirs, &label),
+                strip(&missing, &absent_label),
+                "{method} on {label}: another tenant's target answers otherwise than an absent one"
+            );
+        }
+    }
+    // A preview cookie opens its own origin only: not another target's,
+    // not a port of its target the link did not name.
+    for label in [mine.url_target.clone(), format!("8080-{}", mine.id)] {
+        let r = request_to_host(
+            &gw,
+            "GET",
+            &origin_host(&f, &label),
+            "/",
+            &[("Cookie", &mine.preview_cookie)],
+        );
+        assert_eq!(
+            (r.status, r.error_code()),
+            (401, "unauthorized".into()),
+            "the preview cookie opened {label}"
+        );
+    }
 
     // Nothing of alpha's changed.
     let after = ok(

@@ -326,6 +326,34 @@ pub fn ok(r: Resp, what: &str) -> serde_json::Value {
     }
 }
 
+/// A request to the listener at `addr` (`127.0.0.1:PORT`) that names
+/// `host` (a gateway origin's host name), with `headers`; the answer.
+pub fn request_to_host(
+    addr: &str,
+    method: &str,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Resp {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("Content-Length: 0\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    let mut r = BufReader::new(s);
+    let (status, headers) = read_head(&mut r);
+    let mut body = Vec::new();
+    read_body(&mut r, &headers, |b| body.extend_from_slice(b));
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
 /// Opens a connection and sends a request; returns the stream to read from.
 pub fn send(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> TcpStream {
     send_with(method, url, token, &[], body)

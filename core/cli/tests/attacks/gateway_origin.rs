@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use burrow_cli_testkit::serve::pg::PgCluster;
-use burrow_cli_testkit::serve::{ok, read_body, read_head, Resp, TenantServer};
+use burrow_cli_testkit::serve::{ok, read_head, request_to_host as request, Resp, TenantServer};
 use serde_json::json;
 
 fn cluster() -> &'static PgCluster {
@@ -129,27 +129,6 @@ fn fixture(db: &str) -> Fixture {
 fn gateway_addr(f: &Fixture) -> String {
     let url = f.t.server.gateway.clone().expect("a gateway listener");
     url.strip_prefix("http://").unwrap().to_owned()
-}
-
-/// A request to `addr` naming `host`, with `headers`.
-fn request(addr: &str, method: &str, host: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("Content-Length: 0\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut r = BufReader::new(s);
-    let (status, headers) = read_head(&mut r);
-    let mut body = Vec::new();
-    read_body(&mut r, &headers, |b| body.extend_from_slice(b));
-    Resp {
-        status,
-        headers,
-        body,
-    }
 }
 
 /// A call through the API's `/gw/`, retried while the target starts.
