@@ -89,6 +89,7 @@ fn secrets() -> Arc<[Secret]> {
         placeholder: placeholder_from([fill; 16]),
         value: format!("VALUE_OF_{name}"),
         hosts: vec![SecretHost::parse(host).expect("a host")],
+        headers: Vec::new(),
     };
     Arc::from(vec![make("A", 0xaa, "a.test"), make("B", 0xbb, "b.test")])
 }
