@@ -5,11 +5,21 @@
 //! as an unprivileged user (`cargo xtask test --rootless --test attacks`).
 //! docs/security.md names the test that proves each boundary.
 
+#[path = "attacks/audit.rs"]
+mod audit;
+#[path = "attacks/copy_out.rs"]
+mod copy_out;
 #[path = "attacks/egress.rs"]
 mod egress;
 #[path = "attacks/gateway_origin.rs"]
 mod gateway_origin;
+#[path = "attacks/mcp_scope.rs"]
+mod mcp_scope;
+#[path = "attacks/mounts.rs"]
+mod mounts;
 #[path = "attacks/secrets.rs"]
 mod secrets;
 #[path = "attacks/ssrf.rs"]
 mod ssrf;
+#[path = "attacks/unauthenticated.rs"]
+mod unauthenticated;
