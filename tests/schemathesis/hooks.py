@@ -139,7 +139,13 @@ def _ports_twice(case, response) -> bool:
     return isinstance(ports, list) and len(ports) > 1
 
 
-SECRET_PATH = re.compile(r"secrets(?:\[([0-9]+)\]\.(name|hosts\[([0-9]+)\]))?")
+SECRET_PATH = re.compile(r"secrets(?:\[([0-9]+)\]\.(name|hosts\[([0-9]+)\]|headers\[([0-9]+)\]))?")
+# Header names a secret may not name (burrow_net::secrets::FORBIDDEN_HEADERS):
+# each is a token the schema's `pattern` accepts.
+SECRET_FORBIDDEN_HEADERS = frozenset(
+    "host content-length transfer-encoding connection keep-alive proxy-connection"
+    " te trailer upgrade expect accept-encoding".split()
+)
 
 
 def _preview_refused(case, response) -> bool:
@@ -157,7 +163,9 @@ def _preview_refused(case, response) -> bool:
 def _secret_refused(case, response) -> bool:
     # What no schema says of secrets: a sandbox without a network has
     # nowhere to send one; two of one name, or a name also in `env`; a
-    # host whose last label is all digits but is no IPv4 address.
+    # host whose last label is all digits but is no IPv4 address; a
+    # header that routes or frames a request, or one named twice (in any
+    # case).
     err = _refusal(response)
     m = SECRET_PATH.fullmatch(err.get("subject", "")) if err.get("code") == "invalid_config" else None
     if m is None:
@@ -174,6 +182,13 @@ def _secret_refused(case, response) -> bool:
     if m.group(2) == "name":
         names = [s.get("name") for s in secrets if isinstance(s, dict)]
         return names.count(secret.get("name")) > 1 or secret.get("name") in (config.get("env") or {})
+    if m.group(4) is not None:
+        try:
+            j = int(m.group(4))
+            headers = [h.lower() for h in secret["headers"][: j + 1]]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
+        return len(headers) == j + 1 and (headers[j] in SECRET_FORBIDDEN_HEADERS or headers[j] in headers[:j])
     try:
         host = secret["hosts"][int(m.group(3))]
     except (KeyError, IndexError, TypeError, ValueError):
