@@ -38,9 +38,10 @@ need=()
 # ruby-minitest: its tests (the gem registry is not reachable).
 # chromium: the web console's browser tests (tests/console, driven by
 # playwright-core; its own browser download cannot work here).
+# stress-ng: the CPU hog the attack suite's rootless run is made under.
 for pkg in runc crun busybox-static uidmap passt slirp4netns sqlite3 docker-registry skopeo apache2-utils umoci \
   ruby ruby-dev libclang-dev ruby-minitest chromium \
-  containernetworking-plugins openssl iptables nftables curl gcc libc6-dev sccache; do
+  containernetworking-plugins openssl iptables nftables curl gcc libc6-dev sccache stress-ng; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
