@@ -573,6 +573,24 @@ fn another_tenants_objects_are_as_absent_in_every_operation() {
 #[test]
 fn roles_refuse_what_they_may_not_do() {
     let f = fixture("tenants_roles");
+    // A token's role is named when it is made: none by default.
+    let out = f
+        .env
+        .command()
+        .args(["token", "create", "unnamed-role"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a token without --role was made"
+    );
+    let tokens = f.env.admin(&["token", "list"]);
+    assert!(
+        !String::from_utf8_lossy(&tokens.stdout).contains("unnamed-role"),
+        "{}",
+        String::from_utf8_lossy(&tokens.stdout)
+    );
     let reader = f.env.create_token_in("alpha-reader", "alpha", "read_only");
     let operator = f.env.create_token_in("alpha-op", "alpha", "operator");
     let config = json!({"image": "busybox"});
