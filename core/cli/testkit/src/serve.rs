@@ -343,15 +343,7 @@ pub fn request_to_host(
     }
     req.push_str("Content-Length: 0\r\n\r\n");
     s.write_all(req.as_bytes()).expect("send");
-    let mut r = BufReader::new(s);
-    let (status, headers) = read_head(&mut r);
-    let mut body = Vec::new();
-    read_body(&mut r, &headers, |b| body.extend_from_slice(b));
-    Resp {
-        status,
-        headers,
-        body,
-    }
+    read_response(s)
 }
 
 /// Opens a connection and sends a request; returns the stream to read from.

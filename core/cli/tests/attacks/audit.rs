@@ -11,14 +11,13 @@
 //! backend's own use of the runtime stream, and raw HTTP for the console
 //! and the gateway.
 
-use std::io::{BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{Read, Write};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use burrow::{Backend, RemoteBackend, Sandbox, SandboxHandle, SandboxId};
 use burrow_cli_testkit::serve::pg::PgCluster;
-use burrow_cli_testkit::serve::{ok, read_body, read_head, Resp, TenantServer};
+use burrow_cli_testkit::serve::{ok, request_to_host, TenantServer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -243,27 +242,6 @@ fn runtime_stream_actions_and_console_downloads_are_audited() {
     no_secrets(&entries);
 }
 
-/// A raw request to the gateway's own origin for `host`.
-fn request(addr: &str, host: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut r = BufReader::new(s);
-    let (status, headers) = read_head(&mut r);
-    let mut body = Vec::new();
-    read_body(&mut r, &headers, |b| body.extend_from_slice(b));
-    Resp {
-        status,
-        headers,
-        body,
-    }
-}
-
 /// Gateway calls on the API's `/gw/` and on the gateway's own origin: one
 /// entry per call (answered, starting or refused), with the client's
 /// address, never the query.
@@ -302,9 +280,15 @@ fn gateway_calls_on_both_origins_are_audited() {
     let port = addr.rsplit_once(':').unwrap().1.to_owned();
     let host = format!("{}.localhost:{port}", f.id);
     let bearer = format!("Bearer {}", f.ops);
-    let r = request(&addr, &host, "/index.html", &[("Authorization", &bearer)]);
+    let r = request_to_host(
+        &addr,
+        "GET",
+        &host,
+        "/index.html",
+        &[("Authorization", &bearer)],
+    );
     assert_eq!((r.status, r.text().trim()), (200, "ok"));
-    let r = request(&addr, &host, "/index.html?QUERY-SECRET", &[]);
+    let r = request_to_host(&addr, "GET", &host, "/index.html?QUERY-SECRET", &[]);
     assert_eq!((r.status, r.error_code()), (401, "unauthorized".into()));
 
     let calls = |es: &[Value]| -> usize {
