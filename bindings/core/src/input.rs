@@ -84,7 +84,8 @@ pub struct VolumeInput {
     pub read_only: bool,
 }
 
-/// A secret: its variable's name, its value, the hosts it is for.
+/// A secret: its variable's name, its value, the hosts it is for, and
+/// optionally the headers it goes in.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretInput {
@@ -94,6 +95,10 @@ pub struct SecretInput {
     pub value: String,
     /// The hosts whose HTTP(S) requests get it.
     pub hosts: Vec<String>,
+    /// The request headers whose values get it (absent or empty:
+    /// `Authorization` and `Proxy-Authorization`; the core checks them).
+    #[serde(default)]
+    pub headers: Vec<String>,
 }
 
 impl std::fmt::Debug for SecretInput {
@@ -101,6 +106,7 @@ impl std::fmt::Debug for SecretInput {
         f.debug_struct("SecretInput")
             .field("name", &self.name)
             .field("hosts", &self.hosts)
+            .field("headers", &self.headers)
             .finish_non_exhaustive()
     }
 }
@@ -221,7 +227,10 @@ impl BuildInput {
         config.secrets = self
             .secrets
             .iter()
-            .map(|s| burrow::Secret::new(s.name.clone(), s.value.clone(), s.hosts.clone()))
+            .map(|s| {
+                burrow::Secret::new(s.name.clone(), s.value.clone(), s.hosts.clone())
+                    .in_headers(s.headers.clone())
+            })
             .collect();
         config.idle_timeout = opt_duration(self.idle_timeout);
         config.idle_action = self.idle_action.unwrap_or_default();
@@ -510,6 +519,33 @@ mod tests {
         assert_eq!(
             pool(r#"{"op": "create_pool", "name": "web", "size": 1, "driver": "warp"}"#),
             Err("invalid_config".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_secrets_headers_reach_the_configuration_unchecked_here() {
+        let config = |secret: &str| {
+            let input: super::BuildInput =
+                serde_json::from_str(&format!(r#"{{"name": "s", "secrets": [{secret}]}}"#))
+                    .expect("a build input");
+            input.config().expect("a configuration")
+        };
+        let named = config(
+            r#"{"name": "KEY", "value": "v", "hosts": ["a.b"], "headers": ["X-Api-Key", "Host"]}"#,
+        );
+        // The core refuses `Host` when it validates the configuration.
+        assert_eq!(named.secrets[0].headers, ["X-Api-Key", "Host"]);
+        assert_eq!(named.secrets[0].hosts, ["a.b"]);
+        let plain = config(r#"{"name": "KEY", "value": "v", "hosts": ["a.b"]}"#);
+        assert!(plain.secrets[0].headers.is_empty());
+        let input: super::BuildInput = serde_json::from_str(
+            r#"{"name": "s", "secrets": [{"name": "K", "value": "hidden", "hosts": [], "headers": ["X"]}]}"#,
+        )
+        .expect("a build input");
+        let shown = format!("{:?}", input.secrets);
+        assert!(
+            shown.contains("\"X\"") && !shown.contains("hidden"),
+            "{shown}"
         );
     }
 }

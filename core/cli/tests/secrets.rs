@@ -309,6 +309,69 @@ async fn a_secret_reaches_its_host_only_and_never_the_guest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_goes_only_in_the_headers_it_names() {
+    let s = servers();
+    let home = TestHome::new().await;
+    let config = |headers: &[&str]| {
+        let mut c = burrow::SandboxConfig::new(common::busybox_rootfs().display().to_string());
+        c.network = NetworkPolicy::allow(["127.0.0.1", "10.0.2.2", "api.test"])
+            .unwrap()
+            .into();
+        c.secrets =
+            vec![burrow::Secret::new("KEY", VALUE, ["api.test"]).in_headers(headers.to_vec())];
+        c
+    };
+    let sb = home
+        .builder("headers")
+        .config(config(&["X-Api-Key"]))
+        .create()
+        .await
+        .unwrap();
+    let got = &sb.info().await.unwrap().config.secrets[0];
+    assert_eq!(got.headers, ["X-Api-Key"]);
+    assert!(got.value.is_none());
+    let get = |header: &str, path: &str| {
+        format!(
+            "wget -q -O - --header \"{header}: $KEY\" http://api.test:{}/{path} 2>&1; echo \" rc=$?\"",
+            s.http
+        )
+    };
+    let (_, out) = sh(&sb, &get("x-api-key", "named")).await;
+    assert!(out.starts_with("ok rc=0"), "{out}");
+    assert!(heads().iter().any(
+        |h| h.starts_with("GET /named ") && h.contains(&format!("\r\nx-api-key: {VALUE}\r\n"))
+    ));
+    // Authorization is not one of its headers now: refused whole.
+    let (_, out) = sh(&sb, &get("Authorization", "unnamed")).await;
+    assert!(!out.contains("rc=0"), "{out}");
+    assert!(heads().iter().all(|h| !h.starts_with("GET /unnamed ")));
+    sb.kill().await.unwrap();
+
+    // The headers are checked at create: nothing is made of a bad one.
+    // One past the limit of 16.
+    let many: Vec<String> = (0..17).map(|i| format!("X-{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    for (headers, field) in [
+        (&["Host"][..], "secrets[0].headers[0]"),
+        (
+            &["X-Api-Key", "Transfer-Encoding"][..],
+            "secrets[0].headers[1]",
+        ),
+        (&["X-A", "x-a"][..], "secrets[0].headers[1]"),
+        (&many[..], "secrets[0].headers"),
+    ] {
+        match home.builder("bad").config(config(headers)).create().await {
+            Err(Error::InvalidConfig { field: f, .. }) => assert_eq!(f, field, "{headers:?}"),
+            other => panic!("{headers:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        home.backend.get("bad").await,
+        Err(Error::NotFound { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_secrets_are_typed_errors_and_create_nothing() {
     servers();
     let home = TestHome::new().await;
@@ -382,6 +445,12 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
         "TOKEN@api.test=env:NOT_SET_ANYWHERE",
         "1TOKEN@api.test=env:MY_TOKEN",
         "TOKEN@bad host=env:MY_TOKEN",
+        // Headers after ':': one at least, never a port, nor a header
+        // that routes or frames the request, nor one twice.
+        "TOKEN@api.test:=env:MY_TOKEN",
+        "TOKEN@api.test:8080=env:MY_TOKEN",
+        "TOKEN@api.test:Host=env:MY_TOKEN",
+        "TOKEN@api.test:X-Api-Key,x-api-key=env:MY_TOKEN",
     ] {
         let out = run("bad", bad);
         assert_eq!(
@@ -396,11 +465,22 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.as_array().map(Vec::len), Some(0), "{v}");
 
-    for (name, secret) in [
-        ("from-env", "TOKEN@api.test=env:MY_TOKEN".to_owned()),
+    // Each secret, and the header it goes in.
+    for (name, secret, header) in [
+        (
+            "from-env",
+            "TOKEN@api.test=env:MY_TOKEN".to_owned(),
+            "Authorization: Bearer",
+        ),
         (
             "from-file",
             format!("TOKEN@api.test,*.api.test=file:{}", file.display()),
+            "Authorization: Bearer",
+        ),
+        (
+            "in-header",
+            "TOKEN@api.test:X-Api-Key,X-Other=env:MY_TOKEN".to_owned(),
+            "X-Api-Key:",
         ),
     ] {
         let out = run(name, &secret);
@@ -415,6 +495,12 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
         assert!(!text.contains(VALUE), "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["config"]["secrets"][0]["name"], "TOKEN");
+        let headers = &v["config"]["secrets"][0]["headers"];
+        if name == "in-header" {
+            assert_eq!(*headers, serde_json::json!(["X-Api-Key", "X-Other"]));
+        } else {
+            assert!(headers.is_null(), "{headers}");
+        }
         let out = home.cli().args(["start", name]).output().unwrap();
         assert_eq!(
             out.status.code(),
@@ -426,7 +512,7 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
             .cli()
             .args(["exec", name, "--", "sh", "-c"])
             .arg(format!(
-                "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://api.test:{}/cli-{name}",
+                "wget -q -O - --header \"{header} $TOKEN\" http://api.test:{}/cli-{name}",
                 s.http
             ))
             .output()
@@ -440,9 +526,28 @@ async fn the_cli_takes_a_secret_from_the_environment_or_a_file_never_the_command
         let h = heads();
         assert!(
             h.iter().any(|h| h.starts_with(&format!("GET /cli-{name} "))
-                && h.contains(&format!("Bearer {VALUE}\r\n"))),
+                && h.contains(&format!("\r\n{header} {VALUE}\r\n"))),
             "{h:?}"
         );
+        if name == "in-header" {
+            // Not in Authorization, which it does not name: refused, and
+            // nothing of the request left.
+            let out = home
+                .cli()
+                .args(["exec", name, "--", "sh", "-c"])
+                .arg(format!(
+                    "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://api.test:{}/cli-auth-{name}",
+                    s.http
+                ))
+                .output()
+                .unwrap();
+            assert_ne!(String::from_utf8_lossy(&out.stdout), "ok");
+            let h = heads();
+            assert!(
+                !h.iter().any(|h| h.contains(&format!("/cli-auth-{name} "))),
+                "{h:?}"
+            );
+        }
         home.cli().args(["rm", "-f", name]).output().unwrap();
     }
 }

@@ -72,11 +72,17 @@ pub(crate) struct SandboxOpts {
     pub publish: Vec<String>,
     /// A secret the guest never holds (repeatable): its $NAME holds a
     /// placeholder, which the sandbox's network stack replaces with the
-    /// value in HTTP(S) requests to the HOSTs only (api.github.com,
-    /// *.example.com, an IPv4 address). The value comes from env:VAR (this
-    /// process's environment) or file:PATH (its content, without a final
-    /// newline), never from the command line. Needs --network or --allow.
-    #[arg(long = "secret", value_name = "NAME@HOST[,HOST...]=env:VAR|file:PATH")]
+    /// value in the HEADERs of HTTP(S) requests to the HOSTs only
+    /// (api.github.com, *.example.com, an IPv4 address). HEADERs, after a
+    /// ':', default to Authorization and Proxy-Authorization
+    /// (KEY@api.example.com:X-Api-Key=env:KEY). The value comes from
+    /// env:VAR (this process's environment) or file:PATH (its content,
+    /// without a final newline), never from the command line. Needs
+    /// --network or --allow.
+    #[arg(
+        long = "secret",
+        value_name = "NAME@HOST[,HOST...][:HEADER[,HEADER...]]=env:VAR|file:PATH"
+    )]
     pub secrets: Vec<String>,
     /// Isolation driver: container (namespaces under an OCI runtime) or vm
     /// (a QEMU microVM). Default: the backend's ($BURROW_DRIVER where the
@@ -166,22 +172,45 @@ impl SandboxOpts {
     }
 }
 
-/// `NAME@HOST[,HOST...]=env:VAR|file:PATH`: the secret, its value read
-/// from this process's environment or a file. An error never quotes the
+/// `NAME@HOST[,HOST...][:HEADER[,HEADER...]]=env:VAR|file:PATH`: the
+/// secret, its value read from this process's environment or a file. The
+/// core checks the name, hosts and headers. An error never quotes the
 /// value.
 fn parse_secret(spec: &str) -> burrow::Result<burrow::Secret> {
     let bad = |reason: String| Error::InvalidArgument {
         argument: "--secret".into(),
         reason,
     };
-    let (target, source) = spec
-        .split_once('=')
-        .ok_or_else(|| bad("expected NAME@HOST[,HOST...]=env:VAR or =file:PATH".into()))?;
+    let (target, source) = spec.split_once('=').ok_or_else(|| {
+        bad("expected NAME@HOST[,HOST...][:HEADER[,HEADER...]]=env:VAR or =file:PATH".into())
+    })?;
     let (name, hosts) = target.split_once('@').ok_or_else(|| {
         bad(format!(
             "{target:?} is not NAME@HOST[,HOST...]: the hosts the secret is for are required"
         ))
     })?;
+    // Neither a host nor a header name has a ':', so the first one ends
+    // the hosts. A header of digits alone is a port: hosts have none.
+    let (hosts, headers) = match hosts.split_once(':') {
+        None => (hosts, Vec::new()),
+        Some((_, "")) => {
+            return Err(bad(format!(
+                "{target:?} names no header after ':' (leave the ':' out for Authorization and Proxy-Authorization)"
+            )))
+        }
+        Some((hosts, headers)) => {
+            let headers: Vec<&str> = headers.split(',').collect();
+            if let Some(port) = headers
+                .iter()
+                .find(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return Err(bad(format!(
+                    "{target:?}: a secret's hosts take no port ({port}); after ':' come the headers it goes in"
+                )));
+            }
+            (hosts, headers)
+        }
+    };
     let hosts: Vec<&str> = hosts.split(',').collect();
     let value = if let Some(var) = source.strip_prefix("env:") {
         std::env::var(var).map_err(|_| {
@@ -207,7 +236,7 @@ fn parse_secret(spec: &str) -> burrow::Result<burrow::Secret> {
             "the value of {name} comes from env:VAR or file:PATH, never from the command line"
         )));
     };
-    Ok(burrow::Secret::new(name, value, hosts))
+    Ok(burrow::Secret::new(name, value, hosts).in_headers(headers))
 }
 
 /// `HOST:GUEST[:ro|:rw]`; a HOST without '/' is a named volume, a relative
