@@ -72,6 +72,8 @@ const ATTACK: &str = r#"<!doctype html><title>page</title><script>
 struct Fixture {
     t: TenantServer,
     ops: String,
+    /// The tenant's admin (reads the audit log).
+    admin: String,
     other: String,
     id: String,
 }
@@ -92,7 +94,7 @@ fn fixture(db: &str) -> Fixture {
         &[("GATEWAY_LISTEN", "127.0.0.1:0")],
     );
     let other = t.tokens.pop().unwrap();
-    t.tokens.pop();
+    let admin = t.tokens.pop().unwrap();
     let ops = t.tokens.pop().unwrap();
     let quote = |s: &str| s.replace('\'', "'\\''");
     let script = format!(
@@ -122,7 +124,13 @@ fn fixture(db: &str) -> Fixture {
         ),
         "target",
     );
-    Fixture { t, ops, other, id }
+    Fixture {
+        t,
+        ops,
+        admin,
+        other,
+        id,
+    }
 }
 
 /// `http://127.0.0.1:PORT` of the gateway listener, as `127.0.0.1:PORT`.
@@ -292,6 +300,41 @@ fn the_gateway_origin_admits_browsers_by_preview_links_only() {
     assert_eq!(
         (again.status, again.error_code()),
         (401, "unauthorized".into())
+    );
+    // The trade is in the tenant's audit log, as the link's tenant and id
+    // (the refused second one has no tenant: the server's admins see it),
+    // without the token.
+    let token = &path[path.find("token=").unwrap() + 6..];
+    // Gateway calls are written in batches, off their path: wait for them.
+    let trades_in = |log: &serde_json::Value| -> Vec<serde_json::Value> {
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["object"]
+                    .as_str()
+                    .is_some_and(|o| o.contains("/__burrow/preview"))
+            })
+            .cloned()
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (log, trades) = loop {
+        let log = ok(f.t.call(&f.admin, "GET", "/v1/audit", None), "audit");
+        let trades = trades_in(&log);
+        if !trades.is_empty() || Instant::now() > deadline {
+            break (log, trades);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(trades.len(), 1, "{log}");
+    assert_eq!(trades[0]["tenant"], "team", "{log}");
+    assert_eq!(trades[0]["token"], preview["id"], "{log}");
+    assert_eq!(trades[0]["outcome"], "ok", "{log}");
+    assert!(
+        !log.to_string().contains(token),
+        "the link's token is in the log"
     );
     // The cookie opens this origin, and the target never sees it.
     let nav = [

@@ -87,7 +87,18 @@ async fn routed(state: &Arc<AppState>, req: Request) -> ApiResult<Response> {
         .into());
     };
     if req.uri().path() == EXCHANGE_PATH {
-        return exchange(state, &id, port, req).await;
+        // Logged as every call of this origin: traded (as the link's
+        // tenant and id) or refused, never with the token.
+        let (method, client) = (
+            req.method().clone(),
+            crate::audit::client_of(req.extensions()),
+        );
+        let res = exchange(state, &id, port, req)
+            .await
+            .unwrap_or_else(IntoResponse::into_response);
+        let who = crate::audit::Who::new(res.extensions().get::<Caller>(), client);
+        crate::audit::gateway_call(state, &who, &id, port, &method, EXCHANGE_PATH, &res).await;
+        return Ok(res);
     }
     let (method, headers) = (req.method().clone(), req.headers().clone());
     let (path, client) = (
@@ -238,6 +249,12 @@ async fn exchange(
     if let Ok(v) = HeaderValue::from_str(&set) {
         h.insert(header::SET_COOKIE, v);
     }
+    // Who traded it, for the audit log.
+    res.extensions_mut().insert(Caller {
+        token: Some(grant.id),
+        tenant: grant.tenant,
+        role: Role::Operator,
+    });
     Ok(res)
 }
 
