@@ -114,7 +114,8 @@ pub(crate) fn str_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, 
         .collect()
 }
 
-/// The `secrets` option: a list of `{"name", "value", "hosts"}`.
+/// The `secrets` option: a list of `{"name", "value", "hosts"}`, each
+/// with optional `"headers"`.
 pub(crate) fn secrets(v: &Value) -> Result<Vec<burrow::Secret>, E> {
     let Value::Array(items) = v else {
         return kit(format!("secrets must be a list, not {v}"));
@@ -129,7 +130,11 @@ pub(crate) fn secrets(v: &Value) -> Result<Vec<burrow::Secret>, E> {
             ) else {
                 return kit(format!("a secret is {{name, value, hosts}}, not {s}"));
             };
-            Ok(burrow::Secret::new(name, value, str_list("hosts", hosts)?))
+            let headers = match s.get("headers") {
+                Some(h) => str_list("headers", h)?,
+                None => Vec::new(),
+            };
+            Ok(burrow::Secret::new(name, value, str_list("hosts", hosts)?).in_headers(headers))
         })
         .collect()
 }
