@@ -123,6 +123,14 @@ export interface ColdStart {
   ms: number;
 }
 
+/** A preview link as made (`POST /v1/gateway/targets/{id}/previews`). */
+export interface PreviewView {
+  id: string;
+  url: string;
+  origin: string;
+  expires_at: number;
+}
+
 export interface TargetView {
   id: string;
   kind: 'sandbox' | 'url';

@@ -9,7 +9,6 @@ import { launch, need, login } from './lib.mjs';
 const base = need('BURROW_CONSOLE_URL');
 const token = need('BURROW_CONSOLE_TOKEN');
 const id = need('BURROW_ATTACK_TARGET');
-const preview = need('BURROW_ATTACK_PREVIEW');
 
 const report = {};
 const browser = await launch();
@@ -38,9 +37,15 @@ try {
     title: await p2.title(),
   };
 
-  // 3. The target's own origin, through a preview link, in the browser
-  // that is logged in to the console: the page runs, and gets nothing of
-  // the console.
+  // 3. The target's own origin, through a preview link made on the
+  // console's targets page, in the browser that is logged in to the
+  // console: the page runs, and gets nothing of the console.
+  await page.goto(`${base}/ui/targets`);
+  await page.getByRole('button', { name: `Make a preview link of ${id}` }).click();
+  const link = page.locator(`#targets tr[data-target-id="${id}"] a[data-preview-id]`);
+  await link.waitFor();
+  const preview = await link.getAttribute('href');
+  report.preview_link = preview;
   const p3 = await viewer.newPage();
   res = await p3.goto(preview);
   report.preview = { status: res.status(), url: p3.url(), body: (await p3.content()).slice(0, 200) };
