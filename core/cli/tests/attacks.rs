@@ -17,6 +17,8 @@ mod gateway_origin;
 mod mcp_scope;
 #[path = "attacks/mounts.rs"]
 mod mounts;
+#[path = "attacks/quotas.rs"]
+mod quotas;
 #[path = "attacks/secrets.rs"]
 mod secrets;
 #[path = "attacks/ssrf.rs"]

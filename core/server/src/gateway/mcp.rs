@@ -39,7 +39,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 
-use super::{connect, upstream_error, upstream_headers};
+use super::{connect, unreached, upstream_error, upstream_headers};
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::store::{ms, now_ms, McpSession, Target};
 
@@ -335,9 +335,17 @@ impl Again {
 }
 
 async fn connect_to(up: &Upstream<'_>) -> ApiResult<SendRequest<Body>> {
-    connect(up.state, &up.target.id, up.sid, up.generation, up.port)
-        .await
-        .map_err(|e| upstream_error(up.state, &up.target.id, &e.to_string()))
+    let tenant = &up.target.tenant;
+    connect(
+        up.state,
+        tenant,
+        &up.target.id,
+        up.sid,
+        up.generation,
+        up.port,
+    )
+    .await
+    .map_err(|e| unreached(up.state, &up.target.id, e))
 }
 
 /// The server's id for `session` after it was found missing: re-established

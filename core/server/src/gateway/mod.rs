@@ -276,7 +276,8 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request, via: Via) -> A
                     (r.generation, r.started)
                 }
             };
-            let conn = match connect(state, id, &sid, generation, to).await {
+            let tenant = &target.tenant;
+            let conn = match connect(state, tenant, id, &sid, generation, to).await {
                 Ok(c) => c,
                 Err(e) if !cold && gone(&e) => {
                     // Ready on record but not running (stopped outside the
@@ -292,11 +293,11 @@ async fn serve(state: &Arc<AppState>, id: &str, mut req: Request, via: Via) -> A
                     )
                     .await?;
                     (generation, cold) = (r.generation, r.started);
-                    connect(state, id, &sid, generation, to)
+                    connect(state, tenant, id, &sid, generation, to)
                         .await
-                        .map_err(|e| upstream_error(state, id, &e.to_string()))?
+                        .map_err(|e| unreached(state, id, e))?
                 }
-                Err(e) => return Err(upstream_error(state, id, &e.to_string())),
+                Err(e) => return Err(unreached(state, id, e)),
             };
             if cold {
                 note_cold_start(state, id, began_ms, began.elapsed());
@@ -377,6 +378,28 @@ fn upstream_error(state: &AppState, id: &str, detail: &str) -> ApiError {
     ApiError::bad_gateway(Error::Protocol {
         reason: format!("gateway target {id} did not answer"),
     })
+}
+
+/// A connection into a sandbox that could not be made: the tenant's own
+/// refusal (its quota, when the connection would have woken the target)
+/// as such, anything else as [`upstream_error`].
+fn unreached(state: &AppState, id: &str, e: Error) -> ApiError {
+    if e.code() == ErrorCode::QuotaExceeded {
+        return e.into();
+    }
+    upstream_error(state, id, &e.to_string())
+}
+
+/// The engine as `tenant` sees it: the gateway's handles of its sandboxes
+/// act through it, so that whatever starts one (a tunnel that wakes a
+/// reclaimed target included) is its start, within its quota and policy.
+fn tenants_engine(state: &AppState, tenant: &str) -> Arc<dyn burrow::Backend> {
+    Caller {
+        token: None,
+        tenant: tenant.to_owned(),
+        role: crate::tenancy::Role::Admin,
+    }
+    .engine(state)
 }
 
 /// Whether the target keeps the connection open after this response.
@@ -507,10 +530,11 @@ fn via(h: &mut HeaderMap) {
     h.append(header::VIA, HeaderValue::from_static("1.1 burrow"));
 }
 
-/// An HTTP connection into the sandbox: an idle one of this generation, or
-/// a new one over a fresh tunnel.
+/// An HTTP connection into the sandbox of `tenant`: an idle one of this
+/// generation, or a new one over a fresh tunnel.
 async fn connect(
     state: &Arc<AppState>,
+    tenant: &str,
     id: &str,
     sid: &SandboxId,
     generation: i64,
@@ -527,7 +551,8 @@ async fn connect(
     let sandbox = match state.gateway.sandbox(id, generation) {
         Some(s) => s,
         None => {
-            let info = state.engine.get_by_id(sid).await?;
+            let engine = tenants_engine(state, tenant);
+            let info = engine.get_by_id(sid).await?;
             if info.status != burrow::Status::Running {
                 return Err(Error::InvalidState {
                     operation: "proxy".into(),
@@ -536,7 +561,7 @@ async fn connect(
                     status: info.status,
                 });
             }
-            let s = Sandbox::from_info(state.engine.clone(), &info);
+            let s = Sandbox::from_info(engine, &info);
             state.gateway.remember(id, generation, s.clone());
             s
         }

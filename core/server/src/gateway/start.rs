@@ -9,7 +9,6 @@ use burrow::{Error, ErrorCode, GuestErrorCode, Sandbox, SandboxId, StartOptions}
 
 use crate::app::{ApiError, ApiResult, AppState};
 use crate::store::{ms, now_ms, RuntimeState};
-use crate::tenancy::{Caller, Role};
 
 /// A `starting` row older than `startup_timeout` plus this is stranded (its
 /// replica died mid-start) and may be claimed again.
@@ -120,22 +119,18 @@ async fn run_start(
             *g = p;
         }
     };
-    // The start is the tenant's, within its quotas; the rest (the port,
-    // the calls) acts on the engine as it is.
-    let tenants = Caller {
-        token: None,
-        tenant,
-        role: Role::Admin,
-    }
-    .engine(&state);
+    // The start is the tenant's, within its quotas, and so is the handle
+    // the command and the port's probes (and later calls) go through: a
+    // tunnel that wakes the sandbox again starts it as the tenant's.
+    let tenants = super::tenants_engine(&state, &tenant);
     let work = async {
         let info = engine.get_by_id(&sid).await?;
         name = info.name.clone();
         let opts = StartOptions::default().detached(true);
         let theirs = tenants.get_by_id(&sid).await?;
         tenants.connect_or_start(&theirs.name, &sid, opts).await?;
-        let info = engine.get_by_id(&sid).await?;
-        let sandbox = Sandbox::from_info(engine.clone(), &info);
+        let info = tenants.get_by_id(&sid).await?;
+        let sandbox = Sandbox::from_info(tenants.clone(), &info);
         if let Some(argv) = &command {
             set_phase(
                 "running the target's command, which has not returned (it must start \

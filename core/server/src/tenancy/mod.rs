@@ -8,9 +8,13 @@
 //! so a server that never defines a tenant works as before; the unix
 //! socket, and a server without auth, act as its admin.
 
+mod limits;
 mod policy;
 pub mod quota;
 mod scoped;
+#[cfg(test)]
+mod scoped_tests;
+mod wake;
 
 use std::sync::Arc;
 
@@ -19,7 +23,7 @@ use axum::http::request::Parts;
 use axum::http::Method;
 use burrow::{Backend, Error};
 
-pub use policy::TenantPolicy;
+pub use policy::{SandboxLimits, TenantPolicy};
 pub use scoped::Scoped;
 
 use crate::app::{ApiError, AppState};

@@ -12,19 +12,29 @@
 //! and a rule or an image reference that names such an address outright is
 //! refused at once (`invalid_config`), so nothing is accepted that could
 //! never work. The default tenant keeps the engine's own freedom (it is
-//! the operator's). Allowed images and registries, mount targets and
-//! limits belong here too, as further fields checked by the same calls.
+//! the operator's).
+//!
+//! It holds the limits of the tenant's sandboxes too ([`SandboxLimits`]):
+//! a sandbox that names none is given what the tenant's quotas count it
+//! at, so that none runs with more than it is counted for. Allowed images
+//! and registries and mount targets belong here too, as further fields
+//! checked by the same calls.
 
 use burrow::{Error, Modify, Network, Result, SandboxConfig};
 use burrow_net::ceiling::{host_addresses, rule_reaches_denied};
 use burrow_net::{Ceiling, Rule};
 
+pub use super::limits::SandboxLimits;
+
 /// What a tenant's sandboxes may be and reach.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TenantPolicy {
     /// The egress ceiling put on each of the tenant's sandboxes (`None`:
     /// none, the default tenant's freedom).
     pub egress: Option<Ceiling>,
+    /// The limits each of the tenant's sandboxes is given and may ask for
+    /// (`None`: the engine's, the default tenant's freedom).
+    pub limits: Option<SandboxLimits>,
 }
 
 impl TenantPolicy {
@@ -34,12 +44,14 @@ impl TenantPolicy {
     }
 
     /// Another tenant's: the egress ceiling, its images' pulls reaching
-    /// the denied addresses the operator's `[outbound] allow` names.
+    /// the denied addresses the operator's `[outbound] allow` names; and
+    /// limits, by default what its quotas count.
     pub fn scoped(outbound_allow: &[Rule]) -> TenantPolicy {
         TenantPolicy {
             egress: Some(Ceiling {
                 pull_allow: outbound_allow.to_vec(),
             }),
+            limits: Some(SandboxLimits::counted()),
         }
     }
 
@@ -53,14 +65,18 @@ impl TenantPolicy {
     }
 
     /// Checks a new sandbox's configuration (a create, a restore, a claim)
-    /// and puts the tenant's ceiling on it.
+    /// and puts the tenant's ceiling and limits on it.
     pub fn check_create(&self, config: &mut SandboxConfig) -> Result<()> {
-        let Some(ceiling) = &self.egress else {
-            return Ok(());
-        };
-        check_network(&config.network, "network")?;
-        check_image(&config.image, ceiling)?;
-        config.egress_ceiling = Some(ceiling.clone());
+        if let Some(ceiling) = &self.egress {
+            check_network(&config.network, "network")?;
+            check_image(&config.image, ceiling)?;
+        }
+        if let Some(limits) = &self.limits {
+            limits.fill(config)?;
+        }
+        if let Some(ceiling) = &self.egress {
+            config.egress_ceiling = Some(ceiling.clone());
+        }
         Ok(())
     }
 
@@ -69,11 +85,15 @@ impl TenantPolicy {
         self.check_create(config)
     }
 
-    /// Checks changes to one of the tenant's sandboxes.
-    pub fn check_modify(&self, changes: &Modify) -> Result<()> {
-        match (&self.egress, &changes.network) {
-            (Some(_), Some(network)) => check_network(network, "network"),
-            _ => Ok(()),
+    /// Checks changes to one of the tenant's sandboxes (a limit removed
+    /// gets the tenant's default instead).
+    pub fn check_modify(&self, changes: &mut Modify) -> Result<()> {
+        if let (Some(_), Some(network)) = (&self.egress, &changes.network) {
+            check_network(network, "network")?;
+        }
+        match &self.limits {
+            Some(limits) => limits.fill_modify(changes),
+            None => Ok(()),
         }
     }
 
@@ -88,19 +108,22 @@ impl TenantPolicy {
         self.holds(config)
     }
 
-    /// Whether a stored configuration is under the tenant's ceiling (one
-    /// made before the tenant had it is not: it is refused, never run
-    /// without).
+    /// Whether a stored configuration is under the tenant's ceiling and
+    /// has its limits (one made before the tenant had them does not: it is
+    /// refused, never run without).
     fn holds(&self, config: &SandboxConfig) -> Result<()> {
-        if self.egress.is_none() || config.egress_ceiling.is_some() {
-            return Ok(());
+        if self.egress.is_some() && config.egress_ceiling.is_none() {
+            return Err(Error::InvalidConfig {
+                field: "network".into(),
+                reason: "the sandbox was made without its tenant's egress ceiling; \
+                         create it again"
+                    .into(),
+            });
         }
-        Err(Error::InvalidConfig {
-            field: "network".into(),
-            reason: "the sandbox was made without its tenant's egress ceiling; \
-                     create it again"
-                .into(),
-        })
+        match &self.limits {
+            Some(limits) => limits.holds(config),
+            None => Ok(()),
+        }
     }
 }
 
@@ -218,7 +241,7 @@ mod tests {
             assert!(c.egress_ceiling.is_none());
             let mut changes = Modify::default();
             changes.network = Some(c.network.clone());
-            assert!(p.check_modify(&changes).is_err(), "{rule}");
+            assert!(p.check_modify(&mut changes).is_err(), "{rule}");
         }
         // The host's own addresses, by their exact IP.
         if let Some(a) = host_addresses().into_iter().find(|a| !a.is_loopback()) {
@@ -236,6 +259,50 @@ mod tests {
         );
         TenantPolicy::unrestricted().check_create(&mut c).unwrap();
         assert!(c.egress_ceiling.is_none());
+        assert_eq!((c.memory_mb, c.cpus), (None, None));
+    }
+
+    #[test]
+    fn a_tenants_sandbox_gets_the_limits_its_quota_counts() {
+        use crate::tenancy::quota::{DEFAULT_CPUS, DEFAULT_MEMORY_MB};
+        let p = TenantPolicy::scoped(&[]);
+        let mut c = config(serde_json::json!("none"), "busybox");
+        p.check_create(&mut c).unwrap();
+        assert_eq!(
+            (c.memory_mb, c.cpus),
+            (Some(DEFAULT_MEMORY_MB), Some(DEFAULT_CPUS))
+        );
+        let mut pool = config(serde_json::json!("none"), "busybox");
+        pool.memory_mb = Some(256);
+        p.check_pool(&mut pool).unwrap();
+        assert_eq!((pool.memory_mb, pool.cpus), (Some(256), Some(DEFAULT_CPUS)));
+        let mut unset = Modify::default();
+        unset.memory_mb = Some(None);
+        p.check_modify(&mut unset).unwrap();
+        assert_eq!(unset.memory_mb, Some(Some(DEFAULT_MEMORY_MB)));
+        // A limit of the policy's own maximum.
+        let capped = TenantPolicy {
+            limits: Some(SandboxLimits {
+                max_memory_mb: Some(1024),
+                ..SandboxLimits::counted()
+            }),
+            ..TenantPolicy::scoped(&[])
+        };
+        let mut big = config(serde_json::json!("none"), "busybox");
+        big.memory_mb = Some(2048);
+        let e = capped.check_create(&mut big).unwrap_err();
+        assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig);
+        assert!(
+            big.egress_ceiling.is_none(),
+            "a refused config is left alone"
+        );
+        // The default tenant's: the engine's freedom.
+        let mut unset = Modify::default();
+        unset.memory_mb = Some(None);
+        TenantPolicy::unrestricted()
+            .check_modify(&mut unset)
+            .unwrap();
+        assert_eq!(unset.memory_mb, Some(None));
     }
 
     #[test]
@@ -279,5 +346,18 @@ mod tests {
         p.check_start(&held).unwrap();
         p.check_fork(&held).unwrap();
         TenantPolicy::unrestricted().check_start(&bare).unwrap();
+        // Under the ceiling but without limits (made before the tenant had
+        // them): refused too, by the limit's name.
+        let mut unlimited = held.clone();
+        unlimited.memory_mb = None;
+        for e in [
+            p.check_start(&unlimited).unwrap_err(),
+            p.check_fork(&unlimited).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&e, Error::InvalidConfig { field, .. } if field == "memory_mb"),
+                "{e}"
+            );
+        }
     }
 }

@@ -10,7 +10,23 @@
 //! while it has limits; a tenant without limits takes no turn.
 //!
 //! A sandbox's CPUs and memory count while it has a runtime; one without
-//! limits counts as [`DEFAULT_CPUS`] and [`DEFAULT_MEMORY_MB`].
+//! limits counts as [`DEFAULT_CPUS`] and [`DEFAULT_MEMORY_MB`], which are
+//! the limits a tenant's sandbox that names none is given (its policy's
+//! defaults, [`super::SandboxLimits`]): it never runs with more than it
+//! is counted for.
+//!
+//! Every path that starts a sandbox for a tenant goes through its view
+//! ([`Scoped`]) and so through its turn, once per path shape: a start, a
+//! connect-or-start and a restart (`start_demand`); a create that may
+//! claim a pool's running sandbox (a restore from a snapshot is a create,
+//! started like any other); a fork (its copies start); a pool's size (its
+//! warm sandboxes count as running; the engine's refills keep the size
+//! counted); a wake on the runtime stream, which starts an idle-reclaimed
+//! sandbox as the tenant's connect-or-start, never as the engine's own
+//! demand start (see `super::wake`). The gateway's start and its handles
+//! of a target (whose tunnels may wake it) are the target's tenant's view
+//! too; the server starts nothing else of a tenant's on its own (the
+//! reaper only stops).
 
 use std::future::Future;
 

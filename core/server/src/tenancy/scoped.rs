@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::limits::names_no_limit;
 use super::policy::TenantPolicy;
 use super::quota::{Demand, QuotaCtx};
 
@@ -34,7 +35,7 @@ const VOLUME_SCOPE_PREFIX: &str = burrow::model::SCOPED_VOLUME_PREFIX;
 /// The engine as one tenant sees it.
 #[derive(Debug, Clone)]
 pub struct Scoped {
-    inner: Arc<dyn Backend>,
+    pub(super) inner: Arc<dyn Backend>,
     /// `None`: the default tenant (names without a scope).
     scope: Option<String>,
     /// Whose limits apply (none: no limits).
@@ -311,7 +312,7 @@ impl Scoped {
     }
 
     /// Runs a call by id through [`Self::target`].
-    async fn by_id<T, F, Fut>(&self, name: &str, id: &SandboxId, call: F) -> Result<T>
+    pub(super) async fn by_id<T, F, Fut>(&self, name: &str, id: &SandboxId, call: F) -> Result<T>
     where
         F: FnOnce(String, SandboxId) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
@@ -349,6 +350,7 @@ impl Backend for Scoped {
 
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         req.name = self.engine_name(&req.name)?;
+        let defaulted = self.policy.limits.is_some() && names_no_limit(&req.config);
         self.policy.check_create(&mut req.config)?;
         self.config_in(&mut req.config)?;
         // A create that may claim a pool's sandbox counts as a start.
@@ -356,9 +358,14 @@ impl Backend for Scoped {
             true => Demand::started(&req.config, 1, true),
             false => Demand::defined(1),
         };
-        let r = self
-            .within_quota(async { Ok(demand) }, self.inner.create(req))
-            .await;
+        let config = req.config.clone();
+        let make = |config| {
+            let mut req = req.clone();
+            req.config = config;
+            self.inner.create(req)
+        };
+        let op = self.on_this_host(config, defaulted, make);
+        let r = self.within_quota(async { Ok(demand) }, op).await;
         self.out(r, |i| self.info_out(i))
     }
 
@@ -490,10 +497,8 @@ impl Backend for Scoped {
     }
 
     async fn open_runtime(&self, name: &str, id: &SandboxId, wake: bool) -> Result<RuntimeStream> {
-        self.by_id(name, id, |n, i| async move {
-            self.inner.open_runtime(&n, &i, wake).await
-        })
-        .await
+        // A wake is the tenant's own start (see `super::wake`).
+        self.open_woken(name, id, wake).await
     }
 
     async fn detach(&self, name: &str, id: &SandboxId) -> Result<SandboxInfo> {
@@ -533,7 +538,9 @@ impl Backend for Scoped {
     }
 
     async fn modify(&self, name: &str, id: &SandboxId, changes: &Modify) -> Result<ModifyPlan> {
-        self.policy.check_modify(changes)?;
+        let mut changes = changes.clone();
+        self.policy.check_modify(&mut changes)?;
+        let changes = &changes;
         // More CPUs or memory for a running sandbox count against the
         // tenant's sums.
         let demand = async {
@@ -639,13 +646,19 @@ impl Backend for Scoped {
 
     async fn create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
         spec.name = self.engine_name(&spec.name)?;
+        let defaulted = self.policy.limits.is_some() && names_no_limit(&spec.config);
         self.policy.check_pool(&mut spec.config)?;
         self.config_in(&mut spec.config)?;
         let demand = Demand::warm(&spec.config, u64::from(spec.size));
         let demand = async { Ok(demand) };
-        let r = self
-            .within_quota(demand, self.inner.create_pool(spec))
-            .await;
+        let config = spec.config.clone();
+        let make = |config| {
+            let mut spec = spec.clone();
+            spec.config = config;
+            self.inner.create_pool(spec)
+        };
+        let op = self.on_this_host(config, defaulted, make);
+        let r = self.within_quota(demand, op).await;
         self.out(r, |p| self.pool_out(p))
     }
 
