@@ -273,7 +273,7 @@ fn hello() -> GuestMsg {
 
 /// Reads the host's hello (the first frame of a session), which answers
 /// ours with the version the session speaks; the writer follows it.
-fn await_hello(agent: &Arc<Agent>, reader: &mut impl std::io::Read) {
+fn await_hello(agent: &Arc<Agent>, reader: &mut channel::Reader) {
     match channel::read_frame(reader) {
         Ok(Some(Incoming::Msg(HostMsg::Hello { version, .. })))
             if (OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) =>
@@ -302,11 +302,11 @@ fn await_hello(agent: &Arc<Agent>, reader: &mut impl std::io::Read) {
 /// this one run on): returned, to be handled as any other.
 fn resume_session(
     agent: &Arc<Agent>,
-    reader: &mut impl std::io::Read,
+    reader: &mut channel::Reader,
     on_resume: Option<ResumeHook>,
 ) -> Option<Incoming> {
     info!("suspended: waiting to be resumed");
-    let (header, body) = match burrow_protocol::read_raw(reader) {
+    let (header, body) = match channel::read_raw(reader) {
         Ok(Some(frame)) => frame,
         Ok(None) => {
             info!("channel closed while suspended: shutting down");

@@ -5,9 +5,15 @@
 //! concurrent requests never interleave; everyone else hands it messages
 //! through an [`Outbox`] (a bounded queue: a slow host slows producers down
 //! instead of growing memory without limit).
+//!
+//! A frame the host began arrives whole at once; one that stops half-way
+//! for [`STALL_POLLS`] seconds is given up as a broken channel (a guest
+//! process that wrote a bare length word into the agent's input would
+//! otherwise have the agent swallow the host's next frames as its body,
+//! and every call wait for ever).
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -16,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use burrow_protocol::{
-    decode, decode_frame, read_raw, write_message, FrameError, GuestMsg, HostMsg, MAX_CHUNK,
+    decode, decode_frame, write_message, FrameError, GuestMsg, HostMsg, MAX_CHUNK,
 };
 
 use crate::log::{info, warning};
@@ -24,6 +30,12 @@ use crate::sys;
 
 /// Frames the writer may buffer before producers block.
 const OUTBOX_DEPTH: usize = 64;
+
+/// Seconds a frame the host began may go without a byte more.
+pub const STALL_POLLS: u32 = 10;
+
+/// The input half of the channel as the agent reads it.
+pub type Reader = BufReader<File>;
 
 /// Both halves of the channel, as fresh CLOEXEC fds.
 #[derive(Debug)]
@@ -327,9 +339,82 @@ pub enum Incoming {
 }
 
 /// Blocking read of one host frame. `Ok(None)` is a clean end of stream.
-/// Errors (`TooLarge`, `Truncated`, `Io`) leave the stream out of sync.
-pub fn read_frame(r: &mut impl Read) -> Result<Option<Incoming>, FrameError> {
+/// Errors (`TooLarge`, `Truncated`, `Io`, a frame stalled half-way) leave
+/// the stream out of sync.
+pub fn read_frame(r: &mut Reader) -> Result<Option<Incoming>, FrameError> {
     Ok(read_raw(r)?.map(|(header, body)| incoming(header, body)))
+}
+
+/// Blocking read of one host frame's header and body, not decoded: as
+/// [`burrow_protocol::read_raw`], and an `Io` error of kind `TimedOut`
+/// once a frame has begun and [`STALL_POLLS`] seconds pass without a byte
+/// more of it. Waiting for a frame to begin has no bound.
+pub fn read_raw(r: &mut Reader) -> Result<Option<(burrow_protocol::Header, Vec<u8>)>, FrameError> {
+    burrow_protocol::read_raw(&mut Guarded::new(r, STALL_POLLS, 1000))
+}
+
+/// Reads through a [`Reader`], bounding the wait for each read once the
+/// first byte came.
+struct Guarded<'a> {
+    inner: &'a mut Reader,
+    begun: bool,
+    /// Quiet polls in a row that give a frame up, and each one's length.
+    polls: u32,
+    poll_ms: libc::c_int,
+}
+
+impl<'a> Guarded<'a> {
+    fn new(inner: &'a mut Reader, polls: u32, poll_ms: libc::c_int) -> Self {
+        Guarded {
+            inner,
+            begun: false,
+            polls,
+            poll_ms,
+        }
+    }
+
+    /// Waits until the channel has bytes (or hung up, which the read then
+    /// reports). A frozen guest's poll may come back with nothing at the
+    /// thaw: that costs one poll, never the frame.
+    fn wait_readable(&self) -> io::Result<()> {
+        let fd = self.inner.get_ref().as_raw_fd();
+        let mut quiet = 0;
+        loop {
+            let mut p = sys::pollfd(Some(fd), libc::POLLIN);
+            // SAFETY: `p` is one valid, exclusively borrowed pollfd.
+            match unsafe { libc::poll(&mut p, 1, self.poll_ms) } {
+                n if n > 0 => return Ok(()),
+                0 => {
+                    quiet += 1;
+                    if quiet >= self.polls {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the host stopped in the middle of a frame",
+                        ));
+                    }
+                }
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Read for Guarded<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.begun && self.inner.buffer().is_empty() {
+            self.wait_readable()?;
+        }
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.begun = true;
+        }
+        Ok(n)
+    }
 }
 
 /// A host frame read raw ([`read_raw`]), as a message of the session.
@@ -359,5 +444,55 @@ pub fn describe(ch: &Channel, path: Option<&Path>) {
             ch.reader.as_fd().as_raw_fd()
         ),
         None => info!("channel: stdin/stdout"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::OwnedFd;
+
+    use super::*;
+
+    fn pipe() -> (Reader, File) {
+        let (r, w): (OwnedFd, OwnedFd) = sys::pipe().unwrap();
+        (BufReader::new(File::from(r)), File::from(w))
+    }
+
+    #[test]
+    fn a_frame_stalled_half_way_is_given_up() {
+        let (mut r, mut w) = pipe();
+        // A length word that promises 64 bytes, and 3 of them.
+        w.write_all(&[0, 0, 0, 64, b'{', b'"', b't']).unwrap();
+        let started = Instant::now();
+        let got = burrow_protocol::read_raw(&mut Guarded::new(&mut r, 3, 20));
+        match got {
+            Err(FrameError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut),
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() >= Duration::from_millis(60));
+    }
+
+    #[test]
+    fn waiting_between_frames_is_unbounded_and_a_slow_frame_is_fine() {
+        let (mut r, mut w) = pipe();
+        let writer = std::thread::spawn(move || {
+            // Nothing for longer than the stall limit, then a frame that
+            // comes in pieces, each within it.
+            std::thread::sleep(Duration::from_millis(150));
+            let frame = burrow_protocol::encode(&HostMsg::Cancel { id: 7 });
+            for piece in frame.chunks(3) {
+                w.write_all(piece).unwrap();
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        });
+        let got = burrow_protocol::read_raw(&mut Guarded::new(&mut r, 3, 20)).unwrap();
+        let (header, body) = got.unwrap();
+        assert!(matches!(
+            incoming(header, body),
+            Incoming::Msg(HostMsg::Cancel { id: 7 })
+        ));
+        writer.join().unwrap();
     }
 }

@@ -12,9 +12,11 @@ use burrow_protocol::{
     DEFAULT_WINDOW, FLOW_CONTROL_VERSION, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use super::frames::{read_frame, write_frame, write_message};
+pub use super::health::ChannelEnd;
+use super::health::{Counted, ReadProgress};
 pub use super::request::RequestHandle;
 use super::request::{lost, Credit, Mode};
 use crate::error::{Error, Result};
@@ -97,6 +99,10 @@ pub(super) struct Inner {
     pub(super) pending: Pending,
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
+    /// How the channel ended, once the reader has stopped.
+    ended: watch::Receiver<Option<ChannelEnd>>,
+    /// What the reader has consumed.
+    progress: Arc<ReadProgress>,
     /// The protocol version of the channel.
     version: u32,
     // Read by the supervisor (feature `local`), which checks the agent's hello.
@@ -208,12 +214,18 @@ impl AgentClient {
         let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
         let pending: Pending = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
+        let (ended_tx, ended) = watch::channel(None);
+        let progress = Arc::new(ReadProgress::default());
         tokio::spawn(write_loop(writer, rx, version, closed.clone()));
         tokio::spawn(read_loop(
-            reader,
-            pending.clone(),
-            tx.clone(),
-            closed.clone(),
+            Counted::new(reader, progress.clone()),
+            Reader {
+                pending: pending.clone(),
+                tx: tx.clone(),
+                closed: closed.clone(),
+                ended: ended_tx,
+                progress: progress.clone(),
+            },
         ));
         Ok(AgentClient {
             inner: Arc::new(Inner {
@@ -221,6 +233,8 @@ impl AgentClient {
                 pending,
                 next_id: AtomicU64::new(1),
                 closed,
+                ended,
+                progress,
                 version,
                 hello,
             }),
@@ -242,6 +256,24 @@ impl AgentClient {
     /// Whether the channel is gone.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst) || self.inner.tx.is_closed()
+    }
+
+    /// Waits until the reader has stopped, and says why: the peer closed
+    /// the channel, or broke it with bytes that are not the protocol (see
+    /// [`super::health`]). Every request pending then has ended.
+    pub async fn ended(&self) -> ChannelEnd {
+        let mut rx = self.inner.ended.clone();
+        let end = match rx.wait_for(Option::is_some).await {
+            Ok(end) => end.clone(),
+            Err(_) => None,
+        };
+        end.unwrap_or_else(|| ChannelEnd::Closed("the channel's reader stopped".into()))
+    }
+
+    /// Bytes read from the peer so far, and whether the last of them
+    /// began a frame that has not arrived whole.
+    pub fn read_progress(&self) -> (u64, bool) {
+        self.inner.progress.get()
     }
 
     fn open(&self, mode: Mode, make: impl FnOnce(u64) -> HostMsg) -> Result<RequestHandle> {
@@ -415,25 +447,37 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     let _ = w.shutdown().await;
 }
 
-/// Reader: dispatches frames by request id, applies the peer's windows
-/// and enforces ours; on EOF or an error every pending request sees its
-/// stream end.
-async fn read_loop<R: AsyncRead + Unpin>(
-    mut reader: R,
+/// What the reader task shares with the client.
+struct Reader {
     pending: Pending,
     tx: mpsc::UnboundedSender<Outgoing>,
     closed: Arc<AtomicBool>,
-) {
+    ended: watch::Sender<Option<ChannelEnd>>,
+    progress: Arc<ReadProgress>,
+}
+
+/// Reader: dispatches frames by request id, applies the peer's windows
+/// and enforces ours; on EOF or an error every pending request sees its
+/// stream end, and [`AgentClient::ended`] says how.
+async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, shared: Reader) {
+    let Reader {
+        pending,
+        tx,
+        closed,
+        ended,
+        progress,
+    } = shared;
     let lock = || pending.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
+    let end = loop {
         let msg = match read_frame::<_, GuestMsg>(&mut reader).await {
             Ok(Some(msg)) => msg,
-            Ok(None) => break,
+            Ok(None) => break ChannelEnd::Closed("the peer closed the channel".into()),
             Err(e) => {
                 tracing::warn!(error = %e, "reading from the sandbox channel failed");
-                break;
+                break ChannelEnd::of(&e);
             }
         };
+        progress.frame_done();
         let id = match &msg {
             GuestMsg::Stdout { id, data } | GuestMsg::Stderr { id, data } => {
                 let mut map = lock();
@@ -445,7 +489,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 if overran {
                     // A peer that ignores the window would grow this
                     // process's memory: the request fails instead.
-                    let route = map.remove(id).expect("looked up above");
+                    let Some(route) = map.remove(id) else {
+                        continue;
+                    };
                     drop(map);
                     overrun(*id, route, &tx);
                     continue;
@@ -478,14 +524,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             GuestMsg::Fatal { error } => {
                 tracing::warn!(%error, "peer closed the channel");
-                break;
+                break ChannelEnd::Closed(format!("the peer gave up: {error}"));
             }
             GuestMsg::Hello { .. } => continue,
         };
         if let Some(route) = lock().get(&id) {
             let _ = route.tx.send(msg);
         }
-    }
+    };
     let mut map = lock();
     closed.store(true, Ordering::SeqCst);
     for (_, route) in map.drain() {
@@ -493,6 +539,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
             c.input.close();
         }
     }
+    drop(map);
+    ended.send_replace(Some(end));
 }
 
 /// The peer sent more output than request `id` had credit for: the

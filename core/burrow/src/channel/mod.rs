@@ -8,6 +8,7 @@
 
 pub(crate) mod client;
 pub(crate) mod frames;
+pub(crate) mod health;
 pub mod relay;
 pub(crate) mod request;
 

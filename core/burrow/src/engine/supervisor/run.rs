@@ -1,9 +1,11 @@
 //! The state of one live run and the loop that decides how it ends: control
 //! commands, the idle reaper, the max-duration timer, drain, the owner
-//! watch and signals. What it does to the guest goes through
-//! [`GuestProcess`], what it records through [`RunRecord`], so the loop runs
-//! the same over a container, a VM, or a plain host process under a paused
-//! test clock (see the tests). The orderly end itself is in `serve`.
+//! watch, signals, and the agent channel (broken, closed under a guest that
+//! lives on, or stuck in the middle of a frame: the run has crashed). What
+//! it does to the guest goes through [`GuestProcess`], what it records
+//! through [`RunRecord`], so the loop runs the same over a container, a VM,
+//! or a plain host process under a paused test clock (see the tests). The
+//! orderly end itself is in `serve`.
 
 use std::time::Duration;
 
@@ -16,6 +18,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::{recv_signal, wait_owner, Command, Reply, DEFAULT_GRACE};
+use crate::channel::client::ChannelEnd;
+use crate::channel::health::StallWatch;
 use crate::channel::relay::Relay;
 use crate::engine::driver::{GuestExit, GuestProcess};
 use crate::engine::procs::ProcIdentity;
@@ -37,7 +41,22 @@ pub(super) enum End {
     Hibernate,
     Kill,
     GuestExited(Result<GuestExit>),
+    /// The agent channel is of no more use while the guest lives on: broken
+    /// by bytes that are not the protocol, stuck in the middle of a frame,
+    /// or closed without the guest exiting. The guest is killed and the run
+    /// recorded as crashed (what it says): callers get that answer at once
+    /// instead of waiting on a run that can serve nothing.
+    AgentLost(String),
 }
+
+/// Looks at the agent channel (one a second, while the guest runs) that
+/// find it in the middle of a frame without a byte more before the run is
+/// ended: a frame the agent began arrives whole in far less.
+const STALL_LOOKS: u32 = 10;
+
+/// How long a guest whose agent closed the channel has to exit by itself
+/// (its agent shutting down) before it is killed.
+const CLOSED_GRACE: Duration = Duration::from_secs(5);
 
 /// What the loop reads from and writes to the sandbox's record.
 #[async_trait]
@@ -191,8 +210,42 @@ impl<'a> Run<'a> {
     pub async fn until_end(&mut self, inputs: &mut Inputs<'_>) -> End {
         let mut in_flight = self.relay.in_flight_changes();
         let mut tick = self.policy.tick();
+        let agent = self.relay.agent().clone();
+        let mut stall = StallWatch::new(STALL_LOOKS);
+        let mut looks = tokio::time::interval(Duration::from_secs(1));
+        looks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // The agent closed the channel: the guest's deadline to exit.
+        let mut closed: Option<(Instant, String)> = None;
         loop {
+            let exit_by = closed.as_ref().map_or_else(Instant::now, |(at, _)| *at);
             tokio::select! {
+                end = agent.ended(), if closed.is_none() => match end {
+                    ChannelEnd::Corrupt(why) => {
+                        tracing::warn!(sandbox = %self.id, %why, "the agent channel is corrupt: ending the run");
+                        return End::AgentLost(format!("the agent channel broke: {why}"));
+                    }
+                    ChannelEnd::Closed(why) => {
+                        tracing::info!(sandbox = %self.id, %why, "the agent channel closed");
+                        closed = Some((Instant::now() + CLOSED_GRACE, why));
+                    }
+                },
+                _ = tokio::time::sleep_until(exit_by), if closed.is_some() => {
+                    let why = closed.take().map(|(_, why)| why).unwrap_or_default();
+                    tracing::warn!(sandbox = %self.id, %why, "the agent channel closed and the guest lives on: ending the run");
+                    return End::AgentLost(format!(
+                        "the agent channel closed ({why}) and the guest did not exit"
+                    ));
+                }
+                _ = looks.tick() => {
+                    if self.paused {
+                        stall.reset();
+                    } else if stall.look(agent.read_progress()) {
+                        tracing::warn!(sandbox = %self.id, "the agent channel is stuck in the middle of a frame: ending the run");
+                        return End::AgentLost(format!(
+                            "the agent channel stopped in the middle of a frame for {STALL_LOOKS} s"
+                        ));
+                    }
+                }
                 accepted = accept(inputs.listener) => {
                     if let Ok((stream, _)) = accepted {
                         let relay = self.relay.clone();
@@ -215,6 +268,9 @@ impl<'a> Run<'a> {
                     if let Some(end) = self.on_command(cmd).await {
                         return end;
                     }
+                    // A command may have frozen the guest meanwhile (a
+                    // snapshot): its channel gets its full time again.
+                    stall.reset();
                     if reload {
                         tick = self.policy.tick();
                     }

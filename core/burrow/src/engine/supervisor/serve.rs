@@ -89,6 +89,16 @@ pub(super) async fn serve(args: SuperviseArgs, home: Home, store: Store, booted:
                 _ => (Status::Crashed, ExitReason::Crashed, detail),
             }
         }
+        End::AgentLost(detail) => {
+            if paused {
+                // A frozen guest would not die of the kill until thawed.
+                let _ = guest.resume().await;
+            }
+            let _ = guest.kill().await;
+            let exit = guest.wait().await;
+            let detail = format!("{detail}; {}", describe_exit(&exit));
+            (Status::Crashed, ExitReason::Crashed, detail)
+        }
         End::Kill => {
             let _ = guest.kill().await;
             let exit = guest.wait().await;

@@ -295,6 +295,10 @@ mod tests {
         assert_eq!(decide("socket", AF_VSOCK | 1 << 32), RET_ALLOW);
         assert_eq!(decide("mount", 0), eperm);
         assert_eq!(decide("unshare", 0), eperm);
+        // io_uring is out of the profile: its rings bypass the filter.
+        for ring in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+            assert_eq!(decide(ring, 0), eperm, "{ring}");
+        }
         let p = program();
         assert_eq!(
             run(&p, &data(AUDIT_ARCH_X86_64, 1000, 0)),

@@ -30,8 +30,10 @@ pub(super) struct Generation {
     pub id: String,
     /// Mount points of this generation (rootfs and helpers), innermost last.
     pub mounts: Vec<PathBuf>,
-    /// Bundle directory (config.json and generated files).
+    /// Bundle directory (config.json).
     pub bundle: PathBuf,
+    /// The generated guest files' directory (see `staging`), once made.
+    pub etc: Option<PathBuf>,
     pub network: Option<NetStack>,
     /// The container's host pid, once it runs.
     pub pid: Option<i32>,
@@ -45,6 +47,7 @@ impl Generation {
             id,
             mounts: Vec::new(),
             bundle,
+            etc: None,
             network: None,
             pid: None,
             released: false,
@@ -311,7 +314,12 @@ impl GuestProcess for ContainerGuest {
                 .runtime
                 .error("the container's process is not known".into())
         })?;
-        super::hostname::set(&self.generation.bundle, pid, &super::spec::hostname(name)).await
+        let etc = self.generation.etc.as_deref().ok_or_else(|| {
+            self.generation
+                .runtime
+                .error("the container's generated files are not known".into())
+        })?;
+        super::hostname::set(etc, pid, &super::spec::hostname(name)).await
     }
 
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics> {

@@ -1,7 +1,8 @@
 //! A running container's hostname changed from outside (a claimed warm
 //! sandbox takes its claimer's name): the generated `/etc/hostname` and
-//! `/etc/hosts` rewritten in place (they are bind mounts of the bundle's
-//! files), and the UTS namespace's name set by a child that joins it.
+//! `/etc/hosts` rewritten in place (they are bind mounts of the files in
+//! the generation's tmpfs, see `staging`), and the UTS namespace's name set
+//! by a child that joins it.
 
 use std::fs::File;
 use std::io;
@@ -12,10 +13,10 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 /// Sets the hostname of the container whose init is `pid` to `hostname`
-/// and rewrites the bundle's generated files to match.
-pub(super) async fn set(bundle: &Path, pid: i32, hostname: &str) -> Result<()> {
-    for (name, _, text) in super::identity_files(hostname) {
-        let path = bundle.join(name);
+/// and rewrites the generated files in `etc` to match.
+pub(super) async fn set(etc: &Path, pid: i32, hostname: &str) -> Result<()> {
+    for (name, _, text) in super::staging::identity_files(hostname) {
+        let path = etc.join(name);
         // Written over, not replaced: the container's mount is of this inode.
         std::fs::write(&path, text)
             .map_err(|e| Error::io("rewriting a generated guest file", Some(&path), e))?;

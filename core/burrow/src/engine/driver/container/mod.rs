@@ -47,6 +47,7 @@ pub(crate) mod rootless;
 mod seccomp;
 mod shift;
 pub(crate) mod spec;
+mod staging;
 mod syscalls_x86_64;
 
 pub(crate) use cgroups::MigrationLockWarmer;
@@ -471,11 +472,15 @@ async fn start(
         rootless::check_mapped(uid, gid, &image.reference)?;
     }
     let hostname = spec::hostname(&spec.name);
-    let files = generated_files(
-        &generation.bundle,
+    let (etc, files) = staging::generated_files(
+        &generation.id,
+        &spec.runtime_dir.join("mounts"),
+        &mut generation.mounts,
         &hostname,
         spec.config.network.is_enabled(),
     )?;
+    generation.etc = Some(etc);
+    let agent_bin = staging::agent(&spec.agent_bin)?;
     let controllers = cgroups::Controllers::detect();
     let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
     notes.extend(limit_notes);
@@ -490,7 +495,7 @@ async fn start(
         gid,
         hostname,
         id_base: base,
-        agent_bin: &spec.agent_bin,
+        agent_bin: &agent_bin,
         mounts: &spec.mounts,
         files,
         nofile: spec::nofile_limit(),
@@ -560,32 +565,6 @@ async fn start(
             .error("the runtime process has no stdio pipes".into()));
     };
     Ok((child, stdout, stdin))
-}
-
-/// `/etc/hosts`, `/etc/hostname` and, with networking, `/etc/resolv.conf`.
-fn generated_files(bundle: &Path, hostname: &str, network: bool) -> Result<Vec<spec::FileMount>> {
-    let mut files = Vec::from(identity_files(hostname));
-    if network {
-        files.push(("resolv.conf", "/etc/resolv.conf", network::resolv_conf()));
-    }
-    files
-        .into_iter()
-        .map(|(name, target, text)| {
-            let source = bundle.join(name);
-            fs::write(&source, text)
-                .map_err(|e| Error::io("writing a generated guest file", Some(&source), e))?;
-            Ok(spec::FileMount { source, target })
-        })
-        .collect()
-}
-
-/// The generated files that carry the hostname: the bundle's file, its
-/// place in the guest, its contents.
-fn identity_files(hostname: &str) -> [(&'static str, &'static str, String); 2] {
-    [
-        ("hosts", "/etc/hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
-        ("hostname", "/etc/hostname", format!("{hostname}\n")),
-    ]
 }
 
 /// Starts `<runtime> run` in the foreground: stdin/stdout are the protocol

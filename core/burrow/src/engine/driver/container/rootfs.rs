@@ -18,8 +18,9 @@
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::engine::fault::Fault;
@@ -306,24 +307,19 @@ pub(super) fn mount_point(container_id: &str, record: &Path) -> Result<PathBuf> 
     Ok(target)
 }
 
-/// Mounts the overlay at `target`.
+/// Mounts the overlay at `target`. Its layers are named to the kernel as
+/// `/proc/self/fd/N` of descriptors open on them: the mount's options, in
+/// the guest's mount table as in the host's, then show no host path (and
+/// a path may hold the `,` and `:` that overlayfs's options cannot).
 pub(super) fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<()> {
-    for p in [lower, upper, work] {
-        // overlayfs splits its options on ',' and lowerdir on ':'.
-        if p.as_os_str()
-            .as_bytes()
-            .iter()
-            .any(|b| matches!(b, b',' | b':' | b'\\'))
-        {
-            return Err(Error::InvalidConfig {
-                field: "home".into(),
-                reason: format!(
-                    "{} contains ',', ':' or '\\', which overlayfs cannot take",
-                    p.display()
-                ),
-            });
-        }
-    }
+    let open = |dir: &Path| {
+        File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(|e| Error::io("opening a layer of the rootfs", Some(dir), e))
+    };
+    let (lower, upper, work) = (open(lower)?, open(upper)?, open(work)?);
     // In a user namespace (rootless), overlayfs cannot write its
     // `trusted.*` attributes: without `userxattr` it cannot hide a lower
     // directory that is removed (rmdir fails with EIO); with it, the
@@ -333,18 +329,20 @@ pub(super) fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Pa
     } else {
         ""
     };
+    let fd = |f: &File| format!("/proc/self/fd/{}", f.as_raw_fd());
     let data = format!(
         "lowerdir={},upperdir={},workdir={},index=off{userxattr}",
-        lower.display(),
-        upper.display(),
-        work.display()
+        fd(&lower),
+        fd(&upper),
+        fd(&work)
     );
     let data = CString::new(data).map_err(|_| Error::InvalidConfig {
         field: "home".into(),
         reason: "path contains NUL".into(),
     })?;
     let target_c = cstr(target).map_err(|e| Error::io("mounting the rootfs", Some(target), e))?;
-    // SAFETY: all pointers are valid NUL-terminated strings for the call.
+    // SAFETY: all pointers are valid NUL-terminated strings for the call;
+    // the layers' descriptors are open until it returns.
     let rc = unsafe {
         libc::mount(
             c"overlay".as_ptr(),

@@ -147,15 +147,19 @@ impl RunRecord for FakeRecord {
 }
 
 /// An agent that says hello, answers pings, reports each other request's
-/// id, and answers one when told to.
+/// id, and answers one when told to; it writes raw bytes when told to (a
+/// guest process scribbling on the channel), and closes the channel when
+/// told `None`.
 struct Agent {
     requests: mpsc::UnboundedReceiver<u64>,
     answer: mpsc::UnboundedSender<u64>,
+    raw: mpsc::UnboundedSender<Option<Vec<u8>>>,
 }
 
 fn fake_agent(mut rd: ReadHalf<DuplexStream>, mut wr: WriteHalf<DuplexStream>) -> Agent {
     let (req_tx, requests) = mpsc::unbounded_channel();
     let (answer, mut answer_rx) = mpsc::unbounded_channel::<u64>();
+    let (raw, mut raw_rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
     tokio::spawn(async move {
         // An agent says hello first; the host answers.
         let hello = GuestMsg::Hello {
@@ -182,10 +186,21 @@ fn fake_agent(mut rd: ReadHalf<DuplexStream>, mut wr: WriteHalf<DuplexStream>) -
                     let done = GuestMsg::Response { id, result: Ok(Response::Done) };
                     write_frame(&mut wr, &done).await.unwrap();
                 }
+                Some(raw) = raw_rx.recv() => match raw {
+                    Some(bytes) => {
+                        use tokio::io::AsyncWriteExt;
+                        let _ = wr.write_all(&bytes).await;
+                    }
+                    None => return,
+                },
             }
         }
     });
-    Agent { requests, answer }
+    Agent {
+        requests,
+        answer,
+        raw,
+    }
 }
 
 struct Fixture {
@@ -596,4 +611,74 @@ async fn a_stop_ends_the_run_with_its_grace_and_reason() {
     };
     assert_eq!((grace, reason), (secs(7), ExitReason::Stopped));
     assert_eq!(waiters, 1);
+}
+
+/// What a guest process wrote into the agent's channel ends the run at
+/// once: nothing after it can be read, so nothing could be served.
+#[tokio::test(start_paused = true)]
+async fn garbage_on_the_agent_channel_ends_the_run() {
+    let mut f = Fixture::new().await;
+    let raw = f.agent.raw.clone();
+    let client = f.client().await;
+    let (end, at, ..) = f
+        .run(&config(), async {
+            sleep(secs(30)).await;
+            raw.send(Some(b"garbage, not a frame\n".to_vec())).unwrap();
+            sleep(secs(1)).await;
+            // A request after it is answered, not left waiting.
+            let answer = client.call(Request::Ping).await.unwrap();
+            assert!(answer.is_err(), "{answer:?}");
+        })
+        .await;
+    let End::AgentLost(why) = &end else {
+        panic!("{end:?}")
+    };
+    assert!(why.contains("broke"), "{why}");
+    came(at, 30, secs(1));
+}
+
+/// A length word that promises a body which never comes: the run ends
+/// after the stall limit, counted only while the guest runs.
+#[tokio::test(start_paused = true)]
+async fn a_frame_stuck_half_way_ends_the_run_but_not_while_paused() {
+    let mut f = Fixture::new().await;
+    let raw = f.agent.raw.clone();
+    let commands = f.commands.clone();
+    let (end, at, ..) = f
+        .run(&config(), async {
+            sleep(secs(5)).await;
+            assert!(ask(&commands, |r| Command::Pause { reply: r })
+                .await
+                .unwrap()
+                .is_ok());
+            raw.send(Some(vec![0, 0x3f, 0xff, 0xff])).unwrap();
+            // Frozen for a minute: no verdict.
+            sleep(secs(60)).await;
+            assert!(ask(&commands, |r| Command::Resume { reply: r })
+                .await
+                .unwrap()
+                .is_ok());
+        })
+        .await;
+    assert!(matches!(end, End::AgentLost(_)), "{end:?}");
+    came(at, 65 + u64::from(STALL_LOOKS), secs(2));
+}
+
+/// The agent closed its channel and the guest lives on: after a grace,
+/// the run ends instead of refusing every call until someone kills it.
+#[tokio::test(start_paused = true)]
+async fn a_closed_channel_under_a_living_guest_ends_the_run() {
+    let mut f = Fixture::new().await;
+    let raw = f.agent.raw.clone();
+    let (end, at, ..) = f
+        .run(&config(), async {
+            sleep(secs(10)).await;
+            raw.send(None).unwrap();
+        })
+        .await;
+    let End::AgentLost(why) = &end else {
+        panic!("{end:?}")
+    };
+    assert!(why.contains("closed"), "{why}");
+    came(at, 10 + CLOSED_GRACE.as_secs(), secs(1));
 }
