@@ -13,6 +13,8 @@ mod copy_out;
 mod egress;
 #[path = "attacks/gateway_origin.rs"]
 mod gateway_origin;
+#[path = "attacks/guest.rs"]
+mod guest;
 #[path = "attacks/mcp_scope.rs"]
 mod mcp_scope;
 #[path = "attacks/mounts.rs"]
