@@ -390,7 +390,9 @@ class Runner:
         if "secrets" in opts:
             from burrow import Secret
 
-            opts["secrets"] = [Secret(s["name"], s["value"], s["hosts"]) for s in opts["secrets"]]
+            opts["secrets"] = [
+                Secret(s["name"], s["value"], s["hosts"], headers=s.get("headers", ())) for s in opts["secrets"]
+            ]
         if "volumes" in opts:
             opts["volumes"] = [tuple(v) for v in opts["volumes"]]
         return opts

@@ -128,3 +128,70 @@ async def test_a_secret_reaches_its_host_and_never_the_sandbox(image):
         await Sandbox.define("py-secret-bad", image=image, secrets=secret)
     with pytest.raises(errors.SandboxNotFoundError):
         await Sandbox.get("py-secret-bad")
+
+
+async def test_a_secrets_headers_round_trip_and_get_the_value(image):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from burrow import NetworkPolicy, Sandbox, Secret, errors
+
+    value = "py_header_value_2b8d"
+    heads = []
+
+    class Keep(BaseHTTPRequestHandler):
+        def do_GET(self):
+            heads.append(self.headers)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Keep)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    secret = Secret("KEY", value, ["127.0.0.1"], headers=["X-Api-Key"])
+    assert value not in repr(secret)
+    try:
+        async with await Sandbox.create(
+            "py-secret-headers",
+            image=image,
+            network=NetworkPolicy(allow=["127.0.0.1"]),
+            secrets=[secret],
+            destroy=True,
+        ) as sb:
+            (got,) = (await sb.info()).config["secrets"]
+            assert got["headers"] == ["X-Api-Key"] and got["hosts"] == ["127.0.0.1"]
+            assert "value" not in got
+            out = await sb.exec(
+                ["sh", "-c", f'wget -q -O - --header "X-Api-Key: $KEY" http://10.0.2.2:{port}/']
+            )
+            assert out.stdout.decode() == "ok"
+            assert heads[0]["X-Api-Key"] == value
+            # Authorization is not one of its headers now: refused, and
+            # nothing of that request leaves.
+            out = await sb.exec(
+                ["sh", "-c", f'wget -q -O - --header "Authorization: Bearer $KEY" http://10.0.2.2:{port}/a']
+            )
+            assert out.stdout.decode() != "ok"
+            assert len(heads) == 1
+    finally:
+        server.shutdown()
+    # The core checks the headers: one that routes the request, or too many.
+    for headers in (["Host"], [f"X-{i}" for i in range(17)]):
+        with pytest.raises(errors.InvalidConfigError):
+            await Sandbox.create(
+                "py-secret-bad",
+                image=image,
+                network=True,
+                secrets=[Secret("KEY", value, ["127.0.0.1"], headers=headers)],
+            )
+    with pytest.raises(TypeError):
+        await Sandbox.define(
+            "py-secret-bad", image=image, network=True, secrets=[Secret("KEY", value, ["a.b"], headers="X-Api-Key")]
+        )
+    with pytest.raises(errors.SandboxNotFoundError):
+        await Sandbox.get("py-secret-bad")

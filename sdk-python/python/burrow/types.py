@@ -419,21 +419,34 @@ class Secret:
     """A secret the sandbox never holds (``Secret("GITHUB_TOKEN", token,
     ["api.github.com"])``): the guest's variable ``name`` holds a
     placeholder, which the sandbox's network stack replaces with ``value``
-    in the heads of HTTP requests (HTTPS included) to ``hosts`` only
-    (``"api.github.com"``, ``"*.example.com"``, an IPv4 address); a
-    placeholder sent anywhere else closes the connection. The sandbox needs
-    a network. The value is never read back (``info().config["secrets"]``
-    has each name, hosts and placeholder) and not in ``repr``. See
-    docs/networking.md."""
+    in the values of the request headers ``headers`` names (empty:
+    ``Authorization`` and ``Proxy-Authorization``; ``Secret("KEY", key,
+    ["api.example.com"], headers=["X-Api-Key"])``) of HTTP requests (HTTPS
+    included) to ``hosts`` only (``"api.github.com"``, ``"*.example.com"``,
+    an IPv4 address); a placeholder in the request line or another header,
+    or sent anywhere else, closes the connection. The sandbox needs a
+    network. At most 16 headers, never one that routes or frames a request
+    (``Host``, ``Content-Length``, ...): :class:`~burrow.errors.InvalidConfigError`.
+    The value is never read back (``info().config["secrets"]`` has each
+    name, hosts, headers where named, and placeholder) and not in ``repr``.
+    See docs/networking.md."""
 
     name: str
     value: str = field(repr=False)
     hosts: Sequence[str] = ()
+    headers: Sequence[str] = ()
 
     def _to_core(self) -> Dict[str, Any]:
         if isinstance(self.hosts, str):
             raise TypeError("a secret's hosts are a list of strings")
-        return {"name": self.name, "value": self.value, "hosts": list(self.hosts)}
+        if isinstance(self.headers, str):
+            raise TypeError("a secret's headers are a list of strings")
+        return {
+            "name": self.name,
+            "value": self.value,
+            "hosts": list(self.hosts),
+            "headers": list(self.headers),
+        }
 
 
 @dataclass(frozen=True)
