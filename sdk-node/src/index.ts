@@ -30,6 +30,7 @@ import type {
   PoolInfo,
   ProcessEvent,
   SandboxInfo,
+  SecretOptions,
   SnapshotInfo,
   SnapshotKind,
   Status,
@@ -637,16 +638,22 @@ export class SandboxBuilder {
   /**
    * A secret the sandbox never holds: its variable `name` holds a
    * placeholder, which the sandbox's network stack replaces with `value`
-   * in the heads of HTTP requests (HTTPS included) to `hosts` only
-   * (`"api.github.com"`, `"*.example.com"`, an IPv4 address); a placeholder
-   * sent anywhere else closes the connection. Needs a network. The value
-   * is never read back (`config.secrets` has each name, hosts and
-   * placeholder). `secret("GITHUB_TOKEN", token, ["api.github.com"])`.
+   * in the values of the `Authorization` and `Proxy-Authorization`
+   * headers, or of the `headers` named instead, of HTTP requests (HTTPS
+   * included) to `hosts` only (`"api.github.com"`, `"*.example.com"`, an
+   * IPv4 address); a placeholder in the request line or another header,
+   * or sent anywhere else, closes the connection. Needs a network. The
+   * value is never read back (`config.secrets` has each name, hosts,
+   * headers and placeholder).
+   * `secret("GITHUB_TOKEN", token, ["api.github.com"])`,
+   * `secret("KEY", key, ["api.example.com"], { headers: ["X-Api-Key"] })`.
    */
-  secret(name: string, value: string, hosts: string[]): this {
+  secret(name: string, value: string, hosts: string[], options: SecretOptions = {}): this {
     if (!Array.isArray(hosts)) throw new TypeError("a secret's hosts are an array of strings");
+    const headers = options.headers ?? [];
+    if (!Array.isArray(headers)) throw new TypeError("a secret's headers are an array of strings");
     const s = (this.#o.secrets as unknown[]) ?? [];
-    this.#o.secrets = [...s, { name, value, hosts }];
+    this.#o.secrets = [...s, { name, value, hosts, headers }];
     return this;
   }
   /** Reclaim it after this long without activity (seconds: `300`, or text: `"5m"`). */

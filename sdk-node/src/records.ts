@@ -41,7 +41,12 @@ export function toConfig(c: any): SandboxConfig {
         ? { allow: c.network.allow ?? [], deny: c.network.deny ?? [] }
         : c.network === true || c.network === "all",
     ports: c.ports ?? [],
-    secrets: (c.secrets ?? []).map((s: any) => ({ name: s.name, hosts: s.hosts ?? [], placeholder: s.placeholder ?? null })),
+    secrets: (c.secrets ?? []).map((s: any) => ({
+      name: s.name,
+      hosts: s.hosts ?? [],
+      headers: s.headers ?? [],
+      placeholder: s.placeholder ?? null,
+    })),
     idleTimeout: recordSeconds(c.idle_timeout),
     idleAction: c.idle_action ?? "stop",
     maxDuration: recordSeconds(c.max_duration),

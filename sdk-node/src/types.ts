@@ -61,8 +61,24 @@ export interface SecretRecord {
   name: string;
   /** The hosts whose HTTP(S) requests get the value. */
   hosts: string[];
+  /**
+   * The request headers whose values get it, as named at create (empty:
+   * `Authorization` and `Proxy-Authorization`).
+   */
+  headers: string[];
   /** What the guest's variable holds. */
   placeholder: string | null;
+}
+
+/** Options of a builder's `secret(name, value, hosts, options)`. */
+export interface SecretOptions {
+  /**
+   * The request headers whose values get the value, in place of
+   * `Authorization` and `Proxy-Authorization` (`["X-Api-Key"]`): at most
+   * 16, each once (any case), never one that routes or frames a request
+   * (`Host`, `Content-Length`, ...: `InvalidConfigError` at create).
+   */
+  headers?: string[];
 }
 
 export interface SandboxConfig {
@@ -82,7 +98,7 @@ export interface SandboxConfig {
   network: boolean | NetworkPolicy;
   /** Published ports, canonical (`"127.0.0.1:8080:80"`, `"0.0.0.0:5353:53/udp"`). */
   ports: string[];
-  /** Secrets: each name, hosts and placeholder (never the value). */
+  /** Secrets: each name, hosts, headers and placeholder (never the value). */
   secrets: SecretRecord[];
   /** Seconds. */
   idleTimeout: number | null;

@@ -392,7 +392,7 @@ export class Runner {
     if (o.labels !== undefined) b.labels(o.labels);
     if (o.network !== undefined) b.network(o.network);
     for (const p of o.ports ?? []) b.port(p);
-    for (const s of o.secrets ?? []) b.secret(s.name, s.value, s.hosts);
+    for (const s of o.secrets ?? []) b.secret(s.name, s.value, s.hosts, s.headers === undefined ? {} : { headers: s.headers });
     if (o.idle_timeout !== undefined) b.idleTimeout(o.idle_timeout);
     if (o.idle_action !== undefined) b.idleAction(o.idle_action);
     if (o.max_duration !== undefined) b.maxDuration(o.max_duration);

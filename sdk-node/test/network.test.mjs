@@ -118,3 +118,51 @@ test("a secret reaches its host and never the sandbox", async () => {
   );
   await assert.rejects(Sandbox.get("node-secret-bad"), SandboxNotFoundError);
 });
+
+test("a secret's headers round-trip and get the value, in them only", async () => {
+  const { default: http } = await import("node:http");
+  const value = "node_header_value_c3e9";
+  const heads = [];
+  const server = http.createServer((req, res) => {
+    heads.push(req.headers);
+    res.end("ok");
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const port = server.address().port;
+  try {
+    const sb = await Sandbox.builder("node-secret-headers")
+      .image(image)
+      .network({ allow: ["127.0.0.1"] })
+      .secret("KEY", value, ["127.0.0.1"], { headers: ["X-Api-Key"] })
+      .secret("TOKEN", "node_default_value_c3ea", ["127.0.0.1"])
+      .create();
+    try {
+      const [key, token] = (await sb.info()).config.secrets;
+      assert.deepEqual(key.headers, ["X-Api-Key"]);
+      assert.deepEqual(token.headers, []);
+      assert.ok(!JSON.stringify(await sb.info()).includes(value));
+      const get = (header, path) =>
+        sb.exec(["sh", "-c", `wget -q -O - --header "${header}: $KEY" http://10.0.2.2:${port}/${path}`]);
+      assert.equal((await get("X-Api-Key", "named")).stdout.toString(), "ok");
+      assert.equal(heads.length, 1);
+      assert.equal(heads[0]["x-api-key"], value);
+      // Authorization is not one of its headers now: refused, and nothing
+      // of that request leaves.
+      assert.notEqual((await get("Authorization", "unnamed")).stdout.toString(), "ok");
+      assert.equal(heads.length, 1);
+    } finally {
+      await sb.destroy();
+    }
+  } finally {
+    server.close();
+  }
+  // The core checks the headers: one that routes the request, too many.
+  for (const headers of [["Host"], Array.from({ length: 17 }, (_, i) => `X-${i}`)]) {
+    await assert.rejects(
+      Sandbox.builder("node-secret-bad").image(image).network(true).secret("KEY", value, ["127.0.0.1"], { headers }).create(),
+      InvalidConfigError,
+    );
+  }
+  assert.throws(() => Sandbox.builder("node-secret-bad").secret("KEY", value, ["a.b"], { headers: "X-Api-Key" }), TypeError);
+  await assert.rejects(Sandbox.get("node-secret-bad"), SandboxNotFoundError);
+});
