@@ -197,3 +197,49 @@ async fn a_target_the_guest_redirects_to_the_agent_does_not_replace_it() {
     assert_eq!(seccomp, want, "PID 1 is not the filtered agent: {status}");
     sb.destroy().await.unwrap();
 }
+
+/// The agent proves itself at hello by what the kernel says its process
+/// runs (the bound file's device and inode), not by what it says: a first
+/// process running any other file fails the start (`start_failed`) instead
+/// of becoming a running sandbox. The `BURROW_TEST_AGENT_MISMATCH` hook
+/// makes the supervisor expect another file, as when a guest's file ran
+/// in the agent's place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_process_that_is_not_the_agent_fails_the_start() {
+    let home = TestHome::new().await;
+    let image = busybox_rootfs().to_string_lossy().into_owned();
+    let run = |hook: bool, name: &str| {
+        let mut cmd = home.cli();
+        if hook {
+            cmd.env("BURROW_TEST_AGENT_MISMATCH", "1");
+        }
+        cmd.args(["--json", "run", "--name", name])
+            .arg(&image)
+            .args(["--", "true"])
+            .output()
+            .unwrap()
+    };
+    let out = run(true, "impostor");
+    if is_vm() {
+        // A microVM's agent is in its initramfs: nothing to check there.
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        assert!(
+            !out.status.success(),
+            "a run with an impostor agent succeeded"
+        );
+        assert_eq!(json_code(&out), "start_failed");
+    }
+    // The check passes the real agent.
+    let out = run(false, "genuine");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

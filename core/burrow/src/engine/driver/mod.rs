@@ -162,6 +162,13 @@ pub trait GuestProcess: Send + Sync + Debug {
     }
     /// Resource usage of the guest.
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics>;
+    /// Checks, once the guest answered the hello, that what answered is
+    /// burrow's agent and not a file of the guest's run in its place
+    /// (`protocol` otherwise). By default there is nothing the guest could
+    /// have replaced (a microVM's agent lives in its initramfs).
+    fn verify_agent(&self) -> Result<()> {
+        Ok(())
+    }
     /// Writes the guest's writable layer to the new file `layer` as an OCI
     /// layer tar (see `engine::snapshot::layer`); the caller froze it.
     /// Returns the file's digest (`sha256:<hex>`) and size.

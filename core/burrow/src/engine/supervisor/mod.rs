@@ -595,6 +595,13 @@ async fn boot(
         }
     };
     mark("agent_hello", &mut t);
+    // The agent proves itself by what the kernel says its process runs,
+    // not by anything it says.
+    if let Err(e) = guest.verify_agent() {
+        let _ = guest.kill().await;
+        let _ = guest.cleanup().await;
+        return Err(e);
+    }
     let _ = identity;
     if let Some(s) = &secrets {
         // Before anything runs in the guest: its trust store has the CA.

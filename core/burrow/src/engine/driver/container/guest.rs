@@ -2,8 +2,9 @@
 //! process, and everything that must be released after it (runtime state,
 //! rootfs mount, bundle, network helper).
 
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,6 +38,11 @@ pub(super) struct Generation {
     pub network: Option<NetStack>,
     /// The container's host pid, once it runs.
     pub pid: Option<i32>,
+    /// The agent file the container binds, as `(device, inode)`: what its
+    /// first process must be running once it answered the hello (`None`:
+    /// nothing to check: under runsc the pid is gVisor's, and the
+    /// `BURROW_AGENT_ARGS` test hook runs something else on purpose).
+    pub agent: Option<(u64, u64)>,
     released: bool,
 }
 
@@ -50,6 +56,7 @@ impl Generation {
             etc: None,
             network: None,
             pid: None,
+            agent: None,
             released: false,
         }
     }
@@ -176,6 +183,30 @@ impl ContainerGuest {
 
 #[async_trait]
 impl GuestProcess for ContainerGuest {
+    fn verify_agent(&self) -> Result<()> {
+        let (Some((dev, ino)), Some(pid)) = (self.generation.agent, self.generation.pid) else {
+            return Ok(());
+        };
+        // The file the first process runs, as the kernel sees it: a bind
+        // mount keeps its source's device and inode, whatever the guest's
+        // paths say. Its owner may read it (it owns the user namespace).
+        let exe = format!("/proc/{pid}/exe");
+        let meta = std::fs::metadata(&exe).map_err(|e| {
+            Error::io(
+                "reading the guest's first process",
+                Some(Path::new(&exe)),
+                e,
+            )
+        })?;
+        if (meta.dev(), meta.ino()) == (dev, ino) {
+            Ok(())
+        } else {
+            Err(Error::protocol(
+                "the sandbox's first process is not burrow's agent (something of the guest's ran in its place)",
+            ))
+        }
+    }
+
     async fn wait(&mut self) -> Result<GuestExit> {
         if let Some(exit) = self.exit {
             return Ok(exit);

@@ -481,6 +481,16 @@ async fn start(
     )?;
     generation.etc = Some(etc);
     let agent_bin = staging::agent(&spec.agent_bin)?;
+    let hooked = std::env::var_os("BURROW_AGENT_ARGS").is_some();
+    if spec.config.oci_runtime() != OciRuntime::Runsc && !hooked {
+        use std::os::unix::fs::MetadataExt;
+        let meta = fs::metadata(&agent_bin)
+            .map_err(|e| Error::io("reading the agent", Some(&agent_bin), e))?;
+        // Test hook: expect another file than the one bound, as when a
+        // file of the guest's ran in the agent's place.
+        let other = u64::from(std::env::var_os("BURROW_TEST_AGENT_MISMATCH").is_some());
+        generation.agent = Some((meta.dev(), meta.ino() ^ other));
+    }
     let controllers = cgroups::Controllers::detect();
     let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
     notes.extend(limit_notes);
