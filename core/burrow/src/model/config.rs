@@ -522,17 +522,18 @@ impl SandboxConfig {
         if let Some(w) = &self.workdir {
             paths::check_workdir("workdir", w)?;
         }
+        // What a reader of a listing would not see as it is (labels select
+        // sandboxes, and a look-alike could pass for another's).
+        let unseen = |c: char| c.is_control() || super::name::is_hidden_char(c);
         for (k, v) in &self.labels {
-            if k.is_empty()
-                || k.len() > 128
-                || k.chars().any(|c| c.is_control() || c == '=' || c == ',')
+            if k.is_empty() || k.len() > 128 || k.chars().any(|c| unseen(c) || c == '=' || c == ',')
             {
-                return bad("labels", format!("{k:?} is not a valid label key (1..=128 bytes, no '=', ',' or control characters)"));
+                return bad("labels", format!("{k:?} is not a valid label key (1..=128 bytes, no '=', ',', control, invisible or reordering characters)"));
             }
-            if v.len() > 1024 || v.chars().any(char::is_control) {
+            if v.len() > 1024 || v.chars().any(unseen) {
                 return bad(
                     "labels",
-                    format!("the value of label {k:?} is too long or has control characters"),
+                    format!("the value of label {k:?} is too long or has control, invisible or reordering characters"),
                 );
             }
         }

@@ -274,3 +274,23 @@ fn workdirs_under_proc_are_invalid_config() {
     c.workdir = Some("/srv/./app/".into());
     c.validate().unwrap();
 }
+
+#[test]
+fn labels_with_invisible_or_reordering_characters_are_invalid_config() {
+    for (k, v) in [
+        ("team\u{202e}", "a"),
+        ("te\u{200b}am", "a"),
+        ("team", "pro\u{2066}d"),
+        ("team", "\u{feff}prod"),
+    ] {
+        let mut c = SandboxConfig::new("img");
+        c.labels.insert(k.into(), v.into());
+        match c.validate() {
+            Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "labels", "{k:?}={v:?}"),
+            other => panic!("{k:?}={v:?}: unexpected {other:?}"),
+        }
+    }
+    let mut c = SandboxConfig::new("img");
+    c.labels.insert("équipe".into(), "café ☕".into());
+    c.validate().unwrap();
+}
