@@ -75,7 +75,11 @@ func (r *runner) options(s step) []burrow.Option {
 		case "secrets":
 			for _, s := range v.([]any) {
 				s := s.(map[string]any)
-				out = append(out, burrow.WithSecret(s["name"].(string), s["value"].(string), strList(s["hosts"])...))
+				var headers []string
+				if h, ok := s["headers"]; ok {
+					headers = strList(h)
+				}
+				out = append(out, burrow.WithSecretInHeaders(s["name"].(string), s["value"].(string), strList(s["hosts"]), headers))
 			}
 		case "idle_timeout":
 			out = append(out, burrow.WithIdleTimeout(secs(v)))

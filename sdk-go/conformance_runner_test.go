@@ -518,7 +518,7 @@ func neutralConfig(c burrow.SandboxConfig) map[string]any {
 	}
 	secrets := make([]any, 0, len(c.Secrets))
 	for _, s := range c.Secrets {
-		secrets = append(secrets, map[string]any{"name": s.Name, "hosts": anyList(s.Hosts), "placeholder": str(s.Placeholder)})
+		secrets = append(secrets, map[string]any{"name": s.Name, "hosts": anyList(s.Hosts), "headers": anyList(s.Headers), "placeholder": str(s.Placeholder)})
 	}
 	m["secrets"] = secrets
 	return m

@@ -150,3 +150,87 @@ func TestSecret(t *testing.T) {
 		t.Fatalf("a refused sandbox exists: %v", err)
 	}
 }
+
+// A secret's headers round-trip through the create and the record, and
+// its value reaches the loopback server in them only: a placeholder in
+// Authorization, which it does not name, is refused with nothing sent.
+// A header that routes the request, or too many, is ErrInvalidConfig
+// (the core's check).
+func TestSecretInHeaders(t *testing.T) {
+	home(t)
+	ctx := ctxT(t)
+	const value = "go_header_value_81f4"
+	heads := make(chan string, 4)
+	l := must[net.Listener](t)(net.Listen("tcp", "127.0.0.1:0"))
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				head := ""
+				for !strings.Contains(head, "\r\n\r\n") {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					head += string(buf[:n])
+				}
+				heads <- head
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	sb := must[*burrow.Sandbox](t)(burrow.CreateSandbox(ctx, "go-secret-headers", burrow.WithImage(testImage),
+		burrow.WithNetworkPolicy(burrow.NetworkPolicy{Allow: []string{"127.0.0.1"}}),
+		burrow.WithSecretInHeaders("KEY", value, []string{"127.0.0.1"}, []string{"X-Api-Key"}),
+		burrow.WithSecret("TOKEN", "go_default_value_81f5", "127.0.0.1")))
+	defer func() { _ = sb.Destroy(ctx) }()
+	info := must[burrow.SandboxInfo](t)(sb.Info(ctx))
+	if s := info.Config.Secrets; len(s) != 2 || s[0].Name != "KEY" || len(s[0].Headers) != 1 || s[0].Headers[0] != "X-Api-Key" || len(s[1].Headers) != 0 {
+		t.Fatalf("secrets %+v", s)
+	}
+	get := func(header, path string) string {
+		out := must[*burrow.ExecResult](t)(sb.Exec(ctx, []string{"sh", "-c",
+			"wget -q -O - --header \"" + header + ": $KEY\" http://10.0.2.2:" + port + "/" + path}))
+		return string(out.Stdout)
+	}
+	if got := get("X-Api-Key", "named"); got != "ok" {
+		t.Fatalf("guest saw %q", got)
+	}
+	select {
+	case head := <-heads:
+		if !strings.Contains(head, "\r\nX-Api-Key: "+value+"\r\n") {
+			t.Fatalf("the server got %q", head)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request reached the server")
+	}
+	if got := get("Authorization", "unnamed"); got == "ok" {
+		t.Fatal("a placeholder in a header the secret does not name went through")
+	}
+	// (A request that reached the server was kept before its answer.)
+	select {
+	case head := <-heads:
+		t.Fatalf("a refused request reached the server: %q", head)
+	default:
+	}
+	many := make([]string, 17)
+	for i := range many {
+		many[i] = "X-" + strconv.Itoa(i)
+	}
+	for _, headers := range [][]string{{"Host"}, many} {
+		if _, err := burrow.CreateSandbox(ctx, "go-secret-bad", burrow.WithImage(testImage), burrow.WithNetwork(),
+			burrow.WithSecretInHeaders("KEY", value, []string{"127.0.0.1"}, headers)); !errors.Is(err, burrow.ErrInvalidConfig) {
+			t.Fatalf("headers %v: %v, want ErrInvalidConfig", headers, err)
+		}
+	}
+	if _, err := burrow.GetSandbox(ctx, "go-secret-bad"); !errors.Is(err, burrow.ErrNotFound) {
+		t.Fatalf("a refused sandbox exists: %v", err)
+	}
+}

@@ -94,19 +94,35 @@ func WithPort(mapping string) Option {
 
 // WithSecret gives the sandbox a secret it never holds: its variable name
 // holds a placeholder, which the sandbox's network stack replaces with
-// value in the heads of HTTP requests (HTTPS included) to hosts only
-// ("api.github.com", "*.example.com", an IPv4 address); a placeholder
-// sent anywhere else closes the connection. The sandbox needs a network
-// (WithNetwork or WithNetworkPolicy). The value is never read back
-// (SandboxConfig.Secrets has each name, hosts and placeholder); a bad
-// name, host or value fails with ErrInvalidConfig. Repeatable.
+// value in the values of the Authorization and Proxy-Authorization
+// headers of HTTP requests (HTTPS included) to hosts only
+// ("api.github.com", "*.example.com", an IPv4 address); a placeholder in
+// the request line or another header, or sent anywhere else, closes the
+// connection. The sandbox needs a network (WithNetwork or
+// WithNetworkPolicy). The value is never read back (SandboxConfig.Secrets
+// has each name, hosts, headers and placeholder); a bad name, host or
+// value fails with ErrInvalidConfig. Repeatable; WithSecretInHeaders
+// names other headers.
 func WithSecret(name, value string, hosts ...string) Option {
+	return WithSecretInHeaders(name, value, hosts, nil)
+}
+
+// WithSecretInHeaders is WithSecret whose value goes in the values of the
+// request headers named instead of Authorization and Proxy-Authorization:
+// WithSecretInHeaders("KEY", key, []string{"api.example.com"},
+// []string{"X-Api-Key"}). At most 16, each once (any case), never one
+// that routes or frames a request (Host, Content-Length, ...): else
+// ErrInvalidConfig. No headers: WithSecret's two. Repeatable.
+func WithSecretInHeaders(name, value string, hosts, headers []string) Option {
 	return func(o op) {
 		s, _ := o["secrets"].([]map[string]any)
 		if hosts == nil {
 			hosts = []string{}
 		}
-		o["secrets"] = append(s, map[string]any{"name": name, "value": value, "hosts": hosts})
+		if headers == nil {
+			headers = []string{}
+		}
+		o["secrets"] = append(s, map[string]any{"name": name, "value": value, "hosts": hosts, "headers": headers})
 	}
 }
 

@@ -123,8 +123,8 @@ type SandboxConfig struct {
 	// Ports are the published ports, canonical ("127.0.0.1:8080:80",
 	// "0.0.0.0:5353:53/udp").
 	Ports []string
-	// Secrets are the sandbox's secrets: each name, hosts and placeholder
-	// (never the value).
+	// Secrets are the sandbox's secrets: each name, hosts, headers and
+	// placeholder (never the value).
 	Secrets     []Secret
 	IdleTimeout time.Duration
 	// IdleAction is what idle reclaim does (IdleStop when the record
@@ -220,6 +220,9 @@ type Secret struct {
 	Name string `json:"name"`
 	// Hosts are where its HTTP(S) requests get the value.
 	Hosts []string `json:"hosts"`
+	// Headers are the request headers whose values get it, as named at
+	// create (empty: Authorization and Proxy-Authorization).
+	Headers []string `json:"headers"`
 	// Placeholder is what the guest's variable holds.
 	Placeholder string `json:"placeholder"`
 }
