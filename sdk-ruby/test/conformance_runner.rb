@@ -108,7 +108,9 @@ module Conformance
     { "image" => c.image, "driver" => c.driver&.to_s, "runtime" => c.runtime&.to_s, "cpus" => c.cpus,
       "memory_mb" => c.memory, "pids_limit" => c.pids_limit, "env" => c.env, "workdir" => c.workdir,
       "labels" => c.labels, "network" => neutral_network(c.network), "ports" => c.ports,
-      "secrets" => c.secrets.map { |s| { "name" => s.name, "hosts" => s.hosts, "placeholder" => s.placeholder } },
+      "secrets" => c.secrets.map do |s|
+        { "name" => s.name, "hosts" => s.hosts, "headers" => s.headers, "placeholder" => s.placeholder }
+      end,
       "idle_timeout" => c.idle_timeout,
       "idle_action" => c.idle_action&.to_s, "max_duration" => c.max_duration, "demand_start" => c.demand_start,
       "startup_timeout" => c.startup_timeout }
@@ -450,7 +452,9 @@ module Conformance
         when "memory_mb" then [:memory, v]
         when "network" then [:network, Conformance.typed_network(v)]
         when "secrets"
-          [:secrets, v.map { |s| Burrow::Secret.new(name: s["name"], value: s["value"], hosts: s["hosts"]) }]
+          [:secrets, v.map do |s|
+            Burrow::Secret.new(name: s["name"], value: s["value"], hosts: s["hosts"], headers: s["headers"])
+          end]
         else [k.to_sym, v]
         end
       end

@@ -103,4 +103,56 @@ class TestNetwork < Minitest::Test
     server&.close
     thread&.kill
   end
+
+  # A secret's headers round-trip through the create and the record, and
+  # its value reaches the loopback server in them only; a header that
+  # routes the request, or too many, is the core's InvalidConfigError.
+  def test_a_secrets_headers_round_trip_and_get_the_value
+    value = "rb_header_value_5a10"
+    server = TCPServer.new("127.0.0.1", 0)
+    heads = Queue.new
+    thread = Thread.new do
+      loop do
+        c = server.accept
+        head = +""
+        head << c.readpartial(4096) until head.include?("\r\n\r\n")
+        heads << head
+        c.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        c.close
+      end
+    rescue IOError, EOFError
+      nil
+    end
+    port = server.addr[1]
+    key = Burrow::Secret.new(name: "KEY", value: value, hosts: ["127.0.0.1"], headers: ["X-Api-Key"])
+    token = Burrow::Secret.new(name: "TOKEN", value: "rb_default_value_5a11", hosts: ["127.0.0.1"])
+    refute_includes key.inspect, value
+    Burrow::Sandbox.create("rb-secret-headers", image: IMAGE, network: { allow: ["127.0.0.1"] },
+                           secrets: [key, token]) do |sb|
+      got_key, got_token = sb.info.config.secrets
+      assert_equal [["X-Api-Key"], []], [got_key.headers, got_token.headers]
+      get = lambda do |header, path|
+        sb.exec(["sh", "-c", "wget -q -O - --header \"#{header}: $KEY\" http://10.0.2.2:#{port}/#{path}"]).stdout
+      end
+      assert_equal "ok", get.call("X-Api-Key", "named")
+      assert_includes heads.pop, "\r\nX-Api-Key: #{value}\r\n"
+      # Authorization is not one of its headers now: refused, and nothing
+      # of that request leaves (a request that reached the server was
+      # kept before its answer).
+      refute_equal "ok", get.call("Authorization", "unnamed")
+      assert heads.empty?
+    end
+    [["Host"], (0..16).map { |i| "X-#{i}" }].each do |headers|
+      bad = Burrow::Secret.new(name: "KEY", value: value, hosts: ["127.0.0.1"], headers: headers)
+      assert_raises(Burrow::InvalidConfigError) do
+        Burrow::Sandbox.create("rb-secret-bad", image: IMAGE, network: true, secrets: [bad])
+      end
+    end
+    bad = Burrow::Secret.new(name: "KEY", value: value, hosts: ["a.b"], headers: "X-Api-Key")
+    assert_raises(TypeError) { Burrow::Sandbox.define("rb-secret-bad", image: IMAGE, network: true, secrets: [bad]) }
+    assert_raises(Burrow::NotFoundError) { Burrow::Sandbox.get("rb-secret-bad") }
+  ensure
+    server&.close
+    thread&.kill
+  end
 end

@@ -86,32 +86,38 @@ module Burrow
   # A secret the sandbox never holds
   # (+Burrow::Secret.new(name: "GITHUB_TOKEN", value: token, hosts: ["api.github.com"])+):
   # the guest's variable +name+ holds a placeholder, which the sandbox's
-  # network stack replaces with +value+ in the heads of HTTP requests
+  # network stack replaces with +value+ in the values of the request
+  # headers +headers+ names (absent or empty: +Authorization+ and
+  # +Proxy-Authorization+; +headers: ["X-Api-Key"]+) of HTTP requests
   # (HTTPS included) to +hosts+ only (+"api.github.com"+, +"*.example.com"+,
-  # an IPv4 address); a placeholder sent anywhere else closes the
-  # connection. The sandbox needs a network. The value is never read back,
-  # nor shown by +inspect+; a bad name, host or value raises
+  # an IPv4 address); a placeholder in the request line or another header,
+  # or sent anywhere else, closes the connection. The sandbox needs a
+  # network. The value is never read back, nor shown by +inspect+; a bad
+  # name, host, header (at most 16, each once, never one that routes or
+  # frames a request: +Host+, +Content-Length+, ...) or value raises
   # {InvalidConfigError}. See docs/networking.md.
-  Secret = Struct.new(:name, :value, :hosts, keyword_init: true) do
+  Secret = Struct.new(:name, :value, :hosts, :headers, keyword_init: true) do
     # @api private
     def to_json_value
       raise TypeError, "a secret's hosts are an Array of Strings" unless hosts.is_a?(Array)
+      raise TypeError, "a secret's headers are an Array of Strings" unless headers.nil? || headers.is_a?(Array)
 
-      { name: name, value: value, hosts: hosts }
+      { name: name, value: value, hosts: hosts, headers: headers || [] }
     end
 
-    def inspect = "#<struct Burrow::Secret name=#{name.inspect}, hosts=#{hosts.inspect}>"
+    def inspect = "#<struct Burrow::Secret name=#{name.inspect}, hosts=#{hosts.inspect}, headers=#{headers.inspect}>"
     alias_method :to_s, :inspect
   end
 
-  # A secret as a configuration reads it back: its name, hosts and the
-  # placeholder the guest's variable holds (never the value).
-  SecretRecord = Struct.new(:name, :hosts, :placeholder, keyword_init: true)
+  # A secret as a configuration reads it back: its name, hosts, the
+  # headers it names (empty: the default two) and the placeholder the
+  # guest's variable holds (never the value).
+  SecretRecord = Struct.new(:name, :hosts, :headers, :placeholder, keyword_init: true)
 
   # @!attribute [r] network
   #   @return [Boolean, NetworkPolicy] +false+, +true+ (anything public) or the policy
   # @!attribute [r] secrets
-  #   @return [Array<SecretRecord>] each secret's name, hosts and placeholder
+  #   @return [Array<SecretRecord>] each secret's name, hosts, headers and placeholder
   # @!attribute [r] ports
   #   @return [Array<String>] published ports, canonical (+"127.0.0.1:8080:80"+)
   SandboxConfig = Struct.new(:image, :driver, :runtime, :cpus, :memory, :pids_limit, :env, :workdir, :labels,
@@ -124,7 +130,8 @@ module Burrow
           workdir: h["workdir"], labels: h["labels"] || {}, mounts: h["mounts"] || [],
           network: Convert.network(h["network"]), ports: h["ports"] || [],
           secrets: (h["secrets"] || []).map do |s|
-            SecretRecord.new(name: s["name"], hosts: s["hosts"], placeholder: s["placeholder"])
+            SecretRecord.new(name: s["name"], hosts: s["hosts"], headers: s["headers"] || [],
+                             placeholder: s["placeholder"])
           end,
           idle_timeout: Convert.seconds(h["idle_timeout"]), idle_action: Convert.sym(h["idle_action"] || "stop"),
           max_duration: Convert.seconds(h["max_duration"]), startup_timeout: Convert.seconds(h["startup_timeout"]),

@@ -270,8 +270,9 @@ module Burrow
       #   a {NetworkPolicy}), +ports+ (+["8080:80", "0.0.0.0:5353:53/udp"]+:
       #   published while it runs; a taken host port raises
       #   {PortUnavailableError} at start), +secrets+ (+[Burrow::Secret.new(
-      #   name: "GITHUB_TOKEN", value: token, hosts: ["api.github.com"])]+:
-      #   values the guest never holds; see {Secret}), +idle_timeout+,
+      #   name: "GITHUB_TOKEN", value: token, hosts: ["api.github.com"])]+,
+      #   optionally with +headers: ["X-Api-Key"]+: values the guest never
+      #   holds; see {Secret}), +idle_timeout+,
       #   +idle_action+ (+:stop+ or +:hibernate+), +max_duration+,
       #   +startup_timeout+ (seconds), +demand_start+, +detached+, +replace+
       # @yieldparam sandbox [Sandbox]
