@@ -169,11 +169,14 @@ impl SandboxBuilder {
     }
     /// A secret the guest never holds: its variable `name` holds a
     /// placeholder, which the sandbox's network stack replaces with
-    /// `value` in the heads of HTTP requests (HTTPS included) to `hosts`
-    /// only (`api.github.com`, `*.example.com`, an IPv4 address); a
-    /// placeholder sent anywhere else closes the connection. The sandbox
-    /// needs a network.
-    /// `.secret("GITHUB_TOKEN", token, ["api.github.com"])`.
+    /// `value` in the `Authorization` and `Proxy-Authorization` headers of
+    /// HTTP requests (HTTPS included) to `hosts` only (`api.github.com`,
+    /// `*.example.com`, an IPv4 address); a placeholder in the request
+    /// line or another header, or sent anywhere else, closes the
+    /// connection. The sandbox needs a network.
+    /// `.secret("GITHUB_TOKEN", token, ["api.github.com"])`; for other
+    /// headers, a configuration's `secrets` with
+    /// [`Secret::in_headers`](crate::model::Secret::in_headers).
     pub fn secret<I, S>(
         mut self,
         name: impl Into<String>,
