@@ -100,8 +100,10 @@ pub(super) struct Inner {
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
     /// How the channel ended, once the reader has stopped.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))] // read by the supervisor
     ended: watch::Receiver<Option<ChannelEnd>>,
     /// What the reader has consumed.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     progress: Arc<ReadProgress>,
     /// The protocol version of the channel.
     version: u32,
@@ -261,6 +263,7 @@ impl AgentClient {
     /// Waits until the reader has stopped, and says why: the peer closed
     /// the channel, or broke it with bytes that are not the protocol (see
     /// [`super::health`]). Every request pending then has ended.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))] // the supervisor's
     pub async fn ended(&self) -> ChannelEnd {
         let mut rx = self.inner.ended.clone();
         let end = match rx.wait_for(Option::is_some).await {
@@ -272,6 +275,7 @@ impl AgentClient {
 
     /// Bytes read from the peer so far, and whether the last of them
     /// began a frame that has not arrived whole.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))] // the supervisor's
     pub fn read_progress(&self) -> (u64, bool) {
         self.inner.progress.get()
     }

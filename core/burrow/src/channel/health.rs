@@ -68,6 +68,7 @@ impl ReadProgress {
 
     /// Bytes consumed, and whether some of them start a frame not yet
     /// read whole.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))] // read by the supervisor
     pub(super) fn get(&self) -> (u64, bool) {
         let read = self.read.load(Ordering::SeqCst);
         (read, read > self.framed.load(Ordering::SeqCst))
@@ -110,6 +111,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Counted<R> {
 /// guest may stop anywhere), and a look after a long pause of the loop
 /// counts once, so the guest always has `limit` periods of running time
 /// to finish a frame it began.
+#[cfg(feature = "local")]
 #[derive(Debug)]
 pub(crate) struct StallWatch {
     limit: u32,
@@ -117,6 +119,7 @@ pub(crate) struct StallWatch {
     still: u32,
 }
 
+#[cfg(feature = "local")]
 impl StallWatch {
     /// A watch that fires after `limit` looks without progress.
     pub(crate) fn new(limit: u32) -> Self {
