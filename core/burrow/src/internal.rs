@@ -76,7 +76,9 @@ pub mod driver {
 
 /// Image resolution and the image store, addressed by home.
 pub mod image {
-    pub use crate::engine::image::registry::{list_images, prune, pull, remove_image};
+    pub use crate::engine::image::registry::{
+        list_images, prune, pull, remove_image, ImageReference,
+    };
     pub use crate::engine::image::resolve::{normalize_reference, parse_reference, prepare};
 
     /// Writing OCI image layouts (tests and benches build their images).

@@ -25,5 +25,7 @@ mod quotas;
 mod secrets;
 #[path = "attacks/ssrf.rs"]
 mod ssrf;
+#[path = "attacks/tenant_policy.rs"]
+mod tenant_policy;
 #[path = "attacks/unauthenticated.rs"]
 mod unauthenticated;

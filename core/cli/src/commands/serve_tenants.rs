@@ -3,8 +3,10 @@
 //! the server's database.
 
 use burrow::Error;
-use burrow_server::store::{Quotas, Store};
-use burrow_server::tenancy::{validate_tenant, Role, DEFAULT_TENANT};
+use burrow_server::store::{Quotas, Store, TenantRules};
+use burrow_server::tenancy::{
+    normalize_image_entry, normalize_registry, validate_tenant, Role, DEFAULT_TENANT,
+};
 use clap::Subcommand;
 use serde_json::json;
 
@@ -40,20 +42,25 @@ pub(crate) enum TokenCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum TenantCommand {
     /// Create a tenant (lowercase letters, digits and '-', 1..=32), with
-    /// the limits given (none by default).
+    /// the limits and rules given (none by default: any image, no maximum
+    /// per sandbox).
     Create {
         /// Its name.
         name: String,
         #[command(flatten)]
         limits: Limits,
+        #[command(flatten)]
+        rules: Rules,
     },
-    /// Change a tenant's limits: those given (`none` lifts one), the
-    /// others as they were.
+    /// Change a tenant's limits and rules: those given (`none` lifts a
+    /// limit, --allow-any-image the image lists), the others as they were.
     Set {
         /// Its name.
         name: String,
         #[command(flatten)]
         limits: Limits,
+        #[command(flatten)]
+        rules: Rules,
     },
     /// List tenants, their limits and how many tokens each has.
     #[command(alias = "ls")]
@@ -85,6 +92,98 @@ pub(crate) struct Limits {
     /// Starts in any minute.
     #[arg(long, value_name = "N|none", value_parser = limit::<u64>)]
     max_starts_per_minute: Option<Limit<u64>>,
+}
+
+/// What a tenant's sandboxes may use and have, on the command line (not
+/// for the default tenant, which keeps the engine's freedom).
+#[derive(Debug, clap::Args)]
+pub(crate) struct Rules {
+    /// An image its sandboxes may use (repeat for more; replaces the
+    /// tenant's list): a repository (`busybox`: any tag or digest of it), a
+    /// tag (`busybox:1.36`), a digest (`busybox@sha256:...`) or a prefix
+    /// ending in '/' (`ghcr.io/acme/`). Any spelling of a reference is the
+    /// same image; a snapshot is allowed when its image is. With
+    /// --allow-registry, an image either allows may be used.
+    #[arg(long, value_name = "REF|PREFIX/")]
+    allow_image: Vec<String>,
+    /// A registry whose images its sandboxes may use (`docker.io`,
+    /// `ghcr.io`, `registry.example.com:5000`; repeat for more; replaces
+    /// the tenant's list).
+    #[arg(long, value_name = "HOST")]
+    allow_registry: Vec<String>,
+    /// Lift the image and registry lists: any image (the default).
+    #[arg(long, conflicts_with_all = ["allow_image", "allow_registry"])]
+    allow_any_image: bool,
+    /// The most memory one sandbox may have: MiB or with a unit (1G). A
+    /// sandbox that names none gets the default (512 MiB) or this if less.
+    #[arg(long, value_name = "SIZE|none", value_parser = memory_limit)]
+    sandbox_max_memory: Option<Limit<u64>>,
+    /// The most CPUs one sandbox may have; one that names none gets the
+    /// default (1) or this if less.
+    #[arg(long, value_name = "CPUS|none", value_parser = limit::<f64>)]
+    sandbox_max_cpus: Option<Limit<f64>>,
+}
+
+impl Rules {
+    /// Whether any rule is given.
+    fn any(&self) -> bool {
+        !self.allow_image.is_empty()
+            || !self.allow_registry.is_empty()
+            || self.allow_any_image
+            || self.sandbox_max_memory.is_some()
+            || self.sandbox_max_cpus.is_some()
+    }
+
+    /// `r` with these rules applied, checked and normalized, for `tenant`.
+    fn apply(&self, tenant: &str, mut r: TenantRules) -> Result<TenantRules, Error> {
+        if tenant == DEFAULT_TENANT && self.any() {
+            return Err(Error::InvalidArgument {
+                argument: "name".into(),
+                reason: "the default tenant keeps the engine's freedom: image lists and \
+                         maximums per sandbox are for other tenants"
+                    .into(),
+            });
+        }
+        if self.allow_any_image {
+            r.allowed_images = None;
+            r.allowed_registries = None;
+        }
+        if !self.allow_image.is_empty() {
+            let images: Result<Vec<String>, Error> = self
+                .allow_image
+                .iter()
+                .map(|e| normalize_image_entry(e))
+                .collect();
+            r.allowed_images = Some(images?);
+        }
+        if !self.allow_registry.is_empty() {
+            let hosts: Result<Vec<String>, Error> = self
+                .allow_registry
+                .iter()
+                .map(|h| normalize_registry(h))
+                .collect();
+            r.allowed_registries = Some(hosts?);
+        }
+        if let Some(Limit(v)) = self.sandbox_max_memory {
+            if v == Some(0) {
+                return Err(Error::InvalidArgument {
+                    argument: "sandbox-max-memory".into(),
+                    reason: "must be more than 0".into(),
+                });
+            }
+            r.sandbox_max_memory_mb = v;
+        }
+        if let Some(Limit(v)) = self.sandbox_max_cpus {
+            if v.is_some_and(|c| !c.is_finite() || c <= 0.0) {
+                return Err(Error::InvalidArgument {
+                    argument: "sandbox-max-cpus".into(),
+                    reason: "must be a number of CPUs, more than 0".into(),
+                });
+            }
+            r.sandbox_max_cpus = v;
+        }
+        Ok(r)
+    }
 }
 
 /// A limit, or `none`.
@@ -213,9 +312,14 @@ pub(crate) async fn tenant(
     command: &TenantCommand,
 ) -> anyhow::Result<()> {
     match command {
-        TenantCommand::Create { name, limits } => {
+        TenantCommand::Create {
+            name,
+            limits,
+            rules,
+        } => {
             validate_tenant(name)?;
             let quotas = limits.apply(Quotas::default())?;
+            let rules = rules.apply(name, TenantRules::default())?;
             if !store.create_tenant(name).await? {
                 return Err(Error::InvalidArgument {
                     argument: "name".into(),
@@ -224,19 +328,28 @@ pub(crate) async fn tenant(
                 .into());
             }
             store.set_quotas(name, &quotas).await?;
+            store.set_tenant_rules(name, &rules).await?;
             ctx.print(
-                &json!({"created": name, "quotas": quotas}),
+                &json!({"created": name, "quotas": quotas, "rules": rules}),
                 format_args!("created {name}"),
             )?;
         }
-        TenantCommand::Set { name, limits } => {
+        TenantCommand::Set {
+            name,
+            limits,
+            rules,
+        } => {
             let current = store.quotas(name).await?.ok_or_else(|| no_tenant(name))?;
             let quotas = limits.apply(current)?;
-            if !store.set_quotas(name, &quotas).await? {
+            let current = store.tenant_rules(name).await?.unwrap_or_default();
+            let rules = rules.apply(name, current)?;
+            if !store.set_quotas(name, &quotas).await?
+                || !store.set_tenant_rules(name, &rules).await?
+            {
                 return Err(no_tenant(name).into());
             }
             ctx.print(
-                &json!({"tenant": name, "quotas": quotas}),
+                &json!({"tenant": name, "quotas": quotas, "rules": rules}),
                 format_args!("{name}: limits set"),
             )?;
         }
@@ -244,18 +357,29 @@ pub(crate) async fn tenant(
             let mut out = Vec::new();
             for t in store.list_tenants().await? {
                 let q = store.quotas(&t.name).await?.unwrap_or_default();
-                out.push((t, q));
+                let r = store.tenant_rules(&t.name).await?.unwrap_or_default();
+                out.push((t, q, r));
             }
             if ctx.json {
                 let tenants: Vec<_> = out
                     .iter()
-                    .map(|(t, q)| json!({"name": t.name, "tokens": t.tokens, "created_at": t.created_at, "quotas": q}))
+                    .map(|(t, q, r)| json!({"name": t.name, "tokens": t.tokens, "created_at": t.created_at, "quotas": q, "rules": r}))
                     .collect();
                 return ctx.print_json(&json!({ "tenants": tenants }));
             }
             let rows: Vec<Vec<String>> = out
                 .iter()
-                .map(|(t, q)| {
+                .map(|(t, q, r)| {
+                    let images = match (&r.allowed_images, &r.allowed_registries) {
+                        (None, None) => "any".to_owned(),
+                        (i, g) => i
+                            .iter()
+                            .chain(g)
+                            .flatten()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    };
                     vec![
                         t.name.clone(),
                         t.tokens.to_string(),
@@ -264,6 +388,9 @@ pub(crate) async fn tenant(
                         shown(q.max_cpus),
                         shown(q.max_memory_mb),
                         shown(q.max_starts_per_minute),
+                        shown(r.sandbox_max_memory_mb),
+                        shown(r.sandbox_max_cpus),
+                        images,
                     ]
                 })
                 .collect();
@@ -276,6 +403,9 @@ pub(crate) async fn tenant(
                     "CPUS",
                     "MEMORY_MB",
                     "STARTS/MIN",
+                    "SB_MEMORY_MB",
+                    "SB_CPUS",
+                    "IMAGES",
                 ],
                 &rows,
             );

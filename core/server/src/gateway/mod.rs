@@ -393,13 +393,14 @@ fn unreached(state: &AppState, id: &str, e: Error) -> ApiError {
 /// The engine as `tenant` sees it: the gateway's handles of its sandboxes
 /// act through it, so that whatever starts one (a tunnel that wakes a
 /// reclaimed target included) is its start, within its quota and policy.
-fn tenants_engine(state: &AppState, tenant: &str) -> Arc<dyn burrow::Backend> {
+async fn tenants_engine(state: &AppState, tenant: &str) -> Result<Arc<dyn burrow::Backend>, Error> {
     Caller {
         token: None,
         tenant: tenant.to_owned(),
         role: crate::tenancy::Role::Admin,
     }
     .engine(state)
+    .await
 }
 
 /// Whether the target keeps the connection open after this response.
@@ -551,7 +552,7 @@ async fn connect(
     let sandbox = match state.gateway.sandbox(id, generation) {
         Some(s) => s,
         None => {
-            let engine = tenants_engine(state, tenant);
+            let engine = tenants_engine(state, tenant).await?;
             let info = engine.get_by_id(sid).await?;
             if info.status != burrow::Status::Running {
                 return Err(Error::InvalidState {

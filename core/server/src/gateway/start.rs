@@ -122,7 +122,7 @@ async fn run_start(
     // The start is the tenant's, within its quotas, and so is the handle
     // the command and the port's probes (and later calls) go through: a
     // tunnel that wakes the sandbox again starts it as the tenant's.
-    let tenants = super::tenants_engine(&state, &tenant);
+    let tenants = super::tenants_engine(&state, &tenant).await?;
     let work = async {
         let info = engine.get_by_id(&sid).await?;
         name = info.name.clone();

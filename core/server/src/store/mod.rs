@@ -32,6 +32,7 @@ mod reaper;
 mod runtime;
 mod sessions;
 mod targets;
+mod tenant_policy;
 mod tokens;
 
 pub use audit::{AuditEntry, AuditFilter, Outcome};
@@ -46,6 +47,7 @@ pub use previews::{Preview, PreviewGrant};
 pub use quotas::{QuotaTurn, Quotas};
 pub use reaper::ReapLocker;
 pub use runtime::{LeaseOpen, TargetStatus};
+pub use tenant_policy::TenantRules;
 pub use tokens::TenantInfo;
 
 /// Errors of the server's store. The database's error is in the text, so
@@ -420,6 +422,10 @@ impl Store {
                     "0007_audit_actions.sql",
                     include_str!("../../migrations/sqlite/0007_audit_actions.sql"),
                 ),
+                (
+                    "0008_tenant_policy.sql",
+                    include_str!("../../migrations/sqlite/0008_tenant_policy.sql"),
+                ),
             ],
             DbKind::Postgres => &[
                 (
@@ -449,6 +455,10 @@ impl Store {
                 (
                     "0007_audit_actions.sql",
                     include_str!("../../migrations/postgres/0007_audit_actions.sql"),
+                ),
+                (
+                    "0008_tenant_policy.sql",
+                    include_str!("../../migrations/postgres/0008_tenant_policy.sql"),
                 ),
             ],
         });

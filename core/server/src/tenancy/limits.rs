@@ -65,8 +65,8 @@ impl SandboxLimits {
     /// and fills in the defaults for what it leaves out.
     pub fn fill(&self, config: &mut SandboxConfig) -> Result<()> {
         self.within(config.memory_mb, config.cpus)?;
-        config.memory_mb.get_or_insert(self.default_memory_mb);
-        config.cpus.get_or_insert(self.default_cpus);
+        config.memory_mb.get_or_insert(self.memory_given());
+        config.cpus.get_or_insert(self.cpus_given());
         Ok(())
     }
 
@@ -77,10 +77,10 @@ impl SandboxLimits {
         let cpus = changes.cpus.flatten();
         self.within(memory, cpus)?;
         if let Some(m) = &mut changes.memory_mb {
-            m.get_or_insert(self.default_memory_mb);
+            m.get_or_insert(self.memory_given());
         }
         if let Some(c) = &mut changes.cpus {
-            c.get_or_insert(self.default_cpus);
+            c.get_or_insert(self.cpus_given());
         }
         Ok(())
     }
@@ -99,6 +99,20 @@ impl SandboxLimits {
                      (memory_mb and cpus) or create it again"
                 .into(),
         })
+    }
+
+    /// The memory a sandbox that names none is given: the default, at
+    /// most the maximum.
+    fn memory_given(&self) -> u64 {
+        self.max_memory_mb
+            .map_or(self.default_memory_mb, |m| m.min(self.default_memory_mb))
+    }
+
+    /// The CPUs a sandbox that names none is given: the default, at most
+    /// the maximum.
+    fn cpus_given(&self) -> f64 {
+        self.max_cpus
+            .map_or(self.default_cpus, |m| m.min(self.default_cpus))
     }
 
     /// Whether the limits asked for are under the maximums.
@@ -216,6 +230,19 @@ mod tests {
         big.cpus = Some(2.5);
         assert_eq!(field(limits().fill(&mut big).unwrap_err()), "cpus");
         assert_eq!(big.memory_mb, None, "a refused config is not filled");
+        // Under a maximum below the default, the default is the maximum.
+        let small = SandboxLimits {
+            max_memory_mb: Some(256),
+            max_cpus: Some(0.5),
+            ..SandboxLimits::counted()
+        };
+        let mut c = SandboxConfig::new("busybox");
+        small.fill(&mut c).unwrap();
+        assert_eq!((c.memory_mb, c.cpus), (Some(256), Some(0.5)));
+        let mut m = Modify::default();
+        m.memory_mb = Some(None);
+        small.fill_modify(&mut m).unwrap();
+        assert_eq!(m.memory_mb, Some(Some(256)));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! so a server that never defines a tenant works as before; the unix
 //! socket, and a server without auth, act as its admin.
 
+mod images;
 mod limits;
 mod policy;
 pub mod quota;
@@ -23,6 +24,7 @@ use axum::http::request::Parts;
 use axum::http::Method;
 use burrow::{Backend, Error};
 
+pub use images::{normalize_image_entry, normalize_registry, ImageAllow};
 pub use policy::{SandboxLimits, TenantPolicy};
 pub use scoped::Scoped;
 
@@ -140,18 +142,35 @@ impl Caller {
         (self.tenant != DEFAULT_TENANT).then(|| self.tenant.clone())
     }
 
-    /// The engine as this caller sees it, within its tenant's limits.
-    pub fn engine(&self, state: &AppState) -> Arc<dyn Backend> {
+    /// The engine as this caller sees it, within its tenant's limits and
+    /// policy. The operator's rules for the tenant are read from the
+    /// database here, for each request (never cached: a change holds at
+    /// once on every replica); a database that does not answer refuses.
+    pub async fn engine(&self, state: &AppState) -> Result<Arc<dyn Backend>, Error> {
         let ctx = quota::QuotaCtx {
             store: state.store.clone(),
             tenant: self.tenant.clone(),
         };
-        let policy = TenantPolicy::for_scope(self.scope().as_deref(), &state.config.outbound.allow);
-        Arc::new(
+        let mut policy =
+            TenantPolicy::for_scope(self.scope().as_deref(), &state.config.outbound.allow);
+        if self.scope().is_some() {
+            let rules = state
+                .store
+                .tenant_rules(&self.tenant)
+                .await
+                .map_err(|e| Error::Store {
+                    reason: e.to_string(),
+                    source: None,
+                })?;
+            if let Some(rules) = rules {
+                policy = policy.with_rules(&rules);
+            }
+        }
+        Ok(Arc::new(
             Scoped::new(state.engine.clone(), self.scope())
                 .with_quota(ctx)
                 .with_policy(policy),
-        )
+        ))
     }
 }
 
@@ -200,7 +219,7 @@ impl FromRequestParts<Arc<AppState>> for Engine {
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         let caller = caller_of(parts);
-        Ok(Engine(caller.engine(state)))
+        Ok(Engine(caller.engine(state).await?))
     }
 }
 

@@ -16,15 +16,26 @@
 //!
 //! It holds the limits of the tenant's sandboxes too ([`SandboxLimits`]):
 //! a sandbox that names none is given what the tenant's quotas count it
-//! at, so that none runs with more than it is counted for. Allowed images
-//! and registries and mount targets belong here too, as further fields
-//! checked by the same calls.
+//! at (no more than the operator's maximum for one sandbox), so that none
+//! runs with more than it is counted for; and one that asks for more than
+//! that maximum is refused (`invalid_config`, `memory_mb` or `cpus`).
+//!
+//! And the images and registries its sandboxes may use ([`ImageAllow`]),
+//! a snapshot's by the image it was taken from. The operator sets them and
+//! the maximums per tenant (`burrow serve tenant create|set`); they are
+//! read from the server's database for each request ([`TenantPolicy::
+//! with_rules`]). Mount targets are not a tenant's setting: the ones that
+//! reach the agent or the kernel's files are refused for everybody by
+//! `SandboxConfig::validate`, and host directories for every tenant but
+//! the default one.
 
-use burrow::{Error, Modify, Network, Result, SandboxConfig};
+use burrow::{Backend, Error, Modify, Network, Result, SandboxConfig};
 use burrow_net::ceiling::{host_addresses, rule_reaches_denied};
 use burrow_net::{Ceiling, Rule};
 
+pub use super::images::ImageAllow;
 pub use super::limits::SandboxLimits;
+use crate::store::TenantRules;
 
 /// What a tenant's sandboxes may be and reach.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,6 +46,8 @@ pub struct TenantPolicy {
     /// The limits each of the tenant's sandboxes is given and may ask for
     /// (`None`: the engine's, the default tenant's freedom).
     pub limits: Option<SandboxLimits>,
+    /// The images its sandboxes may use (`None`: any).
+    pub images: Option<ImageAllow>,
 }
 
 impl TenantPolicy {
@@ -52,7 +65,26 @@ impl TenantPolicy {
                 pull_allow: outbound_allow.to_vec(),
             }),
             limits: Some(SandboxLimits::counted()),
+            images: None,
         }
+    }
+
+    /// The same with the operator's rules for the tenant (the default
+    /// tenant's policy stays unrestricted: its rules are never set).
+    pub fn with_rules(mut self, rules: &TenantRules) -> TenantPolicy {
+        if let Some(limits) = &mut self.limits {
+            limits.max_memory_mb = rules.sandbox_max_memory_mb;
+            limits.max_cpus = rules.sandbox_max_cpus;
+        }
+        if self.egress.is_some()
+            && (rules.allowed_images.is_some() || rules.allowed_registries.is_some())
+        {
+            self.images = Some(ImageAllow {
+                images: rules.allowed_images.clone().unwrap_or_default(),
+                registries: rules.allowed_registries.clone().unwrap_or_default(),
+            });
+        }
+        self
     }
 
     /// The policy of the tenant whose scope is `scope` (`None`: the
@@ -65,11 +97,19 @@ impl TenantPolicy {
     }
 
     /// Checks a new sandbox's configuration (a create, a restore, a claim)
-    /// and puts the tenant's ceiling and limits on it.
-    pub fn check_create(&self, config: &mut SandboxConfig) -> Result<()> {
+    /// and puts the tenant's ceiling and limits on it. `engine` (the
+    /// tenant's view) finds the image a snapshot was taken from.
+    pub async fn check_create(
+        &self,
+        config: &mut SandboxConfig,
+        engine: Option<&dyn Backend>,
+    ) -> Result<()> {
         if let Some(ceiling) = &self.egress {
             check_network(&config.network, "network")?;
             check_image(&config.image, ceiling)?;
+        }
+        if let Some(images) = &self.images {
+            images.check(&config.image, engine).await?;
         }
         if let Some(limits) = &self.limits {
             limits.fill(config)?;
@@ -81,8 +121,12 @@ impl TenantPolicy {
     }
 
     /// Checks a pool's configuration, which each of its sandboxes runs.
-    pub fn check_pool(&self, config: &mut SandboxConfig) -> Result<()> {
-        self.check_create(config)
+    pub async fn check_pool(
+        &self,
+        config: &mut SandboxConfig,
+        engine: Option<&dyn Backend>,
+    ) -> Result<()> {
+        self.check_create(config, engine).await
     }
 
     /// Checks changes to one of the tenant's sandboxes (a limit removed
@@ -119,6 +163,9 @@ impl TenantPolicy {
                          create it again"
                     .into(),
             });
+        }
+        if let Some(images) = &self.images {
+            images.check_stored(&config.image)?;
         }
         match &self.limits {
             Some(limits) => limits.holds(config),
@@ -211,15 +258,15 @@ mod tests {
         serde_json::from_value(serde_json::json!({"image": image, "network": network})).unwrap()
     }
 
-    #[test]
-    fn a_tenant_gets_the_ceiling_and_no_rule_naming_a_denied_address() {
+    #[tokio::test]
+    async fn a_tenant_gets_the_ceiling_and_no_rule_naming_a_denied_address() {
         let p = TenantPolicy::scoped(&["10.0.0.5".parse().unwrap()]);
         let mut ok = config(
             serde_json::json!({"allow": ["pypi.org", "*", "0.0.0.0/0", "8.8.8.8"]}),
             "busybox",
         );
         ok.egress_ceiling = None;
-        p.check_create(&mut ok).unwrap();
+        p.check_create(&mut ok, None).await.unwrap();
         assert_eq!(
             ok.egress_ceiling.as_ref().unwrap().pull_allow,
             vec!["10.0.0.5".parse::<Rule>().unwrap()]
@@ -236,7 +283,7 @@ mod tests {
         .enumerate()
         {
             let mut c = config(serde_json::json!({"allow": ["pypi.org", rule]}), "busybox");
-            let e = p.check_create(&mut c).unwrap_err();
+            let e = p.check_create(&mut c, None).await.unwrap_err();
             assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig, "{i} {rule}");
             assert!(c.egress_ceiling.is_none());
             let mut changes = Modify::default();
@@ -250,31 +297,34 @@ mod tests {
                 IpAddr::V6(v6) => format!("[{v6}]"),
             };
             let mut c = config(serde_json::json!({"allow": [rule]}), "busybox");
-            assert!(p.check_create(&mut c).is_err(), "{a}");
+            assert!(p.check_create(&mut c, None).await.is_err(), "{a}");
         }
         // The default tenant keeps its freedom.
         let mut c = config(
             serde_json::json!({"allow": ["127.0.0.1"]}),
             "127.0.0.1:5000/x",
         );
-        TenantPolicy::unrestricted().check_create(&mut c).unwrap();
+        TenantPolicy::unrestricted()
+            .check_create(&mut c, None)
+            .await
+            .unwrap();
         assert!(c.egress_ceiling.is_none());
         assert_eq!((c.memory_mb, c.cpus), (None, None));
     }
 
-    #[test]
-    fn a_tenants_sandbox_gets_the_limits_its_quota_counts() {
+    #[tokio::test]
+    async fn a_tenants_sandbox_gets_the_limits_its_quota_counts() {
         use crate::tenancy::quota::{DEFAULT_CPUS, DEFAULT_MEMORY_MB};
         let p = TenantPolicy::scoped(&[]);
         let mut c = config(serde_json::json!("none"), "busybox");
-        p.check_create(&mut c).unwrap();
+        p.check_create(&mut c, None).await.unwrap();
         assert_eq!(
             (c.memory_mb, c.cpus),
             (Some(DEFAULT_MEMORY_MB), Some(DEFAULT_CPUS))
         );
         let mut pool = config(serde_json::json!("none"), "busybox");
         pool.memory_mb = Some(256);
-        p.check_pool(&mut pool).unwrap();
+        p.check_pool(&mut pool, None).await.unwrap();
         assert_eq!((pool.memory_mb, pool.cpus), (Some(256), Some(DEFAULT_CPUS)));
         let mut unset = Modify::default();
         unset.memory_mb = Some(None);
@@ -290,7 +340,7 @@ mod tests {
         };
         let mut big = config(serde_json::json!("none"), "busybox");
         big.memory_mb = Some(2048);
-        let e = capped.check_create(&mut big).unwrap_err();
+        let e = capped.check_create(&mut big, None).await.unwrap_err();
         assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig);
         assert!(
             big.egress_ceiling.is_none(),
@@ -305,8 +355,8 @@ mod tests {
         assert_eq!(unset.memory_mb, Some(None));
     }
 
-    #[test]
-    fn registries_at_denied_addresses_are_refused_unless_the_operator_allows() {
+    #[tokio::test]
+    async fn registries_at_denied_addresses_are_refused_unless_the_operator_allows() {
         let p = TenantPolicy::scoped(&["tcp:10.0.0.5:5000".parse().unwrap()]);
         for image in [
             "127.0.0.1:5000/x:1",
@@ -319,7 +369,7 @@ mod tests {
             "10.0.0.5/x",
         ] {
             let mut c = config(serde_json::json!("none"), image);
-            let e = p.check_create(&mut c).unwrap_err();
+            let e = p.check_create(&mut c, None).await.unwrap_err();
             assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig, "{image}");
         }
         for image in [
@@ -331,18 +381,18 @@ mod tests {
             "snapshot:mine",
         ] {
             let mut c = config(serde_json::json!("none"), image);
-            p.check_create(&mut c).unwrap();
+            p.check_create(&mut c, None).await.unwrap();
         }
     }
 
-    #[test]
-    fn a_stored_configuration_without_the_ceiling_does_not_start_or_fork() {
+    #[tokio::test]
+    async fn a_stored_configuration_without_the_ceiling_does_not_start_or_fork() {
         let p = TenantPolicy::scoped(&[]);
         let bare = config(serde_json::json!("all"), "busybox");
         assert!(p.check_start(&bare).is_err());
         assert!(p.check_fork(&bare).is_err());
         let mut held = bare.clone();
-        p.check_create(&mut held).unwrap();
+        p.check_create(&mut held, None).await.unwrap();
         p.check_start(&held).unwrap();
         p.check_fork(&held).unwrap();
         TenantPolicy::unrestricted().check_start(&bare).unwrap();

@@ -45,9 +45,8 @@ pub struct Scoped {
 }
 
 impl Scoped {
-    /// `inner` seen by the tenant whose scope is `scope` (`None` for the
-    /// default tenant), under the policy of such a tenant with no
-    /// operator's exceptions ([`TenantPolicy::for_scope`]).
+    /// `inner` seen by the tenant of `scope` (`None`: the default one),
+    /// under such a tenant's bare policy ([`TenantPolicy::for_scope`]).
     pub fn new(inner: Arc<dyn Backend>, scope: Option<String>) -> Scoped {
         let policy = TenantPolicy::for_scope(scope.as_deref(), &[]);
         Scoped {
@@ -351,7 +350,8 @@ impl Backend for Scoped {
     async fn create(&self, mut req: CreateRequest) -> Result<SandboxInfo> {
         req.name = self.engine_name(&req.name)?;
         let defaulted = self.policy.limits.is_some() && names_no_limit(&req.config);
-        self.policy.check_create(&mut req.config)?;
+        let (policy, config) = (&self.policy, &mut req.config);
+        policy.check_create(config, Some(self)).await?;
         self.config_in(&mut req.config)?;
         // A create that may claim a pool's sandbox counts as a start.
         let demand = match req.claim {
@@ -647,7 +647,7 @@ impl Backend for Scoped {
     async fn create_pool(&self, mut spec: PoolSpec) -> Result<PoolInfo> {
         spec.name = self.engine_name(&spec.name)?;
         let defaulted = self.policy.limits.is_some() && names_no_limit(&spec.config);
-        self.policy.check_pool(&mut spec.config)?;
+        self.policy.check_pool(&mut spec.config, Some(self)).await?;
         self.config_in(&mut spec.config)?;
         let demand = Demand::warm(&spec.config, u64::from(spec.size));
         let demand = async { Ok(demand) };

@@ -71,7 +71,11 @@ impl Books {
     fn add(&self, name: &str, status: Status, reclaimed: bool) -> SandboxId {
         let mut config = SandboxConfig::new("busybox");
         config.idle_timeout = Some(Duration::from_secs(1));
-        TenantPolicy::scoped(&[]).check_create(&mut config).unwrap();
+        futures_util::FutureExt::now_or_never(
+            TenantPolicy::scoped(&[]).check_create(&mut config, None),
+        )
+        .unwrap()
+        .unwrap();
         let mut info = SandboxInfo::new(SandboxId::new(), format!("t1/{name}"), config);
         info.status = status;
         if reclaimed {
