@@ -83,12 +83,24 @@ fn agent_in(dir: &Path, agent_bin: &Path) -> Result<PathBuf> {
         // Another filesystem, or a file this user may not link: a copy.
         copy_executable(agent_bin, &tmp).map_err(fail)?;
     }
-    // Atomic: a concurrent start sees no file or the whole one.
-    fs::rename(&tmp, &staged).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        fail(e)
-    })?;
+    publish(&tmp, &staged).map_err(fail)?;
     Ok(staged)
+}
+
+/// Gives the whole file `tmp` the name `staged` unless a concurrent start
+/// gave it first, and never replaces it: a start that read the staged
+/// file's identity (to prove, at hello, that the guest's first process
+/// runs it) must find the same file bound. A link cannot replace a name;
+/// a filesystem without links gets the atomic rename.
+fn publish(tmp: &Path, staged: &Path) -> io::Result<()> {
+    let linked = fs::hard_link(tmp, staged);
+    let result = match linked {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(_) => fs::rename(tmp, staged),
+    };
+    let _ = fs::remove_file(tmp);
+    result
 }
 
 fn copy_executable(from: &Path, to: &Path) -> io::Result<()> {
@@ -193,5 +205,21 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(names.iter().all(|n| n.starts_with("agent-")), "{names:?}");
+    }
+
+    /// Two starts placing the same build at once (copies: another
+    /// filesystem, or a file this user may not link): the second keeps the
+    /// first's file, which the first has already proven against.
+    #[test]
+    fn a_placed_agent_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let staged = dir.path().join("agent-0000000000000000");
+        fs::write(&staged, b"#!agent").unwrap();
+        let first = fs::metadata(&staged).unwrap().ino();
+        let tmp = dir.path().join(".agent-0000000000000000.2");
+        fs::write(&tmp, b"#!agent").unwrap();
+        publish(&tmp, &staged).unwrap();
+        assert_eq!(fs::metadata(&staged).unwrap().ino(), first);
+        assert!(!tmp.exists());
     }
 }
