@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The attack suite of the security review (issue 56): one module per
-//! class of hole, each test an attack that succeeded on the reviewed build
+//! The attack suite of the security review (issue 56, and the defence in
+//! depth of issue 57): one module per class of hole, each test an attack that succeeded on the reviewed build
 //! and must fail on this one. They run as root and, in the rootless lane,
 //! as an unprivileged user (`cargo xtask test --rootless --test attacks`).
 //! docs/security.md names the test that proves each boundary.
@@ -21,6 +21,8 @@ mod mcp_scope;
 mod mounts;
 #[path = "attacks/quotas.rs"]
 mod quotas;
+#[path = "attacks/seccomp.rs"]
+mod seccomp;
 #[path = "attacks/secrets.rs"]
 mod secrets;
 #[path = "attacks/ssrf.rs"]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use burrow::{OciRuntime, SandboxConfig, SandboxId};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, Pod, PodSpec, ResourceRequirements,
-    SecurityContext, Volume, VolumeMount,
+    SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -101,6 +101,12 @@ pub fn pod(
                 drop: Some(vec!["NET_RAW".into()]),
                 ..Capabilities::default()
             }),
+            // The container runtime's default filter from the first
+            // instruction (a kubelet's own default is unconfined).
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
             ..SecurityContext::default()
         }),
         ..Container::default()
@@ -159,6 +165,13 @@ pub fn check_limits(config: &SandboxConfig) -> burrow::Result<()> {
         return Err(burrow::Error::InvalidConfig {
             field: "pids_limit".into(),
             reason: "a pod's process count is its node's (the kubelet's podPidsLimit), not the sandbox's; ask for best-effort limits to run without it".into(),
+        });
+    }
+    if !config.seccomp_allow.is_empty() {
+        return Err(burrow::Error::InvalidConfig {
+            field: "seccomp_allow".into(),
+            reason: "a pod's seccomp profile is its node's (RuntimeDefault), not the sandbox's"
+                .into(),
         });
     }
     if !config.ports.is_empty() {
@@ -398,6 +411,14 @@ mod tests {
         c.egress_ceiling = None;
         check_limits(&c).unwrap();
     }
+
+    #[test]
+    fn a_wider_seccomp_filter_is_refused() {
+        let mut c = SandboxConfig::new("busybox");
+        c.seccomp_allow = vec!["io_uring_setup".into()];
+        let e = check_limits(&c).unwrap_err();
+        assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig);
+    }
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
         ContainerStatus, PodStatus,
@@ -447,6 +468,12 @@ mod tests {
         assert_eq!(limits["cpu"].0, "500m");
         assert_eq!(limits["memory"].0, "64Mi");
         assert_eq!(main.env.as_ref().unwrap()[0].name, "A");
+        let security = main.security_context.as_ref().unwrap();
+        assert_eq!(
+            security.seccomp_profile.as_ref().unwrap().type_,
+            "RuntimeDefault"
+        );
+        assert_eq!(security.allow_privilege_escalation, Some(false));
         let init = &spec.init_containers.unwrap()[0];
         assert!(init
             .command

@@ -93,6 +93,12 @@ impl SandboxBuilder {
         self.config.best_effort_limits = yes;
         self
     }
+    /// Allows a syscall that burrow's seccomp profile denies, by its x86-64
+    /// name (`io_uring_setup`); see [`SandboxConfig::seccomp_allow`].
+    pub fn allow_syscall(mut self, name: impl Into<String>) -> Self {
+        self.config.seccomp_allow.push(name.into());
+        self
+    }
     /// An environment variable for every process.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.env.insert(key.into(), value.into());

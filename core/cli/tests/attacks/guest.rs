@@ -135,7 +135,7 @@ func inject(dir, bytes string) {
 
 /// The helper, built once (static, so any image runs it), in a directory
 /// of this user's own (the rootless lane cannot write the target dir).
-fn guestx() -> &'static Path {
+pub(crate) fn guestx() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());

@@ -35,7 +35,7 @@ async fn assert_nothing_recorded(home: &TestHome, what: &str) {
     assert!(all.is_empty(), "{what}: a record was left: {all:?}");
 }
 
-fn json_code(out: &Output) -> String {
+pub(crate) fn json_code(out: &Output) -> String {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not JSON ({e}): {}{}",

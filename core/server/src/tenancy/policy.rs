@@ -20,6 +20,9 @@
 //! runs with more than it is counted for; and one that asks for more than
 //! that maximum is refused (`invalid_config`, `memory_mb` or `cpus`).
 //!
+//! Its sandboxes run under burrow's seccomp profile as it is: adding
+//! syscalls to it (`seccomp_allow`) is refused (`invalid_config`).
+//!
 //! And the images and registries its sandboxes may use ([`ImageAllow`]),
 //! a snapshot's by the image it was taken from. The operator sets them and
 //! the maximums per tenant (`burrow serve tenant create|set`); they are
@@ -107,6 +110,7 @@ impl TenantPolicy {
         if let Some(ceiling) = &self.egress {
             check_network(&config.network, "network")?;
             check_image(&config.image, ceiling)?;
+            check_syscalls(config)?;
         }
         if let Some(images) = &self.images {
             images.check(&config.image, engine).await?;
@@ -164,6 +168,9 @@ impl TenantPolicy {
                     .into(),
             });
         }
+        if self.egress.is_some() {
+            check_syscalls(config)?;
+        }
         if let Some(images) = &self.images {
             images.check_stored(&config.image)?;
         }
@@ -172,6 +179,20 @@ impl TenantPolicy {
             None => Ok(()),
         }
     }
+}
+
+/// Refuses syscalls added to the sandbox's seccomp filter: the kernel's
+/// surface is the operator's to widen, for the default tenant's sandboxes.
+fn check_syscalls(config: &SandboxConfig) -> Result<()> {
+    if config.seccomp_allow.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidConfig {
+        field: "seccomp_allow".into(),
+        reason: "a tenant's sandboxes run under burrow's seccomp profile; only the default \
+                 tenant's may add syscalls to it"
+            .into(),
+    })
 }
 
 /// Refuses an allow rule that names an address above the ceiling.
@@ -409,5 +430,36 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn only_the_default_tenant_widens_the_seccomp_filter() {
+        let mut wide = config(serde_json::json!("none"), "busybox");
+        wide.seccomp_allow = vec!["io_uring_setup".into()];
+        let p = TenantPolicy::scoped(&[]);
+        let field = |e: Error| match e {
+            Error::InvalidConfig { field, .. } => field,
+            other => panic!("{other}"),
+        };
+        assert_eq!(
+            field(p.check_create(&mut wide.clone(), None).await.unwrap_err()),
+            "seccomp_allow"
+        );
+        assert_eq!(
+            field(p.check_pool(&mut wide.clone(), None).await.unwrap_err()),
+            "seccomp_allow"
+        );
+        // Stored somehow (a record from before): never started or copied.
+        let mut held = config(serde_json::json!("none"), "busybox");
+        p.check_create(&mut held, None).await.unwrap();
+        held.seccomp_allow = wide.seccomp_allow.clone();
+        assert_eq!(field(p.check_start(&held).unwrap_err()), "seccomp_allow");
+        assert_eq!(field(p.check_fork(&held).unwrap_err()), "seccomp_allow");
+        let mut own = wide.clone();
+        TenantPolicy::unrestricted()
+            .check_create(&mut own, None)
+            .await
+            .unwrap();
+        assert_eq!(own.seccomp_allow, wide.seccomp_allow);
     }
 }

@@ -230,13 +230,16 @@ impl Enforceable {
 }
 
 /// Refuses a configuration that asks for a limit its driver cannot enforce
-/// here, unless it says limits are best effort: `invalid_config`, naming
-/// the limit (the request as given cannot be honoured on this host).
+/// here, unless it says limits are best effort, or that its driver judges
+/// wrong ([`Driver::check_config`]): `invalid_config`, naming the field
+/// (the request as given cannot be honoured on this host).
 pub fn check_limits(config: &crate::model::SandboxConfig) -> Result<()> {
+    let driver = for_config(config);
+    driver.check_config(config)?;
     if config.best_effort_limits {
         return Ok(());
     }
-    let can = for_config(config).enforceable();
+    let can = driver.enforceable();
     let asked = [
         ("memory_mb", config.memory_mb.is_some(), can.memory),
         ("cpus", config.cpus.is_some(), can.cpus),
@@ -297,6 +300,13 @@ pub trait Driver: Send + Sync + Debug {
     /// every one.
     fn enforceable(&self) -> Enforceable {
         Enforceable::all()
+    }
+
+    /// Checks what of a configuration only this driver can judge (the
+    /// names of the syscalls it adds to a container's filter). Default:
+    /// nothing.
+    fn check_config(&self, _config: &crate::model::SandboxConfig) -> Result<()> {
+        Ok(())
     }
 
     /// Launches a guest. On error nothing of this generation is left running.

@@ -1,21 +1,23 @@
 //! The default seccomp profile compiled to a classic BPF program, here, for
 //! the native x86-64 ABI.
 //!
-//! Handing runc or crun the profile as OCI JSON makes them build the filter
-//! with libseccomp at every start: ~10 ms for this profile on the machines
-//! this was measured on, a third of a container's whole start. The program
-//! below is built once per process in microseconds and installed by the
-//! guest agent itself as its very first step (`--seccomp`), before it reads
-//! any input; every process of the sandbox descends from it and inherits the
-//! filter, as it would from the runtime. The decisions are the profile's
-//! (see `seccomp`), and the unit tests run the program in an interpreter
-//! against every syscall of the table:
+//! The runtime installs the filter before the first instruction of the
+//! sandbox's first process (see `seccomp`): crun from this program, given
+//! as the `run.oci.seccomp_bpf_data` annotation (no libseccomp build at
+//! start); runc and runsc from the profile's JSON. The agent installs the
+//! same program again as its first step (`--seccomp`, a second layer that
+//! holds should a runtime skip its profile); every process of the sandbox
+//! descends from it and inherits both. The program is built in
+//! microseconds. The decisions are the profile's (see `seccomp`), and the
+//! unit tests run the program in an interpreter against every syscall of
+//! the table:
 //!
 //! - another architecture (the i386 `int 0x80` ABI) or an x32 syscall
 //!   number: the process is killed (`SIGSYS`), as libseccomp's default for a
 //!   foreign architecture;
 //! - a number past the newest syscall in the table: `ENOSYS`, so that libc
 //!   falls back from syscalls newer than the profile (runc does the same);
+//! - a syscall the sandbox's configuration adds (`seccomp_allow`): allowed;
 //! - an allowed syscall: allowed, after its argument checks (`clone` without
 //!   namespace flags, the `personality` values Docker allows, `socket` of any
 //!   family but `AF_VSOCK`);
@@ -82,9 +84,12 @@ const fn errno(e: i32) -> u32 {
 
 /// What one syscall's block does; every block ends in a `ret`. Only
 /// called with the names of [`rules`], which are all allowed in some way.
-fn block(name: &str) -> Vec<Insn> {
+fn block(name: &str, extra: &[String]) -> Vec<Insn> {
     let deny = ret(errno(libc::EPERM));
     let allow = ret(RET_ALLOW);
+    if extra.iter().any(|e| e == name) {
+        return vec![allow];
+    }
     match name {
         // (arg0 & namespace flags) == 0; the mask has no high bits.
         "clone" => vec![
@@ -127,16 +132,18 @@ fn block(name: &str) -> Vec<Insn> {
     }
 }
 
-/// The syscalls with a block, by number. Names the x86-64 table lacks
-/// (those of other ABIs, like `chown32`) have none. Built once per start,
-/// on its critical path: one pass over the table, no name searches.
-fn rules() -> Vec<(u32, Vec<Insn>)> {
+/// The syscalls with a block, by number: the profile's and `extra`. Names
+/// the x86-64 table lacks (those of other ABIs, like `chown32`) have none.
+/// Built once per start, on its critical path: one pass over the table, no
+/// name searches.
+fn rules(extra: &[String]) -> Vec<(u32, Vec<Insn>)> {
     let mut names: std::collections::HashSet<&str> = ALLOWED.iter().copied().collect();
     names.extend(["clone", "clone3", "personality", "socket"]);
+    names.extend(extra.iter().map(String::as_str));
     let mut rules: Vec<(u32, Vec<Insn>)> = SYSCALLS
         .iter()
         .filter(|(n, _)| names.contains(n))
-        .map(|(n, nr)| (*nr, block(n)))
+        .map(|(n, nr)| (*nr, block(n, extra)))
         .collect();
     rules.sort_by_key(|(nr, _)| *nr);
     rules.dedup_by_key(|(nr, _)| *nr);
@@ -169,8 +176,8 @@ fn tree(rules: &[(u32, Vec<Insn>)], out: &mut Vec<Insn>) {
     tree(&rules[mid..], out);
 }
 
-/// The whole program.
-pub(super) fn program() -> Vec<Insn> {
+/// The whole program, with the syscalls `extra` names allowed too.
+pub(super) fn program(extra: &[String]) -> Vec<Insn> {
     let newest = SYSCALLS.iter().map(|(_, nr)| *nr).max().unwrap_or(0);
     let mut p = vec![
         stmt(LD_W_ABS, OFF_ARCH),
@@ -182,31 +189,39 @@ pub(super) fn program() -> Vec<Insn> {
         jump(JMP_JGT_K, newest, 0, 1),
         ret(errno(libc::ENOSYS)),
     ];
-    tree(&rules(), &mut p);
+    tree(&rules(extra), &mut p);
     p
 }
 
-/// The program as the agent's `--seccomp` argument: hex of the raw
-/// `struct sock_filter` array (little endian, 8 bytes an instruction).
-pub(super) fn agent_argument() -> &'static str {
-    static ARG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ARG.get_or_init(|| {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let program = program();
-        let mut hex = String::with_capacity(program.len() * 16);
-        for i in program {
-            let mut bytes = [0u8; 8];
-            bytes[0..2].copy_from_slice(&i.code.to_le_bytes());
-            bytes[2] = i.jt;
-            bytes[3] = i.jf;
-            bytes[4..8].copy_from_slice(&i.k.to_le_bytes());
-            for b in bytes {
-                hex.push(DIGITS[usize::from(b >> 4)] as char);
-                hex.push(DIGITS[usize::from(b & 0xf)] as char);
-            }
-        }
-        hex
-    })
+/// The program as the kernel reads it: the raw `struct sock_filter`
+/// array (little endian, 8 bytes an instruction).
+pub(super) fn raw(program: &[Insn]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    for i in program {
+        out.extend_from_slice(&i.code.to_le_bytes());
+        out.push(i.jt);
+        out.push(i.jf);
+        out.extend_from_slice(&i.k.to_le_bytes());
+    }
+    out
+}
+
+/// The program as the agent's `--seccomp` argument: hex of [`raw`].
+pub(super) fn agent_argument(program: &[Insn]) -> String {
+    hex::encode(raw(program))
+}
+
+/// As crun's `run.oci.seccomp_bpf_data` annotation wants it: base64 of
+/// [`raw`].
+pub(super) fn annotation(program: &[Insn]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(raw(program))
+}
+
+/// Whether the x86-64 table knows `name` (a syscall a sandbox's
+/// configuration may add to its filter).
+pub(super) fn known(name: &str) -> bool {
+    SYSCALLS.iter().any(|(n, _)| *n == name)
 }
 
 #[cfg(test)]
@@ -257,14 +272,14 @@ mod tests {
 
     fn decide(name: &str, arg0: u64) -> u32 {
         run(
-            &program(),
+            &program(&[]),
             &data(AUDIT_ARCH_X86_64, number(name).unwrap(), arg0),
         )
     }
 
     #[test]
     fn every_syscall_gets_the_profiles_decision() {
-        let p = program();
+        let p = program(&[]);
         assert!(p.len() < 4096, "within the kernel's limit: {}", p.len());
         for (name, nr) in SYSCALLS {
             let got = run(&p, &data(AUDIT_ARCH_X86_64, *nr, 0));
@@ -299,7 +314,7 @@ mod tests {
         for ring in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
             assert_eq!(decide(ring, 0), eperm, "{ring}");
         }
-        let p = program();
+        let p = program(&[]);
         assert_eq!(
             run(&p, &data(AUDIT_ARCH_X86_64, 1000, 0)),
             errno(libc::ENOSYS)
@@ -328,9 +343,34 @@ mod tests {
     }
 
     #[test]
-    fn the_argument_is_the_program_in_hex() {
-        let arg = agent_argument();
-        assert_eq!(arg.len(), program().len() * 16);
-        assert!(arg.bytes().all(|b| b.is_ascii_hexdigit()));
+    fn the_argument_and_the_annotation_carry_the_program() {
+        use base64::Engine as _;
+        let p = program(&[]);
+        let arg = agent_argument(&p);
+        assert_eq!(arg.len(), p.len() * 16);
+        assert_eq!(hex::decode(&arg).unwrap(), raw(&p));
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(annotation(&p))
+            .unwrap();
+        assert_eq!(data, raw(&p));
+        // The first instruction: load the architecture.
+        assert_eq!(&data[..8], &[0x20, 0, 0, 0, 4, 0, 0, 0]);
+    }
+
+    /// A sandbox's additions are allowed outright, conditions and all;
+    /// nothing else moves.
+    #[test]
+    fn added_syscalls_are_allowed_and_nothing_else() {
+        let extra = vec!["io_uring_setup".to_owned(), "clone".to_owned()];
+        let p = program(&extra);
+        let at = |name: &str, arg0: u64| {
+            run(&p, &data(AUDIT_ARCH_X86_64, number(name).unwrap(), arg0))
+        };
+        assert_eq!(at("io_uring_setup", 0), RET_ALLOW);
+        assert_eq!(at("clone", libc::CLONE_NEWUSER as u64), RET_ALLOW);
+        assert_eq!(at("io_uring_enter", 0), errno(libc::EPERM));
+        assert_eq!(at("mount", 0), errno(libc::EPERM));
+        assert_eq!(at("socket", AF_VSOCK), errno(libc::EPERM));
+        assert!(known("io_uring_setup") && !known("chown32") && !known("nope"));
     }
 }

@@ -317,6 +317,19 @@ impl Driver for ContainerDriver {
         self.runtime != OciRuntime::Runsc
     }
 
+    fn check_config(&self, config: &crate::model::SandboxConfig) -> Result<()> {
+        match config.seccomp_allow.iter().position(|n| !bpf::known(n)) {
+            Some(i) => Err(Error::InvalidConfig {
+                field: format!("seccomp_allow[{i}]"),
+                reason: format!(
+                    "{} is not an x86-64 syscall this host's filter knows",
+                    config.seccomp_allow[i]
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn enforceable(&self) -> super::Enforceable {
         let c = cgroups::Controllers::detect();
         let why = if cgroups::rootless() {
@@ -495,10 +508,9 @@ async fn start(
     let (resources, limit_notes) = spec::Resources::plan(&spec.config, &controllers);
     notes.extend(limit_notes);
     let runtime = spec.config.oci_runtime();
-    let seccomp_by_runtime = spec::seccomp_by_runtime(runtime).then_some(runtime);
     let input = spec::SpecInput {
         rootfs: &target,
-        args: spec::agent_args(seccomp_by_runtime.is_some())?,
+        args: spec::agent_args(runtime, &spec.config.seccomp_allow)?,
         env: spec::environment(&image.config, &spec.config, &hostname),
         cwd: spec::working_dir(&spec.config, &image.config, &image.reference)?,
         uid,
@@ -511,7 +523,8 @@ async fn start(
         nofile: spec::nofile_limit(),
         resources,
         cgroups_path: format!("burrow/{}", generation.id),
-        seccomp_by_runtime,
+        runtime,
+        seccomp_allow: &spec.config.seccomp_allow,
     };
     let config_path = generation.bundle.join("config.json");
     let text = serde_json::to_vec_pretty(&spec::config(&input))

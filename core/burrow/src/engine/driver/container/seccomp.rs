@@ -18,6 +18,15 @@
 //! `BURROW_SECCOMP_COMPAT32=1` on the host allows them again, for images
 //! that run 32-bit x86 binaries.
 //!
+//! The runtime installs it, so the sandbox's first process is filtered
+//! from its first instruction whatever file it runs: crun from the program
+//! `bpf` compiles (the `run.oci.seccomp_bpf_data` annotation, no
+//! libseccomp build at start), runc and runsc from this profile's JSON (a
+//! runtime that does not know the annotation reads the JSON too). The
+//! agent installs the same program once more as its first step, a second
+//! layer. A sandbox's `seccomp_allow` adds syscalls to both (the operator's
+//! choice: `burrow serve` refuses it to every tenant but the default one).
+//!
 //! Unlike the Docker profile this list started from, `io_uring_setup`,
 //! `io_uring_enter` and `io_uring_register` are not allowed (they fail with
 //! `EPERM`): io_uring has been the source of a long run of kernel privilege
@@ -399,39 +408,54 @@ pub(super) const PERSONALITIES: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ff
 /// `AF_VSOCK`: sockets of this family are refused.
 pub(super) const AF_VSOCK: u64 = 40;
 
-/// The `linux.seccomp` section of the OCI config for `runtime`.
+/// The `linux.seccomp` section of the OCI config for `runtime`, with the
+/// syscalls `extra` names (the sandbox's `seccomp_allow`) allowed outright.
 ///
 /// runsc applies it in gVisor's kernel, which answers every `SCMP_ACT_ERRNO`
 /// with `EPERM` whatever `errnoRet` says, so `clone3` cannot fail with the
 /// `ENOSYS` that makes libc fall back to `clone`: it would break every
 /// thread. Under runsc `clone3` is allowed; the namespaces it can make are
 /// gVisor's own, never the host's.
-pub(super) fn profile(runtime: crate::model::OciRuntime) -> Value {
-    let mut rules = vec![json!({ "names": ALLOWED, "action": "SCMP_ACT_ALLOW" })];
-    rules.push(json!({
-        "names": ["clone"],
-        "action": "SCMP_ACT_ALLOW",
-        "args": [{ "index": 0, "value": CLONE_NAMESPACE_FLAGS, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
-    }));
-    if runtime == crate::model::OciRuntime::Runsc {
+pub(super) fn profile(runtime: crate::model::OciRuntime, extra: &[String]) -> Value {
+    let added = |name: &str| extra.iter().any(|e| e == name);
+    let mut allowed: Vec<&str> = ALLOWED.to_vec();
+    allowed.extend(
+        extra
+            .iter()
+            .map(String::as_str)
+            .filter(|e| !ALLOWED.contains(e)),
+    );
+    let mut rules = vec![json!({ "names": allowed, "action": "SCMP_ACT_ALLOW" })];
+    if !added("clone") {
+        rules.push(json!({
+            "names": ["clone"],
+            "action": "SCMP_ACT_ALLOW",
+            "args": [{ "index": 0, "value": CLONE_NAMESPACE_FLAGS, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
+        }));
+    }
+    if runtime == crate::model::OciRuntime::Runsc && !added("clone3") {
         rules.push(json!({ "names": ["clone3"], "action": "SCMP_ACT_ALLOW" }));
-    } else {
+    } else if !added("clone3") {
         rules.push(
             json!({ "names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOSYS }),
         );
     }
-    for p in PERSONALITIES {
+    if !added("personality") {
+        for p in PERSONALITIES {
+            rules.push(json!({
+                "names": ["personality"],
+                "action": "SCMP_ACT_ALLOW",
+                "args": [{ "index": 0, "value": p, "op": "SCMP_CMP_EQ" }],
+            }));
+        }
+    }
+    if !added("socket") {
         rules.push(json!({
-            "names": ["personality"],
+            "names": ["socket"],
             "action": "SCMP_ACT_ALLOW",
-            "args": [{ "index": 0, "value": p, "op": "SCMP_CMP_EQ" }],
+            "args": [{ "index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_NE" }],
         }));
     }
-    rules.push(json!({
-        "names": ["socket"],
-        "action": "SCMP_ACT_ALLOW",
-        "args": [{ "index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_NE" }],
-    }));
     json!({
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": libc::EPERM,
@@ -463,7 +487,7 @@ mod tests {
     #[test]
     fn under_runsc_clone3_is_left_to_gvisor() {
         let clone3 = |runtime| {
-            profile(runtime)["syscalls"]
+            profile(runtime, &[])["syscalls"]
                 .as_array()
                 .unwrap()
                 .iter()
@@ -478,7 +502,7 @@ mod tests {
 
     #[test]
     fn profile_denies_by_default_and_filters_clone() {
-        let p = profile(crate::model::OciRuntime::Runc);
+        let p = profile(crate::model::OciRuntime::Runc, &[]);
         assert_eq!(p["defaultAction"], "SCMP_ACT_ERRNO");
         assert_eq!(p["defaultErrnoRet"], libc::EPERM);
         let rules = p["syscalls"].as_array().unwrap();
@@ -525,5 +549,18 @@ mod tests {
         assert!(rules
             .iter()
             .any(|r| r["names"][0] == "clone" && r["args"][0]["op"] == "SCMP_CMP_MASKED_EQ"));
+    }
+
+    #[test]
+    fn added_syscalls_join_the_allowlist_once() {
+        let extra = vec!["io_uring_setup".to_owned(), "socket".to_owned(), "read".to_owned()];
+        let p = profile(crate::model::OciRuntime::Crun, &extra);
+        let rules = p["syscalls"].as_array().unwrap();
+        let allowed = rules[0]["names"].as_array().unwrap();
+        assert_eq!(allowed.iter().filter(|n| *n == "io_uring_setup").count(), 1);
+        assert_eq!(allowed.iter().filter(|n| *n == "read").count(), 1);
+        // Added outright: its argument rule goes.
+        assert!(allowed.iter().any(|n| n == "socket"));
+        assert!(!rules.iter().any(|r| r["names"] == json!(["socket"])));
     }
 }

@@ -162,10 +162,10 @@ pub(super) struct SpecInput<'a> {
     pub nofile: u64,
     pub resources: Resources,
     pub cgroups_path: String,
-    /// `Some(runtime)`: that runtime builds and installs the seccomp filter
-    /// from the profile (else the agent installs the precompiled one, see
-    /// `bpf`).
-    pub seccomp_by_runtime: Option<crate::model::OciRuntime>,
+    /// The runtime, which installs the seccomp filter (see `seccomp`).
+    pub runtime: crate::model::OciRuntime,
+    /// Syscalls the sandbox adds to the filter (`seccomp_allow`).
+    pub seccomp_allow: &'a [String],
 }
 
 /// The OCI config document.
@@ -250,16 +250,27 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
             namespaces.extend([json!({ "type": "user" }), json!({ "type": "cgroup" })]);
         }
     }
-    if let Some(runtime) = input.seccomp_by_runtime {
-        doc["linux"]["seccomp"] = seccomp::profile(runtime);
+    // The runtime filters the first process from its first instruction;
+    // crun takes the precompiled program, which saves libseccomp's build.
+    doc["linux"]["seccomp"] = seccomp::profile(input.runtime, input.seccomp_allow);
+    if input.runtime == crate::model::OciRuntime::Crun && !seccomp::compat32() {
+        let program = super::bpf::program(input.seccomp_allow);
+        doc["annotations"] = json!({ CRUN_SECCOMP_BPF: super::bpf::annotation(&program) });
     }
     doc
 }
 
-/// The process argv: the agent (with the precompiled seccomp filter unless
-/// the runtime installs it), unless the `BURROW_AGENT_ARGS` test hook (a
-/// JSON array of strings) replaces it.
-pub(super) fn agent_args(seccomp_by_runtime: bool) -> Result<Vec<String>> {
+/// crun's annotation for a raw seccomp program (base64), used instead of
+/// the `linux.seccomp` section.
+const CRUN_SECCOMP_BPF: &str = "run.oci.seccomp_bpf_data";
+
+/// The process argv: the agent (with the seccomp program, its second
+/// layer, where the agent filters too: see [`agent_filters`]), unless the
+/// `BURROW_AGENT_ARGS` test hook (a JSON array of strings) replaces it.
+pub(super) fn agent_args(
+    runtime: crate::model::OciRuntime,
+    seccomp_allow: &[String],
+) -> Result<Vec<String>> {
     match std::env::var("BURROW_AGENT_ARGS") {
         Ok(raw) => {
             let args: Vec<String> =
@@ -279,25 +290,21 @@ pub(super) fn agent_args(seccomp_by_runtime: bool) -> Result<Vec<String>> {
             );
             Ok(args)
         }
-        Err(_) if seccomp_by_runtime => Ok(vec![AGENT_PATH.to_owned()]),
+        Err(_) if !agent_filters(runtime) => Ok(vec![AGENT_PATH.to_owned()]),
         Err(_) => Ok(vec![
             AGENT_PATH.to_owned(),
             "--seccomp".to_owned(),
-            super::bpf::agent_argument().to_owned(),
+            super::bpf::agent_argument(&super::bpf::program(seccomp_allow)),
         ]),
     }
 }
 
-/// Whether the runtime installs the seccomp filter from the OCI profile:
-/// with runsc (gVisor applies it in its own kernel), with
-/// `BURROW_SECCOMP_COMPAT32=1` (the 32-bit ABIs need libseccomp's
-/// multi-architecture filter), and when the `BURROW_AGENT_ARGS` test hook
-/// replaces the agent. Otherwise the agent installs the precompiled
-/// program, which saves the runtime's libseccomp build at every start.
-pub(super) fn seccomp_by_runtime(runtime: crate::model::OciRuntime) -> bool {
-    runtime == crate::model::OciRuntime::Runsc
-        || seccomp::compat32()
-        || std::env::var_os("BURROW_AGENT_ARGS").is_some()
+/// Whether the agent installs the filter again, as a second layer under
+/// the runtime's: with runc and crun, unless `BURROW_SECCOMP_COMPAT32=1`
+/// (the precompiled program admits the native ABI only). Not with runsc:
+/// gVisor's kernel applies the profile, and the agent runs on it.
+fn agent_filters(runtime: crate::model::OciRuntime) -> bool {
+    runtime != crate::model::OciRuntime::Runsc && !seccomp::compat32()
 }
 
 /// A valid hostname from a sandbox name: `[a-z0-9-]`, at most 63 bytes.
@@ -522,16 +529,21 @@ mod tests {
             nofile: 20000,
             resources: Resources::default(),
             cgroups_path: "burrow/x".into(),
-            seccomp_by_runtime: Some(crate::model::OciRuntime::Runc),
+            runtime: crate::model::OciRuntime::Runc,
+            seccomp_allow: &[],
         };
         let c = config(&input);
+        // Every runtime filters from the first instruction; crun from the
+        // precompiled program too.
         assert_eq!(c["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO");
-        let agent_filters = config(&SpecInput {
-            seccomp_by_runtime: None,
+        assert!(c.get("annotations").is_none());
+        let crun = config(&SpecInput {
+            runtime: crate::model::OciRuntime::Crun,
             files: vec![],
             ..input
         });
-        assert!(agent_filters["linux"].get("seccomp").is_none());
+        assert_eq!(crun["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO");
+        assert!(crun["annotations"][CRUN_SECCOMP_BPF].is_string());
         assert_eq!(c["process"]["noNewPrivileges"], true);
         assert_eq!(c["process"]["terminal"], false);
         assert_eq!(
