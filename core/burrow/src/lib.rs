@@ -29,6 +29,7 @@ pub mod api;
 pub mod backend;
 mod channel;
 mod duration;
+mod size;
 pub mod error;
 pub mod lifecycle;
 pub mod logs;
@@ -58,11 +59,12 @@ pub use burrow_protocol as protocol;
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use channel::relay;
 pub use duration::{parse_duration, IntoDuration, ParseDurationError};
+pub use size::{parse_mib, ParseSizeError};
 #[cfg(feature = "local")]
 pub use engine::driver::vm::WarmTemplate;
 pub use error::{Error, ErrorCode, Result};
 #[cfg(feature = "local")]
-pub use local::{LocalBackend, LocalConfig};
+pub use local::{DefaultLimits, LocalBackend, LocalConfig};
 pub use logs::{LogLine, LogOptions, LogSource, LogStream};
 pub use model::{
     snapshot_of_image, validate_snapshot_name, ForkOptions, MAX_FORK_COUNT, MAX_SNAPSHOT_NAME,

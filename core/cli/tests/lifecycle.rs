@@ -122,6 +122,8 @@ async fn destroy_is_final_and_existing_config_wins() {
     let first = home
         .builder("cfg")
         .env("WHO", "first")
+        .cpus(0.5)
+        .best_effort_limits(true)
         .create()
         .await
         .unwrap();
@@ -136,7 +138,7 @@ async fn destroy_is_final_and_existing_config_wins() {
     assert_eq!(again.id(), first.id());
     let out = again.exec(["sh", "-c", "echo $WHO"]).await.unwrap();
     assert_eq!(out.stdout_str(), "first\n");
-    assert_eq!(again.info().await.unwrap().config.cpus, None);
+    assert_eq!(again.info().await.unwrap().config.cpus, Some(0.5));
 
     // strict create on a taken name
     let err = home.builder("cfg").create().await.unwrap_err();

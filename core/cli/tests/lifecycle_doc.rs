@@ -46,7 +46,7 @@ async fn every_rust_sample_of_the_lifecycle_document_runs_as_written() -> R {
         assert_eq!((info.status, info.detached), (Status::Running, false));
     }
     gone("worker").await;
-    let detached_id = {
+    let (detached_id, detached_memory) = {
         // Detached: sandbox survives after your process exits
         let sb = Sandbox::builder("worker")
             .image("python")
@@ -56,7 +56,8 @@ async fn every_rust_sample_of_the_lifecycle_document_runs_as_written() -> R {
 
         let info = sb.info().await?;
         assert_eq!((info.status, info.detached), (Status::Running, true));
-        sb.id().clone()
+        // It names no memory: the host's default, where it can hold one.
+        (sb.id().clone(), info.config.memory_mb)
     };
 
     // ---- Converge on a named sandbox: the running detached `worker`
@@ -69,7 +70,8 @@ async fn every_rust_sample_of_the_lifecycle_document_runs_as_written() -> R {
             .await?;
 
         assert_eq!(sb.id(), &detached_id);
-        assert_eq!(sb.info().await?.config.memory_mb, None);
+        assert_eq!(sb.info().await?.config.memory_mb, detached_memory);
+        assert_ne!(detached_memory, Some(1024));
     }
     {
         let handle = Sandbox::get("worker").await?;

@@ -573,3 +573,64 @@ async fn demand_start_can_be_switched_off_per_sandbox() {
     assert_eq!(info.status, Status::Stopped);
     assert_eq!(info.generation, reclaimed.generation, "no start happened");
 }
+
+/// A container sandbox that names no limits gets the host's defaults
+/// (recorded, and held: its cgroup says so), where the host can enforce
+/// them; one that asks for none gets none; a microVM keeps its own memory
+/// and vCPUs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_names_no_limits_gets_the_defaults() {
+    let home = TestHome::new().await;
+    let can = common::enforceable();
+    let built_in = burrow::DefaultLimits::BUILT_IN;
+    let sb = home.builder("defaulted").create().await.unwrap();
+    let config = sb.info().await.unwrap().config;
+    let metrics = sb.metrics().await.unwrap();
+    if common::is_vm() {
+        // Not the host's defaults: the guest's own memory and vCPUs.
+        assert_eq!((config.memory_mb, config.cpus), (None, None));
+        assert_eq!(
+            metrics.memory_limit_bytes,
+            Some(burrow::internal::driver::vm::DEFAULT_MEMORY_MB << 20)
+        );
+    } else {
+        assert_eq!(config.memory_mb, built_in.memory_mb.filter(|_| can.memory));
+        assert_eq!(config.cpus, built_in.cpus.filter(|_| can.cpus));
+        assert_eq!(config.pids_limit, built_in.pids_limit.filter(|_| can.pids));
+        assert_eq!(
+            metrics.memory_limit_bytes,
+            built_in.memory_mb.map(|m| m << 20).filter(|_| can.memory)
+        );
+    }
+    sb.destroy().await.unwrap();
+
+    // Without defaults: nothing recorded, nothing held.
+    let sb = home
+        .builder("unlimited")
+        .default_limits(false)
+        .create()
+        .await
+        .unwrap();
+    let config = sb.info().await.unwrap().config;
+    assert_eq!(
+        (config.memory_mb, config.cpus, config.pids_limit),
+        (None, None, None)
+    );
+    if !common::is_vm() {
+        assert_eq!(sb.metrics().await.unwrap().memory_limit_bytes, None);
+    }
+    sb.destroy().await.unwrap();
+
+    // A limit removed gets its default back.
+    if can.memory && !common::is_vm() {
+        let sb = home.builder("removed").memory_mb(256).create().await.unwrap();
+        let mut m = Modify::default();
+        m.memory_mb = Some(None);
+        sb.modify_with(&m).await.unwrap();
+        assert_eq!(
+            sb.info().await.unwrap().config.memory_mb,
+            built_in.memory_mb
+        );
+        sb.destroy().await.unwrap();
+    }
+}

@@ -226,6 +226,15 @@ pub struct SandboxConfig {
     /// naming the limit.
     #[serde(default, skip_serializing_if = "is_false")]
     pub best_effort_limits: bool,
+    /// Give the limits this configuration leaves out (`memory_mb`, `cpus`,
+    /// `pids_limit`) the defaults of the backend that creates the sandbox,
+    /// recorded at create (for the local backend, `LocalConfig`'s
+    /// `default_limits`, where its host can enforce them; a limit removed
+    /// later gets its default back). On by default; off, what is left out
+    /// stays unlimited. `burrow serve` refuses off to every tenant but the
+    /// default one.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub default_limits: bool,
     /// Syscalls the sandbox's seccomp filter allows beyond burrow's
     /// profile, by their x86-64 names (`io_uring_setup`): the container
     /// driver's runtime installs the filter before the first instruction
@@ -369,6 +378,7 @@ impl SandboxConfig {
             capture_output: true,
             command: None,
             best_effort_limits: false,
+            default_limits: true,
             seccomp_allow: Vec::new(),
         }
     }

@@ -93,6 +93,12 @@ impl SandboxBuilder {
         self.config.best_effort_limits = yes;
         self
     }
+    /// Whether the limits left out get the backend's defaults (on by
+    /// default); see [`SandboxConfig::default_limits`].
+    pub fn default_limits(mut self, yes: bool) -> Self {
+        self.config.default_limits = yes;
+        self
+    }
     /// Allows a syscall that burrow's seccomp profile denies, by its x86-64
     /// name (`io_uring_setup`); see [`SandboxConfig::seccomp_allow`].
     pub fn allow_syscall(mut self, name: impl Into<String>) -> Self {

@@ -35,6 +35,13 @@ pub(crate) struct SandboxOpts {
     /// out with a note instead of refusing the sandbox.
     #[arg(long)]
     pub best_effort_limits: bool,
+    /// Leave out the host's default limits: what --cpus, --memory and
+    /// --pids do not set stays unlimited (default: a container sandbox gets
+    /// $BURROW_DEFAULT_MEMORY, $BURROW_DEFAULT_CPUS and $BURROW_DEFAULT_PIDS,
+    /// else 2G, 2 CPUs and 4096 processes, where the host can enforce them).
+    /// Refused by a server to every tenant but the default one.
+    #[arg(long)]
+    pub no_default_limits: bool,
     /// Allow a syscall that burrow's seccomp profile denies, by its x86-64
     /// name (repeatable; io_uring_setup). The container driver's filter
     /// then admits it; a microVM has no such filter. Refused by a server to
@@ -133,6 +140,7 @@ impl SandboxOpts {
         c.pids_limit = self.pids;
         c.best_effort_limits = self.best_effort_limits;
         c.seccomp_allow = self.allow_syscalls.clone();
+        c.default_limits = !self.no_default_limits;
         c.env = parse_pairs("--env", &self.env)?;
         c.workdir = self.workdir.clone();
         c.labels = parse_pairs("--label", &self.labels)?;

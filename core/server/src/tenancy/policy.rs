@@ -20,8 +20,10 @@
 //! runs with more than it is counted for; and one that asks for more than
 //! that maximum is refused (`invalid_config`, `memory_mb` or `cpus`).
 //!
-//! Its sandboxes run under burrow's seccomp profile as it is: adding
-//! syscalls to it (`seccomp_allow`) is refused (`invalid_config`).
+//! Its sandboxes run under burrow's seccomp profile as it is, and get the
+//! engine's default limits for those the tenant's leave out: adding
+//! syscalls (`seccomp_allow`) and going without defaults
+//! (`default_limits: false`) are refused (`invalid_config`).
 //!
 //! And the images and registries its sandboxes may use ([`ImageAllow`]),
 //! a snapshot's by the image it was taken from. The operator sets them and
@@ -110,7 +112,7 @@ impl TenantPolicy {
         if let Some(ceiling) = &self.egress {
             check_network(&config.network, "network")?;
             check_image(&config.image, ceiling)?;
-            check_syscalls(config)?;
+            check_operators_own(config)?;
         }
         if let Some(images) = &self.images {
             images.check(&config.image, engine).await?;
@@ -169,7 +171,7 @@ impl TenantPolicy {
             });
         }
         if self.egress.is_some() {
-            check_syscalls(config)?;
+            check_operators_own(config)?;
         }
         if let Some(images) = &self.images {
             images.check_stored(&config.image)?;
@@ -181,18 +183,27 @@ impl TenantPolicy {
     }
 }
 
-/// Refuses syscalls added to the sandbox's seccomp filter: the kernel's
-/// surface is the operator's to widen, for the default tenant's sandboxes.
-fn check_syscalls(config: &SandboxConfig) -> Result<()> {
-    if config.seccomp_allow.is_empty() {
-        return Ok(());
+/// Refuses what only the operator may choose for a sandbox: syscalls
+/// added to its seccomp filter (the kernel's surface), and no default
+/// limits (a sandbox the host's defaults do not hold).
+fn check_operators_own(config: &SandboxConfig) -> Result<()> {
+    if !config.seccomp_allow.is_empty() {
+        return Err(Error::InvalidConfig {
+            field: "seccomp_allow".into(),
+            reason: "a tenant's sandboxes run under burrow's seccomp profile; only the \
+                     default tenant's may add syscalls to it"
+                .into(),
+        });
     }
-    Err(Error::InvalidConfig {
-        field: "seccomp_allow".into(),
-        reason: "a tenant's sandboxes run under burrow's seccomp profile; only the default \
-                 tenant's may add syscalls to it"
-            .into(),
-    })
+    if !config.default_limits {
+        return Err(Error::InvalidConfig {
+            field: "default_limits".into(),
+            reason: "a tenant's sandboxes get the limits they leave out; only the default \
+                     tenant's may go without"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses an allow rule that names an address above the ceiling.
@@ -433,7 +444,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_the_default_tenant_widens_the_seccomp_filter() {
+    async fn only_the_default_tenant_widens_the_filter_or_drops_the_defaults() {
         let mut wide = config(serde_json::json!("none"), "busybox");
         wide.seccomp_allow = vec!["io_uring_setup".into()];
         let p = TenantPolicy::scoped(&[]);
@@ -455,6 +466,12 @@ mod tests {
         held.seccomp_allow = wide.seccomp_allow.clone();
         assert_eq!(field(p.check_start(&held).unwrap_err()), "seccomp_allow");
         assert_eq!(field(p.check_fork(&held).unwrap_err()), "seccomp_allow");
+        let mut bare = config(serde_json::json!("none"), "busybox");
+        bare.default_limits = false;
+        assert_eq!(
+            field(p.check_create(&mut bare.clone(), None).await.unwrap_err()),
+            "default_limits"
+        );
         let mut own = wide.clone();
         TenantPolicy::unrestricted()
             .check_create(&mut own, None)

@@ -257,6 +257,30 @@ pub fn check_limits(config: &crate::model::SandboxConfig) -> Result<()> {
     }
 }
 
+/// Gives a configuration the host's default limits for those it leaves
+/// out, where its driver takes them ([`Driver::takes_default_limits`]) and
+/// can enforce them here (a default is never a reason to refuse), unless
+/// it asks for none (`default_limits: false`).
+pub fn fill_default_limits(
+    config: &mut crate::model::SandboxConfig,
+    defaults: &crate::engine::local::DefaultLimits,
+) {
+    let driver = for_config(config);
+    if !config.default_limits || !driver.takes_default_limits() {
+        return;
+    }
+    let can = driver.enforceable();
+    if can.memory && config.memory_mb.is_none() {
+        config.memory_mb = defaults.memory_mb;
+    }
+    if can.cpus && config.cpus.is_none() {
+        config.cpus = defaults.cpus;
+    }
+    if can.pids && config.pids_limit.is_none() {
+        config.pids_limit = defaults.pids_limit;
+    }
+}
+
 /// What a driver's supervisor setup keeps running until the guest is
 /// launched (a helper thread); dropped then.
 pub type SupervisorAid = Box<dyn std::any::Any + Send>;
@@ -300,6 +324,12 @@ pub trait Driver: Send + Sync + Debug {
     /// every one.
     fn enforceable(&self) -> Enforceable {
         Enforceable::all()
+    }
+
+    /// Whether a sandbox that leaves its limits out gets the host's
+    /// defaults ([`fill_default_limits`]). Default: yes.
+    fn takes_default_limits(&self) -> bool {
+        true
     }
 
     /// Checks what of a configuration only this driver can judge (the

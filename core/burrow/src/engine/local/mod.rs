@@ -17,7 +17,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
-pub use config::{LocalConfig, ENV_DEMAND_START, ENV_DRIVER};
+pub use config::{
+    DefaultLimits, LocalConfig, ENV_DEFAULT_CPUS, ENV_DEFAULT_MEMORY, ENV_DEFAULT_PIDS,
+    ENV_DEMAND_START, ENV_DRIVER,
+};
 #[doc(hidden)]
 pub use snapshots::{unpack_layer_in_user_namespace, write_layer_in_user_namespace};
 
@@ -66,6 +69,7 @@ impl LocalBackend {
         self.check_image(&config.image)?;
         // What this host can do comes after what the request names exists.
         crate::engine::driver::check_limits(config)?;
+        crate::engine::driver::fill_default_limits(config, &self.config.default_limits);
         config.image = crate::engine::image::normalize_reference(&self.home, &config.image)?;
         Ok(())
     }

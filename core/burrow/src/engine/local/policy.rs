@@ -48,8 +48,10 @@ impl LocalBackend {
         let info = self
             .wait_until(name, id, |i| i.status != Status::Starting)
             .await?;
-        let config = changes.apply_to(&info.config)?;
+        let mut config = changes.apply_to(&info.config)?;
         crate::engine::driver::check_limits(&config)?;
+        // A limit removed gets its default back.
+        crate::engine::driver::fill_default_limits(&mut config, &self.config.default_limits);
         let mut plan = changes.plan(info.status, info.config.driver.unwrap_or_default());
         if !info.config.network.is_enabled() {
             // No stack in the running guest to change.

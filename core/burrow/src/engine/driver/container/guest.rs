@@ -426,10 +426,29 @@ fn parse_stats(out: &str) -> burrow_protocol::Metrics {
     burrow_protocol::Metrics {
         cpu_usage_ns: u(&d["cpu"]["usage"]["total"]),
         memory_bytes: u(&d["memory"]["usage"]["usage"]),
-        memory_limit_bytes: u(&d["memory"]["usage"]["limit"]),
+        // cgroup v1 says "no limit" with a number near 2^63.
+        memory_limit_bytes: u(&d["memory"]["usage"]["limit"]).filter(|l| *l < 1 << 62),
         io_read_bytes: io("read"),
         io_write_bytes: io("write"),
         pids: u(&d["pids"]["current"]),
         network: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unlimited_cgroup_v1_reports_no_limit() {
+        let stats = |limit: u64| {
+            format!(
+                r#"{{"type":"stats","data":{{"memory":{{"usage":{{"usage":4096,"limit":{limit}}}}}}}}}"#
+            )
+        };
+        let m = parse_stats(&stats(9_223_372_036_854_771_712));
+        assert_eq!((m.memory_bytes, m.memory_limit_bytes), (Some(4096), None));
+        let m = parse_stats(&stats(64 << 20));
+        assert_eq!(m.memory_limit_bytes, Some(64 << 20));
     }
 }

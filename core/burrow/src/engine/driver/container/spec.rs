@@ -106,13 +106,17 @@ impl Resources {
                 ));
             }
         }
-        let pids = config.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT);
-        if controllers.pids {
-            r.pids = Some(pids.min(i64::MAX as u64) as i64);
-        } else {
-            notes.push(format!(
+        // A record from before the defaults were recorded still gets one.
+        let pids = match config.default_limits {
+            true => Some(config.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
+            false => config.pids_limit,
+        };
+        match pids {
+            Some(pids) if controllers.pids => r.pids = Some(pids.min(i64::MAX as u64) as i64),
+            Some(pids) => notes.push(format!(
                 "process limit ({pids}) not enforced: this host has no pids cgroup controller"
-            ));
+            )),
+            None => {}
         }
         (r, notes)
     }

@@ -97,6 +97,12 @@ impl Driver for VmDriver {
         true
     }
 
+    fn takes_default_limits(&self) -> bool {
+        // A guest always has its memory and vCPUs (DEFAULT_MEMORY_MB, one),
+        // which templates and saved guests are made for.
+        false
+    }
+
     fn enforceable(&self) -> super::Enforceable {
         // QEMU holds the guest to its memory and CPUs; the guest's process
         // count is the guest kernel's own.
