@@ -62,6 +62,7 @@ pub mod driver {
             check_support, crun_private_cgroup_view, prepare_supervisor_process, ContainerDriver,
             ContainerSupport,
         };
+        pub use crate::engine::driver::container::spec::set_seccomp;
     }
 
     /// QEMU microVMs.

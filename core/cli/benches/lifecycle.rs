@@ -235,6 +235,20 @@ fn main() {
         .unwrap();
     let bundle = scratch.path().join("bundle");
     runc_bundle(&bundle, &rootfs, &["/bin/true"]);
+    // The same with the filter the container driver puts in each config,
+    // as runc and crun get it: the cost of the runtime's seccomp.
+    let filtered = |runtime: burrow::OciRuntime, name: &str| {
+        let dir = scratch.path().join(name);
+        runc_bundle(&dir, &rootfs, &["/bin/true"]);
+        let path = dir.join("config.json");
+        let mut spec: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        burrow::internal::driver::container::set_seccomp(&mut spec, runtime, &[]);
+        std::fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        dir
+    };
+    let runc_filtered = filtered(burrow::OciRuntime::Runc, "bundle-runc-seccomp");
+    let crun_filtered = filtered(burrow::OciRuntime::Crun, "bundle-crun-seccomp");
     let runc_root = scratch.path().join("runc-root");
     let crun_root = scratch.path().join("crun-root");
     let runsc_root = scratch.path().join("runsc-root");
@@ -260,6 +274,20 @@ fn main() {
 
         let baseline = runtime_run("runc", "runc run (true)", &bundle, &runc_root, iters);
         let crun_baseline = runtime_run("crun", "crun run (true)", &bundle, &crun_root, iters);
+        let runc_seccomp = runtime_run(
+            "runc",
+            "runc run (true), burrow's seccomp profile",
+            &runc_filtered,
+            &runc_root,
+            iters,
+        );
+        let crun_seccomp = runtime_run(
+            "crun",
+            "crun run (true), burrow's seccomp program",
+            &crun_filtered,
+            &crun_root,
+            iters,
+        );
 
         let (create, runc_phases) = creates(&home, burrow::OciRuntime::Runc, iters).await;
         let (create_crun, crun_phases) = creates(&home, burrow::OciRuntime::Crun, iters).await;
@@ -313,11 +341,13 @@ fn main() {
         sb.destroy().await.unwrap();
         let mut all = vec![
             baseline,
+            runc_seccomp,
             Stats {
                 name: "create -> Running (runc)",
                 samples: create,
             },
             crun_baseline,
+            crun_seccomp,
             Stats {
                 name: "create -> Running (crun)",
                 samples: create_crun,
@@ -344,15 +374,17 @@ fn main() {
         );
         Vec::new()
     };
+    let row = |name: &str| results.iter().find(|s| s.name == name);
+    let median = |name: &str| row(name).map(|s| s.pct(0.5));
     let base = results[0].pct(0.5);
-    let crun_base = results[2].pct(0.5);
-    let runsc_base = results.get(6).map(|s| s.pct(0.5));
+    let crun_base = median("crun run (true)").unwrap();
+    let runsc_base = median("runsc run (true)");
     println!(
         "\nburrow lifecycle benchmark ({iters} starts; {} execs and connects)",
         iters * 10
     );
     println!(
-        "{:<30} {:>10} {:>10} {:>16}",
+        "{:<42} {:>10} {:>10} {:>16}",
         "operation", "median ms", "p90 ms", "median / run"
     );
     for s in &results {
@@ -366,7 +398,7 @@ fn main() {
             base
         };
         println!(
-            "{:<30} {:>10.2} {:>10.2} {:>16.2}",
+            "{:<42} {:>10.2} {:>10.2} {:>16.2}",
             s.name,
             ms(s.pct(0.5)),
             ms(s.pct(0.9)),
@@ -374,22 +406,30 @@ fn main() {
         );
     }
     // Each rootless row against root's figure of the same operation.
-    for (s, of) in rootless.iter().zip([1, 3, 4]) {
+    let roots = [
+        "create -> Running (runc)",
+        "create -> Running (crun)",
+        "exec true (running)",
+    ];
+    for (s, of) in rootless.iter().zip(roots) {
         println!(
             "{:<36} {:>10.2} {:>10.2} {:>10.2} x root",
             s.name,
             ms(s.pct(0.5)),
             ms(s.pct(0.9)),
-            ms(s.pct(0.5)) / ms(results[of].pct(0.5))
+            ms(s.pct(0.5)) / ms(median(of).unwrap())
         );
     }
-    if let Some(runsc) = results.get(7) {
+    if let (Some(runsc), Some(runc)) = (
+        row("create -> Running (runsc)"),
+        median("create -> Running (runc)"),
+    ) {
         println!(
             "{:<30} {:>10} {:>10} {:>16.2}",
             "runsc start / runc start",
             "",
             "",
-            ms(runsc.pct(0.5)) / ms(results[1].pct(0.5))
+            ms(runsc.pct(0.5)) / ms(runc)
         );
     }
 }

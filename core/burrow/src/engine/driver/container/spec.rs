@@ -254,14 +254,21 @@ pub(super) fn config(input: &SpecInput<'_>) -> Value {
             namespaces.extend([json!({ "type": "user" }), json!({ "type": "cgroup" })]);
         }
     }
-    // The runtime filters the first process from its first instruction;
-    // crun takes the precompiled program, which saves libseccomp's build.
-    doc["linux"]["seccomp"] = seccomp::profile(input.runtime, input.seccomp_allow);
-    if input.runtime == crate::model::OciRuntime::Crun && !seccomp::compat32() {
-        let program = super::bpf::program(input.seccomp_allow);
-        doc["annotations"] = json!({ CRUN_SECCOMP_BPF: super::bpf::annotation(&program) });
-    }
+    set_seccomp(&mut doc, input.runtime, input.seccomp_allow);
     doc
+}
+
+/// Puts the seccomp filter in an OCI config for `runtime`, with the
+/// syscalls `allow` names added: the runtime filters the first process
+/// from its first instruction; crun takes the precompiled program (the
+/// `linux.seccomp` section stays for a crun without the annotation), which
+/// saves libseccomp's build.
+pub fn set_seccomp(doc: &mut Value, runtime: crate::model::OciRuntime, allow: &[String]) {
+    doc["linux"]["seccomp"] = seccomp::profile(runtime, allow);
+    if runtime == crate::model::OciRuntime::Crun && !seccomp::compat32() {
+        let program = super::bpf::program(allow);
+        doc["annotations"][CRUN_SECCOMP_BPF] = json!(super::bpf::annotation(&program));
+    }
 }
 
 /// crun's annotation for a raw seccomp program (base64), used instead of
