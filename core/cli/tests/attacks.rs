@@ -31,3 +31,26 @@ mod ssrf;
 mod tenant_policy;
 #[path = "attacks/unauthenticated.rs"]
 mod unauthenticated;
+
+/// A static Go program of the guest's side (`name`, from `source`), built
+/// once per user in the temporary directory (the rootless lane may not
+/// write the target directory, nor a directory root made); static, so any
+/// image runs it.
+fn guest_program(name: &str, source: &str) -> std::path::PathBuf {
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    let dir = std::env::temp_dir().join(format!("burrow-attacks-{name}-{uid}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{name}.go"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
+    let st = std::process::Command::new("go")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .env("CGO_ENABLED", "0")
+        .env("GO111MODULE", "off")
+        .status()
+        .expect("running go build");
+    assert!(st.success(), "building the guest's {name}");
+    out
+}

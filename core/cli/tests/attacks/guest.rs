@@ -133,28 +133,10 @@ func inject(dir, bytes string) {
 }
 "#;
 
-/// The helper, built once (static, so any image runs it), in a directory
-/// of this user's own (the rootless lane cannot write the target dir).
+/// The helper, built once.
 pub(crate) fn guestx() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-        let dir = std::env::temp_dir().join(format!("burrow-attacks-guest-{uid}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("guestx.go");
-        std::fs::write(&src, GUESTX).unwrap();
-        let out = dir.join("guestx");
-        let st = std::process::Command::new("go")
-            .args(["build", "-trimpath", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .env("CGO_ENABLED", "0")
-            .env("GO111MODULE", "off")
-            .status()
-            .expect("running go build");
-        assert!(st.success(), "building the guest's helper");
-        out
-    })
+    BIN.get_or_init(|| super::guest_program("guestx", GUESTX))
 }
 
 /// A running sandbox with the helper at `/root/guestx`.

@@ -231,29 +231,10 @@ func main() {
 }
 "#;
 
-/// The guest's client, built once (static, so any image runs it).
+/// The guest's client, built once.
 fn graw() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        // One per user, in the temporary directory: the rootless lane may
-        // not write the target directory, nor a directory root made.
-        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-        let dir = std::env::temp_dir().join(format!("burrow-attacks-secrets-{uid}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("graw.go");
-        std::fs::write(&src, GRAW).unwrap();
-        let out = dir.join("graw");
-        let st = std::process::Command::new("go")
-            .args(["build", "-trimpath", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .env("CGO_ENABLED", "0")
-            .env("GO111MODULE", "off")
-            .status()
-            .expect("running go build");
-        assert!(st.success(), "building the guest's raw HTTP client");
-        out
-    })
+    BIN.get_or_init(|| super::guest_program("graw", GRAW))
 }
 
 /// A sandbox whose `TOKEN` is for api.test, with the client in it; and
