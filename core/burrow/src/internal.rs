@@ -58,11 +58,11 @@ pub mod driver {
 
     /// Namespace containers under an OCI runtime.
     pub mod container {
+        pub use crate::engine::driver::container::spec::set_seccomp;
         pub use crate::engine::driver::container::{
             check_support, crun_private_cgroup_view, prepare_supervisor_process, ContainerDriver,
             ContainerSupport,
         };
-        pub use crate::engine::driver::container::spec::set_seccomp;
     }
 
     /// QEMU microVMs.

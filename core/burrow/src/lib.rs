@@ -29,13 +29,13 @@ pub mod api;
 pub mod backend;
 mod channel;
 mod duration;
-mod size;
 pub mod error;
 pub mod lifecycle;
 pub mod logs;
 pub mod model;
 mod sandbox;
 mod select;
+mod size;
 
 /// The local engine: everything that runs sandboxes on this host.
 #[cfg(feature = "local")]
@@ -59,7 +59,6 @@ pub use burrow_protocol as protocol;
 pub use burrow_protocol::{DirEntry, FileKind, FileStat, GuestErrorCode};
 pub use channel::relay;
 pub use duration::{parse_duration, IntoDuration, ParseDurationError};
-pub use size::{parse_mib, ParseSizeError};
 #[cfg(feature = "local")]
 pub use engine::driver::vm::WarmTemplate;
 pub use error::{Error, ErrorCode, Result};
@@ -86,3 +85,4 @@ pub use sandbox::{
     SandboxHandle, SandboxPage, Tunnel,
 };
 pub use select::{default_backend, BackendSelection};
+pub use size::{parse_mib, ParseSizeError};

@@ -36,14 +36,17 @@ pub fn parse_mib(text: &str) -> Result<u64, ParseSizeError> {
     };
     let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty() && frac.is_empty() || frac.contains('.') || frac.len() > 9 {
-        return Err(ParseSizeError(format!("{text:?} is not a size: the number is not valid")));
+        return Err(ParseSizeError(format!(
+            "{text:?} is not a size: the number is not valid"
+        )));
     }
     let digits = |d: &str| -> Result<u128, ParseSizeError> {
         if d.is_empty() {
             Ok(0)
         } else {
-            d.parse::<u128>()
-                .map_err(|_| ParseSizeError(format!("{text:?} is not a size: the number is too large")))
+            d.parse::<u128>().map_err(|_| {
+                ParseSizeError(format!("{text:?} is not a size: the number is too large"))
+            })
         }
     };
     let scale = 10u128.pow(frac.len() as u32);
@@ -55,15 +58,18 @@ pub fn parse_mib(text: &str) -> Result<u64, ParseSizeError> {
         .ok_or_else(|| ParseSizeError(format!("{text:?} is too large")))?;
     let per_mib = scale * 1024;
     if scaled % per_mib != 0 {
-        return Err(ParseSizeError(format!("{text:?} is not a whole number of MiB")));
+        return Err(ParseSizeError(format!(
+            "{text:?} is not a whole number of MiB"
+        )));
     }
     match u64::try_from(scaled / per_mib) {
-        Ok(0) => Err(ParseSizeError(format!("{text:?}: the size must be at least 1 MiB"))),
+        Ok(0) => Err(ParseSizeError(format!(
+            "{text:?}: the size must be at least 1 MiB"
+        ))),
         Ok(mib) => Ok(mib),
         Err(_) => Err(ParseSizeError(format!("{text:?} is too large"))),
     }
 }
-
 
 #[cfg(test)]
 mod tests {

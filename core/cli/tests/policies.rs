@@ -623,7 +623,12 @@ async fn a_sandbox_that_names_no_limits_gets_the_defaults() {
 
     // A limit removed gets its default back.
     if can.memory && !common::is_vm() {
-        let sb = home.builder("removed").memory_mb(256).create().await.unwrap();
+        let sb = home
+            .builder("removed")
+            .memory_mb(256)
+            .create()
+            .await
+            .unwrap();
         let mut m = Modify::default();
         m.memory_mb = Some(None);
         sb.modify_with(&m).await.unwrap();

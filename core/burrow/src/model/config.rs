@@ -554,7 +554,10 @@ impl SandboxConfig {
                 );
             }
             if self.seccomp_allow[..i].contains(name) {
-                return bad(&format!("seccomp_allow[{i}]"), format!("{name} is named twice"));
+                return bad(
+                    &format!("seccomp_allow[{i}]"),
+                    format!("{name} is named twice"),
+                );
             }
         }
         for (k, v) in &self.env {

@@ -195,10 +195,12 @@ fn none_or<T>(
     if text == "none" {
         return Ok(None);
     }
-    parse(text).map(Some).map_err(|reason| Error::InvalidConfig {
-        field: variable.into(),
-        reason: format!("{reason} (or none)"),
-    })
+    parse(text)
+        .map(Some)
+        .map_err(|reason| Error::InvalidConfig {
+            field: variable.into(),
+            reason: format!("{reason} (or none)"),
+        })
 }
 
 /// A parse error of a variable's value, named by the variable.

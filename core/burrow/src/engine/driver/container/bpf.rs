@@ -363,9 +363,8 @@ mod tests {
     fn added_syscalls_are_allowed_and_nothing_else() {
         let extra = vec!["io_uring_setup".to_owned(), "clone".to_owned()];
         let p = program(&extra);
-        let at = |name: &str, arg0: u64| {
-            run(&p, &data(AUDIT_ARCH_X86_64, number(name).unwrap(), arg0))
-        };
+        let at =
+            |name: &str, arg0: u64| run(&p, &data(AUDIT_ARCH_X86_64, number(name).unwrap(), arg0));
         assert_eq!(at("io_uring_setup", 0), RET_ALLOW);
         assert_eq!(at("clone", libc::CLONE_NEWUSER as u64), RET_ALLOW);
         assert_eq!(at("io_uring_enter", 0), errno(libc::EPERM));

@@ -553,7 +553,11 @@ mod tests {
 
     #[test]
     fn added_syscalls_join_the_allowlist_once() {
-        let extra = vec!["io_uring_setup".to_owned(), "socket".to_owned(), "read".to_owned()];
+        let extra = vec![
+            "io_uring_setup".to_owned(),
+            "socket".to_owned(),
+            "read".to_owned(),
+        ];
         let p = profile(crate::model::OciRuntime::Crun, &extra);
         let rules = p["syscalls"].as_array().unwrap();
         let allowed = rules[0]["names"].as_array().unwrap();
