@@ -374,3 +374,42 @@ async fn doctor_reports_each_driver_and_driver_choice_is_validated() {
         .unwrap()
         .contains("BURROW_QEMU"));
 }
+
+/// QEMU runs under its own seccomp filter (`-sandbox on`, spawning, id
+/// changes, obsolete syscalls and resource control denied) from before the
+/// guest runs, and a saved state still goes through: the boot template
+/// this start restored was saved through a descriptor handed over QMP, as
+/// QEMU may no longer run `cat` for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_runs_under_its_own_seccomp_filter() {
+    let home = TestHome::new().await;
+    let sb = home.builder("jailed").driver("vm").create().await.unwrap();
+    let qemu = common::guest_pid(home.path(), sb.id());
+    let status = std::fs::read_to_string(format!("/proc/{qemu}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| panic!("no {name} line: {status}"))
+    };
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    let cmdline = std::fs::read(format!("/proc/{qemu}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let at = args.iter().position(|a| a == "-sandbox").unwrap();
+    for deny in [
+        "obsolete=deny",
+        "elevateprivileges=deny",
+        "spawn=deny",
+        "resourcecontrol=deny",
+    ] {
+        assert!(args[at + 1].split(',').any(|o| o == deny), "{args:?}");
+    }
+    let out = sb.exec(["echo", "up"]).await.unwrap();
+    assert_eq!(out.stdout_str(), "up\n");
+    sb.destroy().await.unwrap();
+}

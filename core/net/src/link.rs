@@ -300,16 +300,26 @@ pub fn make_link(pid: i32) -> io::Result<OwnedFd> {
 
 /// Sends `fd` over the Unix socket `sock` (one byte of data with it).
 pub fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
-    let mut byte = [0u8; 1];
+    send_with_fd(sock, &[0], fd)
+        .map(drop)
+        .map_err(|e| io::Error::new(e.kind(), format!("sending the tap descriptor: {e}")))
+}
+
+/// Sends `data` over the Unix socket `sock` with `fd` attached to it (as
+/// QEMU's monitor takes a descriptor: with the command it is for).
+/// Returns the bytes sent, which may be fewer than `data`'s; the
+/// descriptor went with the first of them.
+pub fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> io::Result<usize> {
     let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
     };
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
     let mut control = vec![0u8; space];
     // SAFETY: an all-zero msghdr is valid; the pointers set below point
-    // into `iov` and `control`, which outlive the sendmsg call.
+    // into `iov` and `control`, which outlive the sendmsg call (sendmsg
+    // only reads the data `iov` points to).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
@@ -326,7 +336,10 @@ pub fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
     }
     // SAFETY: `msg` is fully initialised and its buffers are live.
     let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
-    cvt(n as libc::c_int, "sending the tap descriptor")
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 /// Receives a descriptor sent by [`send_fd`] on `sock`.

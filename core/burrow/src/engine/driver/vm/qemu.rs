@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
+/// `-sandbox`: QEMU's seccomp filter with everything it can deny denied.
+pub(super) const SANDBOX: &str =
+    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+
 /// Name of the virtio console port carrying the protocol.
 pub(super) const AGENT_PORT: &str = "burrow.agent";
 /// Serial number of the image disk.
@@ -179,6 +183,12 @@ impl Machine<'_> {
             "-no-user-config",
             "-no-reboot",
             "-nographic",
+            // QEMU's own seccomp filter, from before the guest runs: no
+            // obsolete syscalls, no change of ids, no new process, no
+            // scheduling or priority changes. QEMU then writes a saved
+            // state through a descriptor it is handed (see `qmp`).
+            "-sandbox",
+            SANDBOX,
         ]);
         match self.accel {
             Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),

@@ -2,6 +2,7 @@
 //! socket. Used to pause and resume the guest, to ask for its state, and to
 //! save and restore the whole machine (a migration to and from a file).
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,22 +19,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(120);
 /// A migration bandwidth (bytes/s) that never throttles.
 const UNTHROTTLED: u64 = 1 << 40;
-
-/// A path for the shell QEMU runs an `exec:` migration with: single-quoted,
-/// and refused if it holds a quote or is not valid UTF-8 (burrow's own
-/// paths never do).
-fn shell_path(path: &Path) -> Result<String> {
-    match path.to_str() {
-        Some(p) if !p.contains('\'') && !p.contains('\n') => Ok(format!("'{p}'")),
-        _ => Err(qmp_error(
-            "migration",
-            format!(
-                "the path {} cannot be handed to QEMU's shell",
-                path.display()
-            ),
-        )),
-    }
-}
+/// The name a saved state's descriptor goes by in QEMU (`getfd`).
+const STATE_FD: &str = "burrow-state";
 
 /// A saved state for a QEMU to restore, opened here and inherited by QEMU
 /// when it is spawned (pass [`StateFd::raw`] among the kept descriptors): a
@@ -90,6 +77,34 @@ impl Qmp {
         self.execute_with(command, None).await
     }
 
+    /// Runs `command` with `arguments` and `fd` sent with it (QEMU's
+    /// `getfd` takes the descriptor that came with its command), and
+    /// returns its `return` value.
+    async fn execute_with_fd(
+        &mut self,
+        command: &str,
+        arguments: Value,
+        fd: std::os::fd::RawFd,
+    ) -> Result<Value> {
+        let line = format!(
+            "{}\n",
+            json!({ "execute": command, "arguments": arguments })
+        );
+        let sock = self.stream.get_ref();
+        let raw = std::os::fd::AsRawFd::as_raw_fd(sock);
+        let sent = loop {
+            sock.writable().await.map_err(|e| qmp_error(command, e))?;
+            match sock.try_io(tokio::io::Interest::WRITABLE, || {
+                burrow_net::link::send_with_fd(raw, line.as_bytes(), fd)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(qmp_error(command, e)),
+            }
+        };
+        self.execute_line(command, &line.as_bytes()[sent..]).await
+    }
+
     /// Runs `command` with `arguments` and returns its `return` value.
     pub(super) async fn execute_with(
         &mut self,
@@ -100,10 +115,16 @@ impl Qmp {
             Some(a) => format!("{}\n", json!({ "execute": command, "arguments": a })),
             None => format!("{}\n", json!({ "execute": command })),
         };
+        self.execute_line(command, line.as_bytes()).await
+    }
+
+    /// Sends the rest of a command's line (`rest`) and returns its
+    /// `return` value.
+    async fn execute_line(&mut self, command: &str, rest: &[u8]) -> Result<Value> {
         let run = async {
             self.stream
                 .get_mut()
-                .write_all(line.as_bytes())
+                .write_all(rest)
                 .await
                 .map_err(|e| qmp_error(command, e))?;
             loop {
@@ -152,10 +173,28 @@ impl Qmp {
             Some(json!({ "max-bandwidth": UNTHROTTLED })),
         )
         .await?;
-        let uri = format!("exec:cat > {}", shell_path(state)?);
+        // QEMU writes the state through a descriptor it is handed: it may
+        // not spawn anything (`-sandbox spawn=deny`) nor, jailed, open the
+        // path itself.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(state)
+            .map_err(|e| Error::io("creating the VM state file", Some(state), e))?;
+        self.execute_with_fd(
+            "getfd",
+            json!({ "fdname": STATE_FD }),
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+        )
+        .await?;
+        let uri = format!("fd:{STATE_FD}");
         self.execute_with("migrate", Some(json!({ "uri": uri })))
             .await?;
-        self.await_migration("saving the VM state").await
+        self.await_migration("saving the VM state").await?;
+        file.sync_all()
+            .map_err(|e| Error::io("writing the VM state file", Some(state), e))
     }
 
     /// Brings in a state saved by [`Qmp::save_state`] (QEMU started with

@@ -10,8 +10,9 @@
 //! restore from one file and each pays only for the pages it writes), and
 //! `-incoming defer`; [`Qmp::restore_state`] brings the state in and
 //! continues the guest where it stopped. QEMU 7.2 (Debian 12's) has neither
-//! a `file:` migration URI nor `mapped-ram`: the state goes through
-//! `exec:cat`.
+//! a `file:` migration URI nor `mapped-ram`: the state goes through a
+//! descriptor, handed to QEMU over QMP (`getfd`) to save, inherited to
+//! restore; QEMU never spawns a process nor opens the file itself.
 //!
 //! Constraints the caller keeps: the memory size and the devices must be
 //! the same on both sides; a mounted 9p share blocks the save; the guest's
