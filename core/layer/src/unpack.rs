@@ -63,8 +63,20 @@ pub fn unpack_layer(
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                     other => other?,
                 }
-                chown(&path, uid, gid)?;
-                fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
+                // Owner and mode through the directory itself: an earlier
+                // entry of the same name may be a symlink, never followed.
+                let dir = fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                    .open(&path)
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::ELOOP | libc::ENOTDIR) => {
+                            bad(&format!("a directory {rel:?} over another entry"))
+                        }
+                        _ => e,
+                    })?;
+                std::os::unix::fs::fchown(&dir, Some(uid), Some(gid))?;
+                dir.set_permissions(fs::Permissions::from_mode(mode))?;
                 dir_times.push((path, mtime));
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
@@ -75,9 +87,9 @@ pub fn unpack_layer(
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(&path)?;
                 io::copy(&mut entry, &mut file)?;
+                std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+                file.set_permissions(fs::Permissions::from_mode(mode))?;
                 drop(file);
-                chown(&path, uid, gid)?;
-                fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
                 set_mtime(&path, mtime)?;
             }
             tar::EntryType::Symlink => {
@@ -341,5 +353,43 @@ mod tests {
             assert!(!tmp.path().join("x").exists());
             let _ = fs::remove_dir_all(&upper);
         }
+    }
+
+    /// A symlink, then a directory entry of the same name: the directory's
+    /// mode and owner were set through the symlink, on whatever it named
+    /// (`chmod 4777` of a host file). Refused now, and the target keeps
+    /// its mode.
+    #[test]
+    fn a_directory_over_a_symlink_changes_nothing_through_it() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        fs::write(&victim, b"host").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_mode(0o777);
+        h.set_entry_type(tar::EntryType::Symlink);
+        b.append_link(&mut h, "a", &victim).unwrap();
+        let mut d = h.clone();
+        d.set_entry_type(tar::EntryType::Directory);
+        d.set_mode(0o4777);
+        b.append_data(&mut d, "a", io::empty()).unwrap();
+        let layer = b.into_inner().unwrap();
+        let upper = tmp.path().join("upper");
+        let err = unpack_layer(
+            &layer[..],
+            &upper,
+            Owners { shift: 0 },
+            "user.overlay.opaque",
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        let mode = fs::metadata(&victim).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600);
     }
 }

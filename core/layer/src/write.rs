@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::MAP_SIZE;
@@ -57,31 +57,128 @@ pub struct LayerStats {
 
 /// Writes the tree under `upper` as a layer to `out`. A missing `upper`
 /// (a sandbox never started) is an empty layer.
+///
+/// The walk goes by descriptors, never by path below `upper`: each entry
+/// is looked at (`fstatat` without following) and opened
+/// (`openat(O_NOFOLLOW)`) relative to its directory's descriptor, and what
+/// is opened is what is written. A guest that changes the tree while it is
+/// walked (a sandbox copied as it runs) can make an entry vanish or be
+/// skipped, never make the walk follow a symlink out of the tree.
 pub fn write_layer(upper: &Path, owners: Owners, out: impl Write) -> io::Result<LayerStats> {
     let mut builder = tar::Builder::new(out);
     builder.follow_symlinks(false);
-    let mut walk = Walk {
+    let walk = Walk {
         builder,
         owners,
         links: HashMap::new(),
         stats: LayerStats::default(),
+        #[cfg(test)]
+        listed: None,
     };
-    // The top directory may be a symlink to one (an image named by a link
-    // under `images/named`); nothing below it is followed.
-    match fs::metadata(upper) {
-        Ok(m) if m.is_dir() => walk.dir(upper, Path::new(""))?,
-        Ok(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not a directory", upper.display()),
-            ))
+    walk.run(upper)
+}
+
+impl<W: Write> Walk<W> {
+    fn run(mut self, upper: &Path) -> io::Result<LayerStats> {
+        let walk = &mut self;
+        // The top directory may be a symlink to one (an image named by a link
+        // under `images/named`); nothing below it is followed.
+        match open_dir(libc::AT_FDCWD, upper, true) {
+            Ok(fd) => walk.dir(&fd, Path::new(""))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} is not a directory", upper.display()),
+                ))
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        let stats = self.stats;
+        self.builder.into_inner()?.flush()?;
+        Ok(stats)
     }
-    let stats = walk.stats;
-    walk.builder.into_inner()?.flush()?;
-    Ok(stats)
+}
+
+/// What the walk needs of an entry's `stat`.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime: i64,
+    nlink: u64,
+    dev: u64,
+    ino: u64,
+    rdev: u64,
+}
+
+impl Meta {
+    fn of(st: &libc::stat) -> Meta {
+        Meta {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mtime: st.st_mtime,
+            nlink: st.st_nlink,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            rdev: st.st_rdev,
+        }
+    }
+
+    fn kind(&self) -> u32 {
+        self.mode & libc::S_IFMT
+    }
+}
+
+fn cstr(name: &std::ffi::OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Opens directory `name` of `dir` (`follow`: even through a symlink, for
+/// the top only).
+fn open_dir(dir: RawFd, name: &Path, follow: bool) -> io::Result<OwnedFd> {
+    let c = cstr(name.as_os_str())?;
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    // SAFETY: a NUL-terminated path; the descriptor returned is ours.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `stat` of `name` in `dir`, not following a symlink; `None`: gone.
+fn stat_at(dir: RawFd, name: &CString) -> io::Result<Option<Meta>> {
+    // SAFETY: an all-zero stat is valid, filled in by the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated name, a writable stat.
+    let rc = unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    if rc == 0 {
+        return Ok(Some(Meta::of(&st)));
+    }
+    match io::Error::last_os_error() {
+        e if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        e => Err(e),
+    }
+}
+
+/// Whether `e` says the entry changed since it was looked at (gone, or
+/// now a symlink or another kind of file): it is skipped.
+fn changed(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::ELOOP | libc::ENOTDIR | libc::ENXIO)
+        )
 }
 
 struct Walk<W: Write> {
@@ -90,36 +187,50 @@ struct Walk<W: Write> {
     /// Files with more than one link already written: (dev, ino) -> path.
     links: HashMap<(u64, u64), PathBuf>,
     stats: LayerStats,
+    /// Test hook: runs with each entry's path in the layer once it has
+    /// been looked at and before it is opened (the window a guest that
+    /// swaps an entry for a symlink would use).
+    #[cfg(test)]
+    listed: Option<ListedHook>,
 }
 
+/// See `Walk::listed`.
+#[cfg(test)]
+type ListedHook = Box<dyn FnMut(&Path)>;
+
 impl<W: Write> Walk<W> {
-    /// Writes the entries of directory `dir` (at `rel` in the layer).
-    fn dir(&mut self, dir: &Path, rel: &Path) -> io::Result<()> {
-        let mut names: Vec<_> = fs::read_dir(dir)?
+    /// Writes the entries of the directory open as `dir` (at `rel` in the
+    /// layer).
+    fn dir(&mut self, dir: &OwnedFd, rel: &Path) -> io::Result<()> {
+        // The directory the descriptor is, whatever its path now leads to.
+        let listing = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let mut names: Vec<_> = fs::read_dir(&listing)?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<io::Result<_>>()?;
         names.sort();
         for name in names {
-            let path = dir.join(&name);
+            let c = cstr(&name)?;
             let rel = rel.join(&name);
-            let meta = match fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                // Gone since the listing (a sandbox that is not frozen).
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
+            // Gone since the listing (a sandbox that is not frozen).
+            let Some(meta) = stat_at(dir.as_raw_fd(), &c)? else {
+                continue;
             };
-            self.entry(&path, &rel, &meta)?;
+            #[cfg(test)]
+            if let Some(hook) = &mut self.listed {
+                hook(&rel);
+            }
+            self.entry(dir, &c, &rel, &meta)?;
         }
         Ok(())
     }
 
-    fn header(&self, meta: &fs::Metadata, kind: tar::EntryType) -> tar::Header {
+    fn header(&self, meta: &Meta, kind: tar::EntryType) -> tar::Header {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
-        h.set_mode(meta.mode() & 0o7777);
-        h.set_uid(self.owners.guest(meta.uid()));
-        h.set_gid(self.owners.guest(meta.gid()));
-        h.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
+        h.set_mode(meta.mode & 0o7777);
+        h.set_uid(self.owners.guest(meta.uid));
+        h.set_gid(self.owners.guest(meta.gid));
+        h.set_mtime(u64::try_from(meta.mtime).unwrap_or(0));
         h.set_size(0);
         h
     }
@@ -134,37 +245,96 @@ impl<W: Write> Walk<W> {
         Ok(())
     }
 
-    fn entry(&mut self, path: &Path, rel: &Path, meta: &fs::Metadata) -> io::Result<()> {
-        let ft = meta.file_type();
-        if ft.is_char_device() && meta.rdev() == 0 {
-            let name = rel.file_name().unwrap_or_default().to_string_lossy();
-            let whiteout = rel.with_file_name(format!("{WHITEOUT_PREFIX}{name}"));
-            return self.empty(&whiteout);
-        }
-        if ft.is_dir() {
-            let mut h = self.header(meta, tar::EntryType::Directory);
-            self.builder.append_data(&mut h, rel, io::empty())?;
-            self.stats.entries += 1;
-            if is_opaque(path) {
-                self.empty(&rel.join(OPAQUE_MARKER))?;
+    fn entry(&mut self, dir: &OwnedFd, name: &CString, rel: &Path, meta: &Meta) -> io::Result<()> {
+        let at = dir.as_raw_fd();
+        match meta.kind() {
+            libc::S_IFCHR if meta.rdev == 0 => {
+                let file = rel.file_name().unwrap_or_default().to_string_lossy();
+                let whiteout = rel.with_file_name(format!("{WHITEOUT_PREFIX}{file}"));
+                self.empty(&whiteout)
             }
-            return self.dir(path, rel);
-        }
-        if ft.is_symlink() {
-            let target = fs::read_link(path)?;
-            let mut h = self.header(meta, tar::EntryType::Symlink);
-            self.builder.append_link(&mut h, rel, target)?;
-            self.stats.entries += 1;
-            return Ok(());
-        }
-        if ft.is_socket() {
+            libc::S_IFDIR => {
+                let sub = match open_dir(
+                    at,
+                    Path::new(std::ffi::OsStr::from_bytes(name.as_bytes())),
+                    false,
+                ) {
+                    Ok(fd) => fd,
+                    Err(e) if changed(&e) => return Ok(()),
+                    Err(e) => return Err(e),
+                };
+                // What was opened: its own stat, not the one looked at.
+                let meta = Meta::of(&fstat(&sub)?);
+                if meta.kind() != libc::S_IFDIR {
+                    return Ok(());
+                }
+                let mut h = self.header(&meta, tar::EntryType::Directory);
+                self.builder.append_data(&mut h, rel, io::empty())?;
+                self.stats.entries += 1;
+                if is_opaque(&sub) {
+                    self.empty(&rel.join(OPAQUE_MARKER))?;
+                }
+                self.dir(&sub, rel)
+            }
+            libc::S_IFLNK => {
+                let target = match read_link_at(at, name) {
+                    Ok(t) => t,
+                    Err(e) if changed(&e) || e.raw_os_error() == Some(libc::EINVAL) => {
+                        return Ok(())
+                    }
+                    Err(e) => return Err(e),
+                };
+                let mut h = self.header(meta, tar::EntryType::Symlink);
+                self.builder.append_link(&mut h, rel, target)?;
+                self.stats.entries += 1;
+                Ok(())
+            }
             // Not content: a socket is recreated by whoever listens on it.
+            libc::S_IFSOCK => Ok(()),
+            libc::S_IFREG => self.file(at, name, rel),
+            kind => {
+                let kind = match kind {
+                    libc::S_IFIFO => tar::EntryType::Fifo,
+                    libc::S_IFCHR => tar::EntryType::Char,
+                    _ => tar::EntryType::Block,
+                };
+                let mut h = self.header(meta, kind);
+                if kind != tar::EntryType::Fifo {
+                    h.set_device_major(libc::major(meta.rdev))?;
+                    h.set_device_minor(libc::minor(meta.rdev))?;
+                }
+                self.builder.append_data(&mut h, rel, io::empty())?;
+                self.stats.entries += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// A regular file: opened without following (and without blocking,
+    /// should it have become a fifo), then written as what was opened.
+    fn file(&mut self, dir: RawFd, name: &CString, rel: &Path) -> io::Result<()> {
+        // SAFETY: a NUL-terminated name; the descriptor returned is ours.
+        let fd = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return if changed(&e) { Ok(()) } else { Err(e) };
+        }
+        // SAFETY: `fd` was just opened and is owned by no one else.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let meta = Meta::of(&fstat(&file)?);
+        if meta.kind() != libc::S_IFREG {
             return Ok(());
         }
-        if ft.is_file() && meta.nlink() > 1 {
-            let key = (meta.dev(), meta.ino());
+        if meta.nlink > 1 {
+            let key = (meta.dev, meta.ino);
             if let Some(first) = self.links.get(&key) {
-                let mut h = self.header(meta, tar::EntryType::Link);
+                let mut h = self.header(&meta, tar::EntryType::Link);
                 let first = first.clone();
                 self.builder.append_link(&mut h, rel, first)?;
                 self.stats.entries += 1;
@@ -172,41 +342,39 @@ impl<W: Write> Walk<W> {
             }
             self.links.insert(key, rel.to_path_buf());
         }
-        if ft.is_file() {
-            let file = match File::open(path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(e),
-            };
-            // The size read now, and exactly that many bytes written: a
-            // file still growing (a sandbox that is not frozen) is cut where
-            // it was when looked at, never a corrupt tar.
-            let size = file.metadata()?.len();
-            let mut h = self.header(meta, tar::EntryType::Regular);
-            h.set_size(size);
-            self.builder
-                .append_data(&mut h, rel, PaddedReader::new(file, size))?;
-            self.stats.entries += 1;
-            self.stats.content_bytes += size;
-            return Ok(());
-        }
-        let kind = if ft.is_fifo() {
-            tar::EntryType::Fifo
-        } else if ft.is_char_device() {
-            tar::EntryType::Char
-        } else {
-            tar::EntryType::Block
-        };
-        let mut h = self.header(meta, kind);
-        let rdev = meta.rdev();
-        if kind != tar::EntryType::Fifo {
-            h.set_device_major(libc::major(rdev))?;
-            h.set_device_minor(libc::minor(rdev))?;
-        }
-        self.builder.append_data(&mut h, rel, io::empty())?;
+        // The size read now, and exactly that many bytes written: a file
+        // still growing (a sandbox that is not frozen) is cut where it was
+        // when looked at, never a corrupt tar.
+        let size = file.metadata()?.len();
+        let mut h = self.header(&meta, tar::EntryType::Regular);
+        h.set_size(size);
+        self.builder
+            .append_data(&mut h, rel, PaddedReader::new(file, size))?;
         self.stats.entries += 1;
+        self.stats.content_bytes += size;
         Ok(())
     }
+}
+
+fn fstat(fd: &impl AsRawFd) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is valid, filled in by the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor, a writable stat.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn read_link_at(dir: RawFd, name: &CString) -> io::Result<PathBuf> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: a NUL-terminated name, a writable buffer of its length.
+    let n = unsafe { libc::readlinkat(dir, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(PathBuf::from(std::ffi::OsString::from_vec(buf)))
 }
 
 /// Exactly `size` bytes of `inner`: its bytes, then zeros if it shrank.
@@ -244,20 +412,17 @@ impl<R: io::Read> io::Read for PaddedReader<R> {
     }
 }
 
-fn is_opaque(dir: &Path) -> bool {
-    let Ok(path) = CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
+fn is_opaque(dir: &OwnedFd) -> bool {
     OPAQUE_XATTRS.iter().any(|attr| {
         let Ok(attr) = CString::new(*attr) else {
             return false;
         };
         let mut value = [0u8; 4];
-        // SAFETY: both strings are NUL-terminated and live across the call;
-        // the buffer is writable for its length.
+        // SAFETY: a NUL-terminated name, an open descriptor, a buffer
+        // writable for its length.
         let n = unsafe {
-            libc::lgetxattr(
-                path.as_ptr(),
+            libc::fgetxattr(
+                dir.as_raw_fd(),
                 attr.as_ptr(),
                 value.as_mut_ptr().cast(),
                 value.len(),
@@ -348,5 +513,61 @@ mod tests {
         let mut out = Vec::new();
         io::Read::read_to_end(&mut r, &mut out).unwrap();
         assert_eq!(out, b"abc\0\0");
+    }
+
+    /// The window a guest that changes its tree while it is copied would
+    /// use: each entry is swapped, after it was looked at and before it is
+    /// opened, for a symlink to a file of the host's (and a directory for
+    /// one to a directory of the host's). Nothing of the host's is written.
+    #[test]
+    fn an_entry_swapped_for_a_symlink_mid_walk_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host");
+        fs::create_dir_all(host.join("secrets")).unwrap();
+        fs::write(host.join("shadow"), b"host secret").unwrap();
+        fs::write(host.join("secrets/key"), b"host key").unwrap();
+        let upper = dir.path().join("upper");
+        fs::create_dir_all(upper.join("d")).unwrap();
+        fs::write(upper.join("d/inner"), b"guest").unwrap();
+        fs::write(upper.join("f"), b"guest file").unwrap();
+        let (u, h) = (upper.clone(), host.clone());
+        let mut layer = Vec::new();
+        let walk = Walk {
+            builder: {
+                let mut b = tar::Builder::new(&mut layer);
+                b.follow_symlinks(false);
+                b
+            },
+            owners: Owners { shift: 0 },
+            links: HashMap::new(),
+            stats: LayerStats::default(),
+            listed: Some(Box::new(move |rel: &Path| {
+                let at = u.join(rel);
+                let (target, is_dir) = match rel.to_str() {
+                    Some("f") => (h.join("shadow"), false),
+                    Some("d") => (h.join("secrets"), true),
+                    _ => return,
+                };
+                if is_dir {
+                    fs::remove_dir_all(&at).unwrap();
+                } else {
+                    fs::remove_file(&at).unwrap();
+                }
+                std::os::unix::fs::symlink(target, &at).unwrap();
+            })),
+        };
+        walk.run(&upper).unwrap();
+        let got = entries(&layer);
+        for (path, _, _, data) in &got {
+            assert!(
+                !data.starts_with(b"host") && !path.contains("key"),
+                "the host's {path} was written: {got:?}"
+            );
+        }
+        // The swapped entries were skipped, not followed.
+        assert!(
+            got.iter().all(|(p, ..)| p != "f" && !p.starts_with("d/")),
+            "{got:?}"
+        );
     }
 }
