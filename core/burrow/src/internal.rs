@@ -102,7 +102,9 @@ pub mod image {
 /// Fault-injection points for crash-safety and race tests (debug builds
 /// only): `burrow serve` marks its own with these too.
 pub mod fault {
-    pub use crate::engine::fault::{enabled, hold, point, Fault, FAULT_ENV, MARKER_ENV};
+    pub use crate::engine::fault::{
+        enabled, hold, hold_blocking, point, Fault, FAULT_ENV, LAYER_BAIT, MARKER_ENV,
+    };
 }
 
 pub mod fuzz {

@@ -15,6 +15,8 @@ mod egress;
 mod gateway_origin;
 #[path = "attacks/guest.rs"]
 mod guest;
+#[path = "attacks/host_walks.rs"]
+mod host_walks;
 #[path = "attacks/mcp_scope.rs"]
 mod mcp_scope;
 #[path = "attacks/mounts.rs"]

@@ -9,7 +9,7 @@ mod unpack;
 mod write;
 
 pub use unpack::unpack_layer;
-pub use write::{write_layer, LayerStats, Owners};
+pub use write::{write_layer, write_layer_watched, LayerStats, Owners};
 
 /// How many ids a sandbox's user namespace maps (guest ids `0..MAP_SIZE`).
 pub const MAP_SIZE: u32 = 65536;

@@ -65,6 +65,19 @@ pub struct LayerStats {
 /// walked (a sandbox copied as it runs) can make an entry vanish or be
 /// skipped, never make the walk follow a symlink out of the tree.
 pub fn write_layer(upper: &Path, owners: Owners, out: impl Write) -> io::Result<LayerStats> {
+    write_layer_watched(upper, owners, out, &mut |_| {})
+}
+
+/// [`write_layer`], calling `listed` with each entry's path in the layer
+/// once it has been looked at and before it is opened: the window a guest
+/// that swaps an entry for a symlink would use (a test's fault point holds
+/// it open).
+pub fn write_layer_watched(
+    upper: &Path,
+    owners: Owners,
+    out: impl Write,
+    listed: &mut dyn FnMut(&Path),
+) -> io::Result<LayerStats> {
     let mut builder = tar::Builder::new(out);
     builder.follow_symlinks(false);
     let walk = Walk {
@@ -72,13 +85,12 @@ pub fn write_layer(upper: &Path, owners: Owners, out: impl Write) -> io::Result<
         owners,
         links: HashMap::new(),
         stats: LayerStats::default(),
-        #[cfg(test)]
-        listed: None,
+        listed,
     };
     walk.run(upper)
 }
 
-impl<W: Write> Walk<W> {
+impl<W: Write> Walk<'_, W> {
     fn run(mut self, upper: &Path) -> io::Result<LayerStats> {
         let walk = &mut self;
         // The top directory may be a symlink to one (an image named by a link
@@ -181,24 +193,17 @@ fn changed(e: &io::Error) -> bool {
         )
 }
 
-struct Walk<W: Write> {
+struct Walk<'a, W: Write> {
     builder: tar::Builder<W>,
     owners: Owners,
     /// Files with more than one link already written: (dev, ino) -> path.
     links: HashMap<(u64, u64), PathBuf>,
     stats: LayerStats,
-    /// Test hook: runs with each entry's path in the layer once it has
-    /// been looked at and before it is opened (the window a guest that
-    /// swaps an entry for a symlink would use).
-    #[cfg(test)]
-    listed: Option<ListedHook>,
+    /// See [`write_layer_watched`].
+    listed: &'a mut dyn FnMut(&Path),
 }
 
-/// See `Walk::listed`.
-#[cfg(test)]
-type ListedHook = Box<dyn FnMut(&Path)>;
-
-impl<W: Write> Walk<W> {
+impl<W: Write> Walk<'_, W> {
     /// Writes the entries of the directory open as `dir` (at `rel` in the
     /// layer).
     fn dir(&mut self, dir: &OwnedFd, rel: &Path) -> io::Result<()> {
@@ -215,10 +220,7 @@ impl<W: Write> Walk<W> {
             let Some(meta) = stat_at(dir.as_raw_fd(), &c)? else {
                 continue;
             };
-            #[cfg(test)]
-            if let Some(hook) = &mut self.listed {
-                hook(&rel);
-            }
+            (self.listed)(&rel);
             self.entry(dir, &c, &rel, &meta)?;
         }
         Ok(())
@@ -531,32 +533,22 @@ mod tests {
         fs::write(upper.join("d/inner"), b"guest").unwrap();
         fs::write(upper.join("f"), b"guest file").unwrap();
         let (u, h) = (upper.clone(), host.clone());
-        let mut layer = Vec::new();
-        let walk = Walk {
-            builder: {
-                let mut b = tar::Builder::new(&mut layer);
-                b.follow_symlinks(false);
-                b
-            },
-            owners: Owners { shift: 0 },
-            links: HashMap::new(),
-            stats: LayerStats::default(),
-            listed: Some(Box::new(move |rel: &Path| {
-                let at = u.join(rel);
-                let (target, is_dir) = match rel.to_str() {
-                    Some("f") => (h.join("shadow"), false),
-                    Some("d") => (h.join("secrets"), true),
-                    _ => return,
-                };
-                if is_dir {
-                    fs::remove_dir_all(&at).unwrap();
-                } else {
-                    fs::remove_file(&at).unwrap();
-                }
-                std::os::unix::fs::symlink(target, &at).unwrap();
-            })),
+        let mut swap = move |rel: &Path| {
+            let at = u.join(rel);
+            let (target, is_dir) = match rel.to_str() {
+                Some("f") => (h.join("shadow"), false),
+                Some("d") => (h.join("secrets"), true),
+                _ => return,
+            };
+            if is_dir {
+                fs::remove_dir_all(&at).unwrap();
+            } else {
+                fs::remove_file(&at).unwrap();
+            }
+            std::os::unix::fs::symlink(target, &at).unwrap();
         };
-        walk.run(&upper).unwrap();
+        let mut layer = Vec::new();
+        write_layer_watched(&upper, Owners { shift: 0 }, &mut layer, &mut swap).unwrap();
         let got = entries(&layer);
         for (path, _, _, data) in &got {
             assert!(

@@ -81,6 +81,10 @@ listed_enum! {
         ForkAfterCopy = "fork.after_copy",
         /// Snapshot: hangs with half of a stopped sandbox's layer written.
         SnapshotMidLayer = "snapshot.mid_layer",
+        /// Writing a container's layer: holds with the regular file
+        /// named [`LAYER_BAIT`] looked at, before it is opened (the window
+        /// of a guest that swaps it for a symlink), until released.
+        LayerWalkListed = "layer.walk_listed",
         /// Snapshot: hangs with its content stored, before its record is written.
         SnapshotBeforeRecord = "snapshot.before_record",
         /// Pool claim: holds with a warm sandbox reserved and told of its
@@ -120,6 +124,33 @@ pub fn point(fault: Fault) {
 /// instead of hanging (debug builds only; always false in release builds).
 pub fn enabled(fault: Fault) -> bool {
     cfg!(debug_assertions) && std::env::var(FAULT_ENV).is_ok_and(|v| v == fault.as_str())
+}
+
+/// The name of the file the `layer.walk_listed` fault point holds at.
+pub const LAYER_BAIT: &str = "burrow-fault-bait";
+
+/// [`hold`], for a thread that may block (debug builds only).
+pub fn hold_blocking(fault: Fault) {
+    #[cfg(debug_assertions)]
+    {
+        if enabled(fault) {
+            let Some(marker) = std::env::var_os(MARKER_ENV) else {
+                return;
+            };
+            let marker = std::path::PathBuf::from(marker);
+            let mut release = marker.clone().into_os_string();
+            release.push(".release");
+            let release = std::path::PathBuf::from(release);
+            let tmp = marker.with_extension("tmp");
+            let _ = std::fs::write(&tmp, std::process::id().to_string());
+            let _ = std::fs::rename(&tmp, &marker);
+            while !release.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = fault;
 }
 
 /// Holds here (asynchronously) if `BURROW_FAULT` names this point, until the

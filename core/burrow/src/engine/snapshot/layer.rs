@@ -51,7 +51,13 @@ pub(crate) fn write_layer_file_blocking(
     let mut writer = FaultAfter::new(crate::engine::image::digest::HashingWriter::new(
         io::BufWriter::with_capacity(1 << 20, file),
     ));
-    let stats = write_layer(upper, owners, &mut writer)?;
+    use crate::engine::fault::{hold_blocking, Fault, LAYER_BAIT};
+    let mut listed = |rel: &Path| {
+        if rel.file_name().is_some_and(|n| n == LAYER_BAIT) {
+            hold_blocking(Fault::LayerWalkListed);
+        }
+    };
+    let stats = burrow_layer::write_layer_watched(upper, owners, &mut writer, &mut listed)?;
     writer.flush()?;
     let (digest, size, buf) = writer.inner.finish();
     buf.into_inner()
