@@ -292,6 +292,19 @@ async fn doctor_reports_each_driver_and_driver_choice_is_validated() {
         .as_str()
         .unwrap();
     assert!(accel == "kvm" || accel == "tcg", "{accel}");
+    // What confines each driver's guests here, as the drivers say it.
+    let container = &v["confinement"]["container"];
+    assert!(container["seccomp"]
+        .as_str()
+        .unwrap()
+        .contains("before the first instruction"));
+    assert!(container["limits"].is_string(), "{v}");
+    let qemu = v["confinement"]["vm"]["qemu seccomp"].as_str().unwrap();
+    assert!(qemu.contains("spawn=deny"), "{qemu}");
+    assert_eq!(
+        v["default_limits"]["pids_limit"],
+        burrow::DefaultLimits::BUILT_IN.pids_limit.unwrap()
+    );
 
     // Without QEMU the vm driver is unavailable, with a typed code; the
     // exit code says whether the default driver works.

@@ -82,6 +82,15 @@ pub(crate) async fn doctor(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
                 "vm": entry(vm.as_ref().map(|v| json!(v))),
             },
             "vm_kernel": kernel,
+            "confinement": {
+                "container": confinement(DriverKind::Container, runtime)
+                    .into_iter()
+                    .collect::<serde_json::Map<_, _>>(),
+                "vm": confinement(DriverKind::Vm, runtime)
+                    .into_iter()
+                    .collect::<serde_json::Map<_, _>>(),
+            },
+            "default_limits": defaults.as_ref().ok().map(|d| limits_json(&d.default_limits)),
         });
         say(serde_json::to_string_pretty(&report)?);
     } else {
@@ -118,6 +127,21 @@ pub(crate) async fn doctor(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
         if kernel.found.is_none() {
             say(format!("           guest kernel: {}", kernel.hint));
         }
+        for kind in [DriverKind::Container, DriverKind::Vm] {
+            say(format!("confinement of the {kind} driver here:"));
+            for (what, how) in confinement(kind, runtime) {
+                say(format!(
+                    "           {what}: {}",
+                    how.as_str().unwrap_or_default()
+                ));
+            }
+        }
+        if let Ok(d) = &defaults {
+            say(format!(
+                "default limits of a container sandbox: {}",
+                limits_text(&d.default_limits)
+            ));
+        }
         match &agent {
             Ok(a) => say(format!(
                 "agent      ok           {} ({})",
@@ -135,6 +159,30 @@ pub(crate) async fn doctor(ctx: Ctx, args: DoctorArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(if default_ok { 0 } else { UNUSABLE })
+}
+
+/// What confines `kind`'s guests here (`runtime` for containers), as
+/// `(what, how)`.
+fn confinement(kind: DriverKind, runtime: burrow::OciRuntime) -> Vec<(String, serde_json::Value)> {
+    burrow::internal::driver::for_kind(kind, runtime)
+        .confinement()
+        .into_iter()
+        .map(|(what, how)| (what.to_owned(), json!(how)))
+        .collect()
+}
+
+fn limits_json(l: &burrow::DefaultLimits) -> serde_json::Value {
+    json!({"memory_mb": l.memory_mb, "cpus": l.cpus, "pids_limit": l.pids_limit})
+}
+
+fn limits_text(l: &burrow::DefaultLimits) -> String {
+    let or_none = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+    format!(
+        "memory {}, cpus {}, processes {} (recorded at create where the host holds them)",
+        or_none(l.memory_mb.map(|m| format!("{m} MiB"))),
+        or_none(l.cpus.map(|c| c.to_string())),
+        or_none(l.pids_limit.map(|p| p.to_string())),
+    )
 }
 
 /// What an unprivileged user's containers lack here, and the one command

@@ -326,6 +326,13 @@ pub trait Driver: Send + Sync + Debug {
         Enforceable::all()
     }
 
+    /// What confines this driver's guests on this host, for this user, as
+    /// `(what, how)` lines (`burrow doctor` shows them). Default: nothing
+    /// said.
+    fn confinement(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
     /// Whether a sandbox that leaves its limits out gets the host's
     /// defaults ([`fill_default_limits`]). Default: yes.
     fn takes_default_limits(&self) -> bool {

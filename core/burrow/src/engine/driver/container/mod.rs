@@ -317,6 +317,51 @@ impl Driver for ContainerDriver {
         self.runtime != OciRuntime::Runsc
     }
 
+    fn confinement(&self) -> Vec<(&'static str, String)> {
+        let filter = match self.runtime {
+            OciRuntime::Runc => "runc installs it from the profile (libseccomp) before the first instruction; the agent installs it again",
+            OciRuntime::Crun if seccomp::compat32() => "crun installs it from the profile (libseccomp: 32-bit ABIs allowed) before the first instruction",
+            OciRuntime::Crun => "crun installs burrow's compiled program before the first instruction; the agent installs it again",
+            OciRuntime::Runsc => "gVisor applies the profile in its own kernel",
+        };
+        let can = self.enforceable();
+        let held: Vec<&str> = [
+            ("memory", can.memory),
+            ("cpus", can.cpus),
+            ("pids", can.pids),
+        ]
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(name, _)| *name)
+        .collect();
+        let limits = if held.len() == 3 {
+            "memory, cpus and pids held by cgroups".to_owned()
+        } else if held.is_empty() {
+            format!("none held here: {}", can.why)
+        } else {
+            format!("{} held; the rest not: {}", held.join(", "), can.why)
+        };
+        vec![
+            (
+                "seccomp",
+                format!("Docker's allowlist without io_uring, native x86-64 only: {filter}"),
+            ),
+            (
+                "capabilities",
+                "Docker's default set, no new privileges".to_owned(),
+            ),
+            (
+                "user namespace",
+                if rootless::in_user_namespace() || cgroups::rootless() {
+                    "this user's own (the sandbox's root is this user)".to_owned()
+                } else {
+                    "a host id range of the sandbox's own".to_owned()
+                },
+            ),
+            ("limits", limits),
+        ]
+    }
+
     fn check_config(&self, config: &crate::model::SandboxConfig) -> Result<()> {
         match config.seccomp_allow.iter().position(|n| !bpf::known(n)) {
             Some(i) => Err(Error::InvalidConfig {

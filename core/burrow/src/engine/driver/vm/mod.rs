@@ -97,6 +97,41 @@ impl Driver for VmDriver {
         true
     }
 
+    fn confinement(&self) -> Vec<(&'static str, String)> {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        vec![
+            (
+                "boundary",
+                "the guest's own kernel in a QEMU microVM".to_owned(),
+            ),
+            (
+                "qemu seccomp",
+                format!(
+                    "-sandbox {} (no new process, no change of ids)",
+                    qemu::SANDBOX
+                ),
+            ),
+            (
+                "qemu user",
+                if root {
+                    "root (not yet dropped: issue 57)".to_owned()
+                } else {
+                    "this user".to_owned()
+                },
+            ),
+            (
+                "shares",
+                if root {
+                    "9p, passthrough (the guest's owners are the host's)".to_owned()
+                } else {
+                    "9p, none (every file is this user's)".to_owned()
+                },
+            ),
+            ("limits", "the guest's memory and vCPUs".to_owned()),
+        ]
+    }
+
     fn takes_default_limits(&self) -> bool {
         // A guest always has its memory and vCPUs (DEFAULT_MEMORY_MB, one),
         // which templates and saved guests are made for.
