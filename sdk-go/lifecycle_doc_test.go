@@ -77,6 +77,7 @@ func TestEveryGoSampleOfTheLifecycleDocument(t *testing.T) {
 	}
 	gone()
 	var detachedID string
+	var createdMemory uint64
 	{
 		// Detached: sandbox survives after your process exits
 		detached, err := m.CreateSandbox(ctx, "worker",
@@ -91,6 +92,8 @@ func TestEveryGoSampleOfTheLifecycleDocument(t *testing.T) {
 			t.Fatalf("detached: %s detached=%v", info.Status, info.Detached)
 		}
 		detachedID = detached.ID()
+		// It named no memory: the host's default where the host holds one.
+		createdMemory = info.Config.MemoryMB
 	}
 
 	// ---- Converge on a named sandbox: the running detached `worker` is
@@ -104,7 +107,7 @@ func TestEveryGoSampleOfTheLifecycleDocument(t *testing.T) {
 		ok("connect_or_create on the existing worker", err)
 		info, err := sb.Info(ctx)
 		ok("info", err)
-		if sb.ID() != detachedID || info.Config.MemoryMB != 0 || !info.Detached {
+		if sb.ID() != detachedID || info.Config.MemoryMB != createdMemory || info.Config.MemoryMB == 1024 || !info.Detached {
 			t.Fatalf("connect_or_create reused %s (want %s), memory %d MiB, detached=%v",
 				sb.ID(), detachedID, info.Config.MemoryMB, info.Detached)
 		}

@@ -493,10 +493,12 @@ func (m ModifyOptions) change(o op) {
 	}
 }
 
-// SetCPUs changes the CPU limit (0: unset).
+// SetCPUs changes the CPU limit (0: unset, which gives the sandbox the
+// host's default back where the host holds one).
 func SetCPUs(cpus float64) Change { return changeFunc(func(o op) { o["cpus"] = nullIfZero(cpus) }) }
 
-// SetMemory changes the memory limit in MiB (0: unset).
+// SetMemory changes the memory limit in MiB (0: unset, which gives the
+// sandbox the host's default back where the host holds one).
 func SetMemory(mib uint64) Change {
 	return changeFunc(func(o op) { o["memory_mb"] = nullIfZero(mib) })
 }

@@ -108,6 +108,8 @@ async def test_every_python_sample_of_the_lifecycle_document_runs_as_written(bur
     assert handle.status == "running", "it survived its process"
     info = await handle.info()
     assert (info.status, info.detached, info.generation) == (Status.RUNNING, True, 1)
+    # It named no memory: the host's default where the host holds one.
+    created_memory = info.config.get("memory_mb")
 
     # ---- Converge on a named sandbox: the running detached `worker` is
     # connected to, its own configuration winning over memory=1024.
@@ -121,7 +123,7 @@ async def test_every_python_sample_of_the_lifecycle_document_runs_as_written(bur
     assert sb.id == detached_id
     assert sb.status == "running"
     info = await sb.info()
-    assert "memory_mb" not in info.config, "an existing sandbox keeps its persisted resources"
+    assert info.config.get("memory_mb") == created_memory != 1024, "an existing sandbox keeps its persisted resources"
     assert info.generation == 1, "connected, not started again"
 
     # A metadata handle of the stopped sandbox starts exactly it.
