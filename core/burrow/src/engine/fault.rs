@@ -131,26 +131,11 @@ pub const LAYER_BAIT: &str = "burrow-fault-bait";
 
 /// [`hold`], for a thread that may block (debug builds only).
 pub fn hold_blocking(fault: Fault) {
-    #[cfg(debug_assertions)]
-    {
-        if enabled(fault) {
-            let Some(marker) = std::env::var_os(MARKER_ENV) else {
-                return;
-            };
-            let marker = std::path::PathBuf::from(marker);
-            let mut release = marker.clone().into_os_string();
-            release.push(".release");
-            let release = std::path::PathBuf::from(release);
-            let tmp = marker.with_extension("tmp");
-            let _ = std::fs::write(&tmp, std::process::id().to_string());
-            let _ = std::fs::rename(&tmp, &marker);
-            while !release.exists() {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
+    if let Some(release) = open_window(fault) {
+        while !release.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
-    #[cfg(not(debug_assertions))]
-    let _ = fault;
 }
 
 /// Holds here (asynchronously) if `BURROW_FAULT` names this point, until the
@@ -158,26 +143,27 @@ pub fn hold_blocking(fault: Fault) {
 /// (holding our pid) says the window is open. For tests that must land calls
 /// inside a window, then let the process go on (debug builds only).
 pub async fn hold(fault: Fault) {
-    #[cfg(debug_assertions)]
-    {
-        if enabled(fault) {
-            let Some(marker) = std::env::var_os(MARKER_ENV) else {
-                return;
-            };
-            let marker = std::path::PathBuf::from(marker);
-            let mut release = marker.clone().into_os_string();
-            release.push(".release");
-            let release = std::path::PathBuf::from(release);
-            let tmp = marker.with_extension("tmp");
-            let _ = std::fs::write(&tmp, std::process::id().to_string());
-            let _ = std::fs::rename(&tmp, &marker);
-            while !release.exists() {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+    if let Some(release) = open_window(fault) {
+        while !release.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
-    #[cfg(not(debug_assertions))]
-    let _ = fault;
+}
+
+/// If `BURROW_FAULT` names this point and a marker is given: writes the
+/// marker (our pid) and returns the file whose creation releases the hold
+/// (debug builds only; always `None` in release builds).
+fn open_window(fault: Fault) -> Option<std::path::PathBuf> {
+    if !enabled(fault) {
+        return None;
+    }
+    let marker = std::path::PathBuf::from(std::env::var_os(MARKER_ENV)?);
+    let mut release = marker.clone().into_os_string();
+    release.push(".release");
+    let tmp = marker.with_extension("tmp");
+    let _ = std::fs::write(&tmp, std::process::id().to_string());
+    let _ = std::fs::rename(&tmp, &marker);
+    Some(release.into())
 }
 
 #[cfg(test)]
