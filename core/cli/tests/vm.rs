@@ -399,15 +399,8 @@ async fn qemu_runs_under_its_own_seccomp_filter() {
     let sb = home.builder("jailed").driver("vm").create().await.unwrap();
     let qemu = common::guest_pid(home.path(), sb.id());
     let status = std::fs::read_to_string(format!("/proc/{qemu}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_owned())
-            .unwrap_or_else(|| panic!("no {name} line: {status}"))
-    };
-    assert_eq!(field("Seccomp:"), "2", "{status}");
-    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert_eq!(common::status_field(&status, "Seccomp:"), "2");
+    assert_eq!(common::status_field(&status, "NoNewPrivs:"), "1");
     let cmdline = std::fs::read(format!("/proc/{qemu}/cmdline")).unwrap();
     let args: Vec<String> = cmdline
         .split(|b| *b == 0)

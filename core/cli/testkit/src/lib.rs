@@ -328,3 +328,13 @@ pub async fn counted(sb: &burrow::Sandbox) -> Option<u64> {
     let out = sb.exec(["cat", "/tmp/count"]).await.expect("exec");
     out.stdout_str().trim().parse().ok()
 }
+
+/// The value of field `name` (`Seccomp:`, `NoNewPrivs:`) of a
+/// `/proc/PID/status` text, trimmed; panics, showing the text, without it.
+pub fn status_field(status: &str, name: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| panic!("no {name} line: {status}"))
+}

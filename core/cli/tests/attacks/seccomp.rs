@@ -13,21 +13,17 @@
 //! boundary).
 
 use burrow::{Backend, ErrorCode, ListFilter, OciRuntime};
-use burrow_cli_testkit::{busybox_rootfs, sh_ok, TestHome};
+use burrow_cli_testkit::{busybox_rootfs, sh_ok, status_field, TestHome};
 
 use super::guest::guestx;
 use super::mounts::json_code;
 
 /// The `Seccomp:` and `Seccomp_filters:` values of a `/proc/PID/status`.
 fn seccomp_lines(status: &str) -> (String, String) {
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_owned())
-            .unwrap_or_else(|| panic!("no {name} line: {status}"))
-    };
-    (field("Seccomp:"), field("Seccomp_filters:"))
+    (
+        status_field(status, "Seccomp:"),
+        status_field(status, "Seccomp_filters:"),
+    )
 }
 
 /// A first process that is not the agent (the `BURROW_AGENT_ARGS` test
