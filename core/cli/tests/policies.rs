@@ -602,6 +602,12 @@ async fn a_sandbox_that_names_no_limits_gets_the_defaults() {
             built_in.memory_mb.map(|m| m << 20).filter(|_| can.memory)
         );
     }
+    // The disk's default, wherever the driver sizes its writable layer.
+    assert_eq!(config.disk_mb, built_in.disk_mb.filter(|_| can.disk));
+    assert_eq!(
+        metrics.disk_limit_bytes,
+        built_in.disk_mb.map(|m| m << 20).filter(|_| can.disk)
+    );
     sb.destroy().await.unwrap();
 
     // Without defaults: nothing recorded, nothing held.
@@ -613,8 +619,8 @@ async fn a_sandbox_that_names_no_limits_gets_the_defaults() {
         .unwrap();
     let config = sb.info().await.unwrap().config;
     assert_eq!(
-        (config.memory_mb, config.cpus, config.pids_limit),
-        (None, None, None)
+        (config.memory_mb, config.cpus, config.pids_limit, config.disk_mb),
+        (None, None, None, None)
     );
     if !common::is_vm() {
         assert_eq!(sb.metrics().await.unwrap().memory_limit_bytes, None);
@@ -638,4 +644,40 @@ async fn a_sandbox_that_names_no_limits_gets_the_defaults() {
         );
         sb.destroy().await.unwrap();
     }
+}
+
+/// A disk limit the driver cannot hold here is refused naming it and
+/// changes nothing, unless asked for as best effort (then it is kept in
+/// the configuration, and not held); where the driver holds it, the
+/// metrics show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_limit_is_held_or_refused_naming_it() {
+    let home = TestHome::new().await;
+    let asked = home.builder("disk").disk_mb(64).create().await;
+    if common::enforceable().disk {
+        let sb = asked.unwrap();
+        let m = sb.metrics().await.unwrap();
+        assert_eq!(m.disk_limit_bytes, Some(64 << 20));
+        assert!(m.disk_bytes.is_some());
+        sb.destroy().await.unwrap();
+        return;
+    }
+    match asked.unwrap_err() {
+        burrow::Error::InvalidConfig { field, .. } => assert_eq!(field, "disk_mb"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(
+        home.backend.get("disk").await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+    let sb = home
+        .builder("disk")
+        .disk_mb(64)
+        .best_effort_limits(true)
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(sb.info().await.unwrap().config.disk_mb, Some(64));
+    assert_eq!(sb.metrics().await.unwrap().disk_limit_bytes, None);
+    sb.destroy().await.unwrap();
 }

@@ -48,10 +48,10 @@ async fn the_guest_sees_only_its_own_filesystem_memory_and_cpus() {
         .create()
         .await
         .unwrap();
-    assert_eq!(
-        sb.info().await.unwrap().config.driver,
-        Some(burrow::DriverKind::Vm)
-    );
+    let config = sb.info().await.unwrap().config;
+    assert_eq!(config.driver, Some(burrow::DriverKind::Vm));
+    // No disk asked for: the host's default, recorded at create.
+    assert_eq!(config.disk_mb, burrow::DefaultLimits::BUILT_IN.disk_mb);
     let sh = |script: String| {
         let sb = sb.clone();
         async move {
@@ -418,4 +418,95 @@ async fn qemu_runs_under_its_own_seccomp_filter() {
     let out = sb.exec(["echo", "up"]).await.unwrap();
     assert_eq!(out.stdout_str(), "up\n");
     sb.destroy().await.unwrap();
+}
+
+/// A guest that writes past `disk_mb` gets `ENOSPC` inside, its disk on
+/// the host never grows past the limit, `metrics` shows the use, and the
+/// sandbox goes on answering (and starts again with the same disk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_past_its_disk_limit_gets_enospc_and_the_host_keeps_its_space() {
+    const LIMIT_MB: u64 = 64;
+    let home = TestHome::new().await;
+    let sb = home
+        .builder("disk")
+        .driver("vm")
+        .disk_mb(LIMIT_MB)
+        .create()
+        .await
+        .unwrap();
+    let sh = |script: &'static str| {
+        let sb = sb.clone();
+        async move { sb.exec(["sh", "-c", script]).await.unwrap() }
+    };
+    // 200 MiB into a 64 MiB layer: dd stops at the end of the space.
+    let fill = sh("dd if=/dev/zero of=/fill bs=1M count=200 2>/dev/null; echo $?; sync").await;
+    assert_ne!(
+        fill.stdout_str().trim(),
+        "0",
+        "dd wrote 200 MiB into 64 MiB"
+    );
+    let size: u64 = sh("stat -c %s /fill")
+        .await
+        .stdout_str()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(size < LIMIT_MB << 20, "the guest wrote {size} bytes");
+    // Full: another MiB has no room either.
+    let more = sh("dd if=/dev/zero of=/more bs=1M count=1 2>/dev/null; echo $?").await;
+    assert_ne!(more.stdout_str().trim(), "0");
+    let avail: u64 = sh("df -k / | tail -1 | awk '{print $4}'")
+        .await
+        .stdout_str()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(avail < 1024, "{avail} KiB still free");
+    // On the host, the sandbox's disk holds no more than its limit.
+    let m = sb.metrics().await.unwrap();
+    assert_eq!(m.disk_limit_bytes, Some(LIMIT_MB << 20));
+    let used = m.disk_bytes.unwrap();
+    assert!(
+        (LIMIT_MB << 19..=LIMIT_MB << 20).contains(&used),
+        "the host's file holds {used} bytes"
+    );
+    // Still answering; the space comes back when the file goes.
+    let freed = sh("rm /fill && echo x > /again && cat /again").await;
+    assert_eq!(freed.stdout_str(), "x\n");
+    sb.stop().await.unwrap();
+    let sb = sb.handle().start().await.unwrap();
+    let out = sb.exec(["cat", "/again"]).await.unwrap();
+    assert_eq!(out.stdout_str(), "x\n");
+    assert_eq!(
+        sb.metrics().await.unwrap().disk_limit_bytes,
+        Some(LIMIT_MB << 20)
+    );
+    sb.destroy().await.unwrap();
+}
+
+/// A disk limit the driver cannot hold here is refused naming it (unless
+/// asked for as best effort); one outside its range is refused by any.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_limit_out_of_range_is_refused_naming_it() {
+    let home = TestHome::new().await;
+    for mb in [16, (1 << 24) + 1] {
+        let e = home
+            .builder("bad-disk")
+            .driver("vm")
+            .disk_mb(mb)
+            .create()
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidConfig);
+        match e {
+            burrow::Error::InvalidConfig { field, .. } => assert_eq!(field, "disk_mb"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(home
+        .dyn_backend()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
 }

@@ -73,6 +73,11 @@ pub fn pod(
     if let Some(mb) = config.memory_mb {
         limits.insert("memory".to_string(), Quantity(format!("{mb}Mi")));
     }
+    // The nearest a cluster has to a disk limit (best effort, see
+    // check_limits): the kubelet evicts a pod past it.
+    if let Some(mb) = config.disk_mb {
+        limits.insert("ephemeral-storage".to_string(), Quantity(format!("{mb}Mi")));
+    }
     let agent_volume = VolumeMount {
         name: "burrow-agent".into(),
         mount_path: AGENT_DIR.into(),
@@ -159,12 +164,20 @@ pub fn pod(
 /// Checks that the cluster can hold the sandbox to its limits: a pod's
 /// CPU and memory are its containers' resources, but its process count is
 /// the node's (the kubelet's `podPidsLimit`), so `pids_limit` is refused
-/// naming it unless the caller asked for best-effort limits.
+/// naming it unless the caller asked for best-effort limits; a pod past
+/// its `ephemeral-storage` is evicted, not told `ENOSPC`, so `disk_mb` is
+/// refused the same way (with best-effort limits it becomes that limit).
 pub fn check_limits(config: &SandboxConfig) -> burrow::Result<()> {
     if config.pids_limit.is_some() && !config.best_effort_limits {
         return Err(burrow::Error::InvalidConfig {
             field: "pids_limit".into(),
             reason: "a pod's process count is its node's (the kubelet's podPidsLimit), not the sandbox's; ask for best-effort limits to run without it".into(),
+        });
+    }
+    if config.disk_mb.is_some() && !config.best_effort_limits {
+        return Err(burrow::Error::InvalidConfig {
+            field: "disk_mb".into(),
+            reason: "a pod past its ephemeral storage is evicted by its node, not told ENOSPC; ask for best-effort limits to have that instead".into(),
         });
     }
     if !config.seccomp_allow.is_empty() {
@@ -418,6 +431,30 @@ mod tests {
         c.seccomp_allow = vec!["io_uring_setup".into()];
         let e = check_limits(&c).unwrap_err();
         assert_eq!(e.code(), burrow::ErrorCode::InvalidConfig);
+    }
+
+    #[test]
+    fn a_disk_limit_is_the_pods_ephemeral_storage_only_at_best_effort() {
+        let mut c = SandboxConfig::new("busybox");
+        c.disk_mb = Some(64);
+        match check_limits(&c).unwrap_err() {
+            burrow::Error::InvalidConfig { field, .. } => assert_eq!(field, "disk_mb"),
+            other => panic!("unexpected {other:?}"),
+        }
+        c.best_effort_limits = true;
+        check_limits(&c).unwrap();
+        let owner = Owner {
+            name: "n-x".into(),
+            uid: "u",
+        };
+        let pod = pod(&SandboxId::new(), 1, &c, &settings(), &owner);
+        let spec = pod.spec.unwrap();
+        let limits = spec.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .unwrap();
+        assert_eq!(limits["ephemeral-storage"], Quantity("64Mi".into()));
     }
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,

@@ -414,6 +414,12 @@ pub struct Metrics {
     pub io_write_bytes: Option<u64>,
     /// Number of processes.
     pub pids: Option<u64>,
+    /// Bytes the sandbox's writable layer takes on the host's disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
+    /// The writable layer's limit in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_limit_bytes: Option<u64>,
     /// What went through the sandbox's network stack since it started
     /// (absent without a network, or where the driver has no stack).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -290,6 +290,8 @@ fn bodies_use_the_wire_names() {
     assert_eq!(modify, keys("Modify"));
     let metrics = burrow::Metrics {
         network: Some(Default::default()),
+        disk_bytes: Some(0),
+        disk_limit_bytes: Some(0),
         ..Default::default()
     };
     let metrics = serde_json::to_value(metrics).expect("metrics");

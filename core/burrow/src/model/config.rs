@@ -219,6 +219,12 @@ pub struct SandboxConfig {
     /// Maximum number of processes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_limit: Option<u64>,
+    /// Disk limit in MiB of the sandbox's writable layer (what it changes
+    /// of its root filesystem): a guest that writes past it gets `ENOSPC`,
+    /// and the host keeps the rest of its space. Set at create. A microVM
+    /// without it has a disk of 8 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
     /// Run even where a limit asked for above cannot be enforced (an
     /// unprivileged user without a delegated cgroup, a VM's process count):
     /// each such limit is then left out with a note. Off by default: such a
@@ -227,7 +233,7 @@ pub struct SandboxConfig {
     #[serde(default, skip_serializing_if = "is_false")]
     pub best_effort_limits: bool,
     /// Give the limits this configuration leaves out (`memory_mb`, `cpus`,
-    /// `pids_limit`) the defaults of the backend that creates the sandbox,
+    /// `pids_limit`, `disk_mb`) the defaults of the backend that creates the sandbox,
     /// recorded at create (for the local backend, `LocalConfig`'s
     /// `default_limits`, where its host can enforce them; a limit removed
     /// later gets its default back). On by default; off, what is left out
@@ -345,6 +351,13 @@ pub const MAX_DURATION: Duration = Duration::from_millis((1 << 53) - 1);
 /// The most syscalls a sandbox may add to its seccomp filter.
 pub const MAX_SECCOMP_ALLOW: usize = 64;
 
+/// Smallest disk limit in MiB (a filesystem's own bookkeeping and a
+/// little room besides).
+pub const MIN_DISK_MB: u64 = 32;
+
+/// Largest disk limit in MiB: 16 TiB.
+pub const MAX_DISK_MB: u64 = 1 << 24;
+
 /// Largest process limit: the kernel's own ceiling on PIDs (`PID_MAX_LIMIT`).
 pub const MAX_PIDS_LIMIT: u64 = 1 << 22;
 
@@ -362,6 +375,7 @@ impl SandboxConfig {
             cpus: None,
             memory_mb: None,
             pids_limit: None,
+            disk_mb: None,
             env: BTreeMap::new(),
             workdir: None,
             labels: BTreeMap::new(),
@@ -528,6 +542,14 @@ impl SandboxConfig {
                         format!("{c} vCPUs is more than burrow's guest kernel supports ({max})"),
                     );
                 }
+            }
+        }
+        if let Some(d) = self.disk_mb {
+            if !(MIN_DISK_MB..=MAX_DISK_MB).contains(&d) {
+                return bad(
+                    "disk_mb",
+                    format!("{d} MiB is outside {MIN_DISK_MB} MiB..16 TiB"),
+                );
             }
         }
         if let Some(p) = self.pids_limit {

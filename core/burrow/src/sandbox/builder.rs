@@ -84,6 +84,12 @@ impl SandboxBuilder {
         self.config.pids_limit = Some(n);
         self
     }
+    /// Disk limit in MiB of the writable layer: past it the guest gets
+    /// `ENOSPC`.
+    pub fn disk_mb(mut self, mb: u64) -> Self {
+        self.config.disk_mb = Some(mb);
+        self
+    }
     /// Run even where the CPU, memory or process limits asked for cannot
     /// be enforced (an unprivileged user without a delegated cgroup): each
     /// such limit is left out, with a note. Off by default: such a sandbox

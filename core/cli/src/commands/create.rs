@@ -30,15 +30,21 @@ pub(crate) struct SandboxOpts {
     /// Maximum number of processes.
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
-    /// Run even where --cpus, --memory or --pids cannot be enforced (as an
-    /// unprivileged user without a delegated cgroup): such a limit is left
-    /// out with a note instead of refusing the sandbox.
+    /// Disk limit of the sandbox's writable layer: MiB (8192), or with a
+    /// unit (64M, 8G). Past it the guest gets ENOSPC. Set at create.
+    #[arg(long, value_name = "SIZE", value_parser = parse_mib)]
+    pub disk: Option<u64>,
+    /// Run even where --cpus, --memory, --pids or --disk cannot be
+    /// enforced (as an unprivileged user without a delegated cgroup): such
+    /// a limit is left out with a note instead of refusing the sandbox.
     #[arg(long)]
     pub best_effort_limits: bool,
-    /// Leave out the host's default limits: what --cpus, --memory and
-    /// --pids do not set stays unlimited (default: a container sandbox gets
-    /// $BURROW_DEFAULT_MEMORY, $BURROW_DEFAULT_CPUS and $BURROW_DEFAULT_PIDS,
-    /// else 2G, 2 CPUs and 4096 processes, where the host can enforce them).
+    /// Leave out the host's default limits: what --cpus, --memory, --pids
+    /// and --disk do not set stays unlimited (default: a container sandbox
+    /// gets $BURROW_DEFAULT_MEMORY, $BURROW_DEFAULT_CPUS and
+    /// $BURROW_DEFAULT_PIDS, else 2G, 2 CPUs and 4096 processes, and every
+    /// sandbox $BURROW_DEFAULT_DISK, else 8G, where the host can enforce
+    /// them).
     /// Refused by a server to every tenant but the default one.
     #[arg(long)]
     pub no_default_limits: bool,
@@ -138,6 +144,7 @@ impl SandboxOpts {
         c.cpus = self.cpus;
         c.memory_mb = self.memory;
         c.pids_limit = self.pids;
+        c.disk_mb = self.disk;
         c.best_effort_limits = self.best_effort_limits;
         c.seccomp_allow = self.allow_syscalls.clone();
         c.default_limits = !self.no_default_limits;

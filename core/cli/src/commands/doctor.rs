@@ -172,16 +172,17 @@ fn confinement(kind: DriverKind, runtime: burrow::OciRuntime) -> Vec<(String, se
 }
 
 fn limits_json(l: &burrow::DefaultLimits) -> serde_json::Value {
-    json!({"memory_mb": l.memory_mb, "cpus": l.cpus, "pids_limit": l.pids_limit})
+    json!({"memory_mb": l.memory_mb, "cpus": l.cpus, "pids_limit": l.pids_limit, "disk_mb": l.disk_mb})
 }
 
 fn limits_text(l: &burrow::DefaultLimits) -> String {
     let or_none = |v: Option<String>| v.unwrap_or_else(|| "none".into());
     format!(
-        "memory {}, cpus {}, processes {} (recorded at create where the host holds them)",
+        "memory {}, cpus {}, processes {}, disk {} (recorded at create where the host holds them)",
         or_none(l.memory_mb.map(|m| format!("{m} MiB"))),
         or_none(l.cpus.map(|c| c.to_string())),
         or_none(l.pids_limit.map(|p| p.to_string())),
+        or_none(l.disk_mb.map(|m| format!("{m} MiB"))),
     )
 }
 

@@ -23,7 +23,7 @@ pub(crate) struct MetricsArgs {
     interval: Duration,
 }
 
-const HEADER: [&str; 5] = ["CPU", "MEMORY", "IO READ", "IO WRITE", "PIDS"];
+const HEADER: [&str; 6] = ["CPU", "MEMORY", "IO READ", "IO WRITE", "PIDS", "DISK"];
 
 pub(crate) async fn metrics(ctx: Ctx, args: MetricsArgs) -> anyhow::Result<u8> {
     let handle = resolve(&ctx.backend().await?, &args.sandbox).await?;
@@ -68,7 +68,7 @@ fn print_sample(ctx: Ctx, id: &burrow::SandboxId, name: &str, m: &Metrics, heade
         return;
     }
     let row = row(m);
-    let widths = [12, 24, 12, 12, 6];
+    let widths = [12, 24, 12, 12, 6, 24];
     let line = |cells: &[String]| {
         cells
             .iter()
@@ -85,22 +85,22 @@ fn print_sample(ctx: Ctx, id: &burrow::SandboxId, name: &str, m: &Metrics, heade
     say(line(&row));
 }
 
-fn row(m: &Metrics) -> [String; 5] {
+/// `used / limit` (`-` for a limit not known).
+fn used_of(used: Option<u64>, limit: Option<u64>) -> Option<String> {
+    let limit = limit.map_or_else(|| "-".into(), human_bytes);
+    used.map(|used| format!("{} / {limit}", human_bytes(used)))
+}
+
+fn row(m: &Metrics) -> [String; 6] {
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let cpu = m.cpu_usage_ns.map(|ns| format!("{:.2} s", ns as f64 / 1e9));
-    let memory = match (m.memory_bytes, m.memory_limit_bytes) {
-        (Some(used), Some(limit)) => {
-            Some(format!("{} / {}", human_bytes(used), human_bytes(limit)))
-        }
-        (Some(used), None) => Some(format!("{} / -", human_bytes(used))),
-        _ => None,
-    };
     [
         or_dash(cpu),
-        or_dash(memory),
+        or_dash(used_of(m.memory_bytes, m.memory_limit_bytes)),
         or_dash(m.io_read_bytes.map(human_bytes)),
         or_dash(m.io_write_bytes.map(human_bytes)),
         or_dash(m.pids.map(|p| p.to_string())),
+        or_dash(used_of(m.disk_bytes, m.disk_limit_bytes)),
     ]
 }
 
@@ -118,10 +118,20 @@ mod tests {
             io_write_bytes: Some(0),
             pids: Some(3),
             network: None,
+            disk_bytes: Some(1024 * 1024),
+            disk_limit_bytes: Some(64 * 1024 * 1024),
         };
         assert_eq!(
             row(&m),
-            ["1.50 s", "12.0 MiB / 256.0 MiB", "-", "0 B", "3"].map(String::from)
+            [
+                "1.50 s",
+                "12.0 MiB / 256.0 MiB",
+                "-",
+                "0 B",
+                "3",
+                "1.0 MiB / 64.0 MiB"
+            ]
+            .map(String::from)
         );
     }
 }

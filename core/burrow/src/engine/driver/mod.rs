@@ -213,8 +213,12 @@ pub struct Enforceable {
     pub memory: bool,
     pub cpus: bool,
     pub pids: bool,
-    /// Why what cannot be enforced cannot.
+    /// Why what of memory, CPUs and processes cannot be enforced cannot.
     pub why: String,
+    /// The writable layer's size.
+    pub disk: bool,
+    /// Why the disk limit cannot be enforced, if it cannot.
+    pub disk_why: String,
 }
 
 impl Enforceable {
@@ -225,6 +229,8 @@ impl Enforceable {
             cpus: true,
             pids: true,
             why: String::new(),
+            disk: true,
+            disk_why: String::new(),
         }
     }
 }
@@ -241,16 +247,26 @@ pub fn check_limits(config: &crate::model::SandboxConfig) -> Result<()> {
     }
     let can = driver.enforceable();
     let asked = [
-        ("memory_mb", config.memory_mb.is_some(), can.memory),
-        ("cpus", config.cpus.is_some(), can.cpus),
-        ("pids_limit", config.pids_limit.is_some(), can.pids),
+        (
+            "memory_mb",
+            config.memory_mb.is_some(),
+            can.memory,
+            &can.why,
+        ),
+        ("cpus", config.cpus.is_some(), can.cpus, &can.why),
+        (
+            "pids_limit",
+            config.pids_limit.is_some(),
+            can.pids,
+            &can.why,
+        ),
+        ("disk_mb", config.disk_mb.is_some(), can.disk, &can.disk_why),
     ];
-    match asked.iter().find(|(_, asked, ok)| *asked && !*ok) {
-        Some((field, ..)) => Err(crate::error::Error::InvalidConfig {
+    match asked.iter().find(|(_, asked, ok, _)| *asked && !*ok) {
+        Some((field, _, _, why)) => Err(crate::error::Error::InvalidConfig {
             field: (*field).to_owned(),
             reason: format!(
-                "this host cannot enforce it ({}); ask for best-effort limits to run without it",
-                can.why
+                "this host cannot enforce it ({why}); ask for best-effort limits to run without it"
             ),
         }),
         None => Ok(()),
@@ -258,18 +274,25 @@ pub fn check_limits(config: &crate::model::SandboxConfig) -> Result<()> {
 }
 
 /// Gives a configuration the host's default limits for those it leaves
-/// out, where its driver takes them ([`Driver::takes_default_limits`]) and
-/// can enforce them here (a default is never a reason to refuse), unless
-/// it asks for none (`default_limits: false`).
+/// out, where its driver takes them ([`Driver::takes_default_limits`]; the
+/// disk's, every driver that can enforce it) and can enforce them here (a
+/// default is never a reason to refuse), unless it asks for none
+/// (`default_limits: false`).
 pub fn fill_default_limits(
     config: &mut crate::model::SandboxConfig,
     defaults: &crate::engine::local::DefaultLimits,
 ) {
     let driver = for_config(config);
-    if !config.default_limits || !driver.takes_default_limits() {
+    if !config.default_limits {
         return;
     }
     let can = driver.enforceable();
+    if can.disk && config.disk_mb.is_none() {
+        config.disk_mb = defaults.disk_mb;
+    }
+    if !driver.takes_default_limits() {
+        return;
+    }
     if can.memory && config.memory_mb.is_none() {
         config.memory_mb = defaults.memory_mb;
     }
@@ -333,8 +356,8 @@ pub trait Driver: Send + Sync + Debug {
         Vec::new()
     }
 
-    /// Whether a sandbox that leaves its limits out gets the host's
-    /// defaults ([`fill_default_limits`]). Default: yes.
+    /// Whether a sandbox that leaves its memory, CPUs or processes out gets
+    /// the host's defaults ([`fill_default_limits`]). Default: yes.
     fn takes_default_limits(&self) -> bool {
         true
     }

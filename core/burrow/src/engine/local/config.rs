@@ -23,9 +23,13 @@ pub const ENV_DEFAULT_CPUS: &str = "BURROW_DEFAULT_CPUS";
 /// Environment variable with the processes a container sandbox that names
 /// none may have: a count or `none`.
 pub const ENV_DEFAULT_PIDS: &str = "BURROW_DEFAULT_PIDS";
+/// Environment variable with the disk a sandbox that names none may fill:
+/// a size (`8192`, `8G`) or `none`.
+pub const ENV_DEFAULT_DISK: &str = "BURROW_DEFAULT_DISK";
 
-/// The limits a container sandbox that names none is given ([`LocalConfig::
-/// default_limits`]); `None`: that limit stays unset.
+/// The limits a sandbox that names none is given ([`LocalConfig::
+/// default_limits`]; memory, CPUs and processes a container sandbox's, the
+/// disk every sandbox's); `None`: that limit stays unset.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct DefaultLimits {
@@ -35,14 +39,18 @@ pub struct DefaultLimits {
     pub cpus: Option<f64>,
     /// Processes. Built in: 4096.
     pub pids_limit: Option<u64>,
+    /// Disk of the writable layer, MiB. Built in: 8192.
+    pub disk_mb: Option<u64>,
 }
 
 impl DefaultLimits {
-    /// The built-in defaults: 2 GiB, 2 CPUs, 4096 processes.
+    /// The built-in defaults: 2 GiB, 2 CPUs, 4096 processes, 8 GiB of
+    /// disk.
     pub const BUILT_IN: DefaultLimits = DefaultLimits {
         memory_mb: Some(2048),
         cpus: Some(2.0),
         pids_limit: Some(4096),
+        disk_mb: Some(8192),
     };
 
     /// No defaults: what a sandbox leaves out stays unlimited.
@@ -50,6 +58,7 @@ impl DefaultLimits {
         memory_mb: None,
         cpus: None,
         pids_limit: None,
+        disk_mb: None,
     };
 }
 
@@ -140,6 +149,12 @@ impl LocalConfig {
                             crate::model::MAX_PIDS_LIMIT
                         )
                     })
+            })?;
+        }
+        if let Some(v) = limit(ENV_DEFAULT_DISK) {
+            c.default_limits.disk_mb = none_or(ENV_DEFAULT_DISK, &v, |t| {
+                let mib = crate::parse_mib(t).map_err(|e| e.to_string())?;
+                as_in_a_config(|c| c.disk_mb = Some(mib)).map(|()| mib)
             })?;
         }
         Ok(c)
@@ -272,8 +287,10 @@ mod tests {
             (ENV_DEFAULT_MEMORY, "1G"),
             (ENV_DEFAULT_CPUS, "0.5"),
             (ENV_DEFAULT_PIDS, "none"),
+            (ENV_DEFAULT_DISK, "64M"),
         ])
         .unwrap();
+        assert_eq!(c.default_limits.disk_mb, Some(64));
         assert_eq!(c.default_limits.memory_mb, Some(1024));
         assert_eq!(c.default_limits.cpus, Some(0.5));
         assert_eq!(c.default_limits.pids_limit, None);
@@ -281,6 +298,7 @@ mod tests {
             (ENV_DEFAULT_MEMORY, "none"),
             (ENV_DEFAULT_CPUS, " none "),
             (ENV_DEFAULT_PIDS, "none"),
+            (ENV_DEFAULT_DISK, "none"),
         ])
         .unwrap();
         assert_eq!(none.default_limits, DefaultLimits::NONE);
@@ -291,6 +309,8 @@ mod tests {
             (ENV_DEFAULT_CPUS, "two"),
             (ENV_DEFAULT_PIDS, "4"),
             (ENV_DEFAULT_PIDS, "-1"),
+            (ENV_DEFAULT_DISK, "16M"),
+            (ENV_DEFAULT_DISK, "a lot"),
         ] {
             match from(&[(var, value)]).unwrap_err() {
                 Error::InvalidConfig { field, .. } => assert_eq!(field, var, "{value}"),

@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 pub use config::{
-    DefaultLimits, LocalConfig, ENV_DEFAULT_CPUS, ENV_DEFAULT_MEMORY, ENV_DEFAULT_PIDS,
-    ENV_DEMAND_START, ENV_DRIVER,
+    DefaultLimits, LocalConfig, ENV_DEFAULT_CPUS, ENV_DEFAULT_DISK, ENV_DEFAULT_MEMORY,
+    ENV_DEFAULT_PIDS, ENV_DEMAND_START, ENV_DRIVER,
 };
 #[doc(hidden)]
 pub use snapshots::{unpack_layer_in_user_namespace, write_layer_in_user_namespace};

@@ -432,6 +432,8 @@ fn parse_stats(out: &str) -> burrow_protocol::Metrics {
         io_write_bytes: io("write"),
         pids: u(&d["pids"]["current"]),
         network: None,
+        disk_bytes: None,
+        disk_limit_bytes: None,
     }
 }
 

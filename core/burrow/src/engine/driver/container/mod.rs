@@ -387,6 +387,8 @@ impl Driver for ContainerDriver {
             cpus: c.cpu,
             pids: c.pids,
             why,
+            disk: false,
+            disk_why: "the container driver does not size its writable layer yet".into(),
         }
     }
 }

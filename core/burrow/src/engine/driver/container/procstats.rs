@@ -76,6 +76,8 @@ pub(super) fn of_pid_namespace(init: i32) -> Metrics {
         io_write_bytes: None,
         network: None,
         pids: Some(count),
+        disk_bytes: None,
+        disk_limit_bytes: None,
     }
 }
 

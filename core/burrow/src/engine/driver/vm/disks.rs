@@ -2,24 +2,32 @@
 
 use super::*;
 
-/// Size of a sandbox's writable disk (sparse: only what is written counts).
+/// Size of a sandbox's writable disk when its configuration names none
+/// (sparse: only what is written counts).
 pub(super) const DATA_DISK_BYTES: u64 = 8 << 30;
 
-/// Formats the sandbox's data disk unless it has one.
-pub(super) async fn prepare_data_disk(path: &Path) -> Result<()> {
+/// The size of the sandbox's writable disk: its disk limit. The guest's
+/// filesystem fills it (`ENOSPC` inside at the limit); the host's file
+/// never grows past it.
+pub(super) fn data_disk_bytes(config: &crate::model::SandboxConfig) -> u64 {
+    config.disk_mb.map_or(DATA_DISK_BYTES, |mb| mb << 20)
+}
+
+/// Formats the sandbox's data disk of `bytes` unless it has one.
+pub(super) async fn prepare_data_disk(path: &Path, bytes: u64) -> Result<()> {
     let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || ensure_data_disk(&path))
+    tokio::task::spawn_blocking(move || ensure_data_disk(&path, bytes))
         .await
         .map_err(|e| Error::io("preparing the data disk", None, std::io::Error::other(e)))?
 }
 
 /// Creates the sandbox's writable disk on its first start: a sparse file
 /// with an empty ext4 (the agent makes `upper/` and `work/` on it).
-pub(super) fn ensure_data_disk(path: &Path) -> Result<()> {
+pub(super) fn ensure_data_disk(path: &Path, bytes: u64) -> Result<()> {
     if crate::engine::image::ext4::is_ext4(path) {
         return Ok(());
     }
-    format_data_disk(path, DATA_DISK_BYTES)
+    format_data_disk(path, bytes)
 }
 
 /// Formats a new, empty data disk of `bytes` at `path` (put in place by a

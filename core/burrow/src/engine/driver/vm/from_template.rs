@@ -53,6 +53,7 @@ pub async fn warm_template(
         choice.accel,
         memory_mb,
         cpus,
+        data_disk_bytes(config),
         config.network.is_enabled(),
         config.mounts.len(),
     )?;
@@ -102,6 +103,7 @@ pub(super) fn template_inputs(
     accel: Accel,
     memory_mb: u64,
     cpus: u32,
+    data_disk_bytes: u64,
     network: bool,
     shares: usize,
 ) -> Result<TemplateInputs> {
@@ -120,6 +122,7 @@ pub(super) fn template_inputs(
         tsc_khz: qemu::host_tsc_khz(),
         memory_mb,
         cpus,
+        data_disk_bytes,
         network,
         shares,
         fresh_root: false,
@@ -166,7 +169,7 @@ pub(super) async fn ensure_template(
             agent: files.agent,
             root_disk: files.root_disk,
             boot: &template_boot(inputs.network),
-            data_disk_bytes: DATA_DISK_BYTES,
+            data_disk_bytes: inputs.data_disk_bytes,
         },
     )
     .await
@@ -223,9 +226,10 @@ pub(super) async fn restore_template(
     let size = std::fs::metadata(data_disk)
         .map_err(|e| Error::io("reading the writable disk", Some(data_disk), e))?
         .len();
-    if size != DATA_DISK_BYTES {
+    if size != inputs.data_disk_bytes {
         return Err(qemu::unavailable(format!(
-            "the writable disk has {size} bytes, not the template's {DATA_DISK_BYTES}"
+            "the writable disk has {size} bytes, not the template's {}",
+            inputs.data_disk_bytes
         )));
     }
     let template = ensure_template(&spec.images_dir, files, inputs).await?;

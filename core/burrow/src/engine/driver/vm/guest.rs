@@ -23,6 +23,8 @@ pub(super) struct VmGuest {
     qmp: Qmp,
     runtime_dir: PathBuf,
     memory_mb: u64,
+    /// The writable disk and its size (the disk limit).
+    data_disk: (PathBuf, u64),
     exit: Option<GuestExit>,
     /// Where it is saved when hibernated, or why it cannot be.
     hibernation: std::result::Result<Target, String>,
@@ -36,6 +38,7 @@ impl VmGuest {
         qmp: Qmp,
         runtime_dir: PathBuf,
         memory_mb: u64,
+        data_disk: (PathBuf, u64),
         hibernation: std::result::Result<Target, String>,
         network: Option<NetStack>,
     ) -> Self {
@@ -44,6 +47,7 @@ impl VmGuest {
             qmp,
             runtime_dir,
             memory_mb,
+            data_disk,
             exit: None,
             hibernation,
             network,
@@ -197,6 +201,14 @@ impl GuestProcess for VmGuest {
             .ok_or_else(|| super::qemu::unavailable("QEMU has exited".into()))?;
         let mut m = process_metrics(pid);
         m.memory_limit_bytes = Some(self.memory_mb << 20);
+        // What the guest's filesystem has written of its disk: the blocks
+        // the sparse file holds on the host.
+        {
+            use std::os::unix::fs::MetadataExt;
+            let (disk, limit) = &self.data_disk;
+            m.disk_bytes = std::fs::metadata(disk).ok().map(|md| md.blocks() * 512);
+            m.disk_limit_bytes = Some(*limit);
+        }
         m.network = self.network.as_ref().map(NetStack::counters);
         if let Ok(status) = self.qmp.status().await {
             if status != "running" && status != "paused" {

@@ -42,6 +42,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
         .collect();
     let mut boot = boot_config(spec, &shares)?;
     let (memory_mb, cpus) = machine_size(&spec.config);
+    let disk_bytes = data_disk_bytes(&spec.config);
     let mut notes = launch_notes(spec, cpus, &choice);
     let (log_read, log_write) =
         std::io::pipe().map_err(|e| Error::io("creating the console pipe", None, e))?;
@@ -78,6 +79,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 choice.accel,
                 memory_mb,
                 cpus,
+                disk_bytes,
                 spec.config.network.is_enabled(),
                 shares.len(),
             )?;
@@ -149,7 +151,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                     record.template = Some(key);
                     let console = dup(&console)?;
                     async {
-                        prepare_data_disk(&data_disk).await?;
+                        prepare_data_disk(&data_disk, disk_bytes).await?;
                         restore_template(
                             spec, &files, &inputs, &data_disk, &shares, &boot, console, &mut None,
                         )
@@ -182,7 +184,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
                 ));
             }
             record.reason = Some(reason);
-            prepare_data_disk(&data_disk).await?;
+            prepare_data_disk(&data_disk, disk_bytes).await?;
             boot.clock = Some(WallClock::now());
             let boot_json = serde_json::to_vec(&boot)
                 .map_err(|e| Error::io("encoding the boot configuration", None, e.into()))?;
@@ -273,6 +275,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
             vm.qmp,
             dir.clone(),
             memory_mb,
+            (data_disk.clone(), disk_bytes),
             hibernation,
             network,
         )),

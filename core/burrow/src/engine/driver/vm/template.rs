@@ -121,12 +121,28 @@ pub struct TemplateInputs {
     pub memory_mb: u64,
     /// vCPUs.
     pub cpus: u32,
+    /// The data disk's size (the guest's devices are saved with it). Left
+    /// out of the key at the size every template had before it was an
+    /// input, so those templates stay good.
+    #[serde(
+        default = "default_data_disk_bytes",
+        skip_serializing_if = "is_default_data_disk_bytes"
+    )]
+    pub data_disk_bytes: u64,
     /// With a network card.
     pub network: bool,
     /// How many 9p devices.
     pub shares: usize,
     /// A template of first starts: a fresh data disk mounted as the root.
     pub fresh_root: bool,
+}
+
+fn default_data_disk_bytes() -> u64 {
+    super::DATA_DISK_BYTES
+}
+
+fn is_default_data_disk_bytes(bytes: &u64) -> bool {
+    *bytes == super::DATA_DISK_BYTES
 }
 
 impl TemplateInputs {
@@ -592,10 +608,28 @@ mod tests {
             tsc_khz: Some(2_000_000),
             memory_mb: 512,
             cpus: 1,
+            data_disk_bytes: super::super::DATA_DISK_BYTES,
             network: false,
             shares: 0,
             fresh_root: false,
         }
+    }
+
+    /// The data disk's size is in the key, except at the size templates
+    /// were made with before it was an input (their keys stay).
+    #[test]
+    fn the_data_disk_size_keys_a_template_but_the_old_default_keeps_its_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let inputs = inputs(tmp.path());
+        let json = serde_json::to_value(&inputs).unwrap();
+        assert!(json.get("data_disk_bytes").is_none());
+        let small = TemplateInputs {
+            data_disk_bytes: 64 << 20,
+            ..inputs.clone()
+        };
+        assert_ne!(small.key(), inputs.key());
+        let back: TemplateInputs = serde_json::from_value(json).unwrap();
+        assert_eq!(back, inputs);
     }
 
     /// A sparse copy has the source's bytes and its holes.
