@@ -15,7 +15,8 @@ nothing else:
   sandbox (which has none yet), two published ports on one host address,
   a limit the driver cannot
   enforce on the server's host (`pids_limit` of a `vm` sandbox; any limit
-  where no cgroup controller is there for it) without best-effort limits.
+  where no cgroup controller is there for it; `disk_mb` of an unprivileged
+  user's container) without best-effort limits.
   And one that was not schema-valid after all: the stateful phase infers
   that the ids `GET /v1/gateway/targets` lists feed `PUT
   /v1/gateway/targets/{id}`, whose `id` must be a sandbox's; a URL
@@ -109,7 +110,7 @@ def _state_refusal(response) -> bool:
     return any(code == c and s.fullmatch(subject) for c, s in STATE_REFUSALS)
 
 
-LIMITS = ("memory_mb", "cpus", "pids_limit")
+LIMITS = ("memory_mb", "cpus", "pids_limit", "disk_mb")
 
 
 def _limit_refused(case, response) -> bool:

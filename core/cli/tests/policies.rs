@@ -619,7 +619,12 @@ async fn a_sandbox_that_names_no_limits_gets_the_defaults() {
         .unwrap();
     let config = sb.info().await.unwrap().config;
     assert_eq!(
-        (config.memory_mb, config.cpus, config.pids_limit, config.disk_mb),
+        (
+            config.memory_mb,
+            config.cpus,
+            config.pids_limit,
+            config.disk_mb
+        ),
         (None, None, None, None)
     );
     if !common::is_vm() {
@@ -656,9 +661,44 @@ async fn a_disk_limit_is_held_or_refused_naming_it() {
     let asked = home.builder("disk").disk_mb(64).create().await;
     if common::enforceable().disk {
         let sb = asked.unwrap();
-        let m = sb.metrics().await.unwrap();
-        assert_eq!(m.disk_limit_bytes, Some(64 << 20));
-        assert!(m.disk_bytes.is_some());
+        common::fill_past_disk_limit(&sb, 64).await;
+        // Kept across runs, and read on the host while stopped.
+        sb.exec(["sh", "-c", "echo kept > /kept"]).await.unwrap();
+        sb.stop().await.unwrap();
+        let handle = sb.handle();
+        let snap = handle.snapshot("disk-snap").await.unwrap();
+        let from_snap = home
+            .builder("from-snap")
+            .image(format!("snapshot:{}", snap.name))
+            .create()
+            .await
+            .unwrap();
+        assert_eq!(
+            from_snap.exec(["cat", "/kept"]).await.unwrap().stdout_str(),
+            "kept\n"
+        );
+        from_snap.destroy().await.unwrap();
+        let sb = handle.start().await.unwrap();
+        // A copy has a disk of the same size, with the parent's files.
+        let copies = sb
+            .fork(&burrow::ForkOptions::named(["disk-copy"]))
+            .await
+            .unwrap();
+        assert_eq!(
+            sb.exec(["cat", "/kept"]).await.unwrap().stdout_str(),
+            "kept\n"
+        );
+        assert_eq!(sb.metrics().await.unwrap().disk_limit_bytes, Some(64 << 20));
+        let copy = &copies[0];
+        assert_eq!(
+            copy.exec(["cat", "/kept"]).await.unwrap().stdout_str(),
+            "kept\n"
+        );
+        assert_eq!(
+            copy.metrics().await.unwrap().disk_limit_bytes,
+            Some(64 << 20)
+        );
+        copy.destroy().await.unwrap();
         sb.destroy().await.unwrap();
         return;
     }

@@ -298,6 +298,14 @@ async fn a_kill_at_any_step_of_a_snapshot_leaves_nothing_half_made() {
         .enumerate()
     {
         killed_at(&home, point, "killed", "after-kill").await;
+        // The killed process's view of a layer disk went with it: the
+        // host holds no mount of the home.
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let home_path = home.path().to_string_lossy().into_owned();
+        assert!(
+            !mounts.lines().any(|l| l.contains(&home_path)),
+            "round {round}: {mounts}"
+        );
         let e = home.backend.get_snapshot("after-kill").await.unwrap_err();
         assert_eq!(e.code(), ErrorCode::NotFound, "round {round}");
         assert!(
@@ -357,12 +365,8 @@ async fn a_running_snapshot_holds_the_guest_frozen_and_lets_it_go() {
     assert!(w.wait_open(Duration::from_secs(60)).await);
     // Frozen where the host can freeze (pause), else copied as it runs.
     let freezes = home.backend.capabilities().await.unwrap().pause;
-    let tick = std::fs::read_dir(home.path().join("sandboxes"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path().join("upper/tick"))
-        .find(|p| p.exists())
-        .expect("the ticker's file in the writable layer");
+    let tick = common::upper_dir(home.path(), sb.id()).join("tick");
+    assert!(tick.exists(), "the ticker's file in the writable layer");
     let first = std::fs::read(&tick).unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let during = std::fs::read(&tick).unwrap();

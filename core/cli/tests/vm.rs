@@ -299,6 +299,12 @@ async fn doctor_reports_each_driver_and_driver_choice_is_validated() {
         .unwrap()
         .contains("before the first instruction"));
     assert!(container["limits"].is_string(), "{v}");
+    assert!(container["disk"].is_string(), "{v}");
+    assert!(v["confinement"]["vm"]["disk"].is_string(), "{v}");
+    assert_eq!(
+        v["default_limits"]["disk_mb"],
+        burrow::DefaultLimits::BUILT_IN.disk_mb.unwrap()
+    );
     let qemu = v["confinement"]["vm"]["qemu seccomp"].as_str().unwrap();
     assert!(qemu.contains("spawn=deny"), "{qemu}");
     assert_eq!(
@@ -434,45 +440,7 @@ async fn a_guest_past_its_disk_limit_gets_enospc_and_the_host_keeps_its_space() 
         .create()
         .await
         .unwrap();
-    let sh = |script: &'static str| {
-        let sb = sb.clone();
-        async move { sb.exec(["sh", "-c", script]).await.unwrap() }
-    };
-    // 200 MiB into a 64 MiB layer: dd stops at the end of the space.
-    let fill = sh("dd if=/dev/zero of=/fill bs=1M count=200 2>/dev/null; echo $?; sync").await;
-    assert_ne!(
-        fill.stdout_str().trim(),
-        "0",
-        "dd wrote 200 MiB into 64 MiB"
-    );
-    let size: u64 = sh("stat -c %s /fill")
-        .await
-        .stdout_str()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(size < LIMIT_MB << 20, "the guest wrote {size} bytes");
-    // Full: another MiB has no room either.
-    let more = sh("dd if=/dev/zero of=/more bs=1M count=1 2>/dev/null; echo $?").await;
-    assert_ne!(more.stdout_str().trim(), "0");
-    let avail: u64 = sh("df -k / | tail -1 | awk '{print $4}'")
-        .await
-        .stdout_str()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(avail < 1024, "{avail} KiB still free");
-    // On the host, the sandbox's disk holds no more than its limit.
-    let m = sb.metrics().await.unwrap();
-    assert_eq!(m.disk_limit_bytes, Some(LIMIT_MB << 20));
-    let used = m.disk_bytes.unwrap();
-    assert!(
-        (LIMIT_MB << 19..=LIMIT_MB << 20).contains(&used),
-        "the host's file holds {used} bytes"
-    );
-    // Still answering; the space comes back when the file goes.
-    let freed = sh("rm /fill && echo x > /again && cat /again").await;
-    assert_eq!(freed.stdout_str(), "x\n");
+    common::fill_past_disk_limit(&sb, LIMIT_MB).await;
     sb.stop().await.unwrap();
     let sb = sb.handle().start().await.unwrap();
     let out = sb.exec(["cat", "/again"]).await.unwrap();

@@ -18,7 +18,7 @@ pub mod runtimes;
 pub mod serve;
 pub mod tls;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
@@ -250,6 +250,25 @@ pub fn supervisors_of(home: &str) -> Vec<u32> {
     processes_with(|args| args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == home))
 }
 
+/// A container sandbox's overlay upper directory, as the host may read
+/// and change it: in the sandbox directory, or (a layer on a disk of its
+/// own, mounted in its supervisor's mount namespace) through that
+/// supervisor's view of the filesystem.
+pub fn upper_dir(home: &Path, id: &burrow::SandboxId) -> PathBuf {
+    let dir = home.join("sandboxes").join(id.as_str());
+    if !dir.join("layer.ext4").exists() {
+        return dir.join("upper");
+    }
+    let supervisor = processes_with(|args| {
+        args.iter().any(|a| a == "__supervise") && args.iter().any(|a| a == id.as_str())
+    });
+    let pid = supervisor
+        .first()
+        .unwrap_or_else(|| panic!("no supervisor of {id} to see its layer disk through"));
+    let inside = dir.join("layer/upper");
+    Path::new(&format!("/proc/{pid}/root")).join(inside.strip_prefix("/").unwrap())
+}
+
 /// Whether `pid` has finished exiting (reaped, or a zombie). A killed
 /// process's cmdline empties while it is still exiting, before its state
 /// changes, so [`processes_with`] stops listing it a moment too early.
@@ -337,4 +356,45 @@ pub fn status_field(status: &str, name: &str) -> String {
         .find_map(|l| l.strip_prefix(name))
         .map(|v| v.trim().to_owned())
         .unwrap_or_else(|| panic!("no {name} line: {status}"))
+}
+
+/// Fills `sb`'s writable layer past its disk limit of `limit_mb` and
+/// checks what a disk limit promises: the guest's writes stop at the limit
+/// (`ENOSPC`: dd fails, one more MiB has no room, `df` shows none left),
+/// the host's file holds no more than the limit and `metrics` shows the
+/// use, and the sandbox goes on answering, its space back once the file
+/// goes.
+pub async fn fill_past_disk_limit(sb: &burrow::Sandbox, limit_mb: u64) {
+    let sh = |script: &'static str| async move { sb.exec(["sh", "-c", script]).await.unwrap() };
+    let fill = sh("dd if=/dev/zero of=/fill bs=1M count=200 2>/dev/null; echo $?; sync").await;
+    assert_ne!(
+        fill.stdout_str().trim(),
+        "0",
+        "dd wrote 200 MiB into {limit_mb} MiB"
+    );
+    let size: u64 = sh("stat -c %s /fill")
+        .await
+        .stdout_str()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(size < limit_mb << 20, "the guest wrote {size} bytes");
+    let more = sh("dd if=/dev/zero of=/more bs=1M count=1 2>/dev/null; echo $?").await;
+    assert_ne!(more.stdout_str().trim(), "0", "one more MiB had room");
+    let avail: u64 = sh("df -k / | tail -1 | awk '{print $4}'")
+        .await
+        .stdout_str()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(avail < 1024, "{avail} KiB still free");
+    let m = sb.metrics().await.unwrap();
+    assert_eq!(m.disk_limit_bytes, Some(limit_mb << 20));
+    let used = m.disk_bytes.unwrap();
+    assert!(
+        (limit_mb << 19..=limit_mb << 20).contains(&used),
+        "the host's file holds {used} bytes"
+    );
+    let freed = sh("rm -f /fill /more && echo x > /again && cat /again").await;
+    assert_eq!(freed.stdout_str(), "x\n");
 }

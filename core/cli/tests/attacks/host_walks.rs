@@ -9,7 +9,7 @@
 
 use burrow::internal::fault::{Fault, LAYER_BAIT};
 use burrow::SandboxHandle;
-use burrow_cli_testkit::{busybox_rootfs, sh_ok, TestHome};
+use burrow_cli_testkit::{busybox_rootfs, sh_ok, upper_dir, TestHome};
 use burrow_test_support::fault::FaultWindow;
 
 /// The `layer.walk_listed` fault point holds the walk with the bait looked
@@ -62,12 +62,7 @@ async fn a_file_swapped_for_a_symlink_mid_snapshot_is_never_followed() {
         "the walk never reached the bait"
     );
     // The guest's move, in the window.
-    let bait = home
-        .path()
-        .join("sandboxes")
-        .join(sb.id().as_str())
-        .join("upper")
-        .join(LAYER_BAIT);
+    let bait = upper_dir(home.path(), sb.id()).join(LAYER_BAIT);
     std::fs::remove_file(&bait).unwrap();
     std::os::unix::fs::symlink(&secret, &bait).unwrap();
     w.release();

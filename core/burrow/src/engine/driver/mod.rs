@@ -304,6 +304,16 @@ pub fn fill_default_limits(
     }
 }
 
+/// Fills a sample's disk figures from a sandbox's disk image: what its
+/// sparse file holds on the host's disk, and its size (the disk limit).
+pub(crate) fn disk_use(image: &std::path::Path, m: &mut burrow_protocol::Metrics) {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = std::fs::metadata(image) {
+        m.disk_bytes = Some(meta.blocks() * 512);
+        m.disk_limit_bytes = Some(meta.len());
+    }
+}
+
 /// What a driver's supervisor setup keeps running until the guest is
 /// launched (a helper thread); dropped then.
 pub type SupervisorAid = Box<dyn std::any::Any + Send>;

@@ -146,3 +146,106 @@ pub fn is_ext4(path: &Path) -> bool {
         && f.read_exact(&mut magic).is_ok()
         && magic == [0x53, 0xEF]
 }
+
+/// Copies `from` to a new file `to` without its holes: a clone where the
+/// filesystem can (btrfs, XFS), else the data extents one by one.
+pub(crate) fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    /// `FICLONE`: `_IOW(0x94, 9, int)`.
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    let src = std::fs::File::open(from)?;
+    let len = src.metadata()?.len();
+    let dst = std::fs::File::create(to)?;
+    // SAFETY: FICLONE with the source's open fd.
+    if unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) } == 0 {
+        return Ok(());
+    }
+    dst.set_len(len)?;
+    let mut pos: i64 = 0;
+    while (pos as u64) < len {
+        // SAFETY: lseek on an open fd.
+        let data = unsafe { libc::lseek(src.as_raw_fd(), pos, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // only a hole is left
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(src.as_raw_fd(), data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let (mut off_in, mut off_out) = (data, data);
+        while off_in < hole {
+            // SAFETY: both fds are open; the offsets are ours.
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut off_in,
+                    dst.as_raw_fd(),
+                    &mut off_out,
+                    (hole - off_in) as usize,
+                    0,
+                )
+            };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the template's data disk shrank while it was copied",
+                ));
+            }
+        }
+        pos = hole;
+    }
+    Ok(())
+}
+
+/// A blank ext4 disk of `bytes` (sparse; the filesystem keeps no blocks for
+/// root), made once per size under `images_dir` and copied for each disk
+/// that starts blank: a copy of its few written blocks is a fraction of a
+/// `mkfs.ext4`. Blocking.
+pub(crate) fn blank_disk_in(images_dir: &Path, bytes: u64) -> Result<PathBuf> {
+    let dir = images_dir.join("blank-ext4");
+    let path = dir.join(format!("{bytes}.ext4"));
+    if is_ext4(&path) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io("creating the blank disk directory", Some(&dir), e))?;
+    // Made aside and renamed into place: a concurrent maker's file is
+    // the same blank disk.
+    let tmp = dir.join(format!("{bytes}.ext4.{}.tmp", std::process::id()));
+    format_blank(&tmp, bytes)?;
+    std::fs::rename(&tmp, &path)
+        .map_err(|e| Error::io("publishing the blank disk", Some(&path), e))?;
+    Ok(path)
+}
+
+/// Formats a new sparse file `path` of `bytes` as an empty ext4.
+pub(crate) fn format_blank(path: &Path, bytes: u64) -> Result<()> {
+    let file =
+        std::fs::File::create(path).map_err(|e| Error::io("creating a disk", Some(path), e))?;
+    file.set_len(bytes)
+        .map_err(|e| Error::io("sizing a disk", Some(path), e))?;
+    drop(file);
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-m", "0", "-L", "burrow-layer", "-E"])
+        .arg("lazy_itable_init=1,lazy_journal_init=1,nodiscard")
+        .arg(path)
+        .output()
+        .map_err(|e| Error::io("running mkfs.ext4 (package e2fsprogs)", None, e))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(path);
+        return Err(Error::io(
+            "formatting a disk",
+            Some(path),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+        ));
+    }
+    Ok(())
+}

@@ -201,7 +201,13 @@ impl LocalBackend {
             .await?;
         } else {
             let parent_dir = self.home.sandbox_dir(&parent.id);
-            crate::engine::driver::container::seed_writable_layer(&parent_dir, &dir, saved).await?;
+            crate::engine::driver::container::seed_writable_layer(
+                &parent_dir,
+                &dir,
+                saved,
+                &self.home.images_dir(),
+            )
+            .await?;
         }
         let sealed = match sealed {
             Some(s) => Some(crate::engine::secrets::reseal(

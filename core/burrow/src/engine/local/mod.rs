@@ -216,8 +216,7 @@ impl LocalBackend {
                     continue;
                 }
                 tracing::info!(sandbox = %id, "removing the leftover directory of a removed sandbox");
-                let _ =
-                    crate::engine::driver::container::rootless::remove_tree(&entry.path()).await;
+                let _ = crate::engine::driver::container::remove_sandbox_dir(&entry.path()).await;
             }
         }
     }

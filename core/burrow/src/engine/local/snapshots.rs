@@ -263,11 +263,12 @@ impl LocalBackend {
         }
         let tmp = tmp.to_path_buf();
         blocking("writing the snapshot layer", move || {
-            let (upper, owners) = crate::engine::driver::container::writable_layer_of(&dir);
-            image::write_file_hashed(&tmp, |out| {
-                layer::write_layer(&upper, owners, layer::FaultAfter::new(out)).map(drop)
+            crate::engine::driver::container::with_writable_layer(&dir, |upper, owners| {
+                image::write_file_hashed(&tmp, |out| {
+                    layer::write_layer(upper, owners, layer::FaultAfter::new(out)).map(drop)
+                })
+                .map_err(|e| Error::io("writing the snapshot layer", Some(&tmp), e))
             })
-            .map_err(|e| Error::io("writing the snapshot layer", Some(&tmp), e))
         })
         .await
     }

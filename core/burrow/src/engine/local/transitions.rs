@@ -341,7 +341,7 @@ impl LocalBackend {
         if let Err(e) = reclaimed {
             tracing::debug!(sandbox = %id, error = %e, "reclaiming stale runtime state");
         }
-        if let Err(e) = crate::engine::driver::container::rootless::remove_tree(&dir).await {
+        if let Err(e) = crate::engine::driver::container::remove_sandbox_dir(&dir).await {
             // The record is gone; the next open sweeps the directory.
             tracing::warn!(sandbox = %id, error = %e, "could not delete the sandbox directory");
         }

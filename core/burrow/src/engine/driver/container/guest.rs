@@ -277,10 +277,14 @@ impl GuestProcess for ContainerGuest {
     }
 
     async fn write_layer(&mut self, layer: &std::path::Path) -> Result<(String, u64)> {
-        let (upper, owners) = super::writable_layer_of(&self.sandbox_dir);
-        let written =
-            crate::engine::snapshot::layer::write_layer_file(upper, owners, layer.to_path_buf())
-                .await?;
+        let (writable, owners) = super::writable_layer_of(&self.sandbox_dir)?;
+        let written = crate::engine::snapshot::layer::write_layer_file(
+            writable.upper.clone(),
+            owners,
+            layer.to_path_buf(),
+        )
+        .await?;
+        drop(writable);
         tracing::debug!(
             entries = written.stats.entries,
             bytes = written.stats.content_bytes,
@@ -355,6 +359,7 @@ impl GuestProcess for ContainerGuest {
 
     async fn metrics(&mut self) -> Result<burrow_protocol::Metrics> {
         let mut m = self.resource_metrics().await?;
+        crate::engine::driver::disk_use(&self.sandbox_dir.join(super::layer_disk::IMAGE), &mut m);
         if let Some(stack) = &self.generation.network {
             m.network = Some(stack.counters());
         }

@@ -39,6 +39,7 @@ mod cgroups;
 mod guest;
 mod hostname;
 mod idmap;
+pub(crate) mod layer_disk;
 pub(crate) mod network;
 mod oci;
 mod procstats;
@@ -64,6 +65,7 @@ pub(crate) async fn seed_writable_layer(
     parent_dir: &std::path::Path,
     sandbox_dir: &std::path::Path,
     layer: &std::path::Path,
+    images_dir: &std::path::Path,
 ) -> Result<()> {
     let upper = sandbox_dir.join("upper");
     // SAFETY: geteuid has no preconditions.
@@ -74,21 +76,32 @@ pub(crate) async fn seed_writable_layer(
         )
         .await;
     }
-    let (_, owners) = writable_layer_of(parent_dir);
+    let owners = layer_owners(parent_dir);
     if let Some(base) = rootfs::recorded_base(parent_dir) {
         rootfs::record_base(sandbox_dir, base)?;
     }
+    // A parent with a layer disk gives its copy one of the same size.
+    let disk = std::fs::metadata(parent_dir.join(layer_disk::IMAGE))
+        .ok()
+        .map(|m| m.len());
     let layer = layer.to_path_buf();
+    let sandbox_dir = sandbox_dir.to_path_buf();
+    let images_dir = images_dir.to_path_buf();
     crate::engine::image::snapshot::blocking("unpacking the writable layer", move || {
-        let file = std::fs::File::open(&layer)
-            .map_err(|e| Error::io("reading the writable layer", Some(&layer), e))?;
-        burrow_layer::unpack_layer(
-            std::io::BufReader::new(file),
-            &upper,
-            owners,
-            "trusted.overlay.opaque",
-        )
-        .map_err(|e| Error::io("unpacking the writable layer", Some(&upper), e))
+        if let Some(bytes) = disk {
+            layer_disk::create(&sandbox_dir, bytes, Some(&images_dir))?;
+        }
+        with_writable_layer(&sandbox_dir, |upper, _| {
+            let file = std::fs::File::open(&layer)
+                .map_err(|e| Error::io("reading the writable layer", Some(&layer), e))?;
+            burrow_layer::unpack_layer(
+                std::io::BufReader::new(file),
+                upper,
+                owners,
+                "trusted.overlay.opaque",
+            )
+            .map_err(|e| Error::io("unpacking the writable layer", Some(upper), e))
+        })
     })
     .await
 }
@@ -96,19 +109,74 @@ pub(crate) async fn seed_writable_layer(
 /// A container sandbox's writable layer (its overlay upper directory) and
 /// the host ids its files are owned by, as this process sees them: in a
 /// rootless supervisor's user namespace the guest's own ids, as root the
-/// sandbox's range from its recorded base.
+/// sandbox's range from its recorded base. A layer on a disk of its own
+/// is mounted here for as long as the [`WritableLayer`] lives, unless it
+/// already was.
 pub(crate) fn writable_layer_of(
     sandbox_dir: &std::path::Path,
-) -> (PathBuf, crate::engine::snapshot::layer::Owners) {
+) -> Result<(WritableLayer, crate::engine::snapshot::layer::Owners)> {
+    let owners = layer_owners(sandbox_dir);
+    if !layer_disk::has_disk(sandbox_dir) {
+        let upper = sandbox_dir.join("upper");
+        return Ok((
+            WritableLayer {
+                upper,
+                _mounted: None,
+            },
+            owners,
+        ));
+    }
+    let mounted = layer_disk::mount(sandbox_dir)?;
+    let upper = mounted.dir().join("upper");
+    Ok((
+        WritableLayer {
+            upper,
+            _mounted: Some(mounted),
+        },
+        owners,
+    ))
+}
+
+/// Runs `f` with a container sandbox's writable layer (as
+/// [`writable_layer_of`]), from the host: a layer disk is mounted for `f`
+/// alone, in a mount namespace of its own
+/// ([`layer_disk::in_own_namespace`]).
+pub(crate) fn with_writable_layer<T: Send>(
+    sandbox_dir: &std::path::Path,
+    f: impl FnOnce(&std::path::Path, crate::engine::snapshot::layer::Owners) -> Result<T> + Send,
+) -> Result<T> {
+    if !layer_disk::has_disk(sandbox_dir) {
+        let (writable, owners) = writable_layer_of(sandbox_dir)?;
+        return f(&writable.upper, owners);
+    }
+    layer_disk::in_own_namespace(|| {
+        let (writable, owners) = writable_layer_of(sandbox_dir)?;
+        f(&writable.upper, owners)
+    })
+}
+
+fn layer_owners(sandbox_dir: &std::path::Path) -> crate::engine::snapshot::layer::Owners {
     let shift = if rootless::in_user_namespace() {
         0
     } else {
         rootfs::recorded_base(sandbox_dir).unwrap_or(0)
     };
-    (
-        sandbox_dir.join("upper"),
-        crate::engine::snapshot::layer::Owners { shift },
-    )
+    crate::engine::snapshot::layer::Owners { shift }
+}
+
+/// A sandbox's overlay upper directory, readable while this lives.
+#[derive(Debug)]
+pub(crate) struct WritableLayer {
+    /// The upper directory.
+    pub upper: PathBuf,
+    _mounted: Option<layer_disk::Mounted>,
+}
+
+/// Removes a sandbox's directory, its layer disk's mount in this
+/// namespace first.
+pub(crate) async fn remove_sandbox_dir(dir: &std::path::Path) -> Result<()> {
+    layer_disk::release(dir)?;
+    rootless::remove_tree(dir).await
 }
 
 use guest::{ContainerGuest, Generation};
@@ -142,31 +210,10 @@ pub fn prepare_supervisor_process() -> Result<()> {
         rootless::enter(&mapping)?;
         tracing::debug!(?mapping, "entered a user namespace (rootless)");
     }
-    // SAFETY: plain syscalls; the caller guarantees we are single-threaded,
-    // so the new namespace applies to the whole process.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(Error::io(
-                "entering a private mount namespace",
-                None,
-                std::io::Error::last_os_error(),
-            ));
-        }
-        if libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_SLAVE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(Error::io(
-                "making the mount namespace private",
-                None,
-                std::io::Error::last_os_error(),
-            ));
-        }
-    }
+    // The caller guarantees we are single-threaded, so the new namespace
+    // applies to the whole process.
+    rootfs::enter_mount_namespace(0, libc::MS_SLAVE)
+        .map_err(|e| Error::io("entering a private mount namespace", None, e))?;
     Ok(())
 }
 
@@ -359,6 +406,14 @@ impl Driver for ContainerDriver {
                 },
             ),
             ("limits", limits),
+            (
+                "disk",
+                if can.disk {
+                    "the writable layer on an ext4 image of its disk_mb (a loop device): ENOSPC at the limit".to_owned()
+                } else {
+                    format!("not held: {}", can.disk_why)
+                },
+            ),
         ]
     }
 
@@ -377,6 +432,8 @@ impl Driver for ContainerDriver {
 
     fn enforceable(&self) -> super::Enforceable {
         let c = cgroups::Controllers::detect();
+        // SAFETY: geteuid has no preconditions.
+        let as_root = unsafe { libc::geteuid() } == 0 && !rootless::in_user_namespace();
         let why = if cgroups::rootless() {
             "an unprivileged user's containers are limited through a cgroup v2 subtree delegated to it, and none is".to_owned()
         } else {
@@ -387,8 +444,9 @@ impl Driver for ContainerDriver {
             cpus: c.cpu,
             pids: c.pids,
             why,
-            disk: false,
-            disk_why: "the container driver does not size its writable layer yet".into(),
+            // A layer disk needs a loop device and an ext4 mount: root's.
+            disk: as_root,
+            disk_why: "an unprivileged user's container keeps its writable layer in a directory (no loop device, no ext4 mount, and overlayfs takes no FUSE upper); the vm driver's disk holds it".into(),
         }
     }
 }
@@ -514,11 +572,21 @@ async fn start(
         &spec.images_dir,
         &spec.sandbox_dir,
         base,
+        spec.config.disk_mb.map(|mb| mb << 20),
         &generation.id,
         &spec.runtime_dir.join("mounts"),
         &mut generation.mounts,
     )
     .await?;
+    if let (Some(mb), false) = (spec.config.disk_mb, layer_disk::has_disk(&spec.sandbox_dir)) {
+        notes.push(format!(
+            "disk limit ({mb} MiB) not enforced: {}",
+            match base {
+                None => "an unprivileged user's container keeps its writable layer in a directory",
+                Some(_) => "the writable layer was made before it had a size",
+            }
+        ));
+    }
     let _ = std::os::unix::fs::symlink(&target, spec.runtime_dir.join("rootfs"));
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,

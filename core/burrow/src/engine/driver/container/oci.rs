@@ -262,21 +262,9 @@ pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
 /// locked), covered by an empty read-only tmpfs. A `pre_exec` hook (raw
 /// syscalls only); public for benchmarks that run crun beside burrow.
 pub fn crun_private_cgroup_view() -> io::Result<()> {
+    super::rootfs::enter_mount_namespace(0, libc::MS_PRIVATE)?;
     // SAFETY: plain syscalls on constant, NUL-terminated strings.
     unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
         // Not mounted (pure v1 or v2 hosts): nothing to hide.
         let unified = c"/sys/fs/cgroup/unified";
         if libc::umount2(unified.as_ptr(), libc::MNT_DETACH) != 0 {

@@ -118,6 +118,33 @@ pub(super) fn adopt_fresh_volume(dir: &Path, base: u32) -> Result<()> {
     Ok(())
 }
 
+/// Enters a mount namespace of its own (`unshare(extra | CLONE_NEWNS)`)
+/// whose mounts all get `propagation` (`MS_PRIVATE`: nothing in or out;
+/// `MS_SLAVE`: the host's changes still come in). Raw syscalls only: fit
+/// for a `pre_exec` hook.
+pub(crate) fn enter_mount_namespace(
+    extra: libc::c_int,
+    propagation: libc::c_ulong,
+) -> io::Result<()> {
+    // SAFETY: plain syscalls on a constant, NUL-terminated string.
+    unsafe {
+        if libc::unshare(extra | libc::CLONE_NEWNS) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | propagation,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
@@ -126,11 +153,13 @@ pub(super) fn cstr(p: &Path) -> io::Result<CString> {
 /// Mounts the merged rootfs at `<mount dir>/<id>` and returns it. Every
 /// mount made is pushed to `mounts` (and recorded in `record`) before it is
 /// made, so an interrupted assembly is still cleaned up.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn assemble(
     image_rootfs: &Path,
     images_dir: &Path,
     sandbox_dir: &Path,
     base: Option<u32>,
+    disk_bytes: Option<u64>,
     id: &str,
     record: &Path,
     mounts: &mut Vec<PathBuf>,
@@ -160,7 +189,7 @@ pub(super) async fn assemble(
                     )
                 })??
         };
-        let (upper, work) = writable_layer(sandbox_dir, None)?;
+        let (upper, work) = writable_layer(sandbox_dir, None, None, images_dir)?;
         let target = mount_point(id, record)?;
         mounts.push(target.clone());
         mount_overlay(&lower, &upper, &work, &target)?;
@@ -202,7 +231,7 @@ pub(super) async fn assemble(
             })??
         }
     };
-    let (upper, work) = writable_layer(sandbox_dir, Some(base))?;
+    let (upper, work) = writable_layer(sandbox_dir, Some(base), disk_bytes, images_dir)?;
     let target = mount_point(id, record)?;
     mounts.push(target.clone());
     mount_overlay(&lower, &upper, &work, &target)?;
@@ -223,10 +252,29 @@ pub(super) async fn assemble(
 }
 
 /// Creates the persistent upper and work directories (owned by `base`, or
-/// by this user rootless).
-pub(super) fn writable_layer(sandbox_dir: &Path, base: Option<u32>) -> Result<(PathBuf, PathBuf)> {
-    let upper = sandbox_dir.join("upper");
-    let work = sandbox_dir.join("work");
+/// by this user rootless): as root, on the sandbox's layer disk of
+/// `disk_bytes` (made on the first start, mounted for the run; see
+/// [`layer_disk`](super::layer_disk)), else (rootless, or a layer made
+/// before it had a size) in the sandbox directory.
+pub(super) fn writable_layer(
+    sandbox_dir: &Path,
+    base: Option<u32>,
+    disk_bytes: Option<u64>,
+    images_dir: &Path,
+) -> Result<(PathBuf, PathBuf)> {
+    let plain = sandbox_dir.join("upper");
+    let on_disk = base.is_some()
+        && (super::layer_disk::has_disk(sandbox_dir) || (disk_bytes.is_some() && !plain.exists()));
+    let layer = if on_disk {
+        if let Some(bytes) = disk_bytes {
+            super::layer_disk::create(sandbox_dir, bytes, Some(images_dir))?;
+        }
+        super::layer_disk::mount(sandbox_dir)?.keep()
+    } else {
+        sandbox_dir.to_path_buf()
+    };
+    let upper = layer.join("upper");
+    let work = layer.join("work");
     for dir in [&upper, &work] {
         fs::DirBuilder::new()
             .recursive(true)

@@ -23,8 +23,8 @@ pub(super) struct VmGuest {
     qmp: Qmp,
     runtime_dir: PathBuf,
     memory_mb: u64,
-    /// The writable disk and its size (the disk limit).
-    data_disk: (PathBuf, u64),
+    /// The writable disk (its size is the disk limit).
+    data_disk: PathBuf,
     exit: Option<GuestExit>,
     /// Where it is saved when hibernated, or why it cannot be.
     hibernation: std::result::Result<Target, String>,
@@ -38,7 +38,7 @@ impl VmGuest {
         qmp: Qmp,
         runtime_dir: PathBuf,
         memory_mb: u64,
-        data_disk: (PathBuf, u64),
+        data_disk: PathBuf,
         hibernation: std::result::Result<Target, String>,
         network: Option<NetStack>,
     ) -> Self {
@@ -201,14 +201,7 @@ impl GuestProcess for VmGuest {
             .ok_or_else(|| super::qemu::unavailable("QEMU has exited".into()))?;
         let mut m = process_metrics(pid);
         m.memory_limit_bytes = Some(self.memory_mb << 20);
-        // What the guest's filesystem has written of its disk: the blocks
-        // the sparse file holds on the host.
-        {
-            use std::os::unix::fs::MetadataExt;
-            let (disk, limit) = &self.data_disk;
-            m.disk_bytes = std::fs::metadata(disk).ok().map(|md| md.blocks() * 512);
-            m.disk_limit_bytes = Some(*limit);
-        }
+        crate::engine::driver::disk_use(&self.data_disk, &mut m);
         m.network = self.network.as_ref().map(NetStack::counters);
         if let Ok(status) = self.qmp.status().await {
             if status != "running" && status != "paused" {

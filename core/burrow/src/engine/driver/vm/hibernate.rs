@@ -117,7 +117,7 @@ where
         let disk = target.vm_dir.join(DATA_DISK);
         let copy = dir.join(DATA_DISK);
         let (from, to) = (disk.clone(), copy.clone());
-        tokio::task::spawn_blocking(move || super::template::copy_sparse(&from, &to))
+        tokio::task::spawn_blocking(move || crate::engine::image::ext4::copy_sparse(&from, &to))
             .await
             .map_err(|e| Error::io("copying the writable disk", None, std::io::Error::other(e)))?
             .map_err(|e| Error::io("copying the writable disk", Some(&disk), e))?;
@@ -143,7 +143,7 @@ pub fn seed_from_copy(copy: &Path, sandbox_dir: &Path) -> Result<()> {
         .map_err(|e| Error::io("creating the sandbox's vm directory", Some(&vm), e))?;
     let disk = vm.join(DATA_DISK);
     let tmp_disk = vm.join("data.ext4.copy");
-    super::template::copy_sparse(&copy.join(DATA_DISK), &tmp_disk)
+    crate::engine::image::ext4::copy_sparse(&copy.join(DATA_DISK), &tmp_disk)
         .and_then(|()| std::fs::rename(&tmp_disk, &disk))
         .map_err(|e| {
             let _ = std::fs::remove_file(&tmp_disk);

@@ -275,7 +275,7 @@ pub(super) async fn launch(spec: &LaunchSpec) -> Result<Launched> {
             vm.qmp,
             dir.clone(),
             memory_mb,
-            (data_disk.clone(), disk_bytes),
+            data_disk.clone(),
             hibernation,
             network,
         )),

@@ -129,6 +129,11 @@ impl Driver for VmDriver {
                 },
             ),
             ("limits", "the guest's memory and vCPUs".to_owned()),
+            (
+                "disk",
+                "the guest's data disk, a sparse file of its disk_mb: ENOSPC at the limit"
+                    .to_owned(),
+            ),
         ]
     }
 

@@ -206,70 +206,13 @@ impl Template {
                 .map_err(|e| Error::io("creating the disk directory", Some(dir), e))?;
         }
         let tmp = to.with_extension("copy");
-        let copied = copy_sparse(&self.data_disk(), &tmp).and_then(|()| std::fs::rename(&tmp, to));
+        let copied = crate::engine::image::ext4::copy_sparse(&self.data_disk(), &tmp)
+            .and_then(|()| std::fs::rename(&tmp, to));
         copied.map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             Error::io("copying the template's data disk", Some(to), e)
         })
     }
-}
-
-/// Copies `from` to a new file `to` without its holes: a clone where the
-/// filesystem can (btrfs, XFS), else the data extents one by one.
-pub(super) fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    /// `FICLONE`: `_IOW(0x94, 9, int)`.
-    const FICLONE: libc::c_ulong = 0x4004_9409;
-    let src = std::fs::File::open(from)?;
-    let len = src.metadata()?.len();
-    let dst = std::fs::File::create(to)?;
-    // SAFETY: FICLONE with the source's open fd.
-    if unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) } == 0 {
-        return Ok(());
-    }
-    dst.set_len(len)?;
-    let mut pos: i64 = 0;
-    while (pos as u64) < len {
-        // SAFETY: lseek on an open fd.
-        let data = unsafe { libc::lseek(src.as_raw_fd(), pos, libc::SEEK_DATA) };
-        if data < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ENXIO) {
-                break; // only a hole is left
-            }
-            return Err(e);
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(src.as_raw_fd(), data, libc::SEEK_HOLE) };
-        if hole < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let (mut off_in, mut off_out) = (data, data);
-        while off_in < hole {
-            // SAFETY: both fds are open; the offsets are ours.
-            let n = unsafe {
-                libc::copy_file_range(
-                    src.as_raw_fd(),
-                    &mut off_in,
-                    dst.as_raw_fd(),
-                    &mut off_out,
-                    (hole - off_in) as usize,
-                    0,
-                )
-            };
-            if n < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the template's data disk shrank while it was copied",
-                ));
-            }
-        }
-        pos = hole;
-    }
-    Ok(())
 }
 
 /// What building a template takes, besides its inputs.
@@ -646,12 +589,12 @@ mod tests {
             f.write_all(&vec![byte; 4096]).unwrap();
         }
         drop(f);
-        copy_sparse(&from, &to).unwrap();
+        crate::engine::image::ext4::copy_sparse(&from, &to).unwrap();
         assert_eq!(std::fs::read(&from).unwrap(), std::fs::read(&to).unwrap());
         let blocks = std::fs::metadata(&to).unwrap().blocks();
         assert!(blocks * 512 < 1 << 20, "holes were filled: {blocks} blocks");
         // A missing source is an error, not an empty disk.
-        assert!(copy_sparse(&tmp.path().join("none"), &to).is_err());
+        assert!(crate::engine::image::ext4::copy_sparse(&tmp.path().join("none"), &to).is_err());
     }
 
     #[test]
