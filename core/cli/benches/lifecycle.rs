@@ -57,12 +57,33 @@ async fn creates(
     runtime: burrow::OciRuntime,
     iters: usize,
 ) -> (Vec<Duration>, Vec<(String, f64)>) {
+    creates_with(home, runtime, iters, |b| b).await
+}
+
+/// The host's default limits but the disk's: the writable layer in a
+/// directory, as before it had a size (the anchor of the layer disk's
+/// cost).
+fn without_layer_disk(b: burrow::SandboxBuilder) -> burrow::SandboxBuilder {
+    let d = burrow::DefaultLimits::BUILT_IN;
+    b.default_limits(false)
+        .memory_mb(d.memory_mb.unwrap())
+        .cpus(d.cpus.unwrap())
+        .pids_limit(d.pids_limit.unwrap())
+}
+
+async fn creates_with(
+    home: &TestHome,
+    runtime: burrow::OciRuntime,
+    iters: usize,
+    shape: fn(burrow::SandboxBuilder) -> burrow::SandboxBuilder,
+) -> (Vec<Duration>, Vec<(String, f64)>) {
     let mut walls = Vec::new();
     let mut phases = Vec::new();
     for i in 0..iters {
-        let builder = home
-            .builder(&format!("bench-{}-{i}", runtime.binary()))
-            .runtime(runtime);
+        let builder = shape(
+            home.builder(&format!("bench-{}-{i}", runtime.binary()))
+                .runtime(runtime),
+        );
         let t = Instant::now();
         let sb = builder.create().await.unwrap();
         let wall = t.elapsed();
@@ -291,6 +312,10 @@ fn main() {
 
         let (create, runc_phases) = creates(&home, burrow::OciRuntime::Runc, iters).await;
         let (create_crun, crun_phases) = creates(&home, burrow::OciRuntime::Crun, iters).await;
+        let (plain_runc, _) =
+            creates_with(&home, burrow::OciRuntime::Runc, iters, without_layer_disk).await;
+        let (plain_crun, _) =
+            creates_with(&home, burrow::OciRuntime::Crun, iters, without_layer_disk).await;
         print_phases("runc", &runc_phases);
         print_phases("crun", &crun_phases);
         let mut gvisor = Vec::new();
@@ -346,11 +371,19 @@ fn main() {
                 name: "create -> Running (runc)",
                 samples: create,
             },
+            Stats {
+                name: "create -> Running (runc), no layer disk",
+                samples: plain_runc,
+            },
             crun_baseline,
             crun_seccomp,
             Stats {
                 name: "create -> Running (crun)",
                 samples: create_crun,
+            },
+            Stats {
+                name: "create -> Running (crun), no layer disk",
+                samples: plain_crun,
             },
             Stats {
                 name: "exec true (running)",
