@@ -335,6 +335,20 @@ pub trait Driver: Send + Sync + Debug {
         Ok(None)
     }
 
+    /// Work for a start that the engine does on the host while the
+    /// supervisor spawns and sets up (a head start, off the start's
+    /// critical path); what it returns is held until the supervisor
+    /// reports. A failure is left for the supervisor to meet (it does the
+    /// same work itself). Blocking. Default: nothing.
+    fn head_start(
+        &self,
+        _sandbox_dir: &std::path::Path,
+        _images_dir: &std::path::Path,
+        _config: &crate::model::SandboxConfig,
+    ) -> Option<SupervisorAid> {
+        None
+    }
+
     /// Whether this driver can pause a guest here, for this user. Default:
     /// yes.
     fn pauses(&self) -> bool {

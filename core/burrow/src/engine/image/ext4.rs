@@ -219,7 +219,11 @@ pub(crate) fn blank_disk_in(images_dir: &Path, bytes: u64) -> Result<PathBuf> {
         .map_err(|e| Error::io("creating the blank disk directory", Some(&dir), e))?;
     // Made aside and renamed into place: a concurrent maker's file is
     // the same blank disk.
-    let tmp = dir.join(format!("{bytes}.ext4.{}.tmp", std::process::id()));
+    let tmp = dir.join(format!(
+        "{bytes}.ext4.{}.{:?}.tmp",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     format_blank(&tmp, bytes)?;
     std::fs::rename(&tmp, &path)
         .map_err(|e| Error::io("publishing the blank disk", Some(&path), e))?;

@@ -53,6 +53,15 @@ impl LocalBackend {
         let (read_end, write_end) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
 
+        // The driver's head start runs beside the spawn; what it holds is
+        // let go once the supervisor has reported.
+        let head_start = {
+            let driver = crate::engine::driver::for_config(&info.config);
+            let (dir, images) = (self.home.sandbox_dir(&info.id), self.home.images_dir());
+            let config = info.config.clone();
+            tokio::task::spawn_blocking(move || driver.head_start(&dir, &images, &config))
+        };
+
         let mut cmd = tokio::process::Command::new(&bin);
         cmd.arg("__supervise")
             .arg("--home")
@@ -100,7 +109,9 @@ impl LocalBackend {
             let _ = r.read_line(&mut line);
             line
         });
-        let line = match tokio::time::timeout(limit, reader).await {
+        let line = tokio::time::timeout(limit, reader).await;
+        drop(head_start.await);
+        let line = match line {
             Ok(Ok(line)) => line,
             Ok(Err(e)) => return Err(format!("waiting for the supervisor: {e}")),
             Err(_) => {

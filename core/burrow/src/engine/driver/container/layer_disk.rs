@@ -85,17 +85,33 @@ pub(crate) fn create(sandbox_dir: &Path, bytes: u64, images_dir: Option<&Path>) 
     if image.is_file() {
         return Ok(());
     }
-    let tmp = sandbox_dir.join(format!("{IMAGE}.tmp"));
-    match images_dir {
-        Some(images) => {
-            let blank = ext4::blank_disk_in(images, bytes)?;
+    // Made aside under a name of this thread's own, and published with a
+    // link, which never replaces a name: two makers at once (the engine's
+    // head start and the supervisor) end with one image, never one put
+    // over another already attached.
+    let tmp = sandbox_dir.join(format!(
+        "{IMAGE}.{}.{:?}.tmp",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let made = match images_dir {
+        Some(images) => ext4::blank_disk_in(images, bytes).and_then(|blank| {
             ext4::copy_sparse(&blank, &tmp)
-                .map_err(|e| Error::io("copying a blank disk", Some(&blank), e))?;
-        }
-        None => ext4::format_blank(&tmp, bytes)?,
-    }
-    fs::rename(&tmp, &image)
-        .map_err(|e| Error::io("publishing the writable layer's disk", Some(&image), e))
+                .map_err(|e| Error::io("copying a blank disk", Some(&blank), e))
+        }),
+        None => ext4::format_blank(&tmp, bytes),
+    };
+    let published = made.and_then(|()| match fs::hard_link(&tmp, &image) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io(
+            "publishing the writable layer's disk",
+            Some(&image),
+            e,
+        )),
+    });
+    let _ = fs::remove_file(&tmp);
+    published
 }
 
 /// The layer disk mounted at `layer/` in this mount namespace; detached
@@ -128,6 +144,46 @@ impl Drop for Mounted {
     }
 }
 
+/// Attaches the sandbox's layer disk to a loop device unless one already
+/// is, and returns the device open (None: it already was): while that is
+/// open the device stays attached, for a [`mount`] to find.
+pub(crate) fn attach_held(sandbox_dir: &Path) -> Result<Option<File>> {
+    let (image, _lock) = open_locked(sandbox_dir)?;
+    let meta = image
+        .metadata()
+        .map_err(|e| Error::io("reading the writable layer's disk", Some(sandbox_dir), e))?;
+    if attached_loop(meta.dev(), meta.ino()).is_some() {
+        return Ok(None);
+    }
+    attach(&image).map(|(device, _)| Some(device))
+}
+
+/// The sandbox's layer disk open for the loop device, and a descriptor of
+/// its own holding the image's lock (a loop device keeps the file it was
+/// given open, with any lock on it, while attached).
+fn open_locked(sandbox_dir: &Path) -> Result<(File, File)> {
+    let image_path = sandbox_dir.join(IMAGE);
+    let open = || {
+        File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&image_path)
+            .map_err(|e| Error::io("opening the writable layer's disk", Some(&image_path), e))
+    };
+    let lock = open()?;
+    let image = open()?;
+    // SAFETY: a valid descriptor; the lock goes with it.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(Error::io(
+            "locking the writable layer's disk",
+            Some(&image_path),
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok((image, lock))
+}
+
 /// Mounts the sandbox's layer disk at `layer/` unless it already is in
 /// this mount namespace, over the loop device already attached to it if
 /// there is one.
@@ -138,24 +194,7 @@ pub(crate) fn mount(sandbox_dir: &Path) -> Result<Mounted> {
         let path = path.to_path_buf();
         move |e: io::Error| Error::io(doing, Some(&path), e)
     };
-    let open = || {
-        File::options()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&image_path)
-            .map_err(err("opening the writable layer's disk", &image_path))
-    };
-    // The lock is taken on a descriptor of its own: a loop device keeps
-    // the file it was given open (with any lock on it) while attached.
-    let lock = open()?;
-    let image = open()?;
-    // SAFETY: a valid descriptor; the lock goes with it.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(err("locking the writable layer's disk", &image_path)(
-            io::Error::last_os_error(),
-        ));
-    }
+    let (image, _lock) = open_locked(sandbox_dir)?;
     let meta = image
         .metadata()
         .map_err(err("reading the writable layer's disk", &image_path))?;
@@ -331,6 +370,33 @@ mod tests {
     fn the_kernels_structs_have_their_sizes() {
         assert_eq!(std::mem::size_of::<LoopInfo64>(), 232);
         assert_eq!(std::mem::size_of::<LoopConfig>(), 304);
+    }
+
+    /// Makers at once (the engine's head start and the supervisor) end
+    /// with one whole image, none put over another, nothing left aside.
+    #[test]
+    fn concurrent_makers_publish_one_image() {
+        let images = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| create(dir.path(), 64 << 20, Some(images.path())).unwrap());
+            }
+        });
+        let image = dir.path().join(IMAGE);
+        assert!(crate::engine::image::ext4::is_ext4(&image));
+        assert_eq!(fs::metadata(&image).unwrap().len(), 64 << 20);
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        let blanks: Vec<_> = fs::read_dir(images.path().join("blank-ext4"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            blanks,
+            [std::ffi::OsString::from(format!("{}.ext4", 64 << 20))]
+        );
     }
 
     /// A mount over an image already attached (as it is while another

@@ -232,6 +232,29 @@ impl Driver for ContainerDriver {
         reclaim_stale(self.runtime, sandbox_id, runtime_dir).await
     }
 
+    fn head_start(
+        &self,
+        sandbox_dir: &Path,
+        images_dir: &Path,
+        config: &crate::model::SandboxConfig,
+    ) -> Option<super::SupervisorAid> {
+        // The layer disk made and its loop device attached while the
+        // supervisor spawns: the supervisor only mounts it then.
+        let bytes = config.disk_mb? << 20;
+        if !self.enforceable().disk || sandbox_dir.join("upper").exists() {
+            return None;
+        }
+        let held = layer_disk::create(sandbox_dir, bytes, Some(images_dir))
+            .and_then(|()| layer_disk::attach_held(sandbox_dir));
+        match held {
+            Ok(device) => device.map(|d| Box::new(d) as super::SupervisorAid),
+            Err(e) => {
+                tracing::debug!(error = %e, "no head start on the layer disk");
+                None
+            }
+        }
+    }
+
     fn pauses(&self) -> bool {
         // A rootless container freezes only in a cgroup delegated to the
         // user (see ContainerGuest::pause).
