@@ -37,7 +37,9 @@ nothing else:
   (`invalid_config`, that field); a syscall name the server's host's
   filter does not know is `invalid_config`, `seccomp_allow[N]`.
 - A name holding an invisible or text-reordering character the name's
-  `pattern` cannot list (some are beyond the BMP): `invalid_name`.
+  `pattern` cannot list (some are beyond the BMP), wherever the request
+  carries it (the path, a body's `name`, a fork's `names`):
+  `invalid_name`.
 - The server's host and private networks are not the tenant's: an allow
   rule naming such an address (`invalid_config`, the rule's path its
   subject), an image whose registry is one (`invalid_config`, `image`), and
@@ -282,13 +284,26 @@ def _name_with_hidden_char(case, response) -> bool:
     # one: `invalid_name`.
     if _error(response).get("code") != "invalid_name":
         return False
-    body = case.body if isinstance(case.body, dict) else {}
     names = [str(v) for v in (case.path_parameters or {}).values()]
     # A stateful step's parameters may arrive as they go in the URL.
     names += [urllib.parse.unquote(n) for n in names]
     url = getattr(getattr(response, "request", None), "url", "")
-    names += [body.get("name"), urllib.parse.unquote(str(url))]
+    names += [urllib.parse.unquote(str(url))]
+    # Every name of the body: `name`, a fork's `names`, a pool's, ...
+    names += list(_strings(case.body))
     return any(isinstance(n, str) and any(_hidden_char(c) for c in n) for n in names)
+
+
+def _strings(value):
+    """Every string in a JSON value, at any depth."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
 
 
 def _inferred_non_sandbox_id(case) -> bool:
