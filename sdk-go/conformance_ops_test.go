@@ -49,10 +49,18 @@ func (r *runner) options(s step) []burrow.Option {
 			out = append(out, burrow.WithMemory(uint64(num(v))))
 		case "pids_limit":
 			out = append(out, burrow.WithPidsLimit(uint64(num(v))))
+		case "disk_mb":
+			out = append(out, burrow.WithDiskMB(uint64(num(v))))
 		case "best_effort_limits":
 			if v.(bool) {
 				out = append(out, burrow.WithBestEffortLimits())
 			}
+		case "default_limits":
+			if !v.(bool) {
+				out = append(out, burrow.WithoutDefaultLimits())
+			}
+		case "seccomp_allow":
+			out = append(out, burrow.WithAllowSyscall(strList(v)...))
 		case "env":
 			out = append(out, burrow.WithEnv(strs(v)))
 		case "workdir":

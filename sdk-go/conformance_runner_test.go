@@ -508,6 +508,7 @@ func neutralConfig(c burrow.SandboxConfig) map[string]any {
 	m := map[string]any{
 		"image": c.Image, "driver": str(string(c.Driver)), "runtime": string(c.Runtime),
 		"cpus": opt(c.CPUs), "memory_mb": opt(float64(c.MemoryMB)), "pids_limit": opt(float64(c.PidsLimit)),
+		"disk_mb": opt(float64(c.DiskMB)), "default_limits": !c.NoDefaultLimits, "seccomp_allow": anyList(c.SeccompAllow),
 		"env": norm(c.Env), "workdir": str(c.Workdir), "labels": norm(c.Labels), "network": networkOf(c), "ports": anyList(c.Ports),
 		"idle_timeout": opt(c.IdleTimeout.Seconds()), "idle_action": string(c.IdleAction),
 		"max_duration": opt(c.MaxDuration.Seconds()), "startup_timeout": c.StartupTimeout.Seconds(),

@@ -278,10 +278,24 @@ func TestConformanceCasesAreWellFormed(t *testing.T) {
 		list_snapshots remove_snapshot fork create_pool get_pool list_pools scale_pool remove_pool`) {
 		known[op] = true
 	}
+	// The create options runner.options maps ("replace" is the op's).
+	options := map[string]bool{}
+	for _, k := range strings.Fields(`image cpus memory_mb pids_limit disk_mb best_effort_limits default_limits
+		seccomp_allow env workdir labels network ports secrets idle_timeout idle_action max_duration
+		startup_timeout demand_start detached replace`) {
+		options[k] = true
+	}
 	var walk func(s step, where string)
 	walk = func(s step, where string) {
 		if !known[s["op"].(string)] {
 			t.Errorf("%s: an op this runner does not know: %v", where, s["op"])
+		}
+		if opts, ok := s["options"].(map[string]any); ok {
+			for k := range opts {
+				if !options[k] {
+					t.Errorf("%s: an option this runner does not know: %s", where, k)
+				}
+			}
 		}
 		if d, ok := s["do"].(step); ok {
 			walk(d, where+" do")

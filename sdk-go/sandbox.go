@@ -32,11 +32,38 @@ func WithMemory(mib uint64) Option { return set("memory_mb", mib) }
 // WithPidsLimit limits the number of processes.
 func WithPidsLimit(n uint64) Option { return set("pids_limit", n) }
 
-// WithBestEffortLimits runs the sandbox even where its CPU, memory or
-// process limit cannot be enforced for this user (an unprivileged user
-// without a delegated cgroup): such a limit is left out, instead of the
-// create failing with ErrInvalidConfig.
+// WithDiskMB limits the sandbox's writable layer (what it changes of its
+// root filesystem), in MiB: 32 to 16 TiB, else ErrInvalidConfig. Past it
+// the guest gets ENOSPC. The vm driver and containers run as root hold
+// it; where the host cannot (an unprivileged user's container) it fails
+// with ErrInvalidConfig unless WithBestEffortLimits.
+func WithDiskMB(mib uint64) Option { return set("disk_mb", mib) }
+
+// WithBestEffortLimits runs the sandbox even where its CPU, memory,
+// process or disk limit cannot be enforced for this user (an unprivileged
+// user without a delegated cgroup, whose containers hold no disk limit):
+// such a limit is left out, instead of the create failing with
+// ErrInvalidConfig.
 func WithBestEffortLimits() Option { return set("best_effort_limits", true) }
+
+// WithoutDefaultLimits leaves the limits the sandbox does not name
+// unlimited, instead of giving them the backend's defaults (which every
+// sandbox gets unless it says this; SandboxConfig.NoDefaultLimits then
+// reads true). burrow serve allows it to its default tenant only.
+func WithoutDefaultLimits() Option { return set("default_limits", false) }
+
+// WithAllowSyscall lets the sandbox's seccomp filter allow these syscalls
+// beyond burrow's profile, by their x86-64 names ("io_uring_setup"). A
+// name that is not one fails with ErrInvalidConfig. A microVM has no such
+// filter (its guest kernel is the boundary): there it changes nothing.
+// burrow serve allows it to its default tenant only. Repeatable.
+func WithAllowSyscall(names ...string) Option {
+	return func(o op) {
+		if len(names) > 0 {
+			extend(o, "seccomp_allow", names)
+		}
+	}
+}
 
 // merge adds kv to the string map under key.
 func merge(o op, key string, kv map[string]string) {

@@ -110,10 +110,19 @@ type SandboxConfig struct {
 	// MemoryMB is the memory limit in MiB.
 	MemoryMB  uint64
 	PidsLimit uint64
-	Env       map[string]string
-	Workdir   string
-	Labels    map[string]string
-	Mounts    []Mount
+	// DiskMB is the disk limit of the writable layer in MiB.
+	DiskMB uint64
+	// NoDefaultLimits is true when the sandbox was created
+	// WithoutDefaultLimits: the limits it left out stay unlimited. False
+	// (the zero value) is the default: those took the backend's defaults.
+	NoDefaultLimits bool
+	// SeccompAllow are the syscalls its seccomp filter allows beyond
+	// burrow's profile (WithAllowSyscall).
+	SeccompAllow []string
+	Env          map[string]string
+	Workdir      string
+	Labels       map[string]string
+	Mounts       []Mount
 	// Network is true when the sandbox has a network: anything public,
 	// or what NetworkPolicy allows when that is set.
 	Network bool
@@ -177,6 +186,10 @@ type Metrics struct {
 	IOReadBytes      *uint64 `json:"io_read_bytes"`
 	IOWriteBytes     *uint64 `json:"io_write_bytes"`
 	Pids             *uint64 `json:"pids"`
+	// DiskBytes is what the writable layer takes on the host's disk.
+	DiskBytes *uint64 `json:"disk_bytes"`
+	// DiskLimitBytes is the writable layer's limit.
+	DiskLimitBytes *uint64 `json:"disk_limit_bytes"`
 }
 
 // Capabilities is what a backend can do beyond the lifecycle every backend
@@ -357,6 +370,9 @@ type wireConfig struct {
 	CPUs           float64           `json:"cpus"`
 	MemoryMB       uint64            `json:"memory_mb"`
 	PidsLimit      uint64            `json:"pids_limit"`
+	DiskMB         uint64            `json:"disk_mb"`
+	DefaultLimits  *bool             `json:"default_limits"`
+	SeccompAllow   []string          `json:"seccomp_allow"`
 	Env            map[string]string `json:"env"`
 	Workdir        string            `json:"workdir"`
 	Labels         map[string]string `json:"labels"`
@@ -400,7 +416,9 @@ func (c *wireConfig) config() SandboxConfig {
 	}
 	return SandboxConfig{
 		Image: c.Image, Driver: c.Driver, Runtime: c.Runtime, CPUs: c.CPUs,
-		MemoryMB: c.MemoryMB, PidsLimit: c.PidsLimit, Env: c.Env, Workdir: c.Workdir,
+		MemoryMB: c.MemoryMB, PidsLimit: c.PidsLimit, DiskMB: c.DiskMB,
+		NoDefaultLimits: c.DefaultLimits != nil && !*c.DefaultLimits, SeccompAllow: c.SeccompAllow,
+		Env: c.Env, Workdir: c.Workdir,
 		Labels: c.Labels, Mounts: mounts, Network: c.Network.on,
 		NetworkPolicy: c.Network.policy, Ports: c.Ports, Secrets: c.Secrets,
 		IdleTimeout:    time.Duration(c.IdleTimeoutMs) * time.Millisecond,

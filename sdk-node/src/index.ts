@@ -592,11 +592,47 @@ export class SandboxBuilder {
     this.#o.pids_limit = n;
     return this;
   }
-  /** Run even where `cpus`, `memory` or `pidsLimit` cannot be enforced (an
-   * unprivileged user without a delegated cgroup): such a limit is left out
-   * instead of the create failing with `InvalidConfigError`. */
+  /**
+   * Disk limit in MiB of the writable layer (`GiB(8)`; 32 MiB to 16 TiB,
+   * else `InvalidConfigError`): past it the guest gets `ENOSPC`. The vm
+   * driver and containers run as root hold it; where the host cannot (an
+   * unprivileged user's container) it rejects with `InvalidConfigError`
+   * unless `bestEffortLimits()`.
+   */
+  diskMb(mb: number): this {
+    this.#o.disk_mb = mb;
+    return this;
+  }
+  /** Run even where `cpus`, `memory`, `pidsLimit` or `diskMb` cannot be
+   * enforced (an unprivileged user without a delegated cgroup, whose
+   * containers hold no disk limit): such a limit is left out instead of the
+   * create failing with `InvalidConfigError`. */
   bestEffortLimits(yes = true): this {
     this.#o.best_effort_limits = yes;
+    return this;
+  }
+  /**
+   * Whether the limits left out take the backend's defaults (on unless
+   * this says `false`); off, they stay unlimited (`config.defaultLimits`
+   * is then `false`). `burrow serve` allows off to its default tenant only.
+   */
+  defaultLimits(yes = true): this {
+    this.#o.default_limits = yes;
+    return this;
+  }
+  /**
+   * Allows syscalls that burrow's seccomp profile denies, by their x86-64
+   * names (`allowSyscall("io_uring_setup")`; repeatable). A name that is
+   * not one rejects with `InvalidConfigError`. A microVM has no such
+   * filter (its guest kernel is the boundary): there it changes nothing.
+   * `burrow serve` allows it to its default tenant only.
+   */
+  allowSyscall(...names: string[]): this {
+    for (const n of names) {
+      if (typeof n !== "string") throw new TypeError("a syscall name is a string");
+    }
+    const l = (this.#o.seccomp_allow as string[]) ?? [];
+    this.#o.seccomp_allow = [...l, ...names];
     return this;
   }
   env(env: Record<string, string>): this {

@@ -32,6 +32,9 @@ export function toConfig(c: any): SandboxConfig {
     cpus: opt(c.cpus),
     memory: opt(c.memory_mb),
     pidsLimit: opt(c.pids_limit),
+    diskMb: opt(c.disk_mb),
+    defaultLimits: c.default_limits ?? true,
+    seccompAllow: c.seccomp_allow ?? [],
     env: c.env ?? {},
     workdir: opt(c.workdir),
     labels: c.labels ?? {},
@@ -88,6 +91,8 @@ export function toMetrics(m: any): Metrics {
     ioReadBytes: opt(m.io_read_bytes),
     ioWriteBytes: opt(m.io_write_bytes),
     pids: opt(m.pids),
+    diskBytes: opt(m.disk_bytes),
+    diskLimitBytes: opt(m.disk_limit_bytes),
   };
 }
 

@@ -90,6 +90,12 @@ export interface SandboxConfig {
   /** MiB. */
   memory: number | null;
   pidsLimit: number | null;
+  /** Disk limit of the writable layer, MiB. */
+  diskMb: number | null;
+  /** Whether the limits left out took the backend's defaults (`true` unless the creator said otherwise). */
+  defaultLimits: boolean;
+  /** Syscalls the seccomp filter allows beyond burrow's profile. */
+  seccompAllow: string[];
   env: Record<string, string>;
   workdir: string | null;
   labels: Record<string, string>;
@@ -201,6 +207,10 @@ export interface Metrics {
   ioReadBytes: number | null;
   ioWriteBytes: number | null;
   pids: number | null;
+  /** Bytes the writable layer takes on the host's disk. */
+  diskBytes: number | null;
+  /** The writable layer's limit in bytes. */
+  diskLimitBytes: number | null;
 }
 
 /** The kind of a path in the sandbox. */

@@ -76,7 +76,8 @@ export const OP_KEYS: Record<string, string[]> = {
   connect_or_start: ["sandbox", "name"],
 };
 export const CREATE_OPTIONS = new Set([
-  "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir", "labels", "network", "ports",
+  "image", "cpus", "memory_mb", "pids_limit", "disk_mb", "best_effort_limits", "default_limits", "seccomp_allow",
+  "env", "workdir", "labels", "network", "ports",
   "secrets", "idle_timeout", "idle_action", "max_duration", "startup_timeout", "demand_start", "detached", "replace",
 ]);
 /** The changes a `modify` step may name (durations in seconds; null clears cpus, memory_mb, idle_timeout, max_duration). */

@@ -386,7 +386,10 @@ export class Runner {
     if (o.cpus !== undefined) b.cpus(o.cpus);
     if (o.memory_mb !== undefined) b.memory(o.memory_mb);
     if (o.pids_limit !== undefined) b.pidsLimit(o.pids_limit);
+    if (o.disk_mb !== undefined) b.diskMb(o.disk_mb);
     if (o.best_effort_limits !== undefined) b.bestEffortLimits(o.best_effort_limits);
+    if (o.default_limits !== undefined) b.defaultLimits(o.default_limits);
+    if (o.seccomp_allow !== undefined) b.allowSyscall(...o.seccomp_allow);
     if (o.env !== undefined) b.env(o.env);
     if (o.workdir !== undefined) b.workdir(o.workdir);
     if (o.labels !== undefined) b.labels(o.labels);

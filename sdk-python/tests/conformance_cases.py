@@ -72,7 +72,8 @@ OP_KEYS = {
     "connect_or_start": {"sandbox", "name"},
 }
 CREATE_OPTIONS = {
-    "image", "cpus", "memory_mb", "pids_limit", "best_effort_limits", "env", "workdir",
+    "image", "cpus", "memory_mb", "pids_limit", "disk_mb", "best_effort_limits", "default_limits",
+    "seccomp_allow", "env", "workdir",
     "labels", "network", "ports", "secrets", "idle_timeout", "idle_action", "max_duration", "startup_timeout",
     "demand_start", "detached", "replace",
 }

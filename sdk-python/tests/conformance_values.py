@@ -178,9 +178,9 @@ def _info_field(info: Any, key: str) -> Any:
 
 def _neutral_config(config: dict) -> dict:
     """The configuration as cases read it: the core's JSON form, with
-    ``idle_action`` always present (the JSON leaves out the default,
-    ``"stop"``)."""
-    return {"idle_action": "stop", **config}
+    ``idle_action``, ``default_limits`` and ``seccomp_allow`` always present
+    (the JSON leaves out their defaults: ``"stop"``, ``True``, ``[]``)."""
+    return {"idle_action": "stop", "default_limits": True, "seccomp_allow": [], **config}
 
 
 def _class_ok(error: BaseException) -> bool:

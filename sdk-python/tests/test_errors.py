@@ -299,10 +299,14 @@ async def test_invalid_config(image):
 
     for options in (
         {"cpus": 0}, {"memory": 1}, {"memory_mb": 1}, {"workdir": "relative"}, {"env": {"A=B": "x"}},
+        {"disk_mb": 16, "best_effort_limits": True}, {"seccomp_allow": ["NOT A NAME"]},
     ):
         with pytest.raises(errors.InvalidConfigError) as info:
             await Sandbox.define("cfg", image=image, **options)
         assert_typed(info.value, "invalid_config")
+    # A lone string is not a list of names (it would be one per letter).
+    with pytest.raises(TypeError):
+        await Sandbox.define("cfg", image=image, seccomp_allow="io_uring_setup")
     with pytest.raises(errors.InvalidConfigError):
         await Sandbox.create("cfg", image=image, cpus=0)
     assert (await Sandbox.list()).sandboxes == []

@@ -35,8 +35,9 @@ module Conformance
     "fork" => %w[sandbox count names], "create_pool" => %w[pool size options], "get_pool" => %w[pool],
     "list_pools" => [], "scale_pool" => %w[pool size], "remove_pool" => %w[pool]
   }.freeze
-  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit best_effort_limits env workdir labels network ports secrets idle_timeout idle_action
-                      max_duration startup_timeout demand_start detached replace].freeze
+  CREATE_OPTIONS = %w[image cpus memory_mb pids_limit disk_mb best_effort_limits default_limits seccomp_allow env workdir
+                      labels network ports secrets idle_timeout idle_action max_duration startup_timeout demand_start
+                      detached replace].freeze
   # The changes a modify step may name (durations in seconds; null clears
   # cpus, memory_mb, idle_timeout and max_duration).
   MODIFY_CHANGES = %w[cpus memory_mb env_set env_unset labels_set labels_unset idle_timeout idle_action

@@ -106,7 +106,8 @@ module Conformance
   # A configuration in the cases' vocabulary (snake_case, seconds).
   def neutral_config(c)
     { "image" => c.image, "driver" => c.driver&.to_s, "runtime" => c.runtime&.to_s, "cpus" => c.cpus,
-      "memory_mb" => c.memory, "pids_limit" => c.pids_limit, "env" => c.env, "workdir" => c.workdir,
+      "memory_mb" => c.memory, "pids_limit" => c.pids_limit, "disk_mb" => c.disk_mb,
+      "default_limits" => c.default_limits, "seccomp_allow" => c.seccomp_allow, "env" => c.env, "workdir" => c.workdir,
       "labels" => c.labels, "network" => neutral_network(c.network), "ports" => c.ports,
       "secrets" => c.secrets.map do |s|
         { "name" => s.name, "hosts" => s.hosts, "headers" => s.headers, "placeholder" => s.placeholder }

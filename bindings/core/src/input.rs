@@ -138,6 +138,9 @@ pub struct BuildInput {
     /// Process limit.
     #[serde(default)]
     pub pids_limit: Option<u64>,
+    /// Disk limit in MiB of the writable layer (32 to 16 TiB).
+    #[serde(default)]
+    pub disk_mb: Option<u64>,
     /// Environment of every exec.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -188,6 +191,15 @@ pub struct BuildInput {
     /// Run even where a limit cannot be enforced (absent: no).
     #[serde(default)]
     pub best_effort_limits: bool,
+    /// Whether the limits left out get the backend's defaults (absent or
+    /// `null`: yes; `false`: they stay unlimited).
+    #[serde(default)]
+    pub default_limits: Option<bool>,
+    /// Syscalls the seccomp filter allows beyond burrow's profile, by their
+    /// x86-64 names (`io_uring_setup`; the core checks them); absent or
+    /// `null`: none.
+    #[serde(default)]
+    pub seccomp_allow: Option<Vec<String>>,
 }
 
 impl BuildInput {
@@ -198,6 +210,7 @@ impl BuildInput {
         config.cpus = self.cpus;
         config.memory_mb = self.memory_mb;
         config.pids_limit = self.pids_limit;
+        config.disk_mb = self.disk_mb;
         config.env = self.env.clone();
         config.workdir = self.workdir.clone();
         config.labels = self.labels.clone();
@@ -244,6 +257,8 @@ impl BuildInput {
             config.capture_output = c;
         }
         config.best_effort_limits = self.best_effort_limits;
+        config.default_limits = self.default_limits.unwrap_or(true);
+        config.seccomp_allow = self.seccomp_allow.clone().unwrap_or_default();
         Ok(config)
     }
 }
@@ -547,5 +562,30 @@ mod tests {
             shown.contains("\"X\"") && !shown.contains("hidden"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn syscalls_default_limits_and_the_disk_reach_the_configuration() {
+        let config = |fields: &str| {
+            let input: super::BuildInput =
+                serde_json::from_str(&format!(r#"{{"name": "s"{fields}}}"#))
+                    .expect("a build input");
+            input.config().expect("a configuration")
+        };
+        let plain = config("");
+        assert!(plain.default_limits, "on unless asked off");
+        assert!(plain.seccomp_allow.is_empty());
+        assert_eq!(plain.disk_mb, None);
+        let nulls = config(r#", "default_limits": null, "seccomp_allow": null, "disk_mb": null"#);
+        assert!(nulls.default_limits && nulls.seccomp_allow.is_empty());
+        let asked = config(
+            r#", "seccomp_allow": ["io_uring_setup", "NOT A NAME"], "default_limits": false,
+                "disk_mb": 16"#,
+        );
+        // The core refuses the bad name and the small disk when it
+        // validates the configuration.
+        assert_eq!(asked.seccomp_allow, ["io_uring_setup", "NOT A NAME"]);
+        assert!(!asked.default_limits);
+        assert_eq!(asked.disk_mb, Some(16));
     }
 }

@@ -24,7 +24,15 @@ pub(crate) fn config(opts: &Map<String, Value>) -> Result<SandboxConfig, E> {
         .get("pids_limit")
         .map(|v| as_u64("pids_limit", v))
         .transpose()?;
+    config.disk_mb = opts
+        .get("disk_mb")
+        .map(|v| as_u64("disk_mb", v))
+        .transpose()?;
     config.best_effort_limits = opt_bool(opts, "best_effort_limits")?.unwrap_or(false);
+    config.default_limits = opt_bool(opts, "default_limits")?.unwrap_or(true);
+    if let Some(v) = opts.get("seccomp_allow") {
+        config.seccomp_allow = str_list("seccomp_allow", v)?;
+    }
     config.env = opt_map(opts, "env")?;
     config.workdir = opt_str(opts, "workdir")?;
     config.labels = opt_map(opts, "labels")?;

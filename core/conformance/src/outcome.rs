@@ -178,11 +178,14 @@ impl StepError {
 pub(crate) type Outcome = Result<R, StepError>;
 
 /// The configuration as fields are read from: its JSON form, with
-/// `idle_action` always present (the JSON leaves out the default, `stop`).
+/// `idle_action`, `default_limits` and `seccomp_allow` always present (the
+/// JSON leaves out their defaults: `stop`, `true`, `[]`).
 pub(crate) fn config_json(config: &SandboxConfig) -> Value {
     let mut v = serde_json::to_value(config).unwrap_or(Value::Null);
     if let Value::Object(obj) = &mut v {
         obj.insert("idle_action".into(), json!(config.idle_action.as_str()));
+        obj.insert("default_limits".into(), json!(config.default_limits));
+        obj.insert("seccomp_allow".into(), json!(config.seccomp_allow));
     }
     v
 }

@@ -84,7 +84,10 @@ class Sandbox:
         memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        disk_mb: Optional[int] = None,
         best_effort_limits: bool = False,
+        default_limits: bool = True,
+        seccomp_allow: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -106,13 +109,21 @@ class Sandbox:
         destroys the holder first). ``destroy=True``: ``async with`` destroys
         it on exit instead of stopping it. ``memory`` is MiB (``memory_mb``
         is its alias); durations are seconds, a ``timedelta`` or duration
-        text (``"5m"``). A limit (``cpus``, ``memory``, ``pids_limit``) the
-        host cannot enforce for this user (an unprivileged user without a
-        delegated cgroup) is :class:`~burrow.errors.InvalidConfigError`
-        unless ``best_effort_limits=True``, which runs without it."""
+        text (``"5m"``). A limit (``cpus``, ``memory``, ``pids_limit``,
+        ``disk_mb``) the host cannot enforce for this user (an unprivileged
+        user without a delegated cgroup, whose containers hold no disk
+        limit) is :class:`~burrow.errors.InvalidConfigError` unless
+        ``best_effort_limits=True``, which runs without it. ``disk_mb``
+        limits the writable layer (MiB, 32 to 16 TiB; past it the guest
+        gets ``ENOSPC``). The limits left out get the backend's defaults
+        unless ``default_limits=False`` (then they stay unlimited).
+        ``seccomp_allow`` names syscalls (x86-64 names, ``"io_uring_setup"``)
+        the sandbox's seccomp filter allows beyond burrow's profile (a bad
+        name is :class:`~burrow.errors.InvalidConfigError`)."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
-            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
+            pids_limit=pids_limit, disk_mb=disk_mb, best_effort_limits=best_effort_limits,
+            default_limits=default_limits, seccomp_allow=seccomp_allow,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
             secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
@@ -132,7 +143,10 @@ class Sandbox:
         memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        disk_mb: Optional[int] = None,
         best_effort_limits: bool = False,
+        default_limits: bool = True,
+        seccomp_allow: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -153,7 +167,8 @@ class Sandbox:
         apply only if this call creates it."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
-            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
+            pids_limit=pids_limit, disk_mb=disk_mb, best_effort_limits=best_effort_limits,
+            default_limits=default_limits, seccomp_allow=seccomp_allow,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
             secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
@@ -173,7 +188,10 @@ class Sandbox:
         memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        disk_mb: Optional[int] = None,
         best_effort_limits: bool = False,
+        default_limits: bool = True,
+        seccomp_allow: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -191,7 +209,8 @@ class Sandbox:
         """Persists the sandbox without starting it (status created)."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
-            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
+            pids_limit=pids_limit, disk_mb=disk_mb, best_effort_limits=best_effort_limits,
+            default_limits=default_limits, seccomp_allow=seccomp_allow,
             env=env, workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
             secrets=secrets,
             idle_timeout=idle_timeout, idle_action=idle_action, max_duration=max_duration,
@@ -272,7 +291,10 @@ class Sandbox:
         memory: Optional[int] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        disk_mb: Optional[int] = None,
         best_effort_limits: bool = False,
+        default_limits: bool = True,
+        seccomp_allow: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -300,7 +322,8 @@ class Sandbox:
         changes nothing."""
         kw = c.build_kwargs(
             image=image, driver=driver, cpus=cpus, memory=memory, memory_mb=memory_mb,
-            pids_limit=pids_limit, best_effort_limits=best_effort_limits, env=env,
+            pids_limit=pids_limit, disk_mb=disk_mb, best_effort_limits=best_effort_limits,
+            default_limits=default_limits, seccomp_allow=seccomp_allow, env=env,
             workdir=workdir, labels=labels, volumes=volumes, network=network, ports=ports,
             secrets=secrets, idle_timeout=idle_timeout, idle_action=idle_action,
             max_duration=max_duration, startup_timeout=startup_timeout,

@@ -126,7 +126,10 @@ def build_kwargs(
     memory: Optional[int],
     memory_mb: Optional[int],
     pids_limit: Optional[int],
+    disk_mb: Optional[int],
     best_effort_limits: bool,
+    default_limits: bool,
+    seccomp_allow: Optional[Sequence[str]],
     env: Optional[Mapping[str, str]],
     workdir: Optional[str],
     labels: Optional[Mapping[str, str]],
@@ -158,7 +161,10 @@ def build_kwargs(
         "cpus": None if cpus is None else float(cpus),
         "memory_mb": memory_of(memory, memory_mb),
         "pids_limit": pids_limit,
+        "disk_mb": disk_mb,
         "best_effort_limits": bool(best_effort_limits),
+        "default_limits": None if default_limits is None else bool(default_limits),
+        "seccomp_allow": None if seccomp_allow is None else syscall_list(seccomp_allow),
         "env": None if env is None else dict(env),
         "workdir": workdir,
         "labels": None if labels is None else dict(labels),
@@ -173,6 +179,19 @@ def build_kwargs(
         "demand_start": demand_start,
         "detached": bool(detached),
     }
+
+
+def syscall_list(names: Sequence[str]) -> List[str]:
+    """The syscall names of ``seccomp_allow=`` (x86-64 names: the core
+    checks each one)."""
+    if isinstance(names, (str, bytes)):
+        raise TypeError('seccomp_allow is a list of syscall names (["io_uring_setup"])')
+    out = []
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"a syscall name is a string, not {type(n).__name__}")
+        out.append(n)
+    return out
 
 
 def network_json(network: Any) -> Any:

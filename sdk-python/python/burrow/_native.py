@@ -85,7 +85,10 @@ class Calls:
         cpus: Optional[float] = None,
         memory_mb: Optional[int] = None,
         pids_limit: Optional[int] = None,
+        disk_mb: Optional[int] = None,
         best_effort_limits: bool = False,
+        default_limits: Optional[bool] = None,
+        seccomp_allow: Optional[Sequence[str]] = None,
         env: Optional[Dict[str, str]] = None,
         workdir: Optional[str] = None,
         labels: Optional[Dict[str, str]] = None,
@@ -107,7 +110,8 @@ class Calls:
             vols = [{"source": s, "target": t, "read_only": ro} for (s, t, ro) in volumes]
         args = dict(
             name=name, mode=mode, image=image, driver=driver, cpus=cpus, memory_mb=memory_mb,
-            pids_limit=pids_limit, best_effort_limits=best_effort_limits,
+            pids_limit=pids_limit, disk_mb=disk_mb, best_effort_limits=best_effort_limits,
+            default_limits=default_limits, seccomp_allow=seccomp_allow,
             env=env, workdir=workdir, labels=labels, volumes=vols,
             network=network, ports=ports, secrets=secrets, idle_timeout=idle_timeout, idle_action=idle_action,
             max_duration=max_duration, startup_timeout=startup_timeout,

@@ -377,6 +377,10 @@ class Metrics:
     io_read_bytes: Optional[int]
     io_write_bytes: Optional[int]
     pids: Optional[int]
+    #: Bytes the writable layer takes on the host's disk.
+    disk_bytes: Optional[int] = None
+    #: The writable layer's limit in bytes (``disk_mb``).
+    disk_limit_bytes: Optional[int] = None
 
     @classmethod
     def _from_core(cls, d: Mapping[str, Any]) -> Metrics:
@@ -387,6 +391,8 @@ class Metrics:
             io_read_bytes=d.get("io_read_bytes"),
             io_write_bytes=d.get("io_write_bytes"),
             pids=d.get("pids"),
+            disk_bytes=d.get("disk_bytes"),
+            disk_limit_bytes=d.get("disk_limit_bytes"),
         )
 
 

@@ -64,6 +64,14 @@ module Burrow
   #   @return [Float, nil] CPU limit (nil: none)
   # @!attribute [r] memory
   #   @return [Integer, nil] memory limit in MiB (nil: none)
+  # @!attribute [r] disk_mb
+  #   @return [Integer, nil] disk limit of the writable layer in MiB (nil: none)
+  # @!attribute [r] default_limits
+  #   @return [Boolean] whether the limits left out took the backend's
+  #     defaults (+true+ unless created with +default_limits: false+)
+  # @!attribute [r] seccomp_allow
+  #   @return [Array<String>] syscalls the seccomp filter allows beyond
+  #     burrow's profile
   # @!attribute [r] idle_timeout
   #   @return [Float, nil] seconds without calls before an idle stop
   # @!attribute [r] idle_action
@@ -120,13 +128,16 @@ module Burrow
   #   @return [Array<SecretRecord>] each secret's name, hosts, headers and placeholder
   # @!attribute [r] ports
   #   @return [Array<String>] published ports, canonical (+"127.0.0.1:8080:80"+)
-  SandboxConfig = Struct.new(:image, :driver, :runtime, :cpus, :memory, :pids_limit, :env, :workdir, :labels,
-                             :mounts, :network, :ports, :secrets, :idle_timeout, :idle_action, :max_duration,
-                             :startup_timeout, :demand_start, keyword_init: true) do
+  SandboxConfig = Struct.new(:image, :driver, :runtime, :cpus, :memory, :pids_limit, :disk_mb, :default_limits,
+                             :seccomp_allow, :env, :workdir, :labels, :mounts, :network, :ports, :secrets,
+                             :idle_timeout, :idle_action, :max_duration, :startup_timeout, :demand_start,
+                             keyword_init: true) do
     # @api private
     def self.from_json(h)
       new(image: h["image"], driver: Convert.sym(h["driver"]), runtime: Convert.sym(h["runtime"]),
-          cpus: h["cpus"], memory: h["memory_mb"], pids_limit: h["pids_limit"], env: h["env"] || {},
+          cpus: h["cpus"], memory: h["memory_mb"], pids_limit: h["pids_limit"], disk_mb: h["disk_mb"],
+          default_limits: h.fetch("default_limits", true), seccomp_allow: h["seccomp_allow"] || [],
+          env: h["env"] || {},
           workdir: h["workdir"], labels: h["labels"] || {}, mounts: h["mounts"] || [],
           network: Convert.network(h["network"]), ports: h["ports"] || [],
           secrets: (h["secrets"] || []).map do |s|
@@ -200,8 +211,13 @@ module Burrow
   Ping = Struct.new(:latency, keyword_init: true)
 
   # Resource usage of a running sandbox (nil where the driver cannot tell).
+  #
+  # @!attribute [r] disk_bytes
+  #   @return [Integer, nil] bytes the writable layer takes on the host's disk
+  # @!attribute [r] disk_limit_bytes
+  #   @return [Integer, nil] the writable layer's limit in bytes
   Metrics = Struct.new(:cpu_usage_ns, :memory_bytes, :memory_limit_bytes, :io_read_bytes, :io_write_bytes, :pids,
-                       keyword_init: true) do
+                       :disk_bytes, :disk_limit_bytes, keyword_init: true) do
     # @api private
     def self.from_json(h) = new(**h.transform_keys(&:to_sym).slice(*members))
   end

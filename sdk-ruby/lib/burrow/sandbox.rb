@@ -263,9 +263,18 @@ module Burrow
       # With a block, yields it and destroys it after.
       #
       # @param options [Hash] +image+, +driver+, +runtime+, +cpus+, +memory+
-      #   (MiB), +pids_limit+, +best_effort_limits+ (run without a limit
-      #   this host cannot enforce for this user instead of
-      #   {InvalidConfigError}), +env+, +workdir+, +labels+, +volumes+
+      #   (MiB), +pids_limit+, +disk_mb+ (the writable layer's limit in MiB,
+      #   32 to 16 TiB; past it the guest gets +ENOSPC+; held by the vm
+      #   driver and by containers run as root), +best_effort_limits+ (run
+      #   without a limit this host cannot enforce for this user, as a
+      #   rootless container's disk, instead of {InvalidConfigError}),
+      #   +default_limits+ (+false+: the limits left out stay unlimited
+      #   instead of taking the backend's defaults), +seccomp_allow+
+      #   (+["io_uring_setup"]+: syscalls, by x86-64 name, the seccomp filter
+      #   allows beyond burrow's profile; a bad name raises
+      #   {InvalidConfigError}; +burrow serve+ allows it, and
+      #   +default_limits: false+, to its default tenant only), +env+,
+      #   +workdir+, +labels+, +volumes+
       #   (+[{source:, target:, read_only:}]+), +network+ (+true+, +false+ or
       #   a {NetworkPolicy}), +ports+ (+["8080:80", "0.0.0.0:5353:53/udp"]+:
       #   published while it runs; a taken host port raises
