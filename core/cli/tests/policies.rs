@@ -678,7 +678,17 @@ async fn a_disk_limit_is_held_or_refused_naming_it() {
             "kept\n"
         );
         from_snap.destroy().await.unwrap();
-        let sb = handle.start().await.unwrap();
+        let mut sb = handle.start().await.unwrap();
+        // Quick restarts: each start finds the device the run before let
+        // go (autoclear detaches it a moment after the last unmount).
+        for _ in 0..10 {
+            sb.stop().await.unwrap();
+            sb = handle.start().await.unwrap();
+            assert_eq!(
+                sb.exec(["cat", "/kept"]).await.unwrap().stdout_str(),
+                "kept\n"
+            );
+        }
         // A copy has a disk of the same size, with the parent's files.
         let copies = sb
             .fork(&burrow::ForkOptions::named(["disk-copy"]))

@@ -206,42 +206,70 @@ pub(crate) fn mount(sandbox_dir: &Path) -> Result<Mounted> {
             _ => Err(e),
         })
         .map_err(err("creating the writable layer's mount point", &dir))?;
-    let attached = attached_loop(meta.dev(), meta.ino());
-    if let Some(minor) = attached {
-        let mounted = fs::symlink_metadata(&dir)
-            .map(|m| m.dev() == libc::makedev(LOOP_MAJOR, minor))
-            .unwrap_or(false);
-        if mounted {
-            return Ok(Mounted { dir, ours: false });
+    // A device found attached may be on its way out (its last mount, in
+    // a namespace that just ended, let it go: autoclear detaches it a
+    // moment later), so a failed open or mount looks again: by then it is
+    // gone and a device is attached afresh. Never two devices with a
+    // filesystem mounted: a device in its rundown holds no mount.
+    let mut last = None;
+    for attempt in 0..5 {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(5 << attempt));
         }
+        let attached = attached_loop(meta.dev(), meta.ino());
+        if let Some(minor) = attached {
+            let mounted = fs::symlink_metadata(&dir)
+                .map(|m| m.dev() == libc::makedev(LOOP_MAJOR, minor))
+                .unwrap_or(false);
+            if mounted {
+                return Ok(Mounted { dir, ours: false });
+            }
+        }
+        let device = match attached {
+            Some(minor) => open_loop(minor).map(|d| (d, minor)),
+            None => attach(&image),
+        };
+        let (device, minor) = match device {
+            Ok(d) => d,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        match mount_device(minor, &dir) {
+            // The mount holds the device now.
+            Ok(()) => return Ok(Mounted { dir, ours: true }),
+            // Nothing holds it but this descriptor: autoclear detaches it
+            // as it closes.
+            Err(e) => last = Some(err("mounting the writable layer", &dir)(e)),
+        }
+        drop(device);
     }
-    let (device, minor) = match attached {
-        Some(minor) => (open_loop(minor)?, minor),
-        None => attach(&image)?,
-    };
-    let source = format!("/dev/loop{minor}");
-    let c_source = std::ffi::CString::new(source.clone()).expect("no NUL in a device path");
-    let c_dir = super::rootfs::cstr(&dir).map_err(err("mounting the writable layer", &dir))?;
+    Err(last.unwrap_or_else(|| {
+        err("mounting the writable layer", &dir)(io::Error::other("no attempt was made"))
+    }))
+}
+
+/// Mounts `/dev/loop<minor>`'s ext4 at `dir`.
+fn mount_device(minor: u32, dir: &Path) -> io::Result<()> {
+    let source = std::ffi::CString::new(format!("/dev/loop{minor}"))
+        .map_err(|_| io::Error::other("NUL in a device path"))?;
+    let c_dir = super::rootfs::cstr(dir)?;
     // SAFETY: valid NUL-terminated strings; no data.
     let rc = unsafe {
         libc::mount(
-            c_source.as_ptr(),
+            source.as_ptr(),
             c_dir.as_ptr(),
             c"ext4".as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV,
             std::ptr::null(),
         )
     };
-    let mounted = if rc == 0 {
+    if rc == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
-    };
-    // The mount holds the device now (or, on error, nothing does and
-    // autoclear detaches it with this close).
-    drop(device);
-    mounted.map_err(err("mounting the writable layer", &dir))?;
-    Ok(Mounted { dir, ours: true })
+    }
 }
 
 /// Runs `f` on a thread of its own in a private mount namespace of its
