@@ -372,21 +372,15 @@ pub async fn fill_past_disk_limit(sb: &burrow::Sandbox, limit_mb: u64) {
         "0",
         "dd wrote 200 MiB into {limit_mb} MiB"
     );
-    let size: u64 = sh("stat -c %s /fill")
-        .await
-        .stdout_str()
-        .trim()
-        .parse()
-        .unwrap();
+    let number = |script: &'static str| async move {
+        let out = sh(script).await;
+        out.stdout_str().trim().parse::<u64>().unwrap()
+    };
+    let size = number("stat -c %s /fill").await;
     assert!(size < limit_mb << 20, "the guest wrote {size} bytes");
     let more = sh("dd if=/dev/zero of=/more bs=1M count=1 2>/dev/null; echo $?").await;
     assert_ne!(more.stdout_str().trim(), "0", "one more MiB had room");
-    let avail: u64 = sh("df -k / | tail -1 | awk '{print $4}'")
-        .await
-        .stdout_str()
-        .trim()
-        .parse()
-        .unwrap();
+    let avail = number("df -k / | tail -1 | awk '{print $4}'").await;
     assert!(avail < 1024, "{avail} KiB still free");
     let m = sb.metrics().await.unwrap();
     assert_eq!(m.disk_limit_bytes, Some(limit_mb << 20));
