@@ -184,13 +184,21 @@ def build_kwargs(
 def syscall_list(names: Sequence[str]) -> List[str]:
     """The syscall names of ``seccomp_allow=`` (x86-64 names: the core
     checks each one)."""
-    if isinstance(names, (str, bytes)):
-        raise TypeError('seccomp_allow is a list of syscall names (["io_uring_setup"])')
+    return _strings(
+        names, 'seccomp_allow is a list of syscall names (["io_uring_setup"])', "a syscall name"
+    )
+
+
+def _strings(values: Sequence[str], not_a_list: str, item: str) -> List[str]:
+    """``values`` as a list of strings: a lone string is ``not_a_list``'s
+    TypeError, an item of another type ``item``'s."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(not_a_list)
     out = []
-    for n in names:
-        if not isinstance(n, str):
-            raise TypeError(f"a syscall name is a string, not {type(n).__name__}")
-        out.append(n)
+    for v in values:
+        if not isinstance(v, str):
+            raise TypeError(f"{item} is a string, not {type(v).__name__}")
+        out.append(v)
     return out
 
 
@@ -219,14 +227,11 @@ def network_json(network: Any) -> Any:
 
 def port_list(ports: Sequence[str]) -> List[str]:
     """Published ports (``"8080:80"``, ``"0.0.0.0:5353:53/udp"``)."""
-    if isinstance(ports, str):
-        raise TypeError('ports is a list of "[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]" strings')
-    out = []
-    for p in ports:
-        if not isinstance(p, str):
-            raise TypeError(f"a published port is a string, not {type(p).__name__}")
-        out.append(p)
-    return out
+    return _strings(
+        ports,
+        'ports is a list of "[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]" strings',
+        "a published port",
+    )
 
 
 def secret_list(secrets: Sequence[Any]) -> List[Dict[str, Any]]:
